@@ -1,0 +1,7 @@
+// xport/detail/macro_unscope.hpp: undefines xport's internal macros at the end of the umbrella
+// header. XPORT_BEGIN_NAMESPACE / XPORT_END_NAMESPACE and the version macros stay: they are part
+// of the public surface (extensions declare into xport's namespace with them).
+#pragma once
+
+#undef XPORT_LIKELY
+#undef XPORT_UNLIKELY

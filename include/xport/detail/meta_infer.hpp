@@ -1,0 +1,171 @@
+// xport/detail/meta_infer.hpp: an op's output types, learned without computing anything.
+// The op runs on meta tensors (sizes and dtypes, no data) through the dispatcher; when
+// LibTorch has no meta kernel for it, a shape rule from meta_rules.hpp answers; otherwise the
+// op cannot be captured and missing_fake_kernel names it and the fix.
+#pragma once
+
+#include <optional>     // std::optional
+#include <string>       // std::string
+#include <string_view>  // std::string_view
+#include <vector>       // std::vector
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/core/ScalarType.h>
+#include <c10/util/Exception.h>
+
+#include <xport/config.hpp>
+#include <xport/detail/meta_rules.hpp>
+#include <xport/detail/schema.hpp>
+#include <xport/error.hpp>
+#include <xport/ir/graph.hpp>
+#include <xport/ir/op.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+/// Ops whose output shape depends on tensor data: no meta kernel can exist for them.
+inline bool is_data_dependent_op(std::string_view name) {
+  return name == "aten::nonzero" || name == "aten::_local_scalar_dense" || name == "aten::item" ||
+         name == "aten::unique" || name == "aten::_unique" || name == "aten::_unique2" ||
+         name == "aten::unique_dim" || name == "aten::unique_consecutive" ||
+         name == "aten::masked_select" || name == "aten::is_nonzero" || name == "aten::equal" ||
+         name == "aten::allclose";
+}
+
+inline std::string first_line(const std::string& s) {
+  const auto nl = s.find('\n');
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+/// `self: f32[2, 3], other: f32[3]` for the tensor arguments of a call.
+inline std::string describe_args(const op_info& op, const std::vector<argument>& args) {
+  const auto& params = op.schema().arguments();
+  std::string s;
+  for (std::size_t i = 0; i < params.size() && i < args.size(); ++i) {
+    if (!args[i].is_value() || args[i].as_value().kind() != value_kind::tensor) continue;
+    s += (s.empty() ? "" : ", ") + params[i].name() + ": " + args[i].as_value().meta().annotation();
+  }
+  return s;
+}
+
+/// The device outputs live on: an explicit `device=` argument, else the first tensor
+/// argument's device, else CPU (what FakeTensor reports as the fake device).
+inline c10::Device output_device(const op_info& op, const std::vector<argument>& args) {
+  const auto& params = op.schema().arguments();
+  for (std::size_t i = 0; i < params.size() && i < args.size(); ++i)
+    if (params[i].name() == "device" && args[i].is_device()) return args[i].as_device();
+  for (const auto& a : args) {
+    std::optional<c10::Device> d;
+    a.for_each_value([&](const value& v) {
+      if (!d && v && v.kind() == value_kind::tensor) d = v.meta().device;
+    });
+    if (d) return *d;
+  }
+  return c10::Device(c10::kCPU);
+}
+
+inline bool any_requires_grad(const std::vector<argument>& args) {
+  bool r = false;
+  for (const auto& a : args)
+    a.for_each_value([&](const value& v) {
+      if (v && v.kind() == value_kind::tensor && v.meta().requires_grad) r = true;
+    });
+  return r;
+}
+
+/// The dispatcher stack for a meta run of `op`: tensors become meta tensors, devices meta.
+inline std::vector<c10::IValue> meta_stack_for(const op_info& op, const std::vector<argument>& args) {
+  const auto& params = op.schema().arguments();
+  std::vector<c10::IValue> stack;
+  stack.reserve(params.size());
+  const auto lookup = [](const value& v) -> c10::IValue {
+    switch (v.kind()) {
+      case value_kind::tensor: return v.meta().make_meta();
+      case value_kind::sym_int: return v.type().scalar.hint();
+      default: return {};
+    }
+  };
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (args[i].is_device()) {
+      stack.emplace_back(c10::Device(c10::kMeta));
+    } else if (params[i].name() == "pin_memory" && args[i].is_bool()) {
+      stack.emplace_back(false);
+    } else {
+      stack.push_back(to_ivalue(args[i], params[i].real_type(), lookup));
+    }
+  }
+  return stack;
+}
+
+/// The types of `op`'s outputs for schema-bound `args`.
+inline std::vector<value_type> infer_outputs(const op_info& op, const std::vector<argument>& args) {
+  if (is_data_dependent_op(op.name))
+    throw missing_fake_kernel(
+        "xport.fake.data_dependent",
+        op.qualified + " has an output that depends on tensor data, so its shape cannot be known "
+                       "before running. Make the value an input of the program, or write the "
+                       "computation without reading data (e.g. masks with aten::where instead of "
+                       "aten::nonzero)");
+  const auto inputs = meta_stack_for(op, args);
+  auto stack = inputs;  // a failed call leaves the stack in an unspecified state
+  std::vector<at::Tensor> rule_out;
+  try {
+    c10::InferenceMode guard;
+    op.handle.callBoxed(stack);
+  } catch (const c10::NotImplementedError& e) {
+    const auto rule = find_meta_rule(op.qualified);  // exact overload: max.dim is not max
+    if (!rule)
+      throw missing_fake_kernel(
+          "xport.fake.missing_kernel",
+          op.qualified + " has no meta (fake) kernel in LibTorch " + torch_version() +
+              " and xport has no shape rule for it, so its output shapes cannot be inferred "
+              "without running it. Fix: add a shape rule for it (detail/meta_rules.hpp), register "
+              "a Meta kernel for the op with torch::Library, or call a composite of ops that have "
+              "one. LibTorch said: " +
+              first_line(e.what_without_backtrace()));
+    c10::InferenceMode guard;
+    rule_out = rule(inputs);
+  } catch (const c10::Error& e) {
+    // The op has a meta kernel and it refused the arguments (shapes, dtypes, values).
+    throw graph_error("xport.fake.op_rejected",
+                      op.qualified + " rejected its arguments (" + describe_args(op, args) +
+                          "): " + first_line(e.what_without_backtrace()));
+  }
+
+  const auto device = output_device(op, args);
+  const bool grad = any_requires_grad(args);
+  std::vector<value_type> out;
+  const auto add_tensor = [&](const at::Tensor& t) {
+    if (!t.defined()) {
+      out.push_back(value_type{value_kind::none, {}, {}});
+      return;
+    }
+    auto m = tensor_meta::of(t);
+    m.device = device;
+    m.requires_grad = grad && (c10::isFloatingType(m.dtype) || c10::isComplexType(m.dtype));
+    out.push_back(value_type::of(std::move(m)));
+  };
+  if (!rule_out.empty()) {
+    for (const auto& t : rule_out) add_tensor(t);
+    return out;
+  }
+  for (const auto& r : stack) {
+    if (r.isTensor()) add_tensor(r.toTensor());
+    else if (r.isTensorList())
+      for (const auto& t : r.toTensorVector()) add_tensor(t);
+    else if (r.isInt()) out.push_back(value_type::of_sym_int(r.toInt()));
+    else if (r.isDouble()) out.push_back(value_type{value_kind::sym_float, {}, {}});
+    else if (r.isBool()) out.push_back(value_type{value_kind::sym_bool, {}, {}});
+    else if (r.isNone()) out.push_back(value_type{value_kind::none, {}, {}});
+    else
+      throw missing_fake_kernel("xport.fake.unsupported_return",
+                                op.qualified + " returns a " + r.tagKind() +
+                                    ", which xport cannot represent in a graph yet");
+  }
+  return out;
+}
+
+}  // namespace detail
+XPORT_END_NAMESPACE

@@ -1,0 +1,361 @@
+// xport/detail/meta_rules.hpp: output shapes for ops whose meta kernel LibTorch 1.13 lacks.
+// Each rule reads the op's arguments (tensors already on the meta device) and returns meta
+// tensors of the outputs' sizes and dtypes; nothing runs on data. The set covers the gaps that
+// real models hit (conv, batch/layer/group norm, relu, hardtanh, index_select/embedding, where,
+// var/std, adaptive pooling); later LibTorch versions have meta kernels for most of them and
+// never reach this table.
+#pragma once
+
+#include <algorithm>    // std::max
+#include <cstdint>      // std::int64_t
+#include <string_view>  // std::string_view
+#include <vector>       // std::vector
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/result_type.h>
+
+#include <xport/config.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+using meta_stack = std::vector<c10::IValue>;
+using meta_rule = std::vector<at::Tensor> (*)(const meta_stack&);
+
+inline at::Tensor meta_empty(std::vector<std::int64_t> sizes, c10::ScalarType dtype) {
+  return at::empty(sizes, at::TensorOptions().dtype(dtype).device(c10::kMeta));
+}
+
+inline std::vector<std::int64_t> sizes_of(const at::Tensor& t) {
+  return {t.sizes().begin(), t.sizes().end()};
+}
+
+inline std::vector<std::int64_t> int_list(const c10::IValue& v) {
+  if (v.isInt()) return {v.toInt()};
+  const auto l = v.toIntList();
+  return {l.begin(), l.end()};
+}
+
+inline std::int64_t wrap_dim(std::int64_t d, std::int64_t rank) {
+  const auto r = std::max<std::int64_t>(rank, 1);
+  return d < 0 ? d + r : d;
+}
+
+inline std::vector<std::int64_t> broadcast_sizes(const std::vector<std::vector<std::int64_t>>& shapes) {
+  std::size_t rank = 0;
+  for (const auto& s : shapes) rank = std::max(rank, s.size());
+  std::vector<std::int64_t> out(rank, 1);
+  for (const auto& s : shapes)
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      auto& o = out[rank - s.size() + i];
+      if (s[i] != 1) o = s[i];
+    }
+  return out;
+}
+
+// ---- elementwise: same shape and dtype as the first argument --------------------------------
+inline std::vector<at::Tensor> rule_like_self(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  return {meta_empty(sizes_of(x), x.scalar_type())};
+}
+
+inline std::vector<at::Tensor> rule_like_self_bool(const meta_stack& s) {
+  return {meta_empty(sizes_of(s[0].toTensor()), c10::kBool)};
+}
+
+inline std::vector<at::Tensor> rule_like_self_real(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  const auto t = x.scalar_type();
+  const auto out = t == c10::kComplexFloat    ? c10::kFloat
+                   : t == c10::kComplexDouble ? c10::kDouble
+                   : c10::isFloatingType(t)   ? t
+                                              : c10::kFloat;
+  return {meta_empty(sizes_of(x), out)};
+}
+
+// full reductions to a 0-dim tensor (max(), min(), median(), trace())
+inline std::vector<at::Tensor> rule_reduce_all(const meta_stack& s) {
+  return {meta_empty({}, s[0].toTensor().scalar_type())};
+}
+// prod() / nansum(): integral inputs accumulate in int64
+inline std::vector<at::Tensor> rule_reduce_all_promote(const meta_stack& s) {
+  const auto t = s[0].toTensor().scalar_type();
+  return {meta_empty({}, c10::isIntegralType(t, /*includeBool=*/true) ? c10::kLong : t)};
+}
+inline std::vector<at::Tensor> rule_count_all(const meta_stack& s) {
+  return {meta_empty({}, c10::kLong)};
+}
+
+// ---- convolution ----------------------------------------------------------------------------
+inline std::vector<std::int64_t> conv_out_sizes(const at::Tensor& input, const at::Tensor& weight,
+                                                std::vector<std::int64_t> stride,
+                                                std::vector<std::int64_t> padding,
+                                                std::vector<std::int64_t> dilation, bool transposed,
+                                                std::vector<std::int64_t> output_padding,
+                                                std::int64_t groups) {
+  const auto in = sizes_of(input);
+  const auto w = sizes_of(weight);
+  const std::size_t spatial = w.size() - 2;
+  const bool batched = in.size() == w.size();
+  const auto pick = [](const std::vector<std::int64_t>& v, std::size_t i, std::int64_t dflt) {
+    return v.empty() ? dflt : v[v.size() == 1 ? 0 : i];
+  };
+  std::vector<std::int64_t> out;
+  if (batched) out.push_back(in[0]);
+  out.push_back(transposed ? w[1] * groups : w[0]);
+  const std::size_t off = batched ? 2 : 1;
+  for (std::size_t i = 0; i < spatial; ++i) {
+    const auto k = w[2 + i];
+    const auto st = pick(stride, i, 1), pd = pick(padding, i, 0), dl = pick(dilation, i, 1);
+    const auto x = in[off + i];
+    if (transposed)
+      out.push_back((x - 1) * st - 2 * pd + dl * (k - 1) + pick(output_padding, i, 0) + 1);
+    else
+      out.push_back((x + 2 * pd - dl * (k - 1) - 1) / st + 1);
+  }
+  return out;
+}
+
+// convolution(input, weight, bias?, stride, padding, dilation, transposed, output_padding, groups)
+// _convolution(... same ..., benchmark, deterministic, cudnn_enabled, allow_tf32)
+inline std::vector<at::Tensor> rule_convolution(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  const auto& w = s[1].toTensor();
+  return {meta_empty(conv_out_sizes(x, w, int_list(s[3]), int_list(s[4]), int_list(s[5]),
+                                    s[6].toBool(), int_list(s[7]), s[8].toInt()),
+                     x.scalar_type())};
+}
+
+// conv{1,2,3}d(input, weight, bias?, stride, padding, dilation, groups); padding may be a string
+inline std::vector<at::Tensor> rule_conv_nd(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  const auto& w = s[1].toTensor();
+  std::vector<std::int64_t> padding;
+  auto stride = int_list(s[3]);
+  auto dilation = int_list(s[5]);
+  if (s[4].isString()) {
+    const std::size_t spatial = static_cast<std::size_t>(w.dim() - 2);
+    if (s[4].toStringRef() == "same") {
+      // "same" keeps the spatial size (stride 1): report the input's spatial sizes directly.
+      auto out = sizes_of(x);
+      out[out.size() - spatial - 1] = w.size(0);
+      return {meta_empty(out, x.scalar_type())};
+    }
+    padding.assign(spatial, 0);
+  } else {
+    padding = int_list(s[4]);
+  }
+  return {meta_empty(conv_out_sizes(x, w, stride, padding, dilation, false, {}, s[6].toInt()),
+                     x.scalar_type())};
+}
+
+// conv_transpose{1,2,3}d.input(input, weight, bias?, stride, padding, output_padding, groups, dilation)
+inline std::vector<at::Tensor> rule_conv_transpose_nd(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  const auto& w = s[1].toTensor();
+  return {meta_empty(conv_out_sizes(x, w, int_list(s[3]), int_list(s[4]), int_list(s[7]), true,
+                                    int_list(s[5]), s[6].toInt()),
+                     x.scalar_type())};
+}
+
+// ---- normalisation --------------------------------------------------------------------------
+// native_batch_norm(input, weight?, bias?, running_mean?, running_var?, training, momentum, eps)
+//   -> (out, save_mean, save_invstd); the saved statistics are [C] when training, [0] otherwise.
+inline std::vector<at::Tensor> rule_native_batch_norm(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  const bool training = s[5].toBool();
+  const std::int64_t c = x.dim() > 1 ? x.size(1) : 1;
+  const auto stat_dtype = x.scalar_type() == c10::kHalf || x.scalar_type() == c10::kBFloat16
+                              ? c10::kFloat
+                              : x.scalar_type();
+  const std::int64_t n = training ? c : 0;
+  return {meta_empty(sizes_of(x), x.scalar_type()), meta_empty({n}, stat_dtype),
+          meta_empty({n}, stat_dtype)};
+}
+
+// native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd)
+inline std::vector<at::Tensor> rule_native_layer_norm(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  const auto normalized = int_list(s[1]);
+  auto stat = sizes_of(x);
+  const auto axis = stat.size() - normalized.size();
+  for (std::size_t i = axis; i < stat.size(); ++i) stat[i] = 1;
+  const auto stat_dtype = x.scalar_type() == c10::kHalf || x.scalar_type() == c10::kBFloat16
+                              ? c10::kFloat
+                              : x.scalar_type();
+  return {meta_empty(sizes_of(x), x.scalar_type()), meta_empty(stat, stat_dtype),
+          meta_empty(stat, stat_dtype)};
+}
+
+// native_group_norm(input, weight?, bias?, N, C, HxW, group, eps) -> (out, mean, rstd)
+inline std::vector<at::Tensor> rule_native_group_norm(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  const auto n = s[3].toInt(), g = s[6].toInt();
+  return {meta_empty(sizes_of(x), x.scalar_type()), meta_empty({n, g}, x.scalar_type()),
+          meta_empty({n, g}, x.scalar_type())};
+}
+
+// ---- indexing -------------------------------------------------------------------------------
+// index_select(self, dim, index)
+inline std::vector<at::Tensor> rule_index_select(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  const auto& idx = s[2].toTensor();
+  auto out = sizes_of(x);
+  if (!out.empty()) out[static_cast<std::size_t>(wrap_dim(s[1].toInt(), x.dim()))] = idx.numel();
+  return {meta_empty(out, x.scalar_type())};
+}
+
+// embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse)
+inline std::vector<at::Tensor> rule_embedding(const meta_stack& s) {
+  const auto& w = s[0].toTensor();
+  auto out = sizes_of(s[1].toTensor());
+  out.push_back(w.size(1));
+  return {meta_empty(out, w.scalar_type())};
+}
+
+// where.self(condition, self, other)
+inline std::vector<at::Tensor> rule_where(const meta_stack& s) {
+  const auto& c = s[0].toTensor();
+  const auto& a = s[1].toTensor();
+  const auto& b = s[2].toTensor();
+  return {meta_empty(broadcast_sizes({sizes_of(c), sizes_of(a), sizes_of(b)}), at::result_type(a, b))};
+}
+
+// ---- reductions -----------------------------------------------------------------------------
+inline std::vector<std::int64_t> reduced_sizes(const at::Tensor& x, const c10::IValue& dims,
+                                               bool keepdim) {
+  auto out = sizes_of(x);
+  std::vector<bool> reduce(out.size(), dims.isNone());
+  if (!dims.isNone())
+    for (auto d : int_list(dims)) reduce[static_cast<std::size_t>(wrap_dim(d, x.dim()))] = true;
+  if (dims.isIntList() && dims.toIntList().empty()) reduce.assign(out.size(), true);
+  std::vector<std::int64_t> r;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (!reduce[i]) r.push_back(out[i]);
+    else if (keepdim) r.push_back(1);
+  }
+  return r;
+}
+
+inline c10::ScalarType real_dtype(c10::ScalarType t) {
+  if (t == c10::kComplexFloat) return c10::kFloat;
+  if (t == c10::kComplexDouble) return c10::kDouble;
+  if (t == c10::kComplexHalf) return c10::kHalf;
+  return t;
+}
+
+// var.correction / std.correction(self, dim?, *, correction?, keepdim)
+inline std::vector<at::Tensor> rule_var(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  return {meta_empty(reduced_sizes(x, s[1], s[3].toBool()), real_dtype(x.scalar_type()))};
+}
+// var.dim / std.dim(self, dim?, unbiased, keepdim)
+inline std::vector<at::Tensor> rule_var_dim(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  return {meta_empty(reduced_sizes(x, s[1], s[3].toBool()), real_dtype(x.scalar_type()))};
+}
+// var_mean.correction / std_mean.correction(self, dim?, *, correction?, keepdim)
+inline std::vector<at::Tensor> rule_var_mean(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  const auto sz = reduced_sizes(x, s[1], s[3].toBool());
+  return {meta_empty(sz, real_dtype(x.scalar_type())), meta_empty(sz, x.scalar_type())};
+}
+
+// ---- pooling --------------------------------------------------------------------------------
+// _adaptive_avg_pool2d(self, output_size) / adaptive_avg_pool2d, and the 1d/3d variants
+inline std::vector<at::Tensor> rule_adaptive_pool(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  const auto os = int_list(s[1]);
+  auto out = sizes_of(x);
+  for (std::size_t i = 0; i < os.size(); ++i) out[out.size() - os.size() + i] = os[i];
+  return {meta_empty(out, x.scalar_type())};
+}
+
+struct meta_rule_entry {
+  std::string_view op;
+  meta_rule rule;
+};
+
+inline constexpr meta_rule_entry meta_rule_table[] = {
+    {"aten::abs", rule_like_self},
+    {"aten::absolute", rule_like_self},
+    {"aten::log_sigmoid", rule_like_self},
+    {"aten::nan_to_num", rule_like_self},
+    {"aten::logit", rule_like_self},
+    {"aten::special_logit", rule_like_self},
+    {"aten::rrelu", rule_like_self},
+    {"aten::fliplr", rule_like_self},
+    {"aten::flipud", rule_like_self},
+    {"aten::isnan", rule_like_self_bool},
+    {"aten::isinf", rule_like_self_bool},
+    {"aten::isfinite", rule_like_self_bool},
+    {"aten::logical_not", rule_like_self_bool},
+    {"aten::angle", rule_like_self_real},
+    {"aten::max", rule_reduce_all},
+    {"aten::min", rule_reduce_all},
+    {"aten::median", rule_reduce_all},
+    {"aten::nanmedian", rule_reduce_all},
+    {"aten::trace", rule_reduce_all},
+    {"aten::prod", rule_reduce_all_promote},
+    {"aten::nansum", rule_reduce_all_promote},
+    {"aten::count_nonzero", rule_count_all},
+    {"aten::relu", rule_like_self},
+    {"aten::relu_", rule_like_self},
+    {"aten::relu6", rule_like_self},
+    {"aten::hardtanh", rule_like_self},
+    {"aten::hardtanh_", rule_like_self},
+    {"aten::hardswish", rule_like_self},
+    {"aten::hardsigmoid", rule_like_self},
+    {"aten::prelu", rule_like_self},
+    {"aten::_prelu_kernel", rule_like_self},
+    {"aten::selu", rule_like_self},
+    {"aten::celu", rule_like_self},
+    {"aten::mish", rule_like_self},
+    {"aten::dropout", rule_like_self},
+    {"aten::alpha_dropout", rule_like_self},
+    {"aten::feature_dropout", rule_like_self},
+    {"aten::convolution", rule_convolution},
+    {"aten::_convolution", rule_convolution},
+    {"aten::conv1d", rule_conv_nd},
+    {"aten::conv2d", rule_conv_nd},
+    {"aten::conv3d", rule_conv_nd},
+    {"aten::conv1d.padding", rule_conv_nd},
+    {"aten::conv2d.padding", rule_conv_nd},
+    {"aten::conv3d.padding", rule_conv_nd},
+    {"aten::conv_transpose1d", rule_conv_transpose_nd},
+    {"aten::conv_transpose2d.input", rule_conv_transpose_nd},
+    {"aten::conv_transpose3d.input", rule_conv_transpose_nd},
+    {"aten::native_batch_norm", rule_native_batch_norm},
+    {"aten::batch_norm", rule_like_self},
+    {"aten::instance_norm", rule_like_self},
+    {"aten::native_layer_norm", rule_native_layer_norm},
+    {"aten::layer_norm", rule_like_self},
+    {"aten::native_group_norm", rule_native_group_norm},
+    {"aten::group_norm", rule_like_self},
+    {"aten::index_select", rule_index_select},
+    {"aten::embedding", rule_embedding},
+    {"aten::where.self", rule_where},
+    {"aten::var.correction", rule_var},
+    {"aten::std.correction", rule_var},
+    {"aten::var.dim", rule_var_dim},
+    {"aten::std.dim", rule_var_dim},
+    {"aten::var_mean.correction", rule_var_mean},
+    {"aten::std_mean.correction", rule_var_mean},
+    {"aten::_adaptive_avg_pool2d", rule_adaptive_pool},
+    {"aten::adaptive_avg_pool2d", rule_adaptive_pool},
+    {"aten::_adaptive_avg_pool3d", rule_adaptive_pool},
+    {"aten::adaptive_avg_pool3d", rule_adaptive_pool},
+    {"aten::adaptive_avg_pool1d", rule_adaptive_pool},
+};
+
+/// The shape rule for `qualified` ("aten::conv2d", "aten::where.self"), or nullptr.
+inline meta_rule find_meta_rule(std::string_view qualified) {
+  for (const auto& e : meta_rule_table)
+    if (e.op == qualified) return e.rule;
+  return nullptr;
+}
+
+}  // namespace detail
+XPORT_END_NAMESPACE

@@ -1,0 +1,127 @@
+// xport/detail/names.hpp: unique value names, chosen the way torch.fx chooses them.
+// `add`, `add_1`, `add_2`; Python keywords and builtins are never used bare (`sum` -> `sum_1`),
+// so printed programs read exactly as torch.export prints the same program.
+#pragma once
+
+#include <algorithm>      // std::binary_search
+#include <array>          // std::array
+#include <cstdint>        // std::int64_t
+#include <string>         // std::string
+#include <string_view>    // std::string_view
+#include <unordered_map>  // std::unordered_map
+#include <unordered_set>  // std::unordered_set
+
+#include <xport/config.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+// Python 3 keywords and lower-case builtins, plus the globals torch.fx registers (inf, nan,
+// NoneType, torch, device, fx_pytree, pytree) and `self`. Sorted for binary search.
+inline constexpr std::array<std::string_view, 126> reserved_python_names{
+    "False", "None", "NoneType", "True", "__build_class__", "__debug__", "__doc__", "__import__",
+    "__loader__", "__name__", "__package__", "__spec__", "abs", "aiter", "all", "and", "anext",
+    "any", "as", "ascii", "assert", "async", "await", "bin", "bool", "break", "breakpoint",
+    "bytearray", "bytes", "callable", "chr", "class", "classmethod", "compile", "complex",
+    "continue", "copyright", "credits", "def", "del", "delattr", "device", "dict", "dir", "divmod",
+    "elif", "else", "enumerate", "eval", "except", "exec", "exit", "filter", "finally", "float",
+    "for", "format", "from", "frozenset", "fx_pytree", "getattr", "global", "globals", "hasattr",
+    "hash", "help", "hex", "id", "if", "import", "in", "inf", "input", "int", "is", "isinstance",
+    "issubclass", "iter", "lambda", "len", "license", "list", "locals", "map", "max", "memoryview",
+    "min", "nan", "next", "nonlocal", "not", "object", "oct", "open", "or", "ord", "pass", "pow",
+    "print", "property", "pytree", "quit", "raise", "range", "repr", "return", "reversed", "round",
+    "self", "set", "setattr", "slice", "sorted", "staticmethod", "str", "sum", "super", "torch",
+    "try", "tuple", "type", "vars", "while", "with", "yield", "zip"
+};
+
+inline bool is_reserved_python_name(std::string_view s) {
+  if (!s.empty() && s.front() >= 'A' && s.front() <= 'Z') {
+    // Exception and warning classes: every builtin starting with a capital letter other than
+    // the three constants is an exception type.
+    return s == "False" || s == "None" || s == "True" || s == "NoneType" ||
+           s.ends_with("Error") || s.ends_with("Exception") || s.ends_with("Warning") ||
+           s == "BaseException" || s == "BaseExceptionGroup" || s == "ExceptionGroup" ||
+           s == "Ellipsis" || s == "NotImplemented" || s == "GeneratorExit" ||
+           s == "KeyboardInterrupt" || s == "StopIteration" || s == "StopAsyncIteration" ||
+           s == "SystemExit";
+  }
+  return std::binary_search(reserved_python_names.begin(), reserved_python_names.end(), s);
+}
+
+/// `_snake_case` + illegal-character cleanup of torch.fx: `pascalCase` -> `pascal_case`,
+/// characters outside [0-9a-zA-Z_] -> `_`, a leading digit gets a `_` prefix.
+inline std::string sanitize_name(std::string_view candidate) {
+  std::string out;
+  out.reserve(candidate.size() + 1);
+  char prev = 0;
+  bool in_bad_run = false;
+  for (char c : candidate) {
+    const bool lower = c >= 'a' && c <= 'z';
+    const bool upper = c >= 'A' && c <= 'Z';
+    const bool digit = c >= '0' && c <= '9';
+    if (upper && prev >= 'a' && prev <= 'z') out += '_';
+    if (lower || upper || digit || c == '_') {
+      out += upper ? static_cast<char>(c - 'A' + 'a') : c;
+      in_bad_run = false;
+    } else if (!in_bad_run) {
+      out += '_';
+      in_bad_run = true;
+    }
+    prev = c;
+  }
+  if (out.empty()) out = "_unnamed";
+  if (out.front() >= '0' && out.front() <= '9') out.insert(out.begin(), '_');
+  return out;
+}
+
+/// The names in use in one graph, and the next suffix per base name (torch.fx `_Namespace`).
+class name_table {
+ public:
+  /// A fresh name derived from `candidate`; records it as used.
+  std::string create(std::string_view candidate) {
+    std::string name = sanitize_name(candidate);
+    // split "base_<digits>"
+    std::string base = name;
+    std::int64_t num = -1;
+    if (auto us = name.rfind('_'); us != std::string::npos && us + 1 < name.size() && us > 0) {
+      bool digits = true;
+      for (std::size_t i = us + 1; i < name.size(); ++i) digits = digits && name[i] >= '0' && name[i] <= '9';
+      if (digits && name.size() - us - 1 < 18) {
+        base = name.substr(0, us);
+        num = std::stoll(name.substr(us + 1));
+      }
+    }
+    if (num < 0 || used_.count(name)) {
+      auto it = base_count_.find(name);
+      num = it == base_count_.end() ? 0 : it->second;
+      if (is_reserved_python_name(name)) {
+        ++num;
+        name = base + "_" + std::to_string(num);
+      }
+    }
+    while (used_.count(name)) {
+      ++num;
+      name = base + "_" + std::to_string(num);
+    }
+    used_.insert(name);
+    base_count_[base] = num;
+    return name;
+  }
+
+  /// Claims `name` exactly; false when it is taken or reserved.
+  bool claim(const std::string& name) {
+    if (used_.count(name) || is_reserved_python_name(name)) return false;
+    used_.insert(name);
+    return true;
+  }
+
+  void release(const std::string& name) { used_.erase(name); }
+  [[nodiscard]] bool contains(const std::string& name) const { return used_.count(name) != 0; }
+
+ private:
+  std::unordered_set<std::string> used_;
+  std::unordered_map<std::string, std::int64_t> base_count_;
+};
+
+}  // namespace detail
+XPORT_END_NAMESPACE

@@ -1,0 +1,71 @@
+// xport/error.hpp: the exception types xport throws.
+// Every error carries a stable id (`xport.guard.shape`, `xport.verify.use_before_def`, ...) that
+// prefixes its message as `[id] ...`; tests and users may match on the id, the text explains
+// what was wrong, where, and how to fix it.
+#pragma once
+
+#include <stdexcept>  // std::runtime_error
+#include <string>     // std::string
+#include <utility>    // std::move
+
+#include <xport/config.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+/// Base of every exception thrown by xport.
+class error : public std::runtime_error {
+ public:
+  error(std::string id, const std::string& message)
+      : std::runtime_error("[" + id + "] " + message), id_(std::move(id)) {}
+
+  /// The stable identifier, e.g. "xport.guard.shape".
+  [[nodiscard]] const std::string& id() const noexcept { return id_; }
+
+ private:
+  std::string id_;
+};
+
+/// A graph or program was built or edited wrongly (builder calls, graph mutations).
+class graph_error : public error {
+ public:
+  using error::error;
+};
+
+/// An operator call did not match the operator's schema (unknown op, argument count or type).
+class schema_error : public graph_error {
+ public:
+  using graph_error::graph_error;
+};
+
+/// Shapes and dtypes of an op's outputs could not be inferred without running real compute.
+class missing_fake_kernel : public graph_error {
+ public:
+  using graph_error::graph_error;
+};
+
+/// `verify()` found a broken invariant of the graph or of the graph signature.
+class verify_error : public error {
+ public:
+  verify_error(std::string id, const std::string& message, std::string node = {})
+      : error(std::move(id), message), node_(std::move(node)) {}
+
+  /// Name of the offending node or value, empty when the failure is not about one node.
+  [[nodiscard]] const std::string& node() const noexcept { return node_; }
+
+ private:
+  std::string node_;
+};
+
+/// Inputs given to a program do not satisfy its input guards (count, dtype, device, shape).
+class guard_error : public error {
+ public:
+  using error::error;
+};
+
+/// Running a program failed inside an operator; the message names the node and the op.
+class run_error : public error {
+ public:
+  using error::error;
+};
+
+XPORT_END_NAMESPACE

@@ -1,0 +1,31 @@
+// xport/fwd.hpp: forward declarations of xport's public types and their default aliases.
+// Includes no LibTorch header: a TU that only passes xport types around can include this alone.
+#pragma once
+
+#include <cstdint>  // std::int64_t
+
+#include <xport/config.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+template <class Int = std::int64_t>
+class basic_sym_int;
+using sym_int = basic_sym_int<>;
+
+struct tensor_meta;
+class argument;
+class value;
+class node;
+class graph;
+struct op_info;
+
+struct input_spec;
+struct output_spec;
+class graph_signature;
+class exported_program;
+class program_builder;
+
+struct run_options;
+class interpreter;
+
+XPORT_END_NAMESPACE

@@ -1,0 +1,222 @@
+// xport/ir/builder.hpp: building exported programs by hand, op by op.
+// program_builder adds user inputs, parameters, buffers and constants as placeholders (named as
+// torch.export names them: `x`, `p_fc_weight`, `b_bn_running_mean`, `c_scale`), calls any
+// registered operator by name with arguments checked against its schema, infers every output's
+// dtype and shape on meta tensors, and finishes with a verified exported_program.
+//
+//   xport::program_builder b;
+//   auto x = b.input("x", at::randn({10, 10}));
+//   auto y = b.input("y", at::randn({10, 10}));
+//   auto s = b.call("aten::sin", {x});
+//   auto c = b.call("aten::cos", {y});
+//   b.output(b.call("aten::add.Tensor", {s, c}));
+//   xport::exported_program p = std::move(b).build();
+#pragma once
+
+#include <algorithm>    // std::stable_sort
+#include <memory>       // std::shared_ptr, std::make_shared
+#include <optional>     // std::optional
+#include <string>       // std::string
+#include <string_view>  // std::string_view
+#include <utility>      // std::move
+#include <vector>       // std::vector
+
+#include <ATen/core/Tensor.h>
+
+#include <xport/config.hpp>
+#include <xport/detail/meta_infer.hpp>
+#include <xport/detail/schema.hpp>
+#include <xport/error.hpp>
+#include <xport/ir/graph.hpp>
+#include <xport/ir/program.hpp>
+#include <xport/ir/signature.hpp>
+#include <xport/ir/verify.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+namespace detail {
+/// `p_` + FQN lower-cased with every non-alphanumeric character as `_` (torch.export's
+/// placeholder_naming_pass): `bar.l0.weight` -> `p_bar_l0_weight`.
+inline std::string lifted_name(input_kind k, std::string_view fqn) {
+  std::string s(placeholder_prefix(k));
+  for (char c : fqn) {
+    const bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    s += alnum ? static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c) : '_';
+  }
+  return s;
+}
+inline int input_rank(input_kind k) {
+  switch (k) {
+    case input_kind::token: return 0;
+    case input_kind::parameter: return 1;
+    case input_kind::buffer: return 2;
+    case input_kind::constant_tensor: return 3;
+    case input_kind::custom_obj: return 4;
+    case input_kind::user_input: return 5;
+  }
+  return 6;
+}
+}  // namespace detail
+
+class program_builder {
+ public:
+  program_builder() = default;
+
+  /// A user input, typed like `example` (kept as the program's example input).
+  value input(const std::string& name, const at::Tensor& example) {
+    auto v = add_input(input_spec{input_kind::user_input, argument_spec::tensor(name), {}, {}},
+                       tensor_meta::of(example), true);
+    examples_.push_back(example);
+    return v;
+  }
+  /// A user input of the given type.
+  value input(const std::string& name, tensor_meta meta) {
+    has_all_examples_ = false;
+    return add_input(input_spec{input_kind::user_input, argument_spec::tensor(name), {}, {}},
+                     std::move(meta), true);
+  }
+  /// A parameter with its fully qualified name; the tensor goes to the state dict.
+  value parameter(const std::string& fqn, const at::Tensor& t) {
+    state_dict_.set(fqn, t);
+    return add_lifted(input_kind::parameter, fqn, t, std::nullopt);
+  }
+  /// A buffer; persistent buffers go to the state dict, others to the constants.
+  value buffer(const std::string& fqn, const at::Tensor& t, bool persistent = true) {
+    (persistent ? state_dict_ : constants_).set(fqn, t);
+    return add_lifted(input_kind::buffer, fqn, t, persistent);
+  }
+  /// A constant tensor (CONSTANT_TENSOR), lifted to an input and kept in the constants.
+  value constant(const std::string& fqn, const at::Tensor& t) {
+    constants_.set(fqn, t);
+    return add_lifted(input_kind::constant_tensor, fqn, t, std::nullopt);
+  }
+
+  /// Calls operator `op` (`"aten::add.Tensor"`, `"aten::sin"`): arguments are bound to its
+  /// schema (positional then keyword, defaults filled) and checked; output types are inferred on
+  /// meta tensors. Throws schema_error or missing_fake_kernel, leaving the graph unchanged.
+  node call(std::string_view op, std::vector<argument> args = {}, std::vector<kwarg> kwargs = {}) {
+    return call(find_op(op), std::move(args), std::move(kwargs));
+  }
+  node call(const op_info& op, std::vector<argument> args = {}, std::vector<kwarg> kwargs = {}) {
+    for (auto& a : args) check_owned(a, &op);
+    for (auto& k : kwargs) check_owned(k.value, &op);
+    auto bound = detail::bind_arguments(op, std::move(args), std::move(kwargs));
+    auto types = detail::infer_outputs(op, bound);
+    auto n = graph_.create_call(op, std::move(bound), std::move(types));
+    n.set_source(source_);
+    n.set_module_path(module_);
+    return n;
+  }
+
+  /// Source location recorded on the nodes created from now on.
+  program_builder& at(source_location loc) {
+    source_ = std::make_shared<const source_location>(std::move(loc));
+    return *this;
+  }
+  /// Only the code text (`a = torch.sin(x)`) for the nodes created from now on.
+  program_builder& code(std::string text) { return at(source_location{{}, 0, {}, std::move(text)}); }
+  program_builder& no_source() {
+    source_.reset();
+    return *this;
+  }
+  /// Module path (FQN of the calling module) recorded on the nodes created from now on.
+  program_builder& in_module(std::string path) {
+    module_ = std::move(path);
+    return *this;
+  }
+
+  /// Adds a user output.
+  program_builder& output(value v) { return output(v, output_kind::user_output); }
+  program_builder& output(const node& n) { return output(n.out()); }
+  /// Adds an output of the given kind; `target` names the mutated buffer/parameter/input.
+  program_builder& output(value v, output_kind kind, std::optional<std::string> target = std::nullopt) {
+    check_owned(v, nullptr);
+    outputs_.push_back(v);
+    output_specs_.push_back(output_spec{kind, argument_spec::tensor(v.name()), std::move(target)});
+    return *this;
+  }
+
+  [[nodiscard]] graph& graph_ref() noexcept { return graph_; }
+
+  /// Finishes: lifted inputs are ordered before user inputs and mutation outputs before user
+  /// outputs (torch.export's order), then the program is verified. The builder is left empty.
+  [[nodiscard]] exported_program build(ir_dialect dialect = ir_dialect::training) && {
+    // placeholders: stable by kind rank
+    auto phs = graph_.placeholders();
+    std::vector<std::size_t> order(phs.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return detail::input_rank(input_specs_[a].kind) < detail::input_rank(input_specs_[b].kind);
+    });
+    graph_signature sig;
+    const node first_non_ph = phs.empty() ? graph_.first() : phs.back().next();
+    for (auto i : order) {
+      sig.input_specs.push_back(input_specs_[i]);
+      graph_.move_before(phs[i], first_non_ph);  // a null position appends
+    }
+    // outputs: tokens, mutations, then the rest, each group in the order given
+    std::vector<std::size_t> out_order(outputs_.size());
+    for (std::size_t i = 0; i < out_order.size(); ++i) out_order[i] = i;
+    const auto out_rank = [&](std::size_t i) {
+      switch (output_specs_[i].kind) {
+        case output_kind::token: return 0;
+        case output_kind::buffer_mutation:
+        case output_kind::parameter_mutation:
+        case output_kind::user_input_mutation: return 1;
+        default: return 2;
+      }
+    };
+    std::stable_sort(out_order.begin(), out_order.end(),
+                     [&](std::size_t a, std::size_t b) { return out_rank(a) < out_rank(b); });
+    std::vector<argument> results;
+    for (auto i : out_order) {
+      results.emplace_back(outputs_[i]);
+      sig.output_specs.push_back(output_specs_[i]);
+    }
+    graph_.set_output(std::move(results));
+    exported_program p(std::move(graph_), std::move(sig), std::move(state_dict_),
+                       std::move(constants_), {}, dialect);
+    if (has_all_examples_ && !examples_.empty()) p.set_example_inputs(std::move(examples_));
+    verify(p);
+    *this = program_builder();
+    return p;
+  }
+
+ private:
+  void check_owned(const argument& a, const op_info* op) {
+    a.for_each_value([&](const value& v) {
+      if (v && v.producer().impl()->owner != &graph_)
+        throw graph_error("xport.builder.foreign_value",
+                          "value '" + v.name() + "' belongs to another graph" +
+                              (op ? " (argument of " + op->qualified + ")" : std::string()) +
+                              "; use values made by this builder");
+    });
+  }
+
+  value add_input(input_spec spec, tensor_meta meta, bool exact_name) {
+    value v = exact_name ? graph_.add_placeholder(spec.arg.name, value_type::of(std::move(meta)))
+                         : graph_.add_placeholder_fresh(spec.arg.name, value_type::of(std::move(meta)));
+    spec.arg.name = v.name();
+    input_specs_.push_back(std::move(spec));
+    return v;
+  }
+
+  value add_lifted(input_kind k, const std::string& fqn, const at::Tensor& t,
+                   std::optional<bool> persistent) {
+    input_spec spec{k, argument_spec::tensor(detail::lifted_name(k, fqn)), fqn, persistent};
+    return add_input(std::move(spec), tensor_meta::of(t), false);
+  }
+
+  xport::graph graph_;
+  std::vector<input_spec> input_specs_;  // in placeholder creation order
+  std::vector<value> outputs_;
+  std::vector<output_spec> output_specs_;
+  tensor_dict state_dict_;
+  tensor_dict constants_;
+  std::vector<at::Tensor> examples_;
+  bool has_all_examples_ = true;
+  std::shared_ptr<const source_location> source_;
+  std::string module_;
+};
+
+XPORT_END_NAMESPACE

@@ -1,0 +1,801 @@
+// xport/ir/graph.hpp: the graph IR: graph, node, value, argument, use lists.
+// The graph owns every node and value; `node` and `value` are one-pointer handles with value
+// semantics (copyable, comparable, hashable). Node kinds follow torch.fx: placeholder,
+// call_function, output. A call node holds its operator (op_info), its arguments in schema
+// order (defaults filled), one value per output, and metadata (source location, module path).
+// Not here: building programs from op names (builder.hpp), checking (verify.hpp), printing.
+#pragma once
+
+#include <cstddef>      // std::size_t
+#include <cstdint>      // std::int64_t, std::uint32_t, std::uint64_t
+#include <functional>   // std::hash
+#include <initializer_list>  // std::initializer_list
+#include <iterator>     // std::forward_iterator_tag
+#include <memory>       // std::unique_ptr, std::shared_ptr
+#include <optional>     // std::optional, std::nullopt_t
+#include <span>         // std::span
+#include <string>       // std::string
+#include <string_view>  // std::string_view
+#include <type_traits>  // std::is_same_v
+#include <unordered_map>  // std::unordered_map
+#include <utility>      // std::move, std::exchange
+#include <variant>      // std::variant
+#include <vector>       // std::vector
+
+#include <c10/core/Device.h>
+#include <c10/core/Layout.h>
+#include <c10/core/MemoryFormat.h>
+#include <c10/core/ScalarType.h>
+
+#include <xport/config.hpp>
+#include <xport/detail/names.hpp>
+#include <xport/detail/python_repr.hpp>
+#include <xport/error.hpp>
+#include <xport/fwd.hpp>
+#include <xport/ir/op.hpp>
+#include <xport/ir/sym_int.hpp>
+#include <xport/ir/tensor_meta.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+namespace detail {
+struct node_impl;
+struct value_impl;
+}  // namespace detail
+
+enum class node_kind : std::uint8_t { placeholder, call_function, output };
+
+/// What a value holds at run time.
+enum class value_kind : std::uint8_t {
+  tensor,    ///< a Tensor; its tensor_meta is known
+  sym_int,   ///< an int computed in the graph (e.g. aten::sym_size.int); its sym_int is known
+  sym_float,
+  sym_bool,
+  none,      ///< an op output that is always None
+};
+
+inline std::string_view to_string(node_kind k) {
+  switch (k) {
+    case node_kind::placeholder: return "placeholder";
+    case node_kind::call_function: return "call_function";
+    case node_kind::output: return "output";
+  }
+  return "?";
+}
+
+/// The type of a value: a tensor with its meta, or a symbolic scalar.
+struct value_type {
+  value_kind kind = value_kind::tensor;
+  tensor_meta tensor;  ///< meaningful when kind == tensor
+  sym_int scalar;      ///< meaningful when kind == sym_int
+
+  static value_type of(tensor_meta m) { return {value_kind::tensor, std::move(m), {}}; }
+  static value_type of_sym_int(sym_int s) { return {value_kind::sym_int, {}, std::move(s)}; }
+  friend bool operator==(const value_type&, const value_type&) = default;
+};
+
+/// Where a node came from in the user's code: printed as
+/// `# File: {file}:{line} in {function}, code: {code}`.
+struct source_location {
+  std::string file;
+  std::uint32_t line = 0;
+  std::string function;
+  std::string code;
+  friend bool operator==(const source_location&, const source_location&) = default;
+};
+
+class node;
+struct use;
+
+/// A value: a placeholder, or one output of a call node. One pointer; compare and hash freely.
+class value {
+ public:
+  value() noexcept = default;
+  explicit value(detail::value_impl* p) noexcept : p_(p) {}
+
+  explicit operator bool() const noexcept { return p_ != nullptr; }
+  [[nodiscard]] detail::value_impl* impl() const noexcept { return p_; }
+
+  [[nodiscard]] const std::string& name() const;
+  [[nodiscard]] node producer() const;
+  /// The output position of this value in its producer (0 for placeholders).
+  [[nodiscard]] std::size_t index() const;
+  [[nodiscard]] value_kind kind() const;
+  [[nodiscard]] const value_type& type() const;
+  /// The tensor meta; throws graph_error when the value is not a tensor.
+  [[nodiscard]] const tensor_meta& meta() const;
+  void set_type(value_type t) const;
+  void set_meta(tensor_meta m) const { set_type(value_type::of(std::move(m))); }
+
+  [[nodiscard]] std::span<const use> uses() const;
+  [[nodiscard]] std::size_t num_uses() const;
+  /// Points every use of this value at `other` instead (Note [Use lists]).
+  void replace_all_uses_with(value other) const;
+
+  friend bool operator==(value a, value b) noexcept { return a.p_ == b.p_; }
+
+ private:
+  detail::value_impl* p_ = nullptr;
+};
+
+struct none_t {
+  friend bool operator==(none_t, none_t) noexcept { return true; }
+};
+/// The None argument.
+inline constexpr none_t none{};
+
+/// A call argument: a constant (None, bool, int, float, str, dtype, device, layout, memory
+/// format), a graph value, or a list of arguments. Lists keep no element type of their own:
+/// the operator's schema says whether `[1, 2]` is an `int[]` or a `float[]`.
+class argument {
+ public:
+  using list_type = std::vector<argument>;
+  enum class kind : std::uint8_t {
+    none, boolean, integer, floating, string, dtype, device, layout, memory_format, value, list
+  };
+
+  argument() noexcept = default;
+  argument(none_t) noexcept {}                   // NOLINT
+  argument(std::nullopt_t) noexcept {}           // NOLINT
+  argument(bool b) noexcept : v_(b) {}           // NOLINT
+  template <class I>
+    requires(std::is_integral_v<I> && !std::is_same_v<I, bool> && !std::is_same_v<I, char>)
+  argument(I i) noexcept : v_(static_cast<std::int64_t>(i)) {}  // NOLINT
+  argument(double d) noexcept : v_(d) {}         // NOLINT
+  argument(float d) noexcept : v_(static_cast<double>(d)) {}  // NOLINT
+  argument(std::string s) : v_(std::move(s)) {}  // NOLINT
+  argument(const char* s) : v_(std::string(s)) {}  // NOLINT
+  argument(std::string_view s) : v_(std::string(s)) {}  // NOLINT
+  argument(c10::ScalarType t) noexcept : v_(t) {}  // NOLINT
+  argument(c10::Device d) noexcept : v_(d) {}    // NOLINT
+  argument(c10::DeviceType d) : v_(c10::Device(d)) {}  // NOLINT
+  argument(c10::Layout l) noexcept : v_(l) {}    // NOLINT
+  argument(c10::MemoryFormat m) noexcept : v_(m) {}  // NOLINT
+  argument(value v) noexcept : v_(v) {}          // NOLINT
+  argument(const node& n);                       // NOLINT: a node with exactly one output
+  argument(list_type l) : v_(std::move(l)) {}    // NOLINT
+  argument(std::initializer_list<argument> l) : v_(list_type(l)) {}  // NOLINT
+  template <class T>
+    requires(!std::is_same_v<T, argument> && std::is_constructible_v<argument, const T&>)
+  argument(const std::vector<T>& xs) : v_(list_type(xs.begin(), xs.end())) {}  // NOLINT
+  template <class T>
+  argument(const std::optional<T>& o) : argument(o ? argument(*o) : argument()) {}  // NOLINT
+
+  [[nodiscard]] kind type() const noexcept { return static_cast<kind>(v_.index()); }
+  [[nodiscard]] bool is_none() const noexcept { return type() == kind::none; }
+  [[nodiscard]] bool is_bool() const noexcept { return type() == kind::boolean; }
+  [[nodiscard]] bool is_int() const noexcept { return type() == kind::integer; }
+  [[nodiscard]] bool is_double() const noexcept { return type() == kind::floating; }
+  [[nodiscard]] bool is_string() const noexcept { return type() == kind::string; }
+  [[nodiscard]] bool is_dtype() const noexcept { return type() == kind::dtype; }
+  [[nodiscard]] bool is_device() const noexcept { return type() == kind::device; }
+  [[nodiscard]] bool is_layout() const noexcept { return type() == kind::layout; }
+  [[nodiscard]] bool is_memory_format() const noexcept { return type() == kind::memory_format; }
+  [[nodiscard]] bool is_value() const noexcept { return type() == kind::value; }
+  [[nodiscard]] bool is_list() const noexcept { return type() == kind::list; }
+
+  [[nodiscard]] bool as_bool() const { return get<bool>(); }
+  [[nodiscard]] std::int64_t as_int() const { return get<std::int64_t>(); }
+  [[nodiscard]] double as_double() const { return get<double>(); }
+  [[nodiscard]] const std::string& as_string() const { return get<std::string>(); }
+  [[nodiscard]] c10::ScalarType as_dtype() const { return get<c10::ScalarType>(); }
+  [[nodiscard]] c10::Device as_device() const { return get<c10::Device>(); }
+  [[nodiscard]] c10::Layout as_layout() const { return get<c10::Layout>(); }
+  [[nodiscard]] c10::MemoryFormat as_memory_format() const { return get<c10::MemoryFormat>(); }
+  [[nodiscard]] value as_value() const { return get<value>(); }
+  [[nodiscard]] const list_type& as_list() const { return get<list_type>(); }
+  [[nodiscard]] list_type& as_list() { return std::get<list_type>(v_); }
+  [[nodiscard]] value* value_slot() noexcept { return std::get_if<value>(&v_); }
+
+  /// Calls f(value&) for every value in this argument, depth first, in order.
+  template <class F>
+  void for_each_value(F&& f) {
+    if (auto* v = std::get_if<value>(&v_)) f(*v);
+    else if (auto* l = std::get_if<list_type>(&v_))
+      for (auto& a : *l) a.for_each_value(f);
+  }
+  template <class F>
+  void for_each_value(F&& f) const {
+    if (auto* v = std::get_if<value>(&v_)) f(*v);
+    else if (auto* l = std::get_if<list_type>(&v_))
+      for (const auto& a : *l) a.for_each_value(f);
+  }
+
+  [[nodiscard]] std::string_view type_name() const noexcept {
+    constexpr std::string_view names[] = {"None", "bool", "int", "float", "str", "dtype",
+                                          "device", "layout", "memory_format", "value", "list"};
+    return names[v_.index()];
+  }
+
+  friend bool operator==(const argument& a, const argument& b) { return a.v_ == b.v_; }
+
+ private:
+  template <class T>
+  const T& get() const {
+    if (const T* p = std::get_if<T>(&v_)) return *p;
+    throw graph_error("xport.argument.type", std::string("argument holds ") +
+                                                 std::string(type_name()) + ", not the type asked for");
+  }
+
+  std::variant<none_t, bool, std::int64_t, double, std::string, c10::ScalarType, c10::Device,
+               c10::Layout, c10::MemoryFormat, value, list_type>
+      v_;
+};
+
+/// A keyword argument for builder calls: `{"keepdim", true}`.
+struct kwarg {
+  std::string name;
+  argument value;
+};
+
+/// One use of a value: operand `index` of node `user`. Note [Use lists]: a use names the operand
+/// position, not only the user, because `add(x, x)` uses `x` twice.
+struct use {
+  detail::node_impl* user_impl = nullptr;
+  std::uint32_t index = 0;
+  [[nodiscard]] node user() const;
+  friend bool operator==(const use&, const use&) = default;
+};
+
+/// A node of the graph. One pointer; compare and hash freely.
+class node {
+ public:
+  node() noexcept = default;
+  explicit node(detail::node_impl* p) noexcept : p_(p) {}
+  explicit operator bool() const noexcept { return p_ != nullptr; }
+  [[nodiscard]] detail::node_impl* impl() const noexcept { return p_; }
+
+  [[nodiscard]] node_kind kind() const;
+  [[nodiscard]] bool is_placeholder() const { return kind() == node_kind::placeholder; }
+  [[nodiscard]] bool is_call() const { return kind() == node_kind::call_function; }
+  [[nodiscard]] bool is_output() const { return kind() == node_kind::output; }
+
+  /// The node's name: its output's name, or for multi-output nodes the name of the tuple.
+  [[nodiscard]] const std::string& name() const;
+  /// The operator of a call node; throws graph_error for other kinds.
+  [[nodiscard]] const op_info& op() const;
+  [[nodiscard]] const op_info* op_ptr() const;
+  /// `torch.ops.aten.add.Tensor`, `placeholder`, `output`.
+  [[nodiscard]] std::string target() const;
+
+  /// Arguments in schema order, defaults filled in (for output: the returned values).
+  [[nodiscard]] std::span<const argument> args() const;
+  /// Replaces all arguments (use lists updated).
+  void set_args(std::vector<argument> args) const;
+
+  /// Value operands, flattened in argument order (lists included).
+  [[nodiscard]] std::size_t num_inputs() const;
+  [[nodiscard]] value input(std::size_t i) const;
+  [[nodiscard]] std::vector<value> inputs() const;
+  void replace_input(std::size_t i, value v) const;
+  /// Replaces every operand equal to `from` by `to`.
+  void replace_input_with(value from, value to) const;
+
+  [[nodiscard]] std::size_t num_outputs() const;
+  [[nodiscard]] value output(std::size_t i) const;
+  [[nodiscard]] std::vector<value> outputs() const;
+  /// The single output; throws graph_error when the node has none or several.
+  [[nodiscard]] value out() const;
+  operator value() const { return out(); }  // NOLINT: FX nodes are values
+  value operator[](std::size_t i) const { return output(i); }
+  /// Whether the outputs form a tuple (or Tensor[]) rather than a single value.
+  [[nodiscard]] bool has_tuple_output() const;
+
+  [[nodiscard]] node next() const;
+  [[nodiscard]] node prev() const;
+  /// Position in the node list: a before b iff a.order() < b.order().
+  [[nodiscard]] std::uint64_t order() const;
+  [[nodiscard]] bool is_before(node other) const { return order() < other.order(); }
+  [[nodiscard]] graph& owning_graph() const;
+
+  [[nodiscard]] const std::shared_ptr<const source_location>& source() const;
+  void set_source(std::shared_ptr<const source_location> s) const;
+  /// Fully qualified name of the module whose forward made this node ("" for the root).
+  [[nodiscard]] const std::string& module_path() const;
+  void set_module_path(std::string path) const;
+
+  friend bool operator==(node a, node b) noexcept { return a.p_ == b.p_; }
+
+ private:
+  detail::node_impl* p_ = nullptr;
+};
+
+inline argument::argument(const node& n) : v_(n.out()) {}
+
+namespace detail {
+
+struct value_impl {
+  node_impl* producer = nullptr;
+  std::uint32_t index = 0;
+  value_type type;
+  std::string name;
+  std::vector<use> uses;
+};
+
+struct node_impl {
+  node_impl* prev = nullptr;
+  node_impl* next = nullptr;
+  graph* owner = nullptr;
+  std::uint64_t order = 0;
+  node_kind kind = node_kind::call_function;
+  bool tuple_output = false;
+  const op_info* op = nullptr;
+  std::vector<argument> args;
+  std::vector<value*> slots;  // each operand's `value` inside args (Note [Use lists])
+  std::vector<std::unique_ptr<value_impl>> outputs;
+  std::string name;  // tuple name; single-output nodes use outputs[0]->name
+  std::shared_ptr<const source_location> source;
+  std::string module_path;
+};
+
+inline void remove_use(value_impl* v, node_impl* user, std::uint32_t index) {
+  auto& u = v->uses;
+  for (auto it = u.begin(); it != u.end(); ++it)
+    if (it->user_impl == user && it->index == index) {
+      u.erase(it);
+      return;
+    }
+}
+
+}  // namespace detail
+
+/// Forward range over a graph's nodes, in order.
+class node_range {
+ public:
+  class iterator {
+   public:
+    using iterator_category = std::forward_iterator_tag;
+    using value_type = node;
+    using difference_type = std::ptrdiff_t;
+    using pointer = void;
+    using reference = node;
+    iterator() = default;
+    explicit iterator(detail::node_impl* p) : p_(p) {}
+    node operator*() const { return node(p_); }
+    iterator& operator++() {
+      p_ = p_->next;
+      return *this;
+    }
+    iterator operator++(int) {
+      auto t = *this;
+      p_ = p_->next;
+      return t;
+    }
+    friend bool operator==(iterator a, iterator b) { return a.p_ == b.p_; }
+
+   private:
+    detail::node_impl* p_ = nullptr;
+  };
+  node_range(detail::node_impl* first) : first_(first) {}
+  [[nodiscard]] iterator begin() const { return iterator(first_); }
+  [[nodiscard]] iterator end() const { return iterator(nullptr); }
+
+ private:
+  detail::node_impl* first_;
+};
+
+/// The graph: an ordered list of nodes that owns every node and value.
+///
+/// Note [Topological invariant]: nodes are kept in an order where every value is defined before
+/// any node that uses it; placeholders come first, the output node (when present) last.
+/// Every mutation keeps this true; verify() checks it.
+///
+/// Note [Use lists]: every operand slot of every node appears exactly once in the use list of
+/// the value it refers to, as (user, operand index); operand indices count the values met when
+/// walking the arguments depth first. verify() checks it both ways.
+class graph {
+ public:
+  graph() = default;
+  graph(const graph&) = delete;
+  graph& operator=(const graph&) = delete;
+  graph(graph&& o) noexcept { steal(o); }
+  graph& operator=(graph&& o) noexcept {
+    if (this != &o) {
+      clear();
+      steal(o);
+    }
+    return *this;
+  }
+  ~graph() { clear(); }
+
+  [[nodiscard]] node_range nodes() const { return node_range(first_); }
+  [[nodiscard]] node first() const { return node(first_); }
+  [[nodiscard]] node last() const { return node(last_); }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+
+  [[nodiscard]] std::vector<node> placeholders() const {
+    std::vector<node> out;
+    for (auto* n = first_; n && n->kind == node_kind::placeholder; n = n->next) out.emplace_back(n);
+    return out;
+  }
+  /// The output node, or a null node when the graph has none yet.
+  [[nodiscard]] node output_node() const {
+    return last_ && last_->kind == node_kind::output ? node(last_) : node();
+  }
+  /// Values the graph returns (operands of the output node).
+  [[nodiscard]] std::vector<value> outputs() const {
+    auto o = output_node();
+    return o ? o.inputs() : std::vector<value>{};
+  }
+
+  /// Appends a placeholder after the existing placeholders. `name` is used as given; it must be
+  /// a fresh Python identifier.
+  value add_placeholder(const std::string& name, value_type type) {
+    if (!detail::is_identifier(name))
+      throw graph_error("xport.graph.bad_name",
+                        "placeholder name '" + name + "' is not a valid Python identifier");
+    if (!names_.claim(name))
+      throw graph_error("xport.graph.duplicate_name",
+                        "placeholder name '" + name + "' is already used in this graph or is a "
+                        "Python keyword/builtin; pick another name");
+    return link_placeholder(name, std::move(type));
+  }
+  /// Appends a placeholder named after `candidate`, made unique (`x`, `x_1`, ...).
+  value add_placeholder_fresh(std::string_view candidate, value_type type) {
+    return link_placeholder(names_.create(candidate), std::move(type));
+  }
+
+ private:
+  value link_placeholder(const std::string& name, value_type type) {
+    auto* n = new detail::node_impl;
+    n->kind = node_kind::placeholder;
+    auto v = std::make_unique<detail::value_impl>();
+    v->producer = n;
+    v->type = std::move(type);
+    v->name = name;
+    value result(v.get());
+    n->outputs.push_back(std::move(v));
+    detail::node_impl* after = nullptr;
+    for (auto* p = first_; p && p->kind == node_kind::placeholder; p = p->next) after = p;
+    link_after(n, after);
+    return result;
+  }
+
+ public:
+
+  /// Creates a call node for `op` with `args` (already in schema order) and one value per entry
+  /// of `outputs`, inserted before `before` (default: before the output node, else at the end).
+  /// `name_hint` defaults to the op's packet name (`add`, `max_pool2d_with_indices`).
+  node create_call(const op_info& op, std::vector<argument> args, std::vector<value_type> outputs,
+                   node before = {}, std::string_view name_hint = {}) {
+    auto* n = new detail::node_impl;
+    n->kind = node_kind::call_function;
+    n->op = &op;
+    n->tuple_output = op.returns_list || op.num_returns() != 1;
+    std::string base = names_.create(name_hint.empty() ? std::string_view(op.packet) : name_hint);
+    if (n->tuple_output) {
+      n->name = std::move(base);
+      for (std::size_t i = 0; i < outputs.size(); ++i)
+        add_output(n, std::move(outputs[i]), names_.create("getitem"));
+    } else {
+      if (outputs.size() != 1) {
+        names_.release(base);
+        delete n;
+        throw graph_error("xport.graph.output_count",
+                          op.qualified + " returns one value but " + std::to_string(outputs.size()) +
+                              " output types were given");
+      }
+      add_output(n, std::move(outputs[0]), std::move(base));
+    }
+    n->args = std::move(args);
+    link_before(n, before ? before.impl() : default_insert_point());
+    attach_args(n);
+    return node(n);
+  }
+
+  /// Sets the values (or constants) the graph returns, creating the output node if needed.
+  node set_output(std::vector<argument> results) {
+    auto* n = last_ && last_->kind == node_kind::output ? last_ : nullptr;
+    if (!n) {
+      n = new detail::node_impl;
+      n->kind = node_kind::output;
+      n->name = "output";
+      link_after(n, last_);
+    } else {
+      detach_args(n);
+    }
+    n->args = std::move(results);
+    attach_args(n);
+    return node(n);
+  }
+
+  /// Removes a node whose outputs have no uses.
+  void erase(node nd) {
+    auto* n = nd.impl();
+    for (auto& v : n->outputs)
+      if (!v->uses.empty())
+        throw graph_error("xport.graph.erase_used",
+                          "cannot erase node '" + nd.name() + "': its output '" + v->name +
+                              "' still has " + std::to_string(v->uses.size()) +
+                              " use(s); replace them first (value::replace_all_uses_with)");
+    detach_args(n);
+    unlink(n);
+    release_names(n);
+    delete n;
+  }
+
+  /// Moves `n` to just before `pos` (the caller keeps Note [Topological invariant]).
+  void move_before(node n, node pos) {
+    unlink(n.impl());
+    link_before(n.impl(), pos.impl());
+  }
+
+  /// A fresh name derived from `candidate`, recorded as used.
+  std::string unique_name(std::string_view candidate) { return names_.create(candidate); }
+  /// Renames a value; `name` must be fresh.
+  void rename(value v, const std::string& name) {
+    if (v.impl()->name == name) return;
+    if (!names_.claim(name))
+      throw graph_error("xport.graph.duplicate_name", "name '" + name + "' is already used");
+    names_.release(v.impl()->name);
+    v.impl()->name = name;
+  }
+
+  /// Where create_call inserts by default: before the output node, else at the end.
+  void set_insert_point(node before) { insert_point_ = before.impl(); }
+  void reset_insert_point() { insert_point_ = nullptr; }
+
+  /// A deep copy; `map` (if given) receives old value -> new value.
+  graph clone(std::unordered_map<detail::value_impl*, value>* map = nullptr) const {
+    graph g;
+    std::unordered_map<detail::value_impl*, value> local;
+    auto& m = map ? *map : local;
+    const auto remap = [&](std::vector<argument> args) {
+      for (auto& a : args) a.for_each_value([&](value& v) { v = m.at(v.impl()); });
+      return args;
+    };
+    for (auto* n = first_; n; n = n->next) {
+      switch (n->kind) {
+        case node_kind::placeholder: {
+          auto v = g.add_placeholder(n->outputs[0]->name, n->outputs[0]->type);
+          m.emplace(n->outputs[0].get(), v);
+          v.producer().impl()->source = n->source;
+          v.producer().impl()->module_path = n->module_path;
+          break;
+        }
+        case node_kind::call_function: {
+          auto* c = new detail::node_impl;
+          c->kind = n->kind;
+          c->op = n->op;
+          c->tuple_output = n->tuple_output;
+          c->name = n->name;
+          if (!c->name.empty()) g.names_.claim(c->name);
+          for (auto& o : n->outputs) {
+            g.names_.claim(o->name);
+            g.add_output(c, o->type, o->name);
+            m.emplace(o.get(), value(c->outputs.back().get()));
+          }
+          c->args = remap(n->args);
+          c->source = n->source;
+          c->module_path = n->module_path;
+          g.link_after(c, g.last_);
+          g.attach_args(c);
+          break;
+        }
+        case node_kind::output: g.set_output(remap(n->args)); break;
+      }
+    }
+    return g;
+  }
+
+ private:
+  friend class node;
+  friend class value;
+
+  detail::node_impl* default_insert_point() const {
+    if (insert_point_) return insert_point_;
+    return last_ && last_->kind == node_kind::output ? last_ : nullptr;
+  }
+
+  void add_output(detail::node_impl* n, value_type t, std::string name) {
+    auto v = std::make_unique<detail::value_impl>();
+    v->producer = n;
+    v->index = static_cast<std::uint32_t>(n->outputs.size());
+    v->type = std::move(t);
+    v->name = std::move(name);
+    n->outputs.push_back(std::move(v));
+  }
+
+  void attach_args(detail::node_impl* n) {
+    n->slots.clear();
+    for (auto& a : n->args)
+      a.for_each_value([&](value& v) {
+        if (!v)
+          throw graph_error("xport.graph.null_value",
+                            "node '" + node(n).name() + "' was given a null value as an argument");
+        v.impl()->uses.push_back(use{n, static_cast<std::uint32_t>(n->slots.size())});
+        n->slots.push_back(&v);
+      });
+  }
+
+  static void detach_args(detail::node_impl* n) {
+    for (std::size_t i = 0; i < n->slots.size(); ++i)
+      detail::remove_use(n->slots[i]->impl(), n, static_cast<std::uint32_t>(i));
+    n->slots.clear();
+  }
+
+  void release_names(detail::node_impl* n) {
+    if (!n->name.empty() && n->kind == node_kind::call_function) names_.release(n->name);
+    for (auto& v : n->outputs) names_.release(v->name);
+  }
+
+  void link_after(detail::node_impl* n, detail::node_impl* after) {
+    n->owner = this;
+    n->prev = after;
+    n->next = after ? after->next : first_;
+    (n->prev ? n->prev->next : first_) = n;
+    (n->next ? n->next->prev : last_) = n;
+    ++size_;
+    assign_order(n);
+  }
+  void link_before(detail::node_impl* n, detail::node_impl* before) {
+    link_after(n, before ? before->prev : last_);
+  }
+  void unlink(detail::node_impl* n) {
+    (n->prev ? n->prev->next : first_) = n->next;
+    (n->next ? n->next->prev : last_) = n->prev;
+    n->prev = n->next = nullptr;
+    --size_;
+  }
+
+  // Order keys with gaps, renumbered when a gap closes, so is_before is O(1).
+  static constexpr std::uint64_t order_gap = std::uint64_t{1} << 20;
+  void assign_order(detail::node_impl* n) {
+    const std::uint64_t lo = n->prev ? n->prev->order : 0;
+    if (!n->next) {
+      n->order = lo + order_gap;
+      return;
+    }
+    const std::uint64_t hi = n->next->order;
+    if (hi - lo > 1) {
+      n->order = lo + (hi - lo) / 2;
+      return;
+    }
+    std::uint64_t k = 0;
+    for (auto* p = first_; p; p = p->next) p->order = (k += order_gap);
+  }
+
+  void clear() noexcept {
+    for (auto* n = first_; n;) {
+      auto* next = n->next;
+      delete n;
+      n = next;
+    }
+    first_ = last_ = insert_point_ = nullptr;
+    size_ = 0;
+    names_ = {};
+  }
+  void steal(graph& o) noexcept {
+    first_ = std::exchange(o.first_, nullptr);
+    last_ = std::exchange(o.last_, nullptr);
+    insert_point_ = std::exchange(o.insert_point_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+    names_ = std::move(o.names_);
+    for (auto* n = first_; n; n = n->next) n->owner = this;
+  }
+
+  detail::node_impl* first_ = nullptr;
+  detail::node_impl* last_ = nullptr;
+  detail::node_impl* insert_point_ = nullptr;
+  std::size_t size_ = 0;
+  detail::name_table names_;
+};
+
+// ---- value ----------------------------------------------------------------------------------
+
+inline const std::string& value::name() const { return p_->name; }
+inline node value::producer() const { return node(p_->producer); }
+inline std::size_t value::index() const { return p_->index; }
+inline value_kind value::kind() const { return p_->type.kind; }
+inline const value_type& value::type() const { return p_->type; }
+inline const tensor_meta& value::meta() const {
+  if (p_->type.kind != value_kind::tensor)
+    throw graph_error("xport.value.not_tensor", "value '" + p_->name + "' is not a tensor");
+  return p_->type.tensor;
+}
+inline void value::set_type(value_type t) const { p_->type = std::move(t); }
+inline std::span<const use> value::uses() const { return p_->uses; }
+inline std::size_t value::num_uses() const { return p_->uses.size(); }
+inline void value::replace_all_uses_with(value other) const {
+  if (other == *this) return;
+  auto uses = std::move(p_->uses);
+  p_->uses.clear();
+  for (const auto& u : uses) {
+    *u.user_impl->slots[u.index] = other;
+    other.p_->uses.push_back(u);
+  }
+}
+
+// ---- node -----------------------------------------------------------------------------------
+
+inline node use::user() const { return node(user_impl); }
+
+inline node_kind node::kind() const { return p_->kind; }
+inline const std::string& node::name() const {
+  if (p_->kind != node_kind::output && !p_->tuple_output) return p_->outputs[0]->name;
+  return p_->name;
+}
+inline const op_info& node::op() const {
+  if (!p_->op)
+    throw graph_error("xport.node.no_op", "node '" + name() + "' is a " +
+                                              std::string(to_string(p_->kind)) + ", not a call");
+  return *p_->op;
+}
+inline const op_info* node::op_ptr() const { return p_->op; }
+inline std::string node::target() const {
+  return p_->op ? p_->op->target : std::string(to_string(p_->kind));
+}
+inline std::span<const argument> node::args() const { return p_->args; }
+inline void node::set_args(std::vector<argument> args) const {
+  graph::detach_args(p_);
+  p_->args = std::move(args);
+  p_->owner->attach_args(p_);
+}
+inline std::size_t node::num_inputs() const { return p_->slots.size(); }
+inline value node::input(std::size_t i) const { return *p_->slots.at(i); }
+inline std::vector<value> node::inputs() const {
+  std::vector<value> out;
+  out.reserve(p_->slots.size());
+  for (auto* s : p_->slots) out.push_back(*s);
+  return out;
+}
+inline void node::replace_input(std::size_t i, value v) const {
+  auto* slot = p_->slots.at(i);
+  if (*slot == v) return;
+  detail::remove_use(slot->impl(), p_, static_cast<std::uint32_t>(i));
+  *slot = v;
+  v.impl()->uses.push_back(use{p_, static_cast<std::uint32_t>(i)});
+}
+inline void node::replace_input_with(value from, value to) const {
+  for (std::size_t i = 0; i < p_->slots.size(); ++i)
+    if (*p_->slots[i] == from) replace_input(i, to);
+}
+inline std::size_t node::num_outputs() const { return p_->outputs.size(); }
+inline value node::output(std::size_t i) const {
+  if (i >= p_->outputs.size())
+    throw graph_error("xport.node.output_index", "node '" + name() + "' has " +
+                                                     std::to_string(p_->outputs.size()) +
+                                                     " output(s); index " + std::to_string(i) +
+                                                     " is out of range");
+  return value(p_->outputs[i].get());
+}
+inline std::vector<value> node::outputs() const {
+  std::vector<value> out;
+  out.reserve(p_->outputs.size());
+  for (auto& v : p_->outputs) out.emplace_back(v.get());
+  return out;
+}
+inline value node::out() const {
+  if (p_->outputs.size() != 1 || p_->tuple_output)
+    throw graph_error("xport.node.not_single_output",
+                      "node '" + name() + "' has " + std::to_string(p_->outputs.size()) +
+                          " outputs; pick one with node[i]");
+  return value(p_->outputs[0].get());
+}
+inline bool node::has_tuple_output() const { return p_->tuple_output; }
+inline node node::next() const { return node(p_->next); }
+inline node node::prev() const { return node(p_->prev); }
+inline std::uint64_t node::order() const { return p_->order; }
+inline graph& node::owning_graph() const { return *p_->owner; }
+inline const std::shared_ptr<const source_location>& node::source() const { return p_->source; }
+inline void node::set_source(std::shared_ptr<const source_location> s) const {
+  p_->source = std::move(s);
+}
+inline const std::string& node::module_path() const { return p_->module_path; }
+inline void node::set_module_path(std::string path) const { p_->module_path = std::move(path); }
+
+XPORT_END_NAMESPACE
+
+template <>
+struct std::hash<xport::value> {
+  std::size_t operator()(xport::value v) const noexcept {
+    return std::hash<const void*>{}(v.impl());
+  }
+};
+template <>
+struct std::hash<xport::node> {
+  std::size_t operator()(xport::node n) const noexcept {
+    return std::hash<const void*>{}(n.impl());
+  }
+};

@@ -1,0 +1,149 @@
+// xport/ir/op.hpp: operators as the graph refers to them.
+// An op_info is resolved once per operator overload (name -> c10::OperatorHandle + schema) and
+// interned for the life of the process; nodes hold a pointer to it. Lookup accepts
+// `aten::add.Tensor`, `aten::add` (the default overload), `aten.add.Tensor`,
+// `torch.ops.aten.add.Tensor` and `aten::add.default`.
+#pragma once
+
+#include <cstddef>        // std::size_t
+#include <memory>         // std::unique_ptr
+#include <mutex>          // std::mutex, std::lock_guard
+#include <string>         // std::string
+#include <string_view>    // std::string_view
+#include <unordered_map>  // std::unordered_map
+#include <vector>         // std::vector
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/function_schema.h>
+
+#include <xport/config.hpp>
+#include <xport/detail/compat.hpp>
+#include <xport/error.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+/// One resolved operator overload.
+struct op_info {
+  c10::OperatorHandle handle;
+  std::string name;       ///< "aten::add"
+  std::string overload;   ///< "Tensor"; empty for the default overload
+  std::string qualified;  ///< "aten::add.Tensor" ("aten::sin" for a default overload)
+  std::string target;     ///< "torch.ops.aten.add.Tensor" / "torch.ops.aten.sin.default"
+  std::string packet;     ///< "add": the overload packet, used to name nodes
+  bool is_mutable = false;    ///< some argument is written to (in-place and out= ops)
+  bool returns_list = false;  ///< the single return is a Tensor[]
+  bool is_view = false;       ///< some return aliases an argument without writing to it
+
+  [[nodiscard]] const c10::FunctionSchema& schema() const { return handle.schema(); }
+  [[nodiscard]] std::size_t num_returns() const { return schema().returns().size(); }
+};
+
+namespace detail {
+
+struct op_name_parts {
+  std::string ns, name, overload;
+};
+
+// "torch.ops.aten.add.Tensor" | "aten.add.Tensor" | "aten::add.Tensor" | "aten::add"
+inline op_name_parts split_op_name(std::string_view s) {
+  op_name_parts p;
+  if (s.substr(0, 10) == "torch.ops.") s.remove_prefix(10);
+  if (auto c = s.find("::"); c != std::string_view::npos) {
+    p.ns = std::string(s.substr(0, c));
+    s.remove_prefix(c + 2);
+    if (auto d = s.find('.'); d != std::string_view::npos) {
+      p.name = std::string(s.substr(0, d));
+      p.overload = std::string(s.substr(d + 1));
+    } else {
+      p.name = std::string(s);
+    }
+  } else {
+    auto d1 = s.find('.');
+    p.ns = std::string(s.substr(0, d1));
+    if (d1 != std::string_view::npos) {
+      s.remove_prefix(d1 + 1);
+      auto d2 = s.find('.');
+      p.name = std::string(s.substr(0, d2));
+      if (d2 != std::string_view::npos) p.overload = std::string(s.substr(d2 + 1));
+    }
+  }
+  if (p.overload == "default") p.overload.clear();
+  return p;
+}
+
+class op_registry {
+ public:
+  static op_registry& instance() {
+    static op_registry r;
+    return r;
+  }
+
+  const op_info* find(std::string_view text) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = by_text_.find(std::string(text)); it != by_text_.end()) return it->second;
+    auto parts = split_op_name(text);
+    if (parts.ns.empty() || parts.name.empty()) return nullptr;
+    std::string key = parts.ns + "::" + parts.name + "." + parts.overload;
+    const op_info* info = nullptr;
+    if (auto it = by_key_.find(key); it != by_key_.end()) {
+      info = it->second.get();
+    } else {
+      auto handle = c10::Dispatcher::singleton().findSchema(
+          {parts.ns + "::" + parts.name, parts.overload});
+      if (!handle) return nullptr;
+      auto op = std::make_unique<op_info>(op_info{*handle, {}, {}, {}, {}, {}});
+      fill(*op, parts);
+      info = op.get();
+      by_key_.emplace(std::move(key), std::move(op));
+    }
+    by_text_.emplace(std::string(text), info);
+    return info;
+  }
+
+ private:
+  static void fill(op_info& op, const op_name_parts& p) {
+    const auto& schema = op.handle.schema();
+    op.name = p.ns + "::" + p.name;
+    op.overload = p.overload;
+    op.qualified = p.overload.empty() ? op.name : op.name + "." + p.overload;
+    op.target = "torch.ops." + p.ns + "." + p.name + "." + (p.overload.empty() ? "default" : p.overload);
+    op.packet = p.name;
+    op.is_mutable = schema.is_mutable();
+    const auto& rets = schema.returns();
+    op.returns_list = rets.size() == 1 && rets[0].type()->kind() == c10::TypeKind::ListType;
+    for (const auto& r : rets)
+      if (r.alias_info() && !r.alias_info()->isWrite()) op.is_view = true;
+  }
+
+  std::mutex mu_;
+  std::unordered_map<std::string, std::unique_ptr<op_info>> by_key_;
+  std::unordered_map<std::string, const op_info*> by_text_;
+};
+
+}  // namespace detail
+
+/// The operator named `name`, or nullptr when this LibTorch has no such operator overload.
+inline const op_info* try_find_op(std::string_view name) {
+  return detail::op_registry::instance().find(name);
+}
+
+/// The operator named `name`; throws schema_error naming the op (and its known overloads).
+inline const op_info& find_op(std::string_view name) {
+  if (const auto* op = try_find_op(name)) return *op;
+  const auto parts = detail::split_op_name(name);
+  std::string msg = "no operator '" + std::string(name) + "' is registered in this LibTorch (" +
+                    detail::torch_version() + ")";
+  std::vector<std::string> overloads;
+  const std::string full = parts.ns + "::" + parts.name;
+  for (const auto& n : c10::Dispatcher::singleton().getAllOpNames())
+    if (n.name == full) overloads.push_back(n.overload_name.empty() ? full : full + "." + n.overload_name);
+  if (!overloads.empty()) {
+    msg += "; known overloads of " + full + ":";
+    for (const auto& o : overloads) msg += " " + o;
+  } else {
+    msg += "; write it as 'namespace::name.overload', e.g. 'aten::add.Tensor'";
+  }
+  throw schema_error("xport.op.unknown", msg);
+}
+
+XPORT_END_NAMESPACE

@@ -1,0 +1,283 @@
+// xport/ir/program.hpp: exported_program, what torch.export.export returns.
+// A graph, its signature, the state dict (parameters and persistent buffers), the constants
+// (lifted tensors and non-persistent buffers), range constraints of symbolic sizes, and
+// optionally the example inputs. Running lives in run/interpreter.hpp; checking in verify.hpp;
+// printing in print.hpp.
+#pragma once
+
+#include <cstdint>    // std::int64_t
+#include <memory>     // std::shared_ptr, std::unique_ptr
+#include <mutex>      // std::mutex
+#include <optional>   // std::optional
+#include <string>     // std::string
+#include <utility>    // std::pair, std::move
+#include <vector>     // std::vector
+
+#include <ATen/core/Tensor.h>
+
+#include <xport/config.hpp>
+#include <xport/error.hpp>
+#include <xport/ir/graph.hpp>
+#include <xport/ir/signature.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+/// An insertion-ordered map from names to tensors (Python's dict of state).
+class tensor_dict {
+ public:
+  using item = std::pair<std::string, at::Tensor>;
+
+  tensor_dict() = default;
+  tensor_dict(std::initializer_list<item> items) : items_(items) {}
+
+  [[nodiscard]] const at::Tensor* find(std::string_view name) const {
+    for (const auto& [k, v] : items_)
+      if (k == name) return &v;
+    return nullptr;
+  }
+  [[nodiscard]] bool contains(std::string_view name) const { return find(name) != nullptr; }
+  [[nodiscard]] const at::Tensor& at(std::string_view name) const {
+    if (const auto* t = find(name)) return *t;
+    throw error("xport.program.missing_state", "no tensor named '" + std::string(name) + "'");
+  }
+  /// Inserts or replaces.
+  void set(const std::string& name, at::Tensor t) {
+    for (auto& [k, v] : items_)
+      if (k == name) {
+        v = std::move(t);
+        return;
+      }
+    items_.emplace_back(name, std::move(t));
+  }
+  bool erase(std::string_view name) {
+    for (auto it = items_.begin(); it != items_.end(); ++it)
+      if (it->first == name) {
+        items_.erase(it);
+        return true;
+      }
+    return false;
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return items_.size(); }
+  [[nodiscard]] bool empty() const noexcept { return items_.empty(); }
+  [[nodiscard]] auto begin() const noexcept { return items_.begin(); }
+  [[nodiscard]] auto end() const noexcept { return items_.end(); }
+  [[nodiscard]] auto begin() noexcept { return items_.begin(); }
+  [[nodiscard]] auto end() noexcept { return items_.end(); }
+
+ private:
+  std::vector<item> items_;
+};
+
+/// The range of one symbol: `VR[min, max]`; an absent max is infinity (`int_oo`).
+struct range_constraint {
+  sym_int symbol;
+  std::int64_t min = 0;
+  std::optional<std::int64_t> max;
+
+  [[nodiscard]] std::string str() const {
+    return symbol.str() + ": VR[" + std::to_string(min) + ", " +
+           (max ? std::to_string(*max) : std::string("int_oo")) + "]";
+  }
+};
+
+/// Which verifier a program satisfies: torch's "TRAINING" (in-place ops allowed) or "ATEN"
+/// (functional).
+enum class ir_dialect : std::uint8_t { training, aten };
+
+inline std::string_view to_string(ir_dialect d) { return d == ir_dialect::training ? "TRAINING" : "ATEN"; }
+
+namespace detail {
+/// Whatever the interpreter caches per program; opaque here (see run/interpreter.hpp).
+struct run_cache {
+  virtual ~run_cache() = default;
+};
+}  // namespace detail
+
+class exported_program {
+ public:
+  using graph_type = xport::graph;
+  using signature_type = xport::graph_signature;
+
+  exported_program(graph_type g, signature_type sig, tensor_dict state_dict = {},
+                   tensor_dict constants = {}, std::vector<range_constraint> range_constraints = {},
+                   ir_dialect dialect = ir_dialect::training)
+      : graph_(std::move(g)),
+        signature_(std::move(sig)),
+        state_dict_(std::move(state_dict)),
+        constants_(std::move(constants)),
+        range_constraints_(std::move(range_constraints)),
+        dialect_(dialect) {}
+
+  exported_program(exported_program&& o) noexcept
+      : graph_(std::move(o.graph_)),
+        signature_(std::move(o.signature_)),
+        state_dict_(std::move(o.state_dict_)),
+        constants_(std::move(o.constants_)),
+        range_constraints_(std::move(o.range_constraints_)),
+        example_inputs_(std::move(o.example_inputs_)),
+        dialect_(o.dialect_) {}
+  exported_program& operator=(exported_program&& o) noexcept {
+    graph_ = std::move(o.graph_);
+    signature_ = std::move(o.signature_);
+    state_dict_ = std::move(o.state_dict_);
+    constants_ = std::move(o.constants_);
+    range_constraints_ = std::move(o.range_constraints_);
+    example_inputs_ = std::move(o.example_inputs_);
+    dialect_ = o.dialect_;
+    invalidate();
+    return *this;
+  }
+  exported_program(const exported_program&) = delete;
+  exported_program& operator=(const exported_program&) = delete;
+
+  /// A deep copy of the graph and signature; tensors are shared, not copied.
+  [[nodiscard]] exported_program clone() const {
+    exported_program p(graph_.clone(), signature_, state_dict_, constants_, range_constraints_, dialect_);
+    p.example_inputs_ = example_inputs_;
+    return p;
+  }
+
+  [[nodiscard]] const graph_type& graph() const noexcept { return graph_; }
+  /// Mutable access; drops whatever the interpreter cached for this program.
+  [[nodiscard]] graph_type& graph_mut() {
+    invalidate();
+    return graph_;
+  }
+  [[nodiscard]] const signature_type& signature() const noexcept { return signature_; }
+  [[nodiscard]] signature_type& signature_mut() {
+    invalidate();
+    return signature_;
+  }
+  /// Parameters and persistent buffers, by FQN.
+  [[nodiscard]] const tensor_dict& state_dict() const noexcept { return state_dict_; }
+  [[nodiscard]] tensor_dict& state_dict_mut() {
+    invalidate();
+    return state_dict_;
+  }
+  /// Lifted constant tensors and non-persistent buffers, by FQN.
+  [[nodiscard]] const tensor_dict& constants() const noexcept { return constants_; }
+  [[nodiscard]] tensor_dict& constants_mut() {
+    invalidate();
+    return constants_;
+  }
+  [[nodiscard]] const std::vector<range_constraint>& range_constraints() const noexcept {
+    return range_constraints_;
+  }
+  [[nodiscard]] std::vector<range_constraint>& range_constraints_mut() {
+    invalidate();
+    return range_constraints_;
+  }
+  [[nodiscard]] ir_dialect dialect() const noexcept { return dialect_; }
+  void set_dialect(ir_dialect d) noexcept { dialect_ = d; }
+
+  /// The example user inputs the program was captured with, if kept.
+  [[nodiscard]] const std::optional<std::vector<at::Tensor>>& example_inputs() const noexcept {
+    return example_inputs_;
+  }
+  void set_example_inputs(std::optional<std::vector<at::Tensor>> inputs) {
+    example_inputs_ = std::move(inputs);
+  }
+
+  /// (FQN, tensor) of every parameter, in signature order.
+  [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> named_parameters() const {
+    std::vector<std::pair<std::string, at::Tensor>> out;
+    for (const auto& fqn : signature_.parameters()) out.emplace_back(fqn, state_dict_.at(fqn));
+    return out;
+  }
+  /// (FQN, tensor) of every buffer: persistent ones from the state dict, others from constants.
+  [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> named_buffers() const {
+    std::vector<std::pair<std::string, at::Tensor>> out;
+    for (const auto& s : signature_.input_specs)
+      if (s.kind == input_kind::buffer && s.target)
+        out.emplace_back(*s.target, s.persistent.value_or(true) ? state_dict_.at(*s.target)
+                                                                : constants_.at(*s.target));
+    return out;
+  }
+  [[nodiscard]] std::vector<at::Tensor> parameters() const { return values_of(named_parameters()); }
+  [[nodiscard]] std::vector<at::Tensor> buffers() const { return values_of(named_buffers()); }
+
+  /// Moves the state and constants to `device` and retargets the graph (tensor meta and
+  /// `device=` arguments), so the program runs on inputs on that device. Parameters stay leaves
+  /// with their requires_grad flag.
+  void to(c10::Device device) {
+    const auto move = [&](tensor_dict& d) {
+      for (auto& [name, t] : d) {
+        if (t.device() == device) continue;
+        const bool grad = t.requires_grad();
+        t = t.detach().to(device);
+        if (grad) t.requires_grad_(true);
+      }
+    };
+    move(state_dict_);
+    move(constants_);
+    const auto retarget = [&](auto&& self, argument& a) -> void {
+      if (a.is_device()) a = device;
+      else if (a.is_list())
+        for (auto& e : a.as_list()) self(self, e);
+    };
+    for (auto n : graph_.nodes()) {
+      for (auto v : n.outputs())
+        if (v.kind() == value_kind::tensor) {
+          auto m = v.meta();
+          m.device = device;
+          v.set_meta(std::move(m));
+        }
+      if (!n.is_call()) continue;
+      bool has_device = false;
+      for (const auto& a : n.args()) has_device = has_device || a.is_device() || a.is_list();
+      if (!has_device) continue;
+      std::vector<argument> args(n.args().begin(), n.args().end());
+      for (auto& a : args) retarget(retarget, a);
+      n.set_args(std::move(args));
+    }
+    if (example_inputs_)
+      for (auto& t : *example_inputs_) t = t.to(device);
+    invalidate();
+  }
+
+  /// The tensor a lifted input (parameter, buffer or constant) reads, by its input spec.
+  [[nodiscard]] const at::Tensor& lifted_tensor(const input_spec& s) const {
+    const bool in_state = s.kind == input_kind::parameter ||
+                          (s.kind == input_kind::buffer && s.persistent.value_or(true));
+    const auto& dict = in_state ? state_dict_ : constants_;
+    if (!s.target)
+      throw error("xport.program.missing_state", "input '" + s.arg.name + "' has no target");
+    return dict.at(*s.target);
+  }
+
+  /// For run/interpreter.hpp: the cache slot; dropped on every mutable access.
+  [[nodiscard]] std::shared_ptr<detail::run_cache> run_cache_get() const {
+    std::lock_guard<std::mutex> lock(*cache_mu_);
+    return cache_;
+  }
+  void run_cache_set(std::shared_ptr<detail::run_cache> c) const {
+    std::lock_guard<std::mutex> lock(*cache_mu_);
+    cache_ = std::move(c);
+  }
+  [[nodiscard]] std::mutex& run_cache_mutex() const { return *build_mu_; }
+
+ private:
+  static std::vector<at::Tensor> values_of(const std::vector<std::pair<std::string, at::Tensor>>& xs) {
+    std::vector<at::Tensor> out;
+    out.reserve(xs.size());
+    for (const auto& [k, v] : xs) out.push_back(v);
+    return out;
+  }
+  void invalidate() {
+    std::lock_guard<std::mutex> lock(*cache_mu_);
+    cache_.reset();
+  }
+
+  graph_type graph_;
+  signature_type signature_;
+  tensor_dict state_dict_;
+  tensor_dict constants_;
+  std::vector<range_constraint> range_constraints_;
+  std::optional<std::vector<at::Tensor>> example_inputs_;
+  ir_dialect dialect_ = ir_dialect::training;
+  mutable std::shared_ptr<detail::run_cache> cache_;
+  std::unique_ptr<std::mutex> cache_mu_ = std::make_unique<std::mutex>();
+  std::unique_ptr<std::mutex> build_mu_ = std::make_unique<std::mutex>();
+};
+
+XPORT_END_NAMESPACE

@@ -1,0 +1,26 @@
+// xport/xport.hpp: the whole library. torch.export for C++: build, check, print and run
+// exported programs of ATen ops over LibTorch, with no Python.
+// Includes only narrow LibTorch headers (ATen/core/Tensor.h, the dispatcher, per-op headers),
+// never <torch/torch.h> or <ATen/ATen.h>.
+#pragma once
+
+#include <xport/config.hpp>
+#include <xport/version.hpp>
+#include <xport/error.hpp>
+#include <xport/fwd.hpp>
+
+#include <xport/ir/dtype.hpp>
+#include <xport/ir/sym_int.hpp>
+#include <xport/ir/tensor_meta.hpp>
+#include <xport/ir/op.hpp>
+#include <xport/ir/graph.hpp>
+#include <xport/ir/signature.hpp>
+#include <xport/ir/program.hpp>
+#include <xport/ir/verify.hpp>
+#include <xport/ir/builder.hpp>
+#include <xport/ir/print.hpp>
+
+#include <xport/run/guards.hpp>
+#include <xport/run/interpreter.hpp>
+
+#include <xport/detail/macro_unscope.hpp>

@@ -1,0 +1,4404 @@
+// xport: torch.export for C++, single-header edition.
+//
+// GENERATED FILE, DO NOT EDIT. It is made from include/xport/ by tools/amalgamate.py:
+//     python3 tools/amalgamate.py
+// Edit the headers under include/xport/ and regenerate.
+#pragma once
+
+// xport/xport.hpp: the whole library. torch.export for C++: build, check, print and run
+// exported programs of ATen ops over LibTorch, with no Python.
+// Includes only narrow LibTorch headers (ATen/core/Tensor.h, the dispatcher, per-op headers),
+// never <torch/torch.h> or <ATen/ATen.h>.
+
+// #include <xport/config.hpp>
+// xport/config.hpp: namespace and ABI macros, the internal assertion macro.
+// Everything here is XPORT_-prefixed; the umbrella header undefines the internal macros
+// at its end (see detail/macro_unscope.hpp).
+
+// #include <xport/version.hpp>
+// xport/version.hpp: the library's version, as macros and as constants.
+// The inline namespace that every declaration lives in carries the same numbers
+// (see config.hpp), so two different copies of xport cannot silently mix.
+
+#define XPORT_VERSION_MAJOR 0
+#define XPORT_VERSION_MINOR 1
+#define XPORT_VERSION_PATCH 0
+#define XPORT_VERSION_STRING "0.1.0"
+
+#define XPORT_ABI_CONCAT_EX(a, b, c) v##a##_##b##_##c
+#define XPORT_ABI_CONCAT(a, b, c) XPORT_ABI_CONCAT_EX(a, b, c)
+#define XPORT_ABI_NAMESPACE \
+  XPORT_ABI_CONCAT(XPORT_VERSION_MAJOR, XPORT_VERSION_MINOR, XPORT_VERSION_PATCH)
+
+// The API sits in xport::v<major>_<minor>_<patch>, an inline namespace: users write xport::graph,
+// the linker sees the version.
+#define XPORT_BEGIN_NAMESPACE \
+  namespace xport {           \
+  inline namespace XPORT_ABI_NAMESPACE {
+#define XPORT_END_NAMESPACE \
+  }                         \
+  }
+
+#if defined(__GNUC__) || defined(__clang__)
+#define XPORT_LIKELY(x) __builtin_expect(!!(x), 1)
+#define XPORT_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define XPORT_LIKELY(x) (x)
+#define XPORT_UNLIKELY(x) (x)
+#endif
+// #include <xport/version.hpp>
+// #include <xport/error.hpp>
+// xport/error.hpp: the exception types xport throws.
+// Every error carries a stable id (`xport.guard.shape`, `xport.verify.use_before_def`, ...) that
+// prefixes its message as `[id] ...`; tests and users may match on the id, the text explains
+// what was wrong, where, and how to fix it.
+
+#include <stdexcept>  // std::runtime_error
+#include <string>     // std::string
+#include <utility>    // std::move
+
+// #include <xport/config.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+/// Base of every exception thrown by xport.
+class error : public std::runtime_error {
+ public:
+  error(std::string id, const std::string& message)
+      : std::runtime_error("[" + id + "] " + message), id_(std::move(id)) {}
+
+  /// The stable identifier, e.g. "xport.guard.shape".
+  [[nodiscard]] const std::string& id() const noexcept { return id_; }
+
+ private:
+  std::string id_;
+};
+
+/// A graph or program was built or edited wrongly (builder calls, graph mutations).
+class graph_error : public error {
+ public:
+  using error::error;
+};
+
+/// An operator call did not match the operator's schema (unknown op, argument count or type).
+class schema_error : public graph_error {
+ public:
+  using graph_error::graph_error;
+};
+
+/// Shapes and dtypes of an op's outputs could not be inferred without running real compute.
+class missing_fake_kernel : public graph_error {
+ public:
+  using graph_error::graph_error;
+};
+
+/// `verify()` found a broken invariant of the graph or of the graph signature.
+class verify_error : public error {
+ public:
+  verify_error(std::string id, const std::string& message, std::string node = {})
+      : error(std::move(id), message), node_(std::move(node)) {}
+
+  /// Name of the offending node or value, empty when the failure is not about one node.
+  [[nodiscard]] const std::string& node() const noexcept { return node_; }
+
+ private:
+  std::string node_;
+};
+
+/// Inputs given to a program do not satisfy its input guards (count, dtype, device, shape).
+class guard_error : public error {
+ public:
+  using error::error;
+};
+
+/// Running a program failed inside an operator; the message names the node and the op.
+class run_error : public error {
+ public:
+  using error::error;
+};
+
+XPORT_END_NAMESPACE
+// #include <xport/fwd.hpp>
+// xport/fwd.hpp: forward declarations of xport's public types and their default aliases.
+// Includes no LibTorch header: a TU that only passes xport types around can include this alone.
+
+#include <cstdint>  // std::int64_t
+
+// #include <xport/config.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+template <class Int = std::int64_t>
+class basic_sym_int;
+using sym_int = basic_sym_int<>;
+
+struct tensor_meta;
+class argument;
+class value;
+class node;
+class graph;
+struct op_info;
+
+struct input_spec;
+struct output_spec;
+class graph_signature;
+class exported_program;
+class program_builder;
+
+struct run_options;
+class interpreter;
+
+XPORT_END_NAMESPACE
+
+// #include <xport/ir/dtype.hpp>
+// xport/ir/dtype.hpp: how torch spells dtypes, devices, layouts and memory formats.
+// `dtype_abbr` gives the annotation form that torch.fx prints (`f32`, `bf16`, `b8`, ...);
+// `python_repr` the Python form that appears in printed arguments (`torch.float32`).
+
+#include <array>        // std::array
+#include <cstddef>      // std::size_t
+#include <string>       // std::string
+#include <string_view>  // std::string_view
+
+#include <c10/core/Device.h>
+#include <c10/core/Layout.h>
+#include <c10/core/MemoryFormat.h>
+#include <c10/core/ScalarType.h>
+
+// #include <xport/config.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+namespace detail {
+
+struct dtype_names {
+  std::string_view c10;     // c10::toString spelling, stable across LibTorch versions
+  std::string_view abbr;    // torch/utils/_dtype_abbrs.py
+  std::string_view python;  // str(torch.<dtype>)
+};
+
+// Keyed by the c10 spelling rather than the enum value: the enum grows between LibTorch
+// versions (float8, uint16, bits...), the names do not change.
+inline constexpr std::array<dtype_names, 38> dtype_table{{
+    {"Byte", "u8", "torch.uint8"},
+    {"Char", "i8", "torch.int8"},
+    {"Short", "i16", "torch.int16"},
+    {"Int", "i32", "torch.int32"},
+    {"Long", "i64", "torch.int64"},
+    {"Half", "f16", "torch.float16"},
+    {"Float", "f32", "torch.float32"},
+    {"Double", "f64", "torch.float64"},
+    {"ComplexHalf", "c32", "torch.complex32"},
+    {"ComplexFloat", "c64", "torch.complex64"},
+    {"ComplexDouble", "c128", "torch.complex128"},
+    {"Bool", "b8", "torch.bool"},
+    {"QInt8", "qi8", "torch.qint8"},
+    {"QUInt8", "qu8", "torch.quint8"},
+    {"QInt32", "qi32", "torch.qint32"},
+    {"BFloat16", "bf16", "torch.bfloat16"},
+    {"QUInt4x2", "qu4x2", "torch.quint4x2"},
+    {"QUInt2x4", "qu2x4", "torch.quint2x4"},
+    {"Bits1x8", "b1x8", "torch.bits1x8"},
+    {"Bits2x4", "b2x4", "torch.bits2x4"},
+    {"Bits4x2", "b4x2", "torch.bits4x2"},
+    {"Bits8", "bits8", "torch.bits8"},
+    {"Bits16", "b16", "torch.bits16"},
+    {"Float8_e5m2", "f8e5m2", "torch.float8_e5m2"},
+    {"Float8_e4m3fn", "f8e4m3fn", "torch.float8_e4m3fn"},
+    {"Float8_e5m2fnuz", "f8e5m2fnuz", "torch.float8_e5m2fnuz"},
+    {"Float8_e4m3fnuz", "f8e4m3fnuz", "torch.float8_e4m3fnuz"},
+    {"UInt16", "u16", "torch.uint16"},
+    {"UInt32", "u32", "torch.uint32"},
+    {"UInt64", "u64", "torch.uint64"},
+    {"Float8_e8m0fnu", "f8e8m0fnu", "torch.float8_e8m0fnu"},
+    {"Float4_e2m1fn_x2", "f4e2m1fnx2", "torch.float4_e2m1fn_x2"},
+    {"Int1", "i1", "torch.int1"},
+    {"Int2", "i2", "torch.int2"},
+    {"Int4", "i4", "torch.int4"},
+    {"UInt1", "u1", "torch.uint1"},
+    {"UInt2", "u2", "torch.uint2"},
+    {"UInt4", "u4", "torch.uint4"},
+}};
+
+inline const dtype_names* find_dtype_names(c10::ScalarType t) {
+  const std::string_view name = c10::toString(t);
+  for (const auto& entry : dtype_table)
+    if (entry.c10 == name) return &entry;
+  return nullptr;
+}
+
+}  // namespace detail
+
+/// The abbreviation torch.fx prints in annotations: `f32`, `i64`, `b8`, `bf16`, `c64`, ...
+inline std::string dtype_abbr(c10::ScalarType t) {
+  const auto* n = detail::find_dtype_names(t);
+  return n ? std::string(n->abbr) : std::string(c10::toString(t));
+}
+
+/// The dtype as Python prints it: `torch.float32`.
+inline std::string python_repr(c10::ScalarType t) {
+  const auto* n = detail::find_dtype_names(t);
+  return n ? std::string(n->python) : "torch." + std::string(c10::toString(t));
+}
+
+/// The device as Python prints it: `device(type='cpu')`, `device(type='cuda', index=0)`.
+inline std::string python_repr(c10::Device d) {
+  std::string type = c10::DeviceTypeName(d.type(), /*lower_case=*/true);
+  std::string out = "device(type='" + type + "'";
+  if (d.has_index()) out += ", index=" + std::to_string(static_cast<int>(d.index()));
+  return out + ")";
+}
+
+/// The layout as Python prints it: `torch.strided`, `torch.sparse_coo`, ...
+inline std::string python_repr(c10::Layout l) {
+  switch (l) {
+    case c10::kStrided: return "torch.strided";
+    case c10::kSparse: return "torch.sparse_coo";
+    case c10::kMkldnn: return "torch._mkldnn";
+    case c10::kSparseCsr: return "torch.sparse_csr";
+    case c10::kSparseCsc: return "torch.sparse_csc";
+    case c10::kSparseBsr: return "torch.sparse_bsr";
+    case c10::kSparseBsc: return "torch.sparse_bsc";
+    default: return "torch.layout(" + std::to_string(static_cast<int>(l)) + ")";
+  }
+}
+
+/// The memory format as Python prints it: `torch.contiguous_format`, `torch.channels_last`, ...
+inline std::string python_repr(c10::MemoryFormat m) {
+  switch (m) {
+    case c10::MemoryFormat::Contiguous: return "torch.contiguous_format";
+    case c10::MemoryFormat::Preserve: return "torch.preserve_format";
+    case c10::MemoryFormat::ChannelsLast: return "torch.channels_last";
+    case c10::MemoryFormat::ChannelsLast3d: return "torch.channels_last_3d";
+    default: return "torch.memory_format(" + std::to_string(static_cast<int>(m)) + ")";
+  }
+}
+
+XPORT_END_NAMESPACE
+// #include <xport/ir/sym_int.hpp>
+// xport/ir/sym_int.hpp: the integer type of sizes, strides and size arguments.
+// A sym_int is either a constant or a symbolic expression (a dynamic dimension such as `s0`,
+// or `2*s0 + 1`). The expression engine plugs in through detail::sym_node; constants need none.
+
+#include <cstdint>   // std::int64_t
+#include <memory>    // std::shared_ptr
+#include <optional>  // std::optional
+#include <ostream>   // std::ostream
+#include <string>    // std::string
+#include <utility>   // std::move
+
+// #include <xport/config.hpp>
+// #include <xport/error.hpp>
+// #include <xport/fwd.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+namespace detail {
+
+/// An immutable symbolic integer expression. `str()` is the printing hook: it returns the text
+/// torch prints for the expression (`s0`, `2*s0`, `s0 + 1`).
+struct sym_node {
+  virtual ~sym_node() = default;
+  [[nodiscard]] virtual std::string str() const = 0;
+  /// Structural equality of canonical forms.
+  [[nodiscard]] virtual bool equals(const sym_node& other) const = 0;
+  [[nodiscard]] virtual std::size_t hash() const = 0;
+};
+
+}  // namespace detail
+
+/// A size: a constant, or a symbolic expression carrying the example value it had at capture
+/// (its hint).
+template <class Int>
+class basic_sym_int {
+ public:
+  using int_type = Int;
+
+  constexpr basic_sym_int() noexcept = default;
+  constexpr basic_sym_int(Int v) noexcept : value_(v) {}  // NOLINT: a constant is a sym_int
+  basic_sym_int(std::shared_ptr<const detail::sym_node> expr, Int hint) noexcept
+      : value_(hint), expr_(std::move(expr)) {}
+
+  [[nodiscard]] bool is_constant() const noexcept { return expr_ == nullptr; }
+  [[nodiscard]] bool is_symbolic() const noexcept { return expr_ != nullptr; }
+
+  /// The constant value; throws graph_error for a symbolic size.
+  [[nodiscard]] Int value() const {
+    if (expr_)
+      throw graph_error("xport.sym.not_constant",
+                        "size " + str() + " is symbolic; use hint() for its example value");
+    return value_;
+  }
+  [[nodiscard]] std::optional<Int> maybe_value() const noexcept {
+    return expr_ ? std::nullopt : std::optional<Int>(value_);
+  }
+  /// The constant, or the example value of a symbolic size.
+  [[nodiscard]] Int hint() const noexcept { return value_; }
+  [[nodiscard]] const std::shared_ptr<const detail::sym_node>& expr() const noexcept {
+    return expr_;
+  }
+
+  /// The text torch prints: `10`, `s0`, `2*s0`.
+  [[nodiscard]] std::string str() const { return expr_ ? expr_->str() : std::to_string(value_); }
+
+  friend bool operator==(const basic_sym_int& a, const basic_sym_int& b) noexcept {
+    if (a.expr_ == nullptr || b.expr_ == nullptr)
+      return a.expr_ == b.expr_ && a.value_ == b.value_;
+    return a.expr_ == b.expr_ || a.expr_->equals(*b.expr_);
+  }
+  friend bool operator==(const basic_sym_int& a, Int b) noexcept {
+    return a.expr_ == nullptr && a.value_ == b;
+  }
+  friend std::ostream& operator<<(std::ostream& os, const basic_sym_int& s) { return os << s.str(); }
+
+ private:
+  Int value_ = 0;
+  std::shared_ptr<const detail::sym_node> expr_;
+};
+
+XPORT_END_NAMESPACE
+// #include <xport/ir/tensor_meta.hpp>
+// xport/ir/tensor_meta.hpp: what the graph knows about a tensor without its data.
+// dtype, symbolic sizes and strides, storage offset, device, layout, requires_grad: the
+// FakeTensor of torch.export, held as plain data. Printing: `annotation()` -> `f32[10, 10]`.
+
+#include <algorithm>  // std::max
+#include <cstdint>  // std::int64_t
+#include <string>   // std::string
+#include <vector>   // std::vector
+
+#include <ATen/core/TensorBase.h>
+#include <ATen/ops/empty_strided.h>
+#include <c10/core/Device.h>
+#include <c10/core/Layout.h>
+#include <c10/core/ScalarType.h>
+
+// #include <xport/config.hpp>
+// #include <xport/ir/dtype.hpp>
+// #include <xport/ir/sym_int.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+struct tensor_meta {
+  c10::ScalarType dtype = c10::ScalarType::Float;
+  std::vector<sym_int> sizes;
+  std::vector<sym_int> strides;
+  sym_int storage_offset = 0;
+  c10::Device device = c10::Device(c10::kCPU);
+  c10::Layout layout = c10::kStrided;
+  bool requires_grad = false;
+
+  /// Meta of a contiguous tensor of the given sizes.
+  static tensor_meta contiguous(c10::ScalarType dtype, std::vector<sym_int> sizes,
+                                c10::Device device = c10::Device(c10::kCPU)) {
+    tensor_meta m;
+    m.dtype = dtype;
+    m.device = device;
+    m.strides.resize(sizes.size());
+    std::int64_t stride = 1;
+    for (std::size_t i = sizes.size(); i-- > 0;) {
+      m.strides[i] = stride;
+      stride *= std::max<std::int64_t>(sizes[i].hint(), 1);
+    }
+    m.sizes = std::move(sizes);
+    return m;
+  }
+
+  /// Meta of a real (or meta) tensor.
+  static tensor_meta of(const at::TensorBase& t) {
+    tensor_meta m;
+    m.dtype = t.scalar_type();
+    m.sizes.assign(t.sizes().begin(), t.sizes().end());
+    if (t.layout() == c10::kStrided) {
+      m.strides.assign(t.strides().begin(), t.strides().end());
+      m.storage_offset = t.storage_offset();
+    }
+    m.device = t.device();
+    m.layout = t.layout();
+    m.requires_grad = t.requires_grad();
+    return m;
+  }
+
+  [[nodiscard]] std::int64_t dim() const noexcept { return static_cast<std::int64_t>(sizes.size()); }
+
+  [[nodiscard]] bool is_static() const noexcept {
+    for (const auto& s : sizes)
+      if (s.is_symbolic()) return false;
+    for (const auto& s : strides)
+      if (s.is_symbolic()) return false;
+    return storage_offset.is_constant();
+  }
+
+  /// Sizes as example values (hints for symbolic sizes).
+  [[nodiscard]] std::vector<std::int64_t> size_hints() const {
+    std::vector<std::int64_t> out;
+    out.reserve(sizes.size());
+    for (const auto& s : sizes) out.push_back(s.hint());
+    return out;
+  }
+  [[nodiscard]] std::vector<std::int64_t> stride_hints() const {
+    std::vector<std::int64_t> out;
+    out.reserve(strides.size());
+    for (const auto& s : strides) out.push_back(s.hint());
+    return out;
+  }
+
+  /// A tensor on the meta device with these properties (sizes at their hints).
+  [[nodiscard]] at::Tensor make_meta() const {
+    const auto st = strides.size() == sizes.size() ? stride_hints()
+                                                    : contiguous(dtype, sizes).stride_hints();
+    auto t = at::empty_strided(size_hints(), st, at::TensorOptions().dtype(dtype).device(c10::kMeta));
+    return t;
+  }
+
+  /// `f32[10, 10]`, as torch.fx annotates a tensor.
+  [[nodiscard]] std::string annotation() const {
+    std::string s = dtype_abbr(dtype);
+    s += '[';
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      if (i) s += ", ";
+      s += sizes[i].str();
+    }
+    s += ']';
+    return s;
+  }
+
+  friend bool operator==(const tensor_meta&, const tensor_meta&) = default;
+};
+
+XPORT_END_NAMESPACE
+// #include <xport/ir/op.hpp>
+// xport/ir/op.hpp: operators as the graph refers to them.
+// An op_info is resolved once per operator overload (name -> c10::OperatorHandle + schema) and
+// interned for the life of the process; nodes hold a pointer to it. Lookup accepts
+// `aten::add.Tensor`, `aten::add` (the default overload), `aten.add.Tensor`,
+// `torch.ops.aten.add.Tensor` and `aten::add.default`.
+
+#include <cstddef>        // std::size_t
+#include <memory>         // std::unique_ptr
+#include <mutex>          // std::mutex, std::lock_guard
+#include <string>         // std::string
+#include <string_view>    // std::string_view
+#include <unordered_map>  // std::unordered_map
+#include <vector>         // std::vector
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/function_schema.h>
+
+// #include <xport/config.hpp>
+// #include <xport/detail/compat.hpp>
+// xport/detail/compat.hpp: every difference between the LibTorch versions xport supports.
+// Debian's 1.13.1 is the CI target; 2.x (with CUDA) must build too. Nothing version-specific
+// lives anywhere else.
+
+#include <string>  // std::string
+
+#include <torch/version.h>
+
+// #include <xport/config.hpp>
+
+#define XPORT_TORCH_VERSION_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) ||                \
+   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+/// "1.13.1": the LibTorch xport was compiled against, named in errors about missing ops.
+inline std::string torch_version() {
+  return std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
+         std::to_string(TORCH_VERSION_PATCH);
+}
+
+}  // namespace detail
+XPORT_END_NAMESPACE
+// #include <xport/error.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+/// One resolved operator overload.
+struct op_info {
+  c10::OperatorHandle handle;
+  std::string name;       ///< "aten::add"
+  std::string overload;   ///< "Tensor"; empty for the default overload
+  std::string qualified;  ///< "aten::add.Tensor" ("aten::sin" for a default overload)
+  std::string target;     ///< "torch.ops.aten.add.Tensor" / "torch.ops.aten.sin.default"
+  std::string packet;     ///< "add": the overload packet, used to name nodes
+  bool is_mutable = false;    ///< some argument is written to (in-place and out= ops)
+  bool returns_list = false;  ///< the single return is a Tensor[]
+  bool is_view = false;       ///< some return aliases an argument without writing to it
+
+  [[nodiscard]] const c10::FunctionSchema& schema() const { return handle.schema(); }
+  [[nodiscard]] std::size_t num_returns() const { return schema().returns().size(); }
+};
+
+namespace detail {
+
+struct op_name_parts {
+  std::string ns, name, overload;
+};
+
+// "torch.ops.aten.add.Tensor" | "aten.add.Tensor" | "aten::add.Tensor" | "aten::add"
+inline op_name_parts split_op_name(std::string_view s) {
+  op_name_parts p;
+  if (s.substr(0, 10) == "torch.ops.") s.remove_prefix(10);
+  if (auto c = s.find("::"); c != std::string_view::npos) {
+    p.ns = std::string(s.substr(0, c));
+    s.remove_prefix(c + 2);
+    if (auto d = s.find('.'); d != std::string_view::npos) {
+      p.name = std::string(s.substr(0, d));
+      p.overload = std::string(s.substr(d + 1));
+    } else {
+      p.name = std::string(s);
+    }
+  } else {
+    auto d1 = s.find('.');
+    p.ns = std::string(s.substr(0, d1));
+    if (d1 != std::string_view::npos) {
+      s.remove_prefix(d1 + 1);
+      auto d2 = s.find('.');
+      p.name = std::string(s.substr(0, d2));
+      if (d2 != std::string_view::npos) p.overload = std::string(s.substr(d2 + 1));
+    }
+  }
+  if (p.overload == "default") p.overload.clear();
+  return p;
+}
+
+class op_registry {
+ public:
+  static op_registry& instance() {
+    static op_registry r;
+    return r;
+  }
+
+  const op_info* find(std::string_view text) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = by_text_.find(std::string(text)); it != by_text_.end()) return it->second;
+    auto parts = split_op_name(text);
+    if (parts.ns.empty() || parts.name.empty()) return nullptr;
+    std::string key = parts.ns + "::" + parts.name + "." + parts.overload;
+    const op_info* info = nullptr;
+    if (auto it = by_key_.find(key); it != by_key_.end()) {
+      info = it->second.get();
+    } else {
+      auto handle = c10::Dispatcher::singleton().findSchema(
+          {parts.ns + "::" + parts.name, parts.overload});
+      if (!handle) return nullptr;
+      auto op = std::make_unique<op_info>(op_info{*handle, {}, {}, {}, {}, {}});
+      fill(*op, parts);
+      info = op.get();
+      by_key_.emplace(std::move(key), std::move(op));
+    }
+    by_text_.emplace(std::string(text), info);
+    return info;
+  }
+
+ private:
+  static void fill(op_info& op, const op_name_parts& p) {
+    const auto& schema = op.handle.schema();
+    op.name = p.ns + "::" + p.name;
+    op.overload = p.overload;
+    op.qualified = p.overload.empty() ? op.name : op.name + "." + p.overload;
+    op.target = "torch.ops." + p.ns + "." + p.name + "." + (p.overload.empty() ? "default" : p.overload);
+    op.packet = p.name;
+    op.is_mutable = schema.is_mutable();
+    const auto& rets = schema.returns();
+    op.returns_list = rets.size() == 1 && rets[0].type()->kind() == c10::TypeKind::ListType;
+    for (const auto& r : rets)
+      if (r.alias_info() && !r.alias_info()->isWrite()) op.is_view = true;
+  }
+
+  std::mutex mu_;
+  std::unordered_map<std::string, std::unique_ptr<op_info>> by_key_;
+  std::unordered_map<std::string, const op_info*> by_text_;
+};
+
+}  // namespace detail
+
+/// The operator named `name`, or nullptr when this LibTorch has no such operator overload.
+inline const op_info* try_find_op(std::string_view name) {
+  return detail::op_registry::instance().find(name);
+}
+
+/// The operator named `name`; throws schema_error naming the op (and its known overloads).
+inline const op_info& find_op(std::string_view name) {
+  if (const auto* op = try_find_op(name)) return *op;
+  const auto parts = detail::split_op_name(name);
+  std::string msg = "no operator '" + std::string(name) + "' is registered in this LibTorch (" +
+                    detail::torch_version() + ")";
+  std::vector<std::string> overloads;
+  const std::string full = parts.ns + "::" + parts.name;
+  for (const auto& n : c10::Dispatcher::singleton().getAllOpNames())
+    if (n.name == full) overloads.push_back(n.overload_name.empty() ? full : full + "." + n.overload_name);
+  if (!overloads.empty()) {
+    msg += "; known overloads of " + full + ":";
+    for (const auto& o : overloads) msg += " " + o;
+  } else {
+    msg += "; write it as 'namespace::name.overload', e.g. 'aten::add.Tensor'";
+  }
+  throw schema_error("xport.op.unknown", msg);
+}
+
+XPORT_END_NAMESPACE
+// #include <xport/ir/graph.hpp>
+// xport/ir/graph.hpp: the graph IR: graph, node, value, argument, use lists.
+// The graph owns every node and value; `node` and `value` are one-pointer handles with value
+// semantics (copyable, comparable, hashable). Node kinds follow torch.fx: placeholder,
+// call_function, output. A call node holds its operator (op_info), its arguments in schema
+// order (defaults filled), one value per output, and metadata (source location, module path).
+// Not here: building programs from op names (builder.hpp), checking (verify.hpp), printing.
+
+#include <cstddef>      // std::size_t
+#include <cstdint>      // std::int64_t, std::uint32_t, std::uint64_t
+#include <functional>   // std::hash
+#include <initializer_list>  // std::initializer_list
+#include <iterator>     // std::forward_iterator_tag
+#include <memory>       // std::unique_ptr, std::shared_ptr
+#include <optional>     // std::optional, std::nullopt_t
+#include <span>         // std::span
+#include <string>       // std::string
+#include <string_view>  // std::string_view
+#include <type_traits>  // std::is_same_v
+#include <unordered_map>  // std::unordered_map
+#include <utility>      // std::move, std::exchange
+#include <variant>      // std::variant
+#include <vector>       // std::vector
+
+#include <c10/core/Device.h>
+#include <c10/core/Layout.h>
+#include <c10/core/MemoryFormat.h>
+#include <c10/core/ScalarType.h>
+
+// #include <xport/config.hpp>
+// #include <xport/detail/names.hpp>
+// xport/detail/names.hpp: unique value names, chosen the way torch.fx chooses them.
+// `add`, `add_1`, `add_2`; Python keywords and builtins are never used bare (`sum` -> `sum_1`),
+// so printed programs read exactly as torch.export prints the same program.
+
+#include <algorithm>      // std::binary_search
+#include <array>          // std::array
+#include <cstdint>        // std::int64_t
+#include <string>         // std::string
+#include <string_view>    // std::string_view
+#include <unordered_map>  // std::unordered_map
+#include <unordered_set>  // std::unordered_set
+
+// #include <xport/config.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+// Python 3 keywords and lower-case builtins, plus the globals torch.fx registers (inf, nan,
+// NoneType, torch, device, fx_pytree, pytree) and `self`. Sorted for binary search.
+inline constexpr std::array<std::string_view, 126> reserved_python_names{
+    "False", "None", "NoneType", "True", "__build_class__", "__debug__", "__doc__", "__import__",
+    "__loader__", "__name__", "__package__", "__spec__", "abs", "aiter", "all", "and", "anext",
+    "any", "as", "ascii", "assert", "async", "await", "bin", "bool", "break", "breakpoint",
+    "bytearray", "bytes", "callable", "chr", "class", "classmethod", "compile", "complex",
+    "continue", "copyright", "credits", "def", "del", "delattr", "device", "dict", "dir", "divmod",
+    "elif", "else", "enumerate", "eval", "except", "exec", "exit", "filter", "finally", "float",
+    "for", "format", "from", "frozenset", "fx_pytree", "getattr", "global", "globals", "hasattr",
+    "hash", "help", "hex", "id", "if", "import", "in", "inf", "input", "int", "is", "isinstance",
+    "issubclass", "iter", "lambda", "len", "license", "list", "locals", "map", "max", "memoryview",
+    "min", "nan", "next", "nonlocal", "not", "object", "oct", "open", "or", "ord", "pass", "pow",
+    "print", "property", "pytree", "quit", "raise", "range", "repr", "return", "reversed", "round",
+    "self", "set", "setattr", "slice", "sorted", "staticmethod", "str", "sum", "super", "torch",
+    "try", "tuple", "type", "vars", "while", "with", "yield", "zip"
+};
+
+inline bool is_reserved_python_name(std::string_view s) {
+  if (!s.empty() && s.front() >= 'A' && s.front() <= 'Z') {
+    // Exception and warning classes: every builtin starting with a capital letter other than
+    // the three constants is an exception type.
+    return s == "False" || s == "None" || s == "True" || s == "NoneType" ||
+           s.ends_with("Error") || s.ends_with("Exception") || s.ends_with("Warning") ||
+           s == "BaseException" || s == "BaseExceptionGroup" || s == "ExceptionGroup" ||
+           s == "Ellipsis" || s == "NotImplemented" || s == "GeneratorExit" ||
+           s == "KeyboardInterrupt" || s == "StopIteration" || s == "StopAsyncIteration" ||
+           s == "SystemExit";
+  }
+  return std::binary_search(reserved_python_names.begin(), reserved_python_names.end(), s);
+}
+
+/// `_snake_case` + illegal-character cleanup of torch.fx: `pascalCase` -> `pascal_case`,
+/// characters outside [0-9a-zA-Z_] -> `_`, a leading digit gets a `_` prefix.
+inline std::string sanitize_name(std::string_view candidate) {
+  std::string out;
+  out.reserve(candidate.size() + 1);
+  char prev = 0;
+  bool in_bad_run = false;
+  for (char c : candidate) {
+    const bool lower = c >= 'a' && c <= 'z';
+    const bool upper = c >= 'A' && c <= 'Z';
+    const bool digit = c >= '0' && c <= '9';
+    if (upper && prev >= 'a' && prev <= 'z') out += '_';
+    if (lower || upper || digit || c == '_') {
+      out += upper ? static_cast<char>(c - 'A' + 'a') : c;
+      in_bad_run = false;
+    } else if (!in_bad_run) {
+      out += '_';
+      in_bad_run = true;
+    }
+    prev = c;
+  }
+  if (out.empty()) out = "_unnamed";
+  if (out.front() >= '0' && out.front() <= '9') out.insert(out.begin(), '_');
+  return out;
+}
+
+/// The names in use in one graph, and the next suffix per base name (torch.fx `_Namespace`).
+class name_table {
+ public:
+  /// A fresh name derived from `candidate`; records it as used.
+  std::string create(std::string_view candidate) {
+    std::string name = sanitize_name(candidate);
+    // split "base_<digits>"
+    std::string base = name;
+    std::int64_t num = -1;
+    if (auto us = name.rfind('_'); us != std::string::npos && us + 1 < name.size() && us > 0) {
+      bool digits = true;
+      for (std::size_t i = us + 1; i < name.size(); ++i) digits = digits && name[i] >= '0' && name[i] <= '9';
+      if (digits && name.size() - us - 1 < 18) {
+        base = name.substr(0, us);
+        num = std::stoll(name.substr(us + 1));
+      }
+    }
+    if (num < 0 || used_.count(name)) {
+      auto it = base_count_.find(name);
+      num = it == base_count_.end() ? 0 : it->second;
+      if (is_reserved_python_name(name)) {
+        ++num;
+        name = base + "_" + std::to_string(num);
+      }
+    }
+    while (used_.count(name)) {
+      ++num;
+      name = base + "_" + std::to_string(num);
+    }
+    used_.insert(name);
+    base_count_[base] = num;
+    return name;
+  }
+
+  /// Claims `name` exactly; false when it is taken or reserved.
+  bool claim(const std::string& name) {
+    if (used_.count(name) || is_reserved_python_name(name)) return false;
+    used_.insert(name);
+    return true;
+  }
+
+  void release(const std::string& name) { used_.erase(name); }
+  [[nodiscard]] bool contains(const std::string& name) const { return used_.count(name) != 0; }
+
+ private:
+  std::unordered_set<std::string> used_;
+  std::unordered_map<std::string, std::int64_t> base_count_;
+};
+
+}  // namespace detail
+XPORT_END_NAMESPACE
+// #include <xport/detail/python_repr.hpp>
+// xport/detail/python_repr.hpp: Python's repr() of floats and strings, and identifier checks.
+// torch.export prints arguments with Python's repr, so a C++ double must print as Python prints
+// the same float (`1e-05`, `0.1`, `1.0`, `inf`) for the text format to match byte for byte.
+
+#include <charconv>     // std::to_chars
+#include <cmath>        // std::isnan, std::isinf
+#include <cstdio>       // std::snprintf
+#include <string>       // std::string
+#include <string_view>  // std::string_view
+#include <system_error> // std::errc
+
+// #include <xport/config.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+/// Python's `repr(float)`: the shortest string that round-trips; fixed notation when the
+/// decimal exponent is in [-4, 16), scientific (`1e-05`, `1.5e+16`) otherwise; `.0` added to
+/// integral values in fixed notation.
+inline std::string python_float_repr(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x < 0 ? "-inf" : "inf";
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof buf, x, std::chars_format::scientific);
+  std::string_view sci(buf, static_cast<std::size_t>(res.ptr - buf));
+  // sci looks like [-]d[.ddd]e(+|-)XX
+  std::string sign;
+  if (!sci.empty() && sci.front() == '-') {
+    sign = "-";
+    sci.remove_prefix(1);
+  }
+  const auto epos = sci.find('e');
+  std::string digits;
+  for (char c : sci.substr(0, epos))
+    if (c != '.') digits += c;
+  const int exp10 = std::stoi(std::string(sci.substr(epos + 1)));
+  while (digits.size() > 1 && digits.back() == '0') digits.pop_back();
+  const int decpt = exp10 + 1;  // value = 0.d1d2... * 10^decpt
+  std::string out = sign;
+  if (decpt > -4 && decpt <= 16) {
+    if (decpt <= 0) {
+      out += "0.";
+      out.append(static_cast<std::size_t>(-decpt), '0');
+      out += digits;
+    } else if (static_cast<std::size_t>(decpt) >= digits.size()) {
+      out += digits;
+      out.append(static_cast<std::size_t>(decpt) - digits.size(), '0');
+      out += ".0";
+    } else {
+      out += digits.substr(0, static_cast<std::size_t>(decpt));
+      out += '.';
+      out += digits.substr(static_cast<std::size_t>(decpt));
+    }
+    return out;
+  }
+  out += digits.substr(0, 1);
+  if (digits.size() > 1) {
+    out += '.';
+    out += digits.substr(1);
+  }
+  const int e = decpt - 1;
+  char ebuf[16];
+  std::snprintf(ebuf, sizeof ebuf, "e%c%02d", e < 0 ? '-' : '+', e < 0 ? -e : e);
+  return out + ebuf;
+}
+
+/// Python's `repr(str)` for UTF-8 text: single quotes unless the text holds a single quote and
+/// no double quote; backslash escapes for quotes, backslashes and control characters.
+inline std::string python_str_repr(std::string_view s) {
+  const bool has_single = s.find('\'') != std::string_view::npos;
+  const bool has_double = s.find('"') != std::string_view::npos;
+  const char quote = (has_single && !has_double) ? '"' : '\'';
+  std::string out(1, quote);
+  for (unsigned char c : s) {
+    switch (c) {
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c == static_cast<unsigned char>(quote)) {
+          out += '\\';
+          out += static_cast<char>(c);
+        } else if (c < 0x20 || c == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\x%02x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  out += quote;
+  return out;
+}
+
+/// True when `s` is a valid Python identifier made of ASCII letters, digits and '_'.
+inline bool is_identifier(std::string_view s) {
+  if (s.empty()) return false;
+  const auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  if (!alpha(s.front())) return false;
+  for (char c : s)
+    if (!alpha(c) && !(c >= '0' && c <= '9')) return false;
+  return true;
+}
+
+}  // namespace detail
+XPORT_END_NAMESPACE
+// #include <xport/error.hpp>
+// #include <xport/fwd.hpp>
+// #include <xport/ir/op.hpp>
+// #include <xport/ir/sym_int.hpp>
+// #include <xport/ir/tensor_meta.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+namespace detail {
+struct node_impl;
+struct value_impl;
+}  // namespace detail
+
+enum class node_kind : std::uint8_t { placeholder, call_function, output };
+
+/// What a value holds at run time.
+enum class value_kind : std::uint8_t {
+  tensor,    ///< a Tensor; its tensor_meta is known
+  sym_int,   ///< an int computed in the graph (e.g. aten::sym_size.int); its sym_int is known
+  sym_float,
+  sym_bool,
+  none,      ///< an op output that is always None
+};
+
+inline std::string_view to_string(node_kind k) {
+  switch (k) {
+    case node_kind::placeholder: return "placeholder";
+    case node_kind::call_function: return "call_function";
+    case node_kind::output: return "output";
+  }
+  return "?";
+}
+
+/// The type of a value: a tensor with its meta, or a symbolic scalar.
+struct value_type {
+  value_kind kind = value_kind::tensor;
+  tensor_meta tensor;  ///< meaningful when kind == tensor
+  sym_int scalar;      ///< meaningful when kind == sym_int
+
+  static value_type of(tensor_meta m) { return {value_kind::tensor, std::move(m), {}}; }
+  static value_type of_sym_int(sym_int s) { return {value_kind::sym_int, {}, std::move(s)}; }
+  friend bool operator==(const value_type&, const value_type&) = default;
+};
+
+/// Where a node came from in the user's code: printed as
+/// `# File: {file}:{line} in {function}, code: {code}`.
+struct source_location {
+  std::string file;
+  std::uint32_t line = 0;
+  std::string function;
+  std::string code;
+  friend bool operator==(const source_location&, const source_location&) = default;
+};
+
+class node;
+struct use;
+
+/// A value: a placeholder, or one output of a call node. One pointer; compare and hash freely.
+class value {
+ public:
+  value() noexcept = default;
+  explicit value(detail::value_impl* p) noexcept : p_(p) {}
+
+  explicit operator bool() const noexcept { return p_ != nullptr; }
+  [[nodiscard]] detail::value_impl* impl() const noexcept { return p_; }
+
+  [[nodiscard]] const std::string& name() const;
+  [[nodiscard]] node producer() const;
+  /// The output position of this value in its producer (0 for placeholders).
+  [[nodiscard]] std::size_t index() const;
+  [[nodiscard]] value_kind kind() const;
+  [[nodiscard]] const value_type& type() const;
+  /// The tensor meta; throws graph_error when the value is not a tensor.
+  [[nodiscard]] const tensor_meta& meta() const;
+  void set_type(value_type t) const;
+  void set_meta(tensor_meta m) const { set_type(value_type::of(std::move(m))); }
+
+  [[nodiscard]] std::span<const use> uses() const;
+  [[nodiscard]] std::size_t num_uses() const;
+  /// Points every use of this value at `other` instead (Note [Use lists]).
+  void replace_all_uses_with(value other) const;
+
+  friend bool operator==(value a, value b) noexcept { return a.p_ == b.p_; }
+
+ private:
+  detail::value_impl* p_ = nullptr;
+};
+
+struct none_t {
+  friend bool operator==(none_t, none_t) noexcept { return true; }
+};
+/// The None argument.
+inline constexpr none_t none{};
+
+/// A call argument: a constant (None, bool, int, float, str, dtype, device, layout, memory
+/// format), a graph value, or a list of arguments. Lists keep no element type of their own:
+/// the operator's schema says whether `[1, 2]` is an `int[]` or a `float[]`.
+class argument {
+ public:
+  using list_type = std::vector<argument>;
+  enum class kind : std::uint8_t {
+    none, boolean, integer, floating, string, dtype, device, layout, memory_format, value, list
+  };
+
+  argument() noexcept = default;
+  argument(none_t) noexcept {}                   // NOLINT
+  argument(std::nullopt_t) noexcept {}           // NOLINT
+  argument(bool b) noexcept : v_(b) {}           // NOLINT
+  template <class I>
+    requires(std::is_integral_v<I> && !std::is_same_v<I, bool> && !std::is_same_v<I, char>)
+  argument(I i) noexcept : v_(static_cast<std::int64_t>(i)) {}  // NOLINT
+  argument(double d) noexcept : v_(d) {}         // NOLINT
+  argument(float d) noexcept : v_(static_cast<double>(d)) {}  // NOLINT
+  argument(std::string s) : v_(std::move(s)) {}  // NOLINT
+  argument(const char* s) : v_(std::string(s)) {}  // NOLINT
+  argument(std::string_view s) : v_(std::string(s)) {}  // NOLINT
+  argument(c10::ScalarType t) noexcept : v_(t) {}  // NOLINT
+  argument(c10::Device d) noexcept : v_(d) {}    // NOLINT
+  argument(c10::DeviceType d) : v_(c10::Device(d)) {}  // NOLINT
+  argument(c10::Layout l) noexcept : v_(l) {}    // NOLINT
+  argument(c10::MemoryFormat m) noexcept : v_(m) {}  // NOLINT
+  argument(value v) noexcept : v_(v) {}          // NOLINT
+  argument(const node& n);                       // NOLINT: a node with exactly one output
+  argument(list_type l) : v_(std::move(l)) {}    // NOLINT
+  argument(std::initializer_list<argument> l) : v_(list_type(l)) {}  // NOLINT
+  template <class T>
+    requires(!std::is_same_v<T, argument> && std::is_constructible_v<argument, const T&>)
+  argument(const std::vector<T>& xs) : v_(list_type(xs.begin(), xs.end())) {}  // NOLINT
+  template <class T>
+  argument(const std::optional<T>& o) : argument(o ? argument(*o) : argument()) {}  // NOLINT
+
+  [[nodiscard]] kind type() const noexcept { return static_cast<kind>(v_.index()); }
+  [[nodiscard]] bool is_none() const noexcept { return type() == kind::none; }
+  [[nodiscard]] bool is_bool() const noexcept { return type() == kind::boolean; }
+  [[nodiscard]] bool is_int() const noexcept { return type() == kind::integer; }
+  [[nodiscard]] bool is_double() const noexcept { return type() == kind::floating; }
+  [[nodiscard]] bool is_string() const noexcept { return type() == kind::string; }
+  [[nodiscard]] bool is_dtype() const noexcept { return type() == kind::dtype; }
+  [[nodiscard]] bool is_device() const noexcept { return type() == kind::device; }
+  [[nodiscard]] bool is_layout() const noexcept { return type() == kind::layout; }
+  [[nodiscard]] bool is_memory_format() const noexcept { return type() == kind::memory_format; }
+  [[nodiscard]] bool is_value() const noexcept { return type() == kind::value; }
+  [[nodiscard]] bool is_list() const noexcept { return type() == kind::list; }
+
+  [[nodiscard]] bool as_bool() const { return get<bool>(); }
+  [[nodiscard]] std::int64_t as_int() const { return get<std::int64_t>(); }
+  [[nodiscard]] double as_double() const { return get<double>(); }
+  [[nodiscard]] const std::string& as_string() const { return get<std::string>(); }
+  [[nodiscard]] c10::ScalarType as_dtype() const { return get<c10::ScalarType>(); }
+  [[nodiscard]] c10::Device as_device() const { return get<c10::Device>(); }
+  [[nodiscard]] c10::Layout as_layout() const { return get<c10::Layout>(); }
+  [[nodiscard]] c10::MemoryFormat as_memory_format() const { return get<c10::MemoryFormat>(); }
+  [[nodiscard]] value as_value() const { return get<value>(); }
+  [[nodiscard]] const list_type& as_list() const { return get<list_type>(); }
+  [[nodiscard]] list_type& as_list() { return std::get<list_type>(v_); }
+  [[nodiscard]] value* value_slot() noexcept { return std::get_if<value>(&v_); }
+
+  /// Calls f(value&) for every value in this argument, depth first, in order.
+  template <class F>
+  void for_each_value(F&& f) {
+    if (auto* v = std::get_if<value>(&v_)) f(*v);
+    else if (auto* l = std::get_if<list_type>(&v_))
+      for (auto& a : *l) a.for_each_value(f);
+  }
+  template <class F>
+  void for_each_value(F&& f) const {
+    if (auto* v = std::get_if<value>(&v_)) f(*v);
+    else if (auto* l = std::get_if<list_type>(&v_))
+      for (const auto& a : *l) a.for_each_value(f);
+  }
+
+  [[nodiscard]] std::string_view type_name() const noexcept {
+    constexpr std::string_view names[] = {"None", "bool", "int", "float", "str", "dtype",
+                                          "device", "layout", "memory_format", "value", "list"};
+    return names[v_.index()];
+  }
+
+  friend bool operator==(const argument& a, const argument& b) { return a.v_ == b.v_; }
+
+ private:
+  template <class T>
+  const T& get() const {
+    if (const T* p = std::get_if<T>(&v_)) return *p;
+    throw graph_error("xport.argument.type", std::string("argument holds ") +
+                                                 std::string(type_name()) + ", not the type asked for");
+  }
+
+  std::variant<none_t, bool, std::int64_t, double, std::string, c10::ScalarType, c10::Device,
+               c10::Layout, c10::MemoryFormat, value, list_type>
+      v_;
+};
+
+/// A keyword argument for builder calls: `{"keepdim", true}`.
+struct kwarg {
+  std::string name;
+  argument value;
+};
+
+/// One use of a value: operand `index` of node `user`. Note [Use lists]: a use names the operand
+/// position, not only the user, because `add(x, x)` uses `x` twice.
+struct use {
+  detail::node_impl* user_impl = nullptr;
+  std::uint32_t index = 0;
+  [[nodiscard]] node user() const;
+  friend bool operator==(const use&, const use&) = default;
+};
+
+/// A node of the graph. One pointer; compare and hash freely.
+class node {
+ public:
+  node() noexcept = default;
+  explicit node(detail::node_impl* p) noexcept : p_(p) {}
+  explicit operator bool() const noexcept { return p_ != nullptr; }
+  [[nodiscard]] detail::node_impl* impl() const noexcept { return p_; }
+
+  [[nodiscard]] node_kind kind() const;
+  [[nodiscard]] bool is_placeholder() const { return kind() == node_kind::placeholder; }
+  [[nodiscard]] bool is_call() const { return kind() == node_kind::call_function; }
+  [[nodiscard]] bool is_output() const { return kind() == node_kind::output; }
+
+  /// The node's name: its output's name, or for multi-output nodes the name of the tuple.
+  [[nodiscard]] const std::string& name() const;
+  /// The operator of a call node; throws graph_error for other kinds.
+  [[nodiscard]] const op_info& op() const;
+  [[nodiscard]] const op_info* op_ptr() const;
+  /// `torch.ops.aten.add.Tensor`, `placeholder`, `output`.
+  [[nodiscard]] std::string target() const;
+
+  /// Arguments in schema order, defaults filled in (for output: the returned values).
+  [[nodiscard]] std::span<const argument> args() const;
+  /// Replaces all arguments (use lists updated).
+  void set_args(std::vector<argument> args) const;
+
+  /// Value operands, flattened in argument order (lists included).
+  [[nodiscard]] std::size_t num_inputs() const;
+  [[nodiscard]] value input(std::size_t i) const;
+  [[nodiscard]] std::vector<value> inputs() const;
+  void replace_input(std::size_t i, value v) const;
+  /// Replaces every operand equal to `from` by `to`.
+  void replace_input_with(value from, value to) const;
+
+  [[nodiscard]] std::size_t num_outputs() const;
+  [[nodiscard]] value output(std::size_t i) const;
+  [[nodiscard]] std::vector<value> outputs() const;
+  /// The single output; throws graph_error when the node has none or several.
+  [[nodiscard]] value out() const;
+  operator value() const { return out(); }  // NOLINT: FX nodes are values
+  value operator[](std::size_t i) const { return output(i); }
+  /// Whether the outputs form a tuple (or Tensor[]) rather than a single value.
+  [[nodiscard]] bool has_tuple_output() const;
+
+  [[nodiscard]] node next() const;
+  [[nodiscard]] node prev() const;
+  /// Position in the node list: a before b iff a.order() < b.order().
+  [[nodiscard]] std::uint64_t order() const;
+  [[nodiscard]] bool is_before(node other) const { return order() < other.order(); }
+  [[nodiscard]] graph& owning_graph() const;
+
+  [[nodiscard]] const std::shared_ptr<const source_location>& source() const;
+  void set_source(std::shared_ptr<const source_location> s) const;
+  /// Fully qualified name of the module whose forward made this node ("" for the root).
+  [[nodiscard]] const std::string& module_path() const;
+  void set_module_path(std::string path) const;
+
+  friend bool operator==(node a, node b) noexcept { return a.p_ == b.p_; }
+
+ private:
+  detail::node_impl* p_ = nullptr;
+};
+
+inline argument::argument(const node& n) : v_(n.out()) {}
+
+namespace detail {
+
+struct value_impl {
+  node_impl* producer = nullptr;
+  std::uint32_t index = 0;
+  value_type type;
+  std::string name;
+  std::vector<use> uses;
+};
+
+struct node_impl {
+  node_impl* prev = nullptr;
+  node_impl* next = nullptr;
+  graph* owner = nullptr;
+  std::uint64_t order = 0;
+  node_kind kind = node_kind::call_function;
+  bool tuple_output = false;
+  const op_info* op = nullptr;
+  std::vector<argument> args;
+  std::vector<value*> slots;  // each operand's `value` inside args (Note [Use lists])
+  std::vector<std::unique_ptr<value_impl>> outputs;
+  std::string name;  // tuple name; single-output nodes use outputs[0]->name
+  std::shared_ptr<const source_location> source;
+  std::string module_path;
+};
+
+inline void remove_use(value_impl* v, node_impl* user, std::uint32_t index) {
+  auto& u = v->uses;
+  for (auto it = u.begin(); it != u.end(); ++it)
+    if (it->user_impl == user && it->index == index) {
+      u.erase(it);
+      return;
+    }
+}
+
+}  // namespace detail
+
+/// Forward range over a graph's nodes, in order.
+class node_range {
+ public:
+  class iterator {
+   public:
+    using iterator_category = std::forward_iterator_tag;
+    using value_type = node;
+    using difference_type = std::ptrdiff_t;
+    using pointer = void;
+    using reference = node;
+    iterator() = default;
+    explicit iterator(detail::node_impl* p) : p_(p) {}
+    node operator*() const { return node(p_); }
+    iterator& operator++() {
+      p_ = p_->next;
+      return *this;
+    }
+    iterator operator++(int) {
+      auto t = *this;
+      p_ = p_->next;
+      return t;
+    }
+    friend bool operator==(iterator a, iterator b) { return a.p_ == b.p_; }
+
+   private:
+    detail::node_impl* p_ = nullptr;
+  };
+  node_range(detail::node_impl* first) : first_(first) {}
+  [[nodiscard]] iterator begin() const { return iterator(first_); }
+  [[nodiscard]] iterator end() const { return iterator(nullptr); }
+
+ private:
+  detail::node_impl* first_;
+};
+
+/// The graph: an ordered list of nodes that owns every node and value.
+///
+/// Note [Topological invariant]: nodes are kept in an order where every value is defined before
+/// any node that uses it; placeholders come first, the output node (when present) last.
+/// Every mutation keeps this true; verify() checks it.
+///
+/// Note [Use lists]: every operand slot of every node appears exactly once in the use list of
+/// the value it refers to, as (user, operand index); operand indices count the values met when
+/// walking the arguments depth first. verify() checks it both ways.
+class graph {
+ public:
+  graph() = default;
+  graph(const graph&) = delete;
+  graph& operator=(const graph&) = delete;
+  graph(graph&& o) noexcept { steal(o); }
+  graph& operator=(graph&& o) noexcept {
+    if (this != &o) {
+      clear();
+      steal(o);
+    }
+    return *this;
+  }
+  ~graph() { clear(); }
+
+  [[nodiscard]] node_range nodes() const { return node_range(first_); }
+  [[nodiscard]] node first() const { return node(first_); }
+  [[nodiscard]] node last() const { return node(last_); }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+
+  [[nodiscard]] std::vector<node> placeholders() const {
+    std::vector<node> out;
+    for (auto* n = first_; n && n->kind == node_kind::placeholder; n = n->next) out.emplace_back(n);
+    return out;
+  }
+  /// The output node, or a null node when the graph has none yet.
+  [[nodiscard]] node output_node() const {
+    return last_ && last_->kind == node_kind::output ? node(last_) : node();
+  }
+  /// Values the graph returns (operands of the output node).
+  [[nodiscard]] std::vector<value> outputs() const {
+    auto o = output_node();
+    return o ? o.inputs() : std::vector<value>{};
+  }
+
+  /// Appends a placeholder after the existing placeholders. `name` is used as given; it must be
+  /// a fresh Python identifier.
+  value add_placeholder(const std::string& name, value_type type) {
+    if (!detail::is_identifier(name))
+      throw graph_error("xport.graph.bad_name",
+                        "placeholder name '" + name + "' is not a valid Python identifier");
+    if (!names_.claim(name))
+      throw graph_error("xport.graph.duplicate_name",
+                        "placeholder name '" + name + "' is already used in this graph or is a "
+                        "Python keyword/builtin; pick another name");
+    return link_placeholder(name, std::move(type));
+  }
+  /// Appends a placeholder named after `candidate`, made unique (`x`, `x_1`, ...).
+  value add_placeholder_fresh(std::string_view candidate, value_type type) {
+    return link_placeholder(names_.create(candidate), std::move(type));
+  }
+
+ private:
+  value link_placeholder(const std::string& name, value_type type) {
+    auto* n = new detail::node_impl;
+    n->kind = node_kind::placeholder;
+    auto v = std::make_unique<detail::value_impl>();
+    v->producer = n;
+    v->type = std::move(type);
+    v->name = name;
+    value result(v.get());
+    n->outputs.push_back(std::move(v));
+    detail::node_impl* after = nullptr;
+    for (auto* p = first_; p && p->kind == node_kind::placeholder; p = p->next) after = p;
+    link_after(n, after);
+    return result;
+  }
+
+ public:
+
+  /// Creates a call node for `op` with `args` (already in schema order) and one value per entry
+  /// of `outputs`, inserted before `before` (default: before the output node, else at the end).
+  /// `name_hint` defaults to the op's packet name (`add`, `max_pool2d_with_indices`).
+  node create_call(const op_info& op, std::vector<argument> args, std::vector<value_type> outputs,
+                   node before = {}, std::string_view name_hint = {}) {
+    auto* n = new detail::node_impl;
+    n->kind = node_kind::call_function;
+    n->op = &op;
+    n->tuple_output = op.returns_list || op.num_returns() != 1;
+    std::string base = names_.create(name_hint.empty() ? std::string_view(op.packet) : name_hint);
+    if (n->tuple_output) {
+      n->name = std::move(base);
+      for (std::size_t i = 0; i < outputs.size(); ++i)
+        add_output(n, std::move(outputs[i]), names_.create("getitem"));
+    } else {
+      if (outputs.size() != 1) {
+        names_.release(base);
+        delete n;
+        throw graph_error("xport.graph.output_count",
+                          op.qualified + " returns one value but " + std::to_string(outputs.size()) +
+                              " output types were given");
+      }
+      add_output(n, std::move(outputs[0]), std::move(base));
+    }
+    n->args = std::move(args);
+    link_before(n, before ? before.impl() : default_insert_point());
+    attach_args(n);
+    return node(n);
+  }
+
+  /// Sets the values (or constants) the graph returns, creating the output node if needed.
+  node set_output(std::vector<argument> results) {
+    auto* n = last_ && last_->kind == node_kind::output ? last_ : nullptr;
+    if (!n) {
+      n = new detail::node_impl;
+      n->kind = node_kind::output;
+      n->name = "output";
+      link_after(n, last_);
+    } else {
+      detach_args(n);
+    }
+    n->args = std::move(results);
+    attach_args(n);
+    return node(n);
+  }
+
+  /// Removes a node whose outputs have no uses.
+  void erase(node nd) {
+    auto* n = nd.impl();
+    for (auto& v : n->outputs)
+      if (!v->uses.empty())
+        throw graph_error("xport.graph.erase_used",
+                          "cannot erase node '" + nd.name() + "': its output '" + v->name +
+                              "' still has " + std::to_string(v->uses.size()) +
+                              " use(s); replace them first (value::replace_all_uses_with)");
+    detach_args(n);
+    unlink(n);
+    release_names(n);
+    delete n;
+  }
+
+  /// Moves `n` to just before `pos` (the caller keeps Note [Topological invariant]).
+  void move_before(node n, node pos) {
+    unlink(n.impl());
+    link_before(n.impl(), pos.impl());
+  }
+
+  /// A fresh name derived from `candidate`, recorded as used.
+  std::string unique_name(std::string_view candidate) { return names_.create(candidate); }
+  /// Renames a value; `name` must be fresh.
+  void rename(value v, const std::string& name) {
+    if (v.impl()->name == name) return;
+    if (!names_.claim(name))
+      throw graph_error("xport.graph.duplicate_name", "name '" + name + "' is already used");
+    names_.release(v.impl()->name);
+    v.impl()->name = name;
+  }
+
+  /// Where create_call inserts by default: before the output node, else at the end.
+  void set_insert_point(node before) { insert_point_ = before.impl(); }
+  void reset_insert_point() { insert_point_ = nullptr; }
+
+  /// A deep copy; `map` (if given) receives old value -> new value.
+  graph clone(std::unordered_map<detail::value_impl*, value>* map = nullptr) const {
+    graph g;
+    std::unordered_map<detail::value_impl*, value> local;
+    auto& m = map ? *map : local;
+    const auto remap = [&](std::vector<argument> args) {
+      for (auto& a : args) a.for_each_value([&](value& v) { v = m.at(v.impl()); });
+      return args;
+    };
+    for (auto* n = first_; n; n = n->next) {
+      switch (n->kind) {
+        case node_kind::placeholder: {
+          auto v = g.add_placeholder(n->outputs[0]->name, n->outputs[0]->type);
+          m.emplace(n->outputs[0].get(), v);
+          v.producer().impl()->source = n->source;
+          v.producer().impl()->module_path = n->module_path;
+          break;
+        }
+        case node_kind::call_function: {
+          auto* c = new detail::node_impl;
+          c->kind = n->kind;
+          c->op = n->op;
+          c->tuple_output = n->tuple_output;
+          c->name = n->name;
+          if (!c->name.empty()) g.names_.claim(c->name);
+          for (auto& o : n->outputs) {
+            g.names_.claim(o->name);
+            g.add_output(c, o->type, o->name);
+            m.emplace(o.get(), value(c->outputs.back().get()));
+          }
+          c->args = remap(n->args);
+          c->source = n->source;
+          c->module_path = n->module_path;
+          g.link_after(c, g.last_);
+          g.attach_args(c);
+          break;
+        }
+        case node_kind::output: g.set_output(remap(n->args)); break;
+      }
+    }
+    return g;
+  }
+
+ private:
+  friend class node;
+  friend class value;
+
+  detail::node_impl* default_insert_point() const {
+    if (insert_point_) return insert_point_;
+    return last_ && last_->kind == node_kind::output ? last_ : nullptr;
+  }
+
+  void add_output(detail::node_impl* n, value_type t, std::string name) {
+    auto v = std::make_unique<detail::value_impl>();
+    v->producer = n;
+    v->index = static_cast<std::uint32_t>(n->outputs.size());
+    v->type = std::move(t);
+    v->name = std::move(name);
+    n->outputs.push_back(std::move(v));
+  }
+
+  void attach_args(detail::node_impl* n) {
+    n->slots.clear();
+    for (auto& a : n->args)
+      a.for_each_value([&](value& v) {
+        if (!v)
+          throw graph_error("xport.graph.null_value",
+                            "node '" + node(n).name() + "' was given a null value as an argument");
+        v.impl()->uses.push_back(use{n, static_cast<std::uint32_t>(n->slots.size())});
+        n->slots.push_back(&v);
+      });
+  }
+
+  static void detach_args(detail::node_impl* n) {
+    for (std::size_t i = 0; i < n->slots.size(); ++i)
+      detail::remove_use(n->slots[i]->impl(), n, static_cast<std::uint32_t>(i));
+    n->slots.clear();
+  }
+
+  void release_names(detail::node_impl* n) {
+    if (!n->name.empty() && n->kind == node_kind::call_function) names_.release(n->name);
+    for (auto& v : n->outputs) names_.release(v->name);
+  }
+
+  void link_after(detail::node_impl* n, detail::node_impl* after) {
+    n->owner = this;
+    n->prev = after;
+    n->next = after ? after->next : first_;
+    (n->prev ? n->prev->next : first_) = n;
+    (n->next ? n->next->prev : last_) = n;
+    ++size_;
+    assign_order(n);
+  }
+  void link_before(detail::node_impl* n, detail::node_impl* before) {
+    link_after(n, before ? before->prev : last_);
+  }
+  void unlink(detail::node_impl* n) {
+    (n->prev ? n->prev->next : first_) = n->next;
+    (n->next ? n->next->prev : last_) = n->prev;
+    n->prev = n->next = nullptr;
+    --size_;
+  }
+
+  // Order keys with gaps, renumbered when a gap closes, so is_before is O(1).
+  static constexpr std::uint64_t order_gap = std::uint64_t{1} << 20;
+  void assign_order(detail::node_impl* n) {
+    const std::uint64_t lo = n->prev ? n->prev->order : 0;
+    if (!n->next) {
+      n->order = lo + order_gap;
+      return;
+    }
+    const std::uint64_t hi = n->next->order;
+    if (hi - lo > 1) {
+      n->order = lo + (hi - lo) / 2;
+      return;
+    }
+    std::uint64_t k = 0;
+    for (auto* p = first_; p; p = p->next) p->order = (k += order_gap);
+  }
+
+  void clear() noexcept {
+    for (auto* n = first_; n;) {
+      auto* next = n->next;
+      delete n;
+      n = next;
+    }
+    first_ = last_ = insert_point_ = nullptr;
+    size_ = 0;
+    names_ = {};
+  }
+  void steal(graph& o) noexcept {
+    first_ = std::exchange(o.first_, nullptr);
+    last_ = std::exchange(o.last_, nullptr);
+    insert_point_ = std::exchange(o.insert_point_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+    names_ = std::move(o.names_);
+    for (auto* n = first_; n; n = n->next) n->owner = this;
+  }
+
+  detail::node_impl* first_ = nullptr;
+  detail::node_impl* last_ = nullptr;
+  detail::node_impl* insert_point_ = nullptr;
+  std::size_t size_ = 0;
+  detail::name_table names_;
+};
+
+// ---- value ----------------------------------------------------------------------------------
+
+inline const std::string& value::name() const { return p_->name; }
+inline node value::producer() const { return node(p_->producer); }
+inline std::size_t value::index() const { return p_->index; }
+inline value_kind value::kind() const { return p_->type.kind; }
+inline const value_type& value::type() const { return p_->type; }
+inline const tensor_meta& value::meta() const {
+  if (p_->type.kind != value_kind::tensor)
+    throw graph_error("xport.value.not_tensor", "value '" + p_->name + "' is not a tensor");
+  return p_->type.tensor;
+}
+inline void value::set_type(value_type t) const { p_->type = std::move(t); }
+inline std::span<const use> value::uses() const { return p_->uses; }
+inline std::size_t value::num_uses() const { return p_->uses.size(); }
+inline void value::replace_all_uses_with(value other) const {
+  if (other == *this) return;
+  auto uses = std::move(p_->uses);
+  p_->uses.clear();
+  for (const auto& u : uses) {
+    *u.user_impl->slots[u.index] = other;
+    other.p_->uses.push_back(u);
+  }
+}
+
+// ---- node -----------------------------------------------------------------------------------
+
+inline node use::user() const { return node(user_impl); }
+
+inline node_kind node::kind() const { return p_->kind; }
+inline const std::string& node::name() const {
+  if (p_->kind != node_kind::output && !p_->tuple_output) return p_->outputs[0]->name;
+  return p_->name;
+}
+inline const op_info& node::op() const {
+  if (!p_->op)
+    throw graph_error("xport.node.no_op", "node '" + name() + "' is a " +
+                                              std::string(to_string(p_->kind)) + ", not a call");
+  return *p_->op;
+}
+inline const op_info* node::op_ptr() const { return p_->op; }
+inline std::string node::target() const {
+  return p_->op ? p_->op->target : std::string(to_string(p_->kind));
+}
+inline std::span<const argument> node::args() const { return p_->args; }
+inline void node::set_args(std::vector<argument> args) const {
+  graph::detach_args(p_);
+  p_->args = std::move(args);
+  p_->owner->attach_args(p_);
+}
+inline std::size_t node::num_inputs() const { return p_->slots.size(); }
+inline value node::input(std::size_t i) const { return *p_->slots.at(i); }
+inline std::vector<value> node::inputs() const {
+  std::vector<value> out;
+  out.reserve(p_->slots.size());
+  for (auto* s : p_->slots) out.push_back(*s);
+  return out;
+}
+inline void node::replace_input(std::size_t i, value v) const {
+  auto* slot = p_->slots.at(i);
+  if (*slot == v) return;
+  detail::remove_use(slot->impl(), p_, static_cast<std::uint32_t>(i));
+  *slot = v;
+  v.impl()->uses.push_back(use{p_, static_cast<std::uint32_t>(i)});
+}
+inline void node::replace_input_with(value from, value to) const {
+  for (std::size_t i = 0; i < p_->slots.size(); ++i)
+    if (*p_->slots[i] == from) replace_input(i, to);
+}
+inline std::size_t node::num_outputs() const { return p_->outputs.size(); }
+inline value node::output(std::size_t i) const {
+  if (i >= p_->outputs.size())
+    throw graph_error("xport.node.output_index", "node '" + name() + "' has " +
+                                                     std::to_string(p_->outputs.size()) +
+                                                     " output(s); index " + std::to_string(i) +
+                                                     " is out of range");
+  return value(p_->outputs[i].get());
+}
+inline std::vector<value> node::outputs() const {
+  std::vector<value> out;
+  out.reserve(p_->outputs.size());
+  for (auto& v : p_->outputs) out.emplace_back(v.get());
+  return out;
+}
+inline value node::out() const {
+  if (p_->outputs.size() != 1 || p_->tuple_output)
+    throw graph_error("xport.node.not_single_output",
+                      "node '" + name() + "' has " + std::to_string(p_->outputs.size()) +
+                          " outputs; pick one with node[i]");
+  return value(p_->outputs[0].get());
+}
+inline bool node::has_tuple_output() const { return p_->tuple_output; }
+inline node node::next() const { return node(p_->next); }
+inline node node::prev() const { return node(p_->prev); }
+inline std::uint64_t node::order() const { return p_->order; }
+inline graph& node::owning_graph() const { return *p_->owner; }
+inline const std::shared_ptr<const source_location>& node::source() const { return p_->source; }
+inline void node::set_source(std::shared_ptr<const source_location> s) const {
+  p_->source = std::move(s);
+}
+inline const std::string& node::module_path() const { return p_->module_path; }
+inline void node::set_module_path(std::string path) const { p_->module_path = std::move(path); }
+
+XPORT_END_NAMESPACE
+
+template <>
+struct std::hash<xport::value> {
+  std::size_t operator()(xport::value v) const noexcept {
+    return std::hash<const void*>{}(v.impl());
+  }
+};
+template <>
+struct std::hash<xport::node> {
+  std::size_t operator()(xport::node n) const noexcept {
+    return std::hash<const void*>{}(n.impl());
+  }
+};
+// #include <xport/ir/signature.hpp>
+// xport/ir/signature.hpp: the graph signature of an exported program.
+// One list of input specs and one of output specs, in torch.export's vocabulary and order
+// (lifted state before user inputs; mutations before user outputs). Every other view
+// (parameters, buffers_to_mutate, user_inputs, ...) is computed from the two lists.
+
+#include <cstdint>      // std::uint8_t
+#include <optional>     // std::optional
+#include <string>       // std::string
+#include <string_view>  // std::string_view
+#include <utility>      // std::pair
+#include <vector>       // std::vector
+
+// #include <xport/config.hpp>
+// #include <xport/ir/graph.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+/// torch.export.graph_signature.InputKind, with its numbering.
+enum class input_kind : std::uint8_t {
+  user_input = 1,
+  parameter = 2,
+  buffer = 3,
+  constant_tensor = 4,
+  custom_obj = 5,
+  token = 6,
+};
+
+/// torch.export.graph_signature.OutputKind, with the numbering of current torch.
+enum class output_kind : std::uint8_t {
+  user_output = 1,
+  loss_output = 2,
+  buffer_mutation = 3,
+  parameter_mutation = 4,
+  gradient_to_parameter = 5,
+  gradient_to_user_input = 6,
+  user_input_mutation = 7,
+  token = 8,
+};
+
+/// `USER_INPUT`, `PARAMETER`, ...
+inline std::string_view to_string(input_kind k) {
+  switch (k) {
+    case input_kind::user_input: return "USER_INPUT";
+    case input_kind::parameter: return "PARAMETER";
+    case input_kind::buffer: return "BUFFER";
+    case input_kind::constant_tensor: return "CONSTANT_TENSOR";
+    case input_kind::custom_obj: return "CUSTOM_OBJ";
+    case input_kind::token: return "TOKEN";
+  }
+  return "?";
+}
+
+/// `USER_OUTPUT`, `BUFFER_MUTATION`, ...
+inline std::string_view to_string(output_kind k) {
+  switch (k) {
+    case output_kind::user_output: return "USER_OUTPUT";
+    case output_kind::loss_output: return "LOSS_OUTPUT";
+    case output_kind::buffer_mutation: return "BUFFER_MUTATION";
+    case output_kind::parameter_mutation: return "PARAMETER_MUTATION";
+    case output_kind::gradient_to_parameter: return "GRADIENT_TO_PARAMETER";
+    case output_kind::gradient_to_user_input: return "GRADIENT_TO_USER_INPUT";
+    case output_kind::user_input_mutation: return "USER_INPUT_MUTATION";
+    case output_kind::token: return "TOKEN";
+  }
+  return "?";
+}
+
+/// The placeholder-name prefix torch.export gives each kind of lifted input.
+inline std::string_view placeholder_prefix(input_kind k) {
+  switch (k) {
+    case input_kind::parameter: return "p_";
+    case input_kind::buffer: return "b_";
+    case input_kind::constant_tensor: return "c_";
+    case input_kind::custom_obj: return "obj_";
+    case input_kind::token: return "token";
+    case input_kind::user_input: return "";
+  }
+  return "";
+}
+
+/// What a spec refers to: TensorArgument(name), SymIntArgument(name), ConstantArgument(name,
+/// value), CustomObjArgument(name, class_fqn), TokenArgument(name).
+struct argument_spec {
+  enum class kind : std::uint8_t { tensor, sym_int, sym_float, sym_bool, constant, custom_obj, token };
+  kind type = kind::tensor;
+  std::string name;
+  argument constant;      ///< the value of a ConstantArgument
+  std::string class_fqn;  ///< the class of a CustomObjArgument
+
+  static argument_spec tensor(std::string n) { return {kind::tensor, std::move(n), {}, {}}; }
+  static argument_spec sym_int(std::string n) { return {kind::sym_int, std::move(n), {}, {}}; }
+  static argument_spec token(std::string n) { return {kind::token, std::move(n), {}, {}}; }
+  static argument_spec constant_value(std::string n, argument v) {
+    return {kind::constant, std::move(n), std::move(v), {}};
+  }
+  friend bool operator==(const argument_spec&, const argument_spec&) = default;
+};
+
+struct input_spec {
+  input_kind kind = input_kind::user_input;
+  argument_spec arg;
+  std::optional<std::string> target;  ///< FQN of a parameter/buffer/constant
+  std::optional<bool> persistent;     ///< set for buffers only
+
+  /// `p_fc_weight: PARAMETER target='fc.weight'`, as torch prints an InputSpec.
+  [[nodiscard]] std::string str() const {
+    std::string s = arg.name + ": " + std::string(to_string(kind));
+    if (target) s += " target='" + *target + "'";
+    if (persistent) s += *persistent ? " persistent=True" : " persistent=False";
+    return s;
+  }
+  friend bool operator==(const input_spec&, const input_spec&) = default;
+};
+
+struct output_spec {
+  output_kind kind = output_kind::user_output;
+  argument_spec arg;
+  std::optional<std::string> target;  ///< mutated buffer/parameter FQN, or mutated input's name
+
+  /// `add_2: BUFFER_MUTATION target='my_buffer2'`, as torch prints an OutputSpec.
+  [[nodiscard]] std::string str() const {
+    std::string s = arg.name + ": " + std::string(to_string(kind));
+    if (target) s += " target='" + *target + "'";
+    return s;
+  }
+  friend bool operator==(const output_spec&, const output_spec&) = default;
+};
+
+/// torch.export.ExportGraphSignature: the only stored data are the two spec lists.
+class graph_signature {
+ public:
+  using name_map = std::vector<std::pair<std::string, std::string>>;
+
+  std::vector<input_spec> input_specs;
+  std::vector<output_spec> output_specs;
+
+  /// FQNs of the parameters, in input order.
+  [[nodiscard]] std::vector<std::string> parameters() const { return targets(input_kind::parameter); }
+  /// FQNs of the buffers (persistent or not), in input order.
+  [[nodiscard]] std::vector<std::string> buffers() const { return targets(input_kind::buffer); }
+  [[nodiscard]] std::vector<std::string> non_persistent_buffers() const {
+    std::vector<std::string> out;
+    for (const auto& s : input_specs)
+      if (s.kind == input_kind::buffer && s.persistent == false && s.target) out.push_back(*s.target);
+    return out;
+  }
+  [[nodiscard]] std::vector<std::string> lifted_tensor_constants() const {
+    return targets(input_kind::constant_tensor);
+  }
+  [[nodiscard]] std::vector<std::string> lifted_custom_objs() const {
+    return targets(input_kind::custom_obj);
+  }
+  /// Names of the user inputs (placeholder names; constant inputs by their name).
+  [[nodiscard]] std::vector<std::string> user_inputs() const {
+    std::vector<std::string> out;
+    for (const auto& s : input_specs)
+      if (s.kind == input_kind::user_input) out.push_back(s.arg.name);
+    return out;
+  }
+  /// Names of the user outputs (and the loss output), in output order.
+  [[nodiscard]] std::vector<std::string> user_outputs() const {
+    std::vector<std::string> out;
+    for (const auto& s : output_specs)
+      if (s.kind == output_kind::user_output || s.kind == output_kind::loss_output)
+        out.push_back(s.arg.name);
+    return out;
+  }
+  [[nodiscard]] name_map inputs_to_parameters() const { return input_map(input_kind::parameter); }
+  [[nodiscard]] name_map inputs_to_buffers() const { return input_map(input_kind::buffer); }
+  [[nodiscard]] name_map inputs_to_lifted_tensor_constants() const {
+    return input_map(input_kind::constant_tensor);
+  }
+  [[nodiscard]] name_map inputs_to_lifted_custom_objs() const {
+    return input_map(input_kind::custom_obj);
+  }
+  /// Output name -> FQN of the buffer it updates.
+  [[nodiscard]] name_map buffers_to_mutate() const { return output_map(output_kind::buffer_mutation); }
+  [[nodiscard]] name_map parameters_to_mutate() const {
+    return output_map(output_kind::parameter_mutation);
+  }
+  /// Output name -> name of the user input it updates.
+  [[nodiscard]] name_map user_inputs_to_mutate() const {
+    return output_map(output_kind::user_input_mutation);
+  }
+  [[nodiscard]] std::vector<std::string> input_tokens() const {
+    std::vector<std::string> out;
+    for (const auto& s : input_specs)
+      if (s.kind == input_kind::token) out.push_back(s.arg.name);
+    return out;
+  }
+  [[nodiscard]] std::vector<std::string> output_tokens() const {
+    std::vector<std::string> out;
+    for (const auto& s : output_specs)
+      if (s.kind == output_kind::token) out.push_back(s.arg.name);
+    return out;
+  }
+
+  /// The spec of the input named `name`, or nullptr.
+  [[nodiscard]] const input_spec* find_input(std::string_view name) const {
+    for (const auto& s : input_specs)
+      if (s.arg.name == name) return &s;
+    return nullptr;
+  }
+
+  /// torch's `str(ExportGraphSignature)`: "\n# inputs\n...\n\n# outputs\n...\n".
+  [[nodiscard]] std::string str() const {
+    std::string s = "\n# inputs\n";
+    for (const auto& i : input_specs) s += i.str() + "\n";
+    s += "\n# outputs\n";
+    for (const auto& o : output_specs) s += o.str() + "\n";
+    return s;
+  }
+
+  friend bool operator==(const graph_signature&, const graph_signature&) = default;
+
+ private:
+  [[nodiscard]] std::vector<std::string> targets(input_kind k) const {
+    std::vector<std::string> out;
+    for (const auto& s : input_specs)
+      if (s.kind == k && s.target) out.push_back(*s.target);
+    return out;
+  }
+  [[nodiscard]] name_map input_map(input_kind k) const {
+    name_map out;
+    for (const auto& s : input_specs)
+      if (s.kind == k && s.target) out.emplace_back(s.arg.name, *s.target);
+    return out;
+  }
+  [[nodiscard]] name_map output_map(output_kind k) const {
+    name_map out;
+    for (const auto& s : output_specs)
+      if (s.kind == k && s.target) out.emplace_back(s.arg.name, *s.target);
+    return out;
+  }
+};
+
+XPORT_END_NAMESPACE
+// #include <xport/ir/program.hpp>
+// xport/ir/program.hpp: exported_program, what torch.export.export returns.
+// A graph, its signature, the state dict (parameters and persistent buffers), the constants
+// (lifted tensors and non-persistent buffers), range constraints of symbolic sizes, and
+// optionally the example inputs. Running lives in run/interpreter.hpp; checking in verify.hpp;
+// printing in print.hpp.
+
+#include <cstdint>    // std::int64_t
+#include <memory>     // std::shared_ptr, std::unique_ptr
+#include <mutex>      // std::mutex
+#include <optional>   // std::optional
+#include <string>     // std::string
+#include <utility>    // std::pair, std::move
+#include <vector>     // std::vector
+
+#include <ATen/core/Tensor.h>
+
+// #include <xport/config.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ir/graph.hpp>
+// #include <xport/ir/signature.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+/// An insertion-ordered map from names to tensors (Python's dict of state).
+class tensor_dict {
+ public:
+  using item = std::pair<std::string, at::Tensor>;
+
+  tensor_dict() = default;
+  tensor_dict(std::initializer_list<item> items) : items_(items) {}
+
+  [[nodiscard]] const at::Tensor* find(std::string_view name) const {
+    for (const auto& [k, v] : items_)
+      if (k == name) return &v;
+    return nullptr;
+  }
+  [[nodiscard]] bool contains(std::string_view name) const { return find(name) != nullptr; }
+  [[nodiscard]] const at::Tensor& at(std::string_view name) const {
+    if (const auto* t = find(name)) return *t;
+    throw error("xport.program.missing_state", "no tensor named '" + std::string(name) + "'");
+  }
+  /// Inserts or replaces.
+  void set(const std::string& name, at::Tensor t) {
+    for (auto& [k, v] : items_)
+      if (k == name) {
+        v = std::move(t);
+        return;
+      }
+    items_.emplace_back(name, std::move(t));
+  }
+  bool erase(std::string_view name) {
+    for (auto it = items_.begin(); it != items_.end(); ++it)
+      if (it->first == name) {
+        items_.erase(it);
+        return true;
+      }
+    return false;
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return items_.size(); }
+  [[nodiscard]] bool empty() const noexcept { return items_.empty(); }
+  [[nodiscard]] auto begin() const noexcept { return items_.begin(); }
+  [[nodiscard]] auto end() const noexcept { return items_.end(); }
+  [[nodiscard]] auto begin() noexcept { return items_.begin(); }
+  [[nodiscard]] auto end() noexcept { return items_.end(); }
+
+ private:
+  std::vector<item> items_;
+};
+
+/// The range of one symbol: `VR[min, max]`; an absent max is infinity (`int_oo`).
+struct range_constraint {
+  sym_int symbol;
+  std::int64_t min = 0;
+  std::optional<std::int64_t> max;
+
+  [[nodiscard]] std::string str() const {
+    return symbol.str() + ": VR[" + std::to_string(min) + ", " +
+           (max ? std::to_string(*max) : std::string("int_oo")) + "]";
+  }
+};
+
+/// Which verifier a program satisfies: torch's "TRAINING" (in-place ops allowed) or "ATEN"
+/// (functional).
+enum class ir_dialect : std::uint8_t { training, aten };
+
+inline std::string_view to_string(ir_dialect d) { return d == ir_dialect::training ? "TRAINING" : "ATEN"; }
+
+namespace detail {
+/// Whatever the interpreter caches per program; opaque here (see run/interpreter.hpp).
+struct run_cache {
+  virtual ~run_cache() = default;
+};
+}  // namespace detail
+
+class exported_program {
+ public:
+  using graph_type = xport::graph;
+  using signature_type = xport::graph_signature;
+
+  exported_program(graph_type g, signature_type sig, tensor_dict state_dict = {},
+                   tensor_dict constants = {}, std::vector<range_constraint> range_constraints = {},
+                   ir_dialect dialect = ir_dialect::training)
+      : graph_(std::move(g)),
+        signature_(std::move(sig)),
+        state_dict_(std::move(state_dict)),
+        constants_(std::move(constants)),
+        range_constraints_(std::move(range_constraints)),
+        dialect_(dialect) {}
+
+  exported_program(exported_program&& o) noexcept
+      : graph_(std::move(o.graph_)),
+        signature_(std::move(o.signature_)),
+        state_dict_(std::move(o.state_dict_)),
+        constants_(std::move(o.constants_)),
+        range_constraints_(std::move(o.range_constraints_)),
+        example_inputs_(std::move(o.example_inputs_)),
+        dialect_(o.dialect_) {}
+  exported_program& operator=(exported_program&& o) noexcept {
+    graph_ = std::move(o.graph_);
+    signature_ = std::move(o.signature_);
+    state_dict_ = std::move(o.state_dict_);
+    constants_ = std::move(o.constants_);
+    range_constraints_ = std::move(o.range_constraints_);
+    example_inputs_ = std::move(o.example_inputs_);
+    dialect_ = o.dialect_;
+    invalidate();
+    return *this;
+  }
+  exported_program(const exported_program&) = delete;
+  exported_program& operator=(const exported_program&) = delete;
+
+  /// A deep copy of the graph and signature; tensors are shared, not copied.
+  [[nodiscard]] exported_program clone() const {
+    exported_program p(graph_.clone(), signature_, state_dict_, constants_, range_constraints_, dialect_);
+    p.example_inputs_ = example_inputs_;
+    return p;
+  }
+
+  [[nodiscard]] const graph_type& graph() const noexcept { return graph_; }
+  /// Mutable access; drops whatever the interpreter cached for this program.
+  [[nodiscard]] graph_type& graph_mut() {
+    invalidate();
+    return graph_;
+  }
+  [[nodiscard]] const signature_type& signature() const noexcept { return signature_; }
+  [[nodiscard]] signature_type& signature_mut() {
+    invalidate();
+    return signature_;
+  }
+  /// Parameters and persistent buffers, by FQN.
+  [[nodiscard]] const tensor_dict& state_dict() const noexcept { return state_dict_; }
+  [[nodiscard]] tensor_dict& state_dict_mut() {
+    invalidate();
+    return state_dict_;
+  }
+  /// Lifted constant tensors and non-persistent buffers, by FQN.
+  [[nodiscard]] const tensor_dict& constants() const noexcept { return constants_; }
+  [[nodiscard]] tensor_dict& constants_mut() {
+    invalidate();
+    return constants_;
+  }
+  [[nodiscard]] const std::vector<range_constraint>& range_constraints() const noexcept {
+    return range_constraints_;
+  }
+  [[nodiscard]] std::vector<range_constraint>& range_constraints_mut() {
+    invalidate();
+    return range_constraints_;
+  }
+  [[nodiscard]] ir_dialect dialect() const noexcept { return dialect_; }
+  void set_dialect(ir_dialect d) noexcept { dialect_ = d; }
+
+  /// The example user inputs the program was captured with, if kept.
+  [[nodiscard]] const std::optional<std::vector<at::Tensor>>& example_inputs() const noexcept {
+    return example_inputs_;
+  }
+  void set_example_inputs(std::optional<std::vector<at::Tensor>> inputs) {
+    example_inputs_ = std::move(inputs);
+  }
+
+  /// (FQN, tensor) of every parameter, in signature order.
+  [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> named_parameters() const {
+    std::vector<std::pair<std::string, at::Tensor>> out;
+    for (const auto& fqn : signature_.parameters()) out.emplace_back(fqn, state_dict_.at(fqn));
+    return out;
+  }
+  /// (FQN, tensor) of every buffer: persistent ones from the state dict, others from constants.
+  [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> named_buffers() const {
+    std::vector<std::pair<std::string, at::Tensor>> out;
+    for (const auto& s : signature_.input_specs)
+      if (s.kind == input_kind::buffer && s.target)
+        out.emplace_back(*s.target, s.persistent.value_or(true) ? state_dict_.at(*s.target)
+                                                                : constants_.at(*s.target));
+    return out;
+  }
+  [[nodiscard]] std::vector<at::Tensor> parameters() const { return values_of(named_parameters()); }
+  [[nodiscard]] std::vector<at::Tensor> buffers() const { return values_of(named_buffers()); }
+
+  /// Moves the state and constants to `device` and retargets the graph (tensor meta and
+  /// `device=` arguments), so the program runs on inputs on that device. Parameters stay leaves
+  /// with their requires_grad flag.
+  void to(c10::Device device) {
+    const auto move = [&](tensor_dict& d) {
+      for (auto& [name, t] : d) {
+        if (t.device() == device) continue;
+        const bool grad = t.requires_grad();
+        t = t.detach().to(device);
+        if (grad) t.requires_grad_(true);
+      }
+    };
+    move(state_dict_);
+    move(constants_);
+    const auto retarget = [&](auto&& self, argument& a) -> void {
+      if (a.is_device()) a = device;
+      else if (a.is_list())
+        for (auto& e : a.as_list()) self(self, e);
+    };
+    for (auto n : graph_.nodes()) {
+      for (auto v : n.outputs())
+        if (v.kind() == value_kind::tensor) {
+          auto m = v.meta();
+          m.device = device;
+          v.set_meta(std::move(m));
+        }
+      if (!n.is_call()) continue;
+      bool has_device = false;
+      for (const auto& a : n.args()) has_device = has_device || a.is_device() || a.is_list();
+      if (!has_device) continue;
+      std::vector<argument> args(n.args().begin(), n.args().end());
+      for (auto& a : args) retarget(retarget, a);
+      n.set_args(std::move(args));
+    }
+    if (example_inputs_)
+      for (auto& t : *example_inputs_) t = t.to(device);
+    invalidate();
+  }
+
+  /// The tensor a lifted input (parameter, buffer or constant) reads, by its input spec.
+  [[nodiscard]] const at::Tensor& lifted_tensor(const input_spec& s) const {
+    const bool in_state = s.kind == input_kind::parameter ||
+                          (s.kind == input_kind::buffer && s.persistent.value_or(true));
+    const auto& dict = in_state ? state_dict_ : constants_;
+    if (!s.target)
+      throw error("xport.program.missing_state", "input '" + s.arg.name + "' has no target");
+    return dict.at(*s.target);
+  }
+
+  /// For run/interpreter.hpp: the cache slot; dropped on every mutable access.
+  [[nodiscard]] std::shared_ptr<detail::run_cache> run_cache_get() const {
+    std::lock_guard<std::mutex> lock(*cache_mu_);
+    return cache_;
+  }
+  void run_cache_set(std::shared_ptr<detail::run_cache> c) const {
+    std::lock_guard<std::mutex> lock(*cache_mu_);
+    cache_ = std::move(c);
+  }
+  [[nodiscard]] std::mutex& run_cache_mutex() const { return *build_mu_; }
+
+ private:
+  static std::vector<at::Tensor> values_of(const std::vector<std::pair<std::string, at::Tensor>>& xs) {
+    std::vector<at::Tensor> out;
+    out.reserve(xs.size());
+    for (const auto& [k, v] : xs) out.push_back(v);
+    return out;
+  }
+  void invalidate() {
+    std::lock_guard<std::mutex> lock(*cache_mu_);
+    cache_.reset();
+  }
+
+  graph_type graph_;
+  signature_type signature_;
+  tensor_dict state_dict_;
+  tensor_dict constants_;
+  std::vector<range_constraint> range_constraints_;
+  std::optional<std::vector<at::Tensor>> example_inputs_;
+  ir_dialect dialect_ = ir_dialect::training;
+  mutable std::shared_ptr<detail::run_cache> cache_;
+  std::unique_ptr<std::mutex> cache_mu_ = std::make_unique<std::mutex>();
+  std::unique_ptr<std::mutex> build_mu_ = std::make_unique<std::mutex>();
+};
+
+XPORT_END_NAMESPACE
+// #include <xport/ir/verify.hpp>
+// xport/ir/verify.hpp: every invariant of a graph and of an exported program, checked.
+// verify(graph) checks structure (Note [Topological invariant], Note [Use lists]), names and
+// each call against its operator's schema; verify(program) adds torch.export's verifier rules
+// for the graph signature, the state dict and the dialect. Each failure is a verify_error with a
+// stable id (`xport.verify.<rule>`), the offending node, and how to fix it.
+
+#include <string>         // std::string
+#include <unordered_set>  // std::unordered_set
+#include <vector>         // std::vector
+
+// #include <xport/config.hpp>
+// #include <xport/detail/schema.hpp>
+// xport/detail/schema.hpp: arguments against an operator's schema.
+// `bind_arguments` turns positional + keyword arguments into the full schema-ordered list
+// (defaults filled, ints widened to floats where the schema wants a float, `int[2]` from a
+// single int), or throws schema_error naming the op, the argument and the expected type.
+// `to_ivalue` turns a bound constant argument into the IValue the dispatcher expects.
+
+#include <cstddef>      // std::size_t
+#include <cstdint>      // std::int64_t
+#include <sstream>      // std::ostringstream
+#include <string>       // std::string
+#include <vector>       // std::vector
+
+#include <ATen/core/function_schema.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/core/jit_type.h>
+#include <ATen/ops/scalar_tensor.h>
+
+// #include <xport/config.hpp>
+// #include <xport/detail/python_repr.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ir/graph.hpp>
+// #include <xport/ir/op.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+inline std::string schema_string(const c10::FunctionSchema& s) {
+  std::ostringstream os;
+  os << s;
+  return os.str();
+}
+
+/// Human text for an argument given by the user: `int 3`, `Tensor x`, `list [1, 2]`.
+inline std::string describe(const argument& a) {
+  switch (a.type()) {
+    case argument::kind::none: return "None";
+    case argument::kind::boolean: return std::string("bool ") + (a.as_bool() ? "True" : "False");
+    case argument::kind::integer: return "int " + std::to_string(a.as_int());
+    case argument::kind::floating: return "float " + python_float_repr(a.as_double());
+    case argument::kind::string: return "str " + python_str_repr(a.as_string());
+    case argument::kind::dtype: return "dtype";
+    case argument::kind::device: return "device";
+    case argument::kind::layout: return "layout";
+    case argument::kind::memory_format: return "memory_format";
+    case argument::kind::value: {
+      auto v = a.as_value();
+      if (!v) return "a null value";
+      switch (v.kind()) {
+        case value_kind::tensor: return "Tensor '" + v.name() + "'";
+        case value_kind::sym_int: return "SymInt '" + v.name() + "'";
+        case value_kind::sym_float: return "SymFloat '" + v.name() + "'";
+        case value_kind::sym_bool: return "SymBool '" + v.name() + "'";
+        case value_kind::none: return "None value '" + v.name() + "'";
+      }
+      return "value";
+    }
+    case argument::kind::list: return "a list of " + std::to_string(a.as_list().size());
+  }
+  return "?";
+}
+
+inline bool is_value_of(const argument& a, value_kind k) {
+  return a.is_value() && a.as_value() && a.as_value().kind() == k;
+}
+
+/// Checks `a` against schema type `t` and coerces it in place (int -> float, scalar -> fixed
+/// size list). Returns false when it does not fit.
+inline bool coerce(argument& a, const c10::TypePtr& t, const c10::optional<int32_t>& fixed_n) {
+  using K = c10::TypeKind;
+  switch (t->kind()) {
+    case K::OptionalType:
+      return a.is_none() || coerce(a, t->castRaw<c10::OptionalType>()->getElementType(), fixed_n);
+    case K::TensorType:
+      // A Python number where a Tensor is expected becomes a wrapped-number tensor, as in
+      // torch (`aten.add.Tensor(x, 1)` is how torch.export records `x + 1`).
+      return is_value_of(a, value_kind::tensor) || a.is_int() || a.is_double() || a.is_bool();
+    case K::IntType:
+    case K::SymIntType: return a.is_int() || is_value_of(a, value_kind::sym_int);
+    case K::FloatType:
+      if (a.is_int()) a = static_cast<double>(a.as_int());
+      return a.is_double() || is_value_of(a, value_kind::sym_float);
+    case K::BoolType: return a.is_bool() || is_value_of(a, value_kind::sym_bool);
+    case K::NumberType:
+      return a.is_int() || a.is_double() || a.is_bool() || is_value_of(a, value_kind::sym_int) ||
+             is_value_of(a, value_kind::sym_float);
+    case K::StringType: return a.is_string();
+    case K::ScalarTypeType: return a.is_dtype();
+    case K::LayoutType: return a.is_layout();
+    case K::MemoryFormatType: return a.is_memory_format();
+    case K::DeviceObjType: return a.is_device();
+    case K::GeneratorType: return a.is_none();
+    case K::ListType: {
+      const auto& elem = t->castRaw<c10::ListType>()->getElementType();
+      if (!a.is_list()) {
+        // `int[2] stride` accepts a single int, as in Python.
+        if (fixed_n && (a.is_int() || a.is_bool() || a.is_double())) {
+          argument one = a;
+          if (!coerce(one, elem, c10::nullopt)) return false;
+          a = argument::list_type(static_cast<std::size_t>(*fixed_n), one);
+          return true;
+        }
+        return false;
+      }
+      for (auto& e : a.as_list())
+        if (!coerce(e, elem, c10::nullopt)) return false;
+      return true;
+    }
+    default: return false;
+  }
+}
+
+/// The schema type with Optional[...] removed.
+inline c10::TypePtr unwrap_optional(const c10::TypePtr& t) {
+  if (t->kind() == c10::TypeKind::OptionalType)
+    return t->castRaw<c10::OptionalType>()->getElementType();
+  return t;
+}
+
+/// A constant IValue (a schema default) as an argument of schema type `t`.
+inline argument from_ivalue(const c10::IValue& v, const c10::TypePtr& t) {
+  using K = c10::TypeKind;
+  const auto kind = unwrap_optional(t)->kind();
+  if (v.isNone()) return none;
+  if (v.isBool()) return v.toBool();
+  if (v.isInt()) {
+    const auto i = v.toInt();
+    if (kind == K::ScalarTypeType) return static_cast<c10::ScalarType>(i);
+    if (kind == K::LayoutType) return static_cast<c10::Layout>(i);
+    if (kind == K::MemoryFormatType) return static_cast<c10::MemoryFormat>(i);
+    return i;
+  }
+  if (v.isDouble()) return v.toDouble();
+  if (v.isString()) return v.toStringRef();
+  if (v.isDevice()) return v.toDevice();
+  if (v.isList()) {
+    const auto elem = kind == K::ListType ? unwrap_optional(t)->castRaw<c10::ListType>()->getElementType()
+                                          : c10::TypePtr(c10::AnyType::get());
+    argument::list_type out;
+    for (const auto& e : v.toListRef()) out.push_back(from_ivalue(e, elem));
+    return out;
+  }
+  throw schema_error("xport.schema.default", "unsupported default value " + v.tagKind());
+}
+
+/// A Python number passed where a Tensor is expected: a 0-dim CPU tensor flagged as a wrapped
+/// number, so type promotion treats it as the scalar it is.
+inline at::Tensor wrapped_number(const argument& a) {
+  at::Tensor t = a.is_int()      ? at::scalar_tensor(a.as_int(), at::TensorOptions().dtype(c10::kLong))
+                 : a.is_double() ? at::scalar_tensor(a.as_double(), at::TensorOptions().dtype(c10::kDouble))
+                                 : at::scalar_tensor(a.as_bool(), at::TensorOptions().dtype(c10::kBool));
+  t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return t;
+}
+
+/// A bound constant argument as the IValue the dispatcher expects for schema type `t`.
+/// Values (graph operands) are looked up with `lookup(value) -> c10::IValue`.
+template <class Lookup>
+c10::IValue to_ivalue(const argument& a, const c10::TypePtr& t, Lookup&& lookup) {
+  using K = c10::TypeKind;
+  if (t->kind() == K::TensorType && (a.is_int() || a.is_double() || a.is_bool())) return wrapped_number(a);
+  switch (a.type()) {
+    case argument::kind::none: return {};
+    case argument::kind::boolean: return a.as_bool();
+    case argument::kind::integer: return a.as_int();
+    case argument::kind::floating: return a.as_double();
+    case argument::kind::string: return a.as_string();
+    case argument::kind::dtype: return a.as_dtype();
+    case argument::kind::device: return a.as_device();
+    case argument::kind::layout: return a.as_layout();
+    case argument::kind::memory_format: return a.as_memory_format();
+    case argument::kind::value: return lookup(a.as_value());
+    case argument::kind::list: break;
+  }
+  const auto lt = unwrap_optional(t);
+  const auto elem = lt->kind() == K::ListType ? lt->castRaw<c10::ListType>()->getElementType()
+                                              : c10::TypePtr(c10::AnyType::get());
+  const auto& items = a.as_list();
+  switch (elem->kind()) {
+    case K::IntType:
+    case K::SymIntType: {
+      bool all_const = true;
+      for (const auto& e : items) all_const = all_const && e.is_int();
+      if (all_const) {
+        c10::List<std::int64_t> l;
+        l.reserve(items.size());
+        for (const auto& e : items) l.push_back(e.as_int());
+        return l;
+      }
+      c10::List<std::int64_t> l;
+      for (const auto& e : items) l.push_back(e.is_int() ? e.as_int() : lookup(e.as_value()).toInt());
+      return l;
+    }
+    case K::FloatType: {
+      c10::List<double> l;
+      for (const auto& e : items) l.push_back(e.is_double() ? e.as_double() : static_cast<double>(e.as_int()));
+      return l;
+    }
+    case K::BoolType: {
+      c10::List<bool> l;
+      for (const auto& e : items) l.push_back(e.as_bool());
+      return l;
+    }
+    case K::TensorType: {
+      c10::List<at::Tensor> l;
+      l.reserve(items.size());
+      for (const auto& e : items) l.push_back(lookup(e.as_value()).toTensor());
+      return l;
+    }
+    case K::OptionalType: {
+      c10::List<c10::optional<at::Tensor>> l;
+      l.reserve(items.size());
+      for (const auto& e : items) {
+        if (e.is_none()) l.push_back(c10::nullopt);
+        else l.push_back(lookup(e.as_value()).toTensor());
+      }
+      return l;
+    }
+    default: {
+      c10::impl::GenericList l(c10::AnyType::get());
+      for (const auto& e : items) l.push_back(to_ivalue(e, elem, lookup));
+      return l;
+    }
+  }
+}
+
+/// The schema-ordered argument list for `op`, defaults filled in.
+inline std::vector<argument> bind_arguments(const op_info& op, std::vector<argument> args,
+                                            std::vector<kwarg> kwargs) {
+  const auto& schema = op.schema();
+  const auto& params = schema.arguments();
+  const auto fail = [&](const std::string& id, const std::string& what) -> void {
+    throw schema_error(id, op.qualified + ": " + what + "\n  schema: " + schema_string(schema));
+  };
+  std::size_t n_positional = 0;
+  for (const auto& p : params)
+    if (!p.kwarg_only()) ++n_positional;
+  if (args.size() > n_positional)
+    fail("xport.schema.too_many_args",
+         "takes at most " + std::to_string(n_positional) + " positional argument(s), got " +
+             std::to_string(args.size()));
+
+  std::vector<argument> bound(params.size());
+  std::vector<bool> given(params.size(), false);
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    bound[i] = std::move(args[i]);
+    given[i] = true;
+  }
+  for (auto& kw : kwargs) {
+    std::size_t i = 0;
+    while (i < params.size() && params[i].name() != kw.name) ++i;
+    if (i == params.size()) {
+      std::string names;
+      for (const auto& p : params) names += (names.empty() ? "" : ", ") + p.name();
+      fail("xport.schema.unknown_kwarg",
+           "has no argument named '" + kw.name + "' (arguments: " + names + ")");
+    }
+    if (given[i]) fail("xport.schema.duplicate_arg", "argument '" + kw.name + "' given twice");
+    bound[i] = std::move(kw.value);
+    given[i] = true;
+  }
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const auto& p = params[i];
+    if (!given[i]) {
+      // An optional argument without a default (`*, int? correction` in LibTorch 1.13) is None,
+      // as later schemas spell it.
+      if (!p.default_value() && p.real_type()->kind() == c10::TypeKind::OptionalType) continue;
+      if (!p.default_value())
+        fail("xport.schema.missing_arg", "missing required argument '" + p.name() + "' (" +
+                                             p.real_type()->str() + ")");
+      bound[i] = from_ivalue(*p.default_value(), p.real_type());
+      continue;
+    }
+    if (!coerce(bound[i], p.real_type(), p.N()))
+      fail("xport.schema.arg_type", "argument '" + p.name() + "' (position " + std::to_string(i) +
+                                        ") must be " + p.real_type()->str() + ", got " +
+                                        describe(bound[i]));
+  }
+  return bound;
+}
+
+}  // namespace detail
+XPORT_END_NAMESPACE
+// #include <xport/error.hpp>
+// #include <xport/ir/graph.hpp>
+// #include <xport/ir/program.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+namespace detail {
+
+[[noreturn]] inline void verify_fail(const std::string& rule, const std::string& msg,
+                                     const std::string& node_name = {}) {
+  throw verify_error("xport.verify." + rule, msg, node_name);
+}
+
+/// Whether `a` fits schema type `t` (the same rules the builder applies, without coercion).
+inline bool fits(const argument& a, const c10::TypePtr& t) {
+  argument copy = a;
+  return coerce(copy, t, c10::nullopt) && copy == a;
+}
+
+}  // namespace detail
+
+struct verify_options {
+  /// Check every call against its operator's schema (argument count and types).
+  bool check_schemas = true;
+  /// Require functional ops only (torch's ATEN dialect).
+  bool functional = false;
+};
+
+/// Checks the graph's invariants; throws verify_error on the first broken one.
+inline void verify(const graph& g, const verify_options& opts = {}) {
+  using detail::verify_fail;
+  std::unordered_set<std::string> names;
+  std::unordered_set<const detail::node_impl*> seen;
+  const detail::node_impl* prev = nullptr;
+  bool after_placeholders = false;
+  bool seen_output = false;
+  std::size_t count = 0;
+  for (auto n : g.nodes()) {
+    const auto* impl = n.impl();
+    ++count;
+    if (impl->prev != prev)
+      verify_fail("links", "node '" + n.name() + "' has a broken prev link", n.name());
+    if (&n.owning_graph() != &g)
+      verify_fail("owner", "node '" + n.name() + "' belongs to another graph", n.name());
+    if (prev && prev->order >= impl->order)
+      verify_fail("order_keys", "node '" + n.name() + "' has an order key out of sequence", n.name());
+    if (seen_output)
+      verify_fail("output_not_last",
+                  "node '" + n.name() + "' comes after the output node; the output node must be last",
+                  n.name());
+    switch (n.kind()) {
+      case node_kind::placeholder:
+        if (after_placeholders)
+          verify_fail("placeholder_order",
+                      "placeholder '" + n.name() + "' comes after a call node; placeholders must "
+                      "come first (move it with graph::move_before)",
+                      n.name());
+        if (!impl->args.empty() || impl->outputs.size() != 1)
+          verify_fail("placeholder_shape", "placeholder '" + n.name() +
+                                               "' must have no arguments and exactly one output",
+                      n.name());
+        break;
+      case node_kind::call_function:
+        after_placeholders = true;
+        if (!impl->op)
+          verify_fail("missing_op", "call node '" + n.name() + "' has no operator", n.name());
+        break;
+      case node_kind::output:
+        after_placeholders = true;
+        seen_output = true;
+        break;
+    }
+    // names
+    const auto claim = [&](const std::string& name) {
+      if (!names.insert(name).second)
+        verify_fail("duplicate_name", "the name '" + name + "' is used twice", n.name());
+    };
+    if (n.kind() == node_kind::call_function && impl->tuple_output) claim(impl->name);
+    for (const auto& v : impl->outputs) {
+      claim(v->name);
+      if (v->producer != impl)
+        verify_fail("producer", "value '" + v->name + "' does not point back at its node", n.name());
+      if (v->type.kind == value_kind::tensor &&
+          !v->type.tensor.strides.empty() && v->type.tensor.strides.size() != v->type.tensor.sizes.size())
+        verify_fail("meta", "value '" + v->name + "' has " + std::to_string(v->type.tensor.sizes.size()) +
+                                " sizes but " + std::to_string(v->type.tensor.strides.size()) + " strides",
+                    n.name());
+    }
+    // operands: defined before use, and Note [Use lists] one way
+    for (std::size_t i = 0; i < impl->slots.size(); ++i) {
+      const value v = *impl->slots[i];
+      if (!v) verify_fail("null_operand", "operand " + std::to_string(i) + " of '" + n.name() + "' is null", n.name());
+      const auto* producer = v.impl()->producer;
+      if (!seen.count(producer))
+        verify_fail("use_before_def",
+                    "'" + n.name() + "' uses '" + v.name() + "' (operand " + std::to_string(i) +
+                        ") before it is defined, or '" + v.name() +
+                        "' is not in this graph; nodes must stay in topological order "
+                        "(Note [Topological invariant])",
+                    n.name());
+      bool found = false;
+      for (const auto& u : v.uses())
+        if (u.user_impl == impl && u.index == i) found = true;
+      if (!found)
+        verify_fail("use_list", "'" + v.name() + "' is operand " + std::to_string(i) + " of '" +
+                                    n.name() + "' but its use list does not record it (Note [Use lists])",
+                    n.name());
+    }
+    if (n.kind() == node_kind::call_function && opts.check_schemas) {
+      const auto& op = *impl->op;
+      const auto& params = op.schema().arguments();
+      if (impl->args.size() != params.size())
+        verify_fail("arg_count", "'" + n.name() + "' calls " + op.qualified + " with " +
+                                     std::to_string(impl->args.size()) + " arguments; its schema has " +
+                                     std::to_string(params.size()) + "\n  schema: " +
+                                     detail::schema_string(op.schema()),
+                    n.name());
+      for (std::size_t i = 0; i < params.size(); ++i)
+        if (!detail::fits(impl->args[i], params[i].real_type()))
+          verify_fail("arg_type", "'" + n.name() + "' passes " + detail::describe(impl->args[i]) +
+                                      " as argument '" + params[i].name() + "' of " + op.qualified +
+                                      ", which must be " + params[i].real_type()->str(),
+                      n.name());
+      const auto& rets = op.schema().returns();
+      if (!op.returns_list && impl->outputs.size() != rets.size())
+        verify_fail("output_count", "'" + n.name() + "' has " + std::to_string(impl->outputs.size()) +
+                                        " outputs; " + op.qualified + " returns " +
+                                        std::to_string(rets.size()),
+                    n.name());
+      if (opts.functional && op.is_mutable)
+        verify_fail("not_functional", "operator '" + op.qualified + "' (node '" + n.name() +
+                                          "') is not functional; the ATEN dialect allows no "
+                                          "in-place or out= ops (run_decompositions() removes them)",
+                    n.name());
+    }
+    seen.insert(impl);
+    prev = impl;
+  }
+  if (count != g.size())
+    verify_fail("size", "the graph counts " + std::to_string(g.size()) + " nodes but holds " +
+                            std::to_string(count));
+  if (prev != g.last().impl()) verify_fail("links", "the graph's last node is not the end of its list");
+  if (!seen_output) verify_fail("no_output", "the graph has no output node; call graph::set_output");
+  // Note [Use lists], the other way: every recorded use points at a real operand slot.
+  for (auto n : g.nodes())
+    for (auto v : n.outputs())
+      for (const auto& u : v.uses()) {
+        if (!seen.count(u.user_impl) || u.index >= u.user_impl->slots.size() ||
+            *u.user_impl->slots[u.index] != v)
+          verify_fail("use_list", "'" + v.name() + "' records a use that no operand matches "
+                                                    "(Note [Use lists])",
+                      n.name());
+      }
+}
+
+/// Checks the program: the graph, then torch.export's signature rules.
+inline void verify(const exported_program& p, verify_options opts = {}) {
+  using detail::verify_fail;
+  opts.functional = opts.functional || p.dialect() == ir_dialect::aten;
+  const auto& g = p.graph();
+  verify(g, opts);
+  const auto& sig = p.signature();
+  const auto phs = g.placeholders();
+  if (phs.size() != sig.input_specs.size())
+    verify_fail("signature.input_count", "the graph has " + std::to_string(phs.size()) +
+                                             " placeholders but the signature has " +
+                                             std::to_string(sig.input_specs.size()) + " input specs");
+  bool user_seen = false;
+  std::unordered_set<std::string> user_inputs, buffers, parameters;
+  for (std::size_t i = 0; i < phs.size(); ++i) {
+    const auto& spec = sig.input_specs[i];
+    const auto& name = phs[i].name();
+    if (spec.arg.name != name)
+      verify_fail("signature.input_name", "input spec " + std::to_string(i) + " names '" +
+                                              spec.arg.name + "' but placeholder " +
+                                              std::to_string(i) + " is '" + name + "'",
+                  name);
+    const auto kind_str = std::string(to_string(spec.kind));
+    if (spec.kind == input_kind::user_input) {
+      user_seen = true;
+      user_inputs.insert(name);
+      continue;
+    }
+    if (user_seen)
+      verify_fail("signature.input_order",
+                  "input '" + name + "' (" + kind_str + ") comes after a user input; lifted "
+                  "parameters, buffers and constants must come first",
+                  name);
+    if (spec.kind == input_kind::token) {
+      if (spec.arg.type != argument_spec::kind::token)
+        verify_fail("signature.token", "token input '" + name + "' must be a TokenArgument", name);
+      continue;
+    }
+    if (!spec.target)
+      verify_fail("signature.missing_target", kind_str + " input '" + name + "' has no target FQN", name);
+    const auto& fqn = *spec.target;
+    const tensor_meta* ph_meta =
+        phs[i].output(0).kind() == value_kind::tensor ? &phs[i].output(0).meta() : nullptr;
+    const auto check_meta = [&](const at::Tensor& t) {
+      if (!ph_meta) return;
+      if (t.scalar_type() != ph_meta->dtype || t.sizes().vec() != ph_meta->size_hints())
+        verify_fail("signature.state_meta",
+                    kind_str + " '" + fqn + "' is " + tensor_meta::of(t).annotation() +
+                        " but placeholder '" + name + "' says " + ph_meta->annotation(),
+                    name);
+    };
+    switch (spec.kind) {
+      case input_kind::parameter: {
+        parameters.insert(fqn);
+        const auto* t = p.state_dict().find(fqn);
+        if (!t)
+          verify_fail("signature.missing_parameter",
+                      "parameter '" + fqn + "' (input '" + name + "') is not in the state dict", name);
+        check_meta(*t);
+        break;
+      }
+      case input_kind::buffer: {
+        buffers.insert(fqn);
+        if (!spec.persistent)
+          verify_fail("signature.persistent", "Failed to specify persistent flag on BUFFER. (buffer '" +
+                                                  fqn + "', input '" + name + "')",
+                      name);
+        if (*spec.persistent) {
+          const auto* t = p.state_dict().find(fqn);
+          if (!t)
+            verify_fail("signature.missing_buffer",
+                        "persistent buffer '" + fqn + "' (input '" + name + "') is not in the state dict",
+                        name);
+          check_meta(*t);
+        } else {
+          if (p.state_dict().contains(fqn))
+            verify_fail("signature.non_persistent_in_state",
+                        "Non-persistent buffer " + fqn + " is in the state dict, it should not be.", name);
+          const auto* t = p.constants().find(fqn);
+          if (!t)
+            verify_fail("signature.missing_constant",
+                        "non-persistent buffer '" + fqn + "' (input '" + name + "') is not in the constants",
+                        name);
+          check_meta(*t);
+        }
+        break;
+      }
+      case input_kind::constant_tensor:
+      case input_kind::custom_obj: {
+        const auto* t = p.constants().find(fqn);
+        if (!t)
+          verify_fail("signature.missing_constant",
+                      kind_str + " '" + fqn + "' (input '" + name + "') is not in the constants", name);
+        if (spec.kind == input_kind::constant_tensor) check_meta(*t);
+        break;
+      }
+      default: break;
+    }
+  }
+
+  const auto out_node = g.output_node();
+  const auto out_args = out_node.args();
+  if (out_args.size() != sig.output_specs.size())
+    verify_fail("signature.output_count", "the graph returns " + std::to_string(out_args.size()) +
+                                              " values but the signature has " +
+                                              std::to_string(sig.output_specs.size()) + " output specs");
+  int stage = 0;  // 0: tokens, 1: mutations, 2: user outputs and the rest
+  for (std::size_t i = 0; i < out_args.size(); ++i) {
+    const auto& spec = sig.output_specs[i];
+    const auto& a = out_args[i];
+    const std::string got = a.is_value() ? a.as_value().name() : std::string("a constant");
+    if (spec.arg.type == argument_spec::kind::constant) {
+      if (a.is_value() || !(a == spec.arg.constant))
+        verify_fail("signature.output_name", "output " + std::to_string(i) +
+                                                 " should be the constant of its spec, got " + got);
+    } else if (!a.is_value() || a.as_value().name() != spec.arg.name) {
+      verify_fail("signature.output_name", "output spec " + std::to_string(i) + " names '" +
+                                               spec.arg.name + "' but the graph returns " + got);
+    }
+    const int s = spec.kind == output_kind::token ? 0
+                  : (spec.kind == output_kind::buffer_mutation ||
+                     spec.kind == output_kind::parameter_mutation ||
+                     spec.kind == output_kind::user_input_mutation)
+                      ? 1
+                      : 2;
+    if (s < stage)
+      verify_fail("signature.output_order",
+                  "output '" + spec.arg.name + "' (" + std::string(to_string(spec.kind)) +
+                      ") comes after a later kind of output; order is tokens, mutations, then user outputs");
+    stage = s;
+    const std::string tgt = spec.target.value_or("");
+    if (spec.kind == output_kind::buffer_mutation && !buffers.count(tgt))
+      verify_fail("signature.mutation_target",
+                  "Mutation node " + spec.arg.name + " is neither a buffer nor a user input. "
+                  "Buffers to mutate: '" + tgt + "' is not a buffer of this program");
+    if (spec.kind == output_kind::parameter_mutation && !parameters.count(tgt))
+      verify_fail("signature.mutation_target", "output '" + spec.arg.name + "' mutates '" + tgt +
+                                                   "', which is not a parameter of this program");
+    if (spec.kind == output_kind::user_input_mutation && !user_inputs.count(tgt))
+      verify_fail("signature.mutation_target",
+                  "Mutation node " + spec.arg.name + " is neither a buffer nor a user input. "
+                  "'" + tgt + "' is not a user input of this program");
+  }
+}
+
+XPORT_END_NAMESPACE
+// #include <xport/ir/builder.hpp>
+// xport/ir/builder.hpp: building exported programs by hand, op by op.
+// program_builder adds user inputs, parameters, buffers and constants as placeholders (named as
+// torch.export names them: `x`, `p_fc_weight`, `b_bn_running_mean`, `c_scale`), calls any
+// registered operator by name with arguments checked against its schema, infers every output's
+// dtype and shape on meta tensors, and finishes with a verified exported_program.
+//
+//   xport::program_builder b;
+//   auto x = b.input("x", at::randn({10, 10}));
+//   auto y = b.input("y", at::randn({10, 10}));
+//   auto s = b.call("aten::sin", {x});
+//   auto c = b.call("aten::cos", {y});
+//   b.output(b.call("aten::add.Tensor", {s, c}));
+//   xport::exported_program p = std::move(b).build();
+
+#include <algorithm>    // std::stable_sort
+#include <memory>       // std::shared_ptr, std::make_shared
+#include <optional>     // std::optional
+#include <string>       // std::string
+#include <string_view>  // std::string_view
+#include <utility>      // std::move
+#include <vector>       // std::vector
+
+#include <ATen/core/Tensor.h>
+
+// #include <xport/config.hpp>
+// #include <xport/detail/meta_infer.hpp>
+// xport/detail/meta_infer.hpp: an op's output types, learned without computing anything.
+// The op runs on meta tensors (sizes and dtypes, no data) through the dispatcher; when
+// LibTorch has no meta kernel for it, a shape rule from meta_rules.hpp answers; otherwise the
+// op cannot be captured and missing_fake_kernel names it and the fix.
+
+#include <optional>     // std::optional
+#include <string>       // std::string
+#include <string_view>  // std::string_view
+#include <vector>       // std::vector
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/core/ScalarType.h>
+#include <c10/util/Exception.h>
+
+// #include <xport/config.hpp>
+// #include <xport/detail/meta_rules.hpp>
+// xport/detail/meta_rules.hpp: output shapes for ops whose meta kernel LibTorch 1.13 lacks.
+// Each rule reads the op's arguments (tensors already on the meta device) and returns meta
+// tensors of the outputs' sizes and dtypes; nothing runs on data. The set covers the gaps that
+// real models hit (conv, batch/layer/group norm, relu, hardtanh, index_select/embedding, where,
+// var/std, adaptive pooling); later LibTorch versions have meta kernels for most of them and
+// never reach this table.
+
+#include <algorithm>    // std::max
+#include <cstdint>      // std::int64_t
+#include <string_view>  // std::string_view
+#include <vector>       // std::vector
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/result_type.h>
+
+// #include <xport/config.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+using meta_stack = std::vector<c10::IValue>;
+using meta_rule = std::vector<at::Tensor> (*)(const meta_stack&);
+
+inline at::Tensor meta_empty(std::vector<std::int64_t> sizes, c10::ScalarType dtype) {
+  return at::empty(sizes, at::TensorOptions().dtype(dtype).device(c10::kMeta));
+}
+
+inline std::vector<std::int64_t> sizes_of(const at::Tensor& t) {
+  return {t.sizes().begin(), t.sizes().end()};
+}
+
+inline std::vector<std::int64_t> int_list(const c10::IValue& v) {
+  if (v.isInt()) return {v.toInt()};
+  const auto l = v.toIntList();
+  return {l.begin(), l.end()};
+}
+
+inline std::int64_t wrap_dim(std::int64_t d, std::int64_t rank) {
+  const auto r = std::max<std::int64_t>(rank, 1);
+  return d < 0 ? d + r : d;
+}
+
+inline std::vector<std::int64_t> broadcast_sizes(const std::vector<std::vector<std::int64_t>>& shapes) {
+  std::size_t rank = 0;
+  for (const auto& s : shapes) rank = std::max(rank, s.size());
+  std::vector<std::int64_t> out(rank, 1);
+  for (const auto& s : shapes)
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      auto& o = out[rank - s.size() + i];
+      if (s[i] != 1) o = s[i];
+    }
+  return out;
+}
+
+// ---- elementwise: same shape and dtype as the first argument --------------------------------
+inline std::vector<at::Tensor> rule_like_self(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  return {meta_empty(sizes_of(x), x.scalar_type())};
+}
+
+inline std::vector<at::Tensor> rule_like_self_bool(const meta_stack& s) {
+  return {meta_empty(sizes_of(s[0].toTensor()), c10::kBool)};
+}
+
+inline std::vector<at::Tensor> rule_like_self_real(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  const auto t = x.scalar_type();
+  const auto out = t == c10::kComplexFloat    ? c10::kFloat
+                   : t == c10::kComplexDouble ? c10::kDouble
+                   : c10::isFloatingType(t)   ? t
+                                              : c10::kFloat;
+  return {meta_empty(sizes_of(x), out)};
+}
+
+// full reductions to a 0-dim tensor (max(), min(), median(), trace())
+inline std::vector<at::Tensor> rule_reduce_all(const meta_stack& s) {
+  return {meta_empty({}, s[0].toTensor().scalar_type())};
+}
+// prod() / nansum(): integral inputs accumulate in int64
+inline std::vector<at::Tensor> rule_reduce_all_promote(const meta_stack& s) {
+  const auto t = s[0].toTensor().scalar_type();
+  return {meta_empty({}, c10::isIntegralType(t, /*includeBool=*/true) ? c10::kLong : t)};
+}
+inline std::vector<at::Tensor> rule_count_all(const meta_stack& s) {
+  return {meta_empty({}, c10::kLong)};
+}
+
+// ---- convolution ----------------------------------------------------------------------------
+inline std::vector<std::int64_t> conv_out_sizes(const at::Tensor& input, const at::Tensor& weight,
+                                                std::vector<std::int64_t> stride,
+                                                std::vector<std::int64_t> padding,
+                                                std::vector<std::int64_t> dilation, bool transposed,
+                                                std::vector<std::int64_t> output_padding,
+                                                std::int64_t groups) {
+  const auto in = sizes_of(input);
+  const auto w = sizes_of(weight);
+  const std::size_t spatial = w.size() - 2;
+  const bool batched = in.size() == w.size();
+  const auto pick = [](const std::vector<std::int64_t>& v, std::size_t i, std::int64_t dflt) {
+    return v.empty() ? dflt : v[v.size() == 1 ? 0 : i];
+  };
+  std::vector<std::int64_t> out;
+  if (batched) out.push_back(in[0]);
+  out.push_back(transposed ? w[1] * groups : w[0]);
+  const std::size_t off = batched ? 2 : 1;
+  for (std::size_t i = 0; i < spatial; ++i) {
+    const auto k = w[2 + i];
+    const auto st = pick(stride, i, 1), pd = pick(padding, i, 0), dl = pick(dilation, i, 1);
+    const auto x = in[off + i];
+    if (transposed)
+      out.push_back((x - 1) * st - 2 * pd + dl * (k - 1) + pick(output_padding, i, 0) + 1);
+    else
+      out.push_back((x + 2 * pd - dl * (k - 1) - 1) / st + 1);
+  }
+  return out;
+}
+
+// convolution(input, weight, bias?, stride, padding, dilation, transposed, output_padding, groups)
+// _convolution(... same ..., benchmark, deterministic, cudnn_enabled, allow_tf32)
+inline std::vector<at::Tensor> rule_convolution(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  const auto& w = s[1].toTensor();
+  return {meta_empty(conv_out_sizes(x, w, int_list(s[3]), int_list(s[4]), int_list(s[5]),
+                                    s[6].toBool(), int_list(s[7]), s[8].toInt()),
+                     x.scalar_type())};
+}
+
+// conv{1,2,3}d(input, weight, bias?, stride, padding, dilation, groups); padding may be a string
+inline std::vector<at::Tensor> rule_conv_nd(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  const auto& w = s[1].toTensor();
+  std::vector<std::int64_t> padding;
+  auto stride = int_list(s[3]);
+  auto dilation = int_list(s[5]);
+  if (s[4].isString()) {
+    const std::size_t spatial = static_cast<std::size_t>(w.dim() - 2);
+    if (s[4].toStringRef() == "same") {
+      // "same" keeps the spatial size (stride 1): report the input's spatial sizes directly.
+      auto out = sizes_of(x);
+      out[out.size() - spatial - 1] = w.size(0);
+      return {meta_empty(out, x.scalar_type())};
+    }
+    padding.assign(spatial, 0);
+  } else {
+    padding = int_list(s[4]);
+  }
+  return {meta_empty(conv_out_sizes(x, w, stride, padding, dilation, false, {}, s[6].toInt()),
+                     x.scalar_type())};
+}
+
+// conv_transpose{1,2,3}d.input(input, weight, bias?, stride, padding, output_padding, groups, dilation)
+inline std::vector<at::Tensor> rule_conv_transpose_nd(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  const auto& w = s[1].toTensor();
+  return {meta_empty(conv_out_sizes(x, w, int_list(s[3]), int_list(s[4]), int_list(s[7]), true,
+                                    int_list(s[5]), s[6].toInt()),
+                     x.scalar_type())};
+}
+
+// ---- normalisation --------------------------------------------------------------------------
+// native_batch_norm(input, weight?, bias?, running_mean?, running_var?, training, momentum, eps)
+//   -> (out, save_mean, save_invstd); the saved statistics are [C] when training, [0] otherwise.
+inline std::vector<at::Tensor> rule_native_batch_norm(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  const bool training = s[5].toBool();
+  const std::int64_t c = x.dim() > 1 ? x.size(1) : 1;
+  const auto stat_dtype = x.scalar_type() == c10::kHalf || x.scalar_type() == c10::kBFloat16
+                              ? c10::kFloat
+                              : x.scalar_type();
+  const std::int64_t n = training ? c : 0;
+  return {meta_empty(sizes_of(x), x.scalar_type()), meta_empty({n}, stat_dtype),
+          meta_empty({n}, stat_dtype)};
+}
+
+// native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd)
+inline std::vector<at::Tensor> rule_native_layer_norm(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  const auto normalized = int_list(s[1]);
+  auto stat = sizes_of(x);
+  const auto axis = stat.size() - normalized.size();
+  for (std::size_t i = axis; i < stat.size(); ++i) stat[i] = 1;
+  const auto stat_dtype = x.scalar_type() == c10::kHalf || x.scalar_type() == c10::kBFloat16
+                              ? c10::kFloat
+                              : x.scalar_type();
+  return {meta_empty(sizes_of(x), x.scalar_type()), meta_empty(stat, stat_dtype),
+          meta_empty(stat, stat_dtype)};
+}
+
+// native_group_norm(input, weight?, bias?, N, C, HxW, group, eps) -> (out, mean, rstd)
+inline std::vector<at::Tensor> rule_native_group_norm(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  const auto n = s[3].toInt(), g = s[6].toInt();
+  return {meta_empty(sizes_of(x), x.scalar_type()), meta_empty({n, g}, x.scalar_type()),
+          meta_empty({n, g}, x.scalar_type())};
+}
+
+// ---- indexing -------------------------------------------------------------------------------
+// index_select(self, dim, index)
+inline std::vector<at::Tensor> rule_index_select(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  const auto& idx = s[2].toTensor();
+  auto out = sizes_of(x);
+  if (!out.empty()) out[static_cast<std::size_t>(wrap_dim(s[1].toInt(), x.dim()))] = idx.numel();
+  return {meta_empty(out, x.scalar_type())};
+}
+
+// embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse)
+inline std::vector<at::Tensor> rule_embedding(const meta_stack& s) {
+  const auto& w = s[0].toTensor();
+  auto out = sizes_of(s[1].toTensor());
+  out.push_back(w.size(1));
+  return {meta_empty(out, w.scalar_type())};
+}
+
+// where.self(condition, self, other)
+inline std::vector<at::Tensor> rule_where(const meta_stack& s) {
+  const auto& c = s[0].toTensor();
+  const auto& a = s[1].toTensor();
+  const auto& b = s[2].toTensor();
+  return {meta_empty(broadcast_sizes({sizes_of(c), sizes_of(a), sizes_of(b)}), at::result_type(a, b))};
+}
+
+// ---- reductions -----------------------------------------------------------------------------
+inline std::vector<std::int64_t> reduced_sizes(const at::Tensor& x, const c10::IValue& dims,
+                                               bool keepdim) {
+  auto out = sizes_of(x);
+  std::vector<bool> reduce(out.size(), dims.isNone());
+  if (!dims.isNone())
+    for (auto d : int_list(dims)) reduce[static_cast<std::size_t>(wrap_dim(d, x.dim()))] = true;
+  if (dims.isIntList() && dims.toIntList().empty()) reduce.assign(out.size(), true);
+  std::vector<std::int64_t> r;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (!reduce[i]) r.push_back(out[i]);
+    else if (keepdim) r.push_back(1);
+  }
+  return r;
+}
+
+inline c10::ScalarType real_dtype(c10::ScalarType t) {
+  if (t == c10::kComplexFloat) return c10::kFloat;
+  if (t == c10::kComplexDouble) return c10::kDouble;
+  if (t == c10::kComplexHalf) return c10::kHalf;
+  return t;
+}
+
+// var.correction / std.correction(self, dim?, *, correction?, keepdim)
+inline std::vector<at::Tensor> rule_var(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  return {meta_empty(reduced_sizes(x, s[1], s[3].toBool()), real_dtype(x.scalar_type()))};
+}
+// var.dim / std.dim(self, dim?, unbiased, keepdim)
+inline std::vector<at::Tensor> rule_var_dim(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  return {meta_empty(reduced_sizes(x, s[1], s[3].toBool()), real_dtype(x.scalar_type()))};
+}
+// var_mean.correction / std_mean.correction(self, dim?, *, correction?, keepdim)
+inline std::vector<at::Tensor> rule_var_mean(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  const auto sz = reduced_sizes(x, s[1], s[3].toBool());
+  return {meta_empty(sz, real_dtype(x.scalar_type())), meta_empty(sz, x.scalar_type())};
+}
+
+// ---- pooling --------------------------------------------------------------------------------
+// _adaptive_avg_pool2d(self, output_size) / adaptive_avg_pool2d, and the 1d/3d variants
+inline std::vector<at::Tensor> rule_adaptive_pool(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  const auto os = int_list(s[1]);
+  auto out = sizes_of(x);
+  for (std::size_t i = 0; i < os.size(); ++i) out[out.size() - os.size() + i] = os[i];
+  return {meta_empty(out, x.scalar_type())};
+}
+
+struct meta_rule_entry {
+  std::string_view op;
+  meta_rule rule;
+};
+
+inline constexpr meta_rule_entry meta_rule_table[] = {
+    {"aten::abs", rule_like_self},
+    {"aten::absolute", rule_like_self},
+    {"aten::log_sigmoid", rule_like_self},
+    {"aten::nan_to_num", rule_like_self},
+    {"aten::logit", rule_like_self},
+    {"aten::special_logit", rule_like_self},
+    {"aten::rrelu", rule_like_self},
+    {"aten::fliplr", rule_like_self},
+    {"aten::flipud", rule_like_self},
+    {"aten::isnan", rule_like_self_bool},
+    {"aten::isinf", rule_like_self_bool},
+    {"aten::isfinite", rule_like_self_bool},
+    {"aten::logical_not", rule_like_self_bool},
+    {"aten::angle", rule_like_self_real},
+    {"aten::max", rule_reduce_all},
+    {"aten::min", rule_reduce_all},
+    {"aten::median", rule_reduce_all},
+    {"aten::nanmedian", rule_reduce_all},
+    {"aten::trace", rule_reduce_all},
+    {"aten::prod", rule_reduce_all_promote},
+    {"aten::nansum", rule_reduce_all_promote},
+    {"aten::count_nonzero", rule_count_all},
+    {"aten::relu", rule_like_self},
+    {"aten::relu_", rule_like_self},
+    {"aten::relu6", rule_like_self},
+    {"aten::hardtanh", rule_like_self},
+    {"aten::hardtanh_", rule_like_self},
+    {"aten::hardswish", rule_like_self},
+    {"aten::hardsigmoid", rule_like_self},
+    {"aten::prelu", rule_like_self},
+    {"aten::_prelu_kernel", rule_like_self},
+    {"aten::selu", rule_like_self},
+    {"aten::celu", rule_like_self},
+    {"aten::mish", rule_like_self},
+    {"aten::dropout", rule_like_self},
+    {"aten::alpha_dropout", rule_like_self},
+    {"aten::feature_dropout", rule_like_self},
+    {"aten::convolution", rule_convolution},
+    {"aten::_convolution", rule_convolution},
+    {"aten::conv1d", rule_conv_nd},
+    {"aten::conv2d", rule_conv_nd},
+    {"aten::conv3d", rule_conv_nd},
+    {"aten::conv1d.padding", rule_conv_nd},
+    {"aten::conv2d.padding", rule_conv_nd},
+    {"aten::conv3d.padding", rule_conv_nd},
+    {"aten::conv_transpose1d", rule_conv_transpose_nd},
+    {"aten::conv_transpose2d.input", rule_conv_transpose_nd},
+    {"aten::conv_transpose3d.input", rule_conv_transpose_nd},
+    {"aten::native_batch_norm", rule_native_batch_norm},
+    {"aten::batch_norm", rule_like_self},
+    {"aten::instance_norm", rule_like_self},
+    {"aten::native_layer_norm", rule_native_layer_norm},
+    {"aten::layer_norm", rule_like_self},
+    {"aten::native_group_norm", rule_native_group_norm},
+    {"aten::group_norm", rule_like_self},
+    {"aten::index_select", rule_index_select},
+    {"aten::embedding", rule_embedding},
+    {"aten::where.self", rule_where},
+    {"aten::var.correction", rule_var},
+    {"aten::std.correction", rule_var},
+    {"aten::var.dim", rule_var_dim},
+    {"aten::std.dim", rule_var_dim},
+    {"aten::var_mean.correction", rule_var_mean},
+    {"aten::std_mean.correction", rule_var_mean},
+    {"aten::_adaptive_avg_pool2d", rule_adaptive_pool},
+    {"aten::adaptive_avg_pool2d", rule_adaptive_pool},
+    {"aten::_adaptive_avg_pool3d", rule_adaptive_pool},
+    {"aten::adaptive_avg_pool3d", rule_adaptive_pool},
+    {"aten::adaptive_avg_pool1d", rule_adaptive_pool},
+};
+
+/// The shape rule for `qualified` ("aten::conv2d", "aten::where.self"), or nullptr.
+inline meta_rule find_meta_rule(std::string_view qualified) {
+  for (const auto& e : meta_rule_table)
+    if (e.op == qualified) return e.rule;
+  return nullptr;
+}
+
+}  // namespace detail
+XPORT_END_NAMESPACE
+// #include <xport/detail/schema.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ir/graph.hpp>
+// #include <xport/ir/op.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+/// Ops whose output shape depends on tensor data: no meta kernel can exist for them.
+inline bool is_data_dependent_op(std::string_view name) {
+  return name == "aten::nonzero" || name == "aten::_local_scalar_dense" || name == "aten::item" ||
+         name == "aten::unique" || name == "aten::_unique" || name == "aten::_unique2" ||
+         name == "aten::unique_dim" || name == "aten::unique_consecutive" ||
+         name == "aten::masked_select" || name == "aten::is_nonzero" || name == "aten::equal" ||
+         name == "aten::allclose";
+}
+
+inline std::string first_line(const std::string& s) {
+  const auto nl = s.find('\n');
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+/// `self: f32[2, 3], other: f32[3]` for the tensor arguments of a call.
+inline std::string describe_args(const op_info& op, const std::vector<argument>& args) {
+  const auto& params = op.schema().arguments();
+  std::string s;
+  for (std::size_t i = 0; i < params.size() && i < args.size(); ++i) {
+    if (!args[i].is_value() || args[i].as_value().kind() != value_kind::tensor) continue;
+    s += (s.empty() ? "" : ", ") + params[i].name() + ": " + args[i].as_value().meta().annotation();
+  }
+  return s;
+}
+
+/// The device outputs live on: an explicit `device=` argument, else the first tensor
+/// argument's device, else CPU (what FakeTensor reports as the fake device).
+inline c10::Device output_device(const op_info& op, const std::vector<argument>& args) {
+  const auto& params = op.schema().arguments();
+  for (std::size_t i = 0; i < params.size() && i < args.size(); ++i)
+    if (params[i].name() == "device" && args[i].is_device()) return args[i].as_device();
+  for (const auto& a : args) {
+    std::optional<c10::Device> d;
+    a.for_each_value([&](const value& v) {
+      if (!d && v && v.kind() == value_kind::tensor) d = v.meta().device;
+    });
+    if (d) return *d;
+  }
+  return c10::Device(c10::kCPU);
+}
+
+inline bool any_requires_grad(const std::vector<argument>& args) {
+  bool r = false;
+  for (const auto& a : args)
+    a.for_each_value([&](const value& v) {
+      if (v && v.kind() == value_kind::tensor && v.meta().requires_grad) r = true;
+    });
+  return r;
+}
+
+/// The dispatcher stack for a meta run of `op`: tensors become meta tensors, devices meta.
+inline std::vector<c10::IValue> meta_stack_for(const op_info& op, const std::vector<argument>& args) {
+  const auto& params = op.schema().arguments();
+  std::vector<c10::IValue> stack;
+  stack.reserve(params.size());
+  const auto lookup = [](const value& v) -> c10::IValue {
+    switch (v.kind()) {
+      case value_kind::tensor: return v.meta().make_meta();
+      case value_kind::sym_int: return v.type().scalar.hint();
+      default: return {};
+    }
+  };
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (args[i].is_device()) {
+      stack.emplace_back(c10::Device(c10::kMeta));
+    } else if (params[i].name() == "pin_memory" && args[i].is_bool()) {
+      stack.emplace_back(false);
+    } else {
+      stack.push_back(to_ivalue(args[i], params[i].real_type(), lookup));
+    }
+  }
+  return stack;
+}
+
+/// The types of `op`'s outputs for schema-bound `args`.
+inline std::vector<value_type> infer_outputs(const op_info& op, const std::vector<argument>& args) {
+  if (is_data_dependent_op(op.name))
+    throw missing_fake_kernel(
+        "xport.fake.data_dependent",
+        op.qualified + " has an output that depends on tensor data, so its shape cannot be known "
+                       "before running. Make the value an input of the program, or write the "
+                       "computation without reading data (e.g. masks with aten::where instead of "
+                       "aten::nonzero)");
+  const auto inputs = meta_stack_for(op, args);
+  auto stack = inputs;  // a failed call leaves the stack in an unspecified state
+  std::vector<at::Tensor> rule_out;
+  try {
+    c10::InferenceMode guard;
+    op.handle.callBoxed(stack);
+  } catch (const c10::NotImplementedError& e) {
+    const auto rule = find_meta_rule(op.qualified);  // exact overload: max.dim is not max
+    if (!rule)
+      throw missing_fake_kernel(
+          "xport.fake.missing_kernel",
+          op.qualified + " has no meta (fake) kernel in LibTorch " + torch_version() +
+              " and xport has no shape rule for it, so its output shapes cannot be inferred "
+              "without running it. Fix: add a shape rule for it (detail/meta_rules.hpp), register "
+              "a Meta kernel for the op with torch::Library, or call a composite of ops that have "
+              "one. LibTorch said: " +
+              first_line(e.what_without_backtrace()));
+    c10::InferenceMode guard;
+    rule_out = rule(inputs);
+  } catch (const c10::Error& e) {
+    // The op has a meta kernel and it refused the arguments (shapes, dtypes, values).
+    throw graph_error("xport.fake.op_rejected",
+                      op.qualified + " rejected its arguments (" + describe_args(op, args) +
+                          "): " + first_line(e.what_without_backtrace()));
+  }
+
+  const auto device = output_device(op, args);
+  const bool grad = any_requires_grad(args);
+  std::vector<value_type> out;
+  const auto add_tensor = [&](const at::Tensor& t) {
+    if (!t.defined()) {
+      out.push_back(value_type{value_kind::none, {}, {}});
+      return;
+    }
+    auto m = tensor_meta::of(t);
+    m.device = device;
+    m.requires_grad = grad && (c10::isFloatingType(m.dtype) || c10::isComplexType(m.dtype));
+    out.push_back(value_type::of(std::move(m)));
+  };
+  if (!rule_out.empty()) {
+    for (const auto& t : rule_out) add_tensor(t);
+    return out;
+  }
+  for (const auto& r : stack) {
+    if (r.isTensor()) add_tensor(r.toTensor());
+    else if (r.isTensorList())
+      for (const auto& t : r.toTensorVector()) add_tensor(t);
+    else if (r.isInt()) out.push_back(value_type::of_sym_int(r.toInt()));
+    else if (r.isDouble()) out.push_back(value_type{value_kind::sym_float, {}, {}});
+    else if (r.isBool()) out.push_back(value_type{value_kind::sym_bool, {}, {}});
+    else if (r.isNone()) out.push_back(value_type{value_kind::none, {}, {}});
+    else
+      throw missing_fake_kernel("xport.fake.unsupported_return",
+                                op.qualified + " returns a " + r.tagKind() +
+                                    ", which xport cannot represent in a graph yet");
+  }
+  return out;
+}
+
+}  // namespace detail
+XPORT_END_NAMESPACE
+// #include <xport/detail/schema.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ir/graph.hpp>
+// #include <xport/ir/program.hpp>
+// #include <xport/ir/signature.hpp>
+// #include <xport/ir/verify.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+namespace detail {
+/// `p_` + FQN lower-cased with every non-alphanumeric character as `_` (torch.export's
+/// placeholder_naming_pass): `bar.l0.weight` -> `p_bar_l0_weight`.
+inline std::string lifted_name(input_kind k, std::string_view fqn) {
+  std::string s(placeholder_prefix(k));
+  for (char c : fqn) {
+    const bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    s += alnum ? static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c) : '_';
+  }
+  return s;
+}
+inline int input_rank(input_kind k) {
+  switch (k) {
+    case input_kind::token: return 0;
+    case input_kind::parameter: return 1;
+    case input_kind::buffer: return 2;
+    case input_kind::constant_tensor: return 3;
+    case input_kind::custom_obj: return 4;
+    case input_kind::user_input: return 5;
+  }
+  return 6;
+}
+}  // namespace detail
+
+class program_builder {
+ public:
+  program_builder() = default;
+
+  /// A user input, typed like `example` (kept as the program's example input).
+  value input(const std::string& name, const at::Tensor& example) {
+    auto v = add_input(input_spec{input_kind::user_input, argument_spec::tensor(name), {}, {}},
+                       tensor_meta::of(example), true);
+    examples_.push_back(example);
+    return v;
+  }
+  /// A user input of the given type.
+  value input(const std::string& name, tensor_meta meta) {
+    has_all_examples_ = false;
+    return add_input(input_spec{input_kind::user_input, argument_spec::tensor(name), {}, {}},
+                     std::move(meta), true);
+  }
+  /// A parameter with its fully qualified name; the tensor goes to the state dict.
+  value parameter(const std::string& fqn, const at::Tensor& t) {
+    state_dict_.set(fqn, t);
+    return add_lifted(input_kind::parameter, fqn, t, std::nullopt);
+  }
+  /// A buffer; persistent buffers go to the state dict, others to the constants.
+  value buffer(const std::string& fqn, const at::Tensor& t, bool persistent = true) {
+    (persistent ? state_dict_ : constants_).set(fqn, t);
+    return add_lifted(input_kind::buffer, fqn, t, persistent);
+  }
+  /// A constant tensor (CONSTANT_TENSOR), lifted to an input and kept in the constants.
+  value constant(const std::string& fqn, const at::Tensor& t) {
+    constants_.set(fqn, t);
+    return add_lifted(input_kind::constant_tensor, fqn, t, std::nullopt);
+  }
+
+  /// Calls operator `op` (`"aten::add.Tensor"`, `"aten::sin"`): arguments are bound to its
+  /// schema (positional then keyword, defaults filled) and checked; output types are inferred on
+  /// meta tensors. Throws schema_error or missing_fake_kernel, leaving the graph unchanged.
+  node call(std::string_view op, std::vector<argument> args = {}, std::vector<kwarg> kwargs = {}) {
+    return call(find_op(op), std::move(args), std::move(kwargs));
+  }
+  node call(const op_info& op, std::vector<argument> args = {}, std::vector<kwarg> kwargs = {}) {
+    for (auto& a : args) check_owned(a, &op);
+    for (auto& k : kwargs) check_owned(k.value, &op);
+    auto bound = detail::bind_arguments(op, std::move(args), std::move(kwargs));
+    auto types = detail::infer_outputs(op, bound);
+    auto n = graph_.create_call(op, std::move(bound), std::move(types));
+    n.set_source(source_);
+    n.set_module_path(module_);
+    return n;
+  }
+
+  /// Source location recorded on the nodes created from now on.
+  program_builder& at(source_location loc) {
+    source_ = std::make_shared<const source_location>(std::move(loc));
+    return *this;
+  }
+  /// Only the code text (`a = torch.sin(x)`) for the nodes created from now on.
+  program_builder& code(std::string text) { return at(source_location{{}, 0, {}, std::move(text)}); }
+  program_builder& no_source() {
+    source_.reset();
+    return *this;
+  }
+  /// Module path (FQN of the calling module) recorded on the nodes created from now on.
+  program_builder& in_module(std::string path) {
+    module_ = std::move(path);
+    return *this;
+  }
+
+  /// Adds a user output.
+  program_builder& output(value v) { return output(v, output_kind::user_output); }
+  program_builder& output(const node& n) { return output(n.out()); }
+  /// Adds an output of the given kind; `target` names the mutated buffer/parameter/input.
+  program_builder& output(value v, output_kind kind, std::optional<std::string> target = std::nullopt) {
+    check_owned(v, nullptr);
+    outputs_.push_back(v);
+    output_specs_.push_back(output_spec{kind, argument_spec::tensor(v.name()), std::move(target)});
+    return *this;
+  }
+
+  [[nodiscard]] graph& graph_ref() noexcept { return graph_; }
+
+  /// Finishes: lifted inputs are ordered before user inputs and mutation outputs before user
+  /// outputs (torch.export's order), then the program is verified. The builder is left empty.
+  [[nodiscard]] exported_program build(ir_dialect dialect = ir_dialect::training) && {
+    // placeholders: stable by kind rank
+    auto phs = graph_.placeholders();
+    std::vector<std::size_t> order(phs.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return detail::input_rank(input_specs_[a].kind) < detail::input_rank(input_specs_[b].kind);
+    });
+    graph_signature sig;
+    const node first_non_ph = phs.empty() ? graph_.first() : phs.back().next();
+    for (auto i : order) {
+      sig.input_specs.push_back(input_specs_[i]);
+      graph_.move_before(phs[i], first_non_ph);  // a null position appends
+    }
+    // outputs: tokens, mutations, then the rest, each group in the order given
+    std::vector<std::size_t> out_order(outputs_.size());
+    for (std::size_t i = 0; i < out_order.size(); ++i) out_order[i] = i;
+    const auto out_rank = [&](std::size_t i) {
+      switch (output_specs_[i].kind) {
+        case output_kind::token: return 0;
+        case output_kind::buffer_mutation:
+        case output_kind::parameter_mutation:
+        case output_kind::user_input_mutation: return 1;
+        default: return 2;
+      }
+    };
+    std::stable_sort(out_order.begin(), out_order.end(),
+                     [&](std::size_t a, std::size_t b) { return out_rank(a) < out_rank(b); });
+    std::vector<argument> results;
+    for (auto i : out_order) {
+      results.emplace_back(outputs_[i]);
+      sig.output_specs.push_back(output_specs_[i]);
+    }
+    graph_.set_output(std::move(results));
+    exported_program p(std::move(graph_), std::move(sig), std::move(state_dict_),
+                       std::move(constants_), {}, dialect);
+    if (has_all_examples_ && !examples_.empty()) p.set_example_inputs(std::move(examples_));
+    verify(p);
+    *this = program_builder();
+    return p;
+  }
+
+ private:
+  void check_owned(const argument& a, const op_info* op) {
+    a.for_each_value([&](const value& v) {
+      if (v && v.producer().impl()->owner != &graph_)
+        throw graph_error("xport.builder.foreign_value",
+                          "value '" + v.name() + "' belongs to another graph" +
+                              (op ? " (argument of " + op->qualified + ")" : std::string()) +
+                              "; use values made by this builder");
+    });
+  }
+
+  value add_input(input_spec spec, tensor_meta meta, bool exact_name) {
+    value v = exact_name ? graph_.add_placeholder(spec.arg.name, value_type::of(std::move(meta)))
+                         : graph_.add_placeholder_fresh(spec.arg.name, value_type::of(std::move(meta)));
+    spec.arg.name = v.name();
+    input_specs_.push_back(std::move(spec));
+    return v;
+  }
+
+  value add_lifted(input_kind k, const std::string& fqn, const at::Tensor& t,
+                   std::optional<bool> persistent) {
+    input_spec spec{k, argument_spec::tensor(detail::lifted_name(k, fqn)), fqn, persistent};
+    return add_input(std::move(spec), tensor_meta::of(t), false);
+  }
+
+  xport::graph graph_;
+  std::vector<input_spec> input_specs_;  // in placeholder creation order
+  std::vector<value> outputs_;
+  std::vector<output_spec> output_specs_;
+  tensor_dict state_dict_;
+  tensor_dict constants_;
+  std::vector<at::Tensor> examples_;
+  bool has_all_examples_ = true;
+  std::shared_ptr<const source_location> source_;
+  std::string module_;
+};
+
+XPORT_END_NAMESPACE
+// #include <xport/ir/print.hpp>
+// xport/ir/print.hpp: programs as torch.export prints them, and graphs as Graphviz DOT.
+// print_style::torch_export is `print(ep)` of current torch (torch.fx's verbose codegen:
+// annotated forward, `;  x = None` last-use lists, `# File: ... in forward, code: ...`
+// summaries, the compact `# inputs` / `# outputs` signature); print_style::seed is the layout of
+// the seed document (`# code: ...` comments, the pretty-printed ExportGraphSignature repr).
+// Both are byte-exact contracts tested against golden files.
+
+#include <cstddef>        // std::size_t
+#include <ostream>        // std::ostream
+#include <string>         // std::string
+#include <string_view>    // std::string_view
+#include <unordered_map>  // std::unordered_map
+#include <unordered_set>  // std::unordered_set
+#include <vector>         // std::vector
+
+// #include <xport/config.hpp>
+// #include <xport/detail/python_repr.hpp>
+// #include <xport/detail/schema.hpp>
+// #include <xport/ir/graph.hpp>
+// #include <xport/ir/program.hpp>
+// #include <xport/ir/signature.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+enum class print_style : std::uint8_t {
+  torch_export,  ///< `print(ep)` of torch >= 2.8
+  seed,          ///< the layout of the seed document (torch 2.2-2.4 era signature repr)
+};
+
+struct print_options {
+  print_style style = print_style::torch_export;
+  bool include_stride = false;  ///< FX_GRAPH_SHOW_STRIDE=1
+  bool include_device = false;  ///< FX_GRAPH_SHOW_DEVICE=1
+};
+
+namespace detail {
+
+/// Python repr of an argument, as torch.fx's `_get_repr` writes it.
+inline std::string arg_repr(const argument& a) {
+  switch (a.type()) {
+    case argument::kind::none: return "None";
+    case argument::kind::boolean: return a.as_bool() ? "True" : "False";
+    case argument::kind::integer: return std::to_string(a.as_int());
+    case argument::kind::floating: return python_float_repr(a.as_double());
+    case argument::kind::string: return python_str_repr(a.as_string());
+    case argument::kind::dtype: return python_repr(a.as_dtype());
+    case argument::kind::device: return python_repr(a.as_device());
+    case argument::kind::layout: return python_repr(a.as_layout());
+    case argument::kind::memory_format: return python_repr(a.as_memory_format());
+    case argument::kind::value: return a.as_value().name();
+    case argument::kind::list: {
+      std::string s = "[";
+      bool first = true;
+      for (const auto& e : a.as_list()) {
+        if (!first) s += ", ";
+        first = false;
+        s += arg_repr(e);
+      }
+      return s + "]";
+    }
+  }
+  return "?";
+}
+
+/// `x, 1, alpha = 2`: positional arguments up to the last one that differs from its default,
+/// keyword-only arguments that differ from their defaults (as the dispatcher hands them to
+/// Python).
+inline std::string call_args_repr(const op_info& op, std::span<const argument> args) {
+  const auto& params = op.schema().arguments();
+  const auto is_default = [&](std::size_t i) {
+    const auto& d = params[i].default_value();
+    return d && from_ivalue(*d, params[i].real_type()) == args[i];
+  };
+  std::size_t last_pos = 0;  // one past the last positional argument to print
+  for (std::size_t i = 0; i < params.size(); ++i)
+    if (!params[i].kwarg_only() && !is_default(i)) last_pos = i + 1;
+  std::string s;
+  for (std::size_t i = 0; i < last_pos; ++i) {
+    if (!s.empty()) s += ", ";
+    s += arg_repr(args[i]);
+  }
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (!params[i].kwarg_only() || is_default(i)) continue;
+    if (!s.empty()) s += ", ";
+    s += params[i].name() + " = " + arg_repr(args[i]);
+  }
+  return s;
+}
+
+inline std::string value_annotation(const value& v, const print_options& o) {
+  const auto& t = v.type();
+  switch (t.kind) {
+    case value_kind::tensor: {
+      std::string s = t.tensor.annotation();
+      if (o.include_stride) {
+        s += '[';
+        for (std::size_t i = 0; i < t.tensor.strides.size(); ++i)
+          s += (i ? ", " : "") + t.tensor.strides[i].str();
+        s += ']';
+      }
+      if (o.include_device) s += t.tensor.device.str();
+      return s;
+    }
+    case value_kind::sym_int: return "Sym(" + t.scalar.str() + ")";
+    default: return {};
+  }
+}
+
+// One line of torch.fx code: a graph node, or one `getitem` of a multi-output node.
+struct fx_line {
+  enum class kind : std::uint8_t { placeholder, call, getitem, output } type;
+  std::string name;
+  std::string annotation;
+  std::string rhs;
+  std::vector<std::string> inputs;  // names read, in first-appearance order
+  std::size_t num_users = 0;
+  const source_location* source = nullptr;
+};
+
+inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
+  std::vector<fx_line> lines;
+  std::unordered_map<std::string, std::size_t> users;  // name -> number of fx users
+  const auto inputs_of = [](const node& n) {
+    std::vector<std::string> names;
+    std::unordered_set<std::string> seen;
+    for (std::size_t i = 0; i < n.num_inputs(); ++i) {
+      const auto& nm = n.input(i).name();
+      if (seen.insert(nm).second) names.push_back(nm);
+    }
+    return names;
+  };
+  for (auto n : g.nodes()) {
+    switch (n.kind()) {
+      case node_kind::placeholder:
+        lines.push_back({fx_line::kind::placeholder, n.name(), value_annotation(n.output(0), o), {}, {}, 0, nullptr});
+        break;
+      case node_kind::call_function: {
+        const auto* src = n.source().get();
+        fx_line l{fx_line::kind::call, n.name(), {}, {}, inputs_of(n), 0, src};
+        l.rhs = n.op().target + "(" + call_args_repr(n.op(), n.args()) + ")";
+        if (!n.has_tuple_output()) l.annotation = value_annotation(n.output(0), o);
+        lines.push_back(std::move(l));
+        if (n.has_tuple_output())
+          for (std::size_t i = 0; i < n.num_outputs(); ++i) {
+            auto v = n.output(i);
+            if (v.num_uses() == 0) continue;
+            lines.push_back({fx_line::kind::getitem, v.name(), value_annotation(v, o),
+                             n.name() + "[" + std::to_string(i) + "]", {n.name()}, 0, src});
+          }
+        break;
+      }
+      case node_kind::output: {
+        std::string r = "(";
+        const auto args = n.args();
+        for (std::size_t i = 0; i < args.size(); ++i) {
+          if (i) r += ", ";
+          r += arg_repr(args[i]);
+        }
+        r += args.size() == 1 ? ",)" : ")";
+        lines.push_back({fx_line::kind::output, "output", {}, "return " + r, inputs_of(n), 0, nullptr});
+        break;
+      }
+    }
+  }
+  for (const auto& l : lines)
+    for (const auto& in : l.inputs) ++users[in];
+  for (auto& l : lines) l.num_users = users[l.name];
+  return lines;
+}
+
+inline std::string summary_of(const source_location* s) {
+  if (!s || (s->file.empty() && s->code.empty())) return "No stacktrace found for following nodes";
+  if (s->file.empty()) return "File: <unknown>:" + std::to_string(s->line) + " in " +
+                              (s->function.empty() ? "forward" : s->function) + ", code: " + s->code;
+  return "File: " + s->file + ":" + std::to_string(s->line) + " in " +
+         (s->function.empty() ? "forward" : s->function) + ", code: " + s->code;
+}
+
+inline std::string indent_lines(std::string_view text, std::string_view pad) {
+  // `_addindent`: every line but the first gets `pad`.
+  std::string out;
+  std::size_t start = 0;
+  bool first = true;
+  while (true) {
+    const auto nl = text.find('\n', start);
+    const auto line = text.substr(start, nl == std::string_view::npos ? std::string_view::npos : nl - start);
+    if (!first) out += pad;
+    out += line;
+    first = false;
+    if (nl == std::string_view::npos) break;
+    out += '\n';
+    start = nl + 1;
+  }
+  return out;
+}
+
+inline std::string replace_all(std::string s, std::string_view from, std::string_view to) {
+  std::size_t pos = 0;
+  while ((pos = s.find(from, pos)) != std::string::npos) {
+    s.replace(pos, from.size(), to);
+    pos += to.size();
+  }
+  return s;
+}
+
+/// `class GraphModule(torch.nn.Module):\n    def forward(...):\n        ...` (torch.fx
+/// `print_readable`, verbose).
+inline std::string graph_module_code(const graph& g, const print_options& o) {
+  const auto lines = fx_lines(g, o);
+  const bool seed = o.style == print_style::seed;
+  // last uses, scanning backwards (torch.fx `register_last_uses`)
+  std::unordered_map<std::string, std::size_t> last_use;
+  std::vector<std::vector<std::string>> to_delete(lines.size());
+  for (std::size_t i = lines.size(); i-- > 0;)
+    for (const auto& in : lines[i].inputs)
+      if (last_use.emplace(in, i).second) to_delete[i].push_back(in);
+
+  std::vector<std::string> free_vars{"self"};
+  std::string body;
+  std::string prev_summary;
+  bool have_prev = false;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const auto& l = lines[i];
+    const std::string ann = l.annotation.empty() ? "" : ": \"" + l.annotation + "\"";
+    if (l.type == fx_line::kind::placeholder) {
+      free_vars.push_back(l.name + ann);
+      continue;
+    }
+    if (l.type != fx_line::kind::output) {
+      if (seed) {
+        const std::string code = l.source ? l.source->code : std::string();
+        if (!code.empty() && (!have_prev || code != prev_summary)) {
+          body += "\n# code: " + code + "\n";
+          prev_summary = code;
+          have_prev = true;
+        }
+      } else {
+        const std::string summary = "\n# " + summary_of(l.source) + "\n";
+        if (!have_prev || summary != prev_summary) {
+          body += summary;
+          prev_summary = summary;
+          have_prev = true;
+        }
+      }
+    }
+    if (l.type == fx_line::kind::output) {
+      body += l.rhs + "\n";
+      continue;
+    }
+    body += l.name + ann + " = " + l.rhs;
+    auto dels = to_delete[i];
+    if (l.num_users == 0) dels.push_back(l.name);
+    if (!seed && !dels.empty()) {
+      body += ";  ";
+      for (const auto& d : dels) body += d + " = ";
+      body += "None";
+    }
+    body += "\n";
+  }
+  // lstrip("\n"), then indent every line by 4
+  std::size_t k = 0;
+  while (k < body.size() && body[k] == '\n') ++k;
+  std::string code = "    " + replace_all(body.substr(k), "\n", "\n    ");
+  std::string params;
+  for (std::size_t i = 0; i < free_vars.size(); ++i) params += (i ? ", " : "") + free_vars[i];
+  std::string module = "class GraphModule(torch.nn.Module):\ndef forward(" + params + "):\n" + code;
+  return indent_lines(module, "    ");
+}
+
+inline std::string spec_arg_repr(const argument_spec& a) {
+  switch (a.type) {
+    case argument_spec::kind::tensor: return "TensorArgument(name='" + a.name + "')";
+    case argument_spec::kind::sym_int: return "SymIntArgument(name='" + a.name + "')";
+    case argument_spec::kind::sym_float: return "SymFloatArgument(name='" + a.name + "')";
+    case argument_spec::kind::sym_bool: return "SymBoolArgument(name='" + a.name + "')";
+    case argument_spec::kind::constant:
+      return "ConstantArgument(name='" + a.name + "', value=" + arg_repr(a.constant) + ")";
+    case argument_spec::kind::custom_obj:
+      return "CustomObjArgument(name='" + a.name + "', class_fqn='" + a.class_fqn + "', fake_val=None)";
+    case argument_spec::kind::token: return "TokenArgument(name='" + a.name + "')";
+  }
+  return "?";
+}
+
+inline std::string opt_str_repr(const std::optional<std::string>& s) {
+  return s ? python_str_repr(*s) : "None";
+}
+
+/// The seed document's pretty-printed `ExportGraphSignature(...)`, indented by `pad`.
+inline std::string seed_signature(const graph_signature& sig, const std::string& pad) {
+  std::string s = pad + "ExportGraphSignature(\n" + pad + "    input_specs=[";
+  const auto spec_block = [&](const std::vector<std::string>& fields, bool last) {
+    std::string b = "\n" + pad + "        " + fields[0] + "(\n";
+    for (std::size_t i = 1; i < fields.size(); ++i)
+      b += pad + "            " + fields[i] + (i + 1 < fields.size() ? ",\n" : "\n");
+    b += pad + "        )" + (last ? "" : ",");
+    return b;
+  };
+  for (std::size_t i = 0; i < sig.input_specs.size(); ++i) {
+    const auto& in = sig.input_specs[i];
+    s += spec_block({"InputSpec",
+                     "kind=<InputKind." + std::string(to_string(in.kind)) + ": " +
+                         std::to_string(static_cast<int>(in.kind)) + ">",
+                     "arg=" + spec_arg_repr(in.arg), "target=" + opt_str_repr(in.target),
+                     std::string("persistent=") + (in.persistent ? (*in.persistent ? "True" : "False") : "None")},
+                    i + 1 == sig.input_specs.size());
+  }
+  s += (sig.input_specs.empty() ? "" : "\n" + pad + "    ") + "],\n" + pad + "    output_specs=[";
+  for (std::size_t i = 0; i < sig.output_specs.size(); ++i) {
+    const auto& out = sig.output_specs[i];
+    s += spec_block({"OutputSpec",
+                     "kind=<OutputKind." + std::string(to_string(out.kind)) + ": " +
+                         std::to_string(static_cast<int>(out.kind)) + ">",
+                     "arg=" + spec_arg_repr(out.arg), "target=" + opt_str_repr(out.target)},
+                    i + 1 == sig.output_specs.size());
+  }
+  s += (sig.output_specs.empty() ? "" : "\n" + pad + "    ") + "]\n" + pad + ")";
+  return s;
+}
+
+/// Drops trailing spaces on every line (the seed document's layout has none).
+inline std::string rstrip_lines(const std::string& s) {
+  std::string out;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    auto nl = s.find('\n', start);
+    if (nl == std::string::npos) nl = s.size();
+    auto end = nl;
+    while (end > start && s[end - 1] == ' ') --end;
+    out.append(s, start, end - start);
+    if (nl < s.size()) out += '\n';
+    start = nl + 1;
+  }
+  return out;
+}
+
+inline std::string range_constraints_repr(const std::vector<range_constraint>& rc) {
+  std::string s = "{";
+  for (std::size_t i = 0; i < rc.size(); ++i) s += (i ? ", " : "") + rc[i].str();
+  return s + "}";
+}
+
+}  // namespace detail
+
+/// The graph as torch.fx's `print_readable` writes a GraphModule.
+inline std::string to_string(const graph& g, const print_options& o = {}) {
+  auto s = detail::graph_module_code(g, o);
+  return o.style == print_style::seed ? detail::rstrip_lines(s) : s;
+}
+
+/// The program as `print(ep)` writes it (or in the seed document's layout).
+inline std::string to_string(const exported_program& p, const print_options& o = {}) {
+  const auto gm = detail::graph_module_code(p.graph(), o);
+  if (o.style == print_style::seed) {
+    return detail::rstrip_lines(
+        "ExportedProgram:\n    " + detail::replace_all(gm, "\n", "\n    ") + "\n    Graph signature:\n" +
+        detail::seed_signature(p.signature(), "        ") + "\n    Range constraints: " +
+        detail::range_constraints_repr(p.range_constraints()) + "\n");
+  }
+  return "ExportedProgram:\n    " + detail::replace_all(gm, "\n", "\n    ") + "\nGraph signature: " +
+         detail::replace_all(p.signature().str(), "\n", "\n    ") + "\nRange constraints: " +
+         detail::range_constraints_repr(p.range_constraints()) + "\n";
+}
+
+inline std::ostream& operator<<(std::ostream& os, const exported_program& p) { return os << to_string(p); }
+inline std::ostream& operator<<(std::ostream& os, const graph& g) { return os << to_string(g); }
+
+/// The graph in Graphviz DOT: one box per node labelled with its name, op and annotated type,
+/// edges from producer to user (labelled with the output index of multi-output nodes).
+inline std::string to_dot(const graph& g, std::string_view name = "GraphModule") {
+  const auto q = [](const std::string& s) {
+    std::string o = "\"";
+    for (char c : s) {
+      if (c == '"' || c == '\\') o += '\\';
+      o += c;
+    }
+    return o + "\"";
+  };
+  print_options o;
+  std::string s = "digraph " + q(std::string(name)) + " {\n  rankdir=TB;\n  node [shape=box, fontname=\"monospace\"];\n";
+  for (auto n : g.nodes()) {
+    std::string label = n.name() + "\\n";
+    std::string shape;
+    if (n.is_placeholder()) {
+      label += "placeholder\\n" + detail::value_annotation(n.output(0), o);
+      shape = ", shape=ellipse";
+    } else if (n.is_output()) {
+      label = "output";
+      shape = ", shape=ellipse";
+    } else {
+      label += n.op().target.substr(10);  // drop "torch.ops."
+      for (auto v : n.outputs()) {
+        const auto a = detail::value_annotation(v, o);
+        if (!a.empty()) label += "\\n" + (n.has_tuple_output() ? v.name() + ": " : std::string()) + a;
+      }
+    }
+    s += "  " + q(n.name()) + " [label=\"" + detail::replace_all(label, "\"", "\\\"") + "\"" + shape + "];\n";
+  }
+  for (auto n : g.nodes())
+    for (std::size_t i = 0; i < n.num_inputs(); ++i) {
+      auto v = n.input(i);
+      auto p = v.producer();
+      s += "  " + q(p.name()) + " -> " + q(n.name());
+      if (p.has_tuple_output()) s += " [label=\"[" + std::to_string(v.index()) + "]\"]";
+      s += ";\n";
+    }
+  return s + "}\n";
+}
+
+XPORT_END_NAMESPACE
+
+// #include <xport/run/guards.hpp>
+// xport/run/guards.hpp: the checks a program makes on its inputs before running.
+// Count, definedness, dtype, device, rank and every static size; a mismatch is a guard_error
+// `[xport.guard.<what>] input <name>: ...` naming the input, the dimension, what the program
+// expects and what it got, and how to fix it.
+
+#include <cstddef>  // std::size_t
+#include <string>   // std::string
+#include <vector>   // std::vector
+
+#include <ATen/core/Tensor.h>
+
+// #include <xport/config.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ir/dtype.hpp>
+// #include <xport/ir/program.hpp>
+// #include <xport/ir/tensor_meta.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+class input_guards {
+ public:
+  explicit input_guards(const exported_program& p) {
+    const auto phs = p.graph().placeholders();
+    const auto& specs = p.signature().input_specs;
+    for (std::size_t i = 0; i < phs.size() && i < specs.size(); ++i) {
+      if (specs[i].kind != input_kind::user_input) continue;
+      const auto v = phs[i].output(0);
+      names_.push_back(v.name());
+      metas_.push_back(v.kind() == value_kind::tensor ? v.meta() : tensor_meta{});
+    }
+  }
+
+  [[nodiscard]] const std::vector<std::string>& names() const noexcept { return names_; }
+  [[nodiscard]] const std::vector<tensor_meta>& metas() const noexcept { return metas_; }
+
+  /// Throws guard_error for the first input that does not satisfy the program's guards.
+  void check(const std::vector<at::Tensor>& inputs) const {
+    if (inputs.size() != names_.size()) {
+      std::string list;
+      for (const auto& n : names_) list += (list.empty() ? "" : ", ") + n;
+      throw guard_error("xport.guard.count", "expected " + std::to_string(names_.size()) +
+                                                 " input(s) (" + list + "), got " +
+                                                 std::to_string(inputs.size()));
+    }
+    for (std::size_t i = 0; i < inputs.size(); ++i) check_one(i, inputs[i]);
+  }
+
+ private:
+  void check_one(std::size_t i, const at::Tensor& t) const {
+    const auto& name = names_[i];
+    const auto& m = metas_[i];
+    if (!t.defined())
+      throw guard_error("xport.guard.undefined", "input " + name + ": expected a tensor " +
+                                                     m.annotation() + ", got an undefined tensor");
+    if (t.scalar_type() != m.dtype)
+      throw guard_error("xport.guard.dtype", "input " + name + ": expected dtype " + dtype_abbr(m.dtype) +
+                                                 " (" + python_repr(m.dtype) + "), got " +
+                                                 dtype_abbr(t.scalar_type()) + " (" +
+                                                 python_repr(t.scalar_type()) + "); convert it with .to(" +
+                                                 python_repr(m.dtype) + ")");
+    if (t.device().type() != m.device.type())
+      throw guard_error("xport.guard.device",
+                        "input " + name + ": expected a tensor on " + m.device.str() + ", got one on " +
+                            t.device().str() + "; move the input, or move the program with "
+                            "exported_program::to(device)");
+    if (t.dim() != m.dim())
+      throw guard_error("xport.guard.rank", "input " + name + ": expected " + std::to_string(m.dim()) +
+                                                " dimension(s) " + m.annotation() + ", got " +
+                                                std::to_string(t.dim()) + " " +
+                                                tensor_meta::of(t).annotation());
+    for (std::size_t d = 0; d < m.sizes.size(); ++d) {
+      const auto& s = m.sizes[d];
+      if (s.is_symbolic()) continue;
+      if (t.size(static_cast<std::int64_t>(d)) != s.value())
+        throw guard_error("xport.guard.shape",
+                          "input " + name + ": dim " + std::to_string(d) + " must be " +
+                              std::to_string(s.value()) + ", got " +
+                              std::to_string(t.size(static_cast<std::int64_t>(d))) +
+                              " (the program was exported with a static size here; export with a "
+                              "dynamic Dim for this dimension to accept other sizes)");
+    }
+  }
+
+  std::vector<std::string> names_;
+  std::vector<tensor_meta> metas_;
+};
+
+XPORT_END_NAMESPACE
+// #include <xport/run/interpreter.hpp>
+// xport/run/interpreter.hpp: running an exported program through the LibTorch dispatcher.
+// The program is compiled once into a flat instruction list: operator handles resolved,
+// constant arguments pre-boxed, one register per value; each value is moved into its last use
+// (or dropped at once when nothing uses it), so memory is freed as early as in eager. Running checks the inputs
+// against the program's guards, then makes one boxed call per node; the dispatcher picks the
+// kernel (CPU or CUDA) from the tensors, and autograd records when parameters require grad.
+// An interpreter is immutable after construction: any number of threads may run it at once.
+
+#include <cstddef>        // std::size_t
+#include <cstdint>        // std::uint32_t
+#include <memory>         // std::shared_ptr
+#include <mutex>          // std::lock_guard
+#include <optional>       // std::optional
+#include <string>         // std::string
+#include <unordered_map>  // std::unordered_map
+#include <utility>        // std::move
+#include <vector>         // std::vector
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/core/stack.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
+
+// #include <xport/config.hpp>
+// #include <xport/detail/schema.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ir/graph.hpp>
+// #include <xport/ir/program.hpp>
+// #include <xport/run/guards.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+struct run_options {
+  /// Check inputs against the program's guards before running (count, dtype, device, shape).
+  bool check_inputs = true;
+  /// Run under c10::InferenceMode: no autograd recording, ~0.2 us less per op. Results are
+  /// inference tensors.
+  bool inference_mode = false;
+};
+
+class interpreter {
+ public:
+  explicit interpreter(const exported_program& p) : guards_(p) { compile(p); }
+
+  /// Runs on the user inputs (in signature order); returns the user outputs. Buffer and input
+  /// mutations the program returns are written back (into the program's state, and into the
+  /// given input tensors) as eager would have done in place.
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs, const run_options& opts = {}) const {
+    if (opts.check_inputs) guards_.check(inputs);
+    std::optional<c10::InferenceMode> inference;
+    if (opts.inference_mode) inference.emplace();
+    auto outs = execute(inputs);
+    std::vector<at::Tensor> user;
+    user.reserve(user_outputs_.size());
+    for (auto i : user_outputs_) user.push_back(outs[i].isTensor() ? outs[i].toTensor() : at::Tensor());
+    if (!mutations_.empty()) {
+      c10::NoGradGuard no_grad;
+      for (const auto& m : mutations_) {
+        auto& target = m.user_input >= 0 ? inputs[static_cast<std::size_t>(m.user_input)] : m.state;
+        const auto& fresh = outs[m.output].toTensor();
+        if (!target.is_same(fresh)) target.copy_(fresh);
+      }
+    }
+    return user;
+  }
+
+  /// Runs and returns every graph output (mutations included) as IValues, without guards or
+  /// write-back: the graph as a pure function of (lifted state, user inputs).
+  std::vector<c10::IValue> run_all(const std::vector<at::Tensor>& inputs) const { return execute(inputs); }
+
+  [[nodiscard]] std::size_t num_instructions() const noexcept { return code_.size(); }
+  [[nodiscard]] const input_guards& guards() const noexcept { return guards_; }
+
+ private:
+  // How one argument is pushed: a pre-boxed constant, a register (copied, or moved when this is
+  // its last use), or a list assembled from registers.
+  struct arg_op {
+    enum class kind : std::uint8_t { constant, reg_copy, reg_move, tensor_list, opt_tensor_list, int_list };
+    kind type;
+    std::uint32_t index;  // into constants_, regs, or lists_
+  };
+  struct list_op {
+    std::vector<arg_op> elems;  // constant (None / int) or register
+  };
+  struct instr {
+    const c10::OperatorHandle* op;
+    const op_info* info;
+    std::string node_name;
+    std::vector<arg_op> args;
+    std::vector<std::uint32_t> outputs;  // register per output; `dead` = unused, dropped at once
+    bool list_return = false;
+  };
+  struct mutation {
+    std::size_t output;   // index among graph outputs
+    int user_input = -1;  // write back into this user input...
+    at::Tensor state;     // ...or into this state tensor
+  };
+  static constexpr std::uint32_t dead = 0xffffffffu;
+
+  void compile(const exported_program& p) {
+    const auto& g = p.graph();
+    const auto& sig = p.signature();
+    std::unordered_map<const detail::value_impl*, std::uint32_t> reg;
+    const auto phs = g.placeholders();
+    for (std::size_t i = 0; i < phs.size(); ++i) {
+      const auto r = static_cast<std::uint32_t>(reg.size());
+      reg.emplace(phs[i].output(0).impl(), r);
+      const auto& spec = sig.input_specs.at(i);
+      if (spec.kind == input_kind::user_input) {
+        user_slots_.push_back(r);
+        user_names_.push_back(spec.arg.name);
+      } else {
+        state_slots_.emplace_back(r, p.lifted_tensor(spec));
+      }
+    }
+    // last use of every value, by node order
+    std::unordered_map<const detail::value_impl*, const detail::node_impl*> last_use;
+    for (auto n : g.nodes())
+      for (std::size_t i = 0; i < n.num_inputs(); ++i) last_use[n.input(i).impl()] = n.impl();
+    const auto out_node = g.output_node();
+
+    for (auto n : g.nodes()) {
+      if (!n.is_call()) continue;
+      instr in;
+      in.info = &n.op();
+      in.op = &in.info->handle;
+      in.node_name = n.name();
+      in.list_return = in.info->returns_list;
+      const auto& params = in.info->schema().arguments();
+      const auto args = n.args();
+      // operands whose last use is this node are moved at their last occurrence here
+      std::unordered_map<const detail::value_impl*, std::size_t> remaining;
+      for (std::size_t i = 0; i < n.num_inputs(); ++i) ++remaining[n.input(i).impl()];
+      const auto reg_op = [&](const value& v) -> arg_op {
+        const auto r = reg.at(v.impl());
+        const bool last = last_use.at(v.impl()) == n.impl() && --remaining[v.impl()] == 0;
+        return {last ? arg_op::kind::reg_move : arg_op::kind::reg_copy, r};
+      };
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        const auto& a = args[i];
+        if (a.is_value()) {
+          in.args.push_back(reg_op(a.as_value()));
+          continue;
+        }
+        bool has_value = false;
+        a.for_each_value([&](const value&) { has_value = true; });
+        if (!has_value) {
+          constants_.push_back(detail::to_ivalue(a, params[i].real_type(), [](const value&) { return c10::IValue(); }));
+          in.args.push_back({arg_op::kind::constant, static_cast<std::uint32_t>(constants_.size() - 1)});
+          continue;
+        }
+        // a list holding values: Tensor[], Tensor?[] or SymInt[]
+        const auto elem = detail::unwrap_optional(params[i].real_type())->castRaw<c10::ListType>()->getElementType();
+        list_op l;
+        for (const auto& e : a.as_list()) {
+          if (e.is_value()) {
+            l.elems.push_back(reg_op(e.as_value()));
+          } else {
+            constants_.push_back(e.is_int() ? c10::IValue(e.as_int()) : c10::IValue());
+            l.elems.push_back({arg_op::kind::constant, static_cast<std::uint32_t>(constants_.size() - 1)});
+          }
+        }
+        lists_.push_back(std::move(l));
+        const auto k = elem->kind() == c10::TypeKind::TensorType ? arg_op::kind::tensor_list
+                       : elem->kind() == c10::TypeKind::OptionalType ? arg_op::kind::opt_tensor_list
+                                                                       : arg_op::kind::int_list;
+        in.args.push_back({k, static_cast<std::uint32_t>(lists_.size() - 1)});
+      }
+      for (auto v : n.outputs()) {
+        if (v.num_uses() == 0) {
+          in.outputs.push_back(dead);
+        } else {
+          const auto r = static_cast<std::uint32_t>(reg.size());
+          reg.emplace(v.impl(), r);
+          in.outputs.push_back(r);
+        }
+      }
+      max_args_ = std::max(max_args_, in.args.size());
+      code_.push_back(std::move(in));
+    }
+    num_regs_ = reg.size();
+    // outputs
+    const auto out_args = out_node.args();
+    for (std::size_t i = 0; i < out_args.size(); ++i) {
+      const auto& a = out_args[i];
+      if (a.is_value()) {
+        outputs_.push_back({true, reg.at(a.as_value().impl())});
+      } else {
+        constants_.push_back(detail::to_ivalue(a, c10::AnyType::get(), [](const value&) { return c10::IValue(); }));
+        outputs_.push_back({false, static_cast<std::uint32_t>(constants_.size() - 1)});
+      }
+      const auto& spec = sig.output_specs.at(i);
+      switch (spec.kind) {
+        case output_kind::user_output:
+        case output_kind::loss_output: user_outputs_.push_back(i); break;
+        case output_kind::buffer_mutation:
+        case output_kind::parameter_mutation: {
+          input_spec lookup;
+          lookup.kind = spec.kind == output_kind::buffer_mutation ? input_kind::buffer : input_kind::parameter;
+          for (const auto& s : sig.input_specs)
+            if (s.kind == lookup.kind && s.target == spec.target) lookup = s;
+          mutations_.push_back({i, -1, p.lifted_tensor(lookup)});
+          break;
+        }
+        case output_kind::user_input_mutation: {
+          int k = 0;
+          for (const auto& s : sig.input_specs) {
+            if (s.kind != input_kind::user_input) continue;
+            if (s.arg.name == spec.target) break;
+            ++k;
+          }
+          mutations_.push_back({i, k, {}});
+          break;
+        }
+        default: break;
+      }
+    }
+    // A register read by the output node must survive to the end: never move out of it.
+    std::vector<bool> is_output_reg(num_regs_, false);
+    for (const auto& o : outputs_)
+      if (o.is_reg) is_output_reg[o.index] = true;
+    const auto keep = [&](arg_op& a) {
+      if (a.type == arg_op::kind::reg_move && is_output_reg[a.index]) a.type = arg_op::kind::reg_copy;
+    };
+    for (auto& in : code_)
+      for (auto& a : in.args) keep(a);
+    for (auto& l : lists_)
+      for (auto& e : l.elems) keep(e);
+  }
+
+  static c10::IValue take(std::vector<c10::IValue>& regs, const std::vector<c10::IValue>& constants, const arg_op& a) {
+    switch (a.type) {
+      case arg_op::kind::constant: return constants[a.index];
+      case arg_op::kind::reg_copy: return regs[a.index];
+      case arg_op::kind::reg_move: return std::move(regs[a.index]);
+      default: return {};
+    }
+  }
+
+  std::vector<c10::IValue> execute(const std::vector<at::Tensor>& inputs) const {
+    std::vector<c10::IValue> regs(num_regs_);
+    for (std::size_t i = 0; i < user_slots_.size(); ++i) regs[user_slots_[i]] = inputs[i];
+    for (const auto& [r, t] : state_slots_) regs[r] = t;
+    torch::jit::Stack stack;
+    stack.reserve(max_args_ + 4);
+    for (const auto& in : code_) {
+      for (const auto& a : in.args) {
+        switch (a.type) {
+          case arg_op::kind::constant:
+          case arg_op::kind::reg_copy:
+          case arg_op::kind::reg_move: stack.push_back(take(regs, constants_, a)); break;
+          case arg_op::kind::tensor_list: {
+            const auto& l = lists_[a.index];
+            c10::List<at::Tensor> ts;
+            ts.reserve(l.elems.size());
+            for (const auto& e : l.elems) ts.push_back(take(regs, constants_, e).toTensor());
+            stack.emplace_back(std::move(ts));
+            break;
+          }
+          case arg_op::kind::opt_tensor_list: {
+            const auto& l = lists_[a.index];
+            c10::List<c10::optional<at::Tensor>> ts;
+            ts.reserve(l.elems.size());
+            for (const auto& e : l.elems) {
+              auto v = take(regs, constants_, e);
+              if (v.isNone()) ts.push_back(c10::nullopt);
+              else ts.push_back(v.toTensor());
+            }
+            stack.emplace_back(std::move(ts));
+            break;
+          }
+          case arg_op::kind::int_list: {
+            const auto& l = lists_[a.index];
+            c10::List<std::int64_t> is;
+            for (const auto& e : l.elems) is.push_back(take(regs, constants_, e).toInt());
+            stack.emplace_back(std::move(is));
+            break;
+          }
+        }
+      }
+      try {
+        in.op->callBoxed(stack);
+      } catch (const c10::Error& e) {
+        throw run_error("xport.run.op_failed", "node '" + in.node_name + "' (" + in.info->qualified +
+                                                   ") failed: " + e.what_without_backtrace());
+      }
+      if (in.list_return) {
+        auto l = stack[0].toTensorVector();
+        for (std::size_t i = 0; i < in.outputs.size() && i < l.size(); ++i)
+          if (in.outputs[i] != dead) regs[in.outputs[i]] = std::move(l[i]);
+      } else {
+        for (std::size_t i = 0; i < in.outputs.size(); ++i)
+          if (in.outputs[i] != dead) regs[in.outputs[i]] = std::move(stack[i]);
+      }
+      stack.clear();
+    }
+    std::vector<c10::IValue> out;
+    out.reserve(outputs_.size());
+    for (const auto& o : outputs_) out.push_back(o.is_reg ? regs[o.index] : constants_[o.index]);
+    return out;
+  }
+
+  struct output_slot {
+    bool is_reg;
+    std::uint32_t index;
+  };
+
+  input_guards guards_;
+  std::vector<instr> code_;
+  std::vector<c10::IValue> constants_;
+  std::vector<list_op> lists_;
+  std::vector<std::uint32_t> user_slots_;
+  std::vector<std::string> user_names_;
+  std::vector<std::pair<std::uint32_t, at::Tensor>> state_slots_;
+  std::vector<output_slot> outputs_;
+  std::vector<std::size_t> user_outputs_;
+  std::vector<mutation> mutations_;
+  std::size_t num_regs_ = 0;
+  std::size_t max_args_ = 0;
+};
+
+namespace detail {
+struct interpreter_cache : run_cache {
+  explicit interpreter_cache(const exported_program& p) : interp(p) {}
+  interpreter interp;
+};
+}  // namespace detail
+
+/// The program's interpreter, compiled on first use and cached until the program is mutated.
+inline std::shared_ptr<const interpreter> interpreter_for(const exported_program& p) {
+  if (auto c = p.run_cache_get()) return {c, &static_cast<detail::interpreter_cache*>(c.get())->interp};
+  std::lock_guard<std::mutex> lock(p.run_cache_mutex());
+  if (auto c = p.run_cache_get()) return {c, &static_cast<detail::interpreter_cache*>(c.get())->interp};
+  auto c = std::make_shared<detail::interpreter_cache>(p);
+  p.run_cache_set(c);
+  return {c, &c->interp};
+}
+
+/// Runs `p` on its user inputs and returns its user outputs (see interpreter::run).
+inline std::vector<at::Tensor> run(const exported_program& p, const std::vector<at::Tensor>& inputs,
+                                   const run_options& opts = {}) {
+  return interpreter_for(p)->run(inputs, opts);
+}
+
+XPORT_END_NAMESPACE
+
+// #include <xport/detail/macro_unscope.hpp>
+// xport/detail/macro_unscope.hpp: undefines xport's internal macros at the end of the umbrella
+// header. XPORT_BEGIN_NAMESPACE / XPORT_END_NAMESPACE and the version macros stay: they are part
+// of the public surface (extensions declare into xport's namespace with them).
+
+#undef XPORT_LIKELY
+#undef XPORT_UNLIKELY
