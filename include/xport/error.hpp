@@ -56,6 +56,19 @@ class verify_error : public error {
   std::string node_;
 };
 
+/// Export could not capture the program (an unsupported construct in the traced code).
+class export_error : public error {
+ public:
+  using error::error;
+};
+
+/// The traced code read tensor data (`item()`, `nonzero`, `unique`, a tensor used as a bool):
+/// torch.export's graph break. The message names the op and the way out.
+class graph_break : public export_error {
+ public:
+  using export_error::export_error;
+};
+
 /// Inputs given to a program do not satisfy its input guards (count, dtype, device, shape).
 class guard_error : public error {
  public:

@@ -1,5 +1,5 @@
-// xport/xport.hpp: the whole library. torch.export for C++: build, check, print and run
-// exported programs of ATen ops over LibTorch, with no Python.
+// xport/xport.hpp: the whole library. torch.export for C++: export C++ code and torch::nn
+// modules, build, check, print and run exported programs of ATen ops, with no Python.
 // Includes only narrow LibTorch headers (ATen/core/Tensor.h, the dispatcher, per-op headers),
 // never <torch/torch.h> or <ATen/ATen.h>.
 #pragma once
@@ -19,8 +19,14 @@
 #include <xport/ir/verify.hpp>
 #include <xport/ir/builder.hpp>
 #include <xport/ir/print.hpp>
+#include <xport/ir/treespec.hpp>
 
 #include <xport/run/guards.hpp>
 #include <xport/run/interpreter.hpp>
+
+#include <xport/trace/tree.hpp>
+#include <xport/trace/capture.hpp>
+#include <xport/trace/strict.hpp>
+#include <xport/trace/export.hpp>
 
 #include <xport/detail/macro_unscope.hpp>

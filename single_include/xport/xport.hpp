@@ -5,8 +5,8 @@
 // Edit the headers under include/xport/ and regenerate.
 #pragma once
 
-// xport/xport.hpp: the whole library. torch.export for C++: build, check, print and run
-// exported programs of ATen ops over LibTorch, with no Python.
+// xport/xport.hpp: the whole library. torch.export for C++: export C++ code and torch::nn
+// modules, build, check, print and run exported programs of ATen ops, with no Python.
 // Includes only narrow LibTorch headers (ATen/core/Tensor.h, the dispatcher, per-op headers),
 // never <torch/torch.h> or <ATen/ATen.h>.
 
@@ -103,6 +103,19 @@ class verify_error : public error {
 
  private:
   std::string node_;
+};
+
+/// Export could not capture the program (an unsupported construct in the traced code).
+class export_error : public error {
+ public:
+  using error::error;
+};
+
+/// The traced code read tensor data (`item()`, `nonzero`, `unique`, a tensor used as a bool):
+/// torch.export's graph break. The message names the op and the way out.
+class graph_break : public export_error {
+ public:
+  using export_error::export_error;
 };
 
 /// Inputs given to a program do not satisfy its input guards (count, dtype, device, shape).
@@ -1935,6 +1948,75 @@ XPORT_END_NAMESPACE
 // #include <xport/error.hpp>
 // #include <xport/ir/graph.hpp>
 // #include <xport/ir/signature.hpp>
+// #include <xport/ir/treespec.hpp>
+// xport/ir/treespec.hpp: the structure of a program's inputs and outputs (torch's TreeSpec).
+// Tensor leaves, constant leaves (specialized C++ scalars and strings), None, and tuple / list /
+// dict containers. Building specs from C++ values lives in trace/tree.hpp.
+
+#include <cstdint>  // std::uint8_t
+#include <string>   // std::string
+#include <vector>   // std::vector
+
+// #include <xport/config.hpp>
+// #include <xport/detail/python_repr.hpp>
+// #include <xport/ir/graph.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+/// The structure of a (nested) C++ value: tensor leaves, constant leaves, and containers.
+struct treespec {
+  enum class kind : std::uint8_t { leaf, constant, none, tuple, list, dict };
+  kind type = kind::leaf;
+  argument value;                 ///< a constant leaf's value
+  std::vector<std::string> keys;  ///< dict keys, in iteration order
+  std::vector<treespec> children;
+
+  static treespec leaf() { return {}; }
+  static treespec constant(argument v) { return {kind::constant, std::move(v), {}, {}}; }
+
+  /// Number of tensor leaves.
+  [[nodiscard]] std::size_t num_leaves() const {
+    if (type == kind::leaf) return 1;
+    std::size_t n = 0;
+    for (const auto& c : children) n += c.num_leaves();
+    return n;
+  }
+
+  /// torch-like text: `(*, [*, *], {'a': *}, 3, None)`.
+  [[nodiscard]] std::string str() const {
+    switch (type) {
+      case kind::leaf: return "*";
+      case kind::constant: return value.is_string() ? detail::python_str_repr(value.as_string()) : constant_text();
+      case kind::none: return "None";
+      case kind::tuple:
+      case kind::list: {
+        std::string s = type == kind::tuple ? "(" : "[";
+        for (std::size_t i = 0; i < children.size(); ++i) s += (i ? ", " : "") + children[i].str();
+        if (type == kind::tuple && children.size() == 1) s += ",";
+        return s + (type == kind::tuple ? ")" : "]");
+      }
+      case kind::dict: {
+        std::string s = "{";
+        for (std::size_t i = 0; i < children.size(); ++i)
+          s += (i ? ", " : "") + ("'" + keys[i] + "': ") + children[i].str();
+        return s + "}";
+      }
+    }
+    return "?";
+  }
+
+  friend bool operator==(const treespec&, const treespec&) = default;
+
+ private:
+  [[nodiscard]] std::string constant_text() const {
+    if (value.is_bool()) return value.as_bool() ? "True" : "False";
+    if (value.is_int()) return std::to_string(value.as_int());
+    if (value.is_double()) return detail::python_float_repr(value.as_double());
+    return "?";
+  }
+};
+
+XPORT_END_NAMESPACE
 
 XPORT_BEGIN_NAMESPACE
 
@@ -2031,6 +2113,8 @@ class exported_program {
         constants_(std::move(o.constants_)),
         range_constraints_(std::move(o.range_constraints_)),
         example_inputs_(std::move(o.example_inputs_)),
+        in_spec_(std::move(o.in_spec_)),
+        out_spec_(std::move(o.out_spec_)),
         dialect_(o.dialect_) {}
   exported_program& operator=(exported_program&& o) noexcept {
     graph_ = std::move(o.graph_);
@@ -2039,6 +2123,8 @@ class exported_program {
     constants_ = std::move(o.constants_);
     range_constraints_ = std::move(o.range_constraints_);
     example_inputs_ = std::move(o.example_inputs_);
+    in_spec_ = std::move(o.in_spec_);
+    out_spec_ = std::move(o.out_spec_);
     dialect_ = o.dialect_;
     invalidate();
     return *this;
@@ -2050,6 +2136,8 @@ class exported_program {
   [[nodiscard]] exported_program clone() const {
     exported_program p(graph_.clone(), signature_, state_dict_, constants_, range_constraints_, dialect_);
     p.example_inputs_ = example_inputs_;
+    p.in_spec_ = in_spec_;
+    p.out_spec_ = out_spec_;
     return p;
   }
 
@@ -2085,6 +2173,15 @@ class exported_program {
   }
   [[nodiscard]] ir_dialect dialect() const noexcept { return dialect_; }
   void set_dialect(ir_dialect d) noexcept { dialect_ = d; }
+
+  /// The structure of the inputs (a tuple of the positional arguments) and of the outputs, when
+  /// the program was exported from C++ values; absent for hand-built programs (flat tensors).
+  [[nodiscard]] const std::optional<treespec>& in_spec() const noexcept { return in_spec_; }
+  [[nodiscard]] const std::optional<treespec>& out_spec() const noexcept { return out_spec_; }
+  void set_call_spec(std::optional<treespec> in, std::optional<treespec> out) {
+    in_spec_ = std::move(in);
+    out_spec_ = std::move(out);
+  }
 
   /// The example user inputs the program was captured with, if kept.
   [[nodiscard]] const std::optional<std::vector<at::Tensor>>& example_inputs() const noexcept {
@@ -2190,6 +2287,8 @@ class exported_program {
   tensor_dict constants_;
   std::vector<range_constraint> range_constraints_;
   std::optional<std::vector<at::Tensor>> example_inputs_;
+  std::optional<treespec> in_spec_;
+  std::optional<treespec> out_spec_;
   ir_dialect dialect_ = ir_dialect::training;
   mutable std::shared_ptr<detail::run_cache> cache_;
   std::unique_ptr<std::mutex> cache_mu_ = std::make_unique<std::mutex>();
@@ -3280,21 +3379,26 @@ inline std::vector<c10::IValue> meta_stack_for(const op_info& op, const std::vec
   return stack;
 }
 
-/// The types of `op`'s outputs for schema-bound `args`.
-inline std::vector<value_type> infer_outputs(const op_info& op, const std::vector<argument>& args) {
-  if (is_data_dependent_op(op.name))
-    throw missing_fake_kernel(
-        "xport.fake.data_dependent",
-        op.qualified + " has an output that depends on tensor data, so its shape cannot be known "
-                       "before running. Make the value an input of the program, or write the "
-                       "computation without reading data (e.g. masks with aten::where instead of "
-                       "aten::nonzero)");
-  const auto inputs = meta_stack_for(op, args);
+/// Why a data-dependent op cannot be captured, and the way out.
+[[noreturn]] inline void throw_data_dependent(const op_info& op) {
+  throw missing_fake_kernel(
+      "xport.fake.data_dependent",
+      op.qualified + " has an output that depends on tensor data, so its shape cannot be known "
+                     "before running. Make the value an input of the program, or write the "
+                     "computation without reading data (e.g. masks with aten::where instead of "
+                     "aten::nonzero)");
+}
+
+/// Runs `op` on a stack of meta arguments and returns its results (as the op returns them),
+/// falling back to xport's shape rules when LibTorch has no meta kernel for it.
+/// `describe` names the arguments in error messages.
+template <class Describe>
+std::vector<c10::IValue> run_meta(const op_info& op, const std::vector<c10::IValue>& inputs, Describe&& describe) {
   auto stack = inputs;  // a failed call leaves the stack in an unspecified state
-  std::vector<at::Tensor> rule_out;
   try {
     c10::InferenceMode guard;
     op.handle.callBoxed(stack);
+    return stack;
   } catch (const c10::NotImplementedError& e) {
     const auto rule = find_meta_rule(op.qualified);  // exact overload: max.dim is not max
     if (!rule)
@@ -3307,16 +3411,18 @@ inline std::vector<value_type> infer_outputs(const op_info& op, const std::vecto
               "one. LibTorch said: " +
               first_line(e.what_without_backtrace()));
     c10::InferenceMode guard;
-    rule_out = rule(inputs);
+    auto outs = rule(inputs);
+    return {outs.begin(), outs.end()};
   } catch (const c10::Error& e) {
     // The op has a meta kernel and it refused the arguments (shapes, dtypes, values).
-    throw graph_error("xport.fake.op_rejected",
-                      op.qualified + " rejected its arguments (" + describe_args(op, args) +
-                          "): " + first_line(e.what_without_backtrace()));
+    throw graph_error("xport.fake.op_rejected", op.qualified + " rejected its arguments (" + describe() +
+                                                    "): " + first_line(e.what_without_backtrace()));
   }
+}
 
-  const auto device = output_device(op, args);
-  const bool grad = any_requires_grad(args);
+/// The value types of an op's results (from run_meta); tensors are reported on `device`.
+inline std::vector<value_type> result_types(const op_info& op, const std::vector<c10::IValue>& results,
+                                            c10::Device device, bool requires_grad) {
   std::vector<value_type> out;
   const auto add_tensor = [&](const at::Tensor& t) {
     if (!t.defined()) {
@@ -3325,14 +3431,10 @@ inline std::vector<value_type> infer_outputs(const op_info& op, const std::vecto
     }
     auto m = tensor_meta::of(t);
     m.device = device;
-    m.requires_grad = grad && (c10::isFloatingType(m.dtype) || c10::isComplexType(m.dtype));
+    m.requires_grad = requires_grad && (c10::isFloatingType(m.dtype) || c10::isComplexType(m.dtype));
     out.push_back(value_type::of(std::move(m)));
   };
-  if (!rule_out.empty()) {
-    for (const auto& t : rule_out) add_tensor(t);
-    return out;
-  }
-  for (const auto& r : stack) {
+  for (const auto& r : results) {
     if (r.isTensor()) add_tensor(r.toTensor());
     else if (r.isTensorList())
       for (const auto& t : r.toTensorVector()) add_tensor(t);
@@ -3346,6 +3448,13 @@ inline std::vector<value_type> infer_outputs(const op_info& op, const std::vecto
                                     ", which xport cannot represent in a graph yet");
   }
   return out;
+}
+
+/// The types of `op`'s outputs for schema-bound `args`.
+inline std::vector<value_type> infer_outputs(const op_info& op, const std::vector<argument>& args) {
+  if (is_data_dependent_op(op.name)) throw_data_dependent(op);
+  const auto results = run_meta(op, meta_stack_for(op, args), [&] { return describe_args(op, args); });
+  return result_types(op, results, output_device(op, args), any_requires_grad(args));
 }
 
 }  // namespace detail
@@ -3387,10 +3496,11 @@ class program_builder {
  public:
   program_builder() = default;
 
-  /// A user input, typed like `example` (kept as the program's example input).
-  value input(const std::string& name, const at::Tensor& example) {
+  /// A user input, typed like `example` (kept as the program's example input). With
+  /// `exact_name` false, a taken or reserved name gets a suffix (`input` -> `input_1`).
+  value input(const std::string& name, const at::Tensor& example, bool exact_name = true) {
     auto v = add_input(input_spec{input_kind::user_input, argument_spec::tensor(name), {}, {}},
-                       tensor_meta::of(example), true);
+                       tensor_meta::of(example), exact_name);
     examples_.push_back(example);
     return v;
   }
@@ -3433,6 +3543,15 @@ class program_builder {
     return n;
   }
 
+  /// Adds a call node whose arguments are already bound to the schema and whose output types
+  /// are known (what a tracer records). Only the graph's own checks apply.
+  node record(const op_info& op, std::vector<argument> bound, std::vector<value_type> types) {
+    auto n = graph_.create_call(op, std::move(bound), std::move(types));
+    n.set_source(source_);
+    n.set_module_path(module_);
+    return n;
+  }
+
   /// Source location recorded on the nodes created from now on.
   program_builder& at(source_location loc) {
     source_ = std::make_shared<const source_location>(std::move(loc));
@@ -3447,6 +3566,12 @@ class program_builder {
   /// Module path (FQN of the calling module) recorded on the nodes created from now on.
   program_builder& in_module(std::string path) {
     module_ = std::move(path);
+    return *this;
+  }
+
+  /// Source location for the nodes created from now on (shared, no copy).
+  program_builder& at(std::shared_ptr<const source_location> loc) {
+    source_ = std::move(loc);
     return *this;
   }
 
@@ -3956,6 +4081,7 @@ inline std::string to_dot(const graph& g, std::string_view name = "GraphModule")
 }
 
 XPORT_END_NAMESPACE
+// #include <xport/ir/treespec.hpp>
 
 // #include <xport/run/guards.hpp>
 // xport/run/guards.hpp: the checks a program makes on its inputs before running.
@@ -4392,6 +4518,1343 @@ inline std::vector<at::Tensor> run(const exported_program& p, const std::vector<
                                    const run_options& opts = {}) {
   return interpreter_for(p)->run(inputs, opts);
 }
+
+XPORT_END_NAMESPACE
+
+// #include <xport/trace/tree.hpp>
+// xport/trace/tree.hpp: the structure of C++ inputs and outputs (torch's pytree TreeSpec).
+// A program's inputs may be tensors, std::vector / std::array / std::tuple / std::pair of them,
+// std::map / c10::Dict from string keys, std::optional, and nested combinations; C++ scalars
+// (int64_t, int, double, float, bool) and strings are constants that export specializes, as
+// torch does. `flatten` lists the tensor leaves and records a treespec; `unflatten` rebuilds a
+// C++ value of the same type from a spec and leaves. Any other type is a compile-time error
+// naming it.
+
+#include <array>        // std::array
+#include <cstddef>      // std::size_t
+#include <cstdint>      // std::int64_t
+#include <map>          // std::map
+#include <optional>     // std::optional
+#include <string>       // std::string
+#include <tuple>        // std::tuple
+#include <type_traits>  // std::is_same_v
+#include <utility>      // std::pair
+#include <vector>       // std::vector
+
+#include <ATen/core/Dict.h>
+#include <ATen/core/Tensor.h>
+
+// #include <xport/config.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ir/graph.hpp>
+// #include <xport/ir/treespec.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+namespace detail {
+
+template <class T>
+inline constexpr bool dependent_false = false;
+
+template <class T>
+struct is_vector : std::false_type {};
+template <class T, class A>
+struct is_vector<std::vector<T, A>> : std::true_type {};
+template <class T>
+struct is_std_array : std::false_type {};
+template <class T, std::size_t N>
+struct is_std_array<std::array<T, N>> : std::true_type {};
+template <class T>
+struct is_tuple_like : std::false_type {};
+template <class... Ts>
+struct is_tuple_like<std::tuple<Ts...>> : std::true_type {};
+template <class A, class B>
+struct is_tuple_like<std::pair<A, B>> : std::true_type {};
+template <class T>
+struct is_optional : std::false_type {};
+template <class T>
+struct is_optional<std::optional<T>> : std::true_type {};
+#if !XPORT_TORCH_VERSION_AT_LEAST(2, 1)
+template <class T>
+struct is_optional<c10::optional<T>> : std::true_type {};  // a distinct type before 2.1
+#endif
+template <class T>
+struct is_string_map : std::false_type {};
+template <class V, class C, class A>
+struct is_string_map<std::map<std::string, V, C, A>> : std::true_type {};
+template <class T>
+struct is_c10_dict : std::false_type {};
+template <class V>
+struct is_c10_dict<c10::Dict<std::string, V>> : std::true_type {};
+
+template <class T>
+inline constexpr bool is_scalar_leaf = std::is_same_v<T, bool> || std::is_integral_v<T> ||
+                                       std::is_floating_point_v<T>;
+
+/// Visits a value's tensor leaves (in order) and returns its treespec.
+/// at::Tensor, or a tensor type of a front end (xport::sym_tensor) that declares itself a leaf.
+template <class T>
+concept tensor_leaf = std::is_same_v<T, at::Tensor> || requires { typename T::xport_tensor_leaf; };
+
+template <class T, class F>
+treespec flatten_into(const T& x, F& on_tensor) {
+  if constexpr (tensor_leaf<T>) {
+    on_tensor(x);
+    return treespec::leaf();
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return treespec::constant(x);
+  } else if constexpr (std::is_integral_v<T>) {
+    return treespec::constant(static_cast<std::int64_t>(x));
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return treespec::constant(static_cast<double>(x));
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return treespec::constant(x);
+  } else if constexpr (is_optional<T>::value) {
+    if (!x) return treespec{treespec::kind::none, {}, {}, {}};
+    return flatten_into(*x, on_tensor);
+  } else if constexpr (is_vector<T>::value || is_std_array<T>::value) {
+    treespec s{treespec::kind::list, {}, {}, {}};
+    for (const auto& e : x) s.children.push_back(flatten_into(e, on_tensor));
+    return s;
+  } else if constexpr (is_tuple_like<T>::value) {
+    treespec s{treespec::kind::tuple, {}, {}, {}};
+    std::apply([&](const auto&... es) { (s.children.push_back(flatten_into(es, on_tensor)), ...); }, x);
+    return s;
+  } else if constexpr (is_string_map<T>::value) {
+    treespec s{treespec::kind::dict, {}, {}, {}};
+    for (const auto& [k, v] : x) {
+      s.keys.push_back(k);
+      s.children.push_back(flatten_into(v, on_tensor));
+    }
+    return s;
+  } else if constexpr (is_c10_dict<T>::value) {
+    treespec s{treespec::kind::dict, {}, {}, {}};
+    for (const auto& e : x) {
+      s.keys.push_back(e.key());
+      s.children.push_back(flatten_into(e.value(), on_tensor));
+    }
+    return s;
+  } else {
+    static_assert(dependent_false<T>,
+                  "xport: this type cannot be an input or output of an exported program. Supported: "
+                  "at::Tensor; int64_t, int, double, float, bool and std::string (specialized as "
+                  "constants); std::optional, std::vector, std::array, std::tuple, std::pair, "
+                  "std::map<std::string, T> and c10::Dict<std::string, T> of supported types. The "
+                  "offending type is T in the instantiation below.");
+    return {};
+  }
+}
+
+/// A copy of `x` with every tensor leaf replaced by f(leaf).
+template <class T, class F>
+T map_tensors(const T& x, F& f) {
+  if constexpr (std::is_same_v<T, at::Tensor>) {
+    return f(x);
+  } else if constexpr (is_scalar_leaf<T> || std::is_same_v<T, std::string>) {
+    return x;
+  } else if constexpr (is_optional<T>::value) {
+    if (!x) return x;
+    return T(map_tensors(*x, f));
+  } else if constexpr (is_vector<T>::value) {
+    T out;
+    out.reserve(x.size());
+    for (const auto& e : x) out.push_back(map_tensors(e, f));
+    return out;
+  } else if constexpr (is_std_array<T>::value) {
+    T out;
+    for (std::size_t i = 0; i < x.size(); ++i) out[i] = map_tensors(x[i], f);
+    return out;
+  } else if constexpr (is_tuple_like<T>::value) {
+    return std::apply([&](const auto&... es) { return T(map_tensors(es, f)...); }, x);
+  } else if constexpr (is_string_map<T>::value) {
+    T out;
+    for (const auto& [k, v] : x) out.emplace(k, map_tensors(v, f));
+    return out;
+  } else if constexpr (is_c10_dict<T>::value) {
+    T out;
+    for (const auto& e : x) out.insert(e.key(), map_tensors(e.value(), f));
+    return out;
+  } else {
+    static_assert(dependent_false<T>, "xport: unsupported input type (see flatten_into)");
+    return x;
+  }
+}
+
+[[noreturn]] inline void structure_mismatch(const treespec& s, const std::string& what) {
+  throw error("xport.tree.mismatch", "the program's structure " + s.str() + " cannot be " + what);
+}
+
+/// Builds a T from `spec` and the tensor leaves starting at `it`.
+template <class T, class It>
+T unflatten_from(const treespec& s, It& it) {
+  using K = treespec::kind;
+  if constexpr (std::is_same_v<T, at::Tensor>) {
+    if (s.type == K::none) return at::Tensor();
+    if (s.type != K::leaf) structure_mismatch(s, "returned as one at::Tensor");
+    return *it++;
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (s.type != K::constant || !s.value.is_bool()) structure_mismatch(s, "returned as a bool");
+    return s.value.as_bool();
+  } else if constexpr (std::is_integral_v<T>) {
+    if (s.type != K::constant || !s.value.is_int()) structure_mismatch(s, "returned as an integer");
+    return static_cast<T>(s.value.as_int());
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (s.type != K::constant || !(s.value.is_double() || s.value.is_int()))
+      structure_mismatch(s, "returned as a floating-point number");
+    return static_cast<T>(s.value.is_double() ? s.value.as_double() : static_cast<double>(s.value.as_int()));
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    if (s.type != K::constant || !s.value.is_string()) structure_mismatch(s, "returned as a string");
+    return s.value.as_string();
+  } else if constexpr (is_optional<T>::value) {
+    if (s.type == K::none) return T();
+    return T(unflatten_from<typename T::value_type>(s, it));
+  } else if constexpr (is_vector<T>::value) {
+    if (s.type != K::list && s.type != K::tuple) structure_mismatch(s, "returned as a std::vector");
+    T out;
+    for (const auto& c : s.children) out.push_back(unflatten_from<typename T::value_type>(c, it));
+    return out;
+  } else if constexpr (is_std_array<T>::value) {
+    T out;
+    if ((s.type != K::list && s.type != K::tuple) || s.children.size() != out.size())
+      structure_mismatch(s, "returned as a std::array of " + std::to_string(out.size()));
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = unflatten_from<typename T::value_type>(s.children[i], it);
+    return out;
+  } else if constexpr (is_tuple_like<T>::value) {
+    constexpr std::size_t n = std::tuple_size_v<T>;
+    if ((s.type != K::tuple && s.type != K::list) || s.children.size() != n)
+      structure_mismatch(s, "returned as a tuple of " + std::to_string(n));
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return T{unflatten_from<std::tuple_element_t<I, T>>(s.children[I], it)...};
+    }(std::make_index_sequence<n>{});
+  } else if constexpr (is_string_map<T>::value || is_c10_dict<T>::value) {
+    if (s.type != K::dict) structure_mismatch(s, "returned as a map");
+    T out;
+    for (std::size_t i = 0; i < s.children.size(); ++i) {
+      auto v = unflatten_from<typename T::mapped_type>(s.children[i], it);
+      if constexpr (is_c10_dict<T>::value) out.insert(s.keys[i], std::move(v));
+      else out.emplace(s.keys[i], std::move(v));
+    }
+    return out;
+  } else {
+    static_assert(dependent_false<T>, "xport: unsupported output type (see flatten_into)");
+  }
+}
+
+/// `x_b_0`: a readable name for each tensor leaf under `prefix` (torch.export's pytree naming:
+/// keys lower-cased, non-alphanumerics as `_`).
+inline void leaf_names(const treespec& s, const std::string& prefix, std::vector<std::string>& out) {
+  switch (s.type) {
+    case treespec::kind::leaf: out.push_back(prefix); return;
+    case treespec::kind::tuple:
+    case treespec::kind::list:
+      for (std::size_t i = 0; i < s.children.size(); ++i)
+        leaf_names(s.children[i], prefix + "_" + std::to_string(i), out);
+      return;
+    case treespec::kind::dict:
+      for (std::size_t i = 0; i < s.children.size(); ++i) {
+        std::string k;
+        for (char c : s.keys[i]) {
+          const bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+          k += alnum ? static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c) : '_';
+        }
+        leaf_names(s.children[i], prefix + "_" + k, out);
+      }
+      return;
+    default: return;
+  }
+}
+
+}  // namespace detail
+
+/// The treespec of `x` and its tensor leaves, in order.
+template <class T>
+treespec flatten(const T& x, std::vector<at::Tensor>& leaves) {
+  auto push = [&](const at::Tensor& t) { leaves.push_back(t); };
+  return detail::flatten_into(x, push);
+}
+
+/// A T rebuilt from `spec` and `leaves` (throws when the structure does not fit T).
+template <class T>
+T unflatten(const treespec& spec, const std::vector<at::Tensor>& leaves) {
+  auto it = leaves.begin();
+  return detail::unflatten_from<T>(spec, it);
+}
+
+XPORT_END_NAMESPACE
+// #include <xport/trace/capture.hpp>
+// xport/trace/capture.hpp: recording ATen ops through the LibTorch dispatcher (non-strict).
+// While a capture is active on a thread, a dispatch key (TESTING_ONLY_GenericMode) is switched
+// on in that thread's local dispatch state; a boxed fallback registered for it sees every op the
+// traced code calls, before autograd and before composite ops decompose, factories included.
+// The fallback records a node, runs the op on meta tensors (no data: nothing is computed) and
+// hands the meta results back to the traced code. Tensors are tracked by TensorImpl identity;
+// parameters and buffers are known by identity and named by their FQN before the run, so the
+// module is never modified (in-place ops on its state run on meta shadows).
+
+#include <cstddef>        // std::size_t
+#include <memory>         // std::make_shared
+#include <optional>       // std::optional
+#include <stdexcept>      // std::runtime_error
+#include <string>         // std::string
+#include <unordered_map>  // std::unordered_map
+#include <unordered_set>  // std::unordered_set
+#include <utility>        // std::move
+#include <vector>         // std::vector
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/library.h>
+
+// #include <xport/config.hpp>
+// #include <xport/detail/meta_infer.hpp>
+// #include <xport/detail/schema.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ir/builder.hpp>
+// #include <xport/ir/graph.hpp>
+// #include <xport/ir/op.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+class capture;
+
+/// The capture recording on this thread, if any.
+inline thread_local capture* active_capture = nullptr;
+
+/// The dispatch key whose fallback records ops.
+inline constexpr c10::DispatchKey capture_key = c10::DispatchKey::TESTING_ONLY_GenericMode;
+
+void capture_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+/// Registers the recording fallback once per process (at run time: a static registration in a
+/// header would run once per translation unit and throw).
+inline void ensure_capture_fallback() {
+  static const bool registered = [] {
+    try {
+      static torch::Library lib(torch::Library::IMPL, "_", capture_key, __FILE__, __LINE__);
+      lib.fallback(torch::CppFunction::makeFromBoxedFunction<&capture_fallback>());
+    } catch (const c10::Error& e) {
+      throw export_error("xport.export.fallback",
+                         "cannot register xport's capture fallback for dispatch key "
+                         "TESTING_ONLY_GenericMode: another library already uses it, or two "
+                         "versions of xport are linked into this program. LibTorch said: " +
+                             first_line(e.what_without_backtrace()));
+    }
+    return true;
+  }();
+  (void)registered;
+}
+
+/// What the traced C++ call was, for graph-break messages.
+inline std::string user_facing_call(std::string_view op) {
+  if (op == "aten::_local_scalar_dense" || op == "aten::item") return "Tensor::item()";
+  if (op == "aten::is_nonzero") return "using a tensor as a bool (Tensor::is_nonzero())";
+  if (op == "aten::nonzero") return "at::nonzero";
+  if (op == "aten::equal") return "at::equal";
+  if (op == "aten::allclose") return "at::allclose";
+  if (op == "aten::masked_select") return "at::masked_select";
+  return std::string(op);
+}
+
+[[noreturn]] inline void throw_graph_break(const op_info& op) {
+  throw graph_break(
+      "xport.export.graph_break",
+      "graph break: " + op.qualified + " (" + user_facing_call(op.name) +
+          ") reads the contents of a tensor, which export cannot know: it runs on shapes only, "
+          "and the program must be the same for every input. Way out: make the value an input "
+          "of the program (a C++ int64_t/double/bool argument is specialized as a constant), or "
+          "write the computation without reading data (e.g. at::where / at::clamp instead of "
+          "branching on a value)");
+}
+
+/// One capture: the program being built and the tensors the traced code holds.
+class capture {
+ public:
+  explicit capture(c10::Device fake_device = c10::Device(c10::kCPU)) : fake_device_(fake_device) {}
+  capture(const capture&) = delete;
+  capture& operator=(const capture&) = delete;
+
+  [[nodiscard]] program_builder& builder() noexcept { return builder_; }
+  [[nodiscard]] c10::Device fake_device() const noexcept { return fake_device_; }
+  void set_fake_device(c10::Device d) noexcept { fake_device_ = d; }
+
+  /// A user input named `name`, typed like `example`; returns the meta tensor the traced code
+  /// receives in its place.
+  at::Tensor add_input(const std::string& name, const at::Tensor& example) {
+    auto v = builder_.input(name, example, /*exact_name=*/false);
+    return track(v, meta_like(example));
+  }
+  /// A user input for the strict front end: the graph value itself.
+  value add_input_value(const std::string& name, const at::Tensor& example) {
+    auto v = builder_.input(name, example, /*exact_name=*/false);
+    track(v, meta_like(example));
+    return v;
+  }
+
+  /// A parameter or buffer of the module, known by identity; its real tensor stays untouched.
+  void add_state(input_kind kind, const std::string& fqn, const at::Tensor& t) {
+    if (by_impl_.count(t.unsafeGetTensorImpl())) return;  // shared (tied) state: first name wins
+    value v = kind == input_kind::parameter ? builder_.parameter(fqn, t) : builder_.buffer(fqn, t, true);
+    state_fqn_.emplace(v.impl(), fqn);
+    remember(t, v);
+    meta_.emplace(v.impl(), meta_like(t));
+  }
+
+  /// The graph value a tensor held by the traced code stands for.
+  value value_of(const at::Tensor& t) {
+    if (auto it = by_impl_.find(t.unsafeGetTensorImpl()); it != by_impl_.end()) return it->second;
+    if (t.is_meta()) {
+      if (auto v = by_storage(t)) {
+        remember(t, *v);
+        return *v;
+      }
+      throw export_error("xport.export.unknown_tensor",
+                         "the traced code returned or used a meta tensor that export did not "
+                         "create (made outside the traced function?); pass it as an input instead");
+    }
+    return lift_constant(t);
+  }
+
+  /// The meta tensor that stands for `v` (what ops run on).
+  [[nodiscard]] const at::Tensor& meta_of(value v) const { return meta_.at(v.impl()); }
+
+  /// Records `op` called on graph values (the strict front end): arguments are bound to the
+  /// schema and checked like program_builder::call; the op runs on the values' meta tensors.
+  node call(const op_info& op, std::vector<argument> args, std::vector<kwarg> kwargs,
+            std::shared_ptr<const source_location> src) {
+    if (is_data_dependent_op(op.name)) throw_graph_break(op);
+    auto bound = bind_arguments(op, std::move(args), std::move(kwargs));
+    check_mutations(op, bound);
+    const auto& params = op.schema().arguments();
+    std::vector<c10::IValue> meta_args;
+    meta_args.reserve(params.size());
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if (bound[i].is_device()) {
+        meta_args.emplace_back(c10::Device(c10::kMeta));
+        continue;
+      }
+      meta_args.push_back(to_ivalue(bound[i], params[i].real_type(), [&](const value& v) -> c10::IValue {
+        if (v.kind() == value_kind::tensor) return meta_.at(v.impl());
+        return v.type().scalar.hint();
+      }));
+    }
+    auto results = run_meta(op, meta_args, [&] { return describe_args(op, bound); });
+    auto types = result_types(op, results, output_device(op, bound), any_requires_grad(bound));
+    builder_.at(std::move(src));
+    auto node = builder_.record(op, std::move(bound), types);
+    if (auto path = module_path_of(node); !path.empty()) node.set_module_path(std::move(path));
+    std::size_t out_index = 0;
+    for (auto& r : results) {
+      if (r.isTensorList()) {
+        for (auto& t : r.toTensorVector()) track(node.output(out_index++), t);
+      } else if (r.isTensor()) {
+        track(node.output(out_index++), r.toTensor());
+      } else {
+        ++out_index;
+      }
+    }
+    return node;
+  }
+
+  /// Records one op call from the dispatcher fallback (see capture_fallback).
+  void record(const c10::OperatorHandle& handle, torch::jit::Stack& stack) {
+    const op_info& op = op_for(handle);
+    const auto& schema = op.schema();
+    const auto& params = schema.arguments();
+    const std::size_t n = params.size();
+    if (op.name == "aten::equal" && same_value(stack[stack.size() - 2], stack[stack.size() - 1])) {
+      // equal(x, x): true by construction, whatever x holds (C++ MultiheadAttention asks this to
+      // detect self-attention). Any other comparison of contents is a graph break below.
+      torch::jit::drop(stack, 2);
+      stack.emplace_back(true);
+      return;
+    }
+    if (is_data_dependent_op(op.name)) throw_graph_break(op);
+    std::vector<c10::IValue> originals(stack.end() - static_cast<std::ptrdiff_t>(n), stack.end());
+    torch::jit::drop(stack, n);
+
+    std::vector<argument> args(n);
+    std::vector<c10::IValue> meta_args(n);
+    for (std::size_t i = 0; i < n; ++i) convert(originals[i], params[i].real_type(), args[i], meta_args[i]);
+    check_mutations(op, args);
+
+    auto results = run_meta(op, meta_args, [&] { return describe_args(op, args); });
+    auto types = result_types(op, results, output_device(op, args), any_requires_grad(args));
+    auto node = builder_.record(op, std::move(args), types);
+    if (auto path = module_path_of(node); !path.empty()) node.set_module_path(std::move(path));
+
+    // Hand results back: a return that writes to an argument (in-place, out=) is that argument
+    // object itself, now standing for the node's output.
+    const auto& rets = schema.returns();
+    std::size_t out_index = 0;
+    for (std::size_t r = 0; r < results.size(); ++r) {
+      auto& res = results[r];
+      if (res.isTensorList()) {
+        auto ts = res.toTensorVector();
+        for (auto& t : ts) track(node.output(out_index++), t);
+        stack.emplace_back(c10::List<at::Tensor>(ts));
+        continue;
+      }
+      if (!res.isTensor()) {
+        ++out_index;
+        stack.push_back(std::move(res));
+        continue;
+      }
+      const auto v = node.output(out_index++);
+      if (r < rets.size() && rets[r].alias_info() && rets[r].alias_info()->isWrite()) {
+        const auto a = aliased_argument(schema, r);
+        if (a && originals[*a].isTensor()) {
+          const auto& orig = originals[*a].toTensor();
+          remember(orig, v);
+          meta_[v.impl()] = res.toTensor();
+          stack.push_back(originals[*a]);
+          continue;
+        }
+      }
+      track(v, res.toTensor());
+      stack.push_back(std::move(res));
+    }
+  }
+
+ private:
+  bool same_value(const c10::IValue& a, const c10::IValue& b) const {
+    if (!a.isTensor() || !b.isTensor()) return false;
+    const auto ia = by_impl_.find(a.toTensor().unsafeGetTensorImpl());
+    const auto ib = by_impl_.find(b.toTensor().unsafeGetTensorImpl());
+    return ia != by_impl_.end() && ib != by_impl_.end() && ia->second == ib->second;
+  }
+
+  static at::Tensor meta_like(const at::Tensor& t) {
+    c10::impl::ExcludeDispatchKeyGuard no_capture(capture_key);
+    return tensor_meta::of(t).make_meta();
+  }
+
+  const op_info& op_for(const c10::OperatorHandle& h) {
+    const auto* key = &h.schema();
+    if (auto it = ops_.find(key); it != ops_.end()) return *it->second;
+    const auto& name = h.operator_name();
+    const auto& info = find_op(name.overload_name.empty() ? name.name : name.name + "." + name.overload_name);
+    ops_.emplace(key, &info);
+    return info;
+  }
+
+  // Note [Identity tracking]: values are found by TensorImpl*; every tensor we map is kept alive
+  // here so its address cannot be reused by another tensor during the capture.
+  void remember(const at::Tensor& t, value v) {
+    by_impl_[t.unsafeGetTensorImpl()] = v;
+    alive_.push_back(t);
+  }
+  at::Tensor track(value v, at::Tensor meta) {
+    remember(meta, v);
+    meta_[v.impl()] = meta;
+    if (meta.has_storage()) storage_values_[meta.storage().unsafeGetStorageImpl()].push_back(v);
+    return meta;
+  }
+
+  // Note [Shallow copies]: torch:: factories (torch::zeros, ...) wrap the ATen result with
+  // autograd::make_variable, which makes a shallow copy: a new TensorImpl over the same storage.
+  // Such a tensor is the newest value on that storage with exactly its geometry.
+  std::optional<value> by_storage(const at::Tensor& t) const {
+    if (!t.has_storage()) return std::nullopt;
+    const auto it = storage_values_.find(t.storage().unsafeGetStorageImpl());
+    if (it == storage_values_.end()) return std::nullopt;
+    for (auto v = it->second.rbegin(); v != it->second.rend(); ++v) {
+      const auto& m = meta_.at(v->impl());
+      if (m.sizes() == t.sizes() && m.strides() == t.strides() && m.storage_offset() == t.storage_offset() &&
+          m.scalar_type() == t.scalar_type())
+        return *v;
+    }
+    return std::nullopt;
+  }
+
+  value lift_constant(const at::Tensor& t) {
+    const std::string target = "lifted_tensor_" + std::to_string(lifted_++);
+    auto v = builder_.constant(target, t);
+    lifted_constants_.emplace(v.impl(), target);
+    remember(t, v);
+    meta_.emplace(v.impl(), meta_like(t));
+    return v;
+  }
+
+  // One argument from the dispatcher's stack: the recorded argument and what the meta run gets.
+  void convert(const c10::IValue& iv, const c10::TypePtr& type, argument& arg, c10::IValue& meta) {
+    if (iv.isTensor()) {
+      const auto& t = iv.toTensor();
+      if (!t.defined()) {
+        arg = none;
+        meta = iv;
+        return;
+      }
+      if (!by_impl_.count(t.unsafeGetTensorImpl()) && t.unsafeGetTensorImpl()->is_wrapped_number()) {
+        // a C++ scalar the API wrapped into a tensor: record the number, as torch does
+        const auto s = t.item();
+        arg = s.isFloatingPoint() ? argument(s.toDouble())
+              : s.isBoolean()     ? argument(s.toBool())
+                                  : argument(s.toLong());
+        meta = iv;
+        return;
+      }
+      const value v = value_of(t);
+      arg = v;
+      meta = meta_.at(v.impl());
+      return;
+    }
+    if (iv.isTensorList()) {
+      argument::list_type items;
+      c10::List<at::Tensor> metas;
+      for (const auto& t : iv.toTensorVector()) {
+        const value v = value_of(t);
+        items.emplace_back(v);
+        metas.push_back(meta_.at(v.impl()));
+      }
+      arg = std::move(items);
+      meta = metas;
+      return;
+    }
+    if (iv.isList() && unwrap_optional(type)->kind() == c10::TypeKind::ListType &&
+        unwrap_optional(type)->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::OptionalType) {
+      argument::list_type items;
+      c10::List<c10::optional<at::Tensor>> metas;
+      for (const auto& e : iv.toListRef()) {
+        if (e.isNone() || (e.isTensor() && !e.toTensor().defined())) {
+          items.emplace_back(none);
+          metas.push_back(c10::nullopt);
+        } else {
+          const value v = value_of(e.toTensor());
+          items.emplace_back(v);
+          metas.push_back(meta_.at(v.impl()));
+        }
+      }
+      arg = std::move(items);
+      meta = metas;
+      return;
+    }
+    if (iv.isDevice()) {
+      const auto d = iv.toDevice();
+      arg = d.is_meta() ? fake_device_ : d;  // tensors the code sees are meta: report the real device
+      meta = c10::Device(c10::kMeta);
+      return;
+    }
+    if (iv.isGenerator()) {
+      arg = none;
+      meta = c10::IValue();
+      return;
+    }
+    arg = from_ivalue(iv, type);
+    meta = iv;
+  }
+
+  // A mutated lifted constant is an error (torch.export says the same).
+  void check_mutations(const op_info& op, const std::vector<argument>& args) {
+    if (!op.is_mutable) return;
+    const auto& params = op.schema().arguments();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const auto* ai = params[i].alias_info();
+      if (!ai || !ai->isWrite()) continue;
+      args[i].for_each_value([&](const value& v) {
+        if (auto it = lifted_constants_.find(v.impl()); it != lifted_constants_.end())
+          throw export_error("xport.export.constant_mutation",
+                             "Constant " + it->second + " is mutated in the forward method by " + op.qualified +
+                                 ". Pls register it as buffer: a tensor that the traced code "
+                                 "captures from outside and updates in place must be module state "
+                                 "(register_buffer(\"name\", tensor) in the module's constructor), or "
+                                 "clone it before updating it");
+      });
+    }
+  }
+
+  // Index of the argument that return `r` writes through (same alias set), if any.
+  static std::optional<std::size_t> aliased_argument(const c10::FunctionSchema& s, std::size_t r) {
+    const auto* ra = s.returns()[r].alias_info();
+    for (std::size_t i = 0; i < s.arguments().size(); ++i) {
+      const auto* aa = s.arguments()[i].alias_info();
+      if (aa && aa->isWrite() && aa->beforeSets() == ra->beforeSets()) return i;
+    }
+    return std::nullopt;
+  }
+
+  // The module a node belongs to, from the module state it reads (`layer1.0.conv1.weight` ->
+  // `layer1.0.conv1`).
+  std::string module_path_of(const node& n) const {
+    for (std::size_t i = 0; i < n.num_inputs(); ++i)
+      if (auto it = state_fqn_.find(n.input(i).impl()); it != state_fqn_.end()) {
+        const auto dot = it->second.rfind('.');
+        return dot == std::string::npos ? std::string() : it->second.substr(0, dot);
+      }
+    return {};
+  }
+
+  program_builder builder_;
+  c10::Device fake_device_;
+  std::unordered_map<const c10::TensorImpl*, value> by_impl_;
+  std::vector<at::Tensor> alive_;
+  std::unordered_map<const value_impl*, at::Tensor> meta_;
+  std::unordered_map<const c10::StorageImpl*, std::vector<value>> storage_values_;
+  std::unordered_map<const value_impl*, std::string> state_fqn_;
+  std::unordered_map<const value_impl*, std::string> lifted_constants_;
+  std::unordered_map<const c10::FunctionSchema*, const op_info*> ops_;
+  int lifted_ = 0;
+};
+
+inline void capture_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  // Everything below (meta runs, helpers) must not come back here.
+  c10::impl::ExcludeDispatchKeyGuard no_capture(capture_key);
+  if (!active_capture) {
+    op.callBoxed(stack);
+    return;
+  }
+  active_capture->record(op, *stack);
+}
+
+/// Makes `c` the recording capture on this thread for the guard's lifetime.
+class capture_scope {
+ public:
+  explicit capture_scope(capture& c) : prev_((ensure_capture_fallback(), active_capture)), include_(capture_key) {
+    active_capture = &c;
+  }
+  ~capture_scope() { active_capture = prev_; }
+  capture_scope(const capture_scope&) = delete;
+  capture_scope& operator=(const capture_scope&) = delete;
+
+ private:
+  capture* prev_;
+  c10::impl::IncludeDispatchKeyGuard include_;
+};
+
+}  // namespace detail
+XPORT_END_NAMESPACE
+// #include <xport/trace/strict.hpp>
+// xport/trace/strict.hpp: the strict tracing policy's front end, xport's symbolic tensor type.
+// Code written against sym_tensor (or as a template over the tensor type, so the same source
+// also runs on at::Tensor) records each op as it is called, with the std::source_location of the
+// user's line: printed as torch prints `# File: model.cpp:12 in forward, code: <line text>`.
+// Nothing data-dependent compiles: sym_tensor has no item(), no data pointer, and does not
+// convert to bool; each of these is a compile error that says why and what to do instead.
+// The functions mirror the at:: API and record the same ATen overloads, so strict and
+// non-strict capture give the same IR for the same computation.
+
+#include <cstdint>          // std::int64_t
+#include <fstream>          // std::ifstream
+#include <memory>           // std::shared_ptr
+#include <mutex>            // std::mutex
+#include <optional>         // std::optional
+#include <source_location>  // std::source_location
+#include <string>           // std::string
+#include <string_view>      // std::string_view
+#include <unordered_map>    // std::unordered_map
+#include <vector>           // std::vector
+
+// #include <xport/config.hpp>
+// #include <xport/ir/graph.hpp>
+// #include <xport/trace/capture.hpp>
+// #include <xport/trace/tree.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+/// Tracing policy: the code is written against xport::sym_tensor; every node records the C++
+/// line that made it (torch.export's strict mode, with the compiler playing Dynamo).
+struct strict {};
+
+namespace detail {
+
+/// The text of line `line` of `file`, trimmed; empty when the file cannot be read.
+inline std::string source_line(const char* file, std::uint32_t line) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, std::vector<std::string>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(file);
+  if (it == cache.end()) {
+    std::vector<std::string> lines;
+    std::ifstream in(file);
+    for (std::string l; std::getline(in, l);) lines.push_back(std::move(l));
+    it = cache.emplace(file, std::move(lines)).first;
+  }
+  if (line == 0 || line > it->second.size()) return {};
+  const auto& l = it->second[line - 1];
+  const auto b = l.find_first_not_of(" \t");
+  if (b == std::string::npos) return {};
+  const auto e = l.find_last_not_of(" \t\r");
+  return l.substr(b, e - b + 1);
+}
+
+/// `forward` for `Tensor Net::forward(Tensor)`, `f` for `T f(T) [with T = ...]`; lambdas are
+/// reported as `forward`.
+inline std::string short_function_name(std::string_view full) {
+  if (full.find("<lambda") != std::string_view::npos) return "forward";
+  const auto paren = full.find('(');
+  auto head = full.substr(0, paren);
+  if (const auto lt = head.find('<'); lt != std::string_view::npos) head = head.substr(0, lt);
+  const auto sep = head.find_last_of(" :");
+  auto name = sep == std::string_view::npos ? head : head.substr(sep + 1);
+  return name.empty() ? std::string("forward") : std::string(name);
+}
+
+inline std::shared_ptr<const source_location> make_source(const std::source_location& loc) {
+  return std::make_shared<const source_location>(
+      source_location{loc.file_name(), loc.line(), short_function_name(loc.function_name()),
+                      source_line(loc.file_name(), loc.line())});
+}
+
+struct sym_slot {
+  value v;
+  capture* cap;
+};
+
+}  // namespace detail
+
+class sym_tensor;
+
+namespace detail {
+template <class T>
+inline constexpr bool always_false_v = false;
+}  // namespace detail
+
+/// A tensor of a strict trace: a graph value with its static type. Copies share identity (like
+/// at::Tensor handles), so an in-place op through one copy is seen through every other.
+class sym_tensor {
+ public:
+  using xport_tensor_leaf = void;
+
+  sym_tensor(value v, detail::capture* cap) : s_(std::make_shared<detail::sym_slot>(detail::sym_slot{v, cap})) {}
+
+  [[nodiscard]] value graph_value() const { return s_->v; }
+  [[nodiscard]] detail::capture& owner() const { return *s_->cap; }
+  [[nodiscard]] const tensor_meta& meta() const { return s_->v.meta(); }
+  [[nodiscard]] std::int64_t dim() const { return meta().dim(); }
+  [[nodiscard]] std::int64_t size(std::int64_t d) const {
+    const auto r = dim();
+    return meta().sizes.at(static_cast<std::size_t>(d < 0 ? d + r : d)).hint();
+  }
+  [[nodiscard]] std::vector<std::int64_t> sizes() const { return meta().size_hints(); }
+  [[nodiscard]] std::int64_t numel() const {
+    std::int64_t n = 1;
+    for (auto s : sizes()) n *= s;
+    return n;
+  }
+  [[nodiscard]] c10::ScalarType scalar_type() const { return meta().dtype; }
+  [[nodiscard]] c10::Device device() const { return meta().device; }
+
+  // ---- what does not compile ------------------------------------------------------------------
+  template <class T = double>
+  T item() const {
+    static_assert(detail::always_false_v<T>,
+                  "xport::sym_tensor::item(): reading a tensor's value is a graph break in strict "
+                  "export: the program must not depend on tensor data. Make the value an input (an "
+                  "int64_t/double argument is specialized as a constant) or compute with tensor ops "
+                  "(xport::where, clamp, ...)");
+    return T{};
+  }
+  template <class B>
+    requires std::is_same_v<B, bool>
+  explicit operator B() const {
+    static_assert(detail::always_false_v<B>,
+                  "xport::sym_tensor used as a bool: branching on a tensor's value is a graph break in "
+                  "strict export. Branch on static information (dim(), size(i)) or select with "
+                  "xport::where(condition, a, b)");
+    return false;
+  }
+  template <class T = void>
+  T* data_ptr() const {
+    static_assert(detail::always_false_v<T>,
+                  "xport::sym_tensor::data_ptr(): a traced tensor has no data; export records ops, "
+                  "it does not compute them");
+    return nullptr;
+  }
+
+  // ---- recording --------------------------------------------------------------------------------
+  /// Records `op` on these arguments at `loc`; returns the node.
+  node record(std::string_view op, std::vector<argument> args, std::vector<kwarg> kwargs,
+              const std::source_location& loc) const {
+    return s_->cap->call(find_op(op), std::move(args), std::move(kwargs), detail::make_source(loc));
+  }
+  /// Wraps an output value of this trace.
+  [[nodiscard]] sym_tensor wrap(value v) const { return sym_tensor(v, s_->cap); }
+  /// After an in-place op: this tensor (and every copy of it) now stands for `v`.
+  void rebind(value v) const { s_->v = v; }
+
+  operator argument() const { return argument(s_->v); }  // NOLINT
+
+  // ---- methods, as at::Tensor spells them ------------------------------------------------------
+  sym_tensor view(std::vector<std::int64_t> size, std::source_location loc = std::source_location::current()) const {
+    return wrap(record("aten::view", {*this, size}, {}, loc));
+  }
+  sym_tensor reshape(std::vector<std::int64_t> size, std::source_location loc = std::source_location::current()) const {
+    return wrap(record("aten::reshape", {*this, size}, {}, loc));
+  }
+  sym_tensor transpose(std::int64_t a, std::int64_t b, std::source_location loc = std::source_location::current()) const {
+    return wrap(record("aten::transpose.int", {*this, a, b}, {}, loc));
+  }
+  sym_tensor t(std::source_location loc = std::source_location::current()) const {
+    return wrap(record("aten::t", {*this}, {}, loc));
+  }
+  sym_tensor permute(std::vector<std::int64_t> dims, std::source_location loc = std::source_location::current()) const {
+    return wrap(record("aten::permute", {*this, dims}, {}, loc));
+  }
+  sym_tensor flatten(std::int64_t start = 0, std::int64_t end = -1,
+                     std::source_location loc = std::source_location::current()) const {
+    return wrap(record("aten::flatten.using_ints", {*this, start, end}, {}, loc));
+  }
+  sym_tensor unsqueeze(std::int64_t d, std::source_location loc = std::source_location::current()) const {
+    return wrap(record("aten::unsqueeze", {*this, d}, {}, loc));
+  }
+  sym_tensor squeeze(std::int64_t d, std::source_location loc = std::source_location::current()) const {
+    return wrap(record("aten::squeeze.dim", {*this, d}, {}, loc));
+  }
+  sym_tensor expand(std::vector<std::int64_t> size, std::source_location loc = std::source_location::current()) const {
+    return wrap(record("aten::expand", {*this, size}, {}, loc));
+  }
+  sym_tensor select(std::int64_t d, std::int64_t i, std::source_location loc = std::source_location::current()) const {
+    return wrap(record("aten::select.int", {*this, d, i}, {}, loc));
+  }
+  sym_tensor narrow(std::int64_t d, std::int64_t start, std::int64_t len,
+                    std::source_location loc = std::source_location::current()) const {
+    return wrap(record("aten::narrow", {*this, d, start, len}, {}, loc));
+  }
+  /// No op when already contiguous, as Tensor::contiguous().
+  sym_tensor contiguous(std::source_location loc = std::source_location::current()) const {
+    const auto& m = meta();
+    if (m.strides == tensor_meta::contiguous(m.dtype, m.sizes).strides) return *this;
+    return wrap(record("aten::contiguous", {*this}, {}, loc));
+  }
+  sym_tensor clone(std::source_location loc = std::source_location::current()) const {
+    return wrap(record("aten::clone", {*this}, {}, loc));
+  }
+  sym_tensor to(c10::ScalarType dtype, std::source_location loc = std::source_location::current()) const {
+    return wrap(record("aten::to.dtype", {*this, dtype}, {}, loc));
+  }
+  sym_tensor sum(std::source_location loc = std::source_location::current()) const {
+    return wrap(record("aten::sum", {*this}, {}, loc));
+  }
+  sym_tensor sum(std::vector<std::int64_t> dims, bool keepdim = false,
+                 std::source_location loc = std::source_location::current()) const {
+    return wrap(record("aten::sum.dim_IntList", {*this, dims, keepdim}, {}, loc));
+  }
+  sym_tensor mean(std::source_location loc = std::source_location::current()) const {
+    return wrap(record("aten::mean", {*this}, {}, loc));
+  }
+  sym_tensor mean(std::vector<std::int64_t> dims, bool keepdim = false,
+                  std::source_location loc = std::source_location::current()) const {
+    return wrap(record("aten::mean.dim", {*this, dims, keepdim}, {}, loc));
+  }
+  // in-place ops rebind this tensor (and its copies) to the op's result
+  const sym_tensor& add_(const sym_tensor& other, std::source_location loc = std::source_location::current()) const {
+    rebind(record("aten::add_.Tensor", {*this, other}, {}, loc).out());
+    return *this;
+  }
+  const sym_tensor& mul_(double s, std::source_location loc = std::source_location::current()) const {
+    rebind(record("aten::mul_.Scalar", {*this, s}, {}, loc).out());
+    return *this;
+  }
+  const sym_tensor& relu_(std::source_location loc = std::source_location::current()) const {
+    rebind(record("aten::relu_", {*this}, {}, loc).out());
+    return *this;
+  }
+
+ private:
+  std::shared_ptr<detail::sym_slot> s_;
+};
+
+/// The first operand of an operator, with the source location of the expression it is in
+/// (operators cannot take a defaulted std::source_location of their own).
+struct located {
+  located(const sym_tensor& t, std::source_location l = std::source_location::current()) : x(t), loc(l) {}  // NOLINT
+  const sym_tensor& x;
+  std::source_location loc;
+};
+
+/// Calls any operator by name on symbolic tensors: `xport::call("aten::erf", {x})`.
+inline node call(std::string_view op, const sym_tensor& any, std::vector<argument> args, std::vector<kwarg> kwargs = {},
+                 std::source_location loc = std::source_location::current()) {
+  return any.record(op, std::move(args), std::move(kwargs), loc);
+}
+
+namespace detail {
+inline sym_tensor unary(std::string_view op, const sym_tensor& x, const std::source_location& loc) {
+  return x.wrap(x.record(op, {x}, {}, loc));
+}
+}  // namespace detail
+
+// ---- elementwise (at::sin, at::relu, ...) ---------------------------------------------------------
+#define XPORT_STRICT_UNARY(name, op)                                                               \
+  inline sym_tensor name(const sym_tensor& x, std::source_location loc = std::source_location::current()) { \
+    return detail::unary(op, x, loc);                                                              \
+  }
+XPORT_STRICT_UNARY(sin, "aten::sin")
+XPORT_STRICT_UNARY(cos, "aten::cos")
+XPORT_STRICT_UNARY(tan, "aten::tan")
+XPORT_STRICT_UNARY(exp, "aten::exp")
+XPORT_STRICT_UNARY(log, "aten::log")
+XPORT_STRICT_UNARY(sqrt, "aten::sqrt")
+XPORT_STRICT_UNARY(rsqrt, "aten::rsqrt")
+XPORT_STRICT_UNARY(abs, "aten::abs")
+XPORT_STRICT_UNARY(neg, "aten::neg")
+XPORT_STRICT_UNARY(erf, "aten::erf")
+XPORT_STRICT_UNARY(relu, "aten::relu")
+XPORT_STRICT_UNARY(sigmoid, "aten::sigmoid")
+XPORT_STRICT_UNARY(tanh, "aten::tanh")
+XPORT_STRICT_UNARY(silu, "aten::silu")
+XPORT_STRICT_UNARY(floor, "aten::floor")
+XPORT_STRICT_UNARY(ceil, "aten::ceil")
+#undef XPORT_STRICT_UNARY
+
+inline sym_tensor gelu(const sym_tensor& x, std::string approximate = "none",
+                       std::source_location loc = std::source_location::current()) {
+  return x.wrap(x.record("aten::gelu", {x}, {{"approximate", std::move(approximate)}}, loc));
+}
+inline sym_tensor leaky_relu(const sym_tensor& x, double slope = 0.01, std::source_location loc = std::source_location::current()) {
+  return x.wrap(x.record("aten::leaky_relu", {x, slope}, {}, loc));
+}
+inline sym_tensor clamp(const sym_tensor& x, std::optional<double> lo, std::optional<double> hi,
+                        std::source_location loc = std::source_location::current()) {
+  return x.wrap(x.record("aten::clamp", {x, lo, hi}, {}, loc));
+}
+inline sym_tensor pow(const sym_tensor& x, double e, std::source_location loc = std::source_location::current()) {
+  return x.wrap(x.record("aten::pow.Tensor_Scalar", {x, e}, {}, loc));
+}
+inline sym_tensor where(const sym_tensor& c, const sym_tensor& a, const sym_tensor& b,
+                        std::source_location loc = std::source_location::current()) {
+  return a.wrap(a.record("aten::where.self", {c, a, b}, {}, loc));
+}
+inline sym_tensor maximum(const sym_tensor& a, const sym_tensor& b, std::source_location loc = std::source_location::current()) {
+  return a.wrap(a.record("aten::maximum", {a, b}, {}, loc));
+}
+inline sym_tensor minimum(const sym_tensor& a, const sym_tensor& b, std::source_location loc = std::source_location::current()) {
+  return a.wrap(a.record("aten::minimum", {a, b}, {}, loc));
+}
+
+// ---- operators: the overloads at::Tensor's operators call ----------------------------------------
+inline sym_tensor operator+(located a, const sym_tensor& b) { return a.x.wrap(a.x.record("aten::add.Tensor", {a.x, b}, {}, a.loc)); }
+inline sym_tensor operator-(located a, const sym_tensor& b) { return a.x.wrap(a.x.record("aten::sub.Tensor", {a.x, b}, {}, a.loc)); }
+inline sym_tensor operator*(located a, const sym_tensor& b) { return a.x.wrap(a.x.record("aten::mul.Tensor", {a.x, b}, {}, a.loc)); }
+inline sym_tensor operator/(located a, const sym_tensor& b) { return a.x.wrap(a.x.record("aten::div.Tensor", {a.x, b}, {}, a.loc)); }
+inline sym_tensor operator+(located a, double s) { return a.x.wrap(a.x.record("aten::add.Scalar", {a.x, s}, {}, a.loc)); }
+inline sym_tensor operator-(located a, double s) { return a.x.wrap(a.x.record("aten::sub.Scalar", {a.x, s}, {}, a.loc)); }
+inline sym_tensor operator*(located a, double s) { return a.x.wrap(a.x.record("aten::mul.Scalar", {a.x, s}, {}, a.loc)); }
+inline sym_tensor operator/(located a, double s) { return a.x.wrap(a.x.record("aten::div.Scalar", {a.x, s}, {}, a.loc)); }
+inline sym_tensor operator-(located a) { return a.x.wrap(a.x.record("aten::neg", {a.x}, {}, a.loc)); }
+inline sym_tensor operator>(located a, double s) { return a.x.wrap(a.x.record("aten::gt.Scalar", {a.x, s}, {}, a.loc)); }
+inline sym_tensor operator<(located a, double s) { return a.x.wrap(a.x.record("aten::lt.Scalar", {a.x, s}, {}, a.loc)); }
+
+// ---- reductions, linear algebra, shapes, nn ---------------------------------------------------------
+inline sym_tensor softmax(const sym_tensor& x, std::int64_t dim, std::source_location loc = std::source_location::current()) {
+  return x.wrap(x.record("aten::softmax.int", {x, dim}, {}, loc));
+}
+inline sym_tensor log_softmax(const sym_tensor& x, std::int64_t dim, std::source_location loc = std::source_location::current()) {
+  return x.wrap(x.record("aten::log_softmax.int", {x, dim}, {}, loc));
+}
+inline sym_tensor matmul(const sym_tensor& a, const sym_tensor& b, std::source_location loc = std::source_location::current()) {
+  return a.wrap(a.record("aten::matmul", {a, b}, {}, loc));
+}
+inline sym_tensor mm(const sym_tensor& a, const sym_tensor& b, std::source_location loc = std::source_location::current()) {
+  return a.wrap(a.record("aten::mm", {a, b}, {}, loc));
+}
+inline sym_tensor bmm(const sym_tensor& a, const sym_tensor& b, std::source_location loc = std::source_location::current()) {
+  return a.wrap(a.record("aten::bmm", {a, b}, {}, loc));
+}
+inline sym_tensor addmm(const sym_tensor& bias, const sym_tensor& a, const sym_tensor& b,
+                        std::source_location loc = std::source_location::current()) {
+  return a.wrap(a.record("aten::addmm", {bias, a, b}, {}, loc));
+}
+inline sym_tensor linear(const sym_tensor& x, const sym_tensor& w, const std::optional<sym_tensor>& b = std::nullopt,
+                         std::source_location loc = std::source_location::current()) {
+  return x.wrap(x.record("aten::linear", {x, w, b ? argument(*b) : argument()}, {}, loc));
+}
+inline sym_tensor cat(const std::vector<sym_tensor>& xs, std::int64_t dim = 0,
+                      std::source_location loc = std::source_location::current()) {
+  argument::list_type l(xs.begin(), xs.end());
+  return xs.at(0).wrap(xs.at(0).record("aten::cat", {std::move(l), dim}, {}, loc));
+}
+inline sym_tensor stack(const std::vector<sym_tensor>& xs, std::int64_t dim = 0,
+                        std::source_location loc = std::source_location::current()) {
+  argument::list_type l(xs.begin(), xs.end());
+  return xs.at(0).wrap(xs.at(0).record("aten::stack", {std::move(l), dim}, {}, loc));
+}
+inline sym_tensor conv2d(const sym_tensor& x, const sym_tensor& w, const std::optional<sym_tensor>& b,
+                         std::vector<std::int64_t> stride = {1, 1}, std::vector<std::int64_t> padding = {0, 0},
+                         std::vector<std::int64_t> dilation = {1, 1}, std::int64_t groups = 1,
+                         std::source_location loc = std::source_location::current()) {
+  return x.wrap(x.record("aten::conv2d", {x, w, b ? argument(*b) : argument(), stride, padding, dilation, groups}, {}, loc));
+}
+inline sym_tensor max_pool2d(const sym_tensor& x, std::vector<std::int64_t> kernel, std::vector<std::int64_t> stride = {},
+                             std::vector<std::int64_t> padding = {0, 0}, std::vector<std::int64_t> dilation = {1, 1},
+                             bool ceil_mode = false, std::source_location loc = std::source_location::current()) {
+  return x.wrap(x.record("aten::max_pool2d", {x, kernel, stride, padding, dilation, ceil_mode}, {}, loc));
+}
+inline sym_tensor adaptive_avg_pool2d(const sym_tensor& x, std::vector<std::int64_t> size,
+                                      std::source_location loc = std::source_location::current()) {
+  return x.wrap(x.record("aten::adaptive_avg_pool2d", {x, size}, {}, loc));
+}
+inline sym_tensor dropout(const sym_tensor& x, double p, bool train, std::source_location loc = std::source_location::current()) {
+  return x.wrap(x.record("aten::dropout", {x, p, train}, {}, loc));
+}
+inline sym_tensor layer_norm(const sym_tensor& x, std::vector<std::int64_t> shape, const std::optional<sym_tensor>& w = std::nullopt,
+                             const std::optional<sym_tensor>& b = std::nullopt, double eps = 1e-5,
+                             std::source_location loc = std::source_location::current()) {
+  return x.wrap(x.record("aten::layer_norm", {x, shape, w ? argument(*w) : argument(), b ? argument(*b) : argument(), eps, true}, {}, loc));
+}
+inline sym_tensor embedding(const sym_tensor& w, const sym_tensor& idx, std::source_location loc = std::source_location::current()) {
+  return w.wrap(w.record("aten::embedding", {w, idx}, {}, loc));
+}
+
+namespace detail {
+
+/// `x` with every at::Tensor leaf replaced by make(leaf) (a sym_tensor); containers of tensors
+/// become the same containers of sym_tensor (c10::Dict becomes std::map).
+template <class T, class F>
+auto to_sym(const T& x, F& make) {
+  if constexpr (std::is_same_v<T, at::Tensor>) {
+    return make(x);
+  } else if constexpr (is_scalar_leaf<T> || std::is_same_v<T, std::string>) {
+    return x;
+  } else if constexpr (is_optional<T>::value) {
+    using U = decltype(to_sym(std::declval<const typename T::value_type&>(), make));
+    return x ? std::optional<U>(to_sym(*x, make)) : std::optional<U>();
+  } else if constexpr (is_vector<T>::value || is_std_array<T>::value) {
+    using U = decltype(to_sym(std::declval<const typename T::value_type&>(), make));
+    std::vector<U> out;
+    for (const auto& e : x) out.push_back(to_sym(e, make));
+    return out;
+  } else if constexpr (is_tuple_like<T>::value) {
+    return std::apply([&](const auto&... es) { return std::tuple{to_sym(es, make)...}; }, x);
+  } else if constexpr (is_string_map<T>::value) {
+    using U = decltype(to_sym(std::declval<const typename T::mapped_type&>(), make));
+    std::map<std::string, U> out;
+    for (const auto& [k, v] : x) out.emplace(k, to_sym(v, make));
+    return out;
+  } else if constexpr (is_c10_dict<T>::value) {
+    using U = decltype(to_sym(std::declval<const typename T::mapped_type&>(), make));
+    std::map<std::string, U> out;
+    for (const auto& e : x) out.emplace(e.key(), to_sym(e.value(), make));
+    return out;
+  } else {
+    static_assert(dependent_false<T>, "xport: unsupported input type (see flatten_into)");
+  }
+}
+
+}  // namespace detail
+
+XPORT_END_NAMESPACE
+// #include <xport/trace/export.hpp>
+// xport/trace/export.hpp: export_program, torch.export.export for C++ callables and modules.
+//
+//   auto p = xport::export_program(model, std::tuple{x});              // a torch::nn module
+//   auto q = xport::export_program([](const at::Tensor& a, const at::Tensor& b) {
+//     return at::sin(a) + at::cos(b);
+//   }, std::tuple{x, y}, {.input_names = {"x", "y"}});
+//   xport::callable<at::Tensor(at::Tensor, at::Tensor)> f(q);         // same C++ types back
+//
+// The result is torch.export's training IR: ATen ops as the code called them (before autograd and
+// before composite ops decompose), in-place ops kept, parameters and buffers lifted to inputs
+// named `p_<fqn>` / `b_<fqn>`, tensors captured from outside lifted as constants.
+
+#include <functional>   // std::invoke
+#include <memory>       // std::shared_ptr
+#include <optional>     // std::optional
+#include <string>       // std::string
+#include <tuple>        // std::tuple, std::apply
+#include <type_traits>  // std::decay_t
+#include <utility>      // std::forward
+#include <vector>       // std::vector
+
+#include <ATen/core/Tensor.h>
+
+// #include <xport/config.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ir/program.hpp>
+// #include <xport/run/interpreter.hpp>
+// #include <xport/trace/capture.hpp>
+// #include <xport/trace/strict.hpp>
+// #include <xport/trace/tree.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+/// Tracing policy: ordinary at::Tensor code and torch::nn modules run on fake (meta) tensors
+/// while the dispatcher records each op (torch.export's non-strict mode).
+struct non_strict {};
+
+struct export_options {
+  /// Names of the positional arguments (`x`, `y`); nested tensors get `x_0`, `x_key` suffixes.
+  /// By default one argument is `x` and several are `args_0`, `args_1`, ...
+  std::vector<std::string> input_names;
+  /// Keep the example inputs in the program (exported_program::example_inputs()).
+  bool keep_example_inputs = true;
+};
+
+namespace detail {
+
+// A torch::nn module: a ModuleHolder (`Linear`), a std::shared_ptr to a module, or a module.
+template <class M>
+decltype(auto) module_impl(M& m) {
+  if constexpr (requires { m.ptr(); }) return *m.ptr();
+  else if constexpr (requires { *m; m.get(); }) return *m;
+  else return (m);
+}
+
+template <class M>
+concept module_like = requires(M& m) {
+  module_impl(m).named_parameters(true);
+  module_impl(m).named_buffers(true);
+};
+
+inline std::string default_input_name(std::size_t i, std::size_t n) {
+  return n == 1 ? std::string("x") : "args_" + std::to_string(i);
+}
+
+/// The input treespec (a tuple of the arguments), the example tensors and their names.
+template <class... Args>
+treespec describe_inputs(const std::tuple<Args...>& args, const export_options& opts,
+                         std::vector<at::Tensor>& examples, std::vector<std::string>& names) {
+  constexpr std::size_t n = sizeof...(Args);
+  if (!opts.input_names.empty() && opts.input_names.size() != n)
+    throw export_error("xport.export.input_names",
+                       "export_options::input_names has " + std::to_string(opts.input_names.size()) +
+                           " name(s) but the program takes " + std::to_string(n) + " argument(s)");
+  treespec in_spec{treespec::kind::tuple, {}, {}, {}};
+  std::size_t k = 0;
+  std::apply(
+      [&](const auto&... a) {
+        ((in_spec.children.push_back(flatten(a, examples)),
+          leaf_names(in_spec.children.back(), opts.input_names.empty() ? default_input_name(k, n) : opts.input_names[k],
+                     names),
+          ++k),
+         ...);
+      },
+      args);
+  for (const auto& t : examples)
+    if (!t.defined()) throw export_error("xport.export.undefined_input", "an example input is an undefined tensor");
+  return in_spec;
+}
+
+/// Finishes a capture: outputs (graph values of the result's leaves), build, call spec.
+inline exported_program finish(capture& cap, std::vector<value> outs, treespec in_spec, treespec out_spec,
+                               const export_options& opts) {
+  for (auto v : outs) cap.builder().output(v);
+  exported_program p = std::move(cap.builder()).build();
+  p.set_call_spec(std::move(in_spec), std::move(out_spec));
+  if (!opts.keep_example_inputs) p.set_example_inputs(std::nullopt);
+  return p;
+}
+
+template <class Call, class... Args>
+exported_program trace_strict(Call&& call, const std::tuple<Args...>& args, const export_options& opts,
+                              capture& cap) {
+  std::vector<at::Tensor> examples;
+  std::vector<std::string> names;
+  auto in_spec = describe_inputs(args, opts, examples, names);
+  if (!examples.empty()) cap.set_fake_device(examples.front().device());
+  std::size_t leaf = 0;
+  auto make = [&](const at::Tensor&) {
+    const auto i = leaf++;
+    return sym_tensor(cap.add_input_value(names[i], examples[i]), &cap);
+  };
+  auto sym_args = std::apply([&](const auto&... a) { return std::tuple{to_sym(a, make)...}; }, args);
+  auto result = std::apply(call, sym_args);
+  std::vector<value> outs;
+  auto collect = [&](const auto& t) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(t)>, at::Tensor>)
+      outs.push_back(cap.value_of(t));
+    else
+      outs.push_back(t.graph_value());
+  };
+  auto out_spec = flatten_into(result, collect);
+  return finish(cap, std::move(outs), std::move(in_spec), std::move(out_spec), opts);
+}
+
+template <class Call, class... Args>
+exported_program trace_non_strict(Call&& call, const std::tuple<Args...>& args, const export_options& opts,
+                                  capture& cap) {
+  std::vector<at::Tensor> examples;
+  std::vector<std::string> names;
+  auto in_spec = describe_inputs(args, opts, examples, names);
+  if (!examples.empty()) cap.set_fake_device(examples.front().device());
+  // the traced code gets meta tensors in the same structure
+  std::size_t leaf = 0;
+  auto to_meta = [&](const at::Tensor&) {
+    const auto i = leaf++;
+    return cap.add_input(names[i], examples[i]);
+  };
+  auto meta_args = std::apply([&](const auto&... a) { return std::tuple{map_tensors(a, to_meta)...}; }, args);
+
+  auto result = [&] {
+    capture_scope scope(cap);
+    return std::apply(call, meta_args);
+  }();
+
+  std::vector<at::Tensor> leaves;
+  auto out_spec = flatten(result, leaves);
+  std::vector<value> outs;
+  for (const auto& t : leaves) outs.push_back(cap.value_of(t));
+  return finish(cap, std::move(outs), std::move(in_spec), std::move(out_spec), opts);
+}
+
+}  // namespace detail
+
+/// Exports a C++ callable over at::Tensor, or a torch::nn module (whose forward is called with
+/// `args`), into an exported_program (training IR). No real computation runs: the code sees
+/// meta tensors, and the module's parameters and buffers are left exactly as they were.
+template <class Policy = non_strict, class F, class... Args>
+exported_program export_program(F&& f, const std::tuple<Args...>& args, const export_options& opts = {}) {
+  static_assert(std::is_same_v<Policy, non_strict> || std::is_same_v<Policy, strict>,
+                "xport::export_program: unknown tracing policy (use xport::non_strict or xport::strict)");
+  detail::capture cap;
+  if constexpr (std::is_same_v<Policy, strict>) {
+    static_assert(!detail::module_like<std::remove_reference_t<F>>,
+                  "xport::export_program<xport::strict>: torch::nn modules run on at::Tensor; export "
+                  "them with the non_strict policy, or write the forward against xport::sym_tensor");
+    return detail::trace_strict(std::forward<F>(f), args, opts, cap);
+  } else if constexpr (detail::module_like<std::remove_reference_t<F>>) {
+    auto& m = detail::module_impl(f);
+    for (const auto& item : m.named_parameters(true)) cap.add_state(input_kind::parameter, item.key(), item.value());
+    for (const auto& item : m.named_buffers(true)) cap.add_state(input_kind::buffer, item.key(), item.value());
+    return detail::trace_non_strict([&](auto&&... a) { return m.forward(std::forward<decltype(a)>(a)...); },
+                                    args, opts, cap);
+  } else {
+    return detail::trace_non_strict(std::forward<F>(f), args, opts, cap);
+  }
+}
+
+/// An exported program called with the C++ types it was exported with:
+///   xport::callable<at::Tensor(at::Tensor, std::vector<at::Tensor>)> f(program);
+/// Inputs are flattened and checked against the program's input structure (constants included),
+/// outputs rebuilt into R.
+template <class Sig>
+class callable;
+
+template <class R, class... Args>
+class callable<R(Args...)> {
+ public:
+  explicit callable(const exported_program& p) : program_(&p) {
+    if (!p.in_spec() || !p.out_spec())
+      throw error("xport.callable.no_spec",
+                  "this program has no input/output structure (it was not made by export_program); "
+                  "run it with xport::run on flat tensors instead");
+  }
+
+  R operator()(const Args&... args) const {
+    std::vector<at::Tensor> leaves;
+    treespec got{treespec::kind::tuple, {}, {}, {}};
+    (got.children.push_back(flatten(args, leaves)), ...);
+    const auto& want = *program_->in_spec();
+    if (!(got == want))
+      throw guard_error("xport.guard.structure",
+                        "the inputs have structure " + got.str() + " but the program was exported with " +
+                            want.str() + " (containers, None and specialized constants must match)");
+    auto outs = run(*program_, leaves, opts_);
+    return unflatten<R>(*program_->out_spec(), outs);
+  }
+
+  /// Options for every call (guards, inference mode).
+  callable& with(run_options o) {
+    opts_ = o;
+    return *this;
+  }
+
+ private:
+  const exported_program* program_;
+  run_options opts_;
+};
 
 XPORT_END_NAMESPACE
 

@@ -99,21 +99,26 @@ inline std::vector<c10::IValue> meta_stack_for(const op_info& op, const std::vec
   return stack;
 }
 
-/// The types of `op`'s outputs for schema-bound `args`.
-inline std::vector<value_type> infer_outputs(const op_info& op, const std::vector<argument>& args) {
-  if (is_data_dependent_op(op.name))
-    throw missing_fake_kernel(
-        "xport.fake.data_dependent",
-        op.qualified + " has an output that depends on tensor data, so its shape cannot be known "
-                       "before running. Make the value an input of the program, or write the "
-                       "computation without reading data (e.g. masks with aten::where instead of "
-                       "aten::nonzero)");
-  const auto inputs = meta_stack_for(op, args);
+/// Why a data-dependent op cannot be captured, and the way out.
+[[noreturn]] inline void throw_data_dependent(const op_info& op) {
+  throw missing_fake_kernel(
+      "xport.fake.data_dependent",
+      op.qualified + " has an output that depends on tensor data, so its shape cannot be known "
+                     "before running. Make the value an input of the program, or write the "
+                     "computation without reading data (e.g. masks with aten::where instead of "
+                     "aten::nonzero)");
+}
+
+/// Runs `op` on a stack of meta arguments and returns its results (as the op returns them),
+/// falling back to xport's shape rules when LibTorch has no meta kernel for it.
+/// `describe` names the arguments in error messages.
+template <class Describe>
+std::vector<c10::IValue> run_meta(const op_info& op, const std::vector<c10::IValue>& inputs, Describe&& describe) {
   auto stack = inputs;  // a failed call leaves the stack in an unspecified state
-  std::vector<at::Tensor> rule_out;
   try {
     c10::InferenceMode guard;
     op.handle.callBoxed(stack);
+    return stack;
   } catch (const c10::NotImplementedError& e) {
     const auto rule = find_meta_rule(op.qualified);  // exact overload: max.dim is not max
     if (!rule)
@@ -126,16 +131,18 @@ inline std::vector<value_type> infer_outputs(const op_info& op, const std::vecto
               "one. LibTorch said: " +
               first_line(e.what_without_backtrace()));
     c10::InferenceMode guard;
-    rule_out = rule(inputs);
+    auto outs = rule(inputs);
+    return {outs.begin(), outs.end()};
   } catch (const c10::Error& e) {
     // The op has a meta kernel and it refused the arguments (shapes, dtypes, values).
-    throw graph_error("xport.fake.op_rejected",
-                      op.qualified + " rejected its arguments (" + describe_args(op, args) +
-                          "): " + first_line(e.what_without_backtrace()));
+    throw graph_error("xport.fake.op_rejected", op.qualified + " rejected its arguments (" + describe() +
+                                                    "): " + first_line(e.what_without_backtrace()));
   }
+}
 
-  const auto device = output_device(op, args);
-  const bool grad = any_requires_grad(args);
+/// The value types of an op's results (from run_meta); tensors are reported on `device`.
+inline std::vector<value_type> result_types(const op_info& op, const std::vector<c10::IValue>& results,
+                                            c10::Device device, bool requires_grad) {
   std::vector<value_type> out;
   const auto add_tensor = [&](const at::Tensor& t) {
     if (!t.defined()) {
@@ -144,14 +151,10 @@ inline std::vector<value_type> infer_outputs(const op_info& op, const std::vecto
     }
     auto m = tensor_meta::of(t);
     m.device = device;
-    m.requires_grad = grad && (c10::isFloatingType(m.dtype) || c10::isComplexType(m.dtype));
+    m.requires_grad = requires_grad && (c10::isFloatingType(m.dtype) || c10::isComplexType(m.dtype));
     out.push_back(value_type::of(std::move(m)));
   };
-  if (!rule_out.empty()) {
-    for (const auto& t : rule_out) add_tensor(t);
-    return out;
-  }
-  for (const auto& r : stack) {
+  for (const auto& r : results) {
     if (r.isTensor()) add_tensor(r.toTensor());
     else if (r.isTensorList())
       for (const auto& t : r.toTensorVector()) add_tensor(t);
@@ -165,6 +168,13 @@ inline std::vector<value_type> infer_outputs(const op_info& op, const std::vecto
                                     ", which xport cannot represent in a graph yet");
   }
   return out;
+}
+
+/// The types of `op`'s outputs for schema-bound `args`.
+inline std::vector<value_type> infer_outputs(const op_info& op, const std::vector<argument>& args) {
+  if (is_data_dependent_op(op.name)) throw_data_dependent(op);
+  const auto results = run_meta(op, meta_stack_for(op, args), [&] { return describe_args(op, args); });
+  return result_types(op, results, output_device(op, args), any_requires_grad(args));
 }
 
 }  // namespace detail

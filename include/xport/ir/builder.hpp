@@ -62,10 +62,11 @@ class program_builder {
  public:
   program_builder() = default;
 
-  /// A user input, typed like `example` (kept as the program's example input).
-  value input(const std::string& name, const at::Tensor& example) {
+  /// A user input, typed like `example` (kept as the program's example input). With
+  /// `exact_name` false, a taken or reserved name gets a suffix (`input` -> `input_1`).
+  value input(const std::string& name, const at::Tensor& example, bool exact_name = true) {
     auto v = add_input(input_spec{input_kind::user_input, argument_spec::tensor(name), {}, {}},
-                       tensor_meta::of(example), true);
+                       tensor_meta::of(example), exact_name);
     examples_.push_back(example);
     return v;
   }
@@ -108,6 +109,15 @@ class program_builder {
     return n;
   }
 
+  /// Adds a call node whose arguments are already bound to the schema and whose output types
+  /// are known (what a tracer records). Only the graph's own checks apply.
+  node record(const op_info& op, std::vector<argument> bound, std::vector<value_type> types) {
+    auto n = graph_.create_call(op, std::move(bound), std::move(types));
+    n.set_source(source_);
+    n.set_module_path(module_);
+    return n;
+  }
+
   /// Source location recorded on the nodes created from now on.
   program_builder& at(source_location loc) {
     source_ = std::make_shared<const source_location>(std::move(loc));
@@ -122,6 +132,12 @@ class program_builder {
   /// Module path (FQN of the calling module) recorded on the nodes created from now on.
   program_builder& in_module(std::string path) {
     module_ = std::move(path);
+    return *this;
+  }
+
+  /// Source location for the nodes created from now on (shared, no copy).
+  program_builder& at(std::shared_ptr<const source_location> loc) {
+    source_ = std::move(loc);
     return *this;
   }
 

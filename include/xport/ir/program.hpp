@@ -19,6 +19,7 @@
 #include <xport/error.hpp>
 #include <xport/ir/graph.hpp>
 #include <xport/ir/signature.hpp>
+#include <xport/ir/treespec.hpp>
 
 XPORT_BEGIN_NAMESPACE
 
@@ -115,6 +116,8 @@ class exported_program {
         constants_(std::move(o.constants_)),
         range_constraints_(std::move(o.range_constraints_)),
         example_inputs_(std::move(o.example_inputs_)),
+        in_spec_(std::move(o.in_spec_)),
+        out_spec_(std::move(o.out_spec_)),
         dialect_(o.dialect_) {}
   exported_program& operator=(exported_program&& o) noexcept {
     graph_ = std::move(o.graph_);
@@ -123,6 +126,8 @@ class exported_program {
     constants_ = std::move(o.constants_);
     range_constraints_ = std::move(o.range_constraints_);
     example_inputs_ = std::move(o.example_inputs_);
+    in_spec_ = std::move(o.in_spec_);
+    out_spec_ = std::move(o.out_spec_);
     dialect_ = o.dialect_;
     invalidate();
     return *this;
@@ -134,6 +139,8 @@ class exported_program {
   [[nodiscard]] exported_program clone() const {
     exported_program p(graph_.clone(), signature_, state_dict_, constants_, range_constraints_, dialect_);
     p.example_inputs_ = example_inputs_;
+    p.in_spec_ = in_spec_;
+    p.out_spec_ = out_spec_;
     return p;
   }
 
@@ -169,6 +176,15 @@ class exported_program {
   }
   [[nodiscard]] ir_dialect dialect() const noexcept { return dialect_; }
   void set_dialect(ir_dialect d) noexcept { dialect_ = d; }
+
+  /// The structure of the inputs (a tuple of the positional arguments) and of the outputs, when
+  /// the program was exported from C++ values; absent for hand-built programs (flat tensors).
+  [[nodiscard]] const std::optional<treespec>& in_spec() const noexcept { return in_spec_; }
+  [[nodiscard]] const std::optional<treespec>& out_spec() const noexcept { return out_spec_; }
+  void set_call_spec(std::optional<treespec> in, std::optional<treespec> out) {
+    in_spec_ = std::move(in);
+    out_spec_ = std::move(out);
+  }
 
   /// The example user inputs the program was captured with, if kept.
   [[nodiscard]] const std::optional<std::vector<at::Tensor>>& example_inputs() const noexcept {
@@ -274,6 +290,8 @@ class exported_program {
   tensor_dict constants_;
   std::vector<range_constraint> range_constraints_;
   std::optional<std::vector<at::Tensor>> example_inputs_;
+  std::optional<treespec> in_spec_;
+  std::optional<treespec> out_spec_;
   ir_dialect dialect_ = ir_dialect::training;
   mutable std::shared_ptr<detail::run_cache> cache_;
   std::unique_ptr<std::mutex> cache_mu_ = std::make_unique<std::mutex>();

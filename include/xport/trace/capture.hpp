@@ -1,0 +1,444 @@
+// xport/trace/capture.hpp: recording ATen ops through the LibTorch dispatcher (non-strict).
+// While a capture is active on a thread, a dispatch key (TESTING_ONLY_GenericMode) is switched
+// on in that thread's local dispatch state; a boxed fallback registered for it sees every op the
+// traced code calls, before autograd and before composite ops decompose, factories included.
+// The fallback records a node, runs the op on meta tensors (no data: nothing is computed) and
+// hands the meta results back to the traced code. Tensors are tracked by TensorImpl identity;
+// parameters and buffers are known by identity and named by their FQN before the run, so the
+// module is never modified (in-place ops on its state run on meta shadows).
+#pragma once
+
+#include <cstddef>        // std::size_t
+#include <memory>         // std::make_shared
+#include <optional>       // std::optional
+#include <stdexcept>      // std::runtime_error
+#include <string>         // std::string
+#include <unordered_map>  // std::unordered_map
+#include <unordered_set>  // std::unordered_set
+#include <utility>        // std::move
+#include <vector>         // std::vector
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/library.h>
+
+#include <xport/config.hpp>
+#include <xport/detail/meta_infer.hpp>
+#include <xport/detail/schema.hpp>
+#include <xport/error.hpp>
+#include <xport/ir/builder.hpp>
+#include <xport/ir/graph.hpp>
+#include <xport/ir/op.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+class capture;
+
+/// The capture recording on this thread, if any.
+inline thread_local capture* active_capture = nullptr;
+
+/// The dispatch key whose fallback records ops.
+inline constexpr c10::DispatchKey capture_key = c10::DispatchKey::TESTING_ONLY_GenericMode;
+
+void capture_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+/// Registers the recording fallback once per process (at run time: a static registration in a
+/// header would run once per translation unit and throw).
+inline void ensure_capture_fallback() {
+  static const bool registered = [] {
+    try {
+      static torch::Library lib(torch::Library::IMPL, "_", capture_key, __FILE__, __LINE__);
+      lib.fallback(torch::CppFunction::makeFromBoxedFunction<&capture_fallback>());
+    } catch (const c10::Error& e) {
+      throw export_error("xport.export.fallback",
+                         "cannot register xport's capture fallback for dispatch key "
+                         "TESTING_ONLY_GenericMode: another library already uses it, or two "
+                         "versions of xport are linked into this program. LibTorch said: " +
+                             first_line(e.what_without_backtrace()));
+    }
+    return true;
+  }();
+  (void)registered;
+}
+
+/// What the traced C++ call was, for graph-break messages.
+inline std::string user_facing_call(std::string_view op) {
+  if (op == "aten::_local_scalar_dense" || op == "aten::item") return "Tensor::item()";
+  if (op == "aten::is_nonzero") return "using a tensor as a bool (Tensor::is_nonzero())";
+  if (op == "aten::nonzero") return "at::nonzero";
+  if (op == "aten::equal") return "at::equal";
+  if (op == "aten::allclose") return "at::allclose";
+  if (op == "aten::masked_select") return "at::masked_select";
+  return std::string(op);
+}
+
+[[noreturn]] inline void throw_graph_break(const op_info& op) {
+  throw graph_break(
+      "xport.export.graph_break",
+      "graph break: " + op.qualified + " (" + user_facing_call(op.name) +
+          ") reads the contents of a tensor, which export cannot know: it runs on shapes only, "
+          "and the program must be the same for every input. Way out: make the value an input "
+          "of the program (a C++ int64_t/double/bool argument is specialized as a constant), or "
+          "write the computation without reading data (e.g. at::where / at::clamp instead of "
+          "branching on a value)");
+}
+
+/// One capture: the program being built and the tensors the traced code holds.
+class capture {
+ public:
+  explicit capture(c10::Device fake_device = c10::Device(c10::kCPU)) : fake_device_(fake_device) {}
+  capture(const capture&) = delete;
+  capture& operator=(const capture&) = delete;
+
+  [[nodiscard]] program_builder& builder() noexcept { return builder_; }
+  [[nodiscard]] c10::Device fake_device() const noexcept { return fake_device_; }
+  void set_fake_device(c10::Device d) noexcept { fake_device_ = d; }
+
+  /// A user input named `name`, typed like `example`; returns the meta tensor the traced code
+  /// receives in its place.
+  at::Tensor add_input(const std::string& name, const at::Tensor& example) {
+    auto v = builder_.input(name, example, /*exact_name=*/false);
+    return track(v, meta_like(example));
+  }
+  /// A user input for the strict front end: the graph value itself.
+  value add_input_value(const std::string& name, const at::Tensor& example) {
+    auto v = builder_.input(name, example, /*exact_name=*/false);
+    track(v, meta_like(example));
+    return v;
+  }
+
+  /// A parameter or buffer of the module, known by identity; its real tensor stays untouched.
+  void add_state(input_kind kind, const std::string& fqn, const at::Tensor& t) {
+    if (by_impl_.count(t.unsafeGetTensorImpl())) return;  // shared (tied) state: first name wins
+    value v = kind == input_kind::parameter ? builder_.parameter(fqn, t) : builder_.buffer(fqn, t, true);
+    state_fqn_.emplace(v.impl(), fqn);
+    remember(t, v);
+    meta_.emplace(v.impl(), meta_like(t));
+  }
+
+  /// The graph value a tensor held by the traced code stands for.
+  value value_of(const at::Tensor& t) {
+    if (auto it = by_impl_.find(t.unsafeGetTensorImpl()); it != by_impl_.end()) return it->second;
+    if (t.is_meta()) {
+      if (auto v = by_storage(t)) {
+        remember(t, *v);
+        return *v;
+      }
+      throw export_error("xport.export.unknown_tensor",
+                         "the traced code returned or used a meta tensor that export did not "
+                         "create (made outside the traced function?); pass it as an input instead");
+    }
+    return lift_constant(t);
+  }
+
+  /// The meta tensor that stands for `v` (what ops run on).
+  [[nodiscard]] const at::Tensor& meta_of(value v) const { return meta_.at(v.impl()); }
+
+  /// Records `op` called on graph values (the strict front end): arguments are bound to the
+  /// schema and checked like program_builder::call; the op runs on the values' meta tensors.
+  node call(const op_info& op, std::vector<argument> args, std::vector<kwarg> kwargs,
+            std::shared_ptr<const source_location> src) {
+    if (is_data_dependent_op(op.name)) throw_graph_break(op);
+    auto bound = bind_arguments(op, std::move(args), std::move(kwargs));
+    check_mutations(op, bound);
+    const auto& params = op.schema().arguments();
+    std::vector<c10::IValue> meta_args;
+    meta_args.reserve(params.size());
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if (bound[i].is_device()) {
+        meta_args.emplace_back(c10::Device(c10::kMeta));
+        continue;
+      }
+      meta_args.push_back(to_ivalue(bound[i], params[i].real_type(), [&](const value& v) -> c10::IValue {
+        if (v.kind() == value_kind::tensor) return meta_.at(v.impl());
+        return v.type().scalar.hint();
+      }));
+    }
+    auto results = run_meta(op, meta_args, [&] { return describe_args(op, bound); });
+    auto types = result_types(op, results, output_device(op, bound), any_requires_grad(bound));
+    builder_.at(std::move(src));
+    auto node = builder_.record(op, std::move(bound), types);
+    if (auto path = module_path_of(node); !path.empty()) node.set_module_path(std::move(path));
+    std::size_t out_index = 0;
+    for (auto& r : results) {
+      if (r.isTensorList()) {
+        for (auto& t : r.toTensorVector()) track(node.output(out_index++), t);
+      } else if (r.isTensor()) {
+        track(node.output(out_index++), r.toTensor());
+      } else {
+        ++out_index;
+      }
+    }
+    return node;
+  }
+
+  /// Records one op call from the dispatcher fallback (see capture_fallback).
+  void record(const c10::OperatorHandle& handle, torch::jit::Stack& stack) {
+    const op_info& op = op_for(handle);
+    const auto& schema = op.schema();
+    const auto& params = schema.arguments();
+    const std::size_t n = params.size();
+    if (op.name == "aten::equal" && same_value(stack[stack.size() - 2], stack[stack.size() - 1])) {
+      // equal(x, x): true by construction, whatever x holds (C++ MultiheadAttention asks this to
+      // detect self-attention). Any other comparison of contents is a graph break below.
+      torch::jit::drop(stack, 2);
+      stack.emplace_back(true);
+      return;
+    }
+    if (is_data_dependent_op(op.name)) throw_graph_break(op);
+    std::vector<c10::IValue> originals(stack.end() - static_cast<std::ptrdiff_t>(n), stack.end());
+    torch::jit::drop(stack, n);
+
+    std::vector<argument> args(n);
+    std::vector<c10::IValue> meta_args(n);
+    for (std::size_t i = 0; i < n; ++i) convert(originals[i], params[i].real_type(), args[i], meta_args[i]);
+    check_mutations(op, args);
+
+    auto results = run_meta(op, meta_args, [&] { return describe_args(op, args); });
+    auto types = result_types(op, results, output_device(op, args), any_requires_grad(args));
+    auto node = builder_.record(op, std::move(args), types);
+    if (auto path = module_path_of(node); !path.empty()) node.set_module_path(std::move(path));
+
+    // Hand results back: a return that writes to an argument (in-place, out=) is that argument
+    // object itself, now standing for the node's output.
+    const auto& rets = schema.returns();
+    std::size_t out_index = 0;
+    for (std::size_t r = 0; r < results.size(); ++r) {
+      auto& res = results[r];
+      if (res.isTensorList()) {
+        auto ts = res.toTensorVector();
+        for (auto& t : ts) track(node.output(out_index++), t);
+        stack.emplace_back(c10::List<at::Tensor>(ts));
+        continue;
+      }
+      if (!res.isTensor()) {
+        ++out_index;
+        stack.push_back(std::move(res));
+        continue;
+      }
+      const auto v = node.output(out_index++);
+      if (r < rets.size() && rets[r].alias_info() && rets[r].alias_info()->isWrite()) {
+        const auto a = aliased_argument(schema, r);
+        if (a && originals[*a].isTensor()) {
+          const auto& orig = originals[*a].toTensor();
+          remember(orig, v);
+          meta_[v.impl()] = res.toTensor();
+          stack.push_back(originals[*a]);
+          continue;
+        }
+      }
+      track(v, res.toTensor());
+      stack.push_back(std::move(res));
+    }
+  }
+
+ private:
+  bool same_value(const c10::IValue& a, const c10::IValue& b) const {
+    if (!a.isTensor() || !b.isTensor()) return false;
+    const auto ia = by_impl_.find(a.toTensor().unsafeGetTensorImpl());
+    const auto ib = by_impl_.find(b.toTensor().unsafeGetTensorImpl());
+    return ia != by_impl_.end() && ib != by_impl_.end() && ia->second == ib->second;
+  }
+
+  static at::Tensor meta_like(const at::Tensor& t) {
+    c10::impl::ExcludeDispatchKeyGuard no_capture(capture_key);
+    return tensor_meta::of(t).make_meta();
+  }
+
+  const op_info& op_for(const c10::OperatorHandle& h) {
+    const auto* key = &h.schema();
+    if (auto it = ops_.find(key); it != ops_.end()) return *it->second;
+    const auto& name = h.operator_name();
+    const auto& info = find_op(name.overload_name.empty() ? name.name : name.name + "." + name.overload_name);
+    ops_.emplace(key, &info);
+    return info;
+  }
+
+  // Note [Identity tracking]: values are found by TensorImpl*; every tensor we map is kept alive
+  // here so its address cannot be reused by another tensor during the capture.
+  void remember(const at::Tensor& t, value v) {
+    by_impl_[t.unsafeGetTensorImpl()] = v;
+    alive_.push_back(t);
+  }
+  at::Tensor track(value v, at::Tensor meta) {
+    remember(meta, v);
+    meta_[v.impl()] = meta;
+    if (meta.has_storage()) storage_values_[meta.storage().unsafeGetStorageImpl()].push_back(v);
+    return meta;
+  }
+
+  // Note [Shallow copies]: torch:: factories (torch::zeros, ...) wrap the ATen result with
+  // autograd::make_variable, which makes a shallow copy: a new TensorImpl over the same storage.
+  // Such a tensor is the newest value on that storage with exactly its geometry.
+  std::optional<value> by_storage(const at::Tensor& t) const {
+    if (!t.has_storage()) return std::nullopt;
+    const auto it = storage_values_.find(t.storage().unsafeGetStorageImpl());
+    if (it == storage_values_.end()) return std::nullopt;
+    for (auto v = it->second.rbegin(); v != it->second.rend(); ++v) {
+      const auto& m = meta_.at(v->impl());
+      if (m.sizes() == t.sizes() && m.strides() == t.strides() && m.storage_offset() == t.storage_offset() &&
+          m.scalar_type() == t.scalar_type())
+        return *v;
+    }
+    return std::nullopt;
+  }
+
+  value lift_constant(const at::Tensor& t) {
+    const std::string target = "lifted_tensor_" + std::to_string(lifted_++);
+    auto v = builder_.constant(target, t);
+    lifted_constants_.emplace(v.impl(), target);
+    remember(t, v);
+    meta_.emplace(v.impl(), meta_like(t));
+    return v;
+  }
+
+  // One argument from the dispatcher's stack: the recorded argument and what the meta run gets.
+  void convert(const c10::IValue& iv, const c10::TypePtr& type, argument& arg, c10::IValue& meta) {
+    if (iv.isTensor()) {
+      const auto& t = iv.toTensor();
+      if (!t.defined()) {
+        arg = none;
+        meta = iv;
+        return;
+      }
+      if (!by_impl_.count(t.unsafeGetTensorImpl()) && t.unsafeGetTensorImpl()->is_wrapped_number()) {
+        // a C++ scalar the API wrapped into a tensor: record the number, as torch does
+        const auto s = t.item();
+        arg = s.isFloatingPoint() ? argument(s.toDouble())
+              : s.isBoolean()     ? argument(s.toBool())
+                                  : argument(s.toLong());
+        meta = iv;
+        return;
+      }
+      const value v = value_of(t);
+      arg = v;
+      meta = meta_.at(v.impl());
+      return;
+    }
+    if (iv.isTensorList()) {
+      argument::list_type items;
+      c10::List<at::Tensor> metas;
+      for (const auto& t : iv.toTensorVector()) {
+        const value v = value_of(t);
+        items.emplace_back(v);
+        metas.push_back(meta_.at(v.impl()));
+      }
+      arg = std::move(items);
+      meta = metas;
+      return;
+    }
+    if (iv.isList() && unwrap_optional(type)->kind() == c10::TypeKind::ListType &&
+        unwrap_optional(type)->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::OptionalType) {
+      argument::list_type items;
+      c10::List<c10::optional<at::Tensor>> metas;
+      for (const auto& e : iv.toListRef()) {
+        if (e.isNone() || (e.isTensor() && !e.toTensor().defined())) {
+          items.emplace_back(none);
+          metas.push_back(c10::nullopt);
+        } else {
+          const value v = value_of(e.toTensor());
+          items.emplace_back(v);
+          metas.push_back(meta_.at(v.impl()));
+        }
+      }
+      arg = std::move(items);
+      meta = metas;
+      return;
+    }
+    if (iv.isDevice()) {
+      const auto d = iv.toDevice();
+      arg = d.is_meta() ? fake_device_ : d;  // tensors the code sees are meta: report the real device
+      meta = c10::Device(c10::kMeta);
+      return;
+    }
+    if (iv.isGenerator()) {
+      arg = none;
+      meta = c10::IValue();
+      return;
+    }
+    arg = from_ivalue(iv, type);
+    meta = iv;
+  }
+
+  // A mutated lifted constant is an error (torch.export says the same).
+  void check_mutations(const op_info& op, const std::vector<argument>& args) {
+    if (!op.is_mutable) return;
+    const auto& params = op.schema().arguments();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const auto* ai = params[i].alias_info();
+      if (!ai || !ai->isWrite()) continue;
+      args[i].for_each_value([&](const value& v) {
+        if (auto it = lifted_constants_.find(v.impl()); it != lifted_constants_.end())
+          throw export_error("xport.export.constant_mutation",
+                             "Constant " + it->second + " is mutated in the forward method by " + op.qualified +
+                                 ". Pls register it as buffer: a tensor that the traced code "
+                                 "captures from outside and updates in place must be module state "
+                                 "(register_buffer(\"name\", tensor) in the module's constructor), or "
+                                 "clone it before updating it");
+      });
+    }
+  }
+
+  // Index of the argument that return `r` writes through (same alias set), if any.
+  static std::optional<std::size_t> aliased_argument(const c10::FunctionSchema& s, std::size_t r) {
+    const auto* ra = s.returns()[r].alias_info();
+    for (std::size_t i = 0; i < s.arguments().size(); ++i) {
+      const auto* aa = s.arguments()[i].alias_info();
+      if (aa && aa->isWrite() && aa->beforeSets() == ra->beforeSets()) return i;
+    }
+    return std::nullopt;
+  }
+
+  // The module a node belongs to, from the module state it reads (`layer1.0.conv1.weight` ->
+  // `layer1.0.conv1`).
+  std::string module_path_of(const node& n) const {
+    for (std::size_t i = 0; i < n.num_inputs(); ++i)
+      if (auto it = state_fqn_.find(n.input(i).impl()); it != state_fqn_.end()) {
+        const auto dot = it->second.rfind('.');
+        return dot == std::string::npos ? std::string() : it->second.substr(0, dot);
+      }
+    return {};
+  }
+
+  program_builder builder_;
+  c10::Device fake_device_;
+  std::unordered_map<const c10::TensorImpl*, value> by_impl_;
+  std::vector<at::Tensor> alive_;
+  std::unordered_map<const value_impl*, at::Tensor> meta_;
+  std::unordered_map<const c10::StorageImpl*, std::vector<value>> storage_values_;
+  std::unordered_map<const value_impl*, std::string> state_fqn_;
+  std::unordered_map<const value_impl*, std::string> lifted_constants_;
+  std::unordered_map<const c10::FunctionSchema*, const op_info*> ops_;
+  int lifted_ = 0;
+};
+
+inline void capture_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  // Everything below (meta runs, helpers) must not come back here.
+  c10::impl::ExcludeDispatchKeyGuard no_capture(capture_key);
+  if (!active_capture) {
+    op.callBoxed(stack);
+    return;
+  }
+  active_capture->record(op, *stack);
+}
+
+/// Makes `c` the recording capture on this thread for the guard's lifetime.
+class capture_scope {
+ public:
+  explicit capture_scope(capture& c) : prev_((ensure_capture_fallback(), active_capture)), include_(capture_key) {
+    active_capture = &c;
+  }
+  ~capture_scope() { active_capture = prev_; }
+  capture_scope(const capture_scope&) = delete;
+  capture_scope& operator=(const capture_scope&) = delete;
+
+ private:
+  capture* prev_;
+  c10::impl::IncludeDispatchKeyGuard include_;
+};
+
+}  // namespace detail
+XPORT_END_NAMESPACE
