@@ -132,7 +132,7 @@ TEST_CASE("op: an unknown op names the known overloads") {
 }
 
 namespace {
-value_type f32(std::vector<sym_int> sizes) { return value_type::of(tensor_meta::contiguous(at::kFloat, std::move(sizes))); }
+value_type f32(sym_shape sizes) { return value_type::of(tensor_meta::contiguous(at::kFloat, std::move(sizes))); }
 }  // namespace
 
 TEST_CASE("graph: a use records its operand index, so add(x, x) uses x twice") {

@@ -109,14 +109,14 @@ TEST_CASE("verify: graph structure rules") {
     }, "xport.verify.arg_type", "'add' passes str 'one' as argument 'alpha' of aten::add.Tensor, which must be Scalar");
   }
   SUBCASE("output count") {
-    expect_verify_error(p, [](auto& q) {
-      auto& g = q.graph_mut();
-      auto n = find(g, "add_2");
-      auto extra = std::make_unique<xport::detail::value_impl>();
-      extra->producer = n.impl();
-      extra->name = "extra";
-      n.impl()->outputs.push_back(std::move(extra));
+    xport::detail::value_impl extra;
+    node n = find(p.graph(), "add_2");
+    expect_verify_error(p, [&](auto&) {
+      extra.producer = n.impl();
+      extra.name = "extra";
+      n.impl()->outputs.push_back(&extra);
     }, "xport.verify.output_count", "'add_2' has 2 outputs; aten::add.Tensor returns 1");
+    n.impl()->outputs.pop_back();  // `extra` is not the graph's to free
   }
   SUBCASE("no output node") {
     graph g;

@@ -293,12 +293,13 @@ XPORT_END_NAMESPACE
 // A sym_int is either a constant or a symbolic expression (a dynamic dimension such as `s0`,
 // or `2*s0 + 1`). The expression engine plugs in through detail::sym_node; constants need none.
 
+#include <atomic>    // std::atomic
+#include <cstddef>   // std::size_t
 #include <cstdint>   // std::int64_t
-#include <memory>    // std::shared_ptr
 #include <optional>  // std::optional
 #include <ostream>   // std::ostream
 #include <string>    // std::string
-#include <utility>   // std::move
+#include <utility>   // std::exchange
 
 // #include <xport/config.hpp>
 // #include <xport/error.hpp>
@@ -308,20 +309,22 @@ XPORT_BEGIN_NAMESPACE
 
 namespace detail {
 
-/// An immutable symbolic integer expression. `str()` is the printing hook: it returns the text
-/// torch prints for the expression (`s0`, `2*s0`, `s0 + 1`).
+/// An immutable symbolic integer expression, shared by reference count. `str()` is the printing
+/// hook: it returns the text torch prints for the expression (`s0`, `2*s0`, `s0 + 1`).
 struct sym_node {
   virtual ~sym_node() = default;
   [[nodiscard]] virtual std::string str() const = 0;
   /// Structural equality of canonical forms.
   [[nodiscard]] virtual bool equals(const sym_node& other) const = 0;
   [[nodiscard]] virtual std::size_t hash() const = 0;
+
+  mutable std::atomic<std::int64_t> refcount{0};
 };
 
 }  // namespace detail
 
 /// A size: a constant, or a symbolic expression carrying the example value it had at capture
-/// (its hint).
+/// (its hint). Two words: sizes and strides of every tensor in a graph are sym_ints.
 template <class Int>
 class basic_sym_int {
  public:
@@ -329,8 +332,28 @@ class basic_sym_int {
 
   constexpr basic_sym_int() noexcept = default;
   constexpr basic_sym_int(Int v) noexcept : value_(v) {}  // NOLINT: a constant is a sym_int
-  basic_sym_int(std::shared_ptr<const detail::sym_node> expr, Int hint) noexcept
-      : value_(hint), expr_(std::move(expr)) {}
+  /// A symbolic size; takes a reference on `expr` (a fresh node may be passed straight from new).
+  basic_sym_int(const detail::sym_node* expr, Int hint) noexcept : value_(hint), expr_(expr) { retain(); }
+  basic_sym_int(const basic_sym_int& o) noexcept : value_(o.value_), expr_(o.expr_) { retain(); }
+  basic_sym_int(basic_sym_int&& o) noexcept : value_(o.value_), expr_(std::exchange(o.expr_, nullptr)) {}
+  basic_sym_int& operator=(const basic_sym_int& o) noexcept {
+    if (this != &o) {
+      o.retain();
+      release();
+      value_ = o.value_;
+      expr_ = o.expr_;
+    }
+    return *this;
+  }
+  basic_sym_int& operator=(basic_sym_int&& o) noexcept {
+    if (this != &o) {
+      release();
+      value_ = o.value_;
+      expr_ = std::exchange(o.expr_, nullptr);
+    }
+    return *this;
+  }
+  ~basic_sym_int() { release(); }
 
   [[nodiscard]] bool is_constant() const noexcept { return expr_ == nullptr; }
   [[nodiscard]] bool is_symbolic() const noexcept { return expr_ != nullptr; }
@@ -347,9 +370,7 @@ class basic_sym_int {
   }
   /// The constant, or the example value of a symbolic size.
   [[nodiscard]] Int hint() const noexcept { return value_; }
-  [[nodiscard]] const std::shared_ptr<const detail::sym_node>& expr() const noexcept {
-    return expr_;
-  }
+  [[nodiscard]] const detail::sym_node* expr() const noexcept { return expr_; }
 
   /// The text torch prints: `10`, `s0`, `2*s0`.
   [[nodiscard]] std::string str() const { return expr_ ? expr_->str() : std::to_string(value_); }
@@ -365,8 +386,16 @@ class basic_sym_int {
   friend std::ostream& operator<<(std::ostream& os, const basic_sym_int& s) { return os << s.str(); }
 
  private:
+  void retain() const noexcept {
+    if (expr_) expr_->refcount.fetch_add(1, std::memory_order_relaxed);
+  }
+  void release() noexcept {
+    if (expr_ && expr_->refcount.fetch_sub(1, std::memory_order_acq_rel) == 1) delete expr_;
+    expr_ = nullptr;
+  }
+
   Int value_ = 0;
-  std::shared_ptr<const detail::sym_node> expr_;
+  const detail::sym_node* expr_ = nullptr;
 };
 
 XPORT_END_NAMESPACE
@@ -385,6 +414,7 @@ XPORT_END_NAMESPACE
 #include <c10/core/Device.h>
 #include <c10/core/Layout.h>
 #include <c10/core/ScalarType.h>
+#include <c10/util/SmallVector.h>
 
 // #include <xport/config.hpp>
 // #include <xport/ir/dtype.hpp>
@@ -392,17 +422,20 @@ XPORT_END_NAMESPACE
 
 XPORT_BEGIN_NAMESPACE
 
+/// Sizes or strides: inline storage for up to 5 dimensions (no allocation for most tensors).
+using sym_shape = c10::SmallVector<sym_int, 5>;
+
 struct tensor_meta {
   c10::ScalarType dtype = c10::ScalarType::Float;
-  std::vector<sym_int> sizes;
-  std::vector<sym_int> strides;
+  sym_shape sizes;
+  sym_shape strides;
   sym_int storage_offset = 0;
   c10::Device device = c10::Device(c10::kCPU);
   c10::Layout layout = c10::kStrided;
   bool requires_grad = false;
 
   /// Meta of a contiguous tensor of the given sizes.
-  static tensor_meta contiguous(c10::ScalarType dtype, std::vector<sym_int> sizes,
+  static tensor_meta contiguous(c10::ScalarType dtype, sym_shape sizes,
                                 c10::Device device = c10::Device(c10::kCPU)) {
     tensor_meta m;
     m.dtype = dtype;
@@ -487,7 +520,9 @@ XPORT_END_NAMESPACE
 // `aten::add.Tensor`, `aten::add` (the default overload), `aten.add.Tensor`,
 // `torch.ops.aten.add.Tensor` and `aten::add.default`.
 
+#include <atomic>         // std::atomic
 #include <cstddef>        // std::size_t
+#include <cstdint>        // std::uint8_t
 #include <memory>         // std::unique_ptr
 #include <mutex>          // std::mutex, std::lock_guard
 #include <string>         // std::string
@@ -540,6 +575,9 @@ struct op_info {
   bool is_mutable = false;    ///< some argument is written to (in-place and out= ops)
   bool returns_list = false;  ///< the single return is a Tensor[]
   bool is_view = false;       ///< some return aliases an argument without writing to it
+  /// Whether running the op on meta tensors works (0: not tried, 1: works, 2: no meta kernel, use
+  /// a shape rule). Learned once: a failed meta run costs a C++ exception with a backtrace.
+  mutable std::atomic<std::uint8_t> meta_support{0};
 
   [[nodiscard]] const c10::FunctionSchema& schema() const { return handle.schema(); }
   [[nodiscard]] std::size_t num_returns() const { return schema().returns().size(); }
@@ -598,7 +636,7 @@ class op_registry {
       auto handle = c10::Dispatcher::singleton().findSchema(
           {parts.ns + "::" + parts.name, parts.overload});
       if (!handle) return nullptr;
-      auto op = std::make_unique<op_info>(op_info{*handle, {}, {}, {}, {}, {}});
+      std::unique_ptr<op_info> op(new op_info{*handle, {}, {}, {}, {}, {}, false, false, false, {0}});
       fill(*op, parts);
       info = op.get();
       by_key_.emplace(std::move(key), std::move(op));
@@ -682,6 +720,7 @@ XPORT_END_NAMESPACE
 #include <c10/core/Layout.h>
 #include <c10/core/MemoryFormat.h>
 #include <c10/core/ScalarType.h>
+#include <c10/util/SmallVector.h>
 
 // #include <xport/config.hpp>
 // #include <xport/detail/names.hpp>
@@ -695,7 +734,6 @@ XPORT_END_NAMESPACE
 #include <string>         // std::string
 #include <string_view>    // std::string_view
 #include <unordered_map>  // std::unordered_map
-#include <unordered_set>  // std::unordered_set
 
 // #include <xport/config.hpp>
 
@@ -760,12 +798,47 @@ inline std::string sanitize_name(std::string_view candidate) {
   return out;
 }
 
+/// Lower-case identifiers need no sanitizing (the common case: op packet names).
+inline bool is_clean(std::string_view s) {
+  if (s.empty() || (s.front() >= '0' && s.front() <= '9')) return false;
+  for (char c : s)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  return true;
+}
+
+inline bool ends_with_number(std::string_view s) {
+  const auto us = s.rfind('_');
+  if (us == std::string_view::npos || us + 1 == s.size()) return false;
+  for (std::size_t i = us + 1; i < s.size(); ++i)
+    if (s[i] < '0' || s[i] > '9') return false;
+  return true;
+}
+
 /// The names in use in one graph, and the next suffix per base name (torch.fx `_Namespace`).
+/// One hash table serves both: an entry per string says whether it is a used name and, as a
+/// base, the last suffix given out.
 class name_table {
  public:
   /// A fresh name derived from `candidate`; records it as used.
   std::string create(std::string_view candidate) {
-    std::string name = sanitize_name(candidate);
+    const bool clean = is_clean(candidate);
+    if (clean && !ends_with_number(candidate) && !is_reserved_python_name(candidate)) {
+      // common case: `add`, `add`, `add`... -> add, add_1, add_2
+      auto& base = table_[std::string(candidate)];
+      if (!base.used) {
+        base.used = true;
+        base.count = 0;
+        return std::string(candidate);
+      }
+      std::int64_t num = base.count < 0 ? 0 : base.count;  // claimed exactly, never a base yet
+      std::string name;
+      do {
+        name = std::string(candidate) + "_" + std::to_string(++num);
+      } while (!mark_used(name));
+      table_[std::string(candidate)].count = num;
+      return name;
+    }
+    std::string name = clean ? std::string(candidate) : sanitize_name(candidate);
     // split "base_<digits>"
     std::string base = name;
     std::int64_t num = -1;
@@ -777,36 +850,132 @@ class name_table {
         num = std::stoll(name.substr(us + 1));
       }
     }
-    if (num < 0 || used_.count(name)) {
-      auto it = base_count_.find(name);
-      num = it == base_count_.end() ? 0 : it->second;
+    if (num < 0 || is_used(name)) {
+      const auto it = table_.find(name);
+      num = it == table_.end() || it->second.count < 0 ? 0 : it->second.count;
       if (is_reserved_python_name(name)) {
         ++num;
         name = base + "_" + std::to_string(num);
       }
     }
-    while (used_.count(name)) {
+    while (!mark_used(name)) {
       ++num;
       name = base + "_" + std::to_string(num);
     }
-    used_.insert(name);
-    base_count_[base] = num;
+    table_[base].count = num;
     return name;
   }
 
   /// Claims `name` exactly; false when it is taken or reserved.
   bool claim(const std::string& name) {
-    if (used_.count(name) || is_reserved_python_name(name)) return false;
-    used_.insert(name);
+    if (is_reserved_python_name(name)) return false;
+    return mark_used(name);
+  }
+
+  void release(const std::string& name) {
+    if (auto it = table_.find(name); it != table_.end()) it->second.used = false;
+  }
+  [[nodiscard]] bool contains(const std::string& name) const { return is_used(name); }
+
+ private:
+  struct entry {
+    bool used = false;
+    std::int64_t count = -1;  // as a base: the last suffix given out
+  };
+  bool is_used(const std::string& name) const {
+    const auto it = table_.find(name);
+    return it != table_.end() && it->second.used;
+  }
+  bool mark_used(const std::string& name) {
+    auto& e = table_[name];
+    if (e.used) return false;
+    e.used = true;
     return true;
   }
 
-  void release(const std::string& name) { used_.erase(name); }
-  [[nodiscard]] bool contains(const std::string& name) const { return used_.count(name) != 0; }
+  std::unordered_map<std::string, entry> table_;
+};
+
+}  // namespace detail
+XPORT_END_NAMESPACE
+// #include <xport/detail/pool.hpp>
+// xport/detail/pool.hpp: a typed object pool, the storage of a graph's nodes and values.
+// Objects are carved from chunks, so a graph's nodes sit close together in creation order
+// (passes walk them with few cache misses), creation costs no malloc most of the time, and
+// erased objects are reused through a free list. Objects never move.
+
+#include <cstddef>  // std::byte, std::size_t
+#include <memory>   // std::unique_ptr
+#include <new>      // placement new
+#include <utility>  // std::forward, std::exchange
+#include <vector>   // std::vector
+
+// #include <xport/config.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+template <class T, std::size_t ChunkObjects = 256>
+class object_pool {
+ public:
+  object_pool() = default;
+  object_pool(const object_pool&) = delete;
+  object_pool& operator=(const object_pool&) = delete;
+  object_pool(object_pool&& o) noexcept
+      : chunks_(std::move(o.chunks_)), free_(std::exchange(o.free_, nullptr)),
+        next_(std::exchange(o.next_, ChunkObjects)), live_(std::exchange(o.live_, 0)) {}
+  object_pool& operator=(object_pool&& o) noexcept {
+    chunks_ = std::move(o.chunks_);
+    free_ = std::exchange(o.free_, nullptr);
+    next_ = std::exchange(o.next_, ChunkObjects);
+    live_ = std::exchange(o.live_, 0);
+    return *this;
+  }
+
+  template <class... Args>
+  T* create(Args&&... args) {
+    slot* s = free_;
+    if (s) {
+      free_ = s->next;
+    } else {
+      if (next_ == ChunkObjects) {
+        chunks_.emplace_back(new slot[ChunkObjects]);
+        next_ = 0;
+      }
+      s = &chunks_.back()[next_++];
+    }
+    ++live_;
+    return ::new (static_cast<void*>(s->storage)) T(std::forward<Args>(args)...);
+  }
+
+  void destroy(T* p) noexcept {
+    p->~T();
+    auto* s = reinterpret_cast<slot*>(p);
+    s->next = free_;
+    free_ = s;
+    --live_;
+  }
+
+  /// Drops all memory; the owner has destroyed every live object.
+  void release() noexcept {
+    chunks_.clear();
+    free_ = nullptr;
+    next_ = ChunkObjects;
+    live_ = 0;
+  }
+
+  [[nodiscard]] std::size_t live() const noexcept { return live_; }
+  [[nodiscard]] std::size_t bytes_reserved() const noexcept { return chunks_.size() * ChunkObjects * sizeof(slot); }
 
  private:
-  std::unordered_set<std::string> used_;
-  std::unordered_map<std::string, std::int64_t> base_count_;
+  union slot {
+    slot* next;
+    alignas(T) std::byte storage[sizeof(T)];
+  };
+  std::vector<std::unique_ptr<slot[]>> chunks_;
+  slot* free_ = nullptr;
+  std::size_t next_ = ChunkObjects;
+  std::size_t live_ = 0;
 };
 
 }  // namespace detail
@@ -1210,9 +1379,9 @@ struct node_impl {
   node_kind kind = node_kind::call_function;
   bool tuple_output = false;
   const op_info* op = nullptr;
-  std::vector<argument> args;
-  std::vector<value*> slots;  // each operand's `value` inside args (Note [Use lists])
-  std::vector<std::unique_ptr<value_impl>> outputs;
+  c10::SmallVector<argument, 4> args;
+  c10::SmallVector<value*, 4> slots;  // each operand's `value` inside args (Note [Use lists])
+  c10::SmallVector<value_impl*, 1> outputs;
   std::string name;  // tuple name; single-output nodes use outputs[0]->name
   std::shared_ptr<const source_location> source;
   std::string module_path;
@@ -1328,14 +1497,14 @@ class graph {
 
  private:
   value link_placeholder(const std::string& name, value_type type) {
-    auto* n = new detail::node_impl;
+    auto* n = node_pool_.create();
     n->kind = node_kind::placeholder;
-    auto v = std::make_unique<detail::value_impl>();
+    auto* v = value_pool_.create();
     v->producer = n;
     v->type = std::move(type);
     v->name = name;
-    value result(v.get());
-    n->outputs.push_back(std::move(v));
+    value result(v);
+    n->outputs.push_back(v);
     detail::node_impl* after = nullptr;
     for (auto* p = first_; p && p->kind == node_kind::placeholder; p = p->next) after = p;
     link_after(n, after);
@@ -1349,7 +1518,7 @@ class graph {
   /// `name_hint` defaults to the op's packet name (`add`, `max_pool2d_with_indices`).
   node create_call(const op_info& op, std::vector<argument> args, std::vector<value_type> outputs,
                    node before = {}, std::string_view name_hint = {}) {
-    auto* n = new detail::node_impl;
+    auto* n = node_pool_.create();
     n->kind = node_kind::call_function;
     n->op = &op;
     n->tuple_output = op.returns_list || op.num_returns() != 1;
@@ -1361,14 +1530,14 @@ class graph {
     } else {
       if (outputs.size() != 1) {
         names_.release(base);
-        delete n;
+        destroy_node(n);
         throw graph_error("xport.graph.output_count",
                           op.qualified + " returns one value but " + std::to_string(outputs.size()) +
                               " output types were given");
       }
       add_output(n, std::move(outputs[0]), std::move(base));
     }
-    n->args = std::move(args);
+    n->args.assign(std::make_move_iterator(args.begin()), std::make_move_iterator(args.end()));
     link_before(n, before ? before.impl() : default_insert_point());
     attach_args(n);
     return node(n);
@@ -1378,14 +1547,14 @@ class graph {
   node set_output(std::vector<argument> results) {
     auto* n = last_ && last_->kind == node_kind::output ? last_ : nullptr;
     if (!n) {
-      n = new detail::node_impl;
+      n = node_pool_.create();
       n->kind = node_kind::output;
       n->name = "output";
       link_after(n, last_);
     } else {
       detach_args(n);
     }
-    n->args = std::move(results);
+    n->args.assign(std::make_move_iterator(results.begin()), std::make_move_iterator(results.end()));
     attach_args(n);
     return node(n);
   }
@@ -1402,7 +1571,12 @@ class graph {
     detach_args(n);
     unlink(n);
     release_names(n);
-    delete n;
+    destroy_node(n);
+  }
+
+  /// Memory held by the graph's nodes and values (their pools), in bytes.
+  [[nodiscard]] std::size_t bytes_reserved() const noexcept {
+    return node_pool_.bytes_reserved() + value_pool_.bytes_reserved();
   }
 
   /// Moves `n` to just before `pos` (the caller keeps Note [Topological invariant]).
@@ -1431,7 +1605,8 @@ class graph {
     graph g;
     std::unordered_map<detail::value_impl*, value> local;
     auto& m = map ? *map : local;
-    const auto remap = [&](std::vector<argument> args) {
+    const auto remap = [&](const c10::SmallVector<argument, 4>& from) {
+      std::vector<argument> args(from.begin(), from.end());
       for (auto& a : args) a.for_each_value([&](value& v) { v = m.at(v.impl()); });
       return args;
     };
@@ -1439,24 +1614,25 @@ class graph {
       switch (n->kind) {
         case node_kind::placeholder: {
           auto v = g.add_placeholder(n->outputs[0]->name, n->outputs[0]->type);
-          m.emplace(n->outputs[0].get(), v);
+          m.emplace(n->outputs[0], v);
           v.producer().impl()->source = n->source;
           v.producer().impl()->module_path = n->module_path;
           break;
         }
         case node_kind::call_function: {
-          auto* c = new detail::node_impl;
+          auto* c = g.node_pool_.create();
           c->kind = n->kind;
           c->op = n->op;
           c->tuple_output = n->tuple_output;
           c->name = n->name;
           if (!c->name.empty()) g.names_.claim(c->name);
-          for (auto& o : n->outputs) {
+          for (auto* o : n->outputs) {
             g.names_.claim(o->name);
             g.add_output(c, o->type, o->name);
-            m.emplace(o.get(), value(c->outputs.back().get()));
+            m.emplace(o, value(c->outputs.back()));
           }
-          c->args = remap(n->args);
+          auto args = remap(n->args);
+          c->args.assign(std::make_move_iterator(args.begin()), std::make_move_iterator(args.end()));
           c->source = n->source;
           c->module_path = n->module_path;
           g.link_after(c, g.last_);
@@ -1479,12 +1655,17 @@ class graph {
   }
 
   void add_output(detail::node_impl* n, value_type t, std::string name) {
-    auto v = std::make_unique<detail::value_impl>();
+    auto* v = value_pool_.create();
     v->producer = n;
     v->index = static_cast<std::uint32_t>(n->outputs.size());
     v->type = std::move(t);
     v->name = std::move(name);
-    n->outputs.push_back(std::move(v));
+    n->outputs.push_back(v);
+  }
+
+  void destroy_node(detail::node_impl* n) noexcept {
+    for (auto* v : n->outputs) value_pool_.destroy(v);
+    node_pool_.destroy(n);
   }
 
   void attach_args(detail::node_impl* n) {
@@ -1507,7 +1688,7 @@ class graph {
 
   void release_names(detail::node_impl* n) {
     if (!n->name.empty() && n->kind == node_kind::call_function) names_.release(n->name);
-    for (auto& v : n->outputs) names_.release(v->name);
+    for (auto* v : n->outputs) names_.release(v->name);
   }
 
   void link_after(detail::node_impl* n, detail::node_impl* after) {
@@ -1549,9 +1730,11 @@ class graph {
   void clear() noexcept {
     for (auto* n = first_; n;) {
       auto* next = n->next;
-      delete n;
+      destroy_node(n);
       n = next;
     }
+    node_pool_.release();
+    value_pool_.release();
     first_ = last_ = insert_point_ = nullptr;
     size_ = 0;
     names_ = {};
@@ -1562,6 +1745,8 @@ class graph {
     insert_point_ = std::exchange(o.insert_point_, nullptr);
     size_ = std::exchange(o.size_, 0);
     names_ = std::move(o.names_);
+    node_pool_ = std::move(o.node_pool_);
+    value_pool_ = std::move(o.value_pool_);
     for (auto* n = first_; n; n = n->next) n->owner = this;
   }
 
@@ -1570,6 +1755,8 @@ class graph {
   detail::node_impl* insert_point_ = nullptr;
   std::size_t size_ = 0;
   detail::name_table names_;
+  detail::object_pool<detail::node_impl> node_pool_;
+  detail::object_pool<detail::value_impl> value_pool_;
 };
 
 // ---- value ----------------------------------------------------------------------------------
@@ -1616,10 +1803,10 @@ inline const op_info* node::op_ptr() const { return p_->op; }
 inline std::string node::target() const {
   return p_->op ? p_->op->target : std::string(to_string(p_->kind));
 }
-inline std::span<const argument> node::args() const { return p_->args; }
+inline std::span<const argument> node::args() const { return {p_->args.data(), p_->args.size()}; }
 inline void node::set_args(std::vector<argument> args) const {
   graph::detach_args(p_);
-  p_->args = std::move(args);
+  p_->args.assign(std::make_move_iterator(args.begin()), std::make_move_iterator(args.end()));
   p_->owner->attach_args(p_);
 }
 inline std::size_t node::num_inputs() const { return p_->slots.size(); }
@@ -1648,12 +1835,12 @@ inline value node::output(std::size_t i) const {
                                                      std::to_string(p_->outputs.size()) +
                                                      " output(s); index " + std::to_string(i) +
                                                      " is out of range");
-  return value(p_->outputs[i].get());
+  return value(p_->outputs[i]);
 }
 inline std::vector<value> node::outputs() const {
   std::vector<value> out;
   out.reserve(p_->outputs.size());
-  for (auto& v : p_->outputs) out.emplace_back(v.get());
+  for (auto* v : p_->outputs) out.emplace_back(v);
   return out;
 }
 inline value node::out() const {
@@ -1661,7 +1848,7 @@ inline value node::out() const {
     throw graph_error("xport.node.not_single_output",
                       "node '" + name() + "' has " + std::to_string(p_->outputs.size()) +
                           " outputs; pick one with node[i]");
-  return value(p_->outputs[0].get());
+  return value(p_->outputs[0]);
 }
 inline bool node::has_tuple_output() const { return p_->tuple_output; }
 inline node node::next() const { return node(p_->next); }
@@ -2303,7 +2490,10 @@ XPORT_END_NAMESPACE
 // for the graph signature, the state dict and the dialect. Each failure is a verify_error with a
 // stable id (`xport.verify.<rule>`), the offending node, and how to fix it.
 
+#include <algorithm>      // std::sort, std::adjacent_find
 #include <string>         // std::string
+#include <string_view>    // std::string_view
+#include <unordered_map>  // std::unordered_map
 #include <unordered_set>  // std::unordered_set
 #include <vector>         // std::vector
 
@@ -2604,10 +2794,25 @@ namespace detail {
   throw verify_error("xport.verify." + rule, msg, node_name);
 }
 
-/// Whether `a` fits schema type `t` (the same rules the builder applies, without coercion).
+/// Whether a bound argument has schema type `t` (what coerce() produces; nothing is coerced).
 inline bool fits(const argument& a, const c10::TypePtr& t) {
-  argument copy = a;
-  return coerce(copy, t, c10::nullopt) && copy == a;
+  using K = c10::TypeKind;
+  switch (t->kind()) {
+    case K::OptionalType: return a.is_none() || fits(a, t->castRaw<c10::OptionalType>()->getElementType());
+    case K::ListType: {
+      if (!a.is_list()) return false;
+      const auto& elem = t->castRaw<c10::ListType>()->getElementType();
+      for (const auto& e : a.as_list())
+        if (!fits(e, elem)) return false;
+      return true;
+    }
+    case K::FloatType: return a.is_double() || is_value_of(a, value_kind::sym_float);
+    default: {
+      if (a.is_list()) return false;
+      argument copy = a;  // scalars: the coercion rules, on a cheap copy
+      return coerce(copy, t, c10::nullopt) && copy == a;
+    }
+  }
 }
 
 }  // namespace detail
@@ -2622,8 +2827,9 @@ struct verify_options {
 /// Checks the graph's invariants; throws verify_error on the first broken one.
 inline void verify(const graph& g, const verify_options& opts = {}) {
   using detail::verify_fail;
-  std::unordered_set<std::string> names;
-  std::unordered_set<const detail::node_impl*> seen;
+  std::unordered_set<std::string_view> names;
+  names.reserve(g.size() * 2);
+  std::size_t total_slots = 0;
   const detail::node_impl* prev = nullptr;
   bool after_placeholders = false;
   bool seen_output = false;
@@ -2664,12 +2870,12 @@ inline void verify(const graph& g, const verify_options& opts = {}) {
         break;
     }
     // names
-    const auto claim = [&](const std::string& name) {
+    const auto claim = [&](std::string_view name) {
       if (!names.insert(name).second)
-        verify_fail("duplicate_name", "the name '" + name + "' is used twice", n.name());
+        verify_fail("duplicate_name", "the name '" + std::string(name) + "' is used twice", n.name());
     };
     if (n.kind() == node_kind::call_function && impl->tuple_output) claim(impl->name);
-    for (const auto& v : impl->outputs) {
+    for (const auto* v : impl->outputs) {
       claim(v->name);
       if (v->producer != impl)
         verify_fail("producer", "value '" + v->name + "' does not point back at its node", n.name());
@@ -2684,20 +2890,16 @@ inline void verify(const graph& g, const verify_options& opts = {}) {
       const value v = *impl->slots[i];
       if (!v) verify_fail("null_operand", "operand " + std::to_string(i) + " of '" + n.name() + "' is null", n.name());
       const auto* producer = v.impl()->producer;
-      if (!seen.count(producer))
+      // defined before use: in this graph, and earlier in the list (order keys are checked
+      // increasing above)
+      if (producer->owner != &g || producer->order >= impl->order)
         verify_fail("use_before_def",
                     "'" + n.name() + "' uses '" + v.name() + "' (operand " + std::to_string(i) +
                         ") before it is defined, or '" + v.name() +
                         "' is not in this graph; nodes must stay in topological order "
                         "(Note [Topological invariant])",
                     n.name());
-      bool found = false;
-      for (const auto& u : v.uses())
-        if (u.user_impl == impl && u.index == i) found = true;
-      if (!found)
-        verify_fail("use_list", "'" + v.name() + "' is operand " + std::to_string(i) + " of '" +
-                                    n.name() + "' but its use list does not record it (Note [Use lists])",
-                    n.name());
+      ++total_slots;
     }
     if (n.kind() == node_kind::call_function && opts.check_schemas) {
       const auto& op = *impl->op;
@@ -2726,7 +2928,6 @@ inline void verify(const graph& g, const verify_options& opts = {}) {
                                           "in-place or out= ops (run_decompositions() removes them)",
                     n.name());
     }
-    seen.insert(impl);
     prev = impl;
   }
   if (count != g.size())
@@ -2734,16 +2935,41 @@ inline void verify(const graph& g, const verify_options& opts = {}) {
                             std::to_string(count));
   if (prev != g.last().impl()) verify_fail("links", "the graph's last node is not the end of its list");
   if (!seen_output) verify_fail("no_output", "the graph has no output node; call graph::set_output");
-  // Note [Use lists], the other way: every recorded use points at a real operand slot.
+  // Note [Use lists], both ways, in linear time: every recorded use points at an operand slot that
+  // holds the value, and no value records a use twice; with as many uses as slots, every slot is
+  // then recorded exactly once.
+  std::size_t total_uses = 0;
+  std::vector<std::pair<const detail::node_impl*, std::uint32_t>> seen_uses;
   for (auto n : g.nodes())
-    for (auto v : n.outputs())
-      for (const auto& u : v.uses()) {
-        if (!seen.count(u.user_impl) || u.index >= u.user_impl->slots.size() ||
-            *u.user_impl->slots[u.index] != v)
-          verify_fail("use_list", "'" + v.name() + "' records a use that no operand matches "
-                                                    "(Note [Use lists])",
+    for (auto v : n.outputs()) {
+      const auto uses = v.uses();
+      total_uses += uses.size();
+      for (const auto& u : uses)
+        if (u.user_impl->owner != &g || u.index >= u.user_impl->slots.size() || *u.user_impl->slots[u.index] != v)
+          verify_fail("use_list", "'" + v.name() + "' records a use that no operand matches (Note [Use lists])",
+                      n.name());
+      if (uses.size() > 1) {
+        seen_uses.clear();
+        for (const auto& u : uses) seen_uses.emplace_back(u.user_impl, u.index);
+        std::sort(seen_uses.begin(), seen_uses.end());
+        if (std::adjacent_find(seen_uses.begin(), seen_uses.end()) != seen_uses.end())
+          verify_fail("use_list", "'" + v.name() + "' records a use that no operand matches (Note [Use lists])",
                       n.name());
       }
+    }
+  if (total_uses != total_slots) {
+    // name the first operand slot missing from its value's use list
+    for (auto n : g.nodes())
+      for (std::size_t i = 0; i < n.num_inputs(); ++i) {
+        const auto v = n.input(i);
+        bool found = false;
+        for (const auto& u : v.uses()) found = found || (u.user_impl == n.impl() && u.index == i);
+        if (!found)
+          verify_fail("use_list", "'" + v.name() + "' is operand " + std::to_string(i) + " of '" + n.name() +
+                                      "' but its use list does not record it (Note [Use lists])",
+                      n.name());
+      }
+  }
 }
 
 /// Checks the program: the graph, then torch.export's signature rules.
@@ -3393,14 +3619,33 @@ inline std::vector<c10::IValue> meta_stack_for(const op_info& op, const std::vec
 /// falling back to xport's shape rules when LibTorch has no meta kernel for it.
 /// `describe` names the arguments in error messages.
 template <class Describe>
-std::vector<c10::IValue> run_meta(const op_info& op, const std::vector<c10::IValue>& inputs, Describe&& describe) {
-  auto stack = inputs;  // a failed call leaves the stack in an unspecified state
+std::vector<c10::IValue> run_meta(const op_info& op, std::vector<c10::IValue> inputs, Describe&& describe) {
+  if (op.meta_support.load(std::memory_order_relaxed) == 1) {  // known to work: the common case
+    try {
+      c10::InferenceMode guard;
+      op.handle.callBoxed(inputs);
+      return inputs;
+    } catch (const c10::Error& e) {
+      throw graph_error("xport.fake.op_rejected", op.qualified + " rejected its arguments (" + describe() +
+                                                      "): " + first_line(e.what_without_backtrace()));
+    }
+  }
+  const auto rule = find_meta_rule(op.qualified);  // exact overload: max.dim is not max
+  if (rule && op.meta_support.load(std::memory_order_relaxed) == 2) {
+    c10::InferenceMode guard;
+    auto outs = rule(inputs);
+    return {outs.begin(), outs.end()};
+  }
+  // A failed call leaves the stack in an unspecified state: keep the inputs only when a rule may
+  // need them.
+  auto stack = rule ? inputs : std::move(inputs);
   try {
     c10::InferenceMode guard;
     op.handle.callBoxed(stack);
+    op.meta_support.store(1, std::memory_order_relaxed);
     return stack;
   } catch (const c10::NotImplementedError& e) {
-    const auto rule = find_meta_rule(op.qualified);  // exact overload: max.dim is not max
+    op.meta_support.store(2, std::memory_order_relaxed);
     if (!rule)
       throw missing_fake_kernel(
           "xport.fake.missing_kernel",
@@ -3591,6 +3836,11 @@ class program_builder {
   /// Finishes: lifted inputs are ordered before user inputs and mutation outputs before user
   /// outputs (torch.export's order), then the program is verified. The builder is left empty.
   [[nodiscard]] exported_program build(ir_dialect dialect = ir_dialect::training) && {
+    return std::move(*this).build(dialect, verify_options{});
+  }
+  /// As build(); `checks` says which of verify()'s checks run (a tracer that bound every call
+  /// from the dispatcher's own stack can skip the schema checks).
+  [[nodiscard]] exported_program build(ir_dialect dialect, const verify_options& checks) && {
     // placeholders: stable by kind rank
     auto phs = graph_.placeholders();
     std::vector<std::size_t> order(phs.size());
@@ -3627,7 +3877,7 @@ class program_builder {
     exported_program p(std::move(graph_), std::move(sig), std::move(state_dict_),
                        std::move(constants_), {}, dialect);
     if (has_all_examples_ && !examples_.empty()) p.set_example_inputs(std::move(examples_));
-    verify(p);
+    verify(p, checks);
     *this = program_builder();
     return p;
   }
@@ -4884,12 +5134,15 @@ class capture {
   /// receives in its place.
   at::Tensor add_input(const std::string& name, const at::Tensor& example) {
     auto v = builder_.input(name, example, /*exact_name=*/false);
-    return track(v, meta_like(example));
+    auto meta = meta_like(example);
+    bind(meta, v, meta);
+    return meta;
   }
   /// A user input for the strict front end: the graph value itself.
   value add_input_value(const std::string& name, const at::Tensor& example) {
     auto v = builder_.input(name, example, /*exact_name=*/false);
-    track(v, meta_like(example));
+    const auto meta = meta_like(example);
+    bind(meta, v, meta);
     return v;
   }
 
@@ -4898,24 +5151,14 @@ class capture {
     if (by_impl_.count(t.unsafeGetTensorImpl())) return;  // shared (tied) state: first name wins
     value v = kind == input_kind::parameter ? builder_.parameter(fqn, t) : builder_.buffer(fqn, t, true);
     state_fqn_.emplace(v.impl(), fqn);
-    remember(t, v);
-    meta_.emplace(v.impl(), meta_like(t));
+    bind(t, v, meta_like(t));
   }
 
   /// The graph value a tensor held by the traced code stands for.
-  value value_of(const at::Tensor& t) {
-    if (auto it = by_impl_.find(t.unsafeGetTensorImpl()); it != by_impl_.end()) return it->second;
-    if (t.is_meta()) {
-      if (auto v = by_storage(t)) {
-        remember(t, *v);
-        return *v;
-      }
-      throw export_error("xport.export.unknown_tensor",
-                         "the traced code returned or used a meta tensor that export did not "
-                         "create (made outside the traced function?); pass it as an input instead");
-    }
-    return lift_constant(t);
-  }
+  value value_of(const at::Tensor& t) { return tracked_of(t).v; }
+
+  /// For the strict front end: keep value -> meta tensor (sym_tensor arguments are values).
+  void keep_value_meta() { keep_value_meta_ = true; }
 
   /// The meta tensor that stands for `v` (what ops run on).
   [[nodiscard]] const at::Tensor& meta_of(value v) const { return meta_.at(v.impl()); }
@@ -4940,10 +5183,10 @@ class capture {
         return v.type().scalar.hint();
       }));
     }
-    auto results = run_meta(op, meta_args, [&] { return describe_args(op, bound); });
+    auto results = run_meta(op, std::move(meta_args), [&] { return describe_args(op, bound); });
     auto types = result_types(op, results, output_device(op, bound), any_requires_grad(bound));
     builder_.at(std::move(src));
-    auto node = builder_.record(op, std::move(bound), types);
+    auto node = builder_.record(op, std::move(bound), std::move(types));
     if (auto path = module_path_of(node); !path.empty()) node.set_module_path(std::move(path));
     std::size_t out_index = 0;
     for (auto& r : results) {
@@ -4972,7 +5215,8 @@ class capture {
       return;
     }
     if (is_data_dependent_op(op.name)) throw_graph_break(op);
-    std::vector<c10::IValue> originals(stack.end() - static_cast<std::ptrdiff_t>(n), stack.end());
+    std::vector<c10::IValue> originals(std::make_move_iterator(stack.end() - static_cast<std::ptrdiff_t>(n)),
+                                       std::make_move_iterator(stack.end()));
     torch::jit::drop(stack, n);
 
     std::vector<argument> args(n);
@@ -4980,9 +5224,9 @@ class capture {
     for (std::size_t i = 0; i < n; ++i) convert(originals[i], params[i].real_type(), args[i], meta_args[i]);
     check_mutations(op, args);
 
-    auto results = run_meta(op, meta_args, [&] { return describe_args(op, args); });
+    auto results = run_meta(op, std::move(meta_args), [&] { return describe_args(op, args); });
     auto types = result_types(op, results, output_device(op, args), any_requires_grad(args));
-    auto node = builder_.record(op, std::move(args), types);
+    auto node = builder_.record(op, std::move(args), std::move(types));
     if (auto path = module_path_of(node); !path.empty()) node.set_module_path(std::move(path));
 
     // Hand results back: a return that writes to an argument (in-place, out=) is that argument
@@ -5006,9 +5250,7 @@ class capture {
       if (r < rets.size() && rets[r].alias_info() && rets[r].alias_info()->isWrite()) {
         const auto a = aliased_argument(schema, r);
         if (a && originals[*a].isTensor()) {
-          const auto& orig = originals[*a].toTensor();
-          remember(orig, v);
-          meta_[v.impl()] = res.toTensor();
+              bind(originals[*a].toTensor(), v, res.toTensor());
           stack.push_back(originals[*a]);
           continue;
         }
@@ -5023,7 +5265,7 @@ class capture {
     if (!a.isTensor() || !b.isTensor()) return false;
     const auto ia = by_impl_.find(a.toTensor().unsafeGetTensorImpl());
     const auto ib = by_impl_.find(b.toTensor().unsafeGetTensorImpl());
-    return ia != by_impl_.end() && ib != by_impl_.end() && ia->second == ib->second;
+    return ia != by_impl_.end() && ib != by_impl_.end() && ia->second.v == ib->second.v;
   }
 
   static at::Tensor meta_like(const at::Tensor& t) {
@@ -5040,41 +5282,59 @@ class capture {
     return info;
   }
 
-  // Note [Identity tracking]: values are found by TensorImpl*; every tensor we map is kept alive
-  // here so its address cannot be reused by another tensor during the capture.
-  void remember(const at::Tensor& t, value v) {
-    by_impl_[t.unsafeGetTensorImpl()] = v;
-    alive_.push_back(t);
+  // Note [Identity tracking]: a tensor the traced code holds is found by its TensorImpl*; the
+  // entry keeps that tensor alive (its address cannot be reused by another tensor during the
+  // capture), the value it stands for now, and the meta tensor ops on it run on.
+  struct tracked {
+    value v;
+    at::Tensor meta;
+    at::Tensor held;
+  };
+  void bind(const at::Tensor& held, value v, at::Tensor meta) {
+    if (keep_value_meta_) meta_[v.impl()] = meta;
+    by_impl_.insert_or_assign(held.unsafeGetTensorImpl(), tracked{v, std::move(meta), held});
   }
-  at::Tensor track(value v, at::Tensor meta) {
-    remember(meta, v);
-    meta_[v.impl()] = meta;
-    if (meta.has_storage()) storage_values_[meta.storage().unsafeGetStorageImpl()].push_back(v);
+  at::Tensor track(value v, const at::Tensor& meta) {
+    bind(meta, v, meta);
     return meta;
+  }
+  const tracked& tracked_of(const at::Tensor& t) {
+    if (auto it = by_impl_.find(t.unsafeGetTensorImpl()); it != by_impl_.end()) return it->second;
+    if (t.is_meta()) {
+      if (auto* tr = by_storage(t)) {
+        bind(t, tr->v, tr->meta);
+        return by_impl_.at(t.unsafeGetTensorImpl());
+      }
+      throw export_error("xport.export.unknown_tensor",
+                         "the traced code returned or used a meta tensor that export did not "
+                         "create (made outside the traced function?); pass it as an input instead");
+    }
+    lift_constant(t);
+    return by_impl_.at(t.unsafeGetTensorImpl());
   }
 
   // Note [Shallow copies]: torch:: factories (torch::zeros, ...) wrap the ATen result with
   // autograd::make_variable, which makes a shallow copy: a new TensorImpl over the same storage.
-  // Such a tensor is the newest value on that storage with exactly its geometry.
-  std::optional<value> by_storage(const at::Tensor& t) const {
-    if (!t.has_storage()) return std::nullopt;
-    const auto it = storage_values_.find(t.storage().unsafeGetStorageImpl());
-    if (it == storage_values_.end()) return std::nullopt;
-    for (auto v = it->second.rbegin(); v != it->second.rend(); ++v) {
-      const auto& m = meta_.at(v->impl());
+  // Such a tensor stands for the value of the tracked meta tensor with the same storage and
+  // exactly its geometry. Rare (a few per model), so a scan beats an index kept for every op.
+  const tracked* by_storage(const at::Tensor& t) const {
+    if (!t.has_storage()) return nullptr;
+    const auto* storage = t.storage().unsafeGetStorageImpl();
+    for (const auto& [impl, tr] : by_impl_) {
+      const auto& m = tr.meta;
+      if (!m.defined() || !m.has_storage() || m.storage().unsafeGetStorageImpl() != storage) continue;
       if (m.sizes() == t.sizes() && m.strides() == t.strides() && m.storage_offset() == t.storage_offset() &&
-          m.scalar_type() == t.scalar_type())
-        return *v;
+          m.scalar_type() == t.scalar_type() && impl == m.unsafeGetTensorImpl())
+        return &tr;
     }
-    return std::nullopt;
+    return nullptr;
   }
 
   value lift_constant(const at::Tensor& t) {
     const std::string target = "lifted_tensor_" + std::to_string(lifted_++);
     auto v = builder_.constant(target, t);
     lifted_constants_.emplace(v.impl(), target);
-    remember(t, v);
-    meta_.emplace(v.impl(), meta_like(t));
+    bind(t, v, meta_like(t));
     return v;
   }
 
@@ -5096,18 +5356,18 @@ class capture {
         meta = iv;
         return;
       }
-      const value v = value_of(t);
-      arg = v;
-      meta = meta_.at(v.impl());
+      const auto& tr = tracked_of(t);
+      arg = tr.v;
+      meta = tr.meta;
       return;
     }
     if (iv.isTensorList()) {
       argument::list_type items;
       c10::List<at::Tensor> metas;
       for (const auto& t : iv.toTensorVector()) {
-        const value v = value_of(t);
-        items.emplace_back(v);
-        metas.push_back(meta_.at(v.impl()));
+        const auto& tr = tracked_of(t);
+        items.emplace_back(tr.v);
+        metas.push_back(tr.meta);
       }
       arg = std::move(items);
       meta = metas;
@@ -5122,9 +5382,9 @@ class capture {
           items.emplace_back(none);
           metas.push_back(c10::nullopt);
         } else {
-          const value v = value_of(e.toTensor());
-          items.emplace_back(v);
-          metas.push_back(meta_.at(v.impl()));
+          const auto& tr = tracked_of(e.toTensor());
+          items.emplace_back(tr.v);
+          metas.push_back(tr.meta);
         }
       }
       arg = std::move(items);
@@ -5188,10 +5448,9 @@ class capture {
 
   program_builder builder_;
   c10::Device fake_device_;
-  std::unordered_map<const c10::TensorImpl*, value> by_impl_;
-  std::vector<at::Tensor> alive_;
-  std::unordered_map<const value_impl*, at::Tensor> meta_;
-  std::unordered_map<const c10::StorageImpl*, std::vector<value>> storage_values_;
+  std::unordered_map<const c10::TensorImpl*, tracked> by_impl_;
+  std::unordered_map<const value_impl*, at::Tensor> meta_;  // strict front end only
+  bool keep_value_meta_ = false;
   std::unordered_map<const value_impl*, std::string> state_fqn_;
   std::unordered_map<const value_impl*, std::string> lifted_constants_;
   std::unordered_map<const c10::FunctionSchema*, const op_info*> ops_;
@@ -5731,7 +5990,9 @@ treespec describe_inputs(const std::tuple<Args...>& args, const export_options& 
 inline exported_program finish(capture& cap, std::vector<value> outs, treespec in_spec, treespec out_spec,
                                const export_options& opts) {
   for (auto v : outs) cap.builder().output(v);
-  exported_program p = std::move(cap.builder()).build();
+  // Every call was bound by the dispatcher (non-strict) or by bind_arguments (strict): the
+  // structural and signature checks run, the per-argument schema checks need not.
+  exported_program p = std::move(cap.builder()).build(ir_dialect::training, verify_options{.check_schemas = false});
   p.set_call_spec(std::move(in_spec), std::move(out_spec));
   if (!opts.keep_example_inputs) p.set_example_inputs(std::nullopt);
   return p;
@@ -5744,6 +6005,7 @@ exported_program trace_strict(Call&& call, const std::tuple<Args...>& args, cons
   std::vector<std::string> names;
   auto in_spec = describe_inputs(args, opts, examples, names);
   if (!examples.empty()) cap.set_fake_device(examples.front().device());
+  cap.keep_value_meta();
   std::size_t leaf = 0;
   auto make = [&](const at::Tensor&) {
     const auto i = leaf++;

@@ -113,14 +113,33 @@ inline std::vector<c10::IValue> meta_stack_for(const op_info& op, const std::vec
 /// falling back to xport's shape rules when LibTorch has no meta kernel for it.
 /// `describe` names the arguments in error messages.
 template <class Describe>
-std::vector<c10::IValue> run_meta(const op_info& op, const std::vector<c10::IValue>& inputs, Describe&& describe) {
-  auto stack = inputs;  // a failed call leaves the stack in an unspecified state
+std::vector<c10::IValue> run_meta(const op_info& op, std::vector<c10::IValue> inputs, Describe&& describe) {
+  if (op.meta_support.load(std::memory_order_relaxed) == 1) {  // known to work: the common case
+    try {
+      c10::InferenceMode guard;
+      op.handle.callBoxed(inputs);
+      return inputs;
+    } catch (const c10::Error& e) {
+      throw graph_error("xport.fake.op_rejected", op.qualified + " rejected its arguments (" + describe() +
+                                                      "): " + first_line(e.what_without_backtrace()));
+    }
+  }
+  const auto rule = find_meta_rule(op.qualified);  // exact overload: max.dim is not max
+  if (rule && op.meta_support.load(std::memory_order_relaxed) == 2) {
+    c10::InferenceMode guard;
+    auto outs = rule(inputs);
+    return {outs.begin(), outs.end()};
+  }
+  // A failed call leaves the stack in an unspecified state: keep the inputs only when a rule may
+  // need them.
+  auto stack = rule ? inputs : std::move(inputs);
   try {
     c10::InferenceMode guard;
     op.handle.callBoxed(stack);
+    op.meta_support.store(1, std::memory_order_relaxed);
     return stack;
   } catch (const c10::NotImplementedError& e) {
-    const auto rule = find_meta_rule(op.qualified);  // exact overload: max.dim is not max
+    op.meta_support.store(2, std::memory_order_relaxed);
     if (!rule)
       throw missing_fake_kernel(
           "xport.fake.missing_kernel",

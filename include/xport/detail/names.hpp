@@ -9,7 +9,6 @@
 #include <string>         // std::string
 #include <string_view>    // std::string_view
 #include <unordered_map>  // std::unordered_map
-#include <unordered_set>  // std::unordered_set
 
 #include <xport/config.hpp>
 
@@ -74,12 +73,47 @@ inline std::string sanitize_name(std::string_view candidate) {
   return out;
 }
 
+/// Lower-case identifiers need no sanitizing (the common case: op packet names).
+inline bool is_clean(std::string_view s) {
+  if (s.empty() || (s.front() >= '0' && s.front() <= '9')) return false;
+  for (char c : s)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  return true;
+}
+
+inline bool ends_with_number(std::string_view s) {
+  const auto us = s.rfind('_');
+  if (us == std::string_view::npos || us + 1 == s.size()) return false;
+  for (std::size_t i = us + 1; i < s.size(); ++i)
+    if (s[i] < '0' || s[i] > '9') return false;
+  return true;
+}
+
 /// The names in use in one graph, and the next suffix per base name (torch.fx `_Namespace`).
+/// One hash table serves both: an entry per string says whether it is a used name and, as a
+/// base, the last suffix given out.
 class name_table {
  public:
   /// A fresh name derived from `candidate`; records it as used.
   std::string create(std::string_view candidate) {
-    std::string name = sanitize_name(candidate);
+    const bool clean = is_clean(candidate);
+    if (clean && !ends_with_number(candidate) && !is_reserved_python_name(candidate)) {
+      // common case: `add`, `add`, `add`... -> add, add_1, add_2
+      auto& base = table_[std::string(candidate)];
+      if (!base.used) {
+        base.used = true;
+        base.count = 0;
+        return std::string(candidate);
+      }
+      std::int64_t num = base.count < 0 ? 0 : base.count;  // claimed exactly, never a base yet
+      std::string name;
+      do {
+        name = std::string(candidate) + "_" + std::to_string(++num);
+      } while (!mark_used(name));
+      table_[std::string(candidate)].count = num;
+      return name;
+    }
+    std::string name = clean ? std::string(candidate) : sanitize_name(candidate);
     // split "base_<digits>"
     std::string base = name;
     std::int64_t num = -1;
@@ -91,36 +125,50 @@ class name_table {
         num = std::stoll(name.substr(us + 1));
       }
     }
-    if (num < 0 || used_.count(name)) {
-      auto it = base_count_.find(name);
-      num = it == base_count_.end() ? 0 : it->second;
+    if (num < 0 || is_used(name)) {
+      const auto it = table_.find(name);
+      num = it == table_.end() || it->second.count < 0 ? 0 : it->second.count;
       if (is_reserved_python_name(name)) {
         ++num;
         name = base + "_" + std::to_string(num);
       }
     }
-    while (used_.count(name)) {
+    while (!mark_used(name)) {
       ++num;
       name = base + "_" + std::to_string(num);
     }
-    used_.insert(name);
-    base_count_[base] = num;
+    table_[base].count = num;
     return name;
   }
 
   /// Claims `name` exactly; false when it is taken or reserved.
   bool claim(const std::string& name) {
-    if (used_.count(name) || is_reserved_python_name(name)) return false;
-    used_.insert(name);
+    if (is_reserved_python_name(name)) return false;
+    return mark_used(name);
+  }
+
+  void release(const std::string& name) {
+    if (auto it = table_.find(name); it != table_.end()) it->second.used = false;
+  }
+  [[nodiscard]] bool contains(const std::string& name) const { return is_used(name); }
+
+ private:
+  struct entry {
+    bool used = false;
+    std::int64_t count = -1;  // as a base: the last suffix given out
+  };
+  bool is_used(const std::string& name) const {
+    const auto it = table_.find(name);
+    return it != table_.end() && it->second.used;
+  }
+  bool mark_used(const std::string& name) {
+    auto& e = table_[name];
+    if (e.used) return false;
+    e.used = true;
     return true;
   }
 
-  void release(const std::string& name) { used_.erase(name); }
-  [[nodiscard]] bool contains(const std::string& name) const { return used_.count(name) != 0; }
-
- private:
-  std::unordered_set<std::string> used_;
-  std::unordered_map<std::string, std::int64_t> base_count_;
+  std::unordered_map<std::string, entry> table_;
 };
 
 }  // namespace detail

@@ -157,6 +157,11 @@ class program_builder {
   /// Finishes: lifted inputs are ordered before user inputs and mutation outputs before user
   /// outputs (torch.export's order), then the program is verified. The builder is left empty.
   [[nodiscard]] exported_program build(ir_dialect dialect = ir_dialect::training) && {
+    return std::move(*this).build(dialect, verify_options{});
+  }
+  /// As build(); `checks` says which of verify()'s checks run (a tracer that bound every call
+  /// from the dispatcher's own stack can skip the schema checks).
+  [[nodiscard]] exported_program build(ir_dialect dialect, const verify_options& checks) && {
     // placeholders: stable by kind rank
     auto phs = graph_.placeholders();
     std::vector<std::size_t> order(phs.size());
@@ -193,7 +198,7 @@ class program_builder {
     exported_program p(std::move(graph_), std::move(sig), std::move(state_dict_),
                        std::move(constants_), {}, dialect);
     if (has_all_examples_ && !examples_.empty()) p.set_example_inputs(std::move(examples_));
-    verify(p);
+    verify(p, checks);
     *this = program_builder();
     return p;
   }

@@ -26,9 +26,11 @@
 #include <c10/core/Layout.h>
 #include <c10/core/MemoryFormat.h>
 #include <c10/core/ScalarType.h>
+#include <c10/util/SmallVector.h>
 
 #include <xport/config.hpp>
 #include <xport/detail/names.hpp>
+#include <xport/detail/pool.hpp>
 #include <xport/detail/python_repr.hpp>
 #include <xport/error.hpp>
 #include <xport/fwd.hpp>
@@ -320,9 +322,9 @@ struct node_impl {
   node_kind kind = node_kind::call_function;
   bool tuple_output = false;
   const op_info* op = nullptr;
-  std::vector<argument> args;
-  std::vector<value*> slots;  // each operand's `value` inside args (Note [Use lists])
-  std::vector<std::unique_ptr<value_impl>> outputs;
+  c10::SmallVector<argument, 4> args;
+  c10::SmallVector<value*, 4> slots;  // each operand's `value` inside args (Note [Use lists])
+  c10::SmallVector<value_impl*, 1> outputs;
   std::string name;  // tuple name; single-output nodes use outputs[0]->name
   std::shared_ptr<const source_location> source;
   std::string module_path;
@@ -438,14 +440,14 @@ class graph {
 
  private:
   value link_placeholder(const std::string& name, value_type type) {
-    auto* n = new detail::node_impl;
+    auto* n = node_pool_.create();
     n->kind = node_kind::placeholder;
-    auto v = std::make_unique<detail::value_impl>();
+    auto* v = value_pool_.create();
     v->producer = n;
     v->type = std::move(type);
     v->name = name;
-    value result(v.get());
-    n->outputs.push_back(std::move(v));
+    value result(v);
+    n->outputs.push_back(v);
     detail::node_impl* after = nullptr;
     for (auto* p = first_; p && p->kind == node_kind::placeholder; p = p->next) after = p;
     link_after(n, after);
@@ -459,7 +461,7 @@ class graph {
   /// `name_hint` defaults to the op's packet name (`add`, `max_pool2d_with_indices`).
   node create_call(const op_info& op, std::vector<argument> args, std::vector<value_type> outputs,
                    node before = {}, std::string_view name_hint = {}) {
-    auto* n = new detail::node_impl;
+    auto* n = node_pool_.create();
     n->kind = node_kind::call_function;
     n->op = &op;
     n->tuple_output = op.returns_list || op.num_returns() != 1;
@@ -471,14 +473,14 @@ class graph {
     } else {
       if (outputs.size() != 1) {
         names_.release(base);
-        delete n;
+        destroy_node(n);
         throw graph_error("xport.graph.output_count",
                           op.qualified + " returns one value but " + std::to_string(outputs.size()) +
                               " output types were given");
       }
       add_output(n, std::move(outputs[0]), std::move(base));
     }
-    n->args = std::move(args);
+    n->args.assign(std::make_move_iterator(args.begin()), std::make_move_iterator(args.end()));
     link_before(n, before ? before.impl() : default_insert_point());
     attach_args(n);
     return node(n);
@@ -488,14 +490,14 @@ class graph {
   node set_output(std::vector<argument> results) {
     auto* n = last_ && last_->kind == node_kind::output ? last_ : nullptr;
     if (!n) {
-      n = new detail::node_impl;
+      n = node_pool_.create();
       n->kind = node_kind::output;
       n->name = "output";
       link_after(n, last_);
     } else {
       detach_args(n);
     }
-    n->args = std::move(results);
+    n->args.assign(std::make_move_iterator(results.begin()), std::make_move_iterator(results.end()));
     attach_args(n);
     return node(n);
   }
@@ -512,7 +514,12 @@ class graph {
     detach_args(n);
     unlink(n);
     release_names(n);
-    delete n;
+    destroy_node(n);
+  }
+
+  /// Memory held by the graph's nodes and values (their pools), in bytes.
+  [[nodiscard]] std::size_t bytes_reserved() const noexcept {
+    return node_pool_.bytes_reserved() + value_pool_.bytes_reserved();
   }
 
   /// Moves `n` to just before `pos` (the caller keeps Note [Topological invariant]).
@@ -541,7 +548,8 @@ class graph {
     graph g;
     std::unordered_map<detail::value_impl*, value> local;
     auto& m = map ? *map : local;
-    const auto remap = [&](std::vector<argument> args) {
+    const auto remap = [&](const c10::SmallVector<argument, 4>& from) {
+      std::vector<argument> args(from.begin(), from.end());
       for (auto& a : args) a.for_each_value([&](value& v) { v = m.at(v.impl()); });
       return args;
     };
@@ -549,24 +557,25 @@ class graph {
       switch (n->kind) {
         case node_kind::placeholder: {
           auto v = g.add_placeholder(n->outputs[0]->name, n->outputs[0]->type);
-          m.emplace(n->outputs[0].get(), v);
+          m.emplace(n->outputs[0], v);
           v.producer().impl()->source = n->source;
           v.producer().impl()->module_path = n->module_path;
           break;
         }
         case node_kind::call_function: {
-          auto* c = new detail::node_impl;
+          auto* c = g.node_pool_.create();
           c->kind = n->kind;
           c->op = n->op;
           c->tuple_output = n->tuple_output;
           c->name = n->name;
           if (!c->name.empty()) g.names_.claim(c->name);
-          for (auto& o : n->outputs) {
+          for (auto* o : n->outputs) {
             g.names_.claim(o->name);
             g.add_output(c, o->type, o->name);
-            m.emplace(o.get(), value(c->outputs.back().get()));
+            m.emplace(o, value(c->outputs.back()));
           }
-          c->args = remap(n->args);
+          auto args = remap(n->args);
+          c->args.assign(std::make_move_iterator(args.begin()), std::make_move_iterator(args.end()));
           c->source = n->source;
           c->module_path = n->module_path;
           g.link_after(c, g.last_);
@@ -589,12 +598,17 @@ class graph {
   }
 
   void add_output(detail::node_impl* n, value_type t, std::string name) {
-    auto v = std::make_unique<detail::value_impl>();
+    auto* v = value_pool_.create();
     v->producer = n;
     v->index = static_cast<std::uint32_t>(n->outputs.size());
     v->type = std::move(t);
     v->name = std::move(name);
-    n->outputs.push_back(std::move(v));
+    n->outputs.push_back(v);
+  }
+
+  void destroy_node(detail::node_impl* n) noexcept {
+    for (auto* v : n->outputs) value_pool_.destroy(v);
+    node_pool_.destroy(n);
   }
 
   void attach_args(detail::node_impl* n) {
@@ -617,7 +631,7 @@ class graph {
 
   void release_names(detail::node_impl* n) {
     if (!n->name.empty() && n->kind == node_kind::call_function) names_.release(n->name);
-    for (auto& v : n->outputs) names_.release(v->name);
+    for (auto* v : n->outputs) names_.release(v->name);
   }
 
   void link_after(detail::node_impl* n, detail::node_impl* after) {
@@ -659,9 +673,11 @@ class graph {
   void clear() noexcept {
     for (auto* n = first_; n;) {
       auto* next = n->next;
-      delete n;
+      destroy_node(n);
       n = next;
     }
+    node_pool_.release();
+    value_pool_.release();
     first_ = last_ = insert_point_ = nullptr;
     size_ = 0;
     names_ = {};
@@ -672,6 +688,8 @@ class graph {
     insert_point_ = std::exchange(o.insert_point_, nullptr);
     size_ = std::exchange(o.size_, 0);
     names_ = std::move(o.names_);
+    node_pool_ = std::move(o.node_pool_);
+    value_pool_ = std::move(o.value_pool_);
     for (auto* n = first_; n; n = n->next) n->owner = this;
   }
 
@@ -680,6 +698,8 @@ class graph {
   detail::node_impl* insert_point_ = nullptr;
   std::size_t size_ = 0;
   detail::name_table names_;
+  detail::object_pool<detail::node_impl> node_pool_;
+  detail::object_pool<detail::value_impl> value_pool_;
 };
 
 // ---- value ----------------------------------------------------------------------------------
@@ -726,10 +746,10 @@ inline const op_info* node::op_ptr() const { return p_->op; }
 inline std::string node::target() const {
   return p_->op ? p_->op->target : std::string(to_string(p_->kind));
 }
-inline std::span<const argument> node::args() const { return p_->args; }
+inline std::span<const argument> node::args() const { return {p_->args.data(), p_->args.size()}; }
 inline void node::set_args(std::vector<argument> args) const {
   graph::detach_args(p_);
-  p_->args = std::move(args);
+  p_->args.assign(std::make_move_iterator(args.begin()), std::make_move_iterator(args.end()));
   p_->owner->attach_args(p_);
 }
 inline std::size_t node::num_inputs() const { return p_->slots.size(); }
@@ -758,12 +778,12 @@ inline value node::output(std::size_t i) const {
                                                      std::to_string(p_->outputs.size()) +
                                                      " output(s); index " + std::to_string(i) +
                                                      " is out of range");
-  return value(p_->outputs[i].get());
+  return value(p_->outputs[i]);
 }
 inline std::vector<value> node::outputs() const {
   std::vector<value> out;
   out.reserve(p_->outputs.size());
-  for (auto& v : p_->outputs) out.emplace_back(v.get());
+  for (auto* v : p_->outputs) out.emplace_back(v);
   return out;
 }
 inline value node::out() const {
@@ -771,7 +791,7 @@ inline value node::out() const {
     throw graph_error("xport.node.not_single_output",
                       "node '" + name() + "' has " + std::to_string(p_->outputs.size()) +
                           " outputs; pick one with node[i]");
-  return value(p_->outputs[0].get());
+  return value(p_->outputs[0]);
 }
 inline bool node::has_tuple_output() const { return p_->tuple_output; }
 inline node node::next() const { return node(p_->next); }

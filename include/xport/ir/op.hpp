@@ -5,7 +5,9 @@
 // `torch.ops.aten.add.Tensor` and `aten::add.default`.
 #pragma once
 
+#include <atomic>         // std::atomic
 #include <cstddef>        // std::size_t
+#include <cstdint>        // std::uint8_t
 #include <memory>         // std::unique_ptr
 #include <mutex>          // std::mutex, std::lock_guard
 #include <string>         // std::string
@@ -33,6 +35,9 @@ struct op_info {
   bool is_mutable = false;    ///< some argument is written to (in-place and out= ops)
   bool returns_list = false;  ///< the single return is a Tensor[]
   bool is_view = false;       ///< some return aliases an argument without writing to it
+  /// Whether running the op on meta tensors works (0: not tried, 1: works, 2: no meta kernel, use
+  /// a shape rule). Learned once: a failed meta run costs a C++ exception with a backtrace.
+  mutable std::atomic<std::uint8_t> meta_support{0};
 
   [[nodiscard]] const c10::FunctionSchema& schema() const { return handle.schema(); }
   [[nodiscard]] std::size_t num_returns() const { return schema().returns().size(); }
@@ -91,7 +96,7 @@ class op_registry {
       auto handle = c10::Dispatcher::singleton().findSchema(
           {parts.ns + "::" + parts.name, parts.overload});
       if (!handle) return nullptr;
-      auto op = std::make_unique<op_info>(op_info{*handle, {}, {}, {}, {}, {}});
+      std::unique_ptr<op_info> op(new op_info{*handle, {}, {}, {}, {}, {}, false, false, false, {0}});
       fill(*op, parts);
       info = op.get();
       by_key_.emplace(std::move(key), std::move(op));

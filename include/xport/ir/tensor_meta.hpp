@@ -13,6 +13,7 @@
 #include <c10/core/Device.h>
 #include <c10/core/Layout.h>
 #include <c10/core/ScalarType.h>
+#include <c10/util/SmallVector.h>
 
 #include <xport/config.hpp>
 #include <xport/ir/dtype.hpp>
@@ -20,17 +21,20 @@
 
 XPORT_BEGIN_NAMESPACE
 
+/// Sizes or strides: inline storage for up to 5 dimensions (no allocation for most tensors).
+using sym_shape = c10::SmallVector<sym_int, 5>;
+
 struct tensor_meta {
   c10::ScalarType dtype = c10::ScalarType::Float;
-  std::vector<sym_int> sizes;
-  std::vector<sym_int> strides;
+  sym_shape sizes;
+  sym_shape strides;
   sym_int storage_offset = 0;
   c10::Device device = c10::Device(c10::kCPU);
   c10::Layout layout = c10::kStrided;
   bool requires_grad = false;
 
   /// Meta of a contiguous tensor of the given sizes.
-  static tensor_meta contiguous(c10::ScalarType dtype, std::vector<sym_int> sizes,
+  static tensor_meta contiguous(c10::ScalarType dtype, sym_shape sizes,
                                 c10::Device device = c10::Device(c10::kCPU)) {
     tensor_meta m;
     m.dtype = dtype;

@@ -5,7 +5,10 @@
 // stable id (`xport.verify.<rule>`), the offending node, and how to fix it.
 #pragma once
 
+#include <algorithm>      // std::sort, std::adjacent_find
 #include <string>         // std::string
+#include <string_view>    // std::string_view
+#include <unordered_map>  // std::unordered_map
 #include <unordered_set>  // std::unordered_set
 #include <vector>         // std::vector
 
@@ -24,10 +27,25 @@ namespace detail {
   throw verify_error("xport.verify." + rule, msg, node_name);
 }
 
-/// Whether `a` fits schema type `t` (the same rules the builder applies, without coercion).
+/// Whether a bound argument has schema type `t` (what coerce() produces; nothing is coerced).
 inline bool fits(const argument& a, const c10::TypePtr& t) {
-  argument copy = a;
-  return coerce(copy, t, c10::nullopt) && copy == a;
+  using K = c10::TypeKind;
+  switch (t->kind()) {
+    case K::OptionalType: return a.is_none() || fits(a, t->castRaw<c10::OptionalType>()->getElementType());
+    case K::ListType: {
+      if (!a.is_list()) return false;
+      const auto& elem = t->castRaw<c10::ListType>()->getElementType();
+      for (const auto& e : a.as_list())
+        if (!fits(e, elem)) return false;
+      return true;
+    }
+    case K::FloatType: return a.is_double() || is_value_of(a, value_kind::sym_float);
+    default: {
+      if (a.is_list()) return false;
+      argument copy = a;  // scalars: the coercion rules, on a cheap copy
+      return coerce(copy, t, c10::nullopt) && copy == a;
+    }
+  }
 }
 
 }  // namespace detail
@@ -42,8 +60,9 @@ struct verify_options {
 /// Checks the graph's invariants; throws verify_error on the first broken one.
 inline void verify(const graph& g, const verify_options& opts = {}) {
   using detail::verify_fail;
-  std::unordered_set<std::string> names;
-  std::unordered_set<const detail::node_impl*> seen;
+  std::unordered_set<std::string_view> names;
+  names.reserve(g.size() * 2);
+  std::size_t total_slots = 0;
   const detail::node_impl* prev = nullptr;
   bool after_placeholders = false;
   bool seen_output = false;
@@ -84,12 +103,12 @@ inline void verify(const graph& g, const verify_options& opts = {}) {
         break;
     }
     // names
-    const auto claim = [&](const std::string& name) {
+    const auto claim = [&](std::string_view name) {
       if (!names.insert(name).second)
-        verify_fail("duplicate_name", "the name '" + name + "' is used twice", n.name());
+        verify_fail("duplicate_name", "the name '" + std::string(name) + "' is used twice", n.name());
     };
     if (n.kind() == node_kind::call_function && impl->tuple_output) claim(impl->name);
-    for (const auto& v : impl->outputs) {
+    for (const auto* v : impl->outputs) {
       claim(v->name);
       if (v->producer != impl)
         verify_fail("producer", "value '" + v->name + "' does not point back at its node", n.name());
@@ -104,20 +123,16 @@ inline void verify(const graph& g, const verify_options& opts = {}) {
       const value v = *impl->slots[i];
       if (!v) verify_fail("null_operand", "operand " + std::to_string(i) + " of '" + n.name() + "' is null", n.name());
       const auto* producer = v.impl()->producer;
-      if (!seen.count(producer))
+      // defined before use: in this graph, and earlier in the list (order keys are checked
+      // increasing above)
+      if (producer->owner != &g || producer->order >= impl->order)
         verify_fail("use_before_def",
                     "'" + n.name() + "' uses '" + v.name() + "' (operand " + std::to_string(i) +
                         ") before it is defined, or '" + v.name() +
                         "' is not in this graph; nodes must stay in topological order "
                         "(Note [Topological invariant])",
                     n.name());
-      bool found = false;
-      for (const auto& u : v.uses())
-        if (u.user_impl == impl && u.index == i) found = true;
-      if (!found)
-        verify_fail("use_list", "'" + v.name() + "' is operand " + std::to_string(i) + " of '" +
-                                    n.name() + "' but its use list does not record it (Note [Use lists])",
-                    n.name());
+      ++total_slots;
     }
     if (n.kind() == node_kind::call_function && opts.check_schemas) {
       const auto& op = *impl->op;
@@ -146,7 +161,6 @@ inline void verify(const graph& g, const verify_options& opts = {}) {
                                           "in-place or out= ops (run_decompositions() removes them)",
                     n.name());
     }
-    seen.insert(impl);
     prev = impl;
   }
   if (count != g.size())
@@ -154,16 +168,41 @@ inline void verify(const graph& g, const verify_options& opts = {}) {
                             std::to_string(count));
   if (prev != g.last().impl()) verify_fail("links", "the graph's last node is not the end of its list");
   if (!seen_output) verify_fail("no_output", "the graph has no output node; call graph::set_output");
-  // Note [Use lists], the other way: every recorded use points at a real operand slot.
+  // Note [Use lists], both ways, in linear time: every recorded use points at an operand slot that
+  // holds the value, and no value records a use twice; with as many uses as slots, every slot is
+  // then recorded exactly once.
+  std::size_t total_uses = 0;
+  std::vector<std::pair<const detail::node_impl*, std::uint32_t>> seen_uses;
   for (auto n : g.nodes())
-    for (auto v : n.outputs())
-      for (const auto& u : v.uses()) {
-        if (!seen.count(u.user_impl) || u.index >= u.user_impl->slots.size() ||
-            *u.user_impl->slots[u.index] != v)
-          verify_fail("use_list", "'" + v.name() + "' records a use that no operand matches "
-                                                    "(Note [Use lists])",
+    for (auto v : n.outputs()) {
+      const auto uses = v.uses();
+      total_uses += uses.size();
+      for (const auto& u : uses)
+        if (u.user_impl->owner != &g || u.index >= u.user_impl->slots.size() || *u.user_impl->slots[u.index] != v)
+          verify_fail("use_list", "'" + v.name() + "' records a use that no operand matches (Note [Use lists])",
+                      n.name());
+      if (uses.size() > 1) {
+        seen_uses.clear();
+        for (const auto& u : uses) seen_uses.emplace_back(u.user_impl, u.index);
+        std::sort(seen_uses.begin(), seen_uses.end());
+        if (std::adjacent_find(seen_uses.begin(), seen_uses.end()) != seen_uses.end())
+          verify_fail("use_list", "'" + v.name() + "' records a use that no operand matches (Note [Use lists])",
                       n.name());
       }
+    }
+  if (total_uses != total_slots) {
+    // name the first operand slot missing from its value's use list
+    for (auto n : g.nodes())
+      for (std::size_t i = 0; i < n.num_inputs(); ++i) {
+        const auto v = n.input(i);
+        bool found = false;
+        for (const auto& u : v.uses()) found = found || (u.user_impl == n.impl() && u.index == i);
+        if (!found)
+          verify_fail("use_list", "'" + v.name() + "' is operand " + std::to_string(i) + " of '" + n.name() +
+                                      "' but its use list does not record it (Note [Use lists])",
+                      n.name());
+      }
+  }
 }
 
 /// Checks the program: the graph, then torch.export's signature rules.

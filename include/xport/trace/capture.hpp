@@ -101,12 +101,15 @@ class capture {
   /// receives in its place.
   at::Tensor add_input(const std::string& name, const at::Tensor& example) {
     auto v = builder_.input(name, example, /*exact_name=*/false);
-    return track(v, meta_like(example));
+    auto meta = meta_like(example);
+    bind(meta, v, meta);
+    return meta;
   }
   /// A user input for the strict front end: the graph value itself.
   value add_input_value(const std::string& name, const at::Tensor& example) {
     auto v = builder_.input(name, example, /*exact_name=*/false);
-    track(v, meta_like(example));
+    const auto meta = meta_like(example);
+    bind(meta, v, meta);
     return v;
   }
 
@@ -115,24 +118,14 @@ class capture {
     if (by_impl_.count(t.unsafeGetTensorImpl())) return;  // shared (tied) state: first name wins
     value v = kind == input_kind::parameter ? builder_.parameter(fqn, t) : builder_.buffer(fqn, t, true);
     state_fqn_.emplace(v.impl(), fqn);
-    remember(t, v);
-    meta_.emplace(v.impl(), meta_like(t));
+    bind(t, v, meta_like(t));
   }
 
   /// The graph value a tensor held by the traced code stands for.
-  value value_of(const at::Tensor& t) {
-    if (auto it = by_impl_.find(t.unsafeGetTensorImpl()); it != by_impl_.end()) return it->second;
-    if (t.is_meta()) {
-      if (auto v = by_storage(t)) {
-        remember(t, *v);
-        return *v;
-      }
-      throw export_error("xport.export.unknown_tensor",
-                         "the traced code returned or used a meta tensor that export did not "
-                         "create (made outside the traced function?); pass it as an input instead");
-    }
-    return lift_constant(t);
-  }
+  value value_of(const at::Tensor& t) { return tracked_of(t).v; }
+
+  /// For the strict front end: keep value -> meta tensor (sym_tensor arguments are values).
+  void keep_value_meta() { keep_value_meta_ = true; }
 
   /// The meta tensor that stands for `v` (what ops run on).
   [[nodiscard]] const at::Tensor& meta_of(value v) const { return meta_.at(v.impl()); }
@@ -157,10 +150,10 @@ class capture {
         return v.type().scalar.hint();
       }));
     }
-    auto results = run_meta(op, meta_args, [&] { return describe_args(op, bound); });
+    auto results = run_meta(op, std::move(meta_args), [&] { return describe_args(op, bound); });
     auto types = result_types(op, results, output_device(op, bound), any_requires_grad(bound));
     builder_.at(std::move(src));
-    auto node = builder_.record(op, std::move(bound), types);
+    auto node = builder_.record(op, std::move(bound), std::move(types));
     if (auto path = module_path_of(node); !path.empty()) node.set_module_path(std::move(path));
     std::size_t out_index = 0;
     for (auto& r : results) {
@@ -189,7 +182,8 @@ class capture {
       return;
     }
     if (is_data_dependent_op(op.name)) throw_graph_break(op);
-    std::vector<c10::IValue> originals(stack.end() - static_cast<std::ptrdiff_t>(n), stack.end());
+    std::vector<c10::IValue> originals(std::make_move_iterator(stack.end() - static_cast<std::ptrdiff_t>(n)),
+                                       std::make_move_iterator(stack.end()));
     torch::jit::drop(stack, n);
 
     std::vector<argument> args(n);
@@ -197,9 +191,9 @@ class capture {
     for (std::size_t i = 0; i < n; ++i) convert(originals[i], params[i].real_type(), args[i], meta_args[i]);
     check_mutations(op, args);
 
-    auto results = run_meta(op, meta_args, [&] { return describe_args(op, args); });
+    auto results = run_meta(op, std::move(meta_args), [&] { return describe_args(op, args); });
     auto types = result_types(op, results, output_device(op, args), any_requires_grad(args));
-    auto node = builder_.record(op, std::move(args), types);
+    auto node = builder_.record(op, std::move(args), std::move(types));
     if (auto path = module_path_of(node); !path.empty()) node.set_module_path(std::move(path));
 
     // Hand results back: a return that writes to an argument (in-place, out=) is that argument
@@ -223,9 +217,7 @@ class capture {
       if (r < rets.size() && rets[r].alias_info() && rets[r].alias_info()->isWrite()) {
         const auto a = aliased_argument(schema, r);
         if (a && originals[*a].isTensor()) {
-          const auto& orig = originals[*a].toTensor();
-          remember(orig, v);
-          meta_[v.impl()] = res.toTensor();
+              bind(originals[*a].toTensor(), v, res.toTensor());
           stack.push_back(originals[*a]);
           continue;
         }
@@ -240,7 +232,7 @@ class capture {
     if (!a.isTensor() || !b.isTensor()) return false;
     const auto ia = by_impl_.find(a.toTensor().unsafeGetTensorImpl());
     const auto ib = by_impl_.find(b.toTensor().unsafeGetTensorImpl());
-    return ia != by_impl_.end() && ib != by_impl_.end() && ia->second == ib->second;
+    return ia != by_impl_.end() && ib != by_impl_.end() && ia->second.v == ib->second.v;
   }
 
   static at::Tensor meta_like(const at::Tensor& t) {
@@ -257,41 +249,59 @@ class capture {
     return info;
   }
 
-  // Note [Identity tracking]: values are found by TensorImpl*; every tensor we map is kept alive
-  // here so its address cannot be reused by another tensor during the capture.
-  void remember(const at::Tensor& t, value v) {
-    by_impl_[t.unsafeGetTensorImpl()] = v;
-    alive_.push_back(t);
+  // Note [Identity tracking]: a tensor the traced code holds is found by its TensorImpl*; the
+  // entry keeps that tensor alive (its address cannot be reused by another tensor during the
+  // capture), the value it stands for now, and the meta tensor ops on it run on.
+  struct tracked {
+    value v;
+    at::Tensor meta;
+    at::Tensor held;
+  };
+  void bind(const at::Tensor& held, value v, at::Tensor meta) {
+    if (keep_value_meta_) meta_[v.impl()] = meta;
+    by_impl_.insert_or_assign(held.unsafeGetTensorImpl(), tracked{v, std::move(meta), held});
   }
-  at::Tensor track(value v, at::Tensor meta) {
-    remember(meta, v);
-    meta_[v.impl()] = meta;
-    if (meta.has_storage()) storage_values_[meta.storage().unsafeGetStorageImpl()].push_back(v);
+  at::Tensor track(value v, const at::Tensor& meta) {
+    bind(meta, v, meta);
     return meta;
+  }
+  const tracked& tracked_of(const at::Tensor& t) {
+    if (auto it = by_impl_.find(t.unsafeGetTensorImpl()); it != by_impl_.end()) return it->second;
+    if (t.is_meta()) {
+      if (auto* tr = by_storage(t)) {
+        bind(t, tr->v, tr->meta);
+        return by_impl_.at(t.unsafeGetTensorImpl());
+      }
+      throw export_error("xport.export.unknown_tensor",
+                         "the traced code returned or used a meta tensor that export did not "
+                         "create (made outside the traced function?); pass it as an input instead");
+    }
+    lift_constant(t);
+    return by_impl_.at(t.unsafeGetTensorImpl());
   }
 
   // Note [Shallow copies]: torch:: factories (torch::zeros, ...) wrap the ATen result with
   // autograd::make_variable, which makes a shallow copy: a new TensorImpl over the same storage.
-  // Such a tensor is the newest value on that storage with exactly its geometry.
-  std::optional<value> by_storage(const at::Tensor& t) const {
-    if (!t.has_storage()) return std::nullopt;
-    const auto it = storage_values_.find(t.storage().unsafeGetStorageImpl());
-    if (it == storage_values_.end()) return std::nullopt;
-    for (auto v = it->second.rbegin(); v != it->second.rend(); ++v) {
-      const auto& m = meta_.at(v->impl());
+  // Such a tensor stands for the value of the tracked meta tensor with the same storage and
+  // exactly its geometry. Rare (a few per model), so a scan beats an index kept for every op.
+  const tracked* by_storage(const at::Tensor& t) const {
+    if (!t.has_storage()) return nullptr;
+    const auto* storage = t.storage().unsafeGetStorageImpl();
+    for (const auto& [impl, tr] : by_impl_) {
+      const auto& m = tr.meta;
+      if (!m.defined() || !m.has_storage() || m.storage().unsafeGetStorageImpl() != storage) continue;
       if (m.sizes() == t.sizes() && m.strides() == t.strides() && m.storage_offset() == t.storage_offset() &&
-          m.scalar_type() == t.scalar_type())
-        return *v;
+          m.scalar_type() == t.scalar_type() && impl == m.unsafeGetTensorImpl())
+        return &tr;
     }
-    return std::nullopt;
+    return nullptr;
   }
 
   value lift_constant(const at::Tensor& t) {
     const std::string target = "lifted_tensor_" + std::to_string(lifted_++);
     auto v = builder_.constant(target, t);
     lifted_constants_.emplace(v.impl(), target);
-    remember(t, v);
-    meta_.emplace(v.impl(), meta_like(t));
+    bind(t, v, meta_like(t));
     return v;
   }
 
@@ -313,18 +323,18 @@ class capture {
         meta = iv;
         return;
       }
-      const value v = value_of(t);
-      arg = v;
-      meta = meta_.at(v.impl());
+      const auto& tr = tracked_of(t);
+      arg = tr.v;
+      meta = tr.meta;
       return;
     }
     if (iv.isTensorList()) {
       argument::list_type items;
       c10::List<at::Tensor> metas;
       for (const auto& t : iv.toTensorVector()) {
-        const value v = value_of(t);
-        items.emplace_back(v);
-        metas.push_back(meta_.at(v.impl()));
+        const auto& tr = tracked_of(t);
+        items.emplace_back(tr.v);
+        metas.push_back(tr.meta);
       }
       arg = std::move(items);
       meta = metas;
@@ -339,9 +349,9 @@ class capture {
           items.emplace_back(none);
           metas.push_back(c10::nullopt);
         } else {
-          const value v = value_of(e.toTensor());
-          items.emplace_back(v);
-          metas.push_back(meta_.at(v.impl()));
+          const auto& tr = tracked_of(e.toTensor());
+          items.emplace_back(tr.v);
+          metas.push_back(tr.meta);
         }
       }
       arg = std::move(items);
@@ -405,10 +415,9 @@ class capture {
 
   program_builder builder_;
   c10::Device fake_device_;
-  std::unordered_map<const c10::TensorImpl*, value> by_impl_;
-  std::vector<at::Tensor> alive_;
-  std::unordered_map<const value_impl*, at::Tensor> meta_;
-  std::unordered_map<const c10::StorageImpl*, std::vector<value>> storage_values_;
+  std::unordered_map<const c10::TensorImpl*, tracked> by_impl_;
+  std::unordered_map<const value_impl*, at::Tensor> meta_;  // strict front end only
+  bool keep_value_meta_ = false;
   std::unordered_map<const value_impl*, std::string> state_fqn_;
   std::unordered_map<const value_impl*, std::string> lifted_constants_;
   std::unordered_map<const c10::FunctionSchema*, const op_info*> ops_;

@@ -93,7 +93,9 @@ treespec describe_inputs(const std::tuple<Args...>& args, const export_options& 
 inline exported_program finish(capture& cap, std::vector<value> outs, treespec in_spec, treespec out_spec,
                                const export_options& opts) {
   for (auto v : outs) cap.builder().output(v);
-  exported_program p = std::move(cap.builder()).build();
+  // Every call was bound by the dispatcher (non-strict) or by bind_arguments (strict): the
+  // structural and signature checks run, the per-argument schema checks need not.
+  exported_program p = std::move(cap.builder()).build(ir_dialect::training, verify_options{.check_schemas = false});
   p.set_call_spec(std::move(in_spec), std::move(out_spec));
   if (!opts.keep_example_inputs) p.set_example_inputs(std::nullopt);
   return p;
@@ -106,6 +108,7 @@ exported_program trace_strict(Call&& call, const std::tuple<Args...>& args, cons
   std::vector<std::string> names;
   auto in_spec = describe_inputs(args, opts, examples, names);
   if (!examples.empty()) cap.set_fake_device(examples.front().device());
+  cap.keep_value_meta();
   std::size_t leaf = 0;
   auto make = [&](const at::Tensor&) {
     const auto i = leaf++;
