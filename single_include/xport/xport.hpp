@@ -4841,11 +4841,26 @@ template <class T>
 inline constexpr bool is_scalar_leaf = std::is_same_v<T, bool> || std::is_integral_v<T> ||
                                        std::is_floating_point_v<T>;
 
-/// Visits a value's tensor leaves (in order) and returns its treespec.
 /// at::Tensor, or a tensor type of a front end (xport::sym_tensor) that declares itself a leaf.
 template <class T>
 concept tensor_leaf = std::is_same_v<T, at::Tensor> || requires { typename T::xport_tensor_leaf; };
 
+/// Whether T can be an input or output of an exported program (see flatten_into).
+template <class T>
+constexpr bool is_tree_type() {
+  if constexpr (tensor_leaf<T> || is_scalar_leaf<T> || std::is_same_v<T, std::string>) return true;
+  else if constexpr (is_optional<T>::value || is_vector<T>::value || is_std_array<T>::value)
+    return is_tree_type<typename T::value_type>();
+  else if constexpr (is_tuple_like<T>::value)
+    return []<std::size_t... I>(std::index_sequence<I...>) {
+      return (is_tree_type<std::tuple_element_t<I, T>>() && ...);
+    }(std::make_index_sequence<std::tuple_size_v<T>>{});
+  else if constexpr (is_string_map<T>::value || is_c10_dict<T>::value)
+    return is_tree_type<typename T::mapped_type>();
+  else return false;
+}
+
+/// Visits a value's tensor leaves (in order) and returns its treespec.
 template <class T, class F>
 treespec flatten_into(const T& x, F& on_tensor) {
   if constexpr (tensor_leaf<T>) {
@@ -5908,6 +5923,7 @@ XPORT_END_NAMESPACE
 // before composite ops decompose), in-place ops kept, parameters and buffers lifted to inputs
 // named `p_<fqn>` / `b_<fqn>`, tensors captured from outside lifted as constants.
 
+#include <cstdlib>      // std::abort
 #include <functional>   // std::invoke
 #include <memory>       // std::shared_ptr
 #include <optional>     // std::optional
@@ -6060,8 +6076,17 @@ template <class Policy = non_strict, class F, class... Args>
 exported_program export_program(F&& f, const std::tuple<Args...>& args, const export_options& opts = {}) {
   static_assert(std::is_same_v<Policy, non_strict> || std::is_same_v<Policy, strict>,
                 "xport::export_program: unknown tracing policy (use xport::non_strict or xport::strict)");
+  constexpr bool inputs_ok = (detail::is_tree_type<Args>() && ...);
+  static_assert(inputs_ok,
+                "xport: this type cannot be an input or output of an exported program. Supported: "
+                "at::Tensor; int64_t, int, double, float, bool and std::string (specialized as "
+                "constants); std::optional, std::vector, std::array, std::tuple, std::pair, "
+                "std::map<std::string, T> and c10::Dict<std::string, T> of supported types. The "
+                "offending type is in `Args = {...}` of this instantiation, as the compiler prints it.");
   detail::capture cap;
-  if constexpr (std::is_same_v<Policy, strict>) {
+  if constexpr (!inputs_ok) {
+    std::abort();  // unreachable: the static_assert above is the one error
+  } else if constexpr (std::is_same_v<Policy, strict>) {
     static_assert(!detail::module_like<std::remove_reference_t<F>>,
                   "xport::export_program<xport::strict>: torch::nn modules run on at::Tensor; export "
                   "them with the non_strict policy, or write the forward against xport::sym_tensor");

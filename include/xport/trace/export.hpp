@@ -11,6 +11,7 @@
 // named `p_<fqn>` / `b_<fqn>`, tensors captured from outside lifted as constants.
 #pragma once
 
+#include <cstdlib>      // std::abort
 #include <functional>   // std::invoke
 #include <memory>       // std::shared_ptr
 #include <optional>     // std::optional
@@ -163,8 +164,17 @@ template <class Policy = non_strict, class F, class... Args>
 exported_program export_program(F&& f, const std::tuple<Args...>& args, const export_options& opts = {}) {
   static_assert(std::is_same_v<Policy, non_strict> || std::is_same_v<Policy, strict>,
                 "xport::export_program: unknown tracing policy (use xport::non_strict or xport::strict)");
+  constexpr bool inputs_ok = (detail::is_tree_type<Args>() && ...);
+  static_assert(inputs_ok,
+                "xport: this type cannot be an input or output of an exported program. Supported: "
+                "at::Tensor; int64_t, int, double, float, bool and std::string (specialized as "
+                "constants); std::optional, std::vector, std::array, std::tuple, std::pair, "
+                "std::map<std::string, T> and c10::Dict<std::string, T> of supported types. The "
+                "offending type is in `Args = {...}` of this instantiation, as the compiler prints it.");
   detail::capture cap;
-  if constexpr (std::is_same_v<Policy, strict>) {
+  if constexpr (!inputs_ok) {
+    std::abort();  // unreachable: the static_assert above is the one error
+  } else if constexpr (std::is_same_v<Policy, strict>) {
     static_assert(!detail::module_like<std::remove_reference_t<F>>,
                   "xport::export_program<xport::strict>: torch::nn modules run on at::Tensor; export "
                   "them with the non_strict policy, or write the forward against xport::sym_tensor");

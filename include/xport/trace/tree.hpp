@@ -68,11 +68,26 @@ template <class T>
 inline constexpr bool is_scalar_leaf = std::is_same_v<T, bool> || std::is_integral_v<T> ||
                                        std::is_floating_point_v<T>;
 
-/// Visits a value's tensor leaves (in order) and returns its treespec.
 /// at::Tensor, or a tensor type of a front end (xport::sym_tensor) that declares itself a leaf.
 template <class T>
 concept tensor_leaf = std::is_same_v<T, at::Tensor> || requires { typename T::xport_tensor_leaf; };
 
+/// Whether T can be an input or output of an exported program (see flatten_into).
+template <class T>
+constexpr bool is_tree_type() {
+  if constexpr (tensor_leaf<T> || is_scalar_leaf<T> || std::is_same_v<T, std::string>) return true;
+  else if constexpr (is_optional<T>::value || is_vector<T>::value || is_std_array<T>::value)
+    return is_tree_type<typename T::value_type>();
+  else if constexpr (is_tuple_like<T>::value)
+    return []<std::size_t... I>(std::index_sequence<I...>) {
+      return (is_tree_type<std::tuple_element_t<I, T>>() && ...);
+    }(std::make_index_sequence<std::tuple_size_v<T>>{});
+  else if constexpr (is_string_map<T>::value || is_c10_dict<T>::value)
+    return is_tree_type<typename T::mapped_type>();
+  else return false;
+}
+
+/// Visits a value's tensor leaves (in order) and returns its treespec.
 template <class T, class F>
 treespec flatten_into(const T& x, F& on_tensor) {
   if constexpr (tensor_leaf<T>) {
