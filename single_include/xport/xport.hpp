@@ -575,6 +575,10 @@ struct op_info {
   bool is_mutable = false;    ///< some argument is written to (in-place and out= ops)
   bool returns_list = false;  ///< the single return is a Tensor[]
   bool is_view = false;       ///< some return aliases an argument without writing to it
+  /// The output's shape depends on tensor data (nonzero, unique, item, ...): never traceable.
+  bool data_dependent = false;
+  /// Position of the `device` argument, or -1.
+  int device_arg = -1;
   /// Whether running the op on meta tensors works (0: not tried, 1: works, 2: no meta kernel, use
   /// a shape rule). Learned once: a failed meta run costs a C++ exception with a backtrace.
   mutable std::atomic<std::uint8_t> meta_support{0};
@@ -616,6 +620,15 @@ inline op_name_parts split_op_name(std::string_view s) {
   return p;
 }
 
+/// Ops whose output shape depends on tensor data: no meta kernel can exist for them.
+inline bool is_data_dependent_op(std::string_view name) {
+  return name == "aten::nonzero" || name == "aten::_local_scalar_dense" || name == "aten::item" ||
+         name == "aten::unique" || name == "aten::_unique" || name == "aten::_unique2" ||
+         name == "aten::unique_dim" || name == "aten::unique_consecutive" ||
+         name == "aten::masked_select" || name == "aten::is_nonzero" || name == "aten::equal" ||
+         name == "aten::allclose" || name == "aten::nonzero_numpy" || name == "aten::argwhere";
+}
+
 class op_registry {
  public:
   static op_registry& instance() {
@@ -636,7 +649,7 @@ class op_registry {
       auto handle = c10::Dispatcher::singleton().findSchema(
           {parts.ns + "::" + parts.name, parts.overload});
       if (!handle) return nullptr;
-      std::unique_ptr<op_info> op(new op_info{*handle, {}, {}, {}, {}, {}, false, false, false, {0}});
+      std::unique_ptr<op_info> op(new op_info{*handle, {}, {}, {}, {}, {}, false, false, false, false, -1, {0}});
       fill(*op, parts);
       info = op.get();
       by_key_.emplace(std::move(key), std::move(op));
@@ -658,6 +671,10 @@ class op_registry {
     op.returns_list = rets.size() == 1 && rets[0].type()->kind() == c10::TypeKind::ListType;
     for (const auto& r : rets)
       if (r.alias_info() && !r.alias_info()->isWrite()) op.is_view = true;
+    op.data_dependent = is_data_dependent_op(op.name);
+    const auto& params = schema.arguments();
+    for (std::size_t i = 0; i < params.size(); ++i)
+      if (params[i].name() == "device") op.device_arg = static_cast<int>(i);
   }
 
   std::mutex mu_;
@@ -3531,15 +3548,6 @@ XPORT_END_NAMESPACE
 XPORT_BEGIN_NAMESPACE
 namespace detail {
 
-/// Ops whose output shape depends on tensor data: no meta kernel can exist for them.
-inline bool is_data_dependent_op(std::string_view name) {
-  return name == "aten::nonzero" || name == "aten::_local_scalar_dense" || name == "aten::item" ||
-         name == "aten::unique" || name == "aten::_unique" || name == "aten::_unique2" ||
-         name == "aten::unique_dim" || name == "aten::unique_consecutive" ||
-         name == "aten::masked_select" || name == "aten::is_nonzero" || name == "aten::equal" ||
-         name == "aten::allclose";
-}
-
 inline std::string first_line(const std::string& s) {
   const auto nl = s.find('\n');
   return nl == std::string::npos ? s : s.substr(0, nl);
@@ -3559,9 +3567,9 @@ inline std::string describe_args(const op_info& op, const std::vector<argument>&
 /// The device outputs live on: an explicit `device=` argument, else the first tensor
 /// argument's device, else CPU (what FakeTensor reports as the fake device).
 inline c10::Device output_device(const op_info& op, const std::vector<argument>& args) {
-  const auto& params = op.schema().arguments();
-  for (std::size_t i = 0; i < params.size() && i < args.size(); ++i)
-    if (params[i].name() == "device" && args[i].is_device()) return args[i].as_device();
+  if (op.device_arg >= 0 && static_cast<std::size_t>(op.device_arg) < args.size() &&
+      args[static_cast<std::size_t>(op.device_arg)].is_device())
+    return args[static_cast<std::size_t>(op.device_arg)].as_device();
   for (const auto& a : args) {
     std::optional<c10::Device> d;
     a.for_each_value([&](const value& v) {
@@ -3620,30 +3628,43 @@ inline std::vector<c10::IValue> meta_stack_for(const op_info& op, const std::vec
 /// `describe` names the arguments in error messages.
 template <class Describe>
 std::vector<c10::IValue> run_meta(const op_info& op, std::vector<c10::IValue> inputs, Describe&& describe) {
+  run_meta_in_place(op, inputs, describe);
+  return inputs;
+}
+
+/// run_meta on `stack` itself: the arguments go in, the results come out (no allocation when
+/// the op is known to have a meta kernel).
+template <class Describe>
+void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Describe&& describe) {
   if (op.meta_support.load(std::memory_order_relaxed) == 1) {  // known to work: the common case
     try {
       c10::InferenceMode guard;
-      op.handle.callBoxed(inputs);
-      return inputs;
+      op.handle.callBoxed(stack);
+      return;
     } catch (const c10::Error& e) {
       throw graph_error("xport.fake.op_rejected", op.qualified + " rejected its arguments (" + describe() +
                                                       "): " + first_line(e.what_without_backtrace()));
     }
   }
   const auto rule = find_meta_rule(op.qualified);  // exact overload: max.dim is not max
-  if (rule && op.meta_support.load(std::memory_order_relaxed) == 2) {
+  const auto apply_rule = [&](const std::vector<c10::IValue>& inputs) {
     c10::InferenceMode guard;
     auto outs = rule(inputs);
-    return {outs.begin(), outs.end()};
+    stack.assign(outs.begin(), outs.end());
+  };
+  if (rule && op.meta_support.load(std::memory_order_relaxed) == 2) {
+    apply_rule(std::vector<c10::IValue>(stack));
+    return;
   }
-  // A failed call leaves the stack in an unspecified state: keep the inputs only when a rule may
+  // A failed call leaves the stack in an unspecified state: keep the inputs when a rule may
   // need them.
-  auto stack = rule ? inputs : std::move(inputs);
+  std::vector<c10::IValue> inputs;
+  if (rule) inputs = stack;
   try {
     c10::InferenceMode guard;
     op.handle.callBoxed(stack);
     op.meta_support.store(1, std::memory_order_relaxed);
-    return stack;
+    return;
   } catch (const c10::NotImplementedError& e) {
     op.meta_support.store(2, std::memory_order_relaxed);
     if (!rule)
@@ -3655,9 +3676,8 @@ std::vector<c10::IValue> run_meta(const op_info& op, std::vector<c10::IValue> in
               "a Meta kernel for the op with torch::Library, or call a composite of ops that have "
               "one. LibTorch said: " +
               first_line(e.what_without_backtrace()));
-    c10::InferenceMode guard;
-    auto outs = rule(inputs);
-    return {outs.begin(), outs.end()};
+    apply_rule(inputs);
+    return;
   } catch (const c10::Error& e) {
     // The op has a meta kernel and it refused the arguments (shapes, dtypes, values).
     throw graph_error("xport.fake.op_rejected", op.qualified + " rejected its arguments (" + describe() +
@@ -3697,7 +3717,7 @@ inline std::vector<value_type> result_types(const op_info& op, const std::vector
 
 /// The types of `op`'s outputs for schema-bound `args`.
 inline std::vector<value_type> infer_outputs(const op_info& op, const std::vector<argument>& args) {
-  if (is_data_dependent_op(op.name)) throw_data_dependent(op);
+  if (op.data_dependent) throw_data_dependent(op);
   const auto results = run_meta(op, meta_stack_for(op, args), [&] { return describe_args(op, args); });
   return result_types(op, results, output_device(op, args), any_requires_grad(args));
 }
@@ -5182,7 +5202,7 @@ class capture {
   /// schema and checked like program_builder::call; the op runs on the values' meta tensors.
   node call(const op_info& op, std::vector<argument> args, std::vector<kwarg> kwargs,
             std::shared_ptr<const source_location> src) {
-    if (is_data_dependent_op(op.name)) throw_graph_break(op);
+    if (op.data_dependent) throw_graph_break(op);
     auto bound = bind_arguments(op, std::move(args), std::move(kwargs));
     check_mutations(op, bound);
     const auto& params = op.schema().arguments();
@@ -5222,24 +5242,26 @@ class capture {
     const auto& schema = op.schema();
     const auto& params = schema.arguments();
     const std::size_t n = params.size();
-    if (op.name == "aten::equal" && same_value(stack[stack.size() - 2], stack[stack.size() - 1])) {
+    if (op.data_dependent && op.name == "aten::equal" && same_value(stack[stack.size() - 2], stack[stack.size() - 1])) {
       // equal(x, x): true by construction, whatever x holds (C++ MultiheadAttention asks this to
       // detect self-attention). Any other comparison of contents is a graph break below.
       torch::jit::drop(stack, 2);
       stack.emplace_back(true);
       return;
     }
-    if (is_data_dependent_op(op.name)) throw_graph_break(op);
-    std::vector<c10::IValue> originals(std::make_move_iterator(stack.end() - static_cast<std::ptrdiff_t>(n)),
-                                       std::make_move_iterator(stack.end()));
+    if (op.data_dependent) throw_graph_break(op);
+    auto& originals = originals_;  // reused buffers: no allocation per op
+    originals.assign(std::make_move_iterator(stack.end() - static_cast<std::ptrdiff_t>(n)),
+                     std::make_move_iterator(stack.end()));
     torch::jit::drop(stack, n);
 
     std::vector<argument> args(n);
-    std::vector<c10::IValue> meta_args(n);
-    for (std::size_t i = 0; i < n; ++i) convert(originals[i], params[i].real_type(), args[i], meta_args[i]);
+    auto& results = meta_stack_;
+    results.resize(n);
+    for (std::size_t i = 0; i < n; ++i) convert(originals[i], params[i].real_type(), args[i], results[i]);
     check_mutations(op, args);
 
-    auto results = run_meta(op, std::move(meta_args), [&] { return describe_args(op, args); });
+    run_meta_in_place(op, results, [&] { return describe_args(op, args); });
     auto types = result_types(op, results, output_device(op, args), any_requires_grad(args));
     auto node = builder_.record(op, std::move(args), std::move(types));
     if (auto path = module_path_of(node); !path.empty()) node.set_module_path(std::move(path));
@@ -5273,6 +5295,8 @@ class capture {
       track(v, res.toTensor());
       stack.push_back(std::move(res));
     }
+    results.clear();
+    originals.clear();
   }
 
  private:
@@ -5453,6 +5477,7 @@ class capture {
   // The module a node belongs to, from the module state it reads (`layer1.0.conv1.weight` ->
   // `layer1.0.conv1`).
   std::string module_path_of(const node& n) const {
+    if (state_fqn_.empty()) return {};
     for (std::size_t i = 0; i < n.num_inputs(); ++i)
       if (auto it = state_fqn_.find(n.input(i).impl()); it != state_fqn_.end()) {
         const auto dot = it->second.rfind('.');
@@ -5466,6 +5491,7 @@ class capture {
   std::unordered_map<const c10::TensorImpl*, tracked> by_impl_;
   std::unordered_map<const value_impl*, at::Tensor> meta_;  // strict front end only
   bool keep_value_meta_ = false;
+  std::vector<c10::IValue> originals_, meta_stack_;
   std::unordered_map<const value_impl*, std::string> state_fqn_;
   std::unordered_map<const value_impl*, std::string> lifted_constants_;
   std::unordered_map<const c10::FunctionSchema*, const op_info*> ops_;

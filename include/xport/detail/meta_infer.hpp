@@ -25,15 +25,6 @@
 XPORT_BEGIN_NAMESPACE
 namespace detail {
 
-/// Ops whose output shape depends on tensor data: no meta kernel can exist for them.
-inline bool is_data_dependent_op(std::string_view name) {
-  return name == "aten::nonzero" || name == "aten::_local_scalar_dense" || name == "aten::item" ||
-         name == "aten::unique" || name == "aten::_unique" || name == "aten::_unique2" ||
-         name == "aten::unique_dim" || name == "aten::unique_consecutive" ||
-         name == "aten::masked_select" || name == "aten::is_nonzero" || name == "aten::equal" ||
-         name == "aten::allclose";
-}
-
 inline std::string first_line(const std::string& s) {
   const auto nl = s.find('\n');
   return nl == std::string::npos ? s : s.substr(0, nl);
@@ -53,9 +44,9 @@ inline std::string describe_args(const op_info& op, const std::vector<argument>&
 /// The device outputs live on: an explicit `device=` argument, else the first tensor
 /// argument's device, else CPU (what FakeTensor reports as the fake device).
 inline c10::Device output_device(const op_info& op, const std::vector<argument>& args) {
-  const auto& params = op.schema().arguments();
-  for (std::size_t i = 0; i < params.size() && i < args.size(); ++i)
-    if (params[i].name() == "device" && args[i].is_device()) return args[i].as_device();
+  if (op.device_arg >= 0 && static_cast<std::size_t>(op.device_arg) < args.size() &&
+      args[static_cast<std::size_t>(op.device_arg)].is_device())
+    return args[static_cast<std::size_t>(op.device_arg)].as_device();
   for (const auto& a : args) {
     std::optional<c10::Device> d;
     a.for_each_value([&](const value& v) {
@@ -114,30 +105,43 @@ inline std::vector<c10::IValue> meta_stack_for(const op_info& op, const std::vec
 /// `describe` names the arguments in error messages.
 template <class Describe>
 std::vector<c10::IValue> run_meta(const op_info& op, std::vector<c10::IValue> inputs, Describe&& describe) {
+  run_meta_in_place(op, inputs, describe);
+  return inputs;
+}
+
+/// run_meta on `stack` itself: the arguments go in, the results come out (no allocation when
+/// the op is known to have a meta kernel).
+template <class Describe>
+void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Describe&& describe) {
   if (op.meta_support.load(std::memory_order_relaxed) == 1) {  // known to work: the common case
     try {
       c10::InferenceMode guard;
-      op.handle.callBoxed(inputs);
-      return inputs;
+      op.handle.callBoxed(stack);
+      return;
     } catch (const c10::Error& e) {
       throw graph_error("xport.fake.op_rejected", op.qualified + " rejected its arguments (" + describe() +
                                                       "): " + first_line(e.what_without_backtrace()));
     }
   }
   const auto rule = find_meta_rule(op.qualified);  // exact overload: max.dim is not max
-  if (rule && op.meta_support.load(std::memory_order_relaxed) == 2) {
+  const auto apply_rule = [&](const std::vector<c10::IValue>& inputs) {
     c10::InferenceMode guard;
     auto outs = rule(inputs);
-    return {outs.begin(), outs.end()};
+    stack.assign(outs.begin(), outs.end());
+  };
+  if (rule && op.meta_support.load(std::memory_order_relaxed) == 2) {
+    apply_rule(std::vector<c10::IValue>(stack));
+    return;
   }
-  // A failed call leaves the stack in an unspecified state: keep the inputs only when a rule may
+  // A failed call leaves the stack in an unspecified state: keep the inputs when a rule may
   // need them.
-  auto stack = rule ? inputs : std::move(inputs);
+  std::vector<c10::IValue> inputs;
+  if (rule) inputs = stack;
   try {
     c10::InferenceMode guard;
     op.handle.callBoxed(stack);
     op.meta_support.store(1, std::memory_order_relaxed);
-    return stack;
+    return;
   } catch (const c10::NotImplementedError& e) {
     op.meta_support.store(2, std::memory_order_relaxed);
     if (!rule)
@@ -149,9 +153,8 @@ std::vector<c10::IValue> run_meta(const op_info& op, std::vector<c10::IValue> in
               "a Meta kernel for the op with torch::Library, or call a composite of ops that have "
               "one. LibTorch said: " +
               first_line(e.what_without_backtrace()));
-    c10::InferenceMode guard;
-    auto outs = rule(inputs);
-    return {outs.begin(), outs.end()};
+    apply_rule(inputs);
+    return;
   } catch (const c10::Error& e) {
     // The op has a meta kernel and it refused the arguments (shapes, dtypes, values).
     throw graph_error("xport.fake.op_rejected", op.qualified + " rejected its arguments (" + describe() +
@@ -191,7 +194,7 @@ inline std::vector<value_type> result_types(const op_info& op, const std::vector
 
 /// The types of `op`'s outputs for schema-bound `args`.
 inline std::vector<value_type> infer_outputs(const op_info& op, const std::vector<argument>& args) {
-  if (is_data_dependent_op(op.name)) throw_data_dependent(op);
+  if (op.data_dependent) throw_data_dependent(op);
   const auto results = run_meta(op, meta_stack_for(op, args), [&] { return describe_args(op, args); });
   return result_types(op, results, output_device(op, args), any_requires_grad(args));
 }

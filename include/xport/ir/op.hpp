@@ -35,6 +35,10 @@ struct op_info {
   bool is_mutable = false;    ///< some argument is written to (in-place and out= ops)
   bool returns_list = false;  ///< the single return is a Tensor[]
   bool is_view = false;       ///< some return aliases an argument without writing to it
+  /// The output's shape depends on tensor data (nonzero, unique, item, ...): never traceable.
+  bool data_dependent = false;
+  /// Position of the `device` argument, or -1.
+  int device_arg = -1;
   /// Whether running the op on meta tensors works (0: not tried, 1: works, 2: no meta kernel, use
   /// a shape rule). Learned once: a failed meta run costs a C++ exception with a backtrace.
   mutable std::atomic<std::uint8_t> meta_support{0};
@@ -76,6 +80,15 @@ inline op_name_parts split_op_name(std::string_view s) {
   return p;
 }
 
+/// Ops whose output shape depends on tensor data: no meta kernel can exist for them.
+inline bool is_data_dependent_op(std::string_view name) {
+  return name == "aten::nonzero" || name == "aten::_local_scalar_dense" || name == "aten::item" ||
+         name == "aten::unique" || name == "aten::_unique" || name == "aten::_unique2" ||
+         name == "aten::unique_dim" || name == "aten::unique_consecutive" ||
+         name == "aten::masked_select" || name == "aten::is_nonzero" || name == "aten::equal" ||
+         name == "aten::allclose" || name == "aten::nonzero_numpy" || name == "aten::argwhere";
+}
+
 class op_registry {
  public:
   static op_registry& instance() {
@@ -96,7 +109,7 @@ class op_registry {
       auto handle = c10::Dispatcher::singleton().findSchema(
           {parts.ns + "::" + parts.name, parts.overload});
       if (!handle) return nullptr;
-      std::unique_ptr<op_info> op(new op_info{*handle, {}, {}, {}, {}, {}, false, false, false, {0}});
+      std::unique_ptr<op_info> op(new op_info{*handle, {}, {}, {}, {}, {}, false, false, false, false, -1, {0}});
       fill(*op, parts);
       info = op.get();
       by_key_.emplace(std::move(key), std::move(op));
@@ -118,6 +131,10 @@ class op_registry {
     op.returns_list = rets.size() == 1 && rets[0].type()->kind() == c10::TypeKind::ListType;
     for (const auto& r : rets)
       if (r.alias_info() && !r.alias_info()->isWrite()) op.is_view = true;
+    op.data_dependent = is_data_dependent_op(op.name);
+    const auto& params = schema.arguments();
+    for (std::size_t i = 0; i < params.size(); ++i)
+      if (params[i].name() == "device") op.device_arg = static_cast<int>(i);
   }
 
   std::mutex mu_;

@@ -134,7 +134,7 @@ class capture {
   /// schema and checked like program_builder::call; the op runs on the values' meta tensors.
   node call(const op_info& op, std::vector<argument> args, std::vector<kwarg> kwargs,
             std::shared_ptr<const source_location> src) {
-    if (is_data_dependent_op(op.name)) throw_graph_break(op);
+    if (op.data_dependent) throw_graph_break(op);
     auto bound = bind_arguments(op, std::move(args), std::move(kwargs));
     check_mutations(op, bound);
     const auto& params = op.schema().arguments();
@@ -174,24 +174,26 @@ class capture {
     const auto& schema = op.schema();
     const auto& params = schema.arguments();
     const std::size_t n = params.size();
-    if (op.name == "aten::equal" && same_value(stack[stack.size() - 2], stack[stack.size() - 1])) {
+    if (op.data_dependent && op.name == "aten::equal" && same_value(stack[stack.size() - 2], stack[stack.size() - 1])) {
       // equal(x, x): true by construction, whatever x holds (C++ MultiheadAttention asks this to
       // detect self-attention). Any other comparison of contents is a graph break below.
       torch::jit::drop(stack, 2);
       stack.emplace_back(true);
       return;
     }
-    if (is_data_dependent_op(op.name)) throw_graph_break(op);
-    std::vector<c10::IValue> originals(std::make_move_iterator(stack.end() - static_cast<std::ptrdiff_t>(n)),
-                                       std::make_move_iterator(stack.end()));
+    if (op.data_dependent) throw_graph_break(op);
+    auto& originals = originals_;  // reused buffers: no allocation per op
+    originals.assign(std::make_move_iterator(stack.end() - static_cast<std::ptrdiff_t>(n)),
+                     std::make_move_iterator(stack.end()));
     torch::jit::drop(stack, n);
 
     std::vector<argument> args(n);
-    std::vector<c10::IValue> meta_args(n);
-    for (std::size_t i = 0; i < n; ++i) convert(originals[i], params[i].real_type(), args[i], meta_args[i]);
+    auto& results = meta_stack_;
+    results.resize(n);
+    for (std::size_t i = 0; i < n; ++i) convert(originals[i], params[i].real_type(), args[i], results[i]);
     check_mutations(op, args);
 
-    auto results = run_meta(op, std::move(meta_args), [&] { return describe_args(op, args); });
+    run_meta_in_place(op, results, [&] { return describe_args(op, args); });
     auto types = result_types(op, results, output_device(op, args), any_requires_grad(args));
     auto node = builder_.record(op, std::move(args), std::move(types));
     if (auto path = module_path_of(node); !path.empty()) node.set_module_path(std::move(path));
@@ -225,6 +227,8 @@ class capture {
       track(v, res.toTensor());
       stack.push_back(std::move(res));
     }
+    results.clear();
+    originals.clear();
   }
 
  private:
@@ -405,6 +409,7 @@ class capture {
   // The module a node belongs to, from the module state it reads (`layer1.0.conv1.weight` ->
   // `layer1.0.conv1`).
   std::string module_path_of(const node& n) const {
+    if (state_fqn_.empty()) return {};
     for (std::size_t i = 0; i < n.num_inputs(); ++i)
       if (auto it = state_fqn_.find(n.input(i).impl()); it != state_fqn_.end()) {
         const auto dot = it->second.rfind('.');
@@ -418,6 +423,7 @@ class capture {
   std::unordered_map<const c10::TensorImpl*, tracked> by_impl_;
   std::unordered_map<const value_impl*, at::Tensor> meta_;  // strict front end only
   bool keep_value_meta_ = false;
+  std::vector<c10::IValue> originals_, meta_stack_;
   std::unordered_map<const value_impl*, std::string> state_fqn_;
   std::unordered_map<const value_impl*, std::string> lifted_constants_;
   std::unordered_map<const c10::FunctionSchema*, const op_info*> ops_;
