@@ -28,33 +28,42 @@ void check_close(const std::vector<at::Tensor>& got, const std::vector<at::Tenso
 }
 
 // Two modules with identical weights: one is exported (and its state then belongs to the
-// program), the other runs eagerly as the oracle.
+// program), the other runs eagerly as the oracle. `inference_ir`: through run_decompositions().
 template <class Module, class Make, class Input>
-void check_model(Make make, Input make_input, const std::vector<std::string>& expected_ops, int steps = 3) {
+void check_model_ir(Make make, Input make_input, const std::vector<std::string>& expected_ops, int steps,
+                    bool inference_ir) {
   torch::manual_seed(0);
   Module exported = make();
   torch::manual_seed(0);
   Module eager = make();
-
-  SUBCASE("eval") {
+  const auto prepare = [&](exported_program p) { return inference_ir ? run_decompositions(p) : std::move(p); };
+  {  // eval
     exported->eval();
     eager->eval();
-    auto p = export_program(exported, std::tuple{make_input()});
+    auto p = prepare(export_program(exported, std::tuple{make_input()}));
     verify(p);
     const auto text = to_string(p);
-    for (const auto& op : expected_ops) {
-      INFO("expected op " << op << " in\n" << text);
-      CHECK(text.find("torch.ops.aten." + op) != std::string::npos);
-    }
+    if (!inference_ir)
+      for (const auto& op : expected_ops) {
+        INFO("expected op " << op << " in\n" << text);
+        CHECK(text.find("torch.ops.aten." + op) != std::string::npos);
+      }
+    else
+      for (auto n : p.graph().nodes())
+        if (n.is_call()) {
+          INFO("non-core op " << n.op().qualified);
+          CHECK((xport::detail::is_core_aten_op(n.op().qualified) ||
+                 !decomposition_table::core_aten().find(n.op())));
+        }
     for (int i = 0; i < 2; ++i) {
       const auto x = make_input();
       check_close(run(p, {x}), flat_outputs(eager, x));
     }
   }
-  SUBCASE("train, with buffer updates over several steps") {
+  {  // train, with buffer updates over several steps
     exported->train();
     eager->train();
-    auto p = export_program(exported, std::tuple{make_input()});
+    auto p = prepare(export_program(exported, std::tuple{make_input()}));
     verify(p);
     for (int step = 0; step < steps; ++step) {
       const auto x = make_input();
@@ -71,6 +80,15 @@ void check_model(Make make, Input make_input, const std::vector<std::string>& ex
       INFO("buffer " << name);
       CHECK(at::allclose(t, eager_buffers[name], 1e-4, 1e-6));
     }
+  }
+}
+
+// Both IRs: the training IR as exported, and the functional core-ATen inference IR.
+template <class Module, class Make, class Input>
+void check_model(Make make, Input make_input, const std::vector<std::string>& expected_ops, int steps = 3) {
+  for (const bool ir : {false, true}) {
+    INFO((ir ? "inference IR" : "training IR"));
+    check_model_ir<Module>(make, make_input, expected_ops, steps, ir);
   }
 }
 

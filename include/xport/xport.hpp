@@ -20,6 +20,7 @@
 #include <xport/ir/builder.hpp>
 #include <xport/ir/print.hpp>
 #include <xport/ir/treespec.hpp>
+#include <xport/detail/core_ops.hpp>
 
 #include <xport/run/guards.hpp>
 #include <xport/run/interpreter.hpp>
@@ -28,5 +29,8 @@
 #include <xport/trace/capture.hpp>
 #include <xport/trace/strict.hpp>
 #include <xport/trace/export.hpp>
+#include <xport/passes/dce.hpp>
+#include <xport/passes/functionalize.hpp>
+#include <xport/trace/decompose.hpp>
 
 #include <xport/detail/macro_unscope.hpp>

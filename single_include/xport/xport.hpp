@@ -577,6 +577,10 @@ struct op_info {
   bool is_view = false;       ///< some return aliases an argument without writing to it
   /// The output's shape depends on tensor data (nonzero, unique, item, ...): never traceable.
   bool data_dependent = false;
+  /// Draws random numbers (torch's `nondeterministic_seeded` tag): never merged or removed.
+  bool nondeterministic = false;
+  /// Changes only its argument's metadata (torch's `inplace_view` tag: transpose_, squeeze_, ...).
+  bool inplace_view = false;
   /// Position of the `device` argument, or -1.
   int device_arg = -1;
   /// Whether running the op on meta tensors works (0: not tried, 1: works, 2: no meta kernel, use
@@ -649,7 +653,7 @@ class op_registry {
       auto handle = c10::Dispatcher::singleton().findSchema(
           {parts.ns + "::" + parts.name, parts.overload});
       if (!handle) return nullptr;
-      std::unique_ptr<op_info> op(new op_info{*handle, {}, {}, {}, {}, {}, false, false, false, false, -1, {0}});
+      std::unique_ptr<op_info> op(new op_info{*handle, {}, {}, {}, {}, {}, false, false, false, false, false, false, -1, {0}});
       fill(*op, parts);
       info = op.get();
       by_key_.emplace(std::move(key), std::move(op));
@@ -672,6 +676,8 @@ class op_registry {
     for (const auto& r : rets)
       if (r.alias_info() && !r.alias_info()->isWrite()) op.is_view = true;
     op.data_dependent = is_data_dependent_op(op.name);
+    op.nondeterministic = op.handle.hasTag(at::Tag::nondeterministic_seeded);
+    op.inplace_view = op.handle.hasTag(at::Tag::inplace_view);
     const auto& params = schema.arguments();
     for (std::size_t i = 0; i < params.size(); ++i)
       if (params[i].name() == "device") op.device_arg = static_cast<int>(i);
@@ -3269,6 +3275,14 @@ inline std::vector<at::Tensor> rule_count_all(const meta_stack& s) {
   return {meta_empty({}, c10::kLong)};
 }
 
+// native_dropout(input, p, train?) -> (output, mask); LibTorch 1.13's CPU kernel returns a mask
+// of the input's dtype in training, a bool mask otherwise.
+inline std::vector<at::Tensor> rule_native_dropout(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  const bool train = s[2].isNone() || s[2].toBool();
+  return {meta_empty(sizes_of(x), x.scalar_type()), meta_empty(sizes_of(x), train ? x.scalar_type() : c10::kBool)};
+}
+
 // ---- convolution ----------------------------------------------------------------------------
 inline std::vector<std::int64_t> conv_out_sizes(const at::Tensor& input, const at::Tensor& weight,
                                                 std::vector<std::int64_t> stride,
@@ -3495,6 +3509,7 @@ inline constexpr meta_rule_entry meta_rule_table[] = {
     {"aten::celu", rule_like_self},
     {"aten::mish", rule_like_self},
     {"aten::dropout", rule_like_self},
+    {"aten::native_dropout", rule_native_dropout},
     {"aten::alpha_dropout", rule_like_self},
     {"aten::feature_dropout", rule_like_self},
     {"aten::convolution", rule_convolution},
@@ -3791,6 +3806,24 @@ class program_builder {
     return add_lifted(input_kind::constant_tensor, fqn, t, std::nullopt);
   }
 
+  /// A placeholder exactly as `spec` describes it (its name, kind, target, persistence), typed
+  /// `type`; for passes that rebuild a program. State tensors come from set_state().
+  value placeholder(const input_spec& spec, value_type type) {
+    value v = graph_.add_placeholder(spec.arg.name, std::move(type));
+    input_specs_.push_back(spec);
+    return v;
+  }
+  /// The state dict and constants of the program being built (replacing what is there).
+  void set_state(tensor_dict state_dict, tensor_dict constants) {
+    state_dict_ = std::move(state_dict);
+    constants_ = std::move(constants);
+  }
+  /// Example inputs to keep in the program (or none).
+  void set_examples(std::optional<std::vector<at::Tensor>> examples) {
+    has_all_examples_ = examples.has_value();
+    examples_ = examples ? std::move(*examples) : std::vector<at::Tensor>{};
+  }
+
   /// Calls operator `op` (`"aten::add.Tensor"`, `"aten::sin"`): arguments are bound to its
   /// schema (positional then keyword, defaults filled) and checked; output types are inferred on
   /// meta tensors. Throws schema_error or missing_fake_kernel, leaving the graph unchanged.
@@ -3806,6 +3839,17 @@ class program_builder {
     n.set_source(source_);
     n.set_module_path(module_);
     return n;
+  }
+
+  /// Calls `op` with arguments already in schema order (all of them, defaults included), as a
+  /// pass rewriting nodes has them; output types are inferred on meta tensors.
+  node call_bound(const op_info& op, std::vector<argument> bound) {
+    if (bound.size() != op.schema().arguments().size())
+      throw schema_error("xport.schema.arg_count", op.qualified + " takes " +
+                                                       std::to_string(op.schema().arguments().size()) +
+                                                       " arguments, " + std::to_string(bound.size()) + " were bound");
+    auto types = detail::infer_outputs(op, bound);
+    return record(op, std::move(bound), std::move(types));
   }
 
   /// Adds a call node whose arguments are already bound to the schema and whose output types
@@ -4352,6 +4396,80 @@ inline std::string to_dot(const graph& g, std::string_view name = "GraphModule")
 
 XPORT_END_NAMESPACE
 // #include <xport/ir/treespec.hpp>
+// #include <xport/detail/core_ops.hpp>
+// xport/detail/core_ops.hpp: the core ATen operator set that run_decompositions() lowers to.
+// LibTorch 1.13 has no `core` tag, so xport carries the set: every function of PyTorch's
+// native_functions.yaml tagged `core`, read from pytorch/pytorch@2e35e4846418c7623dd0863221af6c50e0d3ff1c torchgen/packaged/ATen/native/native_functions.yaml
+// (193 operators), plus `native_batch_norm`, which stands in for the `_native_batch_norm_legit*`
+// family that LibTorch 1.13 does not have.
+
+#include <algorithm>    // std::binary_search
+#include <array>        // std::array
+#include <string_view>  // std::string_view
+
+// #include <xport/config.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+inline constexpr std::array<std::string_view, 194> core_aten_ops{
+    "aten::_adaptive_avg_pool2d", "aten::_adaptive_avg_pool2d_backward",
+    "aten::_adaptive_avg_pool3d", "aten::_cdist_forward", "aten::_embedding_bag", "aten::_fft_c2r",
+    "aten::_fft_r2c", "aten::_local_scalar_dense", "aten::_log_softmax",
+    "aten::_native_batch_norm_legit", "aten::_native_batch_norm_legit.no_stats",
+    "aten::_native_batch_norm_legit_no_training", "aten::_pdist_forward", "aten::_softmax",
+    "aten::_to_copy", "aten::abs", "aten::acos", "aten::acosh", "aten::adaptive_avg_pool1d",
+    "aten::add.Scalar", "aten::add.Tensor", "aten::addmm", "aten::alias", "aten::amax",
+    "aten::amin", "aten::any", "aten::any.dim", "aten::any.dims", "aten::arange.start_step",
+    "aten::argmax", "aten::argmin", "aten::as_strided", "aten::asin", "aten::asinh", "aten::atan",
+    "aten::atan2", "aten::atan2.out", "aten::atanh", "aten::avg_pool1d", "aten::avg_pool2d",
+    "aten::avg_pool2d_backward", "aten::avg_pool3d", "aten::bitwise_and.Scalar",
+    "aten::bitwise_and.Tensor", "aten::bitwise_not", "aten::bitwise_or.Scalar",
+    "aten::bitwise_or.Tensor", "aten::bitwise_xor.Scalar", "aten::bitwise_xor.Tensor", "aten::bmm",
+    "aten::cat", "aten::ceil", "aten::clamp", "aten::clamp.Tensor", "aten::clone", "aten::col2im",
+    "aten::constant_pad_nd", "aten::convolution", "aten::convolution_backward", "aten::copy",
+    "aten::cos", "aten::cosh", "aten::cumsum", "aten::diagonal", "aten::div.Scalar",
+    "aten::div.Scalar_mode", "aten::div.Tensor", "aten::div.Tensor_mode", "aten::elu",
+    "aten::embedding", "aten::embedding_dense_backward", "aten::empty.memory_format",
+    "aten::empty_strided", "aten::eq.Scalar", "aten::eq.Tensor", "aten::erf", "aten::exp",
+    "aten::expand", "aten::expm1", "aten::fill.Scalar", "aten::flip", "aten::floor",
+    "aten::fmod.Scalar", "aten::fmod.Tensor", "aten::full", "aten::full_like", "aten::gather",
+    "aten::ge.Scalar", "aten::ge.Tensor", "aten::gelu", "aten::grid_sampler_2d", "aten::gt.Scalar",
+    "aten::gt.Tensor", "aten::hardtanh", "aten::index.Tensor", "aten::index_put",
+    "aten::index_select", "aten::isinf", "aten::isnan", "aten::le.Scalar", "aten::le.Tensor",
+    "aten::leaky_relu", "aten::log", "aten::log10", "aten::log1p", "aten::log2",
+    "aten::logical_and", "aten::logical_not", "aten::logical_or", "aten::logical_xor",
+    "aten::lt.Scalar", "aten::lt.Tensor", "aten::masked_scatter", "aten::max.dim",
+    "aten::max_pool2d_with_indices", "aten::max_pool2d_with_indices_backward",
+    "aten::max_pool3d_with_indices", "aten::maximum", "aten::mean", "aten::mean.dim",
+    "aten::min.dim", "aten::minimum", "aten::mm", "aten::mul.Scalar", "aten::mul.Tensor",
+    "aten::native_batch_norm", "aten::native_dropout", "aten::native_group_norm",
+    "aten::native_group_norm_backward", "aten::native_layer_norm",
+    "aten::native_layer_norm_backward", "aten::ne.Scalar", "aten::ne.Tensor", "aten::neg",
+    "aten::nonzero", "aten::permute", "aten::pow.Scalar", "aten::pow.Tensor_Scalar",
+    "aten::pow.Tensor_Tensor", "aten::prod", "aten::prod.dim_int", "aten::rand", "aten::randn",
+    "aten::randperm", "aten::reciprocal", "aten::reflection_pad1d", "aten::reflection_pad2d",
+    "aten::reflection_pad3d", "aten::relu", "aten::remainder.Scalar", "aten::remainder.Tensor",
+    "aten::repeat", "aten::replication_pad2d", "aten::replication_pad3d", "aten::resize_",
+    "aten::round", "aten::rsqrt", "aten::scalar_tensor", "aten::scatter.src", "aten::scatter.value",
+    "aten::scatter_add", "aten::scatter_reduce.two", "aten::select.int", "aten::select_scatter",
+    "aten::sigmoid", "aten::sign", "aten::sin", "aten::sinh", "aten::slice.Tensor",
+    "aten::slice_scatter", "aten::sort", "aten::split_with_sizes", "aten::sqrt",
+    "aten::squeeze.dim", "aten::squeeze.dims", "aten::sub.Scalar", "aten::sub.Tensor",
+    "aten::sum.dim_IntList", "aten::sym_is_contiguous", "aten::sym_numel", "aten::sym_size.int",
+    "aten::sym_storage_offset", "aten::sym_stride.int", "aten::tan", "aten::tanh", "aten::topk",
+    "aten::trunc", "aten::unsqueeze", "aten::upsample_bilinear2d.vec",
+    "aten::upsample_nearest2d.vec", "aten::var.correction", "aten::var.dim", "aten::view",
+    "aten::where.self"
+};
+
+/// Whether `qualified` (`aten::add.Tensor`, `aten::relu`) is in the core ATen set.
+inline bool is_core_aten_op(std::string_view qualified) {
+  return std::binary_search(core_aten_ops.begin(), core_aten_ops.end(), qualified);
+}
+
+}  // namespace detail
+XPORT_END_NAMESPACE
 
 // #include <xport/run/guards.hpp>
 // xport/run/guards.hpp: the checks a program makes on its inputs before running.
@@ -5077,6 +5195,7 @@ XPORT_END_NAMESPACE
 // module is never modified (in-place ops on its state run on meta shadows).
 
 #include <cstddef>        // std::size_t
+#include <functional>     // std::function
 #include <memory>         // std::make_shared
 #include <optional>       // std::optional
 #include <stdexcept>      // std::runtime_error
@@ -5154,6 +5273,21 @@ inline std::string user_facing_call(std::string_view op) {
           "branching on a value)");
 }
 
+/// Switches recording back on inside the fallback (where it is off), for ops a decomposition
+/// calls: they are recorded in place of the decomposed op.
+class capture_reenabled {
+ public:
+  capture_reenabled() : was_excluded_(c10::impl::tls_is_dispatch_key_excluded(capture_key)) {
+    c10::impl::tls_set_dispatch_key_excluded(capture_key, false);
+  }
+  ~capture_reenabled() { c10::impl::tls_set_dispatch_key_excluded(capture_key, was_excluded_); }
+  capture_reenabled(const capture_reenabled&) = delete;
+  capture_reenabled& operator=(const capture_reenabled&) = delete;
+
+ private:
+  bool was_excluded_;
+};
+
 /// One capture: the program being built and the tensors the traced code holds.
 class capture {
  public:
@@ -5180,6 +5314,23 @@ class capture {
     bind(meta, v, meta);
     return v;
   }
+
+  /// A placeholder exactly as `spec` says (re-capturing a program); returns the meta tensor the
+  /// calls see in its place.
+  at::Tensor add_placeholder(const input_spec& spec, const value_type& type) {
+    auto v = builder_.placeholder(spec, type);
+    auto meta = [&] {
+      c10::impl::ExcludeDispatchKeyGuard no_capture(capture_key);
+      return type.tensor.make_meta();
+    }();
+    bind(meta, v, meta);
+    return meta;
+  }
+
+  /// Called for every recorded op first: returns true when it has handled the op (decomposed
+  /// it: the results are on the stack, its ATen calls recorded instead).
+  using decompose_hook = std::function<bool(const op_info&, torch::jit::Stack&)>;
+  void set_decompose_hook(decompose_hook h) { decompose_ = std::move(h); }
 
   /// A parameter or buffer of the module, known by identity; its real tensor stays untouched.
   void add_state(input_kind kind, const std::string& fqn, const at::Tensor& t) {
@@ -5239,6 +5390,7 @@ class capture {
   /// Records one op call from the dispatcher fallback (see capture_fallback).
   void record(const c10::OperatorHandle& handle, torch::jit::Stack& stack) {
     const op_info& op = op_for(handle);
+    if (decompose_ && decompose_(op, stack)) return;
     const auto& schema = op.schema();
     const auto& params = schema.arguments();
     const std::size_t n = params.size();
@@ -5491,6 +5643,7 @@ class capture {
   std::unordered_map<const c10::TensorImpl*, tracked> by_impl_;
   std::unordered_map<const value_impl*, at::Tensor> meta_;  // strict front end only
   bool keep_value_meta_ = false;
+  decompose_hook decompose_;
   std::vector<c10::IValue> originals_, meta_stack_;
   std::unordered_map<const value_impl*, std::string> state_fqn_;
   std::unordered_map<const value_impl*, std::string> lifted_constants_;
@@ -6168,6 +6321,635 @@ class callable<R(Args...)> {
   const exported_program* program_;
   run_options opts_;
 };
+
+XPORT_END_NAMESPACE
+// #include <xport/passes/dce.hpp>
+// xport/passes/dce.hpp: dead-code elimination.
+// Removes every call node whose outputs nothing uses, unless the call has an effect beyond its
+// outputs: it writes to an argument (in-place and out= ops), or draws random numbers (removing
+// it would shift every later random draw). Signature outputs are uses, so they are kept.
+// One backward walk: a node's death frees its inputs' producers before they are visited.
+
+#include <cstddef>  // std::size_t
+
+// #include <xport/config.hpp>
+// #include <xport/ir/graph.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+/// Whether a call must stay even when its outputs are unused.
+inline bool has_side_effects(const node& n) {
+  if (!n.is_call()) return true;
+  const auto& op = n.op();
+  return op.is_mutable || op.nondeterministic;
+}
+
+/// Removes dead call nodes; returns how many were removed.
+inline std::size_t eliminate_dead_code(graph& g) {
+  std::size_t removed = 0;
+  for (node n = g.last(); n;) {
+    const node prev = n.prev();
+    if (n.is_call() && !has_side_effects(n)) {
+      bool used = false;
+      for (std::size_t i = 0; i < n.num_outputs() && !used; ++i) used = n.output(i).num_uses() != 0;
+      if (!used) {
+        g.erase(n);
+        ++removed;
+      }
+    }
+    n = prev;
+  }
+  return removed;
+}
+
+XPORT_END_NAMESPACE
+// #include <xport/passes/functionalize.hpp>
+// xport/passes/functionalize.hpp: the functional form of a program (torch's functionalization).
+// In-place ops become their out-of-place variants (`add_` -> `add`); a mutation through a view
+// is written back to its base with the matching scatter (`select_scatter`, `slice_scatter`, ...)
+// and views of a mutated base are regenerated before their next read; BatchNorm's running
+// statistics (which LibTorch 1.13's schema does not mark as mutated) are computed explicitly;
+// and every mutated placeholder becomes a mutation output, before the user outputs, as
+// torch.export orders them: `buffer_mutation` for buffers, `user_input_mutation` for inputs.
+
+#include <cstddef>        // std::size_t
+#include <cstdint>        // std::int64_t
+#include <optional>       // std::optional
+#include <string>         // std::string
+#include <unordered_map>  // std::unordered_map
+#include <utility>        // std::move
+#include <vector>         // std::vector
+
+// #include <xport/config.hpp>
+// #include <xport/error.hpp>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+// #include <xport/ir/builder.hpp>
+// #include <xport/ir/graph.hpp>
+// #include <xport/ir/op.hpp>
+// #include <xport/ir/program.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+/// Functionalization cannot express a program (a mutation through an unsupported view, an
+/// in-place op without an out-of-place variant).
+class functionalize_error : public error {
+ public:
+  using error::error;
+};
+
+namespace detail {
+
+// Ops that return an alias of their input only sometimes (a copy otherwise): treated as copies.
+inline bool maybe_alias_op(std::string_view name) {
+  return name == "aten::reshape" || name == "aten::contiguous" || name == "aten::to" ||
+         name == "aten::flatten" || name == "aten::type_as" || name == "aten::unflatten" ||
+         name == "aten::dropout" || name == "aten::feature_dropout" || name == "aten::alpha_dropout" ||
+         name == "aten::_to_copy" || name == "aten::clone" || name == "aten::lift_fresh" ||
+         name == "aten::view_as";
+}
+
+inline bool is_view_op(const op_info& op) {
+  if (op.is_mutable || maybe_alias_op(op.name)) return false;
+  const auto& rets = op.schema().returns();
+  if (rets.empty()) return false;
+  for (const auto& r : rets) {
+    const auto* ai = r.alias_info();
+    if (ai && !ai->isWrite()) return true;
+    // Tensor(a)[] returns (split, unbind, chunk): the alias is on the list's elements
+    if (r.type()->kind() == c10::TypeKind::ListType && !ai) {
+      const auto& args = op.schema().arguments();
+      if (!args.empty() && args[0].alias_info() && !args[0].alias_info()->isWrite()) return true;
+    }
+  }
+  return false;
+}
+
+inline bool is_batch_norm_with_stats(const node& n) {
+  const auto& name = n.op().name;
+  if (name != "aten::batch_norm" && name != "aten::native_batch_norm") return false;
+  const auto args = n.args();
+  // (input, weight, bias, running_mean, running_var, training, momentum, eps, ...)
+  return args.size() >= 8 && args[3].is_value() && args[4].is_value() && args[5].is_bool() && args[5].as_bool();
+}
+
+class functionalizer {
+ public:
+  explicit functionalizer(const exported_program& src) : src_(src) {}
+
+  exported_program run() {
+    const auto& g = src_.graph();
+    const auto phs = g.placeholders();
+    const auto& specs = src_.signature().input_specs;
+    for (std::size_t i = 0; i < phs.size(); ++i) {
+      const value pv = phs[i].output(0);
+      const value nv = b_.placeholder(specs.at(i), pv.type());
+      nv.producer().set_source(phs[i].source());
+      base_of(pv);
+      cur_[pv.impl()] = nv;
+    }
+    for (auto n : g.nodes()) {
+      if (!n.is_call()) continue;
+      b_.at(n.source()).in_module(n.module_path());
+      if (is_batch_norm_with_stats(n)) batch_norm(n);
+      else if (n.op().inplace_view) inplace_view(n);
+      else if (n.op().is_mutable) mutation(n);
+      else copy(n, is_view_op(n.op()));
+    }
+    // mutated placeholders first (in input order), then the user outputs
+    for (std::size_t i = 0; i < phs.size(); ++i) {
+      const value pv = phs[i].output(0);
+      if (version(pv) == 0) continue;
+      const auto& spec = specs[i];
+      switch (spec.kind) {
+        case input_kind::buffer: b_.output(get(pv), output_kind::buffer_mutation, spec.target); break;
+        case input_kind::parameter: b_.output(get(pv), output_kind::parameter_mutation, spec.target); break;
+        case input_kind::user_input: b_.output(get(pv), output_kind::user_input_mutation, spec.arg.name); break;
+        default:
+          throw functionalize_error("xport.functionalize.constant_mutation",
+                                    "the program mutates constant '" + spec.target.value_or(spec.arg.name) +
+                                        "'; register it as a buffer");
+      }
+    }
+    const auto outs = g.output_node().args();
+    const auto& out_specs = src_.signature().output_specs;
+    for (std::size_t i = 0; i < outs.size(); ++i) {
+      const auto& spec = out_specs.at(i);
+      if (spec.kind == output_kind::buffer_mutation || spec.kind == output_kind::user_input_mutation ||
+          spec.kind == output_kind::parameter_mutation)
+        continue;  // already functional input: re-derived above
+      if (!outs[i].is_value())
+        throw functionalize_error("xport.functionalize.constant_output",
+                                  "output " + std::to_string(i) + " is a constant; functionalization keeps graph values only");
+      b_.output(get(outs[i].as_value()), spec.kind, spec.target);
+    }
+    b_.set_state(src_.state_dict(), src_.constants());
+    b_.set_examples(src_.example_inputs());
+    auto p = std::move(b_).build(ir_dialect::aten);
+    p.set_call_spec(src_.in_spec(), src_.out_spec());
+    p.range_constraints_mut() = src_.range_constraints();
+    return p;
+  }
+
+ private:
+  // One step from a base to a view: the view node (in the source graph) and which of its outputs.
+  struct view_step {
+    node n;
+    std::size_t out = 0;
+    const op_info* op = nullptr;  // the view op to replay, when not n's own (in-place views)
+  };
+  struct alias {
+    const value_impl* base;
+    std::vector<view_step> chain;
+  };
+  struct materialized {
+    value v;
+    std::uint64_t version;
+  };
+
+  const alias& base_of(value v) {
+    auto it = alias_.find(v.impl());
+    if (it == alias_.end()) it = alias_.emplace(v.impl(), alias{v.impl(), {}}).first;
+    return it->second;
+  }
+  std::uint64_t version(value v) { return version_[base_of(v).base]; }
+
+  /// The new-graph value holding `v`'s current contents (regenerating a stale view).
+  value get(value v) {
+    const alias a = base_of(v);
+    if (a.chain.empty()) return cur_.at(a.base);
+    const auto ver = version_[a.base];
+    if (auto it = views_.find(v.impl()); it != views_.end() && it->second.version == ver) return it->second.v;
+    value x = cur_.at(a.base);
+    for (const auto& step : a.chain) x = replay(step, x);
+    views_[v.impl()] = {x, ver};
+    return x;
+  }
+
+  // A view step applied to `input` in the new graph (same op, same constant arguments).
+  value replay(const view_step& step, value input) {
+    auto args = std::vector<argument>(step.n.args().begin(), step.n.args().end());
+    args[0] = input;
+    auto types = std::vector<value_type>();
+    for (auto o : step.n.outputs()) types.push_back(o.type());
+    auto r = b_.record(step.op ? *step.op : step.n.op(), std::move(args), std::move(types));
+    return r.output(step.out);
+  }
+
+  // Arguments with every value replaced by its current contents.
+  std::vector<argument> current_args(const node& n) {
+    std::vector<argument> args(n.args().begin(), n.args().end());
+    for (auto& a : args) a.for_each_value([&](value& v) { v = get(v); });
+    return args;
+  }
+
+  void copy(const node& n, bool view) {
+    std::vector<value_type> types;
+    for (auto o : n.outputs()) types.push_back(o.type());
+    auto r = b_.record(n.op(), current_args(n), std::move(types));
+    for (std::size_t i = 0; i < n.num_outputs(); ++i) {
+      const value src = n.output(i), dst = r.output(i);
+      if (view && n.num_inputs() > 0 && n.args()[0].is_value()) {
+        const alias in = base_of(n.args()[0].as_value());
+        alias out = in;
+        out.chain.push_back({n, i});
+        alias_[src.impl()] = std::move(out);
+        views_[src.impl()] = {dst, version_[in.base]};
+      } else {
+        alias_[src.impl()] = alias{src.impl(), {}};
+        cur_[src.impl()] = dst;
+      }
+    }
+  }
+
+  // The out-of-place twin of an in-place op: same name without `_`, and the overload whose
+  // argument names match (`add_.Tensor` -> `add.Tensor`, `bernoulli_.float` -> `bernoulli.p`,
+  // `transpose_` -> `transpose.int`).
+  static const op_info* functional_variant(const op_info& op) {
+    std::string name = op.name;
+    if (name.size() > 1 && name.back() == '_') name.pop_back();
+    else return nullptr;
+    if (const auto* f = try_find_op(op.overload.empty() ? name : name + "." + op.overload)) return f;
+    const auto& want = op.schema().arguments();
+    for (const auto& n : c10::Dispatcher::singleton().getAllOpNames()) {
+      if (n.name != name) continue;
+      const auto* f = try_find_op(n.overload_name.empty() ? name : name + "." + n.overload_name);
+      if (!f || f->is_mutable) continue;
+      const auto& got = f->schema().arguments();
+      bool same = got.size() == want.size();
+      for (std::size_t i = 0; same && i < got.size(); ++i) same = got[i].name() == want[i].name();
+      if (same) return f;
+    }
+    return nullptr;
+  }
+
+  // An in-place view op (transpose_, squeeze_, ...) changes how its argument views its storage,
+  // not the data: its output is a view of the same base, made by the out-of-place view op.
+  void inplace_view(const node& n) {
+    const auto* f = functional_variant(n.op());
+    if (!f || !n.args()[0].is_value())
+      throw functionalize_error("xport.functionalize.no_functional_variant",
+                                n.op().qualified + " (node '" + n.name() + "') has no out-of-place view variant");
+    const value target = n.args()[0].as_value();
+    const alias in = base_of(target);
+    auto args = current_args(n);
+    const value dst = b_.call_bound(*f, std::move(args)).out();
+    alias out = in;
+    out.chain.push_back({n, 0, f});
+    alias_[n.output(0).impl()] = std::move(out);
+    views_[n.output(0).impl()] = {dst, version_[in.base]};
+  }
+
+  // An in-place op: compute the new contents out of place, then write them to the base.
+  void mutation(const node& n) {
+    const auto& op = n.op();
+    const auto& params = op.schema().arguments();
+    std::size_t written = params.size();
+    for (std::size_t i = 0; i < params.size(); ++i)
+      if (params[i].alias_info() && params[i].alias_info()->isWrite()) written = i;
+    if (written == params.size() || !n.args()[written].is_value())
+      throw functionalize_error("xport.functionalize.unsupported_mutation",
+                                op.qualified + " (node '" + n.name() + "') mutates something functionalization cannot track");
+    const auto* f = functional_variant(op);
+    if (!f || written != 0)
+      throw functionalize_error("xport.functionalize.no_functional_variant",
+                                op.qualified + " (node '" + n.name() + "') has no out-of-place variant (" +
+                                    op.name.substr(0, op.name.size() - 1) +
+                                    "); functionalization needs one, or a decomposition of the op");
+    const value target = n.args()[0].as_value();
+    auto args = current_args(n);
+    value fresh = b_.call_bound(*f, std::move(args));
+    // in-place ops keep the target's dtype (add_ of an int tensor and a float stays int)
+    const auto& want = target.meta();
+    if (fresh.meta().dtype != want.dtype) fresh = b_.call("aten::_to_copy", {fresh}, {{"dtype", want.dtype}});
+    if (fresh.meta().size_hints() != want.size_hints())
+      throw functionalize_error("xport.functionalize.shape",
+                                op.qualified + " (node '" + n.name() + "') changes the shape of its target");
+    write(target, fresh);
+    // the in-place op's output is the target itself
+    alias_[n.output(0).impl()] = base_of(target);
+    if (!base_of(target).chain.empty()) views_[n.output(0).impl()] = {fresh, version(target)};
+  }
+
+  // `target` (a base, or a view of one) now holds `contents`.
+  void write(value target, value contents) {
+    const alias a = base_of(target);
+    if (a.chain.empty()) {
+      cur_[a.base] = contents;
+    } else {
+      // the views from the base down to the target, at the current version
+      std::vector<value> levels{cur_.at(a.base)};
+      for (std::size_t i = 0; i + 1 < a.chain.size(); ++i) levels.push_back(replay(a.chain[i], levels.back()));
+      value v = contents;
+      for (std::size_t i = a.chain.size(); i-- > 0;) v = scatter(a.chain[i], levels[i], v);
+      cur_[a.base] = v;
+      views_[target.impl()] = {contents, version_[a.base] + 1};
+    }
+    ++version_[a.base];
+  }
+
+  // The inverse of one view step: `base` with `src` written where the view reads.
+  value scatter(const view_step& step, value base, value src) {
+    const auto& op = step.op ? *step.op : step.n.op();
+    const auto args = step.n.args();
+    const auto& name = op.name;
+    if (name == "aten::select") return b_.call("aten::select_scatter", {base, src, args[1], args[2]});
+    if (name == "aten::slice")
+      return b_.call("aten::slice_scatter", {base, src, args[1], args[2], args[3], args[4]});
+    if (name == "aten::diagonal") return b_.call("aten::diagonal_scatter", {base, src, args[1], args[2], args[3]});
+    if (name == "aten::as_strided")
+      return b_.call("aten::as_strided_scatter", {base, src, args[1], args[2], args[3]});
+    if (name == "aten::transpose") return b_.call("aten::transpose.int", {src, args[1], args[2]});
+    if (name == "aten::t") return b_.call("aten::t", {src});
+    if (name == "aten::permute") {
+      const auto& dims = args[1].as_list();
+      std::vector<std::int64_t> inv(dims.size());
+      const auto rank = static_cast<std::int64_t>(dims.size());
+      for (std::size_t i = 0; i < dims.size(); ++i) {
+        auto d = dims[i].as_int();
+        inv[static_cast<std::size_t>(d < 0 ? d + rank : d)] = static_cast<std::int64_t>(i);
+      }
+      return b_.call("aten::permute", {src, inv});
+    }
+    if (name == "aten::view" || name == "aten::_reshape_alias" || name == "aten::unsqueeze" ||
+        name == "aten::squeeze" || name == "aten::alias" || name == "aten::detach" || name == "aten::_unsafe_view")
+      return b_.call("aten::view", {src, base.meta().size_hints()});
+    if (name == "aten::split" || name == "aten::split_with_sizes" || name == "aten::unbind") {
+      const auto dim = name == "aten::unbind" ? args[1].as_int() : args[2].as_int();
+      const auto rank = base.meta().dim();
+      const auto d = dim < 0 ? dim + rank : dim;
+      if (name == "aten::unbind") return b_.call("aten::select_scatter", {base, src, d, static_cast<std::int64_t>(step.out)});
+      std::int64_t start = 0;
+      for (std::size_t k = 0; k < step.out; ++k) start += step.n.output(k).meta().sizes[static_cast<std::size_t>(d)].hint();
+      const auto len = step.n.output(step.out).meta().sizes[static_cast<std::size_t>(d)].hint();
+      return b_.call("aten::slice_scatter", {base, src, d, start, start + len, 1});
+    }
+    throw functionalize_error("xport.functionalize.unsupported_view",
+                              "a tensor made by " + op.qualified + " (node '" + step.n.name() +
+                                  "') is mutated in place; functionalization cannot write it back to its "
+                                  "base. Mutate a clone, or the base itself");
+  }
+
+  // BatchNorm in train mode with running statistics: the output from native_batch_norm without
+  // the statistics, and their updates written out (LibTorch 1.13 does not mark them mutated).
+  void batch_norm(const node& n) {
+    const auto args = current_args(n);
+    const value x = args[0].as_value();
+    const double momentum = args[6].as_double();
+    auto nbn = b_.call("aten::native_batch_norm", {args[0], args[1], args[2], none, none, true, momentum, args[7]});
+    std::vector<std::int64_t> dims;
+    for (std::int64_t d = 0; d < x.meta().dim(); ++d)
+      if (d != 1) dims.push_back(d);
+    const value mean = b_.call("aten::mean.dim", {x, dims});
+    const value var = b_.call("aten::var.correction", {x, dims}, {{"correction", 1}});
+    const auto update = [&](value running, value batch) {
+      value kept = b_.call("aten::mul.Tensor", {running, 1.0 - momentum});
+      value add = b_.call("aten::mul.Tensor", {batch, momentum});
+      return b_.call("aten::add.Tensor", {kept, add}).out();
+    };
+    const value rm = n.args()[3].as_value(), rv = n.args()[4].as_value();
+    write(rm, update(args[3].as_value(), mean));
+    write(rv, update(args[4].as_value(), var));
+    if (n.op().name == "aten::batch_norm") {
+      alias_[n.output(0).impl()] = alias{n.output(0).impl(), {}};
+      cur_[n.output(0).impl()] = nbn[0];
+    } else {
+      for (std::size_t i = 0; i < 3; ++i) {
+        alias_[n.output(i).impl()] = alias{n.output(i).impl(), {}};
+        cur_[n.output(i).impl()] = nbn[i];
+      }
+    }
+  }
+
+  const exported_program& src_;
+  program_builder b_;
+  std::unordered_map<const value_impl*, alias> alias_;              // source value -> base + views
+  std::unordered_map<const value_impl*, value> cur_;                // source base -> new contents
+  std::unordered_map<const value_impl*, std::uint64_t> version_;    // source base -> mutations
+  std::unordered_map<const value_impl*, materialized> views_;       // source view -> new value
+};
+
+}  // namespace detail
+
+/// The functional form of `p` (torch's inference IR without decompositions, dialect ATEN):
+/// no in-place op, mutations returned as outputs. `p` is left as it is.
+inline exported_program functionalize(const exported_program& p) { return detail::functionalizer(p).run(); }
+
+XPORT_END_NAMESPACE
+// #include <xport/trace/decompose.hpp>
+// xport/trace/decompose.hpp: run_decompositions(), the functional core-ATen inference IR.
+// A decomposition table says, op by op, what happens to ops outside the core ATen set: kept,
+// decomposed by a C++ function written with at:: calls (the user's, or xport's own), or by the
+// op's CompositeImplicitAutograd kernel. Decomposing re-captures the program: every node is
+// called again through the dispatcher with the capture on, and an op to decompose runs its
+// decomposition, whose ATen calls are recorded in its place (recursively). The result is then
+// functionalized (passes/functionalize.hpp): no mutation left, buffer updates as outputs.
+
+#include <functional>     // std::function
+#include <string>         // std::string
+#include <string_view>    // std::string_view
+#include <unordered_map>  // std::unordered_map
+#include <unordered_set>  // std::unordered_set
+#include <vector>         // std::vector
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/full_like.h>
+#include <ATen/ops/native_dropout.h>
+#include <c10/core/WrapDimMinimal.h>
+
+// #include <xport/config.hpp>
+// #include <xport/detail/core_ops.hpp>
+// #include <xport/ir/program.hpp>
+// #include <xport/passes/dce.hpp>
+// #include <xport/passes/functionalize.hpp>
+// #include <xport/trace/capture.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+/// A decomposition: the op's arguments (as the dispatcher passes them) in, its results out,
+/// computed with at:: calls, which are recorded in place of the op.
+using decomposition = std::function<std::vector<c10::IValue>(const std::vector<c10::IValue>& args)>;
+
+/// What run_decompositions does with each op (torch.export's decomposition table).
+class decomposition_table {
+ public:
+  /// Lower to the core ATen op set (torch.export.default_decompositions()).
+  static decomposition_table core_aten() { return decomposition_table(true); }
+  /// Decompose nothing: run_decompositions only functionalizes (torch's `decomp_table={}`).
+  static decomposition_table none() { return decomposition_table(false); }
+
+  /// Keep `op` (`"aten::linear"`) as it is (torch: `del table[op]`).
+  decomposition_table& keep(std::string_view op) {
+    keep_.insert(qualified(op));
+    return *this;
+  }
+  /// Decompose `op` with `fn` (torch: `table[op] = fn`).
+  decomposition_table& set(std::string_view op, decomposition fn) {
+    const auto q = qualified(op);
+    keep_.erase(q);
+    custom_[q] = std::move(fn);
+    return *this;
+  }
+
+  /// The decomposition to apply to `op`, or nullptr to record it as it is.
+  [[nodiscard]] const decomposition* find(const op_info& op) const;
+
+ private:
+  explicit decomposition_table(bool core) : core_(core) {}
+  static std::string qualified(std::string_view op) { return find_op(op).qualified; }
+
+  bool core_;
+  std::unordered_set<std::string> keep_;
+  std::unordered_map<std::string, decomposition> custom_;
+};
+
+namespace detail {
+
+/// xport's own decompositions of non-core ops that have no CompositeImplicitAutograd kernel
+/// (the C++ counterparts of entries of torch._decomp's core table).
+inline const std::unordered_map<std::string, decomposition>& builtin_decompositions() {
+  static const std::unordered_map<std::string, decomposition> table = [] {
+    std::unordered_map<std::string, decomposition> t;
+    using S = std::vector<c10::IValue>;
+    t["aten::t"] = [](const S& a) -> S {
+      const auto& x = a[0].toTensor();
+      return {x.dim() < 2 ? x.alias() : x.permute({1, 0})};
+    };
+    t["aten::transpose.int"] = [](const S& a) -> S {
+      const auto& x = a[0].toTensor();
+      if (x.dim() == 0) return {x.alias()};
+      std::vector<std::int64_t> perm(static_cast<std::size_t>(x.dim()));
+      for (std::size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<std::int64_t>(i);
+      const auto d0 = c10::maybe_wrap_dim(a[1].toInt(), x.dim()), d1 = c10::maybe_wrap_dim(a[2].toInt(), x.dim());
+      std::swap(perm[static_cast<std::size_t>(d0)], perm[static_cast<std::size_t>(d1)]);
+      return {x.permute(perm)};
+    };
+    // CPU's dropout kernel draws one bernoulli_ mask like native_dropout's: same randomness
+    t["aten::dropout"] = [](const S& a) -> S {
+      const auto& x = a[0].toTensor();
+      if (!a[2].toBool()) return {x};
+      return {std::get<0>(at::native_dropout(x, a[1].toDouble(), true))};
+    };
+    t["aten::silu"] = [](const S& a) -> S {
+      const auto& x = a[0].toTensor();
+      return {x.mul(x.sigmoid())};
+    };
+    t["aten::zeros"] = [](const S& a) -> S {
+      auto opts = at::TensorOptions().dtype(a[1].toOptional<c10::ScalarType>()).device(a[3].toOptional<c10::Device>());
+      return {at::full(a[0].toIntVector(), 0, opts)};
+    };
+    t["aten::ones"] = [](const S& a) -> S {
+      auto opts = at::TensorOptions().dtype(a[1].toOptional<c10::ScalarType>()).device(a[3].toOptional<c10::Device>());
+      return {at::full(a[0].toIntVector(), 1, opts)};
+    };
+    t["aten::zeros_like"] = [](const S& a) -> S { return {at::full_like(a[0].toTensor(), 0)}; };
+    t["aten::ones_like"] = [](const S& a) -> S { return {at::full_like(a[0].toTensor(), 1)}; };
+    t["aten::rsub.Scalar"] = [](const S& a) -> S {  // other - alpha * self
+      return {a[0].toTensor().mul(-a[2].toScalar().toDouble()).add(a[1].toScalar())};
+    };
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace detail
+
+inline const decomposition* decomposition_table::find(const op_info& op) const {
+  if (auto it = custom_.find(op.qualified); it != custom_.end()) return &it->second;
+  if (!core_ || keep_.count(op.qualified) || detail::is_core_aten_op(op.qualified)) return nullptr;
+  const auto& builtin = detail::builtin_decompositions();
+  if (auto it = builtin.find(op.qualified); it != builtin.end()) return &it->second;
+  static const decomposition cia;  // empty: use the op's CompositeImplicitAutograd kernel
+  if (op.handle.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) return &cia;
+  return nullptr;  // no decomposition known: kept, as torch keeps it
+}
+
+namespace detail {
+
+/// Re-captures `p` with `table`'s decompositions applied (no functionalization).
+inline exported_program decompose(const exported_program& p, const decomposition_table& table) {
+  capture cap;
+  cap.set_decompose_hook([&table](const op_info& op, torch::jit::Stack& stack) {
+    const auto* d = table.find(op);
+    if (!d) return false;
+    capture_reenabled recording;  // the decomposition's own ATen calls are recorded
+    if (*d) {
+      const auto n = op.schema().arguments().size();
+      std::vector<c10::IValue> args(std::make_move_iterator(stack.end() - static_cast<std::ptrdiff_t>(n)),
+                                    std::make_move_iterator(stack.end()));
+      torch::jit::drop(stack, n);
+      for (auto& r : (*d)(args)) stack.push_back(std::move(r));
+    } else {
+      op.handle.callBoxedForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd, stack);
+    }
+    return true;
+  });
+  const auto& g = p.graph();
+  const auto phs = g.placeholders();
+  std::unordered_map<const value_impl*, c10::IValue> held;  // source value -> what the calls see
+  for (std::size_t i = 0; i < phs.size(); ++i) {
+    const value v = phs[i].output(0);
+    held[v.impl()] = cap.add_placeholder(p.signature().input_specs.at(i), v.type());
+  }
+  if (!phs.empty() && phs[0].output(0).kind() == value_kind::tensor) cap.set_fake_device(phs[0].output(0).meta().device);
+  {
+    capture_scope scope(cap);
+    for (auto n : g.nodes()) {
+      if (!n.is_call()) continue;
+      const auto& op = n.op();
+      const auto& params = op.schema().arguments();
+      torch::jit::Stack stack;
+      stack.reserve(params.size());
+      const auto args = n.args();
+      for (std::size_t i = 0; i < params.size(); ++i)
+        stack.push_back(to_ivalue(args[i], params[i].real_type(), [&](const value& v) { return held.at(v.impl()); }));
+      cap.builder().at(n.source()).in_module(n.module_path());
+      op.handle.callBoxed(stack);
+      std::size_t k = 0;
+      for (auto& r : stack) {
+        if (r.isTensorList()) {
+          for (const auto& t : r.toTensorVector()) held[n.output(k++).impl()] = t;
+        } else {
+          held[n.output(k++).impl()] = r;
+        }
+      }
+    }
+  }
+  const auto outs = g.output_node().args();
+  const auto& specs = p.signature().output_specs;
+  for (std::size_t i = 0; i < outs.size(); ++i)
+    cap.builder().output(cap.value_of(held.at(outs[i].as_value().impl()).toTensor()), specs.at(i).kind,
+                         specs.at(i).target);
+  cap.builder().set_state(p.state_dict(), p.constants());
+  cap.builder().set_examples(p.example_inputs());
+  auto q = std::move(cap.builder()).build(p.dialect(), verify_options{.check_schemas = false});
+  q.set_call_spec(p.in_spec(), p.out_spec());
+  q.range_constraints_mut() = p.range_constraints();
+  return q;
+}
+
+inline bool needs_more_work(const exported_program& p, const decomposition_table& table) {
+  for (auto n : p.graph().nodes())
+    if (n.is_call() && (n.op().is_mutable || table.find(n.op()))) return true;
+  return false;
+}
+
+}  // namespace detail
+
+/// torch.export's run_decompositions(): the functional inference IR (dialect ATEN), lowered to
+/// core ATen by `table` (the default), or only functionalized (decomposition_table::none()).
+/// `p` is left as it is.
+inline exported_program run_decompositions(const exported_program& p,
+                                           const decomposition_table& table = decomposition_table::core_aten()) {
+  auto q = functionalize(detail::decompose(p, table));
+  for (int round = 0; round < 3 && detail::needs_more_work(q, table); ++round)
+    q = functionalize(detail::decompose(q, table));
+  eliminate_dead_code(q.graph_mut());  // e.g. the reserve buffer batch_norm's decomposition makes
+  verify(q);
+  return q;
+}
 
 XPORT_END_NAMESPACE
 

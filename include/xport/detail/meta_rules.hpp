@@ -88,6 +88,14 @@ inline std::vector<at::Tensor> rule_count_all(const meta_stack& s) {
   return {meta_empty({}, c10::kLong)};
 }
 
+// native_dropout(input, p, train?) -> (output, mask); LibTorch 1.13's CPU kernel returns a mask
+// of the input's dtype in training, a bool mask otherwise.
+inline std::vector<at::Tensor> rule_native_dropout(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  const bool train = s[2].isNone() || s[2].toBool();
+  return {meta_empty(sizes_of(x), x.scalar_type()), meta_empty(sizes_of(x), train ? x.scalar_type() : c10::kBool)};
+}
+
 // ---- convolution ----------------------------------------------------------------------------
 inline std::vector<std::int64_t> conv_out_sizes(const at::Tensor& input, const at::Tensor& weight,
                                                 std::vector<std::int64_t> stride,
@@ -314,6 +322,7 @@ inline constexpr meta_rule_entry meta_rule_table[] = {
     {"aten::celu", rule_like_self},
     {"aten::mish", rule_like_self},
     {"aten::dropout", rule_like_self},
+    {"aten::native_dropout", rule_native_dropout},
     {"aten::alpha_dropout", rule_like_self},
     {"aten::feature_dropout", rule_like_self},
     {"aten::convolution", rule_convolution},

@@ -92,6 +92,24 @@ class program_builder {
     return add_lifted(input_kind::constant_tensor, fqn, t, std::nullopt);
   }
 
+  /// A placeholder exactly as `spec` describes it (its name, kind, target, persistence), typed
+  /// `type`; for passes that rebuild a program. State tensors come from set_state().
+  value placeholder(const input_spec& spec, value_type type) {
+    value v = graph_.add_placeholder(spec.arg.name, std::move(type));
+    input_specs_.push_back(spec);
+    return v;
+  }
+  /// The state dict and constants of the program being built (replacing what is there).
+  void set_state(tensor_dict state_dict, tensor_dict constants) {
+    state_dict_ = std::move(state_dict);
+    constants_ = std::move(constants);
+  }
+  /// Example inputs to keep in the program (or none).
+  void set_examples(std::optional<std::vector<at::Tensor>> examples) {
+    has_all_examples_ = examples.has_value();
+    examples_ = examples ? std::move(*examples) : std::vector<at::Tensor>{};
+  }
+
   /// Calls operator `op` (`"aten::add.Tensor"`, `"aten::sin"`): arguments are bound to its
   /// schema (positional then keyword, defaults filled) and checked; output types are inferred on
   /// meta tensors. Throws schema_error or missing_fake_kernel, leaving the graph unchanged.
@@ -107,6 +125,17 @@ class program_builder {
     n.set_source(source_);
     n.set_module_path(module_);
     return n;
+  }
+
+  /// Calls `op` with arguments already in schema order (all of them, defaults included), as a
+  /// pass rewriting nodes has them; output types are inferred on meta tensors.
+  node call_bound(const op_info& op, std::vector<argument> bound) {
+    if (bound.size() != op.schema().arguments().size())
+      throw schema_error("xport.schema.arg_count", op.qualified + " takes " +
+                                                       std::to_string(op.schema().arguments().size()) +
+                                                       " arguments, " + std::to_string(bound.size()) + " were bound");
+    auto types = detail::infer_outputs(op, bound);
+    return record(op, std::move(bound), std::move(types));
   }
 
   /// Adds a call node whose arguments are already bound to the schema and whose output types

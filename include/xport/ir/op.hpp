@@ -37,6 +37,10 @@ struct op_info {
   bool is_view = false;       ///< some return aliases an argument without writing to it
   /// The output's shape depends on tensor data (nonzero, unique, item, ...): never traceable.
   bool data_dependent = false;
+  /// Draws random numbers (torch's `nondeterministic_seeded` tag): never merged or removed.
+  bool nondeterministic = false;
+  /// Changes only its argument's metadata (torch's `inplace_view` tag: transpose_, squeeze_, ...).
+  bool inplace_view = false;
   /// Position of the `device` argument, or -1.
   int device_arg = -1;
   /// Whether running the op on meta tensors works (0: not tried, 1: works, 2: no meta kernel, use
@@ -109,7 +113,7 @@ class op_registry {
       auto handle = c10::Dispatcher::singleton().findSchema(
           {parts.ns + "::" + parts.name, parts.overload});
       if (!handle) return nullptr;
-      std::unique_ptr<op_info> op(new op_info{*handle, {}, {}, {}, {}, {}, false, false, false, false, -1, {0}});
+      std::unique_ptr<op_info> op(new op_info{*handle, {}, {}, {}, {}, {}, false, false, false, false, false, false, -1, {0}});
       fill(*op, parts);
       info = op.get();
       by_key_.emplace(std::move(key), std::move(op));
@@ -132,6 +136,8 @@ class op_registry {
     for (const auto& r : rets)
       if (r.alias_info() && !r.alias_info()->isWrite()) op.is_view = true;
     op.data_dependent = is_data_dependent_op(op.name);
+    op.nondeterministic = op.handle.hasTag(at::Tag::nondeterministic_seeded);
+    op.inplace_view = op.handle.hasTag(at::Tag::inplace_view);
     const auto& params = schema.arguments();
     for (std::size_t i = 0; i < params.size(); ++i)
       if (params[i].name() == "device") op.device_arg = static_cast<int>(i);

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>        // std::size_t
+#include <functional>     // std::function
 #include <memory>         // std::make_shared
 #include <optional>       // std::optional
 #include <stdexcept>      // std::runtime_error
@@ -86,6 +87,21 @@ inline std::string user_facing_call(std::string_view op) {
           "branching on a value)");
 }
 
+/// Switches recording back on inside the fallback (where it is off), for ops a decomposition
+/// calls: they are recorded in place of the decomposed op.
+class capture_reenabled {
+ public:
+  capture_reenabled() : was_excluded_(c10::impl::tls_is_dispatch_key_excluded(capture_key)) {
+    c10::impl::tls_set_dispatch_key_excluded(capture_key, false);
+  }
+  ~capture_reenabled() { c10::impl::tls_set_dispatch_key_excluded(capture_key, was_excluded_); }
+  capture_reenabled(const capture_reenabled&) = delete;
+  capture_reenabled& operator=(const capture_reenabled&) = delete;
+
+ private:
+  bool was_excluded_;
+};
+
 /// One capture: the program being built and the tensors the traced code holds.
 class capture {
  public:
@@ -112,6 +128,23 @@ class capture {
     bind(meta, v, meta);
     return v;
   }
+
+  /// A placeholder exactly as `spec` says (re-capturing a program); returns the meta tensor the
+  /// calls see in its place.
+  at::Tensor add_placeholder(const input_spec& spec, const value_type& type) {
+    auto v = builder_.placeholder(spec, type);
+    auto meta = [&] {
+      c10::impl::ExcludeDispatchKeyGuard no_capture(capture_key);
+      return type.tensor.make_meta();
+    }();
+    bind(meta, v, meta);
+    return meta;
+  }
+
+  /// Called for every recorded op first: returns true when it has handled the op (decomposed
+  /// it: the results are on the stack, its ATen calls recorded instead).
+  using decompose_hook = std::function<bool(const op_info&, torch::jit::Stack&)>;
+  void set_decompose_hook(decompose_hook h) { decompose_ = std::move(h); }
 
   /// A parameter or buffer of the module, known by identity; its real tensor stays untouched.
   void add_state(input_kind kind, const std::string& fqn, const at::Tensor& t) {
@@ -171,6 +204,7 @@ class capture {
   /// Records one op call from the dispatcher fallback (see capture_fallback).
   void record(const c10::OperatorHandle& handle, torch::jit::Stack& stack) {
     const op_info& op = op_for(handle);
+    if (decompose_ && decompose_(op, stack)) return;
     const auto& schema = op.schema();
     const auto& params = schema.arguments();
     const std::size_t n = params.size();
@@ -423,6 +457,7 @@ class capture {
   std::unordered_map<const c10::TensorImpl*, tracked> by_impl_;
   std::unordered_map<const value_impl*, at::Tensor> meta_;  // strict front end only
   bool keep_value_meta_ = false;
+  decompose_hook decompose_;
   std::vector<c10::IValue> originals_, meta_stack_;
   std::unordered_map<const value_impl*, std::string> state_fqn_;
   std::unordered_map<const value_impl*, std::string> lifted_constants_;
