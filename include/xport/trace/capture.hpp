@@ -225,6 +225,12 @@ class capture {
     auto& results = meta_stack_;
     results.resize(n);
     for (std::size_t i = 0; i < n; ++i) convert(originals[i], params[i].real_type(), args[i], results[i]);
+    if (op.device_arg >= 0 && args[static_cast<std::size_t>(op.device_arg)].is_none()) {
+      // a factory with no device (`at::ones({2})`) makes a tensor on the default device: record
+      // it (as torch.export does), and keep the meta run on meta
+      args[static_cast<std::size_t>(op.device_arg)] = fake_device_;
+      results[static_cast<std::size_t>(op.device_arg)] = c10::Device(c10::kMeta);
+    }
     check_mutations(op, args);
 
     run_meta_in_place(op, results, [&] { return describe_args(op, args); });
