@@ -29,8 +29,16 @@
 #include <xport/trace/capture.hpp>
 #include <xport/trace/strict.hpp>
 #include <xport/trace/export.hpp>
+#include <xport/passes/pass.hpp>
 #include <xport/passes/dce.hpp>
 #include <xport/passes/functionalize.hpp>
 #include <xport/trace/decompose.hpp>
+#include <xport/passes/cse.hpp>
+#include <xport/passes/fold.hpp>
+#include <xport/passes/shapes.hpp>
+#include <xport/passes/canonicalize.hpp>
+#include <xport/passes/rewrite.hpp>
+#include <xport/passes/standard.hpp>
+#include <xport/passes/manager.hpp>
 
 #include <xport/detail/macro_unscope.hpp>

@@ -676,7 +676,9 @@ class op_registry {
     for (const auto& r : rets)
       if (r.alias_info() && !r.alias_info()->isWrite()) op.is_view = true;
     op.data_dependent = is_data_dependent_op(op.name);
-    op.nondeterministic = op.handle.hasTag(at::Tag::nondeterministic_seeded);
+    // the tag, and the dropout family (composite ops the tag misses in LibTorch 1.13)
+    op.nondeterministic = op.handle.hasTag(at::Tag::nondeterministic_seeded) || p.name.find("dropout") != std::string::npos ||
+                          p.name == "rrelu" || p.name == "rrelu_with_noise";
     op.inplace_view = op.handle.hasTag(at::Tag::inplace_view);
     const auto& params = schema.arguments();
     for (std::size_t i = 0; i < params.size(); ++i)
@@ -1513,13 +1515,14 @@ class graph {
                         "Python keyword/builtin; pick another name");
     return link_placeholder(name, std::move(type));
   }
-  /// Appends a placeholder named after `candidate`, made unique (`x`, `x_1`, ...).
-  value add_placeholder_fresh(std::string_view candidate, value_type type) {
-    return link_placeholder(names_.create(candidate), std::move(type));
+  /// Appends a placeholder named after `candidate`, made unique (`x`, `x_1`, ...); with
+  /// `before`, inserts it there instead (a placeholder: the caller keeps placeholders first).
+  value add_placeholder_fresh(std::string_view candidate, value_type type, node before = {}) {
+    return link_placeholder(names_.create(candidate), std::move(type), before.impl());
   }
 
  private:
-  value link_placeholder(const std::string& name, value_type type) {
+  value link_placeholder(const std::string& name, value_type type, detail::node_impl* before = nullptr) {
     auto* n = node_pool_.create();
     n->kind = node_kind::placeholder;
     auto* v = value_pool_.create();
@@ -1528,6 +1531,10 @@ class graph {
     v->name = name;
     value result(v);
     n->outputs.push_back(v);
+    if (before) {
+      link_before(n, before);
+      return result;
+    }
     detail::node_impl* after = nullptr;
     for (auto* p = first_; p && p->kind == node_kind::placeholder; p = p->next) after = p;
     link_after(n, after);
@@ -2148,6 +2155,7 @@ XPORT_END_NAMESPACE
 #include <memory>     // std::shared_ptr, std::unique_ptr
 #include <mutex>      // std::mutex
 #include <optional>   // std::optional
+#include <unordered_map>  // std::unordered_map
 #include <string>     // std::string
 #include <utility>    // std::pair, std::move
 #include <vector>     // std::vector
@@ -2230,18 +2238,19 @@ XPORT_END_NAMESPACE
 
 XPORT_BEGIN_NAMESPACE
 
-/// An insertion-ordered map from names to tensors (Python's dict of state).
+/// An insertion-ordered map from names to tensors (Python's dict of state), with O(1) lookup.
 class tensor_dict {
  public:
   using item = std::pair<std::string, at::Tensor>;
 
   tensor_dict() = default;
-  tensor_dict(std::initializer_list<item> items) : items_(items) {}
+  tensor_dict(std::initializer_list<item> items) {
+    for (const auto& [k, v] : items) set(k, v);
+  }
 
   [[nodiscard]] const at::Tensor* find(std::string_view name) const {
-    for (const auto& [k, v] : items_)
-      if (k == name) return &v;
-    return nullptr;
+    const auto it = index_.find(std::string(name));
+    return it == index_.end() ? nullptr : &items_[it->second].second;
   }
   [[nodiscard]] bool contains(std::string_view name) const { return find(name) != nullptr; }
   [[nodiscard]] const at::Tensor& at(std::string_view name) const {
@@ -2250,30 +2259,29 @@ class tensor_dict {
   }
   /// Inserts or replaces.
   void set(const std::string& name, at::Tensor t) {
-    for (auto& [k, v] : items_)
-      if (k == name) {
-        v = std::move(t);
-        return;
-      }
-    items_.emplace_back(name, std::move(t));
+    const auto [it, fresh] = index_.try_emplace(name, items_.size());
+    if (fresh) items_.emplace_back(name, std::move(t));
+    else items_[it->second].second = std::move(t);
   }
   bool erase(std::string_view name) {
-    for (auto it = items_.begin(); it != items_.end(); ++it)
-      if (it->first == name) {
-        items_.erase(it);
-        return true;
-      }
-    return false;
+    const auto it = index_.find(std::string(name));
+    if (it == index_.end()) return false;
+    items_.erase(items_.begin() + static_cast<std::ptrdiff_t>(it->second));
+    index_.clear();
+    for (std::size_t i = 0; i < items_.size(); ++i) index_.emplace(items_[i].first, i);
+    return true;
   }
   [[nodiscard]] std::size_t size() const noexcept { return items_.size(); }
   [[nodiscard]] bool empty() const noexcept { return items_.empty(); }
   [[nodiscard]] auto begin() const noexcept { return items_.begin(); }
   [[nodiscard]] auto end() const noexcept { return items_.end(); }
+  /// Iteration may replace tensors, not names.
   [[nodiscard]] auto begin() noexcept { return items_.begin(); }
   [[nodiscard]] auto end() noexcept { return items_.end(); }
 
  private:
   std::vector<item> items_;
+  std::unordered_map<std::string, std::size_t> index_;
 };
 
 /// The range of one symbol: `VR[min, max]`; an absent max is infinity (`int_oo`).
@@ -2676,6 +2684,22 @@ inline at::Tensor wrapped_number(const argument& a) {
   return t;
 }
 
+/// `int[2] stride` given as `[1]` (what at::conv2d(x, w, b, 1) passes) is `[1, 1]`: one
+/// spelling per value, so equal calls compare, hash and print equal.
+inline void expand_fixed_list(argument& a, const c10::Argument& param) {
+  const auto n = param.N();
+  if (!n || *n <= 1 || !a.is_list() || a.as_list().size() != 1) return;
+  argument one = a.as_list()[0];
+  a = argument::list_type(static_cast<std::size_t>(*n), one);
+}
+
+/// A schema default as an argument (fixed-size lists expanded).
+inline argument default_argument(const c10::Argument& param) {
+  argument a = from_ivalue(*param.default_value(), param.real_type());
+  expand_fixed_list(a, param);
+  return a;
+}
+
 /// A bound constant argument as the IValue the dispatcher expects for schema type `t`.
 /// Values (graph operands) are looked up with `lookup(value) -> c10::IValue`.
 template <class Lookup>
@@ -2791,9 +2815,10 @@ inline std::vector<argument> bind_arguments(const op_info& op, std::vector<argum
       if (!p.default_value())
         fail("xport.schema.missing_arg", "missing required argument '" + p.name() + "' (" +
                                              p.real_type()->str() + ")");
-      bound[i] = from_ivalue(*p.default_value(), p.real_type());
+      bound[i] = default_argument(p);
       continue;
     }
+    expand_fixed_list(bound[i], p);
     if (!coerce(bound[i], p.real_type(), p.N()))
       fail("xport.schema.arg_type", "argument '" + p.name() + "' (position " + std::to_string(i) +
                                         ") must be " + p.real_type()->str() + ", got " +
@@ -4055,8 +4080,7 @@ inline std::string arg_repr(const argument& a) {
 inline std::string call_args_repr(const op_info& op, std::span<const argument> args) {
   const auto& params = op.schema().arguments();
   const auto is_default = [&](std::size_t i) {
-    const auto& d = params[i].default_value();
-    return d && from_ivalue(*d, params[i].real_type()) == args[i];
+    return params[i].default_value() && default_argument(params[i]) == args[i];
   };
   std::size_t last_pos = 0;  // one past the last positional argument to print
   for (std::size_t i = 0; i < params.size(); ++i)
@@ -5410,7 +5434,10 @@ class capture {
     std::vector<argument> args(n);
     auto& results = meta_stack_;
     results.resize(n);
-    for (std::size_t i = 0; i < n; ++i) convert(originals[i], params[i].real_type(), args[i], results[i]);
+    for (std::size_t i = 0; i < n; ++i) {
+      convert(originals[i], params[i].real_type(), args[i], results[i]);
+      expand_fixed_list(args[i], params[i]);
+    }
     if (op.device_arg >= 0 && args[static_cast<std::size_t>(op.device_arg)].is_none()) {
       // a factory with no device (`at::ones({2})`) makes a tensor on the default device: record
       // it (as torch.export does), and keep the meta run on meta
@@ -6329,6 +6356,310 @@ class callable<R(Args...)> {
 };
 
 XPORT_END_NAMESPACE
+// #include <xport/passes/pass.hpp>
+// xport/passes/pass.hpp: the pass contract, and pipelines composed at compile time.
+//
+//   auto p = xport::passes::dce | xport::passes::cse | xport::passes::fold;  // a pipeline type
+//   xport::passes::pass_result r = program | p;                           // or p(program)
+//
+// A pass is a type with `static constexpr std::string_view name` and
+// `pass_result run(exported_program&) const`. It never throws (the pipeline turns an exception
+// into a failure) and a failed pass leaves the program as it was. It may declare, as static
+// constexpr bools, what it needs and what it does to the IR:
+//   needs_functional / makes_functional / breaks_functional
+//   needs_shapes (valid tensor meta on every value) / makes_shapes / breaks_shapes
+// A pipeline checks those at compile time, stage by stage: a stage that needs functional IR (or
+// valid shapes) must not follow a stage that breaks it without one that makes it again in
+// between. Each violation is one compile error naming the rule; the stage is named by the
+// instantiation the compiler reports (`stage_rule<N, Stage>`).
+//
+//   valid:   dce | cse | fold
+//            my_rewrite_that_breaks_shapes | propagate_shapes | fold
+//   invalid: dce | 42                                  (not a pass)
+//            my_rewrite_that_breaks_shapes | fold      (fold needs shapes)
+//            my_pass_that_breaks_functional | cse      (cse needs functional IR)
+
+#include <concepts>     // std::derived_from, std::same_as
+#include <cstddef>      // std::size_t
+#include <exception>    // std::exception
+#include <optional>     // std::optional
+#include <ostream>      // std::ostream
+#include <string>       // std::string
+#include <string_view>  // std::string_view
+#include <tuple>        // std::tuple
+#include <type_traits>  // std::remove_cvref_t
+#include <utility>      // std::move
+
+// #include <xport/config.hpp>
+// #include <xport/ir/print.hpp>
+// #include <xport/ir/program.hpp>
+// #include <xport/ir/verify.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace passes {
+
+/// What a pass did: changed the program or not, or failed (then the program is as it was).
+struct pass_result {
+  bool changed = false;
+  std::string error;  ///< empty on success
+
+  [[nodiscard]] bool ok() const noexcept { return error.empty(); }
+  explicit operator bool() const noexcept { return ok(); }
+  static pass_result unchanged() { return {}; }
+  static pass_result modified(bool changed = true) { return {changed, {}}; }
+  static pass_result failure(std::string why) { return {false, std::move(why)}; }
+};
+
+/// A pass over an exported program (see the header comment for the contract).
+template <class P>
+concept pass = requires(const P& p, exported_program& prog) {
+  { P::name } -> std::convertible_to<std::string_view>;
+  { p.run(prog) } -> std::same_as<pass_result>;
+};
+
+namespace impl {
+
+template <class P>
+constexpr bool flag_needs_functional() {
+  if constexpr (requires { P::needs_functional; }) return P::needs_functional;
+  return false;
+}
+template <class P>
+constexpr bool flag_makes_functional() {
+  if constexpr (requires { P::makes_functional; }) return P::makes_functional;
+  return false;
+}
+template <class P>
+constexpr bool flag_breaks_functional() {
+  if constexpr (requires { P::breaks_functional; }) return P::breaks_functional;
+  return false;
+}
+template <class P>
+constexpr bool flag_needs_shapes() {
+  if constexpr (requires { P::needs_shapes; }) return P::needs_shapes;
+  return false;
+}
+template <class P>
+constexpr bool flag_makes_shapes() {
+  if constexpr (requires { P::makes_shapes; }) return P::makes_shapes;
+  return false;
+}
+template <class P>
+constexpr bool flag_breaks_shapes() {
+  if constexpr (requires { P::breaks_shapes; }) return P::breaks_shapes;
+  return false;
+}
+
+enum class rule : int { ok, not_a_pass, needs_functional, needs_shapes };
+
+// The first rule the stages break, and at which stage (0-based).
+template <class... Ps>
+struct pipeline_check {
+  static constexpr auto compute() {
+    struct result {
+      rule r = rule::ok;
+      std::size_t stage = 0;
+    } res;
+    bool functional_broken = false, shapes_broken = false;
+    std::size_t i = 0;
+    const auto visit = [&]<class P>() {
+      if (res.r != rule::ok) return;
+      if constexpr (!pass<P>) {
+        res = {rule::not_a_pass, i};
+      } else {
+        if (flag_needs_functional<P>() && functional_broken) res = {rule::needs_functional, i};
+        else if (flag_needs_shapes<P>() && shapes_broken) res = {rule::needs_shapes, i};
+        if (flag_makes_functional<P>()) functional_broken = false;
+        if (flag_breaks_functional<P>()) functional_broken = true;
+        if (flag_makes_shapes<P>()) shapes_broken = false;
+        if (flag_breaks_shapes<P>()) shapes_broken = true;
+      }
+      ++i;
+    };
+    (visit.template operator()<Ps>(), ...);
+    return res;
+  }
+  static constexpr auto value = compute();
+};
+
+template <class Tuple, std::size_t I>
+using nth = std::tuple_element_t<I, Tuple>;
+
+// The one error of a broken pipeline. The compiler names the stage in this instantiation:
+// stage_rule<Index, Stage, Rule>.
+template <std::size_t Index, class Stage, rule R>
+struct stage_rule {
+  static_assert(R != rule::not_a_pass,
+                "xport pipeline: this stage is not a pass. A pass needs `static constexpr "
+                "std::string_view name` and `xport::passes::pass_result run(xport::exported_program&) "
+                "const` (see xport/passes/pass.hpp)");
+  static_assert(R != rule::needs_functional,
+                "xport pipeline: this stage needs functional IR, but an earlier stage breaks it "
+                "(breaks_functional) and no stage in between makes it functional again: put "
+                "xport::passes::functionalize before it");
+  static_assert(R != rule::needs_shapes,
+                "xport pipeline: this stage needs valid shapes, but an earlier stage breaks them "
+                "(breaks_shapes) and no stage in between recomputes them: put "
+                "xport::passes::propagate_shapes before it");
+  static constexpr bool ok = true;
+};
+
+template <class... Ps>
+consteval bool check_pipeline() {
+  constexpr auto res = pipeline_check<Ps...>::value;
+  if constexpr (res.r == rule::ok) {
+    return true;
+  } else {
+    return stage_rule<res.stage, nth<std::tuple<Ps...>, res.stage>, res.r>::ok;
+  }
+}
+
+}  // namespace impl
+
+template <class... Ps>
+class pipeline;
+
+/// The tag of everything `|` composes (passes and pipelines). The two operators are hidden
+/// friends: only ADL finds them, so they never join unrelated overload sets.
+struct pipe_base {
+  /// stage | stage: a pipeline (nested pipelines flatten). Checked at compile time.
+  template <class A, class B>
+    requires((std::derived_from<std::remove_cvref_t<A>, pipe_base> ||
+              std::derived_from<std::remove_cvref_t<B>, pipe_base>) &&
+             !std::same_as<std::remove_cvref_t<A>, exported_program>)
+  friend constexpr auto operator|(A&& a, B&& b) {
+    return concat(std::forward<A>(a), std::forward<B>(b));
+  }
+
+  /// program | stage: runs it.
+  template <class P>
+    requires std::derived_from<std::remove_cvref_t<P>, pipe_base>
+  friend pass_result operator|(exported_program& program, const P& stage) {
+    return stage(program);
+  }
+
+ private:
+  template <class T>
+  static constexpr auto as_tuple(T&& t) {
+    if constexpr (requires { t.stages; }) return t.stages;
+    else return std::tuple<std::remove_cvref_t<T>>(std::forward<T>(t));
+  }
+  template <class A, class B>
+  static constexpr auto concat(A&& a, B&& b) {
+    return std::apply([](auto&&... s) { return pipeline<std::remove_cvref_t<decltype(s)>...>(s...); },
+                      std::tuple_cat(as_tuple(std::forward<A>(a)), as_tuple(std::forward<B>(b))));
+  }
+};
+
+/// Options of one pipeline run.
+struct pipeline_options {
+  bool verify_each = false;         ///< run verify() after every pass (a broken invariant fails it)
+  std::ostream* print = nullptr;    ///< print the program before the first pass and after each
+};
+
+/// Stages run in order; the first failure stops the pipeline and is returned.
+template <class... Ps>
+class pipeline : public pipe_base {
+ public:
+  static_assert(impl::check_pipeline<Ps...>());
+  static constexpr std::string_view name = "pipeline";
+
+  constexpr explicit pipeline(Ps... ps) : stages(std::move(ps)...) {}
+
+  pass_result run(exported_program& program, const pipeline_options& opts = {}) const {
+    pass_result total;
+    bool stop = false;
+    std::apply(
+        [&](const auto&... s) {
+          ((stop ? void() : run_stage(s, program, opts, total, stop)), ...);
+        },
+        stages);
+    return total;
+  }
+  pass_result operator()(exported_program& program, const pipeline_options& opts = {}) const {
+    return run(program, opts);
+  }
+
+  std::tuple<Ps...> stages;
+
+ private:
+  template <class S>
+  static void run_stage(const S& s, exported_program& program, const pipeline_options& opts, pass_result& total,
+                        bool& stop);
+};
+
+/// After a pass replaced values: the signature names what the graph now returns (specs and
+/// output-node operands correspond by position).
+inline void sync_signature_names(exported_program& p) {
+  const auto outs = p.graph().output_node().args();
+  auto& specs = p.signature_mut().output_specs;
+  for (std::size_t i = 0; i < outs.size() && i < specs.size(); ++i)
+    if (outs[i].is_value() && specs[i].arg.type != argument_spec::kind::constant) specs[i].arg.name = outs[i].as_value().name();
+}
+
+namespace impl {
+template <class P>
+constexpr bool is_transactional() {
+  if constexpr (requires { P::transactional; }) return P::transactional;
+  return false;
+}
+}  // namespace impl
+
+/// Runs one pass: an exception becomes a failure, and a failure (of the pass, or of verify()
+/// after it when asked) leaves the program as it was; prints before/after when asked. Passes
+/// that declare `transactional` (they fail before changing anything) are not snapshotted.
+template <class P>
+pass_result run_pass(const P& p, exported_program& program, const pipeline_options& opts = {}) {
+  if constexpr (requires { p.stages; }) {  // a nested pipeline runs its own stages
+    return p.run(program, opts);
+  } else {
+    std::optional<exported_program> snapshot;
+    if (opts.verify_each || !impl::is_transactional<P>()) snapshot.emplace(program.clone());
+    if (opts.print) *opts.print << "--- before " << P::name << " ---\n" << to_string(program);
+    pass_result r;
+    try {
+      r = p.run(program);
+      if (r.ok() && r.changed) sync_signature_names(program);
+    } catch (const std::exception& e) {
+      r = pass_result::failure(e.what());
+    }
+    if (r.ok() && opts.verify_each) {
+      try {
+        verify(program);
+      } catch (const verify_error& e) {
+        r = pass_result::failure(std::string("the program does not verify after the pass: ") + e.what());
+      }
+    }
+    if (!r.ok() && snapshot) program = std::move(*snapshot);
+    if (opts.print)
+      *opts.print << "--- after " << P::name << (r.ok() ? (r.changed ? "" : " (unchanged)") : " (failed)") << " ---\n"
+                  << to_string(program);
+    return r;
+  }
+}
+
+template <class... Ps>
+template <class S>
+void pipeline<Ps...>::run_stage(const S& s, exported_program& program, const pipeline_options& opts,
+                                pass_result& total, bool& stop) {
+  auto r = run_pass(s, program, opts);
+  total.changed = total.changed || r.changed;
+  if (!r.ok()) {
+    total.error = std::string(S::name) + ": " + r.error;
+    stop = true;
+  }
+}
+
+/// Base of the built-in passes: makes `pass(program)` and `program | pass` work.
+template <class Derived>
+struct pass_base : pipe_base {
+  pass_result operator()(exported_program& program) const {
+    return run_pass(static_cast<const Derived&>(*this), program);
+  }
+};
+
+}  // namespace passes
+XPORT_END_NAMESPACE
 // #include <xport/passes/dce.hpp>
 // xport/passes/dce.hpp: dead-code elimination.
 // Removes every call node whose outputs nothing uses, unless the call has an effect beyond its
@@ -6336,10 +6667,12 @@ XPORT_END_NAMESPACE
 // it would shift every later random draw). Signature outputs are uses, so they are kept.
 // One backward walk: a node's death frees its inputs' producers before they are visited.
 
-#include <cstddef>  // std::size_t
+#include <cstddef>      // std::size_t
+#include <string_view>  // std::string_view
 
 // #include <xport/config.hpp>
 // #include <xport/ir/graph.hpp>
+// #include <xport/passes/pass.hpp>
 
 XPORT_BEGIN_NAMESPACE
 
@@ -6367,6 +6700,20 @@ inline std::size_t eliminate_dead_code(graph& g) {
   }
   return removed;
 }
+
+namespace passes {
+
+/// Dead-code elimination as a pass (keeps side-effecting calls and every signature output).
+struct dce_t : pass_base<dce_t> {
+  static constexpr std::string_view name = "dce";
+  static constexpr bool transactional = true;  // erasing dead nodes cannot fail
+  pass_result run(exported_program& p) const {
+    return pass_result::modified(eliminate_dead_code(p.graph_mut()) != 0);
+  }
+};
+inline constexpr dce_t dce{};
+
+}  // namespace passes
 
 XPORT_END_NAMESPACE
 // #include <xport/passes/functionalize.hpp>
@@ -6957,6 +7304,778 @@ inline exported_program run_decompositions(const exported_program& p,
   return q;
 }
 
+XPORT_END_NAMESPACE
+// #include <xport/passes/cse.hpp>
+// xport/passes/cse.hpp: common-subexpression elimination.
+// Two calls of the same operator on the same arguments (the same values, equal constants)
+// compute the same thing: the later one is replaced by the earlier. Never merged: calls that
+// draw random numbers (rand, dropout, ...) and calls that mutate an argument; on a program
+// with mutations the pass fails (merging across a mutation is wrong): run it on functional IR.
+// Expected linear time: one hash table keyed by (op, arguments).
+
+#include <cstddef>        // std::size_t
+#include <cstring>        // std::memcpy
+#include <functional>     // std::hash
+#include <string_view>    // std::string_view
+#include <unordered_map>  // std::unordered_multimap
+#include <vector>         // std::vector
+
+// #include <xport/config.hpp>
+// #include <xport/ir/graph.hpp>
+// #include <xport/passes/dce.hpp>
+// #include <xport/passes/pass.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+inline std::size_t hash_combine(std::size_t h, std::size_t v) {
+  return h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
+}
+
+inline std::size_t hash_argument(const argument& a) {
+  std::size_t h = static_cast<std::size_t>(a.type());
+  switch (a.type()) {
+    case argument::kind::none: return h;
+    case argument::kind::boolean: return hash_combine(h, a.as_bool());
+    case argument::kind::integer: return hash_combine(h, std::hash<std::int64_t>{}(a.as_int()));
+    case argument::kind::floating: {
+      std::uint64_t bits;
+      const double d = a.as_double();
+      std::memcpy(&bits, &d, sizeof bits);
+      return hash_combine(h, std::hash<std::uint64_t>{}(bits));
+    }
+    case argument::kind::string: return hash_combine(h, std::hash<std::string>{}(a.as_string()));
+    case argument::kind::dtype: return hash_combine(h, static_cast<std::size_t>(a.as_dtype()));
+    case argument::kind::device: return hash_combine(h, std::hash<c10::Device>{}(a.as_device()));
+    case argument::kind::layout: return hash_combine(h, static_cast<std::size_t>(a.as_layout()));
+    case argument::kind::memory_format: return hash_combine(h, static_cast<std::size_t>(a.as_memory_format()));
+    case argument::kind::value: return hash_combine(h, std::hash<value>{}(a.as_value()));
+    case argument::kind::list:
+      for (const auto& e : a.as_list()) h = hash_combine(h, hash_argument(e));
+      return h;
+  }
+  return h;
+}
+
+}  // namespace detail
+
+/// Merges duplicate pure calls; returns how many were removed.
+inline std::size_t eliminate_common_subexpressions(graph& g) {
+  std::unordered_multimap<std::size_t, node> seen;
+  seen.reserve(g.size());
+  std::size_t removed = 0;
+  for (node n = g.first(); n;) {
+    const node next = n.next();
+    if (n.is_call() && !has_side_effects(n)) {
+      std::size_t h = std::hash<const void*>{}(n.op_ptr());
+      for (const auto& a : n.args()) h = detail::hash_combine(h, detail::hash_argument(a));
+      bool merged = false;
+      const auto [lo, hi] = seen.equal_range(h);
+      for (auto it = lo; it != hi && !merged; ++it) {
+        const node m = it->second;
+        if (m.op_ptr() != n.op_ptr() || m.num_outputs() != n.num_outputs()) continue;
+        const auto ma = m.args(), na = n.args();
+        bool same = ma.size() == na.size();
+        for (std::size_t i = 0; same && i < ma.size(); ++i) same = ma[i] == na[i];
+        if (!same) continue;
+        for (std::size_t i = 0; i < n.num_outputs(); ++i) n.output(i).replace_all_uses_with(m.output(i));
+        g.erase(n);
+        ++removed;
+        merged = true;
+      }
+      if (!merged) seen.emplace(h, n);
+    }
+    n = next;
+  }
+  return removed;
+}
+
+namespace passes {
+
+struct cse_t : pass_base<cse_t> {
+  static constexpr std::string_view name = "cse";
+  static constexpr bool needs_functional = true;
+  static constexpr bool transactional = true;  // it refuses before changing anything
+  pass_result run(exported_program& p) const {
+    for (auto n : p.graph().nodes())
+      if (n.is_call() && n.op().is_mutable)
+        return pass_result::failure("cse needs functional IR, but node '" + n.name() + "' (" + n.op().qualified +
+                                    ") mutates its argument; run run_decompositions() or functionalize first");
+    return pass_result::modified(eliminate_common_subexpressions(p.graph_mut()) != 0);
+  }
+};
+inline constexpr cse_t cse{};
+
+}  // namespace passes
+XPORT_END_NAMESPACE
+// #include <xport/passes/fold.hpp>
+// xport/passes/fold.hpp: constant folding.
+// A call whose inputs are all constants (lifted constant tensors, or results of other such
+// calls) computes the same thing on every run: it is computed once, now, and the results that
+// the rest of the program reads are lifted as new CONSTANT_TENSOR inputs (`c__folded_0`, ...).
+// Calls that draw random numbers or mutate are never folded; results larger than the size limit
+// are left to run (so weights are not duplicated). With `fold_state`, parameters and buffers
+// count as constants too (for inference deployment, e.g. after folding batch norm into a conv).
+
+#include <cstddef>        // std::size_t
+#include <string>         // std::string
+#include <string_view>    // std::string_view
+#include <unordered_map>  // std::unordered_map
+#include <unordered_set>  // std::unordered_set
+#include <vector>         // std::vector
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/GradMode.h>
+
+// #include <xport/config.hpp>
+// #include <xport/detail/schema.hpp>
+// #include <xport/ir/graph.hpp>
+// #include <xport/ir/program.hpp>
+// #include <xport/passes/dce.hpp>
+// #include <xport/passes/pass.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace passes {
+
+struct fold_t : pass_base<fold_t> {
+  static constexpr std::string_view name = "fold";
+  static constexpr bool needs_functional = true;
+  static constexpr bool needs_shapes = true;
+  static constexpr bool transactional = true;  // computes everything before changing anything
+
+  /// Results larger than this stay computed at run time.
+  std::size_t max_bytes = std::size_t{1} << 20;
+  /// Treat parameters and buffers as constants (inference deployment).
+  bool fold_state = false;
+
+  /// A copy with another size limit / state policy: `fold.limit(64 << 20).with_state()`.
+  [[nodiscard]] constexpr fold_t limit(std::size_t bytes) const {
+    fold_t f = *this;
+    f.max_bytes = bytes;
+    return f;
+  }
+  [[nodiscard]] constexpr fold_t with_state(bool on = true) const {
+    fold_t f = *this;
+    f.fold_state = on;
+    return f;
+  }
+
+  pass_result run(exported_program& p) const {
+    const auto& g = p.graph();
+    const auto& specs = p.signature().input_specs;
+    for (auto n : g.nodes())
+      if (n.is_call() && n.op().is_mutable)
+        return pass_result::failure("fold needs functional IR, but node '" + n.name() + "' (" + n.op().qualified +
+                                    ") mutates its argument; run run_decompositions() or functionalize first");
+    // 1. which values are constant, and their tensors
+    std::unordered_map<const detail::value_impl*, c10::IValue> known;
+    const auto phs = g.placeholders();
+    for (std::size_t i = 0; i < phs.size(); ++i) {
+      const auto& s = specs[i];
+      const bool constant = s.kind == input_kind::constant_tensor ||
+                            (fold_state && (s.kind == input_kind::parameter || s.kind == input_kind::buffer));
+      if (constant) known.emplace(phs[i].output(0).impl(), p.lifted_tensor(s).detach());
+    }
+    std::vector<node> folded;
+    {
+      c10::NoGradGuard no_grad;
+      for (auto n : g.nodes()) {
+        if (!n.is_call() || has_side_effects(n) || n.num_outputs() == 0) continue;
+        bool all_known = true;
+        for (std::size_t i = 0; i < n.num_inputs() && all_known; ++i) all_known = known.count(n.input(i).impl()) != 0;
+        if (!all_known) continue;
+        const auto& op = n.op();
+        const auto& params = op.schema().arguments();
+        torch::jit::Stack stack;
+        const auto args = n.args();
+        for (std::size_t i = 0; i < params.size(); ++i)
+          stack.push_back(detail::to_ivalue(args[i], params[i].real_type(), [&](const value& v) { return known.at(v.impl()); }));
+        op.handle.callBoxed(stack);  // an exception here fails the pass before any change
+        std::vector<at::Tensor> outs;
+        for (auto& r : stack) {
+          if (r.isTensorList())
+            for (auto& t : r.toTensorVector()) outs.push_back(t);
+          else if (r.isTensor())
+            outs.push_back(r.toTensor());
+        }
+        if (outs.size() != n.num_outputs()) continue;
+        for (std::size_t i = 0; i < outs.size(); ++i) known.emplace(n.output(i).impl(), outs[i]);
+        folded.push_back(n);
+      }
+    }
+    // 2. the frontier: folded results read by calls that stay, or returned
+    std::unordered_set<const detail::node_impl*> is_folded;
+    for (auto n : folded) is_folded.insert(n.impl());
+    std::vector<value> frontier;
+    for (auto n : folded)
+      for (auto v : n.outputs()) {
+        bool needed = false;
+        for (const auto& u : v.uses()) needed = needed || !is_folded.count(u.user_impl);
+        const auto& t = known.at(v.impl()).toTensor();
+        if (needed && t.nbytes() <= max_bytes) frontier.push_back(v);
+      }
+    if (frontier.empty()) return pass_result::unchanged();
+    // 3. lift them as constants, before the user inputs
+    auto& gm = p.graph_mut();
+    auto& sig = p.signature_mut();
+    std::size_t insert_at = 0;
+    while (insert_at < sig.input_specs.size() && sig.input_specs[insert_at].kind != input_kind::user_input) ++insert_at;
+    // new placeholders go before the first user input, or after the last placeholder
+    const node before = insert_at < phs.size() ? phs[insert_at] : (phs.empty() ? gm.first() : phs.back().next());
+    std::size_t k = 0;
+    while (p.constants().contains("_folded_" + std::to_string(k))) ++k;
+    std::vector<input_spec> lifted;
+    lifted.reserve(frontier.size());
+    for (auto v : frontier) {
+      const std::string target = "_folded_" + std::to_string(k++);
+      auto t = known.at(v.impl()).toTensor();
+      auto ph = gm.add_placeholder_fresh("c" + target, value_type::of(tensor_meta::of(t)), before);
+      lifted.push_back(input_spec{input_kind::constant_tensor, argument_spec::tensor(ph.name()), target, {}});
+      p.constants_mut().set(target, std::move(t));
+      v.replace_all_uses_with(ph);
+    }
+    sig.input_specs.insert(sig.input_specs.begin() + static_cast<std::ptrdiff_t>(insert_at), lifted.begin(), lifted.end());
+    eliminate_dead_code(gm);
+    return pass_result::modified();
+  }
+};
+inline constexpr fold_t fold{};
+
+}  // namespace passes
+XPORT_END_NAMESPACE
+// #include <xport/passes/shapes.hpp>
+// xport/passes/shapes.hpp: shape (meta) propagation.
+// Recomputes every call's output types from its inputs' (on meta tensors, the same inference
+// as the builder), in order: after a rewrite that left stale shapes, or after editing a
+// placeholder's type. All types are computed before any is replaced.
+
+#include <string_view>  // std::string_view
+#include <utility>      // std::pair
+#include <vector>       // std::vector
+
+// #include <xport/config.hpp>
+// #include <xport/detail/meta_infer.hpp>
+// #include <xport/ir/graph.hpp>
+// #include <xport/passes/pass.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace passes {
+
+struct propagate_shapes_t : pass_base<propagate_shapes_t> {
+  static constexpr std::string_view name = "propagate_shapes";
+  static constexpr bool makes_shapes = true;
+
+  pass_result run(exported_program& p) const {
+    auto& g = p.graph_mut();
+    bool changed = false;
+    for (auto n : g.nodes()) {
+      if (!n.is_call()) continue;
+      const std::vector<argument> args(n.args().begin(), n.args().end());
+      auto types = detail::infer_outputs(n.op(), args);
+      if (types.size() != n.num_outputs())
+        return pass_result::failure("node '" + n.name() + "' (" + n.op().qualified + ") now has " +
+                                    std::to_string(types.size()) + " outputs, the graph says " +
+                                    std::to_string(n.num_outputs()));
+      for (std::size_t i = 0; i < types.size(); ++i) {
+        // keep the requires_grad the capture recorded: inference here does not see autograd
+        if (types[i].kind == value_kind::tensor && n.output(i).kind() == value_kind::tensor)
+          types[i].tensor.requires_grad = n.output(i).meta().requires_grad;
+        if (!(types[i] == n.output(i).type())) {
+          n.output(i).set_type(std::move(types[i]));
+          changed = true;
+        }
+      }
+    }
+    return pass_result::modified(changed);
+  }
+};
+inline constexpr propagate_shapes_t propagate_shapes{};
+
+}  // namespace passes
+XPORT_END_NAMESPACE
+// #include <xport/passes/canonicalize.hpp>
+// xport/passes/canonicalize.hpp: a canonical form, so that two equal programs print equal.
+// Call nodes are put in one deterministic topological order (depth first from the outputs, in
+// output and argument order; calls no output needs follow, in their old order) and renamed in
+// that order as the builder names them (`add`, `add_1`, ...). Placeholders keep their names
+// (they are the signature). A program with mutations keeps its order (moving a read across a
+// write would change it) and is only renamed.
+
+#include <string_view>    // std::string_view
+#include <unordered_map>  // std::unordered_map
+#include <unordered_set>  // std::unordered_set
+#include <utility>        // std::pair
+#include <vector>         // std::vector
+
+// #include <xport/config.hpp>
+// #include <xport/ir/builder.hpp>
+// #include <xport/ir/graph.hpp>
+// #include <xport/passes/pass.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace passes {
+
+struct canonicalize_t : pass_base<canonicalize_t> {
+  static constexpr std::string_view name = "canonicalize";
+  static constexpr bool transactional = true;  // builds the new program before replacing
+
+  pass_result run(exported_program& p) const {
+    const auto& g = p.graph();
+    bool mutations = false;
+    for (auto n : g.nodes()) mutations = mutations || (n.is_call() && n.op().is_mutable);
+    // 1. the order
+    std::vector<node> order;
+    if (mutations) {
+      for (auto n : g.nodes())
+        if (n.is_call()) order.push_back(n);
+    } else {
+      std::unordered_set<const detail::node_impl*> done;
+      std::vector<std::pair<node, std::size_t>> stack;  // node, next input to visit
+      const auto visit = [&](node root) {
+        if (!root.is_call() || done.count(root.impl())) return;
+        stack.emplace_back(root, 0);
+        done.insert(root.impl());
+        while (!stack.empty()) {
+          auto& [n, i] = stack.back();
+          if (i < n.num_inputs()) {
+            const node in = n.input(i++).producer();
+            if (in.is_call() && done.insert(in.impl()).second) stack.emplace_back(in, 0);
+          } else {
+            order.push_back(n);
+            stack.pop_back();
+          }
+        }
+      };
+      for (auto v : g.outputs()) visit(v.producer());
+      for (auto n : g.nodes()) visit(n);  // what no output needs, in its old order
+    }
+    // 2. rebuild with fresh names
+    program_builder b;
+    std::unordered_map<const detail::value_impl*, value> map;
+    const auto phs = g.placeholders();
+    for (std::size_t i = 0; i < phs.size(); ++i)
+      map.emplace(phs[i].output(0).impl(), b.placeholder(p.signature().input_specs.at(i), phs[i].output(0).type()));
+    for (auto n : order) {
+      std::vector<argument> args(n.args().begin(), n.args().end());
+      for (auto& a : args) a.for_each_value([&](value& v) { v = map.at(v.impl()); });
+      std::vector<value_type> types;
+      for (auto v : n.outputs()) types.push_back(v.type());
+      b.at(n.source()).in_module(n.module_path());
+      const node m = b.record(n.op(), std::move(args), std::move(types));
+      for (std::size_t i = 0; i < n.num_outputs(); ++i) map.emplace(n.output(i).impl(), m.output(i));
+    }
+    const auto outs = g.output_node().args();
+    const auto& specs = p.signature().output_specs;
+    for (std::size_t i = 0; i < outs.size(); ++i) b.output(map.at(outs[i].as_value().impl()), specs.at(i).kind, specs.at(i).target);
+    b.set_state(p.state_dict(), p.constants());
+    b.set_examples(p.example_inputs());
+    auto q = std::move(b).build(p.dialect(), verify_options{.check_schemas = false});
+    q.set_call_spec(p.in_spec(), p.out_spec());
+    q.range_constraints_mut() = p.range_constraints();
+    const bool changed = to_string(q.graph()) != to_string(g);
+    p = std::move(q);
+    return pass_result::modified(changed);
+  }
+};
+inline constexpr canonicalize_t canonicalize{};
+
+}  // namespace passes
+XPORT_END_NAMESPACE
+// #include <xport/passes/rewrite.hpp>
+// xport/passes/rewrite.hpp: the subgraph pattern rewriter.
+// The pattern and its replacement are programs exported from C++ functions taking the same
+// arguments (so they read like the code they stand for):
+//
+//   auto pattern = xport::export_program([](const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+//     return at::addmm(b, x, w.t());
+//   }, std::tuple{x, w, b});
+//   auto replacement = xport::export_program([](const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+//     return at::linear(x, w, b);
+//   }, std::tuple{x, w, b});
+//   program | xport::passes::rewrite(pattern, replacement);
+//
+// Matching is structural, anchored at the pattern's output: the same ops, constants equal to
+// the pattern's (constant constraints), each pattern input bound to one value, with the
+// pattern input's dtype and rank (shape constraints; `exact_shapes` compares sizes too), and no
+// matched intermediate used outside the match. Each match is replaced by the replacement's
+// calls (their types inferred for the matched values), use lists kept right.
+
+#include <algorithm>      // std::sort
+#include <memory>         // std::shared_ptr
+#include <string_view>    // std::string_view
+#include <unordered_map>  // std::unordered_map
+#include <unordered_set>  // std::unordered_set
+#include <utility>        // std::move
+#include <vector>         // std::vector
+
+// #include <xport/config.hpp>
+// #include <xport/detail/meta_infer.hpp>
+// #include <xport/ir/graph.hpp>
+// #include <xport/ir/program.hpp>
+// #include <xport/passes/pass.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace passes {
+
+struct rewrite_options {
+  /// Require each bound value to have exactly the sizes of the pattern's example input (by
+  /// default: the same dtype and rank).
+  bool exact_shapes = false;
+};
+
+struct rewrite_t : pass_base<rewrite_t> {
+  static constexpr std::string_view name = "rewrite";
+
+  std::shared_ptr<const exported_program> pattern;
+  std::shared_ptr<const exported_program> replacement;
+  rewrite_options options;
+
+  pass_result run(exported_program& p) const {
+    const auto pattern_out = single_output(*pattern, "pattern");
+    const auto replacement_out = single_output(*replacement, "replacement");
+    if (!pattern_out.producer().is_call())
+      return pass_result::failure("the pattern's output must be computed by a call, not be an input");
+    const auto pphs = pattern->graph().placeholders();
+    const auto rphs = replacement->graph().placeholders();
+    if (pphs.size() != rphs.size())
+      return pass_result::failure("the pattern takes " + std::to_string(pphs.size()) + " inputs, the replacement " +
+                                  std::to_string(rphs.size()) + "; they must take the same arguments");
+    auto& g = p.graph_mut();
+    const node anchor = pattern_out.producer();
+    std::size_t count = 0;
+    for (node n = g.first(); n;) {
+      node next = n.next();
+      if (n.is_call() && n.op_ptr() == anchor.op_ptr()) {
+        match m;
+        if (match_node(anchor, n, m) && self_contained(m, n, pattern_out.index())) {
+          replace(g, m, n, n.output(pattern_out.index()), pphs, rphs, replacement_out);
+          ++count;
+        }
+      }
+      n = next;
+    }
+    return pass_result::modified(count != 0);
+  }
+
+ private:
+  struct match {
+    std::unordered_map<const detail::node_impl*, node> nodes;           // pattern node -> target node
+    std::unordered_map<const detail::value_impl*, value> inputs;        // pattern placeholder -> value
+  };
+
+  static value single_output(const exported_program& prog, const char* what) {
+    const auto outs = prog.graph().outputs();
+    if (outs.size() != 1)
+      throw error("xport.rewrite.outputs", std::string("the ") + what + " must return exactly one tensor");
+    return outs[0];
+  }
+
+  bool match_node(node pn, node tn, match& m) const {
+    if (auto it = m.nodes.find(pn.impl()); it != m.nodes.end()) return it->second == tn;
+    if (pn.op_ptr() != tn.op_ptr() || pn.num_outputs() != tn.num_outputs()) return false;
+    m.nodes.emplace(pn.impl(), tn);
+    const auto pa = pn.args(), ta = tn.args();
+    if (pa.size() != ta.size()) return false;
+    for (std::size_t i = 0; i < pa.size(); ++i)
+      if (!match_arg(pa[i], ta[i], m)) return false;
+    return true;
+  }
+
+  bool match_arg(const argument& pa, const argument& ta, match& m) const {
+    if (pa.is_value()) {
+      if (!ta.is_value()) return false;
+      const value pv = pa.as_value(), tv = ta.as_value();
+      if (pv.producer().is_placeholder()) {
+        if (auto it = m.inputs.find(pv.impl()); it != m.inputs.end()) return it->second == tv;
+        if (!shape_ok(pv, tv)) return false;
+        m.inputs.emplace(pv.impl(), tv);
+        return true;
+      }
+      return tv.producer().is_call() && pv.index() == tv.index() && match_node(pv.producer(), tv.producer(), m);
+    }
+    if (pa.is_list()) {
+      if (!ta.is_list() || pa.as_list().size() != ta.as_list().size()) return false;
+      for (std::size_t i = 0; i < pa.as_list().size(); ++i)
+        if (!match_arg(pa.as_list()[i], ta.as_list()[i], m)) return false;
+      return true;
+    }
+    return pa == ta;  // constants must be equal
+  }
+
+  bool shape_ok(value pattern_input, value target) const {
+    if (pattern_input.kind() != target.kind()) return false;
+    if (pattern_input.kind() != value_kind::tensor) return true;
+    const auto &a = pattern_input.meta(), &b = target.meta();
+    if (a.dtype != b.dtype || a.dim() != b.dim()) return false;
+    return !options.exact_shapes || a.sizes == b.sizes;
+  }
+
+  // Only the anchor's matched output may be read outside the match (the rest is removed).
+  static bool self_contained(const match& m, node anchor, std::size_t anchor_output) {
+    std::unordered_set<const detail::node_impl*> inside;
+    for (const auto& [pn, tn] : m.nodes) inside.insert(tn.impl());
+    for (const auto& [pn, tn] : m.nodes)
+      for (std::size_t i = 0; i < tn.num_outputs(); ++i) {
+        if (tn == anchor && i == anchor_output) continue;
+        for (const auto& u : tn.output(i).uses())
+          if (!inside.count(u.user_impl)) return false;
+      }
+    return true;
+  }
+
+  void replace(graph& g, const match& m, node anchor, value anchor_out, const std::vector<node>& pphs,
+               const std::vector<node>& rphs, value replacement_out) const {
+    std::unordered_map<const detail::value_impl*, value> map;  // replacement value -> target value
+    for (std::size_t i = 0; i < rphs.size(); ++i) {
+      const auto it = m.inputs.find(pphs[i].output(0).impl());
+      if (it == m.inputs.end())
+        throw error("xport.rewrite.unused_input", "pattern input '" + pphs[i].name() +
+                                                      "' is not read by the pattern, so the replacement cannot use it");
+      map.emplace(rphs[i].output(0).impl(), it->second);
+    }
+    for (auto rn : replacement->graph().nodes()) {
+      if (!rn.is_call()) continue;
+      std::vector<argument> args(rn.args().begin(), rn.args().end());
+      for (auto& a : args) a.for_each_value([&](value& v) { v = map.at(v.impl()); });
+      auto types = detail::infer_outputs(rn.op(), args);
+      const node made = g.create_call(rn.op(), std::move(args), std::move(types), anchor);
+      made.set_source(anchor.source());
+      made.set_module_path(anchor.module_path());
+      for (std::size_t i = 0; i < rn.num_outputs(); ++i) map.emplace(rn.output(i).impl(), made.output(i));
+    }
+    anchor_out.replace_all_uses_with(map.at(replacement_out.impl()));
+    // erase the matched calls, users before producers
+    std::vector<node> doomed;
+    for (const auto& [pn, tn] : m.nodes) doomed.push_back(tn);
+    std::sort(doomed.begin(), doomed.end(), [](node a, node b) { return b.is_before(a); });
+    for (auto n : doomed) g.erase(n);
+  }
+};
+
+/// A rewrite pass replacing every match of `pattern` by `replacement` (see the header comment).
+inline rewrite_t rewrite(exported_program pattern, exported_program replacement, rewrite_options options = {}) {
+  rewrite_t r;
+  r.pattern = std::make_shared<const exported_program>(std::move(pattern));
+  r.replacement = std::make_shared<const exported_program>(std::move(replacement));
+  r.options = options;
+  return r;
+}
+
+}  // namespace passes
+XPORT_END_NAMESPACE
+// #include <xport/passes/standard.hpp>
+// xport/passes/standard.hpp: functionalization and decomposition as pipeline stages, and the
+// whole set of built-in passes (include this for all of them).
+
+#include <string_view>  // std::string_view
+#include <utility>      // std::move
+
+// #include <xport/config.hpp>
+// #include <xport/passes/canonicalize.hpp>
+// #include <xport/passes/cse.hpp>
+// #include <xport/passes/dce.hpp>
+// #include <xport/passes/fold.hpp>
+// #include <xport/passes/functionalize.hpp>
+// #include <xport/passes/pass.hpp>
+// #include <xport/passes/rewrite.hpp>
+// #include <xport/passes/shapes.hpp>
+// #include <xport/trace/decompose.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace passes {
+
+/// xport::functionalize as a stage: in-place ops out, mutations as outputs.
+struct functionalize_t : pass_base<functionalize_t> {
+  static constexpr std::string_view name = "functionalize";
+  static constexpr bool makes_functional = true;
+  static constexpr bool makes_shapes = true;
+  static constexpr bool transactional = true;
+  pass_result run(exported_program& p) const {
+    p = xport::functionalize(p);
+    return pass_result::modified();
+  }
+};
+inline constexpr functionalize_t functionalize{};
+
+/// run_decompositions as a stage, with a table (the core ATen one by default), shared with
+/// xport::run_decompositions.
+struct decompose_t : pass_base<decompose_t> {
+  static constexpr std::string_view name = "decompose";
+  static constexpr bool makes_functional = true;
+  static constexpr bool makes_shapes = true;
+  static constexpr bool transactional = true;
+  decomposition_table table = decomposition_table::core_aten();
+  pass_result run(exported_program& p) const {
+    p = run_decompositions(p, table);
+    return pass_result::modified();
+  }
+};
+inline const decompose_t decompose{};
+inline decompose_t decompose_with(decomposition_table table) {
+  decompose_t d;
+  d.table = std::move(table);
+  return d;
+}
+
+/// verify() as a stage.
+struct verify_t : pass_base<verify_t> {
+  static constexpr std::string_view name = "verify";
+  static constexpr bool needs_shapes = true;
+  static constexpr bool transactional = true;
+  pass_result run(exported_program& p) const {
+    xport::verify(p);
+    return pass_result::unchanged();
+  }
+};
+inline constexpr verify_t verify_stage{};
+
+}  // namespace passes
+XPORT_END_NAMESPACE
+// #include <xport/passes/manager.hpp>
+// xport/passes/manager.hpp: pipelines built at run time, from names (for tools and configs).
+//
+//   auto pm = xport::passes::pass_manager::parse("functionalize,dce,cse,fold");
+//   pm.verify_each(true).print_to(std::cerr);
+//   auto r = pm.run(program);
+//
+// The same passes as the compile-time pipelines, type-erased; user passes can be registered by
+// name. verify_each runs verify() after every pass; print_to prints the program before and
+// after each one.
+
+#include <functional>     // std::function
+#include <map>            // std::map
+#include <mutex>          // std::mutex
+#include <ostream>        // std::ostream
+#include <string>         // std::string
+#include <string_view>    // std::string_view
+#include <vector>         // std::vector
+
+// #include <xport/config.hpp>
+// #include <xport/error.hpp>
+// #include <xport/passes/pass.hpp>
+// #include <xport/passes/standard.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace passes {
+
+/// A pass behind a name.
+struct any_pass {
+  std::string name;
+  std::function<pass_result(exported_program&, const pipeline_options&)> run;
+
+  template <class P>
+    requires pass<P>
+  static any_pass of(P p) {
+    return {std::string(P::name), [p = std::move(p)](exported_program& prog, const pipeline_options& o) {
+              return run_pass(p, prog, o);
+            }};
+  }
+};
+
+class pass_manager {
+ public:
+  using factory = std::function<any_pass()>;
+
+  /// Registers a pass under `name` for parse()/add(name).
+  static void register_pass(const std::string& name, factory make) {
+    std::lock_guard<std::mutex> lock(mutex());
+    registry()[name] = std::move(make);
+  }
+  /// The registered names.
+  static std::vector<std::string> registered() {
+    std::lock_guard<std::mutex> lock(mutex());
+    std::vector<std::string> out;
+    for (const auto& [k, v] : registry()) out.push_back(k);
+    return out;
+  }
+
+  /// "dce,cse,fold" -> a manager running those passes in that order.
+  static pass_manager parse(std::string_view text) {
+    pass_manager pm;
+    std::size_t start = 0;
+    while (start <= text.size()) {
+      auto end = text.find(',', start);
+      if (end == std::string_view::npos) end = text.size();
+      auto item = text.substr(start, end - start);
+      while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+      while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+      if (!item.empty()) pm.add(item);
+      start = end + 1;
+    }
+    return pm;
+  }
+
+  pass_manager& add(std::string_view name) {
+    std::lock_guard<std::mutex> lock(mutex());
+    const auto it = registry().find(std::string(name));
+    if (it == registry().end()) {
+      std::string known;
+      for (const auto& [k, v] : registry()) known += (known.empty() ? "" : ", ") + k;
+      throw error("xport.passes.unknown", "no pass named '" + std::string(name) + "' (known: " + known + ")");
+    }
+    passes_.push_back(it->second());
+    return *this;
+  }
+  template <class P>
+    requires pass<P>
+  pass_manager& add(P p) {
+    passes_.push_back(any_pass::of(std::move(p)));
+    return *this;
+  }
+  pass_manager& verify_each(bool on = true) {
+    options_.verify_each = on;
+    return *this;
+  }
+  pass_manager& print_to(std::ostream& os) {
+    options_.print = &os;
+    return *this;
+  }
+
+  /// Runs the passes in order; stops at the first failure (the program is left as that pass
+  /// found it) and returns it, prefixed with the pass's name.
+  pass_result run(exported_program& p) const {
+    pass_result total;
+    for (const auto& ps : passes_) {
+      auto r = ps.run(p, options_);
+      total.changed = total.changed || r.changed;
+      if (!r.ok()) return pass_result::failure(ps.name + ": " + r.error);
+    }
+    return total;
+  }
+
+  /// "dce,cse,fold": the textual pipeline, as parse() reads it.
+  [[nodiscard]] std::string str() const {
+    std::string s;
+    for (const auto& ps : passes_) s += (s.empty() ? "" : ",") + ps.name;
+    return s;
+  }
+
+ private:
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::map<std::string, factory>& registry() {
+    static std::map<std::string, factory> r = [] {
+      std::map<std::string, factory> m;
+      m["dce"] = [] { return any_pass::of(dce); };
+      m["cse"] = [] { return any_pass::of(cse); };
+      m["fold"] = [] { return any_pass::of(fold); };
+      m["functionalize"] = [] { return any_pass::of(functionalize); };
+      m["decompose"] = [] { return any_pass::of(decompose); };
+      m["propagate_shapes"] = [] { return any_pass::of(propagate_shapes); };
+      m["canonicalize"] = [] { return any_pass::of(canonicalize); };
+      m["verify"] = [] { return any_pass::of(verify_stage); };
+      return m;
+    }();
+    return r;
+  }
+
+  std::vector<any_pass> passes_;
+  pipeline_options options_;
+};
+
+}  // namespace passes
 XPORT_END_NAMESPACE
 
 // #include <xport/detail/macro_unscope.hpp>

@@ -153,6 +153,22 @@ inline at::Tensor wrapped_number(const argument& a) {
   return t;
 }
 
+/// `int[2] stride` given as `[1]` (what at::conv2d(x, w, b, 1) passes) is `[1, 1]`: one
+/// spelling per value, so equal calls compare, hash and print equal.
+inline void expand_fixed_list(argument& a, const c10::Argument& param) {
+  const auto n = param.N();
+  if (!n || *n <= 1 || !a.is_list() || a.as_list().size() != 1) return;
+  argument one = a.as_list()[0];
+  a = argument::list_type(static_cast<std::size_t>(*n), one);
+}
+
+/// A schema default as an argument (fixed-size lists expanded).
+inline argument default_argument(const c10::Argument& param) {
+  argument a = from_ivalue(*param.default_value(), param.real_type());
+  expand_fixed_list(a, param);
+  return a;
+}
+
 /// A bound constant argument as the IValue the dispatcher expects for schema type `t`.
 /// Values (graph operands) are looked up with `lookup(value) -> c10::IValue`.
 template <class Lookup>
@@ -268,9 +284,10 @@ inline std::vector<argument> bind_arguments(const op_info& op, std::vector<argum
       if (!p.default_value())
         fail("xport.schema.missing_arg", "missing required argument '" + p.name() + "' (" +
                                              p.real_type()->str() + ")");
-      bound[i] = from_ivalue(*p.default_value(), p.real_type());
+      bound[i] = default_argument(p);
       continue;
     }
+    expand_fixed_list(bound[i], p);
     if (!coerce(bound[i], p.real_type(), p.N()))
       fail("xport.schema.arg_type", "argument '" + p.name() + "' (position " + std::to_string(i) +
                                         ") must be " + p.real_type()->str() + ", got " +

@@ -433,13 +433,14 @@ class graph {
                         "Python keyword/builtin; pick another name");
     return link_placeholder(name, std::move(type));
   }
-  /// Appends a placeholder named after `candidate`, made unique (`x`, `x_1`, ...).
-  value add_placeholder_fresh(std::string_view candidate, value_type type) {
-    return link_placeholder(names_.create(candidate), std::move(type));
+  /// Appends a placeholder named after `candidate`, made unique (`x`, `x_1`, ...); with
+  /// `before`, inserts it there instead (a placeholder: the caller keeps placeholders first).
+  value add_placeholder_fresh(std::string_view candidate, value_type type, node before = {}) {
+    return link_placeholder(names_.create(candidate), std::move(type), before.impl());
   }
 
  private:
-  value link_placeholder(const std::string& name, value_type type) {
+  value link_placeholder(const std::string& name, value_type type, detail::node_impl* before = nullptr) {
     auto* n = node_pool_.create();
     n->kind = node_kind::placeholder;
     auto* v = value_pool_.create();
@@ -448,6 +449,10 @@ class graph {
     v->name = name;
     value result(v);
     n->outputs.push_back(v);
+    if (before) {
+      link_before(n, before);
+      return result;
+    }
     detail::node_impl* after = nullptr;
     for (auto* p = first_; p && p->kind == node_kind::placeholder; p = p->next) after = p;
     link_after(n, after);

@@ -136,7 +136,9 @@ class op_registry {
     for (const auto& r : rets)
       if (r.alias_info() && !r.alias_info()->isWrite()) op.is_view = true;
     op.data_dependent = is_data_dependent_op(op.name);
-    op.nondeterministic = op.handle.hasTag(at::Tag::nondeterministic_seeded);
+    // the tag, and the dropout family (composite ops the tag misses in LibTorch 1.13)
+    op.nondeterministic = op.handle.hasTag(at::Tag::nondeterministic_seeded) || p.name.find("dropout") != std::string::npos ||
+                          p.name == "rrelu" || p.name == "rrelu_with_noise";
     op.inplace_view = op.handle.hasTag(at::Tag::inplace_view);
     const auto& params = schema.arguments();
     for (std::size_t i = 0; i < params.size(); ++i)

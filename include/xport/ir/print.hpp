@@ -69,8 +69,7 @@ inline std::string arg_repr(const argument& a) {
 inline std::string call_args_repr(const op_info& op, std::span<const argument> args) {
   const auto& params = op.schema().arguments();
   const auto is_default = [&](std::size_t i) {
-    const auto& d = params[i].default_value();
-    return d && from_ivalue(*d, params[i].real_type()) == args[i];
+    return params[i].default_value() && default_argument(params[i]) == args[i];
   };
   std::size_t last_pos = 0;  // one past the last positional argument to print
   for (std::size_t i = 0; i < params.size(); ++i)

@@ -9,6 +9,7 @@
 #include <memory>     // std::shared_ptr, std::unique_ptr
 #include <mutex>      // std::mutex
 #include <optional>   // std::optional
+#include <unordered_map>  // std::unordered_map
 #include <string>     // std::string
 #include <utility>    // std::pair, std::move
 #include <vector>     // std::vector
@@ -23,18 +24,19 @@
 
 XPORT_BEGIN_NAMESPACE
 
-/// An insertion-ordered map from names to tensors (Python's dict of state).
+/// An insertion-ordered map from names to tensors (Python's dict of state), with O(1) lookup.
 class tensor_dict {
  public:
   using item = std::pair<std::string, at::Tensor>;
 
   tensor_dict() = default;
-  tensor_dict(std::initializer_list<item> items) : items_(items) {}
+  tensor_dict(std::initializer_list<item> items) {
+    for (const auto& [k, v] : items) set(k, v);
+  }
 
   [[nodiscard]] const at::Tensor* find(std::string_view name) const {
-    for (const auto& [k, v] : items_)
-      if (k == name) return &v;
-    return nullptr;
+    const auto it = index_.find(std::string(name));
+    return it == index_.end() ? nullptr : &items_[it->second].second;
   }
   [[nodiscard]] bool contains(std::string_view name) const { return find(name) != nullptr; }
   [[nodiscard]] const at::Tensor& at(std::string_view name) const {
@@ -43,30 +45,29 @@ class tensor_dict {
   }
   /// Inserts or replaces.
   void set(const std::string& name, at::Tensor t) {
-    for (auto& [k, v] : items_)
-      if (k == name) {
-        v = std::move(t);
-        return;
-      }
-    items_.emplace_back(name, std::move(t));
+    const auto [it, fresh] = index_.try_emplace(name, items_.size());
+    if (fresh) items_.emplace_back(name, std::move(t));
+    else items_[it->second].second = std::move(t);
   }
   bool erase(std::string_view name) {
-    for (auto it = items_.begin(); it != items_.end(); ++it)
-      if (it->first == name) {
-        items_.erase(it);
-        return true;
-      }
-    return false;
+    const auto it = index_.find(std::string(name));
+    if (it == index_.end()) return false;
+    items_.erase(items_.begin() + static_cast<std::ptrdiff_t>(it->second));
+    index_.clear();
+    for (std::size_t i = 0; i < items_.size(); ++i) index_.emplace(items_[i].first, i);
+    return true;
   }
   [[nodiscard]] std::size_t size() const noexcept { return items_.size(); }
   [[nodiscard]] bool empty() const noexcept { return items_.empty(); }
   [[nodiscard]] auto begin() const noexcept { return items_.begin(); }
   [[nodiscard]] auto end() const noexcept { return items_.end(); }
+  /// Iteration may replace tensors, not names.
   [[nodiscard]] auto begin() noexcept { return items_.begin(); }
   [[nodiscard]] auto end() noexcept { return items_.end(); }
 
  private:
   std::vector<item> items_;
+  std::unordered_map<std::string, std::size_t> index_;
 };
 
 /// The range of one symbol: `VR[min, max]`; an absent max is infinity (`int_oo`).

@@ -5,10 +5,12 @@
 // One backward walk: a node's death frees its inputs' producers before they are visited.
 #pragma once
 
-#include <cstddef>  // std::size_t
+#include <cstddef>      // std::size_t
+#include <string_view>  // std::string_view
 
 #include <xport/config.hpp>
 #include <xport/ir/graph.hpp>
+#include <xport/passes/pass.hpp>
 
 XPORT_BEGIN_NAMESPACE
 
@@ -36,5 +38,19 @@ inline std::size_t eliminate_dead_code(graph& g) {
   }
   return removed;
 }
+
+namespace passes {
+
+/// Dead-code elimination as a pass (keeps side-effecting calls and every signature output).
+struct dce_t : pass_base<dce_t> {
+  static constexpr std::string_view name = "dce";
+  static constexpr bool transactional = true;  // erasing dead nodes cannot fail
+  pass_result run(exported_program& p) const {
+    return pass_result::modified(eliminate_dead_code(p.graph_mut()) != 0);
+  }
+};
+inline constexpr dce_t dce{};
+
+}  // namespace passes
 
 XPORT_END_NAMESPACE

@@ -224,7 +224,10 @@ class capture {
     std::vector<argument> args(n);
     auto& results = meta_stack_;
     results.resize(n);
-    for (std::size_t i = 0; i < n; ++i) convert(originals[i], params[i].real_type(), args[i], results[i]);
+    for (std::size_t i = 0; i < n; ++i) {
+      convert(originals[i], params[i].real_type(), args[i], results[i]);
+      expand_fixed_list(args[i], params[i]);
+    }
     if (op.device_arg >= 0 && args[static_cast<std::size_t>(op.device_arg)].is_none()) {
       // a factory with no device (`at::ones({2})`) makes a tensor on the default device: record
       // it (as torch.export does), and keep the meta run on meta

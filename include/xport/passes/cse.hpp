@@ -1,0 +1,103 @@
+// xport/passes/cse.hpp: common-subexpression elimination.
+// Two calls of the same operator on the same arguments (the same values, equal constants)
+// compute the same thing: the later one is replaced by the earlier. Never merged: calls that
+// draw random numbers (rand, dropout, ...) and calls that mutate an argument; on a program
+// with mutations the pass fails (merging across a mutation is wrong): run it on functional IR.
+// Expected linear time: one hash table keyed by (op, arguments).
+#pragma once
+
+#include <cstddef>        // std::size_t
+#include <cstring>        // std::memcpy
+#include <functional>     // std::hash
+#include <string_view>    // std::string_view
+#include <unordered_map>  // std::unordered_multimap
+#include <vector>         // std::vector
+
+#include <xport/config.hpp>
+#include <xport/ir/graph.hpp>
+#include <xport/passes/dce.hpp>
+#include <xport/passes/pass.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+inline std::size_t hash_combine(std::size_t h, std::size_t v) {
+  return h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
+}
+
+inline std::size_t hash_argument(const argument& a) {
+  std::size_t h = static_cast<std::size_t>(a.type());
+  switch (a.type()) {
+    case argument::kind::none: return h;
+    case argument::kind::boolean: return hash_combine(h, a.as_bool());
+    case argument::kind::integer: return hash_combine(h, std::hash<std::int64_t>{}(a.as_int()));
+    case argument::kind::floating: {
+      std::uint64_t bits;
+      const double d = a.as_double();
+      std::memcpy(&bits, &d, sizeof bits);
+      return hash_combine(h, std::hash<std::uint64_t>{}(bits));
+    }
+    case argument::kind::string: return hash_combine(h, std::hash<std::string>{}(a.as_string()));
+    case argument::kind::dtype: return hash_combine(h, static_cast<std::size_t>(a.as_dtype()));
+    case argument::kind::device: return hash_combine(h, std::hash<c10::Device>{}(a.as_device()));
+    case argument::kind::layout: return hash_combine(h, static_cast<std::size_t>(a.as_layout()));
+    case argument::kind::memory_format: return hash_combine(h, static_cast<std::size_t>(a.as_memory_format()));
+    case argument::kind::value: return hash_combine(h, std::hash<value>{}(a.as_value()));
+    case argument::kind::list:
+      for (const auto& e : a.as_list()) h = hash_combine(h, hash_argument(e));
+      return h;
+  }
+  return h;
+}
+
+}  // namespace detail
+
+/// Merges duplicate pure calls; returns how many were removed.
+inline std::size_t eliminate_common_subexpressions(graph& g) {
+  std::unordered_multimap<std::size_t, node> seen;
+  seen.reserve(g.size());
+  std::size_t removed = 0;
+  for (node n = g.first(); n;) {
+    const node next = n.next();
+    if (n.is_call() && !has_side_effects(n)) {
+      std::size_t h = std::hash<const void*>{}(n.op_ptr());
+      for (const auto& a : n.args()) h = detail::hash_combine(h, detail::hash_argument(a));
+      bool merged = false;
+      const auto [lo, hi] = seen.equal_range(h);
+      for (auto it = lo; it != hi && !merged; ++it) {
+        const node m = it->second;
+        if (m.op_ptr() != n.op_ptr() || m.num_outputs() != n.num_outputs()) continue;
+        const auto ma = m.args(), na = n.args();
+        bool same = ma.size() == na.size();
+        for (std::size_t i = 0; same && i < ma.size(); ++i) same = ma[i] == na[i];
+        if (!same) continue;
+        for (std::size_t i = 0; i < n.num_outputs(); ++i) n.output(i).replace_all_uses_with(m.output(i));
+        g.erase(n);
+        ++removed;
+        merged = true;
+      }
+      if (!merged) seen.emplace(h, n);
+    }
+    n = next;
+  }
+  return removed;
+}
+
+namespace passes {
+
+struct cse_t : pass_base<cse_t> {
+  static constexpr std::string_view name = "cse";
+  static constexpr bool needs_functional = true;
+  static constexpr bool transactional = true;  // it refuses before changing anything
+  pass_result run(exported_program& p) const {
+    for (auto n : p.graph().nodes())
+      if (n.is_call() && n.op().is_mutable)
+        return pass_result::failure("cse needs functional IR, but node '" + n.name() + "' (" + n.op().qualified +
+                                    ") mutates its argument; run run_decompositions() or functionalize first");
+    return pass_result::modified(eliminate_common_subexpressions(p.graph_mut()) != 0);
+  }
+};
+inline constexpr cse_t cse{};
+
+}  // namespace passes
+XPORT_END_NAMESPACE

@@ -1,0 +1,68 @@
+// xport/passes/standard.hpp: functionalization and decomposition as pipeline stages, and the
+// whole set of built-in passes (include this for all of them).
+#pragma once
+
+#include <string_view>  // std::string_view
+#include <utility>      // std::move
+
+#include <xport/config.hpp>
+#include <xport/passes/canonicalize.hpp>
+#include <xport/passes/cse.hpp>
+#include <xport/passes/dce.hpp>
+#include <xport/passes/fold.hpp>
+#include <xport/passes/functionalize.hpp>
+#include <xport/passes/pass.hpp>
+#include <xport/passes/rewrite.hpp>
+#include <xport/passes/shapes.hpp>
+#include <xport/trace/decompose.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace passes {
+
+/// xport::functionalize as a stage: in-place ops out, mutations as outputs.
+struct functionalize_t : pass_base<functionalize_t> {
+  static constexpr std::string_view name = "functionalize";
+  static constexpr bool makes_functional = true;
+  static constexpr bool makes_shapes = true;
+  static constexpr bool transactional = true;
+  pass_result run(exported_program& p) const {
+    p = xport::functionalize(p);
+    return pass_result::modified();
+  }
+};
+inline constexpr functionalize_t functionalize{};
+
+/// run_decompositions as a stage, with a table (the core ATen one by default), shared with
+/// xport::run_decompositions.
+struct decompose_t : pass_base<decompose_t> {
+  static constexpr std::string_view name = "decompose";
+  static constexpr bool makes_functional = true;
+  static constexpr bool makes_shapes = true;
+  static constexpr bool transactional = true;
+  decomposition_table table = decomposition_table::core_aten();
+  pass_result run(exported_program& p) const {
+    p = run_decompositions(p, table);
+    return pass_result::modified();
+  }
+};
+inline const decompose_t decompose{};
+inline decompose_t decompose_with(decomposition_table table) {
+  decompose_t d;
+  d.table = std::move(table);
+  return d;
+}
+
+/// verify() as a stage.
+struct verify_t : pass_base<verify_t> {
+  static constexpr std::string_view name = "verify";
+  static constexpr bool needs_shapes = true;
+  static constexpr bool transactional = true;
+  pass_result run(exported_program& p) const {
+    xport::verify(p);
+    return pass_result::unchanged();
+  }
+};
+inline constexpr verify_t verify_stage{};
+
+}  // namespace passes
+XPORT_END_NAMESPACE

@@ -1,0 +1,8 @@
+// must not compile: fold needs valid shapes and the stage before it breaks them.
+#include <xport/xport.hpp>
+struct retype_inputs {
+  static constexpr std::string_view name = "retype_inputs";
+  static constexpr bool breaks_shapes = true;
+  xport::passes::pass_result run(xport::exported_program&) const { return {}; }
+};
+void f() { auto p = retype_inputs{} | xport::passes::fold; }

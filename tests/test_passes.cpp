@@ -1,0 +1,263 @@
+// Passes: the contract (results, failures that leave the program as it was), compile-time
+// pipelines and the run-time pass manager, and each standard pass on hand-built graphs and on
+// exported real models, with the program still equal to eager afterwards.
+#include <sstream>
+
+#include <torch/torch.h>
+
+#include "models.hpp"
+
+#include "common.hpp"
+
+using namespace xport;
+namespace ps = xport::passes;
+
+namespace {
+
+std::size_t count_op(const exported_program& p, std::string_view op) {
+  std::size_t n = 0;
+  for (auto node : p.graph().nodes()) n += node.is_call() && node.op().qualified == op;
+  return n;
+}
+
+exported_program functional(exported_program p) { return run_decompositions(p, decomposition_table::none()); }
+
+// A user pass that breaks the graph on purpose (moves a call before its input's producer).
+struct vandal_t : ps::pass_base<vandal_t> {
+  static constexpr std::string_view name = "vandal";
+  ps::pass_result run(exported_program& p) const {
+    auto& g = p.graph_mut();
+    node last_call;
+    for (auto n : g.nodes())
+      if (n.is_call()) last_call = n;
+    g.move_before(last_call, g.placeholders().back());
+    return ps::pass_result::modified();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("passes: pipelines compose at compile time and run on a program") {
+  auto p = functional(export_program(
+      [](const at::Tensor& x, const at::Tensor& y) {
+        auto a = x.sin() * y;
+        auto b = x.sin() * y;  // duplicate
+        auto unused = a.cos();  // dead
+        (void)unused;
+        return a + b;
+      },
+      std::tuple{at::randn({3}), at::randn({3})}, {.input_names = {"x", "y"}}));
+  constexpr auto pipe = ps::dce | ps::cse | ps::dce;
+  static_assert(std::tuple_size_v<decltype(pipe.stages)> == 3);
+  const auto before = p.graph().size();
+  auto r = p | pipe;
+  CHECK(r.ok());
+  CHECK(r.changed);
+  CHECK(p.graph().size() == before - 2);  // the second sin and mul (run_decompositions dropped cos)
+  verify(p);
+  auto again = pipe(p);
+  CHECK(again.ok());
+  CHECK_FALSE(again.changed);
+  const auto x = at::randn({3}), y = at::randn({3});
+  CHECK(at::allclose(run(p, {x, y})[0], 2 * x.sin() * y));
+}
+
+TEST_CASE("passes: dce keeps side effects and signature outputs") {
+  program_builder b;
+  auto x = b.input("x", at::randn({3}));
+  auto buf = b.buffer("count", at::zeros({3}));
+  b.call("aten::add_.Tensor", {buf, x});            // side effect: kept
+  b.call("aten::rand_like", {x});                   // draws random numbers: kept
+  auto dead = b.call("aten::cos", {x});             // dead
+  b.call("aten::exp", {dead});                      // dead
+  auto kept = b.call("aten::sin", {x});
+  b.output(kept);
+  auto p = std::move(b).build();
+  auto r = ps::dce(p);
+  CHECK(r.changed);
+  CHECK(count_op(p, "aten::add_.Tensor") == 1);
+  CHECK(count_op(p, "aten::rand_like") == 1);
+  CHECK(count_op(p, "aten::cos") == 0);
+  CHECK(count_op(p, "aten::exp") == 0);
+  CHECK(count_op(p, "aten::sin") == 1);
+  verify(p);
+}
+
+TEST_CASE("passes: cse never merges random or mutating calls, and refuses non-functional IR") {
+  SUBCASE("random draws stay apart") {
+    program_builder b;
+    auto x = b.input("x", at::randn({8}));
+    auto d1 = b.call("aten::dropout", {x, 0.5, true});
+    auto d2 = b.call("aten::dropout", {x, 0.5, true});
+    auto r1 = b.call("aten::rand_like", {x});
+    auto r2 = b.call("aten::rand_like", {x});
+    b.output(b.call("aten::add.Tensor", {b.call("aten::add.Tensor", {d1, d2}), b.call("aten::add.Tensor", {r1, r2})}));
+    auto p = std::move(b).build(ir_dialect::aten);
+    CHECK_FALSE(ps::cse(p).changed);
+    CHECK(count_op(p, "aten::dropout") == 2);
+    CHECK(count_op(p, "aten::rand_like") == 2);
+  }
+  SUBCASE("a program with mutations is left as it was") {
+    auto p = export_program([](const at::Tensor& x) {
+      auto a = x.sin();
+      a.add_(1);
+      return a + x.sin();
+    }, std::tuple{at::randn({3})});
+    const auto before = to_string(p);
+    auto r = p | ps::cse;
+    CHECK_FALSE(r.ok());
+    CHECK(r.error.find("cse needs functional IR, but node 'add_' (aten::add_.Scalar) mutates its argument") != std::string::npos);
+    CHECK(to_string(p) == before);
+  }
+}
+
+TEST_CASE("passes: fold computes constant subgraphs once and lifts them") {
+  const auto k = at::full({4}, 2.0);
+  auto p = functional(export_program(
+      [&](const at::Tensor& x) {
+        auto kc = k;
+        for (int i = 0; i < 3; ++i) kc = kc * k;  // constant: folded
+        return x * kc + k.exp().sum();
+      },
+      std::tuple{at::randn({4})}));
+  auto r = ps::fold(p);
+  CHECK(r.changed);
+  verify(p);
+  CHECK(count_op(p, "aten::exp") == 0);
+  CHECK(count_op(p, "aten::sum") == 0);
+  CHECK(count_op(p, "aten::mul.Tensor") == 1);  // x * kc
+  std::size_t folded = 0;
+  for (const auto& s : p.signature().input_specs) folded += s.target.value_or("").starts_with("_folded_");
+  CHECK(folded == 2);
+  const auto x = at::randn({4});
+  CHECK(at::allclose(run(p, {x})[0], x * k.pow(4) + k.exp().sum()));
+  SUBCASE("results above the size limit stay computed") {
+    const auto big = at::randn({64, 64});
+    auto q = functional(export_program([&](const at::Tensor& x) { return x + big.t().contiguous(); },
+                                       std::tuple{at::randn({64, 64})}));
+    CHECK_FALSE(ps::fold.limit(1024)(q).changed);
+    CHECK(ps::fold(q).changed);
+  }
+}
+
+TEST_CASE("passes: the rewriter turns t + addmm into linear, on an exported model") {
+  const auto x = at::randn({2, 4}), w = at::randn({3, 4}), bias = at::randn({3});
+  auto pattern = export_program([](const at::Tensor& a, const at::Tensor& wt, const at::Tensor& bs) {
+    return at::addmm(bs, a, wt.t());
+  }, std::tuple{x, w, bias});
+  auto replacement = export_program([](const at::Tensor& a, const at::Tensor& wt, const at::Tensor& bs) {
+    return at::linear(a, wt, bs);
+  }, std::tuple{x, w, bias});
+  torch::manual_seed(0);
+  xport_models::MLP mlp;
+  mlp->eval();
+  auto p = export_program(mlp, std::tuple{at::randn({5, 16})});
+  CHECK(count_op(p, "aten::addmm") == 3);
+  auto r = p | ps::rewrite(std::move(pattern), std::move(replacement));
+  CHECK(r.ok());
+  CHECK(r.changed);
+  verify(p);
+  CHECK(count_op(p, "aten::addmm") == 0);
+  CHECK(count_op(p, "aten::t") == 0);
+  CHECK(count_op(p, "aten::linear") == 3);
+  const auto in = at::randn({5, 16});
+  CHECK(at::allclose(run(p, {in})[0], mlp->forward(in), 1e-5, 1e-6));
+}
+
+TEST_CASE("passes: conv + batch_norm (eval) folds into one conv") {
+  torch::manual_seed(0);
+  auto net = torch::nn::Sequential(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 8, 3).padding(1)),
+                                   torch::nn::BatchNorm2d(8), torch::nn::ReLU());
+  // give the batch norm non-trivial statistics
+  net->train();
+  for (int i = 0; i < 3; ++i) net->forward(at::randn({4, 3, 8, 8}));
+  net->eval();
+  const auto x = at::randn({1, 3, 8, 8}), w = at::randn({8, 3, 3, 3}), b = at::randn({8}), c = at::randn({8});
+  auto pattern = export_program([](const at::Tensor& in, const at::Tensor& wt, const at::Tensor& bs, const at::Tensor& g,
+                                   const at::Tensor& be, const at::Tensor& m, const at::Tensor& v) {
+    return at::batch_norm(at::conv2d(in, wt, bs, 1, 1), g, be, m, v, false, 0.1, 1e-5, true);
+  }, std::tuple{x, w, b, c, c, c, c.abs()});
+  auto replacement = export_program([](const at::Tensor& in, const at::Tensor& wt, const at::Tensor& bs, const at::Tensor& g,
+                                       const at::Tensor& be, const at::Tensor& m, const at::Tensor& v) {
+    auto scale = g * (v + 1e-5).rsqrt();
+    return at::conv2d(in, wt * scale.reshape({-1, 1, 1, 1}), (bs - m) * scale + be, 1, 1);
+  }, std::tuple{x, w, b, c, c, c, c.abs()});
+  auto p = export_program(net, std::tuple{at::randn({1, 3, 8, 8})});
+  auto r = p | (ps::rewrite(std::move(pattern), std::move(replacement)) | ps::fold.with_state() | ps::dce);
+  CHECK(r.ok());
+  verify(p);
+  CHECK(count_op(p, "aten::batch_norm") == 0);
+  CHECK(count_op(p, "aten::conv2d") == 1);
+  CHECK(count_op(p, "aten::mul.Tensor") == 0);  // the scaling was folded into the weights
+  const auto in = at::randn({1, 3, 8, 8});
+  CHECK(at::allclose(run(p, {in})[0], net->forward(in), 1e-4, 1e-5));
+}
+
+TEST_CASE("passes: propagate_shapes recomputes types after an edit") {
+  auto p = export_program([](const at::Tensor& x) { return x.relu().sum(0); }, std::tuple{at::randn({4, 3})});
+  auto& g = p.graph_mut();
+  g.placeholders()[0].output(0).set_meta(tensor_meta::contiguous(at::kFloat, {7, 5}));
+  CHECK(ps::propagate_shapes(p).changed);
+  CHECK(g.outputs()[0].meta().annotation() == "f32[5]");
+}
+
+TEST_CASE("passes: canonicalize makes equal programs print equal") {
+  auto a = functional(export_program([](const at::Tensor& x, const at::Tensor& y) {
+    auto s = x.sin();
+    auto c = y.cos();
+    return s * c;
+  }, std::tuple{at::randn({3}), at::randn({3})}, {.input_names = {"x", "y"}}));
+  auto b = functional(export_program([](const at::Tensor& x, const at::Tensor& y) {
+    auto c = y.cos();
+    auto unused = x.exp();
+    (void)unused;
+    auto s = x.sin();
+    return s * c;
+  }, std::tuple{at::randn({3}), at::randn({3})}, {.input_names = {"x", "y"}}));
+  CHECK(to_string(a) != to_string(b));
+  auto pipe = ps::dce | ps::canonicalize;
+  CHECK((a | pipe).ok());
+  CHECK((b | pipe).ok());
+  CHECK(to_string(a) == to_string(b));
+}
+
+TEST_CASE("passes: a failed pass leaves the program as it was, and the pipeline stops there") {
+  auto p = export_program([](const at::Tensor& x) { return x.sin().cos(); }, std::tuple{at::randn({3})});
+  const auto before = to_string(p);
+  ps::pipeline_options opts;
+  opts.verify_each = true;
+  auto r = (vandal_t{} | ps::dce).run(p, opts);
+  CHECK_FALSE(r.ok());
+  CHECK(r.error.find("vandal: the program does not verify after the pass: [xport.verify.") == 0);
+  CHECK(to_string(p) == before);
+}
+
+TEST_CASE("passes: the pass manager builds pipelines from names") {
+  auto p = functional(export_program([](const at::Tensor& x) { return x.sin() + x.sin(); }, std::tuple{at::randn({3})}));
+  auto pm = ps::pass_manager::parse("dce, cse ,fold,canonicalize");
+  CHECK(pm.str() == "dce,cse,fold,canonicalize");
+  std::ostringstream log;
+  pm.verify_each().print_to(log);
+  auto r = pm.run(p);
+  CHECK(r.ok());
+  CHECK(count_op(p, "aten::sin") == 1);
+  CHECK(log.str().find("--- before cse ---") != std::string::npos);
+  CHECK(log.str().find("--- after fold (unchanged) ---") != std::string::npos);
+  XPORT_CHECK_THROWS_MSG(ps::pass_manager::parse("dce,fuse"), xport::error,
+                         "[xport.passes.unknown] no pass named 'fuse' (known: ");
+  pm.add(vandal_t{});
+  CHECK_FALSE(pm.run(p).ok());
+  verify(p);
+}
+
+TEST_CASE("passes: ResNet-18's inference IR through dce | cse | fold stays equal to eager") {
+  torch::manual_seed(0);
+  xport_models::ResNet18 net;
+  net->eval();
+  auto p = run_decompositions(export_program(net, std::tuple{at::randn({1, 3, 64, 64})}));
+  auto r = p | (ps::dce | ps::cse | ps::fold | ps::canonicalize);
+  CHECK(r.ok());
+  verify(p);
+  const auto x = at::randn({1, 3, 64, 64});
+  CHECK(at::allclose(run(p, {x})[0], net->forward(x), 1e-4, 1e-5));
+}
