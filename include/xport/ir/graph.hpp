@@ -306,37 +306,45 @@ inline argument::argument(const node& n) : v_(n.out()) {}
 
 namespace detail {
 
+// Field order follows use: what a walk over the graph reads (links, op, outputs, uses) sits in
+// the first cache line of each object, the rest after it.
 struct value_impl {
+  std::vector<use> uses;
   node_impl* producer = nullptr;
   std::uint32_t index = 0;
-  value_type type;
   std::string name;
-  std::vector<use> uses;
+  value_type type;
 };
 
 struct node_impl {
   node_impl* prev = nullptr;
   node_impl* next = nullptr;
-  graph* owner = nullptr;
   std::uint64_t order = 0;
+  const op_info* op = nullptr;
   node_kind kind = node_kind::call_function;
   bool tuple_output = false;
-  const op_info* op = nullptr;
-  c10::SmallVector<argument, 4> args;
-  c10::SmallVector<value*, 4> slots;  // each operand's `value` inside args (Note [Use lists])
   c10::SmallVector<value_impl*, 1> outputs;
+  c10::SmallVector<value*, 4> slots;  // each operand's `value` inside args (Note [Use lists])
+  c10::SmallVector<std::uint32_t, 4> use_pos;  // where each operand's use sits in its value's list
+  graph* owner = nullptr;
+  c10::SmallVector<argument, 4> args;
   std::string name;  // tuple name; single-output nodes use outputs[0]->name
   std::shared_ptr<const source_location> source;
   std::string module_path;
 };
 
+// O(1): the operand knows its use's position; the last use takes its place.
 inline void remove_use(value_impl* v, node_impl* user, std::uint32_t index) {
   auto& u = v->uses;
-  for (auto it = u.begin(); it != u.end(); ++it)
-    if (it->user_impl == user && it->index == index) {
-      u.erase(it);
-      return;
-    }
+  const std::uint32_t pos = user->use_pos[index];
+  const use last = u.back();
+  u[pos] = last;
+  last.user_impl->use_pos[last.index] = pos;
+  u.pop_back();
+}
+inline void add_use(value_impl* v, node_impl* user, std::uint32_t index) {
+  user->use_pos[index] = static_cast<std::uint32_t>(v->uses.size());
+  v->uses.push_back(use{user, index});
 }
 
 }  // namespace detail
@@ -384,7 +392,8 @@ class node_range {
 ///
 /// Note [Use lists]: every operand slot of every node appears exactly once in the use list of
 /// the value it refers to, as (user, operand index); operand indices count the values met when
-/// walking the arguments depth first. verify() checks it both ways.
+/// walking the arguments depth first. Each operand also records where its use sits in that list,
+/// so removing a use is O(1) (use lists are unordered). verify() checks it all.
 class graph {
  public:
   graph() = default;
@@ -618,13 +627,16 @@ class graph {
 
   void attach_args(detail::node_impl* n) {
     n->slots.clear();
+    n->use_pos.clear();
     for (auto& a : n->args)
       a.for_each_value([&](value& v) {
         if (!v)
           throw graph_error("xport.graph.null_value",
                             "node '" + node(n).name() + "' was given a null value as an argument");
-        v.impl()->uses.push_back(use{n, static_cast<std::uint32_t>(n->slots.size())});
+        const auto index = static_cast<std::uint32_t>(n->slots.size());
         n->slots.push_back(&v);
+        n->use_pos.push_back(0);
+        detail::add_use(v.impl(), n, index);
       });
   }
 
@@ -632,6 +644,7 @@ class graph {
     for (std::size_t i = 0; i < n->slots.size(); ++i)
       detail::remove_use(n->slots[i]->impl(), n, static_cast<std::uint32_t>(i));
     n->slots.clear();
+    n->use_pos.clear();
   }
 
   void release_names(detail::node_impl* n) {
@@ -658,7 +671,9 @@ class graph {
     --size_;
   }
 
-  // Order keys with gaps, renumbered when a gap closes, so is_before is O(1).
+  // Order keys with gaps, so is_before is O(1). When no key is left between two neighbours, a
+  // window around the new node, doubled until it spans enough key space, is spread evenly
+  // (list order maintenance): repeated inserts at one spot cost O(log n) each, not O(n).
   static constexpr std::uint64_t order_gap = std::uint64_t{1} << 20;
   void assign_order(detail::node_impl* n) {
     const std::uint64_t lo = n->prev ? n->prev->order : 0;
@@ -671,8 +686,30 @@ class graph {
       n->order = lo + (hi - lo) / 2;
       return;
     }
-    std::uint64_t k = 0;
-    for (auto* p = first_; p; p = p->next) p->order = (k += order_gap);
+    detail::node_impl* left = n;
+    detail::node_impl* right = n;
+    std::uint64_t count = 1;
+    while (true) {
+      for (std::uint64_t k = 0, grow = count; k < grow; ++k) {
+        if (left->prev) left = left->prev, ++count;
+        if (right->next) right = right->next, ++count;
+      }
+      const std::uint64_t lo_key = left->prev ? left->prev->order : 0;
+      if (!right->next) {  // the window reaches the end: keys above it are free
+        std::uint64_t key = lo_key;
+        for (auto* p = left; p; p = p->next) p->order = (key += order_gap);
+        return;
+      }
+      const std::uint64_t hi_key = right->next->order;
+      if ((hi_key - lo_key) / (count + 1) >= 64) {  // room enough: spread the window evenly
+        const std::uint64_t step = (hi_key - lo_key) / (count + 1);
+        std::uint64_t key = lo_key;
+        for (auto* p = left;; p = p->next) {
+          p->order = (key += step);
+          if (p == right) return;
+        }
+      }
+    }
   }
 
   void clear() noexcept {
@@ -728,7 +765,7 @@ inline void value::replace_all_uses_with(value other) const {
   p_->uses.clear();
   for (const auto& u : uses) {
     *u.user_impl->slots[u.index] = other;
-    other.p_->uses.push_back(u);
+    detail::add_use(other.p_, u.user_impl, u.index);
   }
 }
 
@@ -770,7 +807,7 @@ inline void node::replace_input(std::size_t i, value v) const {
   if (*slot == v) return;
   detail::remove_use(slot->impl(), p_, static_cast<std::uint32_t>(i));
   *slot = v;
-  v.impl()->uses.push_back(use{p_, static_cast<std::uint32_t>(i)});
+  detail::add_use(v.impl(), p_, static_cast<std::uint32_t>(i));
 }
 inline void node::replace_input_with(value from, value to) const {
   for (std::size_t i = 0; i < p_->slots.size(); ++i)

@@ -177,10 +177,16 @@ inline void verify(const graph& g, const verify_options& opts = {}) {
     for (auto v : n.outputs()) {
       const auto uses = v.uses();
       total_uses += uses.size();
-      for (const auto& u : uses)
+      for (std::size_t k = 0; k < uses.size(); ++k) {
+        const auto& u = uses[k];
         if (u.user_impl->owner != &g || u.index >= u.user_impl->slots.size() || *u.user_impl->slots[u.index] != v)
           verify_fail("use_list", "'" + v.name() + "' records a use that no operand matches (Note [Use lists])",
                       n.name());
+        if (u.user_impl->use_pos[u.index] != k)
+          verify_fail("use_list", "operand " + std::to_string(u.index) + " of '" + node(u.user_impl).name() +
+                                      "' has a stale position in the use list of '" + v.name() + "' (Note [Use lists])",
+                      node(u.user_impl).name());
+      }
       if (uses.size() > 1) {
         seen_uses.clear();
         for (const auto& u : uses) seen_uses.emplace_back(u.user_impl, u.index);
