@@ -114,6 +114,10 @@ class value {
   /// Points every use of this value at `other` instead (Note [Use lists]).
   void replace_all_uses_with(value other) const;
 
+  /// A word a pass may use as it likes (e.g. an index into its own table) instead of a hash
+  /// map keyed by value. Not copied by clone; a pass sets it before it reads it.
+  [[nodiscard]] std::uint32_t& scratch() const noexcept;
+
   friend bool operator==(value a, value b) noexcept { return a.p_ == b.p_; }
 
  private:
@@ -312,6 +316,9 @@ struct value_impl {
   std::vector<use> uses;
   node_impl* producer = nullptr;
   std::uint32_t index = 0;
+  /// Free for the pass that is running (fits in the padding after `index`); not copied by
+  /// clone. A pass that uses it sets it on every value it reads before relying on it.
+  mutable std::uint32_t scratch = 0;
   std::string name;
   value_type type;
 };
@@ -500,6 +507,39 @@ class graph {
     return node(n);
   }
 
+  /// Creates a call node whose node and output names are given exactly (a loader rebuilding a
+  /// saved graph). `output_names` has one name per output; for a single-output call the node is
+  /// named after its output. Throws graph_error naming the name when one is taken or invalid.
+  node create_call_named(const op_info& op, std::vector<argument> args, std::vector<value_type> outputs,
+                         const std::string& node_name, const std::vector<std::string>& output_names) {
+    const bool tuple = op.returns_list || op.num_returns() != 1;
+    if (output_names.size() != outputs.size() || (!tuple && outputs.size() != 1))
+      throw graph_error("xport.graph.output_count", op.qualified + " returns " +
+                                                        std::to_string(op.num_returns()) + " value(s) but " +
+                                                        std::to_string(outputs.size()) + " outputs were given");
+    std::vector<std::string> claimed;
+    const auto claim = [&](const std::string& name) {
+      if (!detail::is_identifier(name) || !names_.claim(name)) {
+        for (const auto& c : claimed) names_.release(c);
+        throw graph_error("xport.graph.duplicate_name",
+                          "name '" + name + "' is already used in this graph or is not a valid Python identifier");
+      }
+      claimed.push_back(name);
+    };
+    if (tuple) claim(node_name);
+    for (const auto& n : output_names) claim(n);
+    auto* n = node_pool_.create();
+    n->kind = node_kind::call_function;
+    n->op = &op;
+    n->tuple_output = tuple;
+    if (tuple) n->name = node_name;
+    for (std::size_t i = 0; i < outputs.size(); ++i) add_output(n, std::move(outputs[i]), output_names[i]);
+    n->args.assign(std::make_move_iterator(args.begin()), std::make_move_iterator(args.end()));
+    link_before(n, default_insert_point());
+    attach_args(n);
+    return node(n);
+  }
+
   /// Sets the values (or constants) the graph returns, creating the output node if needed.
   node set_output(std::vector<argument> results) {
     auto* n = last_ && last_->kind == node_kind::output ? last_ : nullptr;
@@ -516,7 +556,8 @@ class graph {
     return node(n);
   }
 
-  /// Removes a node whose outputs have no uses.
+  /// Removes a node whose outputs have no uses. Its names stay taken (as in torch.fx), so a
+  /// later node never silently takes the name an earlier printout gave another one.
   void erase(node nd) {
     auto* n = nd.impl();
     for (auto& v : n->outputs)
@@ -527,7 +568,6 @@ class graph {
                               " use(s); replace them first (value::replace_all_uses_with)");
     detach_args(n);
     unlink(n);
-    release_names(n);
     destroy_node(n);
   }
 
@@ -647,11 +687,6 @@ class graph {
     n->use_pos.clear();
   }
 
-  void release_names(detail::node_impl* n) {
-    if (!n->name.empty() && n->kind == node_kind::call_function) names_.release(n->name);
-    for (auto* v : n->outputs) names_.release(v->name);
-  }
-
   void link_after(detail::node_impl* n, detail::node_impl* after) {
     n->owner = this;
     n->prev = after;
@@ -758,6 +793,7 @@ inline const tensor_meta& value::meta() const {
 }
 inline void value::set_type(value_type t) const { p_->type = std::move(t); }
 inline std::span<const use> value::uses() const { return p_->uses; }
+inline std::uint32_t& value::scratch() const noexcept { return p_->scratch; }
 inline std::size_t value::num_uses() const { return p_->uses.size(); }
 inline void value::replace_all_uses_with(value other) const {
   if (other == *this) return;

@@ -3,7 +3,7 @@
 // compute the same thing: the later one is replaced by the earlier. Never merged: calls that
 // draw random numbers (rand, dropout, ...) and calls that mutate an argument; on a program
 // with mutations the pass fails (merging across a mutation is wrong): run it on functional IR.
-// Expected linear time: one hash table keyed by (op, arguments).
+// Expected linear time: one open-addressed hash table keyed by (op, arguments).
 #pragma once
 
 #include <cstddef>        // std::size_t
@@ -53,30 +53,41 @@ inline std::size_t hash_argument(const argument& a) {
 }  // namespace detail
 
 /// Merges duplicate pure calls; returns how many were removed.
+/// The table is open-addressed and holds each call's hash beside it, so a probe that misses
+/// touches one cache line and no node: what keeps the pass linear on graphs larger than cache.
 inline std::size_t eliminate_common_subexpressions(graph& g) {
-  std::unordered_multimap<std::size_t, node> seen;
-  seen.reserve(g.size());
+  struct slot {
+    std::size_t hash = 0;
+    detail::node_impl* n = nullptr;
+  };
+  std::size_t capacity = 16;
+  while (capacity < 2 * g.size()) capacity *= 2;
+  std::vector<slot> table(capacity);
+  const std::size_t mask = capacity - 1;
   std::size_t removed = 0;
   for (node n = g.first(); n;) {
     const node next = n.next();
     if (n.is_call() && !has_side_effects(n)) {
       std::size_t h = std::hash<const void*>{}(n.op_ptr());
       for (const auto& a : n.args()) h = detail::hash_combine(h, detail::hash_argument(a));
+      h = (h ^ (h >> 29)) * 0xbf58476d1ce4e5b9ULL;  // spread into the low bits
+      std::size_t i = (h >> 17) & mask;
       bool merged = false;
-      const auto [lo, hi] = seen.equal_range(h);
-      for (auto it = lo; it != hi && !merged; ++it) {
-        const node m = it->second;
+      for (; table[i].n; i = (i + 1) & mask) {
+        if (table[i].hash != h) continue;
+        const node m(table[i].n);
         if (m.op_ptr() != n.op_ptr() || m.num_outputs() != n.num_outputs()) continue;
         const auto ma = m.args(), na = n.args();
         bool same = ma.size() == na.size();
-        for (std::size_t i = 0; same && i < ma.size(); ++i) same = ma[i] == na[i];
+        for (std::size_t k = 0; same && k < ma.size(); ++k) same = ma[k] == na[k];
         if (!same) continue;
-        for (std::size_t i = 0; i < n.num_outputs(); ++i) n.output(i).replace_all_uses_with(m.output(i));
+        for (std::size_t k = 0; k < n.num_outputs(); ++k) n.output(k).replace_all_uses_with(m.output(k));
         g.erase(n);
         ++removed;
         merged = true;
+        break;
       }
-      if (!merged) seen.emplace(h, n);
+      if (!merged) table[i] = slot{h, n.impl()};
     }
     n = next;
   }

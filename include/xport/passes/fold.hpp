@@ -10,8 +10,7 @@
 #include <cstddef>        // std::size_t
 #include <string>         // std::string
 #include <string_view>    // std::string_view
-#include <unordered_map>  // std::unordered_map
-#include <unordered_set>  // std::unordered_set
+#include <cstdint>        // std::uint32_t
 #include <vector>         // std::vector
 
 #include <ATen/core/Tensor.h>
@@ -57,29 +56,37 @@ struct fold_t : pass_base<fold_t> {
       if (n.is_call() && n.op().is_mutable)
         return pass_result::failure("fold needs functional IR, but node '" + n.name() + "' (" + n.op().qualified +
                                     ") mutates its argument; run run_decompositions() or functionalize first");
-    // 1. which values are constant, and their tensors
-    std::unordered_map<const detail::value_impl*, c10::IValue> known;
-    const auto phs = g.placeholders();
-    for (std::size_t i = 0; i < phs.size(); ++i) {
-      const auto& s = specs[i];
-      const bool constant = s.kind == input_kind::constant_tensor ||
-                            (fold_state && (s.kind == input_kind::parameter || s.kind == input_kind::buffer));
-      if (constant) known.emplace(phs[i].output(0).impl(), p.lifted_tensor(s).detach());
-    }
+    // 1. which values are constant, and their tensors: value::scratch() is 1 + an index into
+    //    `known`, or 0 (one forward walk; producers come before users, so inputs are set)
+    std::vector<c10::IValue> known;
+    const auto tensor_of = [&](value v) -> const c10::IValue& { return known[v.scratch() - 1]; };
+    const auto remember = [&](value v, c10::IValue t) {
+      known.push_back(std::move(t));
+      v.scratch() = static_cast<std::uint32_t>(known.size());
+    };
     std::vector<node> folded;
     {
       c10::NoGradGuard no_grad;
+      std::size_t ph_index = 0;
       for (auto n : g.nodes()) {
+        for (auto v : n.outputs()) v.scratch() = 0;
+        if (n.is_placeholder()) {
+          const auto& s = specs[ph_index++];
+          const bool constant = s.kind == input_kind::constant_tensor ||
+                                (fold_state && (s.kind == input_kind::parameter || s.kind == input_kind::buffer));
+          if (constant) remember(n.output(0), p.lifted_tensor(s).detach());
+          continue;
+        }
         if (!n.is_call() || has_side_effects(n) || n.num_outputs() == 0) continue;
         bool all_known = true;
-        for (std::size_t i = 0; i < n.num_inputs() && all_known; ++i) all_known = known.count(n.input(i).impl()) != 0;
+        for (std::size_t i = 0; i < n.num_inputs() && all_known; ++i) all_known = n.input(i).scratch() != 0;
         if (!all_known) continue;
         const auto& op = n.op();
         const auto& params = op.schema().arguments();
         torch::jit::Stack stack;
         const auto args = n.args();
         for (std::size_t i = 0; i < params.size(); ++i)
-          stack.push_back(detail::to_ivalue(args[i], params[i].real_type(), [&](const value& v) { return known.at(v.impl()); }));
+          stack.push_back(detail::to_ivalue(args[i], params[i].real_type(), tensor_of));
         op.handle.callBoxed(stack);  // an exception here fails the pass before any change
         std::vector<at::Tensor> outs;
         for (auto& r : stack) {
@@ -89,23 +96,26 @@ struct fold_t : pass_base<fold_t> {
             outs.push_back(r.toTensor());
         }
         if (outs.size() != n.num_outputs()) continue;
-        for (std::size_t i = 0; i < outs.size(); ++i) known.emplace(n.output(i).impl(), outs[i]);
+        for (std::size_t i = 0; i < outs.size(); ++i) remember(n.output(i), outs[i]);
         folded.push_back(n);
       }
     }
-    // 2. the frontier: folded results read by calls that stay, or returned
-    std::unordered_set<const detail::node_impl*> is_folded;
-    for (auto n : folded) is_folded.insert(n.impl());
+    // 2. the frontier: folded results read by calls that stay, or returned (a user is folded
+    //    when it is a call whose outputs are known)
+    const auto is_folded = [](const use& u) {
+      const node un = u.user();
+      return un.is_call() && un.num_outputs() != 0 && un.output(0).scratch() != 0;
+    };
     std::vector<value> frontier;
     for (auto n : folded)
       for (auto v : n.outputs()) {
         bool needed = false;
-        for (const auto& u : v.uses()) needed = needed || !is_folded.count(u.user_impl);
-        const auto& t = known.at(v.impl()).toTensor();
-        if (needed && t.nbytes() <= max_bytes) frontier.push_back(v);
+        for (const auto& u : v.uses()) needed = needed || !is_folded(u);
+        if (needed && tensor_of(v).toTensor().nbytes() <= max_bytes) frontier.push_back(v);
       }
     if (frontier.empty()) return pass_result::unchanged();
     // 3. lift them as constants, before the user inputs
+    const auto phs = g.placeholders();
     auto& gm = p.graph_mut();
     auto& sig = p.signature_mut();
     std::size_t insert_at = 0;
@@ -118,7 +128,7 @@ struct fold_t : pass_base<fold_t> {
     lifted.reserve(frontier.size());
     for (auto v : frontier) {
       const std::string target = "_folded_" + std::to_string(k++);
-      auto t = known.at(v.impl()).toTensor();
+      auto t = tensor_of(v).toTensor();
       auto ph = gm.add_placeholder_fresh("c" + target, value_type::of(tensor_meta::of(t)), before);
       lifted.push_back(input_spec{input_kind::constant_tensor, argument_spec::tensor(ph.name()), target, {}});
       p.constants_mut().set(target, std::move(t));
