@@ -3,3 +3,4 @@
 #pragma once
 #include <ATen/ATen.h>
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>

@@ -40,5 +40,8 @@
 #include <xport/passes/rewrite.hpp>
 #include <xport/passes/standard.hpp>
 #include <xport/passes/manager.hpp>
+#include <xport/serde/zip_index.hpp>
+#include <xport/serde/json.hpp>
+#include <xport/serde/pt2.hpp>
 
 #include <xport/detail/macro_unscope.hpp>

@@ -1,0 +1,656 @@
+// xport/serde/json.hpp: an exported_program as torch.export's JSON (torch/_export/serde/schema.py).
+// The schema version written is the one read from torch's sources, SCHEMA_VERSION = (8, 17);
+// a file of another major version is refused, other minor versions load. Unions are one-key
+// objects (`{"as_tensor": {"name": "x"}}`), enums are the schema's own numbers (ScalarType FLOAT
+// is 7, not c10's 6), optional fields that are None are left out.
+//
+// Reading trusts nothing: every field is looked up with its type checked, and a wrong or
+// missing one is a load_error naming the JSON path (`graph_module.graph.nodes[3].inputs[1]`).
+#pragma once
+
+#include <cstdint>      // std::int64_t
+#include <optional>     // std::optional
+#include <string>       // std::string
+#include <string_view>  // std::string_view
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>      // std::move
+#include <vector>       // std::vector
+
+#include <nlohmann/json.hpp>
+
+#include <xport/config.hpp>
+#include <xport/detail/compat.hpp>
+#include <xport/detail/schema.hpp>
+#include <xport/ir/graph.hpp>
+#include <xport/ir/op.hpp>
+#include <xport/ir/program.hpp>
+#include <xport/ir/verify.hpp>
+#include <xport/serde/zip_index.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+/// torch/_export/serde/schema.py SCHEMA_VERSION, as of the torch sources xport follows.
+inline constexpr int schema_version_major = 8;
+inline constexpr int schema_version_minor = 17;
+
+namespace detail::serde {
+
+using json = nlohmann::json;
+
+// ---- enums, with the schema's numbering ---------------------------------------------------
+
+inline int scalar_type_number(c10::ScalarType t) {
+  using S = c10::ScalarType;
+  switch (t) {
+    case S::Byte: return 1;
+    case S::Char: return 2;
+    case S::Short: return 3;
+    case S::Int: return 4;
+    case S::Long: return 5;
+    case S::Half: return 6;
+    case S::Float: return 7;
+    case S::Double: return 8;
+    case S::ComplexHalf: return 9;
+    case S::ComplexFloat: return 10;
+    case S::ComplexDouble: return 11;
+    case S::Bool: return 12;
+    case S::BFloat16: return 13;
+    default: break;
+  }
+  throw error("xport.save.dtype", std::string("dtype ") + c10::toString(t) + " has no number in the export schema");
+}
+inline std::optional<c10::ScalarType> scalar_type_of(std::int64_t n) {
+  using S = c10::ScalarType;
+  switch (n) {
+    case 1: return S::Byte;
+    case 2: return S::Char;
+    case 3: return S::Short;
+    case 4: return S::Int;
+    case 5: return S::Long;
+    case 6: return S::Half;
+    case 7: return S::Float;
+    case 8: return S::Double;
+    case 9: return S::ComplexHalf;
+    case 10: return S::ComplexFloat;
+    case 11: return S::ComplexDouble;
+    case 12: return S::Bool;
+    case 13: return S::BFloat16;
+    default: return std::nullopt;
+  }
+}
+inline int layout_number(c10::Layout l) {
+  switch (l) {
+    case c10::kStrided: return 7;
+    case c10::kSparse: return 1;
+    case c10::kSparseCsr: return 2;
+    case c10::kSparseCsc: return 3;
+    case c10::kSparseBsr: return 4;
+    case c10::kSparseBsc: return 5;
+    case c10::kMkldnn: return 6;
+    default: return 0;
+  }
+}
+inline std::optional<c10::Layout> layout_of(std::int64_t n) {
+  switch (n) {
+    case 7: return c10::kStrided;
+    case 1: return c10::kSparse;
+    case 2: return c10::kSparseCsr;
+    case 3: return c10::kSparseCsc;
+    case 4: return c10::kSparseBsr;
+    case 5: return c10::kSparseBsc;
+    case 6: return c10::kMkldnn;
+    default: return std::nullopt;
+  }
+}
+inline int memory_format_number(c10::MemoryFormat m) {
+  switch (m) {
+    case c10::MemoryFormat::Contiguous: return 1;
+    case c10::MemoryFormat::ChannelsLast: return 2;
+    case c10::MemoryFormat::ChannelsLast3d: return 3;
+    case c10::MemoryFormat::Preserve: return 4;
+    default: return 0;
+  }
+}
+inline std::optional<c10::MemoryFormat> memory_format_of(std::int64_t n) {
+  switch (n) {
+    case 1: return c10::MemoryFormat::Contiguous;
+    case 2: return c10::MemoryFormat::ChannelsLast;
+    case 3: return c10::MemoryFormat::ChannelsLast3d;
+    case 4: return c10::MemoryFormat::Preserve;
+    default: return std::nullopt;
+  }
+}
+
+// ---- checked reading ------------------------------------------------------------------------
+
+/// A JSON node with the path it was reached by, for error messages.
+struct at_path {
+  const json& j;
+  std::string path;
+  const std::string& record;
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw load_error("xport.load.schema", record + ": " + (path.empty() ? std::string("<root>") : path) + ": " + what);
+  }
+  [[nodiscard]] std::string_view type() const { return j.type_name(); }
+
+  [[nodiscard]] at_path operator[](std::string_view key) const {
+    if (!j.is_object()) fail("expected an object, got " + std::string(type()));
+    const auto it = j.find(key);
+    if (it == j.end()) fail("missing field '" + std::string(key) + "'");
+    return {*it, path.empty() ? std::string(key) : path + "." + std::string(key), record};
+  }
+  [[nodiscard]] std::optional<at_path> get(std::string_view key) const {
+    if (!j.is_object()) fail("expected an object, got " + std::string(type()));
+    const auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return std::nullopt;
+    return at_path{*it, path.empty() ? std::string(key) : path + "." + std::string(key), record};
+  }
+  [[nodiscard]] at_path operator[](std::size_t i) const {
+    return {j[i], path + "[" + std::to_string(i) + "]", record};
+  }
+  [[nodiscard]] std::size_t size_of_array() const {
+    if (!j.is_array()) fail("expected an array, got " + std::string(type()));
+    return j.size();
+  }
+  [[nodiscard]] const json& object() const {
+    if (!j.is_object()) fail("expected an object, got " + std::string(type()));
+    return j;
+  }
+  [[nodiscard]] std::string str() const {
+    if (!j.is_string()) fail("expected a string, got " + std::string(type()));
+    return j.get<std::string>();
+  }
+  [[nodiscard]] std::int64_t integer() const {
+    if (!j.is_number_integer()) fail("expected an integer, got " + std::string(type()));
+    if (j.is_number_unsigned() && j.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX))
+      fail("integer out of range");
+    return j.get<std::int64_t>();
+  }
+  [[nodiscard]] double number() const {
+    if (!j.is_number()) fail("expected a number, got " + std::string(type()));
+    return j.get<double>();
+  }
+  [[nodiscard]] bool boolean() const {
+    if (!j.is_boolean()) fail("expected a bool, got " + std::string(type()));
+    return j.get<bool>();
+  }
+  /// A union: an object with exactly one key. Returns (member, value).
+  [[nodiscard]] std::pair<std::string, at_path> one_of() const {
+    const auto& o = object();
+    if (o.size() != 1) fail("expected a union (an object with one key), got " + std::to_string(o.size()) + " keys");
+    const auto it = o.begin();
+    return {it.key(), at_path{it.value(), path + "." + it.key(), record}};
+  }
+};
+
+/// Parses JSON text; nesting deeper than 64 levels is refused (no recursion on hostile input).
+inline json parse(const std::string& text, const std::string& record) {
+  try {
+    return json::parse(text, [&](int depth, json::parse_event_t, json&) {
+      if (depth > 64) throw load_error("xport.load.json", record + ": JSON nested deeper than 64 levels");
+      return true;
+    });
+  } catch (const json::exception& e) {
+    throw load_error("xport.load.json", record + ": malformed JSON: " + e.what());
+  }
+}
+
+// ---- sizes, meta --------------------------------------------------------------------------
+
+inline json sym_int_json(const sym_int& s) {
+  if (s.is_constant()) return {{"as_int", s.value()}};
+  return {{"as_expr", {{"expr_str", s.str()}, {"hint", {{"as_int", s.hint()}}}}}};
+}
+inline sym_int sym_int_of(const at_path& j) {
+  auto [k, v] = j.one_of();
+  if (k == "as_int") return v.integer();
+  if (k == "as_expr")
+    v.fail("symbolic size '" + (v.get("expr_str") ? v["expr_str"].str() : std::string("?")) +
+           "': this xport reads static shapes only (dynamic shapes are not implemented yet)");
+  v.fail("unknown SymInt member '" + k + "'");
+}
+
+inline json device_json(c10::Device d) {
+  json j = {{"type", c10::DeviceTypeName(d.type(), /*lower_case=*/true)}};
+  if (d.has_index()) j["index"] = d.index();
+  return j;
+}
+inline c10::Device device_of(const at_path& j) {
+  const auto type = j["type"].str();
+  try {
+    c10::Device d(type);
+    if (auto i = j.get("index")) {
+      const auto idx = i->integer();
+      if (idx < -1 || idx > 127) i->fail("device index out of range");
+      d = c10::Device(d.type(), static_cast<c10::DeviceIndex>(idx));
+    }
+    return d;
+  } catch (const c10::Error&) {
+    j["type"].fail("unknown device type '" + type + "'");
+  }
+}
+
+inline json tensor_meta_json(const tensor_meta& m) {
+  json sizes = json::array(), strides = json::array();
+  for (const auto& s : m.sizes) sizes.push_back(sym_int_json(s));
+  for (const auto& s : m.strides) strides.push_back(sym_int_json(s));
+  return {{"dtype", scalar_type_number(m.dtype)}, {"sizes", std::move(sizes)},   {"requires_grad", m.requires_grad},
+          {"device", device_json(m.device)},     {"strides", std::move(strides)}, {"storage_offset", sym_int_json(m.storage_offset)},
+          {"layout", layout_number(m.layout)}};
+}
+inline tensor_meta tensor_meta_of(const at_path& j) {
+  tensor_meta m;
+  const auto dt = j["dtype"];
+  const auto st = scalar_type_of(dt.integer());
+  if (!st) dt.fail("unknown ScalarType " + std::to_string(dt.integer()));
+  m.dtype = *st;
+  const auto sizes = j["sizes"], strides = j["strides"];
+  const auto n = sizes.size_of_array();
+  if (n > 64) sizes.fail("more than 64 dimensions");
+  for (std::size_t i = 0; i < n; ++i) {
+    auto s = sym_int_of(sizes[i]);
+    if (s.hint() < 0) sizes[i].fail("negative size");
+    m.sizes.push_back(std::move(s));
+  }
+  const auto ns = strides.size_of_array();
+  if (ns != n && ns != 0) strides.fail("has " + std::to_string(ns) + " strides for " + std::to_string(n) + " sizes");
+  for (std::size_t i = 0; i < ns; ++i) {
+    auto s = sym_int_of(strides[i]);
+    if (s.hint() < 0) strides[i].fail("negative stride");
+    m.strides.push_back(std::move(s));
+  }
+  m.requires_grad = j["requires_grad"].boolean();
+  m.device = device_of(j["device"]);
+  m.storage_offset = sym_int_of(j["storage_offset"]);
+  if (m.storage_offset.hint() < 0) j["storage_offset"].fail("negative storage offset");
+  const auto l = layout_of(j["layout"].integer());
+  if (!l) j["layout"].fail("unknown Layout " + std::to_string(j["layout"].integer()));
+  m.layout = *l;
+  return m;
+}
+
+// ---- arguments ----------------------------------------------------------------------------
+
+inline json value_ref(value v) {
+  switch (v.kind()) {
+    case value_kind::sym_int: return {{"as_sym_int", {{"as_name", v.name()}}}};
+    case value_kind::sym_bool: return {{"as_sym_bool", {{"as_name", v.name()}}}};
+    case value_kind::sym_float: return {{"as_sym_float", {{"as_name", v.name()}}}};
+    default: return {{"as_tensor", {{"name", v.name()}}}};
+  }
+}
+
+/// The element type of a (possibly optional) list type, or nullptr.
+inline c10::TypePtr list_element(const c10::TypePtr& t) {
+  const auto u = unwrap_optional(t);
+  if (u->kind() == c10::TypeKind::ListType) return u->castRaw<c10::ListType>()->getElementType();
+  return nullptr;
+}
+
+inline json argument_json(const argument& a, const c10::TypePtr& type) {
+  using K = argument::kind;
+  switch (a.type()) {
+    case K::none: return {{"as_none", true}};
+    case K::boolean: return {{"as_bool", a.as_bool()}};
+    case K::integer: return {{"as_int", a.as_int()}};
+    case K::floating: return {{"as_float", a.as_double()}};
+    case K::string: return {{"as_string", a.as_string()}};
+    case K::dtype: return {{"as_scalar_type", scalar_type_number(a.as_dtype())}};
+    case K::device: return {{"as_device", device_json(a.as_device())}};
+    case K::layout: return {{"as_layout", layout_number(a.as_layout())}};
+    case K::memory_format: return {{"as_memory_format", memory_format_number(a.as_memory_format())}};
+    case K::value: return value_ref(a.as_value());
+    case K::list: break;
+  }
+  const auto& l = a.as_list();
+  const auto elem = type ? list_element(type) : nullptr;
+  const bool optional_tensors = elem && elem->kind() == c10::TypeKind::OptionalType &&
+                                unwrap_optional(elem)->kind() == c10::TypeKind::TensorType;
+  bool all_int = true, all_float = true, all_bool = true, all_str = true, all_tensor = true, any_sym = false;
+  for (const auto& e : l) {
+    const bool sym = e.is_value() && e.as_value().kind() == value_kind::sym_int;
+    any_sym = any_sym || sym;
+    all_int = all_int && (e.is_int() || sym);
+    all_float = all_float && (e.is_double() || e.is_int());
+    all_bool = all_bool && e.is_bool();
+    all_str = all_str && e.is_string();
+    all_tensor = all_tensor && e.is_value() && e.as_value().kind() == value_kind::tensor;
+  }
+  if (optional_tensors) {
+    json out = json::array();
+    for (const auto& e : l)
+      out.push_back(e.is_none() ? json{{"as_none", true}} : json{{"as_tensor", {{"name", e.as_value().name()}}}});
+    return {{"as_optional_tensors", std::move(out)}};
+  }
+  if (l.empty()) {
+    const auto k = elem ? unwrap_optional(elem)->kind() : c10::TypeKind::IntType;
+    switch (k) {
+      case c10::TypeKind::FloatType: return {{"as_floats", json::array()}};
+      case c10::TypeKind::BoolType: return {{"as_bools", json::array()}};
+      case c10::TypeKind::StringType: return {{"as_strings", json::array()}};
+      case c10::TypeKind::TensorType: return {{"as_tensors", json::array()}};
+      default: return {{"as_ints", json::array()}};
+    }
+  }
+  json out = json::array();
+  if (all_tensor) {
+    for (const auto& e : l) out.push_back({{"name", e.as_value().name()}});
+    return {{"as_tensors", std::move(out)}};
+  }
+  if (all_int && any_sym) {
+    for (const auto& e : l)
+      out.push_back(e.is_int() ? json{{"as_int", e.as_int()}} : json{{"as_name", e.as_value().name()}});
+    return {{"as_sym_ints", std::move(out)}};
+  }
+  if (all_int) {
+    for (const auto& e : l) out.push_back(e.as_int());
+    return {{"as_ints", std::move(out)}};
+  }
+  if (all_bool) {
+    for (const auto& e : l) out.push_back(e.as_bool());
+    return {{"as_bools", std::move(out)}};
+  }
+  if (all_float) {
+    for (const auto& e : l) out.push_back(e.is_int() ? static_cast<double>(e.as_int()) : e.as_double());
+    return {{"as_floats", std::move(out)}};
+  }
+  if (all_str) {
+    for (const auto& e : l) out.push_back(e.as_string());
+    return {{"as_strings", std::move(out)}};
+  }
+  throw error("xport.save.argument", "a list mixing " + std::string(l.front().type_name()) +
+                                          " and other kinds has no form in the export schema");
+}
+
+/// Resolves value names while a graph is read: a name must be defined before it is used.
+struct value_scope {
+  std::unordered_map<std::string, value> defined;
+  std::unordered_set<std::string> later;  ///< every name some node defines (for the cycle message)
+
+  value operator()(const at_path& j, const std::string& name) const {
+    if (const auto it = defined.find(name); it != defined.end()) return it->second;
+    if (later.count(name))
+      j.fail("'" + name + "' is used before the node that defines it (the nodes are out of order or form a cycle)");
+    j.fail("'" + name + "' names no value in the graph");
+  }
+};
+
+inline argument argument_of(const at_path& j, const value_scope& scope) {
+  auto [k, v] = j.one_of();
+  const auto name_of = [&](const at_path& t) { return scope(t, t["name"].str()); };
+  if (k == "as_none") return none;
+  if (k == "as_tensor") return name_of(v);
+  if (k == "as_optional_tensor") {
+    auto [k2, v2] = v.one_of();
+    if (k2 == "as_none") return none;
+    if (k2 == "as_tensor") return name_of(v2);
+    v.fail("unknown OptionalTensorArgument member '" + k2 + "'");
+  }
+  if (k == "as_int") return v.integer();
+  if (k == "as_float") return v.number();
+  if (k == "as_bool") return v.boolean();
+  if (k == "as_string") return v.str();
+  if (k == "as_scalar_type") {
+    const auto t = scalar_type_of(v.integer());
+    if (!t) v.fail("unknown ScalarType " + std::to_string(v.integer()));
+    return *t;
+  }
+  if (k == "as_layout") {
+    const auto l = layout_of(v.integer());
+    if (!l) v.fail("unknown Layout " + std::to_string(v.integer()));
+    return *l;
+  }
+  if (k == "as_memory_format") {
+    const auto m = memory_format_of(v.integer());
+    if (!m) v.fail("unknown MemoryFormat " + std::to_string(v.integer()));
+    return *m;
+  }
+  if (k == "as_device") return device_of(v);
+  if (k == "as_sym_int" || k == "as_sym_bool" || k == "as_sym_float") {
+    auto [k2, v2] = v.one_of();
+    if (k2 == "as_name") return scope(v2, v2.str());
+    if (k2 == "as_int") return v2.integer();
+    if (k2 == "as_bool") return v2.boolean();
+    if (k2 == "as_float") return v2.number();
+    v.fail("unknown member '" + k2 + "'");
+  }
+  argument::list_type out;
+  const auto each = [&](auto&& f) {
+    const auto n = v.size_of_array();
+    out.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) out.push_back(f(v[i]));
+    return argument(std::move(out));
+  };
+  if (k == "as_tensors") return each([&](const at_path& e) { return argument(name_of(e)); });
+  if (k == "as_ints") return each([](const at_path& e) { return argument(e.integer()); });
+  if (k == "as_floats") return each([](const at_path& e) { return argument(e.number()); });
+  if (k == "as_bools") return each([](const at_path& e) { return argument(e.boolean()); });
+  if (k == "as_strings") return each([](const at_path& e) { return argument(e.str()); });
+  if (k == "as_optional_tensors" || k == "as_sym_ints" || k == "as_sym_bools" || k == "as_sym_floats")
+    return each([&](const at_path& e) -> argument {
+      auto [k2, v2] = e.one_of();
+      if (k2 == "as_none") return none;
+      if (k2 == "as_tensor") return name_of(v2);
+      if (k2 == "as_name") return scope(v2, v2.str());
+      if (k2 == "as_int") return v2.integer();
+      if (k2 == "as_bool") return v2.boolean();
+      if (k2 == "as_float") return v2.number();
+      e.fail("unknown member '" + k2 + "'");
+    });
+  v.fail("argument kind '" + k + "' is not supported by xport");
+}
+
+// ---- signature ----------------------------------------------------------------------------
+
+inline json constant_value_json(const argument& a) {
+  if (a.is_none()) return {{"as_none", true}};
+  if (a.is_int()) return {{"as_int", a.as_int()}};
+  if (a.is_double()) return {{"as_float", a.as_double()}};
+  if (a.is_string()) return {{"as_string", a.as_string()}};
+  if (a.is_bool()) return {{"as_bool", a.as_bool()}};
+  throw error("xport.save.constant", "a constant input of kind " + std::string(a.type_name()) + " has no form in the schema");
+}
+inline argument constant_value_of(const at_path& j) {
+  auto [k, v] = j.one_of();
+  if (k == "as_none") return none;
+  if (k == "as_int") return v.integer();
+  if (k == "as_float") return v.number();
+  if (k == "as_string") return v.str();
+  if (k == "as_bool") return v.boolean();
+  v.fail("unknown ConstantValue member '" + k + "'");
+}
+
+inline json spec_arg_json(const argument_spec& a) {
+  switch (a.type) {
+    case argument_spec::kind::sym_int: return {{"as_sym_int", {{"as_name", a.name}}}};
+    case argument_spec::kind::sym_bool: return {{"as_sym_bool", {{"as_name", a.name}}}};
+    case argument_spec::kind::sym_float: return {{"as_sym_float", {{"as_name", a.name}}}};
+    case argument_spec::kind::token: return {{"as_token", {{"name", a.name}}}};
+    case argument_spec::kind::custom_obj: return {{"as_custom_obj", {{"name", a.name}, {"class_fqn", a.class_fqn}}}};
+    case argument_spec::kind::constant: {
+      json v = constant_value_json(a.constant);
+      // an Argument holding the constant itself (torch writes user outputs that are constants so)
+      return v;
+    }
+    case argument_spec::kind::tensor: break;
+  }
+  return {{"as_tensor", {{"name", a.name}}}};
+}
+inline argument_spec spec_arg_of(const at_path& j) {
+  auto [k, v] = j.one_of();
+  if (k == "as_tensor") return argument_spec::tensor(v["name"].str());
+  if (k == "as_sym_int" || k == "as_sym_bool" || k == "as_sym_float") {
+    auto [k2, v2] = v.one_of();
+    if (k2 != "as_name") v.fail("expected a symbol name");
+    argument_spec s = argument_spec::sym_int(v2.str());
+    if (k == "as_sym_bool") s.type = argument_spec::kind::sym_bool;
+    if (k == "as_sym_float") s.type = argument_spec::kind::sym_float;
+    return s;
+  }
+  if (k == "as_token") return argument_spec::token(v["name"].str());
+  if (k == "as_custom_obj") {
+    argument_spec s{argument_spec::kind::custom_obj, v["name"].str(), {}, v["class_fqn"].str()};
+    return s;
+  }
+  return argument_spec::constant_value("", constant_value_of(j));
+}
+
+inline json input_spec_json(const input_spec& s) {
+  const json tensor = {{"name", s.arg.name}};
+  switch (s.kind) {
+    case input_kind::user_input:
+      if (s.arg.type == argument_spec::kind::constant)
+        return {{"constant_input", {{"name", s.arg.name}, {"value", constant_value_json(s.arg.constant)}}}};
+      return {{"user_input", {{"arg", spec_arg_json(s.arg)}}}};
+    case input_kind::parameter: return {{"parameter", {{"arg", tensor}, {"parameter_name", s.target.value_or("")}}}};
+    case input_kind::buffer:
+      return {{"buffer", {{"arg", tensor}, {"buffer_name", s.target.value_or("")}, {"persistent", s.persistent.value_or(true)}}}};
+    case input_kind::constant_tensor:
+      return {{"tensor_constant", {{"arg", tensor}, {"tensor_constant_name", s.target.value_or("")}}}};
+    case input_kind::custom_obj:
+      return {{"custom_obj", {{"arg", {{"name", s.arg.name}, {"class_fqn", s.arg.class_fqn}}}, {"custom_obj_name", s.target.value_or("")}}}};
+    case input_kind::token: return {{"token", {{"arg", tensor}}}};
+  }
+  return {};
+}
+inline input_spec input_spec_of(const at_path& j) {
+  auto [k, v] = j.one_of();
+  input_spec s;
+  const auto tensor_arg = [&] { return argument_spec::tensor(v["arg"]["name"].str()); };
+  if (k == "user_input") {
+    s.kind = input_kind::user_input;
+    s.arg = spec_arg_of(v["arg"]);
+  } else if (k == "constant_input") {
+    s.kind = input_kind::user_input;
+    s.arg = argument_spec::constant_value(v["name"].str(), constant_value_of(v["value"]));
+  } else if (k == "parameter") {
+    s.kind = input_kind::parameter;
+    s.arg = tensor_arg();
+    s.target = v["parameter_name"].str();
+  } else if (k == "buffer") {
+    s.kind = input_kind::buffer;
+    s.arg = tensor_arg();
+    s.target = v["buffer_name"].str();
+    s.persistent = v["persistent"].boolean();
+  } else if (k == "tensor_constant") {
+    s.kind = input_kind::constant_tensor;
+    s.arg = tensor_arg();
+    s.target = v["tensor_constant_name"].str();
+  } else if (k == "custom_obj") {
+    s.kind = input_kind::custom_obj;
+    s.arg = argument_spec{argument_spec::kind::custom_obj, v["arg"]["name"].str(), {}, v["arg"]["class_fqn"].str()};
+    s.target = v["custom_obj_name"].str();
+  } else if (k == "token") {
+    s.kind = input_kind::token;
+    s.arg = argument_spec::token(v["arg"]["name"].str());
+  } else {
+    j.fail("unknown InputSpec member '" + k + "'");
+  }
+  return s;
+}
+
+struct output_kind_name {
+  output_kind kind;
+  const char* member;
+  const char* target_field;  ///< nullptr when the spec has no target
+};
+inline constexpr output_kind_name output_kinds[] = {
+    {output_kind::user_output, "user_output", nullptr},
+    {output_kind::loss_output, "loss_output", nullptr},
+    {output_kind::buffer_mutation, "buffer_mutation", "buffer_name"},
+    {output_kind::gradient_to_parameter, "gradient_to_parameter", "parameter_name"},
+    {output_kind::gradient_to_user_input, "gradient_to_user_input", "user_input_name"},
+    {output_kind::user_input_mutation, "user_input_mutation", "user_input_name"},
+    {output_kind::token, "token", nullptr},
+    {output_kind::parameter_mutation, "parameter_mutation", "parameter_name"},
+};
+
+inline json output_spec_json(const output_spec& s) {
+  for (const auto& k : output_kinds) {
+    if (k.kind != s.kind) continue;
+    json body;
+    if (s.kind == output_kind::user_output) body["arg"] = spec_arg_json(s.arg);
+    else body["arg"] = {{"name", s.arg.name}};
+    if (k.target_field) body[k.target_field] = s.target.value_or("");
+    return {{k.member, std::move(body)}};
+  }
+  return {};
+}
+inline output_spec output_spec_of(const at_path& j) {
+  auto [k, v] = j.one_of();
+  for (const auto& ok : output_kinds) {
+    if (k != ok.member) continue;
+    output_spec s;
+    s.kind = ok.kind;
+    if (ok.kind == output_kind::user_output) s.arg = spec_arg_of(v["arg"]);
+    else if (ok.kind == output_kind::token) s.arg = argument_spec::token(v["arg"]["name"].str());
+    else s.arg = argument_spec::tensor(v["arg"]["name"].str());
+    if (ok.target_field) s.target = v[ok.target_field].str();
+    return s;
+  }
+  j.fail("unknown OutputSpec member '" + k + "'");
+}
+
+// ---- treespecs ----------------------------------------------------------------------------
+
+/// xport's own treespec form (exact, constants included), kept in GraphModule.metadata.
+inline json treespec_json(const treespec& t) {
+  static constexpr const char* kinds[] = {"leaf", "constant", "none", "tuple", "list", "dict"};
+  json j = {{"kind", kinds[static_cast<int>(t.type)]}};
+  if (t.type == treespec::kind::constant) j["value"] = constant_value_json(t.value);
+  if (t.type == treespec::kind::dict) j["keys"] = t.keys;
+  if (!t.children.empty()) {
+    j["children"] = json::array();
+    for (const auto& c : t.children) j["children"].push_back(treespec_json(c));
+  }
+  return j;
+}
+inline treespec treespec_of(const at_path& j) {
+  static constexpr std::string_view kinds[] = {"leaf", "constant", "none", "tuple", "list", "dict"};
+  treespec t;
+  const auto k = j["kind"].str();
+  int idx = -1;
+  for (int i = 0; i < 6; ++i)
+    if (kinds[i] == k) idx = i;
+  if (idx < 0) j["kind"].fail("unknown treespec kind '" + k + "'");
+  t.type = static_cast<treespec::kind>(idx);
+  if (t.type == treespec::kind::constant) t.value = constant_value_of(j["value"]);
+  if (auto c = j.get("children")) {
+    if (t.type != treespec::kind::tuple && t.type != treespec::kind::list && t.type != treespec::kind::dict)
+      c->fail("a " + k + " has no children");
+    for (std::size_t i = 0, n = c->size_of_array(); i < n; ++i) t.children.push_back(treespec_of((*c)[i]));
+  }
+  if (t.type == treespec::kind::dict) {
+    const auto keys = j["keys"];
+    for (std::size_t i = 0, n = keys.size_of_array(); i < n; ++i) t.keys.push_back(keys[i].str());
+    if (t.keys.size() != t.children.size()) keys.fail("a dict needs one key per child");
+  }
+  return t;
+}
+
+/// torch.utils._pytree's `treespec_dumps` form (protocol 1), for Python readers.
+inline json pytree_json(const treespec& t) {
+  json children = json::array();
+  for (const auto& c : t.children) children.push_back(pytree_json(c));
+  switch (t.type) {
+    case treespec::kind::leaf:
+    case treespec::kind::constant: return {{"type", nullptr}, {"context", nullptr}, {"children_spec", json::array()}};
+    case treespec::kind::none: return {{"type", "builtins.NoneType"}, {"context", "null"}, {"children_spec", json::array()}};
+    case treespec::kind::tuple: return {{"type", "builtins.tuple"}, {"context", "null"}, {"children_spec", std::move(children)}};
+    case treespec::kind::list: return {{"type", "builtins.list"}, {"context", "null"}, {"children_spec", std::move(children)}};
+    case treespec::kind::dict:
+      return {{"type", "builtins.dict"}, {"context", json(t.keys).dump()}, {"children_spec", std::move(children)}};
+  }
+  return {};
+}
+/// The call spec torch writes: in_spec is `(args, kwargs)`.
+inline std::string pytree_in_spec(const treespec& args) {
+  treespec call{treespec::kind::tuple, {}, {}, {args, treespec{treespec::kind::dict, {}, {}, {}}}};
+  return json::array({1, pytree_json(call)}).dump();
+}
+
+}  // namespace detail::serde
+
+XPORT_END_NAMESPACE

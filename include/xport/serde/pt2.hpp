@@ -1,0 +1,630 @@
+// xport/serde/pt2.hpp: save and load .pt2 archives in torch.export's own layout.
+//
+//   archive_format                       "pt2"
+//   archive_version                      "0"
+//   models/model.json                    the program (serde/json.hpp; schema 8.17)
+//   data/weights/weight_<i>              raw bytes of one storage (shared storage written once)
+//   data/weights/model_weights_config.json     {"config": {fqn: PayloadMeta}}
+//   data/constants/tensor_<i>, data/constants/model_constants_config.json
+//   data/sample_inputs/model.pt          example inputs (torch.save format), when asked
+//
+// The zip is written by LibTorch's PyTorchStreamWriter (records stored, 64-byte aligned) and
+// read with its PyTorchStreamReader after xport's own bounds check of the central directory;
+// weights are read straight into fresh tensor storage. Loading never runs anything from the file.
+#pragma once
+
+#include <cstdio>       // std::FILE
+#include <functional>   // std::function
+#include <istream>      // std::istream
+#include <map>          // std::map
+#include <memory>       // std::shared_ptr
+#include <ostream>      // std::ostream
+#include <string>       // std::string
+#include <vector>       // std::vector
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <caffe2/serialize/file_adapter.h>
+#include <caffe2/serialize/in_memory_adapter.h>
+#include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/versions.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/GradMode.h>
+#include <ATen/core/ivalue.h>
+#include <c10/macros/Export.h>
+
+#include <xport/config.hpp>
+#include <xport/serde/json.hpp>
+
+// LibTorch's pickler (torch/csrc/jit/serialization/pickle.h, same in 1.13 and 2.x), declared
+// here: its header pulls in the whole JIT IR, against the narrow-headers rule.
+namespace torch::jit {
+TORCH_API std::vector<char> pickle_save(const c10::IValue& ivalue);
+TORCH_API c10::IValue pickle_load(const std::vector<char>& data);
+}  // namespace torch::jit
+
+
+XPORT_BEGIN_NAMESPACE
+
+struct save_options {
+  /// The model's name inside the archive (`models/<name>.json`); torch.export.save uses "model".
+  std::string model_name = "model";
+  /// Also write the example inputs kept on the program (`data/sample_inputs/<name>.pt`).
+  bool example_inputs = false;
+};
+
+struct load_options {
+  std::string model_name = "model";
+  /// Read example inputs when the archive has them (parsed by LibTorch's unpickler: only for
+  /// files you trust).
+  bool example_inputs = false;
+  /// Check the rebuilt program with verify() (on by default; a failure is a load_error).
+  bool verify = true;
+};
+
+namespace detail {
+
+inline std::vector<char> pickle_bytes(const c10::IValue& v) { return torch::jit::pickle_save(v); }
+
+/// Example inputs from `torch.save((args, kwargs))` bytes: the tensors of args, in order.
+inline std::vector<at::Tensor> unpickle_inputs(const std::string& bytes, const std::string& record) {
+  c10::IValue v;
+  try {
+    v = torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+  } catch (const std::exception& e) {
+    throw load_error("xport.load.sample_inputs", record + ": " + e.what());
+  }
+  std::vector<at::Tensor> out;
+  const auto visit = [&](const auto& self, const c10::IValue& x, int depth) -> void {
+    if (depth > 32) throw load_error("xport.load.sample_inputs", record + ": nested too deeply");
+    if (x.isTensor()) out.push_back(x.toTensor());
+    else if (x.isTuple())
+      for (const auto& e : x.toTupleRef().elements()) self(self, e, depth + 1);
+    else if (x.isList())
+      for (const auto& e : x.toListRef()) self(self, e, depth + 1);
+  };
+  if (!v.isTuple() || v.toTupleRef().elements().empty())
+    throw load_error("xport.load.sample_inputs", record + ": expected a tuple (args, kwargs)");
+  visit(visit, v.toTupleRef().elements()[0], 0);
+  return out;
+}
+
+}  // namespace detail
+
+namespace detail::serde {
+
+inline constexpr std::string_view archive_format = "pt2";
+inline constexpr std::string_view archive_version = "0";
+
+/// The opset version of aten, as torch writes it: torch._C._get_max_operator_version(), which
+/// is the running LibTorch's caffe2::serialize::kProducedFileFormatVersion.
+inline int aten_opset_version() { return static_cast<int>(caffe2::serialize::kProducedFileFormatVersion); }
+
+inline std::string stack_trace_of(const source_location& s) {
+  std::string t = "  File \"" + s.file + "\", line " + std::to_string(s.line) + ", in " + s.function;
+  if (!s.code.empty()) t += "\n    " + s.code;
+  return t;
+}
+inline std::shared_ptr<const source_location> source_of(const std::string& trace) {
+  // the last frame: `  File "<file>", line <n>, in <function>\n    <code>`
+  const auto at = trace.rfind("File \"");
+  if (at == std::string::npos) return nullptr;
+  const auto q = trace.find("\", line ", at + 6);
+  if (q == std::string::npos) return nullptr;
+  source_location s;
+  s.file = trace.substr(at + 6, q - at - 6);
+  std::size_t p = q + 8;
+  std::uint64_t line = 0;
+  while (p < trace.size() && trace[p] >= '0' && trace[p] <= '9' && line < 1000000000) line = line * 10 + static_cast<std::uint64_t>(trace[p++] - '0');
+  s.line = static_cast<std::uint32_t>(line);
+  if (trace.compare(p, 5, ", in ") != 0) return nullptr;
+  p += 5;
+  const auto eol = trace.find('\n', p);
+  s.function = trace.substr(p, eol == std::string::npos ? std::string::npos : eol - p);
+  if (eol != std::string::npos) {
+    auto code = trace.substr(eol + 1);
+    const auto first = code.find_first_not_of(' ');
+    s.code = first == std::string::npos ? std::string() : code.substr(first);
+  }
+  return std::make_shared<const source_location>(std::move(s));
+}
+
+// ---- program -> JSON -------------------------------------------------------------------------
+
+inline json graph_json(const graph& g) {
+  json inputs = json::array(), nodes = json::array(), outputs = json::array();
+  json tensor_values = json::object(), sym_int_values = json::object();
+  const auto record = [&](value v) {
+    if (v.kind() == value_kind::tensor) tensor_values[v.name()] = tensor_meta_json(v.meta());
+    else if (v.kind() == value_kind::sym_int) sym_int_values[v.name()] = sym_int_json(v.type().scalar);
+  };
+  for (auto n : g.nodes()) {
+    if (n.is_placeholder()) {
+      inputs.push_back(value_ref(n.output(0)));
+      record(n.output(0));
+      continue;
+    }
+    if (n.kind() == node_kind::output) {
+      for (const auto& a : n.args()) outputs.push_back(argument_json(a, nullptr));
+      continue;
+    }
+    const auto& op = n.op();
+    const auto& params = op.schema().arguments();
+    json in = json::array();
+    const auto args = n.args();
+    for (std::size_t i = 0; i < params.size() && i < args.size(); ++i)
+      in.push_back({{"name", params[i].name()},
+                    {"arg", argument_json(args[i], params[i].real_type())},
+                    {"kind", params[i].kwarg_only() ? 2 : 1}});
+    json out = json::array();
+    if (op.returns_list) {
+      json list = json::array();
+      for (auto v : n.outputs()) list.push_back({{"name", v.name()}});
+      out.push_back({{"as_tensors", std::move(list)}});
+    } else {
+      for (auto v : n.outputs())
+        out.push_back(v.kind() == value_kind::none ? json{{"as_none", true}} : value_ref(v));
+    }
+    for (auto v : n.outputs()) record(v);
+    json meta = json::object();
+    if (const auto& s = n.source()) meta["stack_trace"] = stack_trace_of(*s);
+    if (!n.module_path().empty()) meta["nn_module_stack"] = n.module_path() + "," + n.module_path() + ",";
+    nodes.push_back({{"target", op.target}, {"inputs", std::move(in)}, {"outputs", std::move(out)},
+                     {"metadata", std::move(meta)}, {"name", n.name()}});
+  }
+  return {{"inputs", std::move(inputs)},   {"outputs", std::move(outputs)},
+          {"nodes", std::move(nodes)},     {"tensor_values", std::move(tensor_values)},
+          {"sym_int_values", std::move(sym_int_values)}, {"sym_bool_values", json::object()},
+          {"is_single_tensor_return", false}, {"custom_obj_values", json::object()},
+          {"sym_float_values", json::object()}};
+}
+
+inline json program_json(const exported_program& p) {
+  json input_specs = json::array(), output_specs = json::array();
+  for (const auto& s : p.signature().input_specs) input_specs.push_back(input_spec_json(s));
+  for (const auto& s : p.signature().output_specs) output_specs.push_back(output_spec_json(s));
+  json metadata = json::object();
+  json call = {{"fqn", ""}};
+  if (p.in_spec() && p.out_spec()) {
+    metadata["xport.in_spec"] = treespec_json(*p.in_spec()).dump();
+    metadata["xport.out_spec"] = treespec_json(*p.out_spec()).dump();
+    json ins = json::array(), outs = json::array(), names = json::array();
+    for (const auto& s : p.signature().input_specs)
+      if (s.kind == input_kind::user_input) {
+        ins.push_back(spec_arg_json(s.arg));
+        names.push_back(s.arg.name);
+      }
+    for (const auto& s : p.signature().output_specs)
+      if (s.kind == output_kind::user_output) outs.push_back(spec_arg_json(s.arg));
+    call["signature"] = {{"inputs", std::move(ins)},
+                         {"outputs", std::move(outs)},
+                         {"in_spec", pytree_in_spec(*p.in_spec())},
+                         {"out_spec", json::array({1, pytree_json(*p.out_spec())}).dump()},
+                         {"forward_arg_names", std::move(names)}};
+  }
+  json ranges = json::object();
+  for (const auto& r : p.range_constraints())
+    ranges[r.symbol.str()] = {{"min_val", r.min}, {"max_val", r.max ? json(*r.max) : json(nullptr)}};
+  return {{"graph_module",
+           {{"graph", graph_json(p.graph())},
+            {"signature", {{"input_specs", std::move(input_specs)}, {"output_specs", std::move(output_specs)}}},
+            {"module_call_graph", json::array({std::move(call)})},
+            {"metadata", std::move(metadata)},
+            {"treespec_namedtuple_fields", json::object()}}},
+          {"opset_version", {{"aten", aten_opset_version()}}},
+          {"range_constraints", std::move(ranges)},
+          {"schema_version", {{"major", schema_version_major}, {"minor", schema_version_minor}}},
+          {"verifiers", json::array({std::string(to_string(p.dialect()))})},
+          {"torch_version", torch_version()},
+          {"guards_code", json::array()}};
+}
+
+// ---- JSON -> program -------------------------------------------------------------------------
+
+inline graph graph_of(const at_path& gj, ir_dialect dialect) {
+  (void)dialect;
+  graph g;
+  const auto tensor_values = gj["tensor_values"];
+  const auto sym_int_values = gj["sym_int_values"];
+  (void)tensor_values.object();
+  (void)sym_int_values.object();
+  const auto type_of = [&](const at_path& where, const std::string& name) -> value_type {
+    if (auto t = tensor_values.get(name)) return value_type::of(tensor_meta_of(*t));
+    if (auto s = sym_int_values.get(name)) return value_type::of_sym_int(sym_int_of(*s));
+    where.fail("value '" + name + "' has no entry in tensor_values or sym_int_values");
+  };
+  value_scope scope;
+  const auto nodes = gj["nodes"];
+  const auto n_nodes = nodes.size_of_array();
+  const auto each_output_name = [&](const at_path& out, auto&& f) {
+    auto [k, v] = out.one_of();
+    if (k == "as_tensor") f(v, v["name"].str());
+    else if (k == "as_tensors")
+      for (std::size_t i = 0, n = v.size_of_array(); i < n; ++i) f(v[i], v[i]["name"].str());
+    else if (k == "as_sym_int" || k == "as_sym_bool" || k == "as_sym_float") f(v, v["as_name"].str());
+    else if (k != "as_none") out.fail("unsupported node output kind '" + k + "'");
+  };
+  for (std::size_t i = 0; i < n_nodes; ++i) {
+    const auto outs = nodes[i]["outputs"];
+    for (std::size_t o = 0, n = outs.size_of_array(); o < n; ++o)
+      each_output_name(outs[o], [&](const at_path&, const std::string& name) { scope.later.insert(name); });
+  }
+  const auto to_load = [](const at_path& where, const std::exception& e) {
+    where.fail(e.what());
+  };
+  const auto inputs = gj["inputs"];
+  for (std::size_t i = 0, n = inputs.size_of_array(); i < n; ++i) {
+    auto [k, v] = inputs[i].one_of();
+    std::string name;
+    if (k == "as_tensor") name = v["name"].str();
+    else if (k == "as_sym_int") name = v["as_name"].str();
+    else inputs[i].fail("a graph input must be a tensor or a SymInt, got '" + k + "'");
+    try {
+      scope.defined.emplace(name, g.add_placeholder(name, type_of(inputs[i], name)));
+    } catch (const graph_error& e) {
+      to_load(inputs[i], e);
+    }
+  }
+  for (std::size_t i = 0; i < n_nodes; ++i) {
+    const auto nj = nodes[i];
+    const auto target = nj["target"].str();
+    const auto* op = try_find_op(target);
+    if (!op)
+      nj["target"].fail("operator '" + target + "' is not registered in this LibTorch (" + torch_version() +
+                        "): the program needs a LibTorch that has it (or a library that registers it)");
+    std::vector<kwarg> kwargs;
+    const auto ins = nj["inputs"];
+    for (std::size_t a = 0, n = ins.size_of_array(); a < n; ++a)
+      kwargs.push_back(kwarg{ins[a]["name"].str(), argument_of(ins[a]["arg"], scope)});
+    std::vector<argument> args;
+    try {
+      args = detail::bind_arguments(*op, {}, std::move(kwargs));
+    } catch (const schema_error& e) {
+      ins.fail(e.what());
+    }
+    std::vector<value_type> types;
+    std::vector<std::string> names;
+    const auto outs = nj["outputs"];
+    std::size_t unnamed = 0;
+    const auto node_name = nj.get("name") ? nj["name"].str() : std::string();
+    for (std::size_t o = 0, n = outs.size_of_array(); o < n; ++o) {
+      auto [k, v] = outs[o].one_of();
+      if (k == "as_none") {
+        types.push_back(value_type{value_kind::none, {}, {}});
+        names.push_back((node_name.empty() ? op->packet : node_name) + "_unused_" + std::to_string(unnamed++));
+        continue;
+      }
+      each_output_name(outs[o], [&](const at_path& where, const std::string& name) {
+        types.push_back(type_of(where, name));
+        names.push_back(name);
+      });
+    }
+    const bool tuple = op->returns_list || op->num_returns() != 1;
+    if (!tuple && names.size() != 1) outs.fail(op->qualified + " returns one value, the node lists " + std::to_string(names.size()));
+    if (op->returns_list && (outs.size_of_array() != 1 || !outs[0].object().contains("as_tensors")))
+      outs.fail(op->qualified + " returns a Tensor[]: expected one as_tensors output");
+    if (!op->returns_list && tuple && names.size() != op->num_returns())
+      outs.fail(op->qualified + " returns " + std::to_string(op->num_returns()) + " values, the node lists " +
+                std::to_string(names.size()));
+    node created;
+    try {
+      created = g.create_call_named(*op, std::move(args), std::move(types),
+                                    node_name.empty() ? op->packet : node_name, names);
+    } catch (const graph_error& e) {
+      to_load(nj, e);
+    }
+    for (auto v : created.outputs()) scope.defined.emplace(v.name(), v);
+    const auto meta = nj["metadata"];
+    (void)meta.object();
+    if (auto st = meta.get("stack_trace")) created.set_source(source_of(st->str()));
+    if (auto ms = meta.get("nn_module_stack")) {
+      const auto text = ms->str();
+      created.set_module_path(text.substr(0, text.find(',')));
+    }
+  }
+  std::vector<argument> results;
+  const auto outputs = gj["outputs"];
+  for (std::size_t i = 0, n = outputs.size_of_array(); i < n; ++i) results.push_back(argument_of(outputs[i], scope));
+  g.set_output(std::move(results));
+  return g;
+}
+
+struct loaded_json {
+  graph g;
+  graph_signature sig;
+  std::vector<range_constraint> ranges;
+  ir_dialect dialect = ir_dialect::training;
+  std::optional<treespec> in_spec, out_spec;
+};
+
+inline loaded_json program_of(const json& doc, const std::string& record) {
+  const at_path root{doc, "", record};
+  const auto ver = root["schema_version"];
+  const auto major = ver["major"].integer();
+  if (major != schema_version_major)
+    ver.fail("schema version " + std::to_string(major) + "." + std::to_string(ver["minor"].integer()) +
+             " is not readable by this xport, which reads major version " + std::to_string(schema_version_major) +
+             " (written by torch >= 2.8); re-export the program with a matching torch");
+  (void)ver["minor"].integer();
+  loaded_json out;
+  if (auto v = root.get("verifiers")) {
+    for (std::size_t i = 0, n = v->size_of_array(); i < n; ++i) {
+      const auto d = (*v)[i].str();
+      if (d == "ATEN") out.dialect = ir_dialect::aten;
+      else if (d == "TRAINING") out.dialect = ir_dialect::training;
+      else (*v)[i].fail("unknown dialect '" + d + "'");
+    }
+  }
+  const auto opsets = root["opset_version"];
+  (void)opsets.object();
+  const auto gm = root["graph_module"];
+  out.g = graph_of(gm["graph"], out.dialect);
+  const auto sig = gm["signature"];
+  const auto ins = sig["input_specs"], outs = sig["output_specs"];
+  for (std::size_t i = 0, n = ins.size_of_array(); i < n; ++i) out.sig.input_specs.push_back(input_spec_of(ins[i]));
+  for (std::size_t i = 0, n = outs.size_of_array(); i < n; ++i) out.sig.output_specs.push_back(output_spec_of(outs[i]));
+  const auto ranges = root["range_constraints"];
+  if (!ranges.object().empty())
+    ranges.fail("range constraints on symbols: this xport reads static shapes only (dynamic shapes are not implemented yet)");
+  if (auto md = gm.get("metadata")) {
+    (void)md->object();
+    const auto spec = [&](const char* key) -> std::optional<treespec> {
+      auto s = md->get(key);
+      if (!s) return std::nullopt;
+      const auto text = s->str();
+      const auto j = parse(text, record + " (" + std::string(key) + ")");
+      return treespec_of(at_path{j, std::string("graph_module.metadata.") + key, record});
+    };
+    out.in_spec = spec("xport.in_spec");
+    out.out_spec = spec("xport.out_spec");
+  }
+  return out;
+}
+
+// ---- weights ---------------------------------------------------------------------------------
+
+/// Bytes a strided tensor spans in its storage (from element 0), or nullopt on overflow.
+inline std::optional<std::uint64_t> span_bytes(const tensor_meta& m) {
+  const std::uint64_t item = c10::elementSize(m.dtype);
+  std::uint64_t last = static_cast<std::uint64_t>(m.storage_offset.hint());
+  for (std::size_t i = 0; i < m.sizes.size(); ++i) {
+    const auto n = static_cast<std::uint64_t>(m.sizes[i].hint());
+    if (n == 0) return 0;
+    std::uint64_t step = 0;
+    if (__builtin_mul_overflow(n - 1, static_cast<std::uint64_t>(m.strides[i].hint()), &step) ||
+        __builtin_add_overflow(last, step, &last))
+      return std::nullopt;
+  }
+  std::uint64_t bytes = 0;
+  if (__builtin_add_overflow(last, std::uint64_t{1}, &last) || __builtin_mul_overflow(last, item, &bytes)) return std::nullopt;
+  return bytes;
+}
+
+struct payload_writer {
+  caffe2::serialize::PyTorchStreamWriter& w;
+  std::string dir, prefix;
+  std::map<const void*, std::string> written;  ///< storage -> record
+  std::size_t next = 0;
+
+  json add(const std::string& fqn, const at::Tensor& t, bool is_param) {
+    if (t.layout() != c10::kStrided)
+      throw error("xport.save.layout", "tensor '" + fqn + "' is not strided; only strided tensors can be saved");
+    at::Tensor cpu = t.device().is_cpu() ? t : t.cpu();
+    const auto& storage = cpu.storage();
+    const void* key = storage.unsafeGetStorageImpl();
+    auto it = written.find(key);
+    if (it == written.end()) {
+      const std::string name = prefix + std::to_string(next++);
+      w.writeRecord(dir + name, storage.data(), storage.nbytes());
+      it = written.emplace(key, name).first;
+    }
+    auto meta = tensor_meta::of(cpu);
+    meta.device = t.device();
+    meta.requires_grad = t.requires_grad();
+    return {{"path_name", it->second}, {"is_param", is_param}, {"use_pickle", false}, {"tensor_meta", tensor_meta_json(meta)}};
+  }
+};
+
+/// Reads `{"config": {fqn: PayloadMeta}}` and the records it names into `out`.
+inline void read_payloads(const zip_index& zip, const std::string& dir, const std::string& config_name,
+                          tensor_dict& out, std::unordered_set<std::string>* params) {
+  const std::string record = dir + config_name;
+  if (!zip.find(record)) return;
+  const auto doc = parse(zip.read(record), record);
+  const at_path root{doc, "", record};
+  const auto& config = root["config"].object();
+  std::map<std::string, at::Tensor> storages;  // record -> flat byte tensor
+  for (auto it = config.begin(); it != config.end(); ++it) {
+    const at_path entry{it.value(), "config." + it.key(), record};
+    const std::string fqn = it.key();
+    if (entry["use_pickle"].boolean()) entry.fail("pickled payloads are not read by xport (custom objects, tensor subclasses)");
+    const auto path = entry["path_name"].str();
+    const auto meta_j = entry.get("tensor_meta");
+    if (!meta_j) entry.fail("missing tensor_meta");
+    const auto meta = tensor_meta_of(*meta_j);
+    if (meta.layout != c10::kStrided) entry.fail("only strided tensors are supported");
+    if (meta.strides.size() != meta.sizes.size()) entry.fail("needs one stride per size");
+    const std::string rec = dir + path;
+    const auto* r = zip.find(rec);
+    if (!r) entry["path_name"].fail("names record '" + rec + "', which is missing from the archive");
+    const auto need = span_bytes(meta);
+    if (!need) entry.fail("sizes and strides overflow");
+    if (*need > r->size)
+      entry.fail(std::string(c10::toString(meta.dtype)) + " tensor of " + meta.annotation() + " needs " +
+                 std::to_string(*need) + " bytes but record '" + rec + "' holds " + std::to_string(r->size));
+    auto st = storages.find(rec);
+    if (st == storages.end()) {
+      at::Tensor bytes = at::empty({static_cast<std::int64_t>(r->size)}, at::TensorOptions().dtype(c10::kByte));
+      zip.read_exact(r->data_offset, bytes.data_ptr(), static_cast<std::size_t>(r->size), rec);
+      st = storages.emplace(rec, std::move(bytes)).first;
+    }
+    at::Tensor t = at::empty({0}, at::TensorOptions().dtype(meta.dtype));
+    t.set_(st->second.storage(), meta.storage_offset.hint(), meta.size_hints(), meta.stride_hints());
+    if (meta.requires_grad) t.requires_grad_(true);
+    if (params && entry["is_param"].boolean()) params->insert(fqn);
+    out.set(fqn, std::move(t));
+  }
+}
+
+}  // namespace detail::serde
+
+// ---- the API ---------------------------------------------------------------------------------
+
+/// Writes `p` as a .pt2 archive through `writer(bytes, n)` (returns bytes written).
+inline void save(const exported_program& p, const std::function<std::size_t(const void*, std::size_t)>& writer,
+                 const save_options& options = {}) {
+  namespace s = detail::serde;
+  c10::NoGradGuard no_grad;
+  const std::string doc = s::program_json(p).dump();  // before anything is written: errors leave no file
+  caffe2::serialize::PyTorchStreamWriter w(writer);
+  w.writeRecord("archive_format", s::archive_format.data(), s::archive_format.size());
+  w.writeRecord("archive_version", s::archive_version.data(), s::archive_version.size());
+  const auto& sig = p.signature();
+  std::unordered_set<std::string> params;
+  for (const auto& f : sig.parameters()) params.insert(f);
+  s::payload_writer weights{w, "data/weights/", "weight_", {}, 0};
+  s::json wconfig = s::json::object();
+  for (const auto& [fqn, t] : p.state_dict()) wconfig[fqn] = weights.add(fqn, t, params.count(fqn) > 0);
+  const std::string wtext = s::json{{"config", std::move(wconfig)}}.dump();
+  w.writeRecord("data/weights/" + options.model_name + "_weights_config.json", wtext.data(), wtext.size());
+  s::payload_writer constants{w, "data/constants/", "tensor_", {}, 0};
+  s::json cconfig = s::json::object();
+  for (const auto& [fqn, t] : p.constants()) cconfig[fqn] = constants.add(fqn, t, false);
+  const std::string ctext = s::json{{"config", std::move(cconfig)}}.dump();
+  w.writeRecord("data/constants/" + options.model_name + "_constants_config.json", ctext.data(), ctext.size());
+  w.writeRecord("models/" + options.model_name + ".json", doc.data(), doc.size());
+  if (options.example_inputs && p.example_inputs()) {
+    std::vector<c10::IValue> args;
+    for (const auto& t : *p.example_inputs()) args.emplace_back(t.cpu());
+    c10::impl::GenericDict kwargs(c10::StringType::get(), c10::AnyType::get());
+    const auto bytes = detail::pickle_bytes(c10::ivalue::Tuple::create({c10::ivalue::Tuple::create(std::move(args)), kwargs}));
+    w.writeRecord("data/sample_inputs/" + options.model_name + ".pt", bytes.data(), bytes.size());
+  }
+  w.writeEndOfFile();
+}
+
+/// Writes `p` to `path` as a .pt2 archive.
+inline void save(const exported_program& p, const std::string& path, const save_options& options = {}) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) throw error("xport.save.open", "cannot open '" + path + "' for writing");
+  std::setvbuf(f, nullptr, _IOFBF, 1 << 20);
+  try {
+    save(p, [&](const void* data, std::size_t n) { return std::fwrite(data, 1, n, f); }, options);
+  } catch (...) {
+    std::fclose(f);
+    std::remove(path.c_str());
+    throw;
+  }
+  if (std::fclose(f) != 0) throw error("xport.save.write", "writing '" + path + "' failed");
+}
+
+/// Writes `p` to a stream.
+inline void save(const exported_program& p, std::ostream& out, const save_options& options = {}) {
+  save(p, [&](const void* data, std::size_t n) {
+    out.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
+    return out ? n : std::size_t{0};
+  }, options);
+}
+
+/// The archive as bytes.
+inline std::string save_to_string(const exported_program& p, const save_options& options = {}) {
+  std::string out;
+  save(p, [&](const void* data, std::size_t n) {
+    out.append(static_cast<const char*>(data), n);
+    return n;
+  }, options);
+  return out;
+}
+
+/// Reads a program from an archive behind `in`; throws load_error naming the record and the
+/// problem for any file that is not a valid archive of a program this LibTorch can run.
+inline exported_program load(std::shared_ptr<caffe2::serialize::ReadAdapterInterface> in, const load_options& options = {}) {
+  namespace s = detail::serde;
+  const detail::zip_index zip(*in);
+  // LibTorch's reader checks the archive as a whole (and CRCs of what it reads)
+  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
+  try {
+    reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(in);
+  } catch (const c10::Error& e) {
+    throw load_error("xport.load.bad_zip", std::string("not a valid archive: ") + e.what_without_backtrace());
+  }
+  const auto text = [&](const std::string& name) {
+    (void)zip.at(name);
+    try {
+      auto [ptr, size] = reader->getRecord(name);
+      return std::string(static_cast<const char*>(ptr.get()), size);
+    } catch (const c10::Error& e) {
+      throw load_error("xport.load.bad_record", "record '" + name + "': " + e.what_without_backtrace());
+    }
+  };
+  const auto format = text("archive_format");
+  if (format != s::archive_format)
+    throw load_error("xport.load.format", "record 'archive_format' says '" + format.substr(0, 64) + "', not 'pt2'");
+  const auto version = text("archive_version");
+  if (version != s::archive_version)
+    throw load_error("xport.load.version", "archive version '" + version.substr(0, 64) +
+                                               "' is not the PT2 archive version this xport reads (0)");
+  const std::string model = "models/" + options.model_name + ".json";
+  if (!zip.find(model)) {
+    std::string models;
+    for (const auto& [name, r] : zip.records())
+      if (name.rfind("models/", 0) == 0) models += (models.empty() ? "" : ", ") + name;
+    throw load_error("xport.load.missing_record", "record '" + model + "' is missing" +
+                                                      (models.empty() ? std::string(" (the archive has no models/)") : " (the archive has: " + models + ")"));
+  }
+  const auto doc = s::parse(text(model), model);
+  auto parts = s::program_of(doc, model);
+  tensor_dict state, constants;
+  s::read_payloads(zip, "data/weights/", options.model_name + "_weights_config.json", state, nullptr);
+  s::read_payloads(zip, "data/constants/", options.model_name + "_constants_config.json", constants, nullptr);
+  // every lifted input must have its tensor
+  for (const auto& spec : parts.sig.input_specs) {
+    if (spec.kind == input_kind::user_input || spec.kind == input_kind::token) continue;
+    const bool in_state = spec.kind == input_kind::parameter || (spec.kind == input_kind::buffer && spec.persistent.value_or(true));
+    if (!spec.target) continue;
+    if (!(in_state ? state : constants).contains(*spec.target))
+      throw load_error("xport.load.missing_tensor", std::string(in_state ? "data/weights/" : "data/constants/") +
+                                                        options.model_name + (in_state ? "_weights_config.json" : "_constants_config.json") +
+                                                        ": no tensor for " + std::string(to_string(spec.kind)) + " '" +
+                                                        *spec.target + "' (input '" + spec.arg.name + "')");
+  }
+  exported_program p(std::move(parts.g), std::move(parts.sig), std::move(state), std::move(constants),
+                     std::move(parts.ranges), parts.dialect);
+  p.set_call_spec(std::move(parts.in_spec), std::move(parts.out_spec));
+  if (options.example_inputs) {
+    const std::string rec = "data/sample_inputs/" + options.model_name + ".pt";
+    if (zip.find(rec)) p.set_example_inputs(detail::unpickle_inputs(text(rec), rec));
+  }
+  if (options.verify) {
+    try {
+      verify(p);
+    } catch (const verify_error& e) {
+      throw load_error("xport.load.invalid_program", model + ": the program does not verify: " + e.what());
+    }
+  }
+  return p;
+}
+
+/// Reads a program from a .pt2 file.
+inline exported_program load(const std::string& path, const load_options& options = {}) {
+  std::shared_ptr<caffe2::serialize::ReadAdapterInterface> in;
+  try {
+    in = std::make_shared<caffe2::serialize::FileAdapter>(path);
+  } catch (const c10::Error&) {
+    throw load_error("xport.load.open", "cannot open '" + path + "' for reading");
+  }
+  return load(std::move(in), options);
+}
+
+/// Reads a program from bytes in memory (copied into the program's tensors; `data` may go).
+inline exported_program load_from_memory(const void* data, std::size_t size, const load_options& options = {}) {
+  return load(std::make_shared<caffe2::serialize::MemoryReadAdapter>(data, static_cast<off_t>(size)), options);
+}
+
+/// Reads a program from a stream (read whole).
+inline exported_program load(std::istream& in, const load_options& options = {}) {
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return load_from_memory(bytes.data(), bytes.size(), options);
+}
+
+XPORT_END_NAMESPACE

@@ -1,0 +1,417 @@
+// Save and load: .pt2 round trips of real programs, and bad files rejected with load_error.
+#include <cstdio>
+#include <filesystem>
+#include <random>
+
+#include <caffe2/serialize/in_memory_adapter.h>
+#include <caffe2/serialize/inline_container.h>
+#include <torch/torch.h>
+
+#include "models.hpp"
+
+#include "common.hpp"
+
+using namespace xport;
+namespace m = xport_models;
+using json = nlohmann::json;
+
+namespace {
+
+/// Every record of an archive (root folder stripped), in file order.
+std::vector<std::pair<std::string, std::string>> records_of(const std::string& bytes) {
+  caffe2::serialize::MemoryReadAdapter in(bytes.data(), static_cast<off_t>(bytes.size()));
+  const xport::detail::zip_index zip(in);
+  std::vector<std::pair<std::uint64_t, std::string>> order;
+  for (const auto& [name, r] : zip.records()) order.emplace_back(r.data_offset, name);
+  std::sort(order.begin(), order.end());
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [off, name] : order)
+    if (name != "version" && name != ".data/version" && name != "byteorder" && name != ".data/serialization_id")
+      out.emplace_back(name, zip.read(name));
+  return out;
+}
+
+/// The archive with record `name` replaced by `content` (or removed when `content` is nullopt).
+std::string rewrite(const std::string& bytes, const std::string& name, std::optional<std::string> content) {
+  std::string out;
+  caffe2::serialize::PyTorchStreamWriter w([&](const void* d, std::size_t n) {
+    out.append(static_cast<const char*>(d), n);
+    return n;
+  });
+  for (const auto& [rec, data] : records_of(bytes)) {
+    if (rec != name) w.writeRecord(rec, data.data(), data.size());
+    else if (content) w.writeRecord(rec, content->data(), content->size());
+  }
+  w.writeEndOfFile();
+  return out;
+}
+
+json model_json(const std::string& bytes) {
+  for (const auto& [rec, data] : records_of(bytes))
+    if (rec == "models/model.json") return json::parse(data);
+  FAIL("no models/model.json");
+  return {};
+}
+std::string with_model(const std::string& bytes, const json& j) { return rewrite(bytes, "models/model.json", j.dump()); }
+
+exported_program reload(const exported_program& p) {
+  const auto bytes = save_to_string(p);
+  return load_from_memory(bytes.data(), bytes.size());
+}
+
+/// load(save(p)) prints as p prints, and runs bit-identically (same seed, same inputs).
+void check_round_trip(const exported_program& p, const std::vector<at::Tensor>& inputs) {
+  auto q = reload(p);
+  CHECK(to_string(q) == to_string(p));
+  CHECK(q.dialect() == p.dialect());
+  CHECK((q.signature().input_specs == p.signature().input_specs));
+  CHECK((q.signature().output_specs == p.signature().output_specs));
+  CHECK((q.in_spec() == p.in_spec()));
+  CHECK((q.out_spec() == p.out_spec()));
+  REQUIRE(q.state_dict().size() == p.state_dict().size());
+  for (const auto& [k, t] : p.state_dict()) {
+    const auto& u = q.state_dict().at(k);
+    CHECK(u.requires_grad() == t.requires_grad());
+    CHECK(u.sizes() == t.sizes());
+    CHECK(u.strides() == t.strides());
+    CHECK(at::equal(u, t));
+  }
+  for (const auto& [k, t] : p.constants()) CHECK(at::equal(q.constants().at(k), t));
+  verify(q);
+  auto pp = p.clone();  // running updates buffers: run both from the same state
+  torch::manual_seed(7);
+  const auto a = run(pp, inputs);
+  torch::manual_seed(7);
+  const auto b = run(q, inputs);
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(at::equal(a[i], b[i]));
+}
+
+template <class Module>
+void check_model(Module model, at::Tensor x) {
+  for (bool train : {false, true}) {
+    CAPTURE(train);
+    torch::manual_seed(0);
+    model->train(train);
+    auto p = export_program(model, std::tuple{x});
+    check_round_trip(p, {x});
+    check_round_trip(run_decompositions(p), {x});
+  }
+}
+
+}  // namespace
+
+TEST_CASE("serde: real models round-trip in both IRs, eval and train") {
+  torch::manual_seed(0);
+  SUBCASE("MLP") { check_model(m::MLP(), at::randn({5, 16})); }
+  SUBCASE("LeNet") { check_model(m::LeNet(), at::randn({2, 1, 28, 28})); }
+  SUBCASE("DCGAN G") { check_model(m::Generator(), at::randn({2, 16, 1, 1})); }
+  SUBCASE("DCGAN D") { check_model(m::Discriminator(), at::randn({2, 3, 16, 16})); }
+  SUBCASE("ResNet-18") { check_model(m::ResNet18(), at::randn({2, 3, 32, 32})); }
+  SUBCASE("Transformer") { check_model(m::Encoder(), at::randn({5, 2, 32})); }
+  SUBCASE("LSTM") { check_model(m::LSTMNet(), at::randn({2, 5, 8})); }
+  SUBCASE("GRU") { check_model(m::GRUNet(), at::randn({2, 5, 8})); }
+  SUBCASE("embedding") { check_model(m::EmbeddingClassifier(), at::randint(100, {4, 7}, at::kLong)); }
+}
+
+TEST_CASE("serde: structure, constants, strict source lines and module paths round-trip") {
+  SUBCASE("dict in, tuple out, specialized scalars, a lifted constant") {
+    const auto c = at::randn({3});
+    auto fn = [&](const std::map<std::string, at::Tensor>& d, std::int64_t k, double s, bool flag) {
+      auto y = d.at("a") * s + d.at("b") * k + c;
+      return std::tuple{flag ? y.relu() : y, std::vector<at::Tensor>{y.sum(), y.abs()}};
+    };
+    std::map<std::string, at::Tensor> d{{"a", at::randn({2, 3})}, {"b", at::randn({2, 3})}};
+    auto p = export_program(fn, std::tuple{d, std::int64_t{2}, 0.5, true});
+    check_round_trip(p, {d.at("a"), d.at("b")});
+    auto q = reload(p);
+    callable<std::tuple<at::Tensor, std::vector<at::Tensor>>(std::map<std::string, at::Tensor>, std::int64_t, double, bool)> f(q);
+    const auto [y, rest] = f(d, 2, 0.5, true);
+    CHECK(at::equal(y, std::get<0>(fn(d, 2, 0.5, true))));
+  }
+  SUBCASE("tuple-returning ops keep their getitem names; captured tensors are constants") {
+    struct NetImpl : torch::nn::Module {
+      NetImpl() { conv = register_module("conv", torch::nn::Conv1d(3, 4, 3)); }
+      at::Tensor forward(at::Tensor x) {
+        auto [v, i] = at::max_pool1d_with_indices(conv(x), 2);
+        return v * scale.unsqueeze(-1) + i.to(at::kFloat);
+      }
+      torch::nn::Conv1d conv{nullptr};
+      at::Tensor scale = at::full({4}, 2.0);
+    };
+    auto net = std::make_shared<NetImpl>();
+    const auto x = at::randn({2, 3, 10});
+    auto p = export_program(net, std::tuple{x});
+    CHECK(p.constants().size() == 1);
+    CHECK(to_string(p).find("getitem") != std::string::npos);
+    check_round_trip(p, {x});
+  }
+  SUBCASE("the strict front end's source lines") {
+    auto p = export_program<xport::strict>([](sym_tensor x) {
+      auto s = sin(x);
+      return s * x;
+    },
+                                           std::tuple{at::randn({4, 4})});
+    REQUIRE(p.graph().nodes().begin() != p.graph().nodes().end());
+    CHECK(to_string(p).find("# File: ") != std::string::npos);
+    check_round_trip(p, {at::randn({4, 4})});
+  }
+}
+
+TEST_CASE("serde: the archive follows torch's PT2 layout and schema") {
+  torch::manual_seed(0);
+  m::MLP mlp;
+  auto p = export_program(mlp, std::tuple{at::randn({2, 16})});
+  const auto bytes = save_to_string(p);
+  std::set<std::string> names;
+  for (const auto& [rec, data] : records_of(bytes)) names.insert(rec);
+  CHECK(names.count("archive_format"));
+  CHECK(names.count("archive_version"));
+  CHECK(names.count("models/model.json"));
+  CHECK(names.count("data/weights/model_weights_config.json"));
+  CHECK(names.count("data/constants/model_constants_config.json"));
+  CHECK(names.count("data/weights/weight_0"));
+  const auto j = model_json(bytes);
+  CHECK(j["schema_version"]["major"] == 8);
+  CHECK(j["schema_version"]["minor"] == 17);
+  CHECK(j["verifiers"] == json::array({"TRAINING"}));
+  const auto& node = j["graph_module"]["graph"]["nodes"][0];
+  CHECK(node["target"] == "torch.ops.aten.t.default");
+  CHECK(node["inputs"][0]["name"] == "self");
+  CHECK(j["graph_module"]["graph"]["tensor_values"][p.signature().user_inputs()[0]]["dtype"] == 7);  // FLOAT is 7, not c10's 6
+  CHECK(j["graph_module"]["signature"]["input_specs"][0]["parameter"]["parameter_name"] ==
+        *p.signature().input_specs[0].target);
+  // weights are stored, aligned records
+  caffe2::serialize::MemoryReadAdapter in(bytes.data(), static_cast<off_t>(bytes.size()));
+  const xport::detail::zip_index zip(in);
+  CHECK(zip.at("data/weights/weight_0").data_offset % 64 == 0);
+}
+
+TEST_CASE("serde: tensors that share storage are written once and stay views of one storage") {
+  auto w = at::randn({8, 4});
+  auto a = w.narrow(0, 0, 4), b = w.narrow(0, 4, 4);
+  program_builder pb;
+  auto x = pb.input("x", at::randn({2, 4}));
+  auto pa = pb.parameter("a", a), pbb = pb.parameter("b", b);
+  pb.output(pb.call("aten::mm", {x, pb.call("aten::t", {pa})}));
+  pb.output(pb.call("aten::mm", {x, pb.call("aten::t", {pbb})}));
+  auto p = std::move(pb).build();
+  const auto bytes = save_to_string(p);
+  int weight_records = 0;
+  for (const auto& [rec, data] : records_of(bytes)) weight_records += rec.rfind("data/weights/weight_", 0) == 0;
+  CHECK(weight_records == 1);
+  auto q = load_from_memory(bytes.data(), bytes.size());
+  const auto& qa = q.state_dict().at("a");
+  const auto& qb = q.state_dict().at("b");
+  CHECK(qa.storage().unsafeGetStorageImpl() == qb.storage().unsafeGetStorageImpl());
+  CHECK(qb.storage_offset() == 16);
+  CHECK(at::equal(qa, a));
+  CHECK(at::equal(qb, b));
+}
+
+TEST_CASE("serde: files, streams and example inputs") {
+  torch::manual_seed(0);
+  m::LeNet net;
+  net->eval();
+  const auto x = at::randn({1, 1, 28, 28});
+  auto p = export_program(net, std::tuple{x});
+  p.set_example_inputs(std::vector<at::Tensor>{x});
+  const auto path = (std::filesystem::temp_directory_path() / "xport_test_lenet.pt2").string();
+  save_options so;
+  so.example_inputs = true;
+  save(p, path, so);
+  auto q = load(path);
+  CHECK(to_string(q) == to_string(p));
+  CHECK_FALSE(q.example_inputs().has_value());
+  load_options lo;
+  lo.example_inputs = true;
+  auto r = load(path, lo);
+  REQUIRE(r.example_inputs().has_value());
+  CHECK(at::equal(r.example_inputs()->at(0), x));
+  std::stringstream ss;
+  save(p, ss);
+  auto s = load(ss);
+  CHECK(at::equal(run(s, {x})[0], net->forward(x)));
+  std::remove(path.c_str());
+  XPORT_CHECK_THROWS_MSG(load(path), load_error, "[xport.load.open] cannot open '");
+}
+
+// ---- bad files --------------------------------------------------------------------------------
+
+namespace {
+
+exported_program small_program() {
+  torch::manual_seed(0);
+  auto lin = torch::nn::Linear(4, 3);
+  auto bn = torch::nn::BatchNorm1d(3);
+  auto seq = torch::nn::Sequential(lin, bn, torch::nn::ReLU());
+  seq->eval();
+  return export_program(seq, std::tuple{at::randn({2, 4})});
+}
+
+void check_bad(const std::string& bytes, const std::string& fragment) {
+  XPORT_CHECK_THROWS_MSG(load_from_memory(bytes.data(), bytes.size()), load_error, fragment);
+}
+
+}  // namespace
+
+TEST_CASE("serde: every truncation of an archive is a load_error") {
+  const auto bytes = save_to_string(small_program());
+  int rejected = 0;
+  for (std::size_t n = 0; n < bytes.size(); n += std::max<std::size_t>(1, bytes.size() / 300)) {
+    try {
+      (void)load_from_memory(bytes.data(), n);
+    } catch (const load_error&) {
+      ++rejected;
+      continue;
+    }
+    FAIL("a truncation to " << n << " bytes loaded");
+  }
+  CHECK(rejected > 250);
+  check_bad(bytes.substr(0, 10), "[xport.load.bad_zip] not a valid archive: the file is too small");
+  check_bad(bytes.substr(0, bytes.size() - 30), "[xport.load.bad_zip]");
+}
+
+TEST_CASE("serde: corrupted bytes never crash the loader") {
+  const auto bytes = save_to_string(small_program());
+  std::mt19937 rng(1234);
+  int loaded = 0, rejected = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    auto b = bytes;
+    const int flips = 1 + static_cast<int>(rng() % 4);
+    for (int f = 0; f < flips; ++f) b[rng() % b.size()] = static_cast<char>(rng());
+    try {
+      auto p = load_from_memory(b.data(), b.size());
+      ++loaded;  // e.g. a flipped weight byte: a valid file with other weights
+    } catch (const xport::error&) {
+      ++rejected;
+    }
+  }
+  CHECK(loaded + rejected == 400);
+  CHECK(rejected > 0);
+}
+
+TEST_CASE("serde: hostile records give load_errors naming the record and the problem") {
+  const auto p = small_program();
+  const auto bytes = save_to_string(p);
+  const auto j = model_json(bytes);
+  const std::string input = j["graph_module"]["graph"]["inputs"].back()["as_tensor"]["name"];
+  SUBCASE("missing records") {
+    check_bad(rewrite(bytes, "models/model.json", std::nullopt),
+              "[xport.load.missing_record] record 'models/model.json' is missing (the archive has no models/)");
+    check_bad(rewrite(bytes, "archive_format", std::nullopt),
+              "[xport.load.missing_record] record 'archive_format' is missing from the archive");
+    check_bad(rewrite(bytes, "data/weights/weight_0", std::nullopt),
+              "names record 'data/weights/weight_0', which is missing from the archive");
+  }
+  SUBCASE("format and versions") {
+    check_bad(rewrite(bytes, "archive_format", "zip"), "[xport.load.format] record 'archive_format' says 'zip', not 'pt2'");
+    check_bad(rewrite(bytes, "archive_version", "7"), "[xport.load.version] archive version '7' is not");
+    auto k = j;
+    k["schema_version"]["major"] = 9;
+    check_bad(with_model(bytes, k), "models/model.json: schema_version: schema version 9.17 is not readable by this xport, "
+                                     "which reads major version 8");
+    k = j;
+    k["schema_version"]["minor"] = 99;  // a newer minor version loads
+    const auto b = with_model(bytes, k);
+    CHECK(to_string(load_from_memory(b.data(), b.size())) == to_string(p));
+  }
+  SUBCASE("malformed and mistyped JSON") {
+    check_bad(rewrite(bytes, "models/model.json", "{\"graph_module\": [1, 2"), "[xport.load.json] models/model.json: malformed JSON");
+    check_bad(rewrite(bytes, "models/model.json", std::string(100, '[') + std::string(100, ']')),
+              "[xport.load.json] models/model.json: JSON nested deeper than 64 levels");
+    auto k = j;
+    k["graph_module"]["graph"]["nodes"][0]["inputs"][0]["name"] = 5;
+    check_bad(with_model(bytes, k), "[xport.load.schema] models/model.json: graph_module.graph.nodes[0].inputs[0].name: expected a string, got number");
+    k = j;
+    k["graph_module"]["graph"].erase("tensor_values");
+    check_bad(with_model(bytes, k), "graph_module.graph: missing field 'tensor_values'");
+    k = j;
+    k["graph_module"]["graph"]["tensor_values"][input]["dtype"] = 99;
+    check_bad(with_model(bytes, k), "graph_module.graph.tensor_values." + input + ".dtype: unknown ScalarType 99");
+  }
+  SUBCASE("dangling names, cycles, unknown ops, bad arguments") {
+    auto k = j;
+    k["graph_module"]["graph"]["nodes"][0]["inputs"][0]["arg"] = {{"as_tensor", {{"name", "ghost"}}}};
+    check_bad(with_model(bytes, k), "'ghost' names no value in the graph");
+    k = j;
+    auto& nodes = k["graph_module"]["graph"]["nodes"];
+    std::swap(nodes[0], nodes[1]);
+    check_bad(with_model(bytes, k), "is used before the node that defines it (the nodes are out of order or form a cycle)");
+    k = j;
+    k["graph_module"]["graph"]["nodes"][0]["target"] = "torch.ops.aten.frobnicate.default";
+    check_bad(with_model(bytes, k), "graph_module.graph.nodes[0].target: operator 'torch.ops.aten.frobnicate.default' is not "
+                                     "registered in this LibTorch");
+    k = j;
+    k["graph_module"]["graph"]["nodes"][0]["inputs"][0]["arg"] = {{"as_string", "x"}};
+    check_bad(with_model(bytes, k), "[xport.schema.arg_type]");
+    k = j;
+    k["graph_module"]["graph"]["nodes"][0]["outputs"][0]["as_tensor"]["name"] = input;
+    check_bad(with_model(bytes, k), "name '" + input + "' is already used in this graph");
+  }
+  SUBCASE("weights whose config and bytes disagree") {
+    std::string config;
+    for (const auto& [rec, data] : records_of(bytes))
+      if (rec == "data/weights/model_weights_config.json") config = data;
+    auto c = json::parse(config);
+    c["config"]["0.weight"]["tensor_meta"]["sizes"] = json::array({{{"as_int", 3000}}, {{"as_int", 4}}});
+    check_bad(rewrite(bytes, "data/weights/model_weights_config.json", c.dump()),
+              "config.0.weight: Float tensor of f32[3000, 4] needs 48000 bytes but record 'data/weights/weight_0' holds 48");
+    c = json::parse(config);
+    c["config"]["0.weight"]["tensor_meta"]["strides"] = json::array({{{"as_int", INT64_MAX}}, {{"as_int", 1}}});
+    check_bad(rewrite(bytes, "data/weights/model_weights_config.json", c.dump()), "config.0.weight: sizes and strides overflow");
+    c = json::parse(config);
+    c["config"]["0.weight"]["tensor_meta"]["dtype"] = 8;  // double: twice the bytes
+    check_bad(rewrite(bytes, "data/weights/model_weights_config.json", c.dump()), "needs 96 bytes but record");
+    c = json::parse(config);
+    c["config"].erase("0.weight");
+    check_bad(rewrite(bytes, "data/weights/model_weights_config.json", c.dump()),
+              "[xport.load.missing_tensor] data/weights/model_weights_config.json: no tensor for PARAMETER '0.weight'");
+    c = json::parse(config);
+    c["config"]["0.weight"]["use_pickle"] = true;
+    check_bad(rewrite(bytes, "data/weights/model_weights_config.json", c.dump()), "pickled payloads are not read by xport");
+  }
+  SUBCASE("a program that does not verify") {
+    auto k = j;
+    auto& specs = k["graph_module"]["signature"]["output_specs"];
+    specs.push_back(specs[0]);
+    check_bad(with_model(bytes, k), "[xport.load.invalid_program] models/model.json: the program does not verify");
+  }
+}
+
+// Archives for tools/check_pt2.py (ctest `pt2_python_check`, Debian's python3 + torch 1.13):
+// each <name>.pt2 with <name>.state.pt, a torch::jit::pickle_save'd Dict[str, Tensor] of every
+// weight and constant, which the checker compares with the tensors it rebuilds from the archive.
+// Written under $XPORT_TEST_OUT (set by ctest), or the temp directory.
+TEST_CASE("serde: archives for the Python checker") {
+  const char* out = std::getenv("XPORT_TEST_OUT");
+  const auto dir = (out ? std::filesystem::path(out) : std::filesystem::temp_directory_path() / "xport_test_out") / "pt2";
+  std::filesystem::create_directories(dir);
+  const auto put = [&](const std::string& name, const exported_program& p, bool inputs = false) {
+    save_options o;
+    o.example_inputs = inputs;
+    save(p, (dir / (name + ".pt2")).string(), o);
+    c10::impl::GenericDict state(c10::StringType::get(), c10::TensorType::get());
+    for (const auto& [k, t] : p.state_dict()) state.insert(k, t.detach());
+    for (const auto& [k, t] : p.constants()) state.insert(k, t.detach());
+    const auto bytes = torch::jit::pickle_save(state);
+    std::ofstream(dir / (name + ".state.pt"), std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  };
+  torch::manual_seed(0);
+  m::ResNet18 resnet;
+  resnet->eval();
+  auto r = export_program(resnet, std::tuple{at::randn({1, 3, 32, 32})});
+  put("resnet18", r);
+  put("resnet18_core_aten", run_decompositions(r));
+  m::LeNet lenet;
+  const auto x = at::randn({1, 1, 28, 28});
+  auto l = export_program(lenet, std::tuple{x});
+  l.set_example_inputs(std::vector<at::Tensor>{x});
+  put("lenet_train", l, true);
+  put("lstm", export_program(m::LSTMNet(), std::tuple{at::randn({2, 5, 8})}));
+  const auto c = at::randn({3});
+  put("structured", export_program([&](const std::map<std::string, at::Tensor>& d, std::int64_t k) {
+    return std::tuple{d.at("a") * k + c, std::vector<at::Tensor>{d.at("b").sum()}};
+  }, std::tuple{std::map<std::string, at::Tensor>{{"a", at::randn({3})}, {"b", at::randn({2})}}, std::int64_t{2}}));
+  CHECK(std::filesystem::exists(dir / "resnet18.pt2"));
+}
