@@ -232,6 +232,15 @@ TEST_CASE("serde: files, streams and example inputs") {
   save(p, ss);
   auto s = load(ss);
   CHECK(at::equal(run(s, {x})[0], net->forward(x)));
+  // a save that fails leaves the existing file as it was
+  program_builder bad;
+  auto in = bad.input("x", at::randn({2}));
+  bad.output(bad.call("aten::sin", {in}));
+  auto broken = std::move(bad).build();
+  broken.state_dict_mut().set("sparse", at::eye(2).to_sparse());
+  XPORT_CHECK_THROWS_MSG(save(broken, path), xport::error, "[xport.save.layout] tensor 'sparse' is not strided");
+  CHECK(to_string(load(path)) == to_string(p));
+  CHECK_FALSE(std::filesystem::exists(path + ".xport-partial"));
   std::remove(path.c_str());
   XPORT_CHECK_THROWS_MSG(load(path), load_error, "[xport.load.open] cannot open '");
 }

@@ -505,17 +505,23 @@ inline void save(const exported_program& p, const std::function<std::size_t(cons
 
 /// Writes `p` to `path` as a .pt2 archive.
 inline void save(const exported_program& p, const std::string& path, const save_options& options = {}) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) throw error("xport.save.open", "cannot open '" + path + "' for writing");
+  // written next to the target and renamed over it at the end: a failed save leaves an existing
+  // file as it was
+  const std::string tmp = path + ".xport-partial";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) throw error("xport.save.open", "cannot open '" + tmp + "' for writing");
   std::setvbuf(f, nullptr, _IOFBF, 1 << 20);
   try {
     save(p, [&](const void* data, std::size_t n) { return std::fwrite(data, 1, n, f); }, options);
   } catch (...) {
     std::fclose(f);
-    std::remove(path.c_str());
+    std::remove(tmp.c_str());
     throw;
   }
-  if (std::fclose(f) != 0) throw error("xport.save.write", "writing '" + path + "' failed");
+  if (std::fclose(f) != 0 || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw error("xport.save.write", "writing '" + path + "' failed");
+  }
 }
 
 /// Writes `p` to a stream.
