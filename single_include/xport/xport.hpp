@@ -8822,11 +8822,8 @@ inline json spec_arg_json(const argument_spec& a) {
     case argument_spec::kind::sym_float: return {{"as_sym_float", {{"as_name", a.name}}}};
     case argument_spec::kind::token: return {{"as_token", {{"name", a.name}}}};
     case argument_spec::kind::custom_obj: return {{"as_custom_obj", {{"name", a.name}, {"class_fqn", a.class_fqn}}}};
-    case argument_spec::kind::constant: {
-      json v = constant_value_json(a.constant);
-      // an Argument holding the constant itself (torch writes user outputs that are constants so)
-      return v;
-    }
+    case argument_spec::kind::constant:  // the constant itself, as torch writes constant user outputs
+      return constant_value_json(a.constant);
     case argument_spec::kind::tensor: break;
   }
   return {{"as_tensor", {{"name", a.name}}}};
@@ -9230,8 +9227,7 @@ inline json program_json(const exported_program& p) {
 
 // ---- JSON -> program -------------------------------------------------------------------------
 
-inline graph graph_of(const at_path& gj, ir_dialect dialect) {
-  (void)dialect;
+inline graph graph_of(const at_path& gj) {
   graph g;
   const auto tensor_values = gj["tensor_values"];
   const auto sym_int_values = gj["sym_int_values"];
@@ -9258,9 +9254,6 @@ inline graph graph_of(const at_path& gj, ir_dialect dialect) {
     for (std::size_t o = 0, n = outs.size_of_array(); o < n; ++o)
       each_output_name(outs[o], [&](const at_path&, const std::string& name) { scope.later.insert(name); });
   }
-  const auto to_load = [](const at_path& where, const std::exception& e) {
-    where.fail(e.what());
-  };
   const auto inputs = gj["inputs"];
   for (std::size_t i = 0, n = inputs.size_of_array(); i < n; ++i) {
     auto [k, v] = inputs[i].one_of();
@@ -9271,7 +9264,7 @@ inline graph graph_of(const at_path& gj, ir_dialect dialect) {
     try {
       scope.defined.emplace(name, g.add_placeholder(name, type_of(inputs[i], name)));
     } catch (const graph_error& e) {
-      to_load(inputs[i], e);
+      inputs[i].fail(e.what());
     }
   }
   for (std::size_t i = 0; i < n_nodes; ++i) {
@@ -9320,7 +9313,7 @@ inline graph graph_of(const at_path& gj, ir_dialect dialect) {
       created = g.create_call_named(*op, std::move(args), std::move(types),
                                     node_name.empty() ? op->packet : node_name, names);
     } catch (const graph_error& e) {
-      to_load(nj, e);
+      nj.fail(e.what());
     }
     for (auto v : created.outputs()) scope.defined.emplace(v.name(), v);
     const auto meta = nj["metadata"];
@@ -9341,7 +9334,6 @@ inline graph graph_of(const at_path& gj, ir_dialect dialect) {
 struct loaded_json {
   graph g;
   graph_signature sig;
-  std::vector<range_constraint> ranges;
   ir_dialect dialect = ir_dialect::training;
   std::optional<treespec> in_spec, out_spec;
 };
@@ -9367,7 +9359,7 @@ inline loaded_json program_of(const json& doc, const std::string& record) {
   const auto opsets = root["opset_version"];
   (void)opsets.object();
   const auto gm = root["graph_module"];
-  out.g = graph_of(gm["graph"], out.dialect);
+  out.g = graph_of(gm["graph"]);
   const auto sig = gm["signature"];
   const auto ins = sig["input_specs"], outs = sig["output_specs"];
   for (std::size_t i = 0, n = ins.size_of_array(); i < n; ++i) out.sig.input_specs.push_back(input_spec_of(ins[i]));
@@ -9436,7 +9428,7 @@ struct payload_writer {
 
 /// Reads `{"config": {fqn: PayloadMeta}}` and the records it names into `out`.
 inline void read_payloads(const zip_index& zip, const std::string& dir, const std::string& config_name,
-                          tensor_dict& out, std::unordered_set<std::string>* params) {
+                          tensor_dict& out) {
   const std::string record = dir + config_name;
   if (!zip.find(record)) return;
   const auto doc = parse(zip.read(record), record);
@@ -9470,7 +9462,7 @@ inline void read_payloads(const zip_index& zip, const std::string& dir, const st
     at::Tensor t = at::empty({0}, at::TensorOptions().dtype(meta.dtype));
     t.set_(st->second.storage(), meta.storage_offset.hint(), meta.size_hints(), meta.stride_hints());
     if (meta.requires_grad) t.requires_grad_(true);
-    if (params && entry["is_param"].boolean()) params->insert(fqn);
+    (void)entry["is_param"].boolean();  // required by the schema; the signature says what is a parameter
     out.set(fqn, std::move(t));
   }
 }
@@ -9590,8 +9582,8 @@ inline exported_program load(std::shared_ptr<caffe2::serialize::ReadAdapterInter
   const auto doc = s::parse(text(model), model);
   auto parts = s::program_of(doc, model);
   tensor_dict state, constants;
-  s::read_payloads(zip, "data/weights/", options.model_name + "_weights_config.json", state, nullptr);
-  s::read_payloads(zip, "data/constants/", options.model_name + "_constants_config.json", constants, nullptr);
+  s::read_payloads(zip, "data/weights/", options.model_name + "_weights_config.json", state);
+  s::read_payloads(zip, "data/constants/", options.model_name + "_constants_config.json", constants);
   // every lifted input must have its tensor
   for (const auto& spec : parts.sig.input_specs) {
     if (spec.kind == input_kind::user_input || spec.kind == input_kind::token) continue;
@@ -9604,7 +9596,7 @@ inline exported_program load(std::shared_ptr<caffe2::serialize::ReadAdapterInter
                                                         *spec.target + "' (input '" + spec.arg.name + "')");
   }
   exported_program p(std::move(parts.g), std::move(parts.sig), std::move(state), std::move(constants),
-                     std::move(parts.ranges), parts.dialect);
+                     /*range_constraints=*/{}, parts.dialect);
   p.set_call_spec(std::move(parts.in_spec), std::move(parts.out_spec));
   if (options.example_inputs) {
     const std::string rec = "data/sample_inputs/" + options.model_name + ".pt";

@@ -469,11 +469,8 @@ inline json spec_arg_json(const argument_spec& a) {
     case argument_spec::kind::sym_float: return {{"as_sym_float", {{"as_name", a.name}}}};
     case argument_spec::kind::token: return {{"as_token", {{"name", a.name}}}};
     case argument_spec::kind::custom_obj: return {{"as_custom_obj", {{"name", a.name}, {"class_fqn", a.class_fqn}}}};
-    case argument_spec::kind::constant: {
-      json v = constant_value_json(a.constant);
-      // an Argument holding the constant itself (torch writes user outputs that are constants so)
-      return v;
-    }
+    case argument_spec::kind::constant:  // the constant itself, as torch writes constant user outputs
+      return constant_value_json(a.constant);
     case argument_spec::kind::tensor: break;
   }
   return {{"as_tensor", {{"name", a.name}}}};

@@ -221,8 +221,7 @@ inline json program_json(const exported_program& p) {
 
 // ---- JSON -> program -------------------------------------------------------------------------
 
-inline graph graph_of(const at_path& gj, ir_dialect dialect) {
-  (void)dialect;
+inline graph graph_of(const at_path& gj) {
   graph g;
   const auto tensor_values = gj["tensor_values"];
   const auto sym_int_values = gj["sym_int_values"];
@@ -249,9 +248,6 @@ inline graph graph_of(const at_path& gj, ir_dialect dialect) {
     for (std::size_t o = 0, n = outs.size_of_array(); o < n; ++o)
       each_output_name(outs[o], [&](const at_path&, const std::string& name) { scope.later.insert(name); });
   }
-  const auto to_load = [](const at_path& where, const std::exception& e) {
-    where.fail(e.what());
-  };
   const auto inputs = gj["inputs"];
   for (std::size_t i = 0, n = inputs.size_of_array(); i < n; ++i) {
     auto [k, v] = inputs[i].one_of();
@@ -262,7 +258,7 @@ inline graph graph_of(const at_path& gj, ir_dialect dialect) {
     try {
       scope.defined.emplace(name, g.add_placeholder(name, type_of(inputs[i], name)));
     } catch (const graph_error& e) {
-      to_load(inputs[i], e);
+      inputs[i].fail(e.what());
     }
   }
   for (std::size_t i = 0; i < n_nodes; ++i) {
@@ -311,7 +307,7 @@ inline graph graph_of(const at_path& gj, ir_dialect dialect) {
       created = g.create_call_named(*op, std::move(args), std::move(types),
                                     node_name.empty() ? op->packet : node_name, names);
     } catch (const graph_error& e) {
-      to_load(nj, e);
+      nj.fail(e.what());
     }
     for (auto v : created.outputs()) scope.defined.emplace(v.name(), v);
     const auto meta = nj["metadata"];
@@ -332,7 +328,6 @@ inline graph graph_of(const at_path& gj, ir_dialect dialect) {
 struct loaded_json {
   graph g;
   graph_signature sig;
-  std::vector<range_constraint> ranges;
   ir_dialect dialect = ir_dialect::training;
   std::optional<treespec> in_spec, out_spec;
 };
@@ -358,7 +353,7 @@ inline loaded_json program_of(const json& doc, const std::string& record) {
   const auto opsets = root["opset_version"];
   (void)opsets.object();
   const auto gm = root["graph_module"];
-  out.g = graph_of(gm["graph"], out.dialect);
+  out.g = graph_of(gm["graph"]);
   const auto sig = gm["signature"];
   const auto ins = sig["input_specs"], outs = sig["output_specs"];
   for (std::size_t i = 0, n = ins.size_of_array(); i < n; ++i) out.sig.input_specs.push_back(input_spec_of(ins[i]));
@@ -427,7 +422,7 @@ struct payload_writer {
 
 /// Reads `{"config": {fqn: PayloadMeta}}` and the records it names into `out`.
 inline void read_payloads(const zip_index& zip, const std::string& dir, const std::string& config_name,
-                          tensor_dict& out, std::unordered_set<std::string>* params) {
+                          tensor_dict& out) {
   const std::string record = dir + config_name;
   if (!zip.find(record)) return;
   const auto doc = parse(zip.read(record), record);
@@ -461,7 +456,7 @@ inline void read_payloads(const zip_index& zip, const std::string& dir, const st
     at::Tensor t = at::empty({0}, at::TensorOptions().dtype(meta.dtype));
     t.set_(st->second.storage(), meta.storage_offset.hint(), meta.size_hints(), meta.stride_hints());
     if (meta.requires_grad) t.requires_grad_(true);
-    if (params && entry["is_param"].boolean()) params->insert(fqn);
+    (void)entry["is_param"].boolean();  // required by the schema; the signature says what is a parameter
     out.set(fqn, std::move(t));
   }
 }
@@ -581,8 +576,8 @@ inline exported_program load(std::shared_ptr<caffe2::serialize::ReadAdapterInter
   const auto doc = s::parse(text(model), model);
   auto parts = s::program_of(doc, model);
   tensor_dict state, constants;
-  s::read_payloads(zip, "data/weights/", options.model_name + "_weights_config.json", state, nullptr);
-  s::read_payloads(zip, "data/constants/", options.model_name + "_constants_config.json", constants, nullptr);
+  s::read_payloads(zip, "data/weights/", options.model_name + "_weights_config.json", state);
+  s::read_payloads(zip, "data/constants/", options.model_name + "_constants_config.json", constants);
   // every lifted input must have its tensor
   for (const auto& spec : parts.sig.input_specs) {
     if (spec.kind == input_kind::user_input || spec.kind == input_kind::token) continue;
@@ -595,7 +590,7 @@ inline exported_program load(std::shared_ptr<caffe2::serialize::ReadAdapterInter
                                                         *spec.target + "' (input '" + spec.arg.name + "')");
   }
   exported_program p(std::move(parts.g), std::move(parts.sig), std::move(state), std::move(constants),
-                     std::move(parts.ranges), parts.dialect);
+                     /*range_constraints=*/{}, parts.dialect);
   p.set_call_spec(std::move(parts.in_spec), std::move(parts.out_spec));
   if (options.example_inputs) {
     const std::string rec = "data/sample_inputs/" + options.model_name + ".pt";
