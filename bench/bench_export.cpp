@@ -101,11 +101,52 @@ void BM_export_resnet18_jit_tracer(benchmark::State& state) {
   set_per_op(state, ops);
 }
 
+
+// The same export with a dynamic batch (Dim("batch", 1, 256)), and with dynamic batch, height
+// and width: export captures once per dim more (plus one) and fits every size symbolically.
+void BM_export_resnet18_xport_dynamic(benchmark::State& state) {
+  torch::manual_seed(0);
+  xport_models::ResNet18 net;
+  net->eval();
+  const auto x = at::randn({1, 3, 64, 64});
+  const auto batch = xport::Dim("batch", 1, 256);
+  xport::shape_spec spec = {{0, batch}};
+  if (state.range(0) == 3) spec = {{0, batch}, {2, xport::Dim("h", 32, 512)}, {3, xport::Dim("w", 32, 512)}};
+  std::size_t ops = 0;
+  for (auto _ : state) {
+    auto p = xport::export_program(net, std::tuple{x}, {.dynamic_shapes = {{"x", spec}}});
+    ops = call_nodes(p);
+    benchmark::DoNotOptimize(p);
+  }
+  set_per_op(state, ops);
+}
+
+// The input-guard check per call: a static program, and one whose two inputs share a dynamic
+// batch (bind, range check, equality check).
+void BM_guard_check(benchmark::State& state) {
+  const bool dynamic = state.range(0) != 0;
+  const auto x = at::randn({8, 16}), y = at::randn({8, 16});
+  xport::export_options opts{.input_names = {"x", "y"}};
+  if (dynamic) {
+    const auto b = xport::Dim("batch", 1, 1024);
+    opts.dynamic_shapes = {{"x", {{0, b}}}, {"y", {{0, b}}}};
+  }
+  auto p = xport::export_program([](const at::Tensor& a, const at::Tensor& c) { return a + c; }, std::tuple{x, y}, opts);
+  const xport::input_guards guards(p);
+  const std::vector<at::Tensor> inputs{x, y};
+  for (auto _ : state) {
+    auto env = guards.check_and_bind(inputs);
+    benchmark::DoNotOptimize(env);
+  }
+}
+
 }  // namespace
 
 BENCHMARK(BM_export_chain_xport)->Arg(1)->Arg(100)->Arg(1000)->Arg(10000)->Arg(30000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_export_chain_jit_tracer)->Arg(1)->Arg(100)->Arg(1000)->Arg(10000)->Arg(30000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_export_resnet18_xport)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_export_resnet18_jit_tracer)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_export_resnet18_xport_dynamic)->Arg(1)->Arg(3)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_guard_check)->Arg(0)->Arg(1);
 
 BENCHMARK_MAIN();

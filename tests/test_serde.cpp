@@ -412,6 +412,9 @@ TEST_CASE("serde: archives for the Python checker") {
   auto r = export_program(resnet, std::tuple{at::randn({1, 3, 32, 32})});
   put("resnet18", r);
   put("resnet18_core_aten", run_decompositions(r));
+  auto rd = export_program(resnet, std::tuple{at::randn({2, 3, 32, 32})},
+                           {.dynamic_shapes = {{"x", {{0, Dim("batch", 1, 256)}, {2, Dim("h", 32, 512)}}}}});
+  put("resnet18_dynamic", rd);
   m::LeNet lenet;
   const auto x = at::randn({1, 1, 28, 28});
   auto l = export_program(lenet, std::tuple{x});

@@ -245,6 +245,43 @@ def check_treespec(text, path, errs):
     node(doc[1], f"{path}[1]")
 
 
+SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+FUNCTIONS = {"FloorDiv", "Mod", "Min", "Max", "CeilDiv"}
+
+
+def check_symbols(ep, tensor_values, errs):
+    """Every symbol a symbolic size uses has a range constraint, and the ranges are sane; the
+    expression evaluates (with sympy, when Debian's python3-sympy is there) to its hint."""
+    ranges = ep["range_constraints"]
+    for name, r in ranges.items():
+        if not SYMBOL.fullmatch(name):
+            errs.append(f"range_constraints: key '{name}' is not a symbol")
+        lo, hi = r.get("min_val"), r.get("max_val")
+        if lo is not None and hi is not None and lo > hi:
+            errs.append(f"range_constraints.{name}: min_val {lo} > max_val {hi}")
+    try:
+        import sympy
+    except ImportError:
+        sympy = None
+    for vname, tm in tensor_values.items():
+        for field in ("sizes", "strides"):
+            for i, s in enumerate(tm[field]):
+                if "as_expr" not in s:
+                    continue
+                text = s["as_expr"]["expr_str"]
+                where = f"graph.tensor_values.{vname}.{field}[{i}]"
+                for sym in SYMBOL.findall(text):
+                    if sym not in FUNCTIONS and sym not in ranges:
+                        errs.append(f"{where}: '{text}' uses {sym}, which has no range constraint")
+                if sympy is not None:
+                    try:
+                        e = sympy.sympify(text.replace("//", "/"), locals={"Mod": sympy.Mod, "Min": sympy.Min, "Max": sympy.Max})
+                        if not e.free_symbols and (s["as_expr"].get("hint") or {}).get("as_int") is None:
+                            errs.append(f"{where}: '{text}' is constant")
+                    except (sympy.SympifyError, TypeError, SyntaxError) as exc:
+                        errs.append(f"{where}: '{text}' does not parse as a sympy expression ({exc})")
+
+
 def check_program(ep, configs, errs):
     """Consistency beyond the schema (ep has passed validation)."""
     if ep["schema_version"]["major"] != SCHEMA_VERSION[0]:
@@ -253,6 +290,7 @@ def check_program(ep, configs, errs):
     g = gm["graph"]
     tables = {k: g.get(k + "_values", {}) for k in ("tensor", "sym_int", "sym_bool", "sym_float", "custom_obj")}
     defined = set()
+    check_symbols(ep, tables["tensor"], errs)
 
     def define(arg, path):
         for kind, name in value_refs(arg):

@@ -69,6 +69,14 @@ class graph_break : public export_error {
   using export_error::export_error;
 };
 
+/// A dynamic dimension the user asked for cannot be kept: the traced code fixes it to a
+/// constant, narrows its range, or ties it to another dimension (torch's "Constraints
+/// violated"). The message names the dims, the op, and a suggested fix.
+class constraint_violation : public export_error {
+ public:
+  using export_error::export_error;
+};
+
 /// Inputs given to a program do not satisfy its input guards (count, dtype, device, shape).
 class guard_error : public error {
  public:

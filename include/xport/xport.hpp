@@ -11,6 +11,7 @@
 
 #include <xport/ir/dtype.hpp>
 #include <xport/ir/sym_int.hpp>
+#include <xport/ir/sym_expr.hpp>
 #include <xport/ir/tensor_meta.hpp>
 #include <xport/ir/op.hpp>
 #include <xport/ir/graph.hpp>
@@ -28,6 +29,8 @@
 #include <xport/trace/tree.hpp>
 #include <xport/trace/capture.hpp>
 #include <xport/trace/strict.hpp>
+#include <xport/trace/dynamic.hpp>
+#include <xport/trace/symbolic.hpp>
 #include <xport/trace/export.hpp>
 #include <xport/passes/pass.hpp>
 #include <xport/passes/dce.hpp>

@@ -118,6 +118,14 @@ class graph_break : public export_error {
   using export_error::export_error;
 };
 
+/// A dynamic dimension the user asked for cannot be kept: the traced code fixes it to a
+/// constant, narrows its range, or ties it to another dimension (torch's "Constraints
+/// violated"). The message names the dims, the op, and a suggested fix.
+class constraint_violation : public export_error {
+ public:
+  using export_error::export_error;
+};
+
 /// Inputs given to a program do not satisfy its input guards (count, dtype, device, shape).
 class guard_error : public error {
  public:
@@ -397,6 +405,1104 @@ class basic_sym_int {
   Int value_ = 0;
   const detail::sym_node* expr_ = nullptr;
 };
+
+XPORT_END_NAMESPACE
+// #include <xport/ir/sym_expr.hpp>
+// xport/ir/sym_expr.hpp: the exact symbolic integer engine behind symbolic sizes (torch's sympy
+// subset). Expressions are kept in a canonical form, so equal expressions compare and hash equal:
+// a polynomial `sum(coeff * monomial) + constant`, where a monomial is a sorted product of atoms
+// with positive integer powers, and an atom is a symbol or a FloorDiv / Mod / Min / Max node
+// whose arguments are canonical themselves. `str()` prints as torch prints the sympy expression.
+
+#include <algorithm>      // std::sort, std::min, std::max
+#include <cstddef>        // std::size_t
+#include <cstdint>        // std::int64_t
+#include <functional>     // std::function, std::hash
+#include <limits>         // std::numeric_limits
+#include <map>            // std::map
+#include <optional>       // std::optional
+#include <string>         // std::string
+#include <string_view>    // std::string_view
+#include <unordered_map>  // std::unordered_map
+#include <utility>        // std::exchange, std::move, std::pair
+#include <vector>         // std::vector
+
+// #include <xport/config.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ir/sym_int.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+/// +infinity of value ranges (torch's `int_oo`); -int_oo is -INT64_MAX.
+inline constexpr std::int64_t int_oo = std::numeric_limits<std::int64_t>::max();
+
+/// A closed interval of integers; `lo` may be -int_oo and `hi` may be int_oo.
+struct value_range {
+  std::int64_t lo = 0, hi = int_oo;
+
+  [[nodiscard]] bool contains(std::int64_t v) const noexcept { return lo <= v && v <= hi; }
+  /// `VR[0, int_oo]`, `VR[1, 1024]`, `VR[-int_oo, 5]`.
+  [[nodiscard]] std::string str() const {
+    auto bound = [](std::int64_t v) {
+      return v >= int_oo ? std::string("int_oo") : v <= -int_oo ? std::string("-int_oo") : std::to_string(v);
+    };
+    return "VR[" + bound(lo) + ", " + bound(hi) + "]";
+  }
+  friend bool operator==(const value_range&, const value_range&) = default;
+};
+
+namespace detail {
+
+// ---- checked integer arithmetic (Python semantics, no UB; INT64_MIN is out of range) ----------
+
+[[noreturn]] inline void sym_overflow(std::string_view op) {
+  throw graph_error("xport.sym.overflow", "integer overflow in symbolic " + std::string(op) +
+                                              "; values must stay within [-int_oo, int_oo]");
+}
+[[nodiscard]] inline std::int64_t sym_checked(bool overflowed, std::int64_t r, std::string_view op) {
+  if (overflowed || r == std::numeric_limits<std::int64_t>::min()) sym_overflow(op);
+  return r;
+}
+[[nodiscard]] inline std::int64_t checked_add(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  bool overflowed = __builtin_add_overflow(a, b, &r);
+  return sym_checked(overflowed, r, "addition");
+}
+[[nodiscard]] inline std::int64_t checked_sub(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  bool overflowed = __builtin_sub_overflow(a, b, &r);
+  return sym_checked(overflowed, r, "subtraction");
+}
+[[nodiscard]] inline std::int64_t checked_mul(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  bool overflowed = __builtin_mul_overflow(a, b, &r);
+  return sym_checked(overflowed, r, "multiplication");
+}
+[[nodiscard]] inline std::int64_t checked_pow(std::int64_t x, std::int64_t p) {
+  std::int64_t r = 1;
+  if (p == 0 || x == 1) return 1;
+  if (x == 0) return 0;
+  if (x == -1) return p % 2 ? -1 : 1;
+  for (; p > 0; --p) r = checked_mul(r, x);  // |x| >= 2 overflows within 63 rounds
+  return r;
+}
+/// Python's `a // b` (floor toward -inf).
+[[nodiscard]] inline std::int64_t py_floordiv(std::int64_t a, std::int64_t b) {
+  if (b == 0)
+    throw graph_error("xport.sym.div_by_zero", "division by zero in floordiv(" + std::to_string(a) + ", 0)");
+  if (b == -1) return checked_sub(0, a);
+  std::int64_t q = a / b;
+  if (a % b != 0 && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+/// Python's `a % b` (the result has the sign of b).
+[[nodiscard]] inline std::int64_t py_mod(std::int64_t a, std::int64_t b) {
+  if (b == 0) throw graph_error("xport.sym.div_by_zero", "modulo by zero in Mod(" + std::to_string(a) + ", 0)");
+  if (b == -1) return 0;
+  std::int64_t r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+
+// ---- nodes ---------------------------------------------------------------------------------------
+
+enum class sym_kind : std::uint8_t { symbol, poly, floordiv, mod, min, max };
+
+/// `atom**power`; the atom's sym_int hint is unused.
+struct sym_factor {
+  sym_int atom;
+  std::int64_t power = 1;
+};
+/// `coeff * factors...`, factors sorted by atom key; `key` is the monomial's key.
+struct sym_term {
+  std::int64_t coeff = 0;
+  std::vector<sym_factor> factors;
+  std::string key;
+};
+
+/// The one node class: a symbol, a polynomial (not a bare atom), or a function atom.
+struct sym_expr final : sym_node {
+  sym_kind kind = sym_kind::symbol;
+  std::string name;             // symbol
+  value_range vr;               // symbol
+  std::int64_t hint = 0;        // symbol: its example value
+  std::int64_t constant = 0;    // poly
+  std::vector<sym_term> terms;  // poly, sorted by key
+  std::vector<sym_int> args;    // floordiv (a, b), mod (a, b), min/max (canonical order)
+  std::string key;              // canonical text: equality, hash, order
+  std::size_t key_hash = 0;
+
+  [[nodiscard]] std::string str() const override;
+  [[nodiscard]] bool equals(const sym_node& other) const override {
+    const auto* o = dynamic_cast<const sym_expr*>(&other);
+    return o != nullptr && (o == this || (o->key_hash == key_hash && o->key == key));
+  }
+  [[nodiscard]] std::size_t hash() const override { return key_hash; }
+};
+
+[[nodiscard]] inline const sym_expr& node_of(const sym_int& s) {
+  return static_cast<const sym_expr&>(*s.expr());  // every sym_node is a sym_expr
+}
+[[nodiscard]] inline std::string key_of(const sym_int& s) {
+  return s.is_constant() ? "#" + std::to_string(s.hint()) : node_of(s).key;
+}
+[[nodiscard]] inline sym_int make_node(sym_expr* n, std::int64_t hint) {
+  n->key_hash = std::hash<std::string>{}(n->key);
+  return sym_int(n, hint);
+}
+[[nodiscard]] inline sym_int with_hint(const sym_int& s, std::int64_t hint) {
+  return s.is_constant() ? s : sym_int(s.expr(), hint);
+}
+
+// ---- polynomials -----------------------------------------------------------------------------------
+
+struct poly {
+  std::int64_t c = 0;
+  std::map<std::string, sym_term> terms;  // by monomial key; no zero coefficients
+};
+
+[[nodiscard]] inline std::string mono_key(const std::vector<sym_factor>& f) {
+  std::string k;
+  for (const auto& x : f) k += node_of(x.atom).key + "^" + std::to_string(x.power) + ";";
+  return k;
+}
+[[nodiscard]] inline poly to_poly(const sym_int& s) {
+  poly p;
+  if (s.is_constant()) {
+    p.c = s.hint();
+    return p;
+  }
+  const auto& n = node_of(s);
+  if (n.kind != sym_kind::poly) {
+    sym_term t{1, {{with_hint(s, 0), 1}}, {}};
+    t.key = mono_key(t.factors);
+    p.terms.emplace(t.key, std::move(t));
+    return p;
+  }
+  p.c = n.constant;
+  for (const auto& t : n.terms) p.terms.emplace(t.key, t);
+  return p;
+}
+inline void add_term(poly& p, sym_term t) {
+  if (t.factors.empty()) {
+    p.c = checked_add(p.c, t.coeff);
+    return;
+  }
+  auto [it, fresh] = p.terms.try_emplace(t.key, t);
+  if (!fresh) {
+    it->second.coeff = checked_add(it->second.coeff, t.coeff);
+    if (it->second.coeff == 0) p.terms.erase(it);
+  }
+}
+/// p += q * scale.
+inline void poly_add(poly& p, const poly& q, std::int64_t scale) {
+  p.c = checked_add(p.c, checked_mul(q.c, scale));
+  for (const auto& [k, t] : q.terms) {
+    sym_term s = t;
+    s.coeff = checked_mul(t.coeff, scale);
+    if (s.coeff != 0) add_term(p, std::move(s));
+  }
+}
+[[nodiscard]] inline sym_term term_mul(const sym_term& a, const sym_term& b) {
+  sym_term r{checked_mul(a.coeff, b.coeff), {}, {}};
+  std::size_t i = 0, j = 0;
+  while (i < a.factors.size() || j < b.factors.size()) {
+    int cmp = i == a.factors.size() ? 1
+              : j == b.factors.size() ? -1
+                                      : node_of(a.factors[i].atom).key.compare(node_of(b.factors[j].atom).key);
+    if (cmp < 0) r.factors.push_back(a.factors[i++]);
+    else if (cmp > 0) r.factors.push_back(b.factors[j++]);
+    else r.factors.push_back({a.factors[i].atom, checked_add(a.factors[i++].power, b.factors[j++].power)});
+  }
+  r.key = mono_key(r.factors);
+  return r;
+}
+[[nodiscard]] inline poly poly_mul(const poly& a, const poly& b) {
+  poly r;
+  r.c = checked_mul(a.c, b.c);
+  for (const auto& [k, t] : a.terms) {
+    sym_term s = t;
+    if ((s.coeff = checked_mul(t.coeff, b.c)) != 0) add_term(r, std::move(s));
+  }
+  for (const auto& [k, t] : b.terms) {
+    sym_term s = t;
+    if ((s.coeff = checked_mul(t.coeff, a.c)) != 0) add_term(r, std::move(s));
+  }
+  for (const auto& [ka, ta] : a.terms)
+    for (const auto& [kb, tb] : b.terms) add_term(r, term_mul(ta, tb));
+  return r;
+}
+/// The canonical sym_int of a polynomial: a constant, a bare atom, or a poly node.
+[[nodiscard]] inline sym_int from_poly(poly p, std::int64_t hint) {
+  if (p.terms.empty()) return sym_int(p.c);
+  if (p.c == 0 && p.terms.size() == 1) {
+    const auto& t = p.terms.begin()->second;
+    if (t.coeff == 1 && t.factors.size() == 1 && t.factors[0].power == 1) return with_hint(t.factors[0].atom, hint);
+  }
+  auto* n = new sym_expr;
+  n->kind = sym_kind::poly;
+  n->constant = p.c;
+  n->key = "{" + std::to_string(p.c);
+  for (auto& [k, t] : p.terms) {
+    n->key += "|" + std::to_string(t.coeff) + "*" + k;
+    n->terms.push_back(std::move(t));
+  }
+  n->key += "}";
+  return make_node(n, hint);
+}
+[[nodiscard]] inline sym_int make_func(sym_kind kind, std::vector<sym_int> args, std::int64_t hint) {
+  static constexpr const char* names[] = {"", "", "FloorDiv", "Mod", "Min", "Max"};
+  auto* n = new sym_expr;
+  n->kind = kind;
+  n->key = std::string(names[static_cast<int>(kind)]) + "(";
+  for (std::size_t i = 0; i < args.size(); ++i) n->key += (i ? "," : "") + key_of(args[i]);
+  n->key += ")";
+  n->args = std::move(args);
+  return make_node(n, hint);
+}
+
+// ---- value ranges (saturating at +-int_oo) ------------------------------------------------------------
+
+[[nodiscard]] inline std::int64_t sat(bool overflowed, std::int64_t r, bool positive) {
+  if (overflowed) return positive ? int_oo : -int_oo;
+  return std::max(r, -int_oo);
+}
+/// a + b; `upper` picks the side when +oo meets -oo.
+[[nodiscard]] inline std::int64_t sat_add(std::int64_t a, std::int64_t b, bool upper) {
+  bool pinf = a == int_oo || b == int_oo, ninf = a == -int_oo || b == -int_oo;
+  if (pinf || ninf) return pinf && ninf ? (upper ? int_oo : -int_oo) : pinf ? int_oo : -int_oo;
+  std::int64_t r = 0;
+  bool overflowed = __builtin_add_overflow(a, b, &r);
+  return sat(overflowed, r, a > 0);
+}
+[[nodiscard]] inline std::int64_t sat_mul(std::int64_t a, std::int64_t b) {
+  if (a == 0 || b == 0) return 0;
+  bool positive = (a > 0) == (b > 0);
+  if (a == int_oo || a == -int_oo || b == int_oo || b == -int_oo) return positive ? int_oo : -int_oo;
+  std::int64_t r = 0;
+  bool overflowed = __builtin_mul_overflow(a, b, &r);
+  return sat(overflowed, r, positive);
+}
+[[nodiscard]] inline value_range vr_add(value_range a, value_range b) {
+  return {sat_add(a.lo, b.lo, false), sat_add(a.hi, b.hi, true)};
+}
+[[nodiscard]] inline value_range vr_mul(value_range a, value_range b) {
+  std::int64_t c[] = {sat_mul(a.lo, b.lo), sat_mul(a.lo, b.hi), sat_mul(a.hi, b.lo), sat_mul(a.hi, b.hi)};
+  return {*std::min_element(c, c + 4), *std::max_element(c, c + 4)};
+}
+[[nodiscard]] inline value_range vr_pow(value_range a, std::int64_t p) {
+  auto pw = [p](std::int64_t x) {
+    if (x == 1 || x == -1) return p % 2 ? x : std::int64_t{1};
+    std::int64_t r = 1;
+    for (std::int64_t i = 0; i < p && r != int_oo && r != -int_oo && r != 0; ++i) r = sat_mul(r, x);
+    return r;
+  };
+  if (p % 2 == 1 || a.lo >= 0) return {pw(a.lo), pw(a.hi)};
+  if (a.hi <= 0) return {pw(a.hi), pw(a.lo)};
+  return {0, std::max(pw(a.lo), pw(a.hi))};
+}
+/// floor(x / y) for y > 0 with infinite bounds, monotone in both arguments.
+[[nodiscard]] inline std::int64_t sat_floordiv(std::int64_t x, std::int64_t y) {
+  if (x == int_oo || x == -int_oo) return x;
+  if (y == int_oo) return x >= 0 ? 0 : -1;
+  return py_floordiv(x, y);
+}
+[[nodiscard]] inline value_range vr_floordiv(value_range a, value_range b) {
+  if (b.hi <= -1) {  // a // b == (-a) // (-b)
+    a = {-a.hi, -a.lo};
+    b = {-b.hi, -b.lo};
+  }
+  if (b.lo < 1) return {-int_oo, int_oo};
+  std::int64_t c[] = {sat_floordiv(a.lo, b.lo), sat_floordiv(a.lo, b.hi), sat_floordiv(a.hi, b.lo),
+                      sat_floordiv(a.hi, b.hi)};
+  return {*std::min_element(c, c + 4), *std::max_element(c, c + 4)};
+}
+[[nodiscard]] inline value_range vr_mod(value_range a, value_range b) {
+  if (b.lo >= 1) {
+    if (b.lo == b.hi && b.hi != int_oo && a.lo != -int_oo && a.hi != int_oo &&
+        py_floordiv(a.lo, b.lo) == py_floordiv(a.hi, b.lo))
+      return {py_mod(a.lo, b.lo), py_mod(a.hi, b.lo)};
+    std::int64_t hi = b.hi == int_oo ? int_oo : b.hi - 1;
+    return {0, a.lo >= 0 ? std::min(hi, a.hi) : hi};
+  }
+  if (b.hi <= -1) return {b.lo == -int_oo ? -int_oo : b.lo + 1, 0};
+  std::int64_t m = std::max(-b.lo, b.hi);
+  return {m == int_oo ? -int_oo : -(m - 1), m == int_oo ? int_oo : m - 1};
+}
+
+[[nodiscard]] inline value_range range_of(const sym_int& s);
+[[nodiscard]] inline value_range range_of_node(const sym_expr& n) {
+  switch (n.kind) {
+    case sym_kind::symbol: return n.vr;
+    case sym_kind::poly: {
+      value_range r{n.constant, n.constant};
+      for (const auto& t : n.terms) {
+        value_range m{t.coeff, t.coeff};
+        for (const auto& f : t.factors) m = vr_mul(m, vr_pow(range_of(f.atom), f.power));
+        r = vr_add(r, m);
+      }
+      return r;
+    }
+    case sym_kind::floordiv: return vr_floordiv(range_of(n.args[0]), range_of(n.args[1]));
+    case sym_kind::mod: return vr_mod(range_of(n.args[0]), range_of(n.args[1]));
+    case sym_kind::min:
+    case sym_kind::max: {
+      value_range r = range_of(n.args[0]);
+      for (std::size_t i = 1; i < n.args.size(); ++i) {
+        value_range a = range_of(n.args[i]);
+        r = n.kind == sym_kind::min ? value_range{std::min(r.lo, a.lo), std::min(r.hi, a.hi)}
+                                    : value_range{std::max(r.lo, a.lo), std::max(r.hi, a.hi)};
+      }
+      return r;
+    }
+  }
+  return {-int_oo, int_oo};
+}
+inline value_range range_of(const sym_int& s) {
+  return s.is_constant() ? value_range{s.hint(), s.hint()} : range_of_node(node_of(s));
+}
+
+// ---- evaluation ------------------------------------------------------------------------------------
+
+template <class Lookup>
+[[nodiscard]] std::optional<std::int64_t> eval_arg(const sym_int& s, Lookup& lookup);
+template <class Lookup>
+[[nodiscard]] std::optional<std::int64_t> eval_node(const sym_expr& n, Lookup& lookup) {
+  switch (n.kind) {
+    case sym_kind::symbol: return lookup(n.name);
+    case sym_kind::poly: {
+      std::int64_t acc = n.constant;
+      for (const auto& t : n.terms) {
+        std::int64_t v = t.coeff;
+        for (const auto& f : t.factors) {
+          auto x = eval_arg(f.atom, lookup);
+          if (!x) return std::nullopt;
+          v = checked_mul(v, checked_pow(*x, f.power));
+        }
+        acc = checked_add(acc, v);
+      }
+      return acc;
+    }
+    default: break;
+  }
+  auto a = eval_arg(n.args[0], lookup);
+  if (!a) return std::nullopt;
+  for (std::size_t i = 1; i < n.args.size(); ++i) {
+    auto b = eval_arg(n.args[i], lookup);
+    if (!b) return std::nullopt;
+    switch (n.kind) {
+      case sym_kind::floordiv: *a = py_floordiv(*a, *b); break;
+      case sym_kind::mod: *a = py_mod(*a, *b); break;
+      case sym_kind::min: *a = std::min(*a, *b); break;
+      default: *a = std::max(*a, *b); break;
+    }
+  }
+  return a;
+}
+template <class Lookup>
+std::optional<std::int64_t> eval_arg(const sym_int& s, Lookup& lookup) {
+  if (s.is_constant()) return s.hint();
+  return eval_node(node_of(s), lookup);
+}
+
+// ---- sympy's printing order (sort_key, as_ordered_terms) and StrPrinter ---------------------------
+
+/// A Python value for sympy's sort keys: int, str or tuple, compared as Python compares them.
+struct py_key {
+  int tag = 0;  // 0 int, 1 str, 2 tuple
+  std::int64_t i = 0;
+  std::string s;
+  std::vector<py_key> t;
+};
+[[nodiscard]] inline py_key pk(std::int64_t i) { return {0, i, {}, {}}; }
+[[nodiscard]] inline py_key pk(std::string s) { return {1, 0, std::move(s), {}}; }
+[[nodiscard]] inline py_key pk(std::vector<py_key> t) { return {2, 0, {}, std::move(t)}; }
+[[nodiscard]] inline int py_cmp(const py_key& a, const py_key& b) {
+  if (a.tag != b.tag) return a.tag < b.tag ? -1 : 1;
+  if (a.tag == 0) return a.i < b.i ? -1 : a.i > b.i;
+  if (a.tag == 1) return a.s.compare(b.s) < 0 ? -1 : a.s != b.s;
+  for (std::size_t k = 0; k < a.t.size() && k < b.t.size(); ++k)
+    if (int c = py_cmp(a.t[k], b.t[k])) return c;
+  return a.t.size() < b.t.size() ? -1 : a.t.size() > b.t.size();
+}
+[[nodiscard]] inline py_key class_key(int a, int b, const char* name) { return pk({pk(a), pk(b), pk(name)}); }
+[[nodiscard]] inline py_key int_key(std::int64_t v) {
+  return pk({class_key(1, 0, "Number"), pk({pk(0), pk(std::vector<py_key>{})}), pk(std::vector<py_key>{}), pk(v)});
+}
+
+/// One sympy expression seen in the canonical form: Integer, atom, Pow(atom, n), Mul or Add.
+struct sview {
+  enum kind_t : std::uint8_t { integer, atom, power, mul, add } kind = integer;
+  std::int64_t value = 0;                             // integer value, exponent, Mul coefficient
+  const sym_expr* node = nullptr;                     // atom, Pow base, Add
+  const std::vector<sym_factor>* factors = nullptr;  // Mul
+};
+[[nodiscard]] inline sview view_of_factor(const sym_factor& f) {
+  return {f.power == 1 ? sview::atom : sview::power, f.power, &node_of(f.atom), nullptr};
+}
+[[nodiscard]] inline sview view_of_term(std::int64_t coeff, const std::vector<sym_factor>& f) {
+  if (coeff == 1 && f.size() == 1) return view_of_factor(f[0]);
+  return {sview::mul, coeff, nullptr, &f};
+}
+[[nodiscard]] inline sview view_of(const sym_int& s) {
+  if (s.is_constant()) return {sview::integer, s.hint(), nullptr, nullptr};
+  const auto& n = node_of(s);
+  if (n.kind != sym_kind::poly) return {sview::atom, 0, &n, nullptr};
+  if (n.constant == 0 && n.terms.size() == 1) return view_of_term(n.terms[0].coeff, n.terms[0].factors);
+  return {sview::add, 0, &n, nullptr};
+}
+
+[[nodiscard]] inline py_key sort_key(const sview& v);
+[[nodiscard]] inline std::int64_t node_count(const sview& v) {
+  switch (v.kind) {
+    case sview::integer: return 1;
+    case sview::power: return 2 + node_count({sview::atom, 0, v.node, nullptr});
+    case sview::mul: {
+      std::int64_t n = v.value != 1 ? 2 : 1;
+      for (const auto& f : *v.factors) n += node_count(view_of_factor(f));
+      return n;
+    }
+    case sview::add: {
+      std::int64_t n = v.node->constant != 0 ? 2 : 1;
+      for (const auto& t : v.node->terms) n += node_count(view_of_term(t.coeff, t.factors));
+      return n;
+    }
+    case sview::atom: break;
+  }
+  std::int64_t n = 1;
+  for (const auto& a : v.node->args) n += node_count(view_of(a));
+  return n;
+}
+/// Views sorted by sympy's default_sort_key; with `nodes`, by (node count, sort key) as `ordered`.
+[[nodiscard]] inline std::vector<sview> sorted_views(std::vector<sview> vs, bool nodes) {
+  std::vector<std::pair<py_key, std::size_t>> keys;
+  for (std::size_t i = 0; i < vs.size(); ++i)
+    keys.push_back({nodes ? pk({pk(node_count(vs[i])), sort_key(vs[i])}) : sort_key(vs[i]), i});
+  std::stable_sort(keys.begin(), keys.end(), [](const auto& a, const auto& b) { return py_cmp(a.first, b.first) < 0; });
+  std::vector<sview> r;
+  for (const auto& k : keys) r.push_back(vs[k.second]);
+  return r;
+}
+/// A function atom's `.args` (Min/Max: sympy's `ordered`).
+[[nodiscard]] inline std::vector<sview> func_args(const sym_expr& n) {
+  std::vector<sview> r;
+  for (const auto& a : n.args) r.push_back(view_of(a));
+  return n.kind == sym_kind::min || n.kind == sym_kind::max ? sorted_views(std::move(r), true) : r;
+}
+[[nodiscard]] inline std::vector<sview> mul_factors(const sview& v) {
+  std::vector<sview> r;
+  for (const auto& f : *v.factors) r.push_back(view_of_factor(f));
+  return sorted_views(std::move(r), false);
+}
+/// Add terms in sympy's `as_ordered_terms()` order.
+[[nodiscard]] inline std::vector<sview> ordered_terms(const sym_expr& n) {
+  sview c{sview::integer, n.constant, nullptr, nullptr};
+  if (n.constant > 0 && n.terms.size() == 1 && n.terms[0].coeff < 0 && n.terms[0].factors.size() == 1)
+    return {c, view_of_term(n.terms[0].coeff, n.terms[0].factors)};
+  std::vector<sview> gens;  // distinct atoms, in default_sort_key order
+  for (const auto& t : n.terms)
+    for (const auto& f : t.factors)
+      if (std::none_of(gens.begin(), gens.end(), [&](const sview& g) { return g.node->key == node_of(f.atom).key; }))
+        gens.push_back({sview::atom, 0, &node_of(f.atom), nullptr});
+  gens = sorted_views(std::move(gens), false);
+  std::vector<std::pair<std::vector<std::int64_t>, sview>> ts;
+  for (const auto& t : n.terms) {
+    std::vector<std::int64_t> mono(gens.size(), 0);
+    for (const auto& f : t.factors)
+      for (std::size_t g = 0; g < gens.size(); ++g)
+        if (gens[g].node->key == node_of(f.atom).key) mono[g] = f.power;
+    ts.push_back({std::move(mono), view_of_term(t.coeff, t.factors)});
+  }
+  std::stable_sort(ts.begin(), ts.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<sview> r;
+  for (auto& t : ts) r.push_back(t.second);
+  if (n.constant != 0) r.push_back(c);
+  return r;
+}
+/// (class_key, (len(args), args)) of an atom as Expr.sort_key builds it.
+[[nodiscard]] inline std::pair<py_key, py_key> atom_core(const sym_expr& n) {
+  if (n.kind == sym_kind::symbol) return {class_key(2, 0, "Symbol"), pk({pk(1), pk({pk(n.name)})})};
+  static constexpr const char* names[] = {"", "", "FloorDiv", "Mod", "Min", "Max"};
+  const char* name = names[static_cast<int>(n.kind)];
+  bool lattice = n.kind == sym_kind::min || n.kind == sym_kind::max;
+  std::vector<py_key> args;
+  for (const auto& a : func_args(n)) args.push_back(sort_key(a));
+  auto count = static_cast<std::int64_t>(args.size());
+  return {lattice ? class_key(5, 0, name) : class_key(4, 10000, name), pk({pk(count), pk(std::move(args))})};
+}
+inline py_key sort_key(const sview& v) {
+  auto compose = [](std::pair<py_key, py_key> core, std::int64_t exp, std::int64_t coeff) {
+    return pk({std::move(core.first), std::move(core.second), int_key(exp), pk(coeff)});
+  };
+  switch (v.kind) {
+    case sview::integer: return int_key(v.value);
+    case sview::atom: return compose(atom_core(*v.node), 1, 1);
+    case sview::power: return compose(atom_core(*v.node), v.value, 1);
+    case sview::mul: {
+      if (v.factors->size() == 1) {
+        const auto& f = (*v.factors)[0];
+        return compose(atom_core(node_of(f.atom)), f.power, v.value);
+      }
+      std::vector<py_key> keys;
+      for (const auto& f : mul_factors(v)) keys.push_back(sort_key(f));
+      auto count = static_cast<std::int64_t>(keys.size());
+      return compose({class_key(3, 0, "Mul"), pk({pk(count), pk(std::move(keys))})}, 1, v.value);
+    }
+    case sview::add: break;
+  }
+  std::vector<py_key> keys;
+  for (const auto& t : ordered_terms(*v.node)) keys.push_back(sort_key(t));
+  auto count = static_cast<std::int64_t>(keys.size());
+  return compose({class_key(3, 1, "Add"), pk({pk(count), pk(std::move(keys))})}, 1, 1);
+}
+
+/// sympy's sympy_precedence(): Atom 1000, Func 70, Pow 60, Mul/Mod 50, Add (and negative items) 40.
+[[nodiscard]] inline int sympy_precedence(const sview& v) {
+  switch (v.kind) {
+    case sview::integer: return v.value < 0 ? 40 : 1000;
+    case sview::power: return 60;
+    case sview::mul: return v.value < 0 ? 40 : 50;
+    case sview::add: return 40;
+    case sview::atom: break;
+  }
+  return v.node->kind == sym_kind::floordiv ? 70 : v.node->kind == sym_kind::mod ? 50 : 1000;
+}
+[[nodiscard]] inline std::string print_sympy(const sview& v);
+/// StrPrinter.parenthesize(item, level, strict=False).
+[[nodiscard]] inline std::string parenthesize(const sview& v, int level) {
+  return sympy_precedence(v) <= level ? "(" + print_sympy(v) + ")" : print_sympy(v);
+}
+inline std::string print_sympy(const sview& v) {
+  switch (v.kind) {
+    case sview::integer: return std::to_string(v.value);
+    case sview::power: return parenthesize({sview::atom, 0, v.node, nullptr}, 60) + "**" + std::to_string(v.value);
+    case sview::mul: {
+      int prec = sympy_precedence(v);
+      std::string s = v.value < 0 ? "-" : "";
+      std::int64_t c = v.value < 0 ? -v.value : v.value;
+      if (c != 1) s += std::to_string(c) + "*";
+      for (const auto& f : mul_factors(v)) s += parenthesize(f, prec) + "*";
+      s.pop_back();
+      return s;
+    }
+    case sview::add: {
+      std::string s;
+      for (const auto& t : ordered_terms(*v.node)) {
+        std::string ts = print_sympy(t);
+        bool neg = ts[0] == '-';
+        s += s.empty() ? (neg ? "-" : "") : (neg ? " - " : " + ");
+        s += neg ? ts.substr(1) : ts;
+      }
+      return s;
+    }
+    case sview::atom: break;
+  }
+  const auto& n = *v.node;
+  if (n.kind == sym_kind::symbol) return n.name;
+  if (n.kind == sym_kind::floordiv)  // torch's FloorDiv._sympystr
+    return "(" + parenthesize(view_of(n.args[0]), 999) + "//" + parenthesize(view_of(n.args[1]), 999) + ")";
+  std::vector<sview> args = func_args(n);
+  if (n.kind != sym_kind::mod) args = sorted_views(std::move(args), false);  // _print_LatticeOp
+  std::string s = n.kind == sym_kind::mod ? "Mod(" : n.kind == sym_kind::min ? "Min(" : "Max(";
+  for (std::size_t i = 0; i < args.size(); ++i) s += (i ? ", " : "") + print_sympy(args[i]);
+  return s + ")";
+}
+[[nodiscard]] inline std::string srepr(const sview& v) {
+  switch (v.kind) {
+    case sview::integer: return "Integer(" + std::to_string(v.value) + ")";
+    case sview::power:
+      return "Pow(" + srepr({sview::atom, 0, v.node, nullptr}) + ", Integer(" + std::to_string(v.value) + "))";
+    case sview::mul: {
+      std::string s = "Mul(";
+      if (v.value < -1) s += "Integer(-1), Integer(" + std::to_string(-v.value) + "), ";  // args_cnc
+      else if (v.value != 1) s += "Integer(" + std::to_string(v.value) + "), ";
+      for (const auto& f : mul_factors(v)) s += srepr(f) + ", ";
+      return s.substr(0, s.size() - 2) + ")";
+    }
+    case sview::add: {
+      std::string s = "Add(";
+      for (const auto& t : ordered_terms(*v.node)) s += srepr(t) + ", ";
+      return s.substr(0, s.size() - 2) + ")";
+    }
+    case sview::atom: break;
+  }
+  const auto& n = *v.node;
+  if (n.kind == sym_kind::symbol) return "Symbol('" + n.name + "', integer=True, positive=True)";
+  static constexpr const char* names[] = {"", "", "FloorDiv(", "Mod(", "Min(", "Max("};
+  std::string s = names[static_cast<int>(n.kind)];
+  auto args = func_args(n);
+  for (std::size_t i = 0; i < args.size(); ++i) s += (i ? ", " : "") + srepr(args[i]);
+  return s + ")";
+}
+
+inline std::string sym_expr::str() const {
+  return print_sympy(kind == sym_kind::poly && constant == 0 && terms.size() == 1
+                   ? view_of_term(terms[0].coeff, terms[0].factors)
+                   : sview{kind == sym_kind::poly ? sview::add : sview::atom, 0, this, nullptr});
+}
+
+[[nodiscard]] inline bool natural_less(std::string_view a, std::string_view b) {
+  std::size_t i = 0, j = 0;
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  while (i < a.size() && j < b.size()) {
+    if (digit(a[i]) && digit(b[j])) {
+      std::size_t i2 = i, j2 = j;
+      while (i < a.size() && a[i] == '0') ++i;
+      while (j < b.size() && b[j] == '0') ++j;
+      std::size_t ie = i, je = j;
+      while (ie < a.size() && digit(a[ie])) ++ie;
+      while (je < b.size() && digit(b[je])) ++je;
+      if (ie - i != je - j) return ie - i < je - j;
+      if (int c = a.substr(i, ie - i).compare(b.substr(j, je - j))) return c < 0;
+      if (i - i2 != j - j2) return i - i2 < j - j2;
+      i = ie, j = je;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i, ++j;
+    }
+  }
+  return a.size() - i < b.size() - j;
+}
+inline void collect_symbols(const sym_int& s, std::vector<std::string>& out) {
+  if (s.is_constant()) return;
+  const auto& n = node_of(s);
+  if (n.kind == sym_kind::symbol) out.push_back(n.name);
+  for (const auto& t : n.terms)
+    for (const auto& f : t.factors) collect_symbols(f.atom, out);
+  for (const auto& a : n.args) collect_symbols(a, out);
+}
+
+}  // namespace detail
+
+namespace sym {
+
+/// A symbol `name` (an identifier) with example value `hint` and value range `range` (the hint
+/// must lie in it). Symbols are identified by name.
+[[nodiscard]] inline sym_int symbol(std::string name, std::int64_t hint, value_range range = {}) {
+  bool ok = !name.empty() && !(name[0] >= '0' && name[0] <= '9');
+  for (char c : name) ok = ok && (c == '_' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'));
+  if (!ok) throw graph_error("xport.sym.bad_symbol", "symbol name '" + name + "' is not an identifier");
+  if (range.lo > range.hi || !range.contains(hint))
+    throw graph_error("xport.sym.bad_range",
+                      "symbol " + name + " has hint " + std::to_string(hint) + " outside its range " + range.str());
+  auto* n = new detail::sym_expr;
+  n->kind = detail::sym_kind::symbol;
+  n->key = name;
+  n->name = std::move(name);
+  n->vr = range;
+  n->hint = hint;
+  return detail::make_node(n, hint);
+}
+
+[[nodiscard]] inline sym_int add(const sym_int& a, const sym_int& b) {
+  auto hint = detail::checked_add(a.hint(), b.hint());
+  if (a.is_constant() && b.is_constant()) return hint;
+  auto p = detail::to_poly(a);
+  detail::poly_add(p, detail::to_poly(b), 1);
+  return detail::from_poly(std::move(p), hint);
+}
+[[nodiscard]] inline sym_int sub(const sym_int& a, const sym_int& b) {
+  auto hint = detail::checked_sub(a.hint(), b.hint());
+  if (a.is_constant() && b.is_constant()) return hint;
+  auto p = detail::to_poly(a);
+  detail::poly_add(p, detail::to_poly(b), -1);
+  return detail::from_poly(std::move(p), hint);
+}
+[[nodiscard]] inline sym_int mul(const sym_int& a, const sym_int& b) {
+  auto hint = detail::checked_mul(a.hint(), b.hint());
+  if (a.is_constant() && b.is_constant()) return hint;
+  return detail::from_poly(detail::poly_mul(detail::to_poly(a), detail::to_poly(b)), hint);
+}
+[[nodiscard]] inline value_range range(const sym_int& e) { return detail::range_of(e); }
+
+}  // namespace sym
+
+namespace detail {
+
+/// The monomial divisor `k * factors` of `b`, when b is one (a nonzero constant counts).
+[[nodiscard]] inline std::optional<sym_term> as_monomial(const sym_int& b) {
+  if (b.is_constant()) return sym_term{b.hint(), {}, {}};
+  poly p = to_poly(b);
+  if (p.c != 0 || p.terms.size() != 1) return std::nullopt;
+  return p.terms.begin()->second;
+}
+/// Whether term t is divisible by monomial m; the quotient goes to q.
+[[nodiscard]] inline bool term_divides(const sym_term& t, const sym_term& m, sym_term& q) {
+  if (t.coeff % m.coeff != 0) return false;
+  q = {t.coeff / m.coeff, {}, {}};
+  std::size_t j = 0;
+  for (const auto& f : t.factors) {
+    std::int64_t p = f.power;
+    if (j < m.factors.size() && node_of(m.factors[j].atom).key == node_of(f.atom).key) p -= m.factors[j++].power;
+    if (p < 0) return false;
+    if (p > 0) q.factors.push_back({f.atom, p});
+  }
+  if (j != m.factors.size()) return false;
+  q.key = mono_key(q.factors);
+  return true;
+}
+[[nodiscard]] inline std::int64_t sym_gcd(std::int64_t a, std::int64_t b) {
+  while (b != 0) a = std::exchange(b, a % b);
+  return a < 0 ? -a : a;
+}
+/// p = quotient * m + rest, where quotient collects the terms of p divisible by m (the constant
+/// too when m is a constant dividing it).
+inline void split_by(const poly& p, const sym_term& m, poly& quotient, poly& rest) {
+  for (const auto& [k, t] : p.terms) {
+    sym_term q;
+    if (term_divides(t, m, q)) add_term(quotient, std::move(q));
+    else add_term(rest, t);
+  }
+  if (m.factors.empty() && p.c % m.coeff == 0) quotient.c = p.c / m.coeff;
+  else rest.c = p.c;
+}
+/// The gcd of rest's coefficients, constant and m's coefficient.
+[[nodiscard]] inline std::int64_t poly_content(const poly& rest, std::int64_t mc) {
+  std::int64_t g = sym_gcd(mc, rest.c);
+  for (const auto& [k, t] : rest.terms) g = sym_gcd(g, t.coeff);
+  return g;
+}
+[[nodiscard]] inline poly poly_scaled(const poly& p, std::int64_t div) {
+  poly r;
+  r.c = p.c / div;
+  for (const auto& [k, t] : p.terms) {
+    sym_term s = t;
+    s.coeff = t.coeff / div;
+    r.terms.emplace(k, std::move(s));
+  }
+  return r;
+}
+[[nodiscard]] inline sym_int mono_int(const sym_term& m) {
+  poly p;
+  if (m.factors.empty()) p.c = m.coeff;
+  else p.terms.emplace(m.key, m);
+  return from_poly(std::move(p), 0);
+}
+[[nodiscard]] inline bool is_kind(const sym_int& s, sym_kind k) { return s.is_symbolic() && node_of(s).kind == k; }
+
+/// a // b or a % b (is_mod), simplified; `hint` is the result's hint.
+[[nodiscard]] inline sym_int sym_divide(const sym_int& a, const sym_int& b, bool is_mod, std::int64_t hint) {
+  if (b.is_constant() && b.hint() == 0)
+    throw graph_error("xport.sym.div_by_zero", std::string(is_mod ? "modulo by zero in Mod(" : "division by zero in floordiv(") +
+                                                   a.str() + ", 0)");
+  if (a.is_constant() && b.is_constant()) return hint;
+  if (b == 1 || b == -1) return is_mod ? sym_int(0) : b == 1 ? a : with_hint(sym::sub(0, a), hint);
+  poly quotient, rest = to_poly(a);
+  std::int64_t g = 1;
+  sym_int d = with_hint(b, 0);
+  if (auto m = as_monomial(b)) {
+    if (m->coeff < 0 && !is_mod) {  // a // b == (-a) // (-b)
+      poly neg;
+      poly_add(neg, rest, -1);
+      rest = std::move(neg);
+      m->coeff = -m->coeff;
+    }
+    poly p = std::move(rest);
+    rest = {};
+    split_by(p, *m, quotient, rest);  // (m*q + r) // m == q + r // m,  (m*q + r) % m == r % m
+    g = poly_content(rest, m->coeff);
+    if (g > 1) {  // (g*u) // (g*v) == u // v,  (g*u) % (g*v) == g * (u % v)
+      rest = poly_scaled(rest, g);
+      m->coeff /= g;
+    }
+    d = mono_int(*m);
+  }
+  sym_int r = from_poly(rest, 0);
+  auto finish = [&](const sym_int& x) {  // floordiv: quotient + x; mod: g * x
+    poly p = is_mod ? poly{} : quotient;
+    poly_add(p, to_poly(x), is_mod ? g : 1);
+    return from_poly(std::move(p), hint);
+  };
+  value_range ra = range_of(r), rd = range_of(d);
+  if (r == 0) return finish(0);
+  if (r.is_constant() && d.is_constant())
+    return finish(is_mod ? py_mod(r.hint(), d.hint()) : py_floordiv(r.hint(), d.hint()));
+  if (r == d && !rd.contains(0)) return finish(is_mod ? 0 : 1);
+  if (rd.lo >= 1 && ra.lo >= 0 && ra.hi < rd.lo) return finish(is_mod ? r : sym_int(0));
+  if (d.is_constant() && d.hint() > 0 && ra.lo != -int_oo && ra.hi != int_oo &&
+      py_floordiv(ra.lo, d.hint()) == py_floordiv(ra.hi, d.hint())) {  // one block: r // d is constant
+    std::int64_t q = py_floordiv(ra.lo, d.hint());
+    if (!is_mod) return finish(q);
+    poly p = to_poly(r);
+    p.c = checked_sub(p.c, checked_mul(q, d.hint()));
+    return finish(from_poly(std::move(p), 0));
+  }
+  if (!is_mod && d.is_constant() && d.hint() > 0 && is_kind(r, sym_kind::floordiv)) {  // (x//c1)//c2
+    const auto& inner = node_of(r).args;
+    if (inner[1].is_constant() && inner[1].hint() > 0)
+      return finish(sym_divide(inner[0], checked_mul(inner[1].hint(), d.hint()), false, 0));
+  }
+  if (is_mod && d.is_constant() && d.hint() > 0 && is_kind(r, sym_kind::mod)) {  // Mod(Mod(x, c*k), c)
+    const auto& inner = node_of(r).args;
+    if (inner[1].is_constant() && inner[1].hint() > 0 && inner[1].hint() % d.hint() == 0)
+      return finish(sym_divide(inner[0], d, true, 0));
+  }
+  return finish(make_func(is_mod ? sym_kind::mod : sym_kind::floordiv, {r, d}, 0));
+}
+
+/// a <= b provably from the value ranges.
+[[nodiscard]] inline bool provably_le(const sym_int& a, const sym_int& b) {
+  try {
+    poly p = to_poly(b);
+    poly_add(p, to_poly(a), -1);
+    return range_of(from_poly(std::move(p), 0)).lo >= 0;
+  } catch (const graph_error&) {
+    return false;
+  }
+}
+[[nodiscard]] inline sym_int min_max(const sym_int& a, const sym_int& b, bool is_max) {
+  std::int64_t hint = is_max ? std::max(a.hint(), b.hint()) : std::min(a.hint(), b.hint());
+  if (a.is_constant() && b.is_constant()) return hint;
+  sym_kind kind = is_max ? sym_kind::max : sym_kind::min;
+  std::vector<sym_int> args;
+  std::optional<std::int64_t> c;
+  for (const sym_int* x : {&a, &b}) {
+    std::vector<sym_int> flat = is_kind(*x, kind) ? node_of(*x).args : std::vector<sym_int>{*x};
+    for (auto& f : flat) {
+      if (f.is_constant()) c = !c ? f.hint() : is_max ? std::max(*c, f.hint()) : std::min(*c, f.hint());
+      else args.push_back(with_hint(f, 0));
+    }
+  }
+  if (c) args.push_back(*c);
+  std::sort(args.begin(), args.end(), [](const sym_int& x, const sym_int& y) { return key_of(x) < key_of(y); });
+  args.erase(std::unique(args.begin(), args.end()), args.end());
+  for (std::size_t i = 0; i < args.size() && args.size() > 1;) {  // drop dominated arguments
+    bool dominated = false;
+    for (std::size_t j = 0; j < args.size() && !dominated; ++j)
+      dominated = j != i && (is_max ? provably_le(args[i], args[j]) : provably_le(args[j], args[i]));
+    if (dominated) args.erase(args.begin() + static_cast<std::ptrdiff_t>(i));
+    else ++i;
+  }
+  if (args.size() == 1) return with_hint(args[0], hint);
+  return make_func(kind, std::move(args), hint);
+}
+
+}  // namespace detail
+
+namespace sym {
+
+/// a // b with Python semantics (floor toward -inf); b == 0 throws graph_error.
+[[nodiscard]] inline sym_int floordiv(const sym_int& a, const sym_int& b) {
+  if (b.hint() == 0 && b.is_constant()) return detail::sym_divide(a, b, false, 0);
+  return detail::sym_divide(a, b, false, detail::py_floordiv(a.hint(), b.hint()));
+}
+/// a % b with Python semantics (the result has the sign of b); b == 0 throws graph_error.
+[[nodiscard]] inline sym_int mod(const sym_int& a, const sym_int& b) {
+  if (b.hint() == 0 && b.is_constant()) return detail::sym_divide(a, b, true, 0);
+  return detail::sym_divide(a, b, true, detail::py_mod(a.hint(), b.hint()));
+}
+[[nodiscard]] inline sym_int min(const sym_int& a, const sym_int& b) { return detail::min_max(a, b, false); }
+[[nodiscard]] inline sym_int max(const sym_int& a, const sym_int& b) { return detail::min_max(a, b, true); }
+
+/// The value for symbols bound by `lookup`; nullopt if a symbol is unbound.
+[[nodiscard]] inline std::optional<std::int64_t> eval(
+    const sym_int& e, const std::function<std::optional<std::int64_t>(std::string_view)>& lookup) {
+  auto f = [&lookup](const std::string& name) { return lookup(name); };
+  return detail::eval_arg(e, f);
+}
+/// The value for symbols bound in `env`; an unbound symbol throws graph_error naming it.
+[[nodiscard]] inline std::int64_t eval(const sym_int& e, const std::unordered_map<std::string, std::int64_t>& env) {
+  auto f = [&env](const std::string& name) -> std::optional<std::int64_t> {
+    auto it = env.find(name);
+    if (it == env.end())
+      throw graph_error("xport.sym.unbound", "symbol " + name + " is unbound when evaluating a symbolic size");
+    return it->second;
+  };
+  return *detail::eval_arg(e, f);
+}
+/// The symbols of `e`, unique, in natural order (s0 < s1 < s2 < s10).
+[[nodiscard]] inline std::vector<std::string> free_symbols(const sym_int& e) {
+  std::vector<std::string> r;
+  detail::collect_symbols(e, r);
+  std::sort(r.begin(), r.end(), [](const std::string& a, const std::string& b) { return detail::natural_less(a, b); });
+  r.erase(std::unique(r.begin(), r.end()), r.end());
+  return r;
+}
+/// `e` with each symbol for which `replace` gives a value replaced by it, re-simplified.
+[[nodiscard]] inline sym_int substitute(const sym_int& e,
+                                        const std::function<std::optional<sym_int>(std::string_view)>& replace) {
+  if (e.is_constant()) return e;
+  const auto& n = detail::node_of(e);
+  switch (n.kind) {
+    case detail::sym_kind::symbol: {
+      auto r = replace(n.name);
+      return r ? *r : sym_int(&n, n.hint);
+    }
+    case detail::sym_kind::poly: {
+      sym_int acc = n.constant;
+      for (const auto& t : n.terms) {
+        sym_int v = t.coeff;
+        for (const auto& f : t.factors) {
+          sym_int x = substitute(f.atom, replace);
+          for (std::int64_t p = 0; p < f.power; ++p) v = mul(v, x);
+        }
+        acc = add(acc, v);
+      }
+      return acc;
+    }
+    default: break;
+  }
+  sym_int a = substitute(n.args[0], replace);
+  for (std::size_t i = 1; i < n.args.size(); ++i) {
+    sym_int b = substitute(n.args[i], replace);
+    switch (n.kind) {
+      case detail::sym_kind::floordiv: a = floordiv(a, b); break;
+      case detail::sym_kind::mod: a = mod(a, b); break;
+      case detail::sym_kind::min: a = min(a, b); break;
+      default: a = max(a, b); break;
+    }
+  }
+  return a;
+}
+/// sympy's srepr text: `Add(Mul(Integer(2), Symbol('s0', integer=True, positive=True)), Integer(1))`.
+[[nodiscard]] inline std::string srepr(const sym_int& e) { return detail::srepr(detail::view_of(e)); }
+
+/// `a*symbol + b`.
+struct linear_form {
+  std::string symbol;
+  std::int64_t a = 0, b = 0;
+};
+/// The linear form of an expression in exactly one symbol; nullopt otherwise (constants too).
+[[nodiscard]] inline std::optional<linear_form> as_linear(const sym_int& e) {
+  if (e.is_constant()) return std::nullopt;
+  auto p = detail::to_poly(e);
+  if (p.terms.size() != 1) return std::nullopt;
+  const auto& t = p.terms.begin()->second;
+  if (t.factors.size() != 1 || t.factors[0].power != 1 || !detail::is_kind(t.factors[0].atom, detail::sym_kind::symbol))
+    return std::nullopt;
+  return linear_form{detail::node_of(t.factors[0].atom).name, t.coeff, p.c};
+}
+
+}  // namespace sym
+
+namespace detail {
+
+/// Recursive descent over the text str() prints (Python precedence).
+struct sym_parser {
+  std::string_view text;
+  const std::function<std::optional<sym_int>(std::string_view)>& symbol_of;
+  std::size_t pos = 0;
+
+  [[noreturn]] void fail(const std::string& what, std::size_t at) const {
+    throw graph_error("xport.sym.parse", what + " at offset " + std::to_string(at) + " in '" + std::string(text) + "'");
+  }
+  void skip() {
+    while (pos < text.size() && (text[pos] == ' ' || text[pos] == '\t' || text[pos] == '\n')) ++pos;
+  }
+  bool eat(std::string_view tok) {
+    skip();
+    if (text.substr(pos, tok.size()) != tok) return false;
+    pos += tok.size();
+    return true;
+  }
+  void expect(std::string_view tok) {
+    if (!eat(tok)) fail("expected '" + std::string(tok) + "'", pos);
+  }
+  sym_int expr() {
+    sym_int r = term();
+    for (;;) {
+      if (eat("+")) r = sym::add(r, term());
+      else if (eat("-")) r = sym::sub(r, term());
+      else return r;
+    }
+  }
+  sym_int term() {
+    sym_int r = unary();
+    for (;;) {
+      skip();
+      if (eat("*")) r = sym::mul(r, unary());
+      else if (eat("//")) r = sym::floordiv(r, unary());
+      else if (eat("%")) r = sym::mod(r, unary());
+      else return r;
+    }
+  }
+  sym_int unary() {
+    if (eat("-")) return sym::sub(0, unary());
+    if (eat("+")) return unary();
+    return power();
+  }
+  sym_int power() {
+    sym_int base = primary();
+    if (!eat("**")) return base;
+    std::size_t at = pos;
+    sym_int e = unary();
+    if (!e.is_constant() || e.hint() < 0) fail("expected a non-negative integer exponent", at);
+    sym_int r = 1;
+    for (std::int64_t i = 0; i < e.hint(); ++i) r = sym::mul(r, base);
+    return r;
+  }
+  sym_int primary() {
+    skip();
+    std::size_t at = pos;
+    if (pos == text.size()) fail("unexpected end of text", at);
+    char c = text[pos];
+    if (c == '(') {
+      ++pos;
+      sym_int r = expr();
+      expect(")");
+      return r;
+    }
+    if (c >= '0' && c <= '9') {
+      std::int64_t v = 0;
+      while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9')
+        if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, text[pos++] - '0', &v))
+          fail("integer literal out of range", at);
+      return v;
+    }
+    auto ident = [](char ch) { return ch == '_' || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9'); };
+    if (!ident(c)) fail(std::string("unexpected character '") + c + "'", at);
+    while (pos < text.size() && ident(text[pos])) ++pos;
+    std::string_view name = text.substr(at, pos - at);
+    skip();
+    if (pos < text.size() && text[pos] == '(') {
+      ++pos;
+      std::vector<sym_int> args{expr()};
+      while (eat(",")) args.push_back(expr());
+      expect(")");
+      bool binary = name == "Mod" || name == "FloorDiv";
+      if (!binary && name != "Min" && name != "Max") fail("unknown function '" + std::string(name) + "'", at);
+      if (binary ? args.size() != 2 : args.empty()) fail("wrong number of arguments to " + std::string(name), at);
+      if (name == "Mod") return sym::mod(args[0], args[1]);
+      if (name == "FloorDiv") return sym::floordiv(args[0], args[1]);
+      sym_int r = args[0];
+      for (std::size_t i = 1; i < args.size(); ++i) r = name == "Min" ? sym::min(r, args[i]) : sym::max(r, args[i]);
+      return r;
+    }
+    auto s = symbol_of(name);
+    if (!s) fail("unknown symbol '" + std::string(name) + "'", at);
+    return *s;
+  }
+};
+
+}  // namespace detail
+
+namespace sym {
+
+/// Parses what str() prints back (`2*s0 + 1`, `((s0 - 3)//2)`, `Min(4, s0)`, `Mod(s0, 2)`);
+/// symbols resolve through `symbol_of`. Bad text throws graph_error naming the offset.
+[[nodiscard]] inline sym_int parse(std::string_view text,
+                                   const std::function<std::optional<sym_int>(std::string_view)>& symbol_of) {
+  detail::sym_parser p{text, symbol_of};
+  sym_int r = p.expr();
+  p.skip();
+  if (p.pos != text.size()) p.fail("unexpected text", p.pos);
+  return r;
+}
+
+}  // namespace sym
+
+// ---- operators (found by ADL) -----------------------------------------------------------------------
+
+[[nodiscard]] inline sym_int operator+(const sym_int& a, const sym_int& b) { return sym::add(a, b); }
+[[nodiscard]] inline sym_int operator+(const sym_int& a, std::int64_t b) { return sym::add(a, b); }
+[[nodiscard]] inline sym_int operator+(std::int64_t a, const sym_int& b) { return sym::add(a, b); }
+[[nodiscard]] inline sym_int operator-(const sym_int& a, const sym_int& b) { return sym::sub(a, b); }
+[[nodiscard]] inline sym_int operator-(const sym_int& a, std::int64_t b) { return sym::sub(a, b); }
+[[nodiscard]] inline sym_int operator-(std::int64_t a, const sym_int& b) { return sym::sub(a, b); }
+[[nodiscard]] inline sym_int operator-(const sym_int& a) { return sym::sub(0, a); }
+[[nodiscard]] inline sym_int operator*(const sym_int& a, const sym_int& b) { return sym::mul(a, b); }
+[[nodiscard]] inline sym_int operator*(const sym_int& a, std::int64_t b) { return sym::mul(a, b); }
+[[nodiscard]] inline sym_int operator*(std::int64_t a, const sym_int& b) { return sym::mul(a, b); }
 
 XPORT_END_NAMESPACE
 // #include <xport/ir/tensor_meta.hpp>
@@ -1219,7 +2325,7 @@ class argument {
  public:
   using list_type = std::vector<argument>;
   enum class kind : std::uint8_t {
-    none, boolean, integer, floating, string, dtype, device, layout, memory_format, value, list
+    none, boolean, integer, floating, string, dtype, device, layout, memory_format, value, list, symbolic
   };
 
   argument() noexcept = default;
@@ -1242,6 +2348,12 @@ class argument {
   argument(value v) noexcept : v_(v) {}          // NOLINT
   argument(const node& n);                       // NOLINT: a node with exactly one output
   argument(list_type l) : v_(std::move(l)) {}    // NOLINT
+  /// A size that depends on a dynamic dimension (`s0`, `8*s0`): evaluated on every run from the
+  /// inputs' sizes. A constant sym_int is stored as a plain int.
+  argument(const sym_int& s) {  // NOLINT
+    if (s.is_constant()) v_ = s.hint();
+    else v_ = s;
+  }
   argument(std::initializer_list<argument> l) : v_(list_type(l)) {}  // NOLINT
   template <class T>
     requires(!std::is_same_v<T, argument> && std::is_constructible_v<argument, const T&>)
@@ -1261,6 +2373,7 @@ class argument {
   [[nodiscard]] bool is_memory_format() const noexcept { return type() == kind::memory_format; }
   [[nodiscard]] bool is_value() const noexcept { return type() == kind::value; }
   [[nodiscard]] bool is_list() const noexcept { return type() == kind::list; }
+  [[nodiscard]] bool is_symbolic() const noexcept { return type() == kind::symbolic; }
 
   [[nodiscard]] bool as_bool() const { return get<bool>(); }
   [[nodiscard]] std::int64_t as_int() const { return get<std::int64_t>(); }
@@ -1271,6 +2384,7 @@ class argument {
   [[nodiscard]] c10::Layout as_layout() const { return get<c10::Layout>(); }
   [[nodiscard]] c10::MemoryFormat as_memory_format() const { return get<c10::MemoryFormat>(); }
   [[nodiscard]] value as_value() const { return get<value>(); }
+  [[nodiscard]] const sym_int& as_sym() const { return get<sym_int>(); }
   [[nodiscard]] const list_type& as_list() const { return get<list_type>(); }
   [[nodiscard]] list_type& as_list() { return std::get<list_type>(v_); }
   [[nodiscard]] value* value_slot() noexcept { return std::get_if<value>(&v_); }
@@ -1291,7 +2405,7 @@ class argument {
 
   [[nodiscard]] std::string_view type_name() const noexcept {
     constexpr std::string_view names[] = {"None", "bool", "int", "float", "str", "dtype",
-                                          "device", "layout", "memory_format", "value", "list"};
+                                          "device", "layout", "memory_format", "value", "list", "SymInt"};
     return names[v_.index()];
   }
 
@@ -1306,7 +2420,7 @@ class argument {
   }
 
   std::variant<none_t, bool, std::int64_t, double, std::string, c10::ScalarType, c10::Device,
-               c10::Layout, c10::MemoryFormat, value, list_type>
+               c10::Layout, c10::MemoryFormat, value, list_type, sym_int>
       v_;
 };
 
@@ -2362,6 +3476,9 @@ struct range_constraint {
   sym_int symbol;
   std::int64_t min = 0;
   std::optional<std::int64_t> max;
+  /// The user's name for the dimension (`batch`), or where a hinted dim came from (`x.shape[1]`);
+  /// used in guard messages, not printed.
+  std::string name;
 
   [[nodiscard]] std::string str() const {
     return symbol.str() + ": VR[" + std::to_string(min) + ", " +
@@ -2660,6 +3777,7 @@ inline std::string describe(const argument& a) {
       return "value";
     }
     case argument::kind::list: return "a list of " + std::to_string(a.as_list().size());
+    case argument::kind::symbolic: return "SymInt " + a.as_sym().str();
   }
   return "?";
 }
@@ -2680,13 +3798,13 @@ inline bool coerce(argument& a, const c10::TypePtr& t, const c10::optional<int32
       // torch (`aten.add.Tensor(x, 1)` is how torch.export records `x + 1`).
       return is_value_of(a, value_kind::tensor) || a.is_int() || a.is_double() || a.is_bool();
     case K::IntType:
-    case K::SymIntType: return a.is_int() || is_value_of(a, value_kind::sym_int);
+    case K::SymIntType: return a.is_int() || a.is_symbolic() || is_value_of(a, value_kind::sym_int);
     case K::FloatType:
       if (a.is_int()) a = static_cast<double>(a.as_int());
       return a.is_double() || is_value_of(a, value_kind::sym_float);
     case K::BoolType: return a.is_bool() || is_value_of(a, value_kind::sym_bool);
     case K::NumberType:
-      return a.is_int() || a.is_double() || a.is_bool() || is_value_of(a, value_kind::sym_int) ||
+      return a.is_int() || a.is_double() || a.is_bool() || a.is_symbolic() || is_value_of(a, value_kind::sym_int) ||
              is_value_of(a, value_kind::sym_float);
     case K::StringType: return a.is_string();
     case K::ScalarTypeType: return a.is_dtype();
@@ -2790,6 +3908,7 @@ c10::IValue to_ivalue(const argument& a, const c10::TypePtr& t, Lookup&& lookup)
     case argument::kind::layout: return a.as_layout();
     case argument::kind::memory_format: return a.as_memory_format();
     case argument::kind::value: return lookup(a.as_value());
+    case argument::kind::symbolic: return a.as_sym().hint();  // the example value (meta runs)
     case argument::kind::list: break;
   }
   const auto lt = unwrap_optional(t);
@@ -2808,7 +3927,8 @@ c10::IValue to_ivalue(const argument& a, const c10::TypePtr& t, Lookup&& lookup)
         return l;
       }
       c10::List<std::int64_t> l;
-      for (const auto& e : items) l.push_back(e.is_int() ? e.as_int() : lookup(e.as_value()).toInt());
+      for (const auto& e : items)
+        l.push_back(e.is_int() ? e.as_int() : e.is_symbolic() ? e.as_sym().hint() : lookup(e.as_value()).toInt());
       return l;
     }
     case K::FloatType: {
@@ -3763,6 +4883,11 @@ void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Descr
     } catch (const c10::Error& e) {
       throw graph_error("xport.fake.op_rejected", op.qualified + " rejected its arguments (" + describe() +
                                                       "): " + first_line(e.what_without_backtrace()));
+    } catch (const error&) {
+      throw;
+    } catch (const std::runtime_error& e) {  // some 1.13 kernels throw these (view's size check)
+      throw graph_error("xport.fake.op_rejected",
+                        op.qualified + " rejected its arguments (" + describe() + "): " + first_line(e.what()));
     }
   }
   const auto rule = find_meta_rule(op.qualified);  // exact overload: max.dim is not max
@@ -3801,6 +4926,12 @@ void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Descr
     // The op has a meta kernel and it refused the arguments (shapes, dtypes, values).
     throw graph_error("xport.fake.op_rejected", op.qualified + " rejected its arguments (" + describe() +
                                                     "): " + first_line(e.what_without_backtrace()));
+  } catch (const error&) {
+    throw;
+  } catch (const std::runtime_error& e) {
+    op.meta_support.store(1, std::memory_order_relaxed);
+    throw graph_error("xport.fake.op_rejected",
+                      op.qualified + " rejected its arguments (" + describe() + "): " + first_line(e.what()));
   }
 }
 
@@ -3889,10 +5020,10 @@ class program_builder {
     return v;
   }
   /// A user input of the given type.
-  value input(const std::string& name, tensor_meta meta) {
+  value input(const std::string& name, tensor_meta meta, bool exact_name = true) {
     has_all_examples_ = false;
     return add_input(input_spec{input_kind::user_input, argument_spec::tensor(name), {}, {}},
-                     std::move(meta), true);
+                     std::move(meta), exact_name);
   }
   /// A parameter with its fully qualified name; the tensor goes to the state dict.
   value parameter(const std::string& fqn, const at::Tensor& t) {
@@ -4139,6 +5270,7 @@ inline std::string arg_repr(const argument& a) {
     case argument::kind::layout: return python_repr(a.as_layout());
     case argument::kind::memory_format: return python_repr(a.as_memory_format());
     case argument::kind::value: return a.as_value().name();
+    case argument::kind::symbolic: return a.as_sym().str();
     case argument::kind::list: {
       std::string s = "[";
       bool first = true;
@@ -4580,7 +5712,10 @@ XPORT_END_NAMESPACE
 // `[xport.guard.<what>] input <name>: ...` naming the input, the dimension, what the program
 // expects and what it got, and how to fix it.
 
+#include <algorithm>  // std::find
 #include <cstddef>  // std::size_t
+#include <optional>  // std::optional
+#include <string_view>  // std::string_view
 #include <string>   // std::string
 #include <vector>   // std::vector
 
@@ -4590,9 +5725,32 @@ XPORT_END_NAMESPACE
 // #include <xport/error.hpp>
 // #include <xport/ir/dtype.hpp>
 // #include <xport/ir/program.hpp>
+// #include <xport/ir/sym_expr.hpp>
 // #include <xport/ir/tensor_meta.hpp>
 
 XPORT_BEGIN_NAMESPACE
+
+/// The values of a program's symbols (`s0` = 8) for one call, read from the inputs' sizes.
+class sym_env {
+ public:
+  [[nodiscard]] std::optional<std::int64_t> operator()(std::string_view name) const {
+    for (std::size_t i = 0; i < names_->size(); ++i)
+      if ((*names_)[i] == name && bound_[i]) return values_[i];
+    return std::nullopt;
+  }
+  [[nodiscard]] std::int64_t eval(const sym_int& e) const {
+    if (e.is_constant()) return e.hint();
+    auto v = sym::eval(e, [this](std::string_view n) { return (*this)(n); });
+    if (!v) throw run_error("xport.run.unbound_symbol", "size " + e.str() + " uses a symbol no input binds");
+    return *v;
+  }
+
+ private:
+  friend class input_guards;
+  const std::vector<std::string>* names_ = nullptr;
+  std::vector<std::int64_t> values_;
+  std::vector<bool> bound_;
+};
 
 class input_guards {
  public:
@@ -4605,6 +5763,70 @@ class input_guards {
       names_.push_back(v.name());
       metas_.push_back(v.kind() == value_kind::tensor ? v.meta() : tensor_meta{});
     }
+    // Symbols: each bound by the first input dim that is exactly it (or solved from a linear
+    // one), checked against its range; every other symbolic dim is checked against the bindings.
+    for (const auto& rc : p.range_constraints()) {
+      for (const auto& s : sym::free_symbols(rc.symbol)) {
+        if (std::find(symbols_.begin(), symbols_.end(), s) != symbols_.end()) continue;
+        symbols_.push_back(s);
+        ranges_.push_back({rc.min, rc.max.value_or(int_oo)});
+        dim_names_.push_back(rc.name.empty() ? s : rc.name);
+      }
+    }
+    auto slot_of = [&](const std::string& s) {
+      auto it = std::find(symbols_.begin(), symbols_.end(), s);
+      if (it == symbols_.end()) {
+        symbols_.push_back(s);
+        ranges_.push_back({0, int_oo});
+        dim_names_.push_back(s);
+        return symbols_.size() - 1;
+      }
+      return static_cast<std::size_t>(it - symbols_.begin());
+    };
+    for (std::size_t i = 0; i < metas_.size(); ++i)
+      for (std::size_t d = 0; d < metas_[i].sizes.size(); ++d) {
+        const auto& e = metas_[i].sizes[d];
+        if (e.is_constant()) continue;
+        for (const auto& s : sym::free_symbols(e)) slot_of(s);
+      }
+    site_.assign(symbols_.size(), sym_site{});
+    for (std::size_t pass = 0; pass < 2; ++pass)
+      for (std::size_t i = 0; i < metas_.size(); ++i)
+        for (std::size_t d = 0; d < metas_[i].sizes.size(); ++d) {
+          const auto& e = metas_[i].sizes[d];
+          if (e.is_constant()) continue;
+          const auto lin = sym::as_linear(e);
+          if (!lin) continue;
+          const auto slot = slot_of(lin->symbol);
+          if (site_[slot].input != npos) continue;
+          if (pass == 0 && (lin->a != 1 || lin->b != 0)) continue;
+          site_[slot] = {i, d, lin->a, lin->b};
+        }
+    for (std::size_t i = 0; i < metas_.size(); ++i)
+      for (std::size_t d = 0; d < metas_[i].sizes.size(); ++d) {
+        const auto& e = metas_[i].sizes[d];
+        if (e.is_constant()) continue;
+        bool is_site = false;
+        for (const auto& st : site_) is_site = is_site || (st.input == i && st.dim == d);
+        if (!is_site) checks_.push_back({i, d});
+      }
+    for (std::size_t k = 0; k < site_.size(); ++k)
+      if (site_[k].input == npos) unbound_.push_back(k);
+  }
+
+  /// Whether the program has dynamic dims (symbolic input sizes).
+  [[nodiscard]] bool symbolic() const noexcept { return !symbols_.empty(); }
+
+  /// The symbols' values for these inputs, without checks (for run_options::check_inputs = false).
+  [[nodiscard]] sym_env bind(const std::vector<at::Tensor>& inputs) const {
+    sym_env env = empty_env();
+    for (std::size_t k = 0; k < site_.size(); ++k) {
+      const auto& st = site_[k];
+      if (st.input == npos || st.input >= inputs.size() || !inputs[st.input].defined()) continue;
+      env.values_[k] = (inputs[st.input].size(static_cast<std::int64_t>(st.dim)) - st.b) / st.a;
+      env.bound_[k] = true;
+    }
+    return env;
   }
 
   [[nodiscard]] const std::vector<std::string>& names() const noexcept { return names_; }
@@ -4612,6 +5834,18 @@ class input_guards {
 
   /// Throws guard_error for the first input that does not satisfy the program's guards.
   void check(const std::vector<at::Tensor>& inputs) const {
+    check_static(inputs);
+    if (symbolic()) (void)check_symbols(inputs);
+  }
+
+  /// check() and the symbols' values.
+  [[nodiscard]] sym_env check_and_bind(const std::vector<at::Tensor>& inputs) const {
+    check_static(inputs);
+    return symbolic() ? check_symbols(inputs) : empty_env();
+  }
+
+ private:
+  void check_static(const std::vector<at::Tensor>& inputs) const {
     if (inputs.size() != names_.size()) {
       std::string list;
       for (const auto& n : names_) list += (list.empty() ? "" : ", ") + n;
@@ -4622,7 +5856,6 @@ class input_guards {
     for (std::size_t i = 0; i < inputs.size(); ++i) check_one(i, inputs[i]);
   }
 
- private:
   void check_one(std::size_t i, const at::Tensor& t) const {
     const auto& name = names_[i];
     const auto& m = metas_[i];
@@ -4658,8 +5891,88 @@ class input_guards {
     }
   }
 
+  [[nodiscard]] sym_env empty_env() const {
+    sym_env env;
+    env.names_ = &symbols_;
+    env.values_.assign(symbols_.size(), 0);
+    env.bound_.assign(symbols_.size(), false);
+    return env;
+  }
+
+  [[nodiscard]] std::string dim_text(std::size_t i, std::size_t d) const {
+    return names_[i] + ".shape[" + std::to_string(d) + "]";
+  }
+
+  sym_env check_symbols(const std::vector<at::Tensor>& inputs) const {
+    sym_env env = empty_env();
+    for (std::size_t k = 0; k < site_.size(); ++k) {
+      const auto& st = site_[k];
+      if (st.input == npos) continue;
+      const auto got = inputs[st.input].size(static_cast<std::int64_t>(st.dim));
+      if (st.a != 1 || st.b != 0) {
+        if ((got - st.b) % st.a != 0 || got < st.b)
+          throw guard_error("xport.guard.form",
+                            "Expected input " + dim_text(st.input, st.dim) + " = " + std::to_string(got) +
+                                " to be of the form " + metas_[st.input].sizes[st.dim].str() + ", where " +
+                                symbols_[k] + " (" + dim_names_[k] + ") is an integer");
+      }
+      const auto v = (got - st.b) / st.a;
+      const auto& r = ranges_[k];
+      if (!r.contains(v))
+        throw guard_error("xport.guard.range",
+                          "input " + names_[st.input] + ": dim " + std::to_string(st.dim) + " (" + dim_names_[k] +
+                              ") must be in [" + std::to_string(r.lo) + ", " +
+                              (r.hi == int_oo ? std::string("int_oo") : std::to_string(r.hi)) + "], got " +
+                              std::to_string(v) + "; the program was exported for this range (widen the Dim's "
+                              "min/max and export again for other sizes)");
+      env.values_[k] = v;
+      env.bound_[k] = true;
+    }
+    for (const auto& [i, d] : checks_) {
+      const auto& e = metas_[i].sizes[d];
+      const auto got = inputs[i].size(static_cast<std::int64_t>(d));
+      const auto want = env.eval(e);
+      if (got == want) continue;
+      const auto lin = sym::as_linear(e);
+      std::string msg;
+      if (lin && lin->a == 1 && lin->b == 0) {
+        std::size_t k = 0;
+        while (symbols_[k] != lin->symbol) ++k;
+        msg = dim_text(site_[k].input, site_[k].dim) + " (" + dim_names_[k] + "=" + std::to_string(want) +
+              ") must equal " + dim_text(i, d) + ", got " + std::to_string(got);
+      } else {
+        msg = dim_text(i, d) + " must be " + e.str() + " = " + std::to_string(want) + " (";
+        std::string b;
+        for (const auto& s : sym::free_symbols(e)) {
+          std::size_t k = 0;
+          while (symbols_[k] != s) ++k;
+          b += (b.empty() ? "" : ", ") + s + " = " + dim_names_[k] + " = " + std::to_string(*env(s));
+        }
+        msg += b + "), got " + std::to_string(got);
+      }
+      throw guard_error("xport.guard.equal", msg);
+    }
+    for (auto k : unbound_)
+      throw guard_error("xport.guard.unbound", "symbol " + symbols_[k] + " (" + dim_names_[k] +
+                                                   ") is not the size of any input dimension, so no call can "
+                                                   "give it a value; the program is malformed");
+    return env;
+  }
+
+  struct sym_site {
+    std::size_t input = npos, dim = 0;
+    std::int64_t a = 1, b = 0;
+  };
+  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+
   std::vector<std::string> names_;
   std::vector<tensor_meta> metas_;
+  std::vector<std::string> symbols_;     // s0, s1, ...
+  std::vector<value_range> ranges_;      // per symbol
+  std::vector<std::string> dim_names_;   // per symbol: the user's name for it
+  std::vector<sym_site> site_;           // per symbol: where it is read
+  std::vector<std::pair<std::size_t, std::size_t>> checks_;  // other symbolic dims
+  std::vector<std::size_t> unbound_;
 };
 
 XPORT_END_NAMESPACE
@@ -4714,10 +6027,10 @@ class interpreter {
   /// mutations the program returns are written back (into the program's state, and into the
   /// given input tensors) as eager would have done in place.
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs, const run_options& opts = {}) const {
-    if (opts.check_inputs) guards_.check(inputs);
+    const sym_env env = opts.check_inputs ? guards_.check_and_bind(inputs) : guards_.bind(inputs);
     std::optional<c10::InferenceMode> inference;
     if (opts.inference_mode) inference.emplace();
-    auto outs = execute(inputs);
+    auto outs = execute(inputs, env);
     std::vector<at::Tensor> user;
     user.reserve(user_outputs_.size());
     for (auto i : user_outputs_) user.push_back(outs[i].isTensor() ? outs[i].toTensor() : at::Tensor());
@@ -4734,7 +6047,9 @@ class interpreter {
 
   /// Runs and returns every graph output (mutations included) as IValues, without guards or
   /// write-back: the graph as a pure function of (lifted state, user inputs).
-  std::vector<c10::IValue> run_all(const std::vector<at::Tensor>& inputs) const { return execute(inputs); }
+  std::vector<c10::IValue> run_all(const std::vector<at::Tensor>& inputs) const {
+    return execute(inputs, guards_.bind(inputs));
+  }
 
   [[nodiscard]] std::size_t num_instructions() const noexcept { return code_.size(); }
   [[nodiscard]] const input_guards& guards() const noexcept { return guards_; }
@@ -4743,9 +6058,9 @@ class interpreter {
   // How one argument is pushed: a pre-boxed constant, a register (copied, or moved when this is
   // its last use), or a list assembled from registers.
   struct arg_op {
-    enum class kind : std::uint8_t { constant, reg_copy, reg_move, tensor_list, opt_tensor_list, int_list };
+    enum class kind : std::uint8_t { constant, reg_copy, reg_move, tensor_list, opt_tensor_list, int_list, symbolic };
     kind type;
-    std::uint32_t index;  // into constants_, regs, or lists_
+    std::uint32_t index;  // into constants_, regs, lists_ or syms_
   };
   struct list_op {
     std::vector<arg_op> elems;  // constant (None / int) or register
@@ -4810,8 +6125,15 @@ class interpreter {
           in.args.push_back(reg_op(a.as_value()));
           continue;
         }
+        if (a.is_symbolic()) {
+          syms_.push_back(a.as_sym());
+          in.args.push_back({arg_op::kind::symbolic, static_cast<std::uint32_t>(syms_.size() - 1)});
+          continue;
+        }
         bool has_value = false;
         a.for_each_value([&](const value&) { has_value = true; });
+        if (a.is_list())
+          for (const auto& e : a.as_list()) has_value = has_value || e.is_symbolic();
         if (!has_value) {
           constants_.push_back(detail::to_ivalue(a, params[i].real_type(), [](const value&) { return c10::IValue(); }));
           in.args.push_back({arg_op::kind::constant, static_cast<std::uint32_t>(constants_.size() - 1)});
@@ -4823,6 +6145,9 @@ class interpreter {
         for (const auto& e : a.as_list()) {
           if (e.is_value()) {
             l.elems.push_back(reg_op(e.as_value()));
+          } else if (e.is_symbolic()) {
+            syms_.push_back(e.as_sym());
+            l.elems.push_back({arg_op::kind::symbolic, static_cast<std::uint32_t>(syms_.size() - 1)});
           } else {
             constants_.push_back(e.is_int() ? c10::IValue(e.as_int()) : c10::IValue());
             l.elems.push_back({arg_op::kind::constant, static_cast<std::uint32_t>(constants_.size() - 1)});
@@ -4896,8 +6221,10 @@ class interpreter {
       for (auto& e : l.elems) keep(e);
   }
 
-  static c10::IValue take(std::vector<c10::IValue>& regs, const std::vector<c10::IValue>& constants, const arg_op& a) {
+  c10::IValue take(std::vector<c10::IValue>& regs, const sym_env& env, const arg_op& a) const {
+    const auto& constants = constants_;
     switch (a.type) {
+      case arg_op::kind::symbolic: return env.eval(syms_[a.index]);
       case arg_op::kind::constant: return constants[a.index];
       case arg_op::kind::reg_copy: return regs[a.index];
       case arg_op::kind::reg_move: return std::move(regs[a.index]);
@@ -4905,7 +6232,7 @@ class interpreter {
     }
   }
 
-  std::vector<c10::IValue> execute(const std::vector<at::Tensor>& inputs) const {
+  std::vector<c10::IValue> execute(const std::vector<at::Tensor>& inputs, const sym_env& env) const {
     std::vector<c10::IValue> regs(num_regs_);
     for (std::size_t i = 0; i < user_slots_.size(); ++i) regs[user_slots_[i]] = inputs[i];
     for (const auto& [r, t] : state_slots_) regs[r] = t;
@@ -4915,13 +6242,14 @@ class interpreter {
       for (const auto& a : in.args) {
         switch (a.type) {
           case arg_op::kind::constant:
+          case arg_op::kind::symbolic:
           case arg_op::kind::reg_copy:
-          case arg_op::kind::reg_move: stack.push_back(take(regs, constants_, a)); break;
+          case arg_op::kind::reg_move: stack.push_back(take(regs, env, a)); break;
           case arg_op::kind::tensor_list: {
             const auto& l = lists_[a.index];
             c10::List<at::Tensor> ts;
             ts.reserve(l.elems.size());
-            for (const auto& e : l.elems) ts.push_back(take(regs, constants_, e).toTensor());
+            for (const auto& e : l.elems) ts.push_back(take(regs, env, e).toTensor());
             stack.emplace_back(std::move(ts));
             break;
           }
@@ -4930,7 +6258,7 @@ class interpreter {
             c10::List<c10::optional<at::Tensor>> ts;
             ts.reserve(l.elems.size());
             for (const auto& e : l.elems) {
-              auto v = take(regs, constants_, e);
+              auto v = take(regs, env, e);
               if (v.isNone()) ts.push_back(c10::nullopt);
               else ts.push_back(v.toTensor());
             }
@@ -4940,7 +6268,7 @@ class interpreter {
           case arg_op::kind::int_list: {
             const auto& l = lists_[a.index];
             c10::List<std::int64_t> is;
-            for (const auto& e : l.elems) is.push_back(take(regs, constants_, e).toInt());
+            for (const auto& e : l.elems) is.push_back(take(regs, env, e).toInt());
             stack.emplace_back(std::move(is));
             break;
           }
@@ -4977,6 +6305,7 @@ class interpreter {
   std::vector<instr> code_;
   std::vector<c10::IValue> constants_;
   std::vector<list_op> lists_;
+  std::vector<sym_int> syms_;  // symbolic arguments, evaluated per call
   std::vector<std::uint32_t> user_slots_;
   std::vector<std::string> user_names_;
   std::vector<std::pair<std::uint32_t, at::Tensor>> state_slots_;
@@ -5405,18 +6734,20 @@ class capture {
   /// A user input named `name`, typed like `example`; returns the meta tensor the traced code
   /// receives in its place.
   at::Tensor add_input(const std::string& name, const at::Tensor& example) {
-    auto v = builder_.input(name, example, /*exact_name=*/false);
-    auto meta = meta_like(example);
+    auto [v, meta] = input_of(name, example);
     bind(meta, v, meta);
     return meta;
   }
   /// A user input for the strict front end: the graph value itself.
   value add_input_value(const std::string& name, const at::Tensor& example) {
-    auto v = builder_.input(name, example, /*exact_name=*/false);
-    const auto meta = meta_like(example);
+    auto [v, meta] = input_of(name, example);
     bind(meta, v, meta);
     return v;
   }
+
+  /// Sizes the user inputs get in place of their examples' (one entry per input, in order; an
+  /// empty entry keeps the example's): how a dynamic export captures again at other sizes.
+  void set_input_sizes(std::vector<std::vector<std::int64_t>> sizes) { input_sizes_ = std::move(sizes); }
 
   /// A placeholder exactly as `spec` says (re-capturing a program); returns the meta tensor the
   /// calls see in its place.
@@ -5569,6 +6900,21 @@ class capture {
     const auto ia = by_impl_.find(a.toTensor().unsafeGetTensorImpl());
     const auto ib = by_impl_.find(b.toTensor().unsafeGetTensorImpl());
     return ia != by_impl_.end() && ib != by_impl_.end() && ia->second.v == ib->second.v;
+  }
+
+  std::pair<value, at::Tensor> input_of(const std::string& name, const at::Tensor& example) {
+    const auto i = next_input_++;
+    if (i >= input_sizes_.size() || input_sizes_[i].empty()) {
+      auto v = builder_.input(name, example, /*exact_name=*/false);
+      return {v, meta_like(example)};
+    }
+    auto m = tensor_meta::of(example);
+    const bool grad = m.requires_grad;
+    m = tensor_meta::contiguous(m.dtype, sym_shape(input_sizes_[i].begin(), input_sizes_[i].end()), m.device);
+    m.requires_grad = grad;
+    auto v = builder_.input(name, m, /*exact_name=*/false);
+    c10::impl::ExcludeDispatchKeyGuard no_capture(capture_key);
+    return {v, m.make_meta()};
   }
 
   static at::Tensor meta_like(const at::Tensor& t) {
@@ -5761,6 +7107,8 @@ class capture {
   std::unordered_map<const value_impl*, std::string> lifted_constants_;
   std::unordered_map<const c10::FunctionSchema*, const op_info*> ops_;
   int lifted_ = 0;
+  std::vector<std::vector<std::int64_t>> input_sizes_;
+  std::size_t next_input_ = 0;
 };
 
 inline void capture_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -5932,7 +7280,13 @@ class sym_tensor {
   /// Records `op` on these arguments at `loc`; returns the node.
   node record(std::string_view op, std::vector<argument> args, std::vector<kwarg> kwargs,
               const std::source_location& loc) const {
-    return s_->cap->call(find_op(op), std::move(args), std::move(kwargs), detail::make_source(loc));
+    try {
+      return s_->cap->call(find_op(op), std::move(args), std::move(kwargs), detail::make_source(loc));
+    } catch (const graph_error& e) {  // name the C++ line: the strict front end knows it
+      if (e.id() != "xport.fake.op_rejected") throw;
+      throw graph_error(e.id(), std::string(e.what()).substr(e.id().size() + 3) + " (at " + loc.file_name() + ":" +
+                                    std::to_string(loc.line()) + ")");
+    }
   }
   /// Wraps an output value of this trace.
   [[nodiscard]] sym_tensor wrap(value v) const { return sym_tensor(v, s_->cap); }
@@ -6201,6 +7555,1185 @@ auto to_sym(const T& x, F& make) {
 }  // namespace detail
 
 XPORT_END_NAMESPACE
+// #include <xport/trace/dynamic.hpp>
+// xport/trace/dynamic.hpp: the dynamic_shapes argument of export (torch.export.Dim and friends).
+//
+//   auto batch = xport::Dim("batch", 1, 1024);
+//   auto p = xport::export_program(model, std::tuple{x}, {.dynamic_shapes = {{"x", {{0, batch}}}}});
+//   // p prints `x: "f32[s0, 3, 224, 224]"` and `Range constraints: {s0: VR[1, 1024]}`
+//
+// A spec mirrors the inputs: per argument (by name, or positionally), per dimension (a map from
+// dimension index, or one entry per dimension with xport::shape(...)), nested like the inputs
+// (shape_spec::list / shape_spec::dict). A dimension is a named Dim (strict: export fails if the
+// code fixes or narrows it), a derived Dim (`2*batch`, `batch + 1`), a hint (Dim::automatic,
+// Dim::dynamic, Dim::static_), an int (static, must match) or std::nullopt (static).
+
+#include <algorithm>         // std::sort, std::find
+#include <cstddef>           // std::size_t
+#include <cstdint>           // std::int64_t
+#include <initializer_list>  // std::initializer_list
+#include <map>               // std::map
+#include <optional>          // std::optional
+#include <string>            // std::string
+#include <type_traits>       // std::is_integral_v
+#include <utility>           // std::pair
+#include <variant>           // std::variant
+#include <vector>            // std::vector
+
+#include <ATen/core/Tensor.h>
+
+// #include <xport/config.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ir/sym_expr.hpp>
+// #include <xport/ir/treespec.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+/// Dim::automatic, Dim::dynamic, Dim::static_ (torch's Dim.AUTO / DYNAMIC / STATIC); callable
+/// for bounds: `Dim::dynamic(std::nullopt, 64)`.
+struct dim_hint {
+  enum class kind : std::uint8_t { automatic, dynamic, static_ };
+  kind type = kind::automatic;
+  std::optional<std::int64_t> min, max;
+
+  [[nodiscard]] dim_hint operator()(std::optional<std::int64_t> lo = std::nullopt,
+                                    std::optional<std::int64_t> hi = std::nullopt) const {
+    if (lo && *lo < 0) throw export_error("xport.export.dynamic_shapes", "Dim hint min must be non-negative");
+    if (lo && hi && *lo > *hi) throw export_error("xport.export.dynamic_shapes", "Dim hint min must be <= max");
+    return {type, lo, hi};
+  }
+  /// torch's repr: `DimHint(DYNAMIC)`, `DimHint(AUTO, min=16)`.
+  [[nodiscard]] std::string str() const {
+    std::string s = "DimHint(";
+    s += type == kind::automatic ? "AUTO" : type == kind::dynamic ? "DYNAMIC" : "STATIC";
+    if (min) s += ", min=" + std::to_string(*min);
+    if (max) s += ", max=" + std::to_string(*max);
+    return s + ")";
+  }
+};
+
+/// A named dynamic dimension, or a dimension derived from one (`2*batch`, `batch + 1`). Dims
+/// with the same name are the same dimension.
+class Dim {
+ public:
+  /// torch's defaults: min 0, max infinity.
+  explicit Dim(std::string name, std::optional<std::int64_t> min = std::nullopt,
+               std::optional<std::int64_t> max = std::nullopt)
+      : root_(std::move(name)), min_(min.value_or(0)), max_(max.value_or(int_oo)) {
+    if (!is_identifier(root_))
+      throw export_error("xport.export.dynamic_shapes", "Dim name must be a valid identifier, got " + root_);
+    if (!(max_ > min_))
+      throw export_error("xport.export.dynamic_shapes", "Cannot create Dim with inconsistent min=" +
+                                                            std::to_string(min_) + ", max=" + bound(max_));
+    if (min_ < 0)
+      throw export_error("xport.export.dynamic_shapes",
+                         "Cannot create Dim " + root_ + " with min=" + std::to_string(min_) + ": sizes are >= 0");
+  }
+
+  static constexpr dim_hint automatic{dim_hint::kind::automatic, std::nullopt, std::nullopt};
+  static constexpr dim_hint dynamic{dim_hint::kind::dynamic, std::nullopt, std::nullopt};
+  static constexpr dim_hint static_{dim_hint::kind::static_, std::nullopt, std::nullopt};
+
+  /// The name: the root's, or the derived expression as sympy prints it (`2*batch + 1`).
+  [[nodiscard]] std::string name() const {
+    if (!derived()) return root_;
+    std::string s = a_ == 1 ? root_ : std::to_string(a_) + "*" + root_;
+    if (b_ > 0) s += " + " + std::to_string(b_);
+    if (b_ < 0) s += " - " + std::to_string(-b_);
+    return s;
+  }
+  [[nodiscard]] const std::string& root() const noexcept { return root_; }
+  [[nodiscard]] bool derived() const noexcept { return a_ != 1 || b_ != 0; }
+  [[nodiscard]] std::int64_t scale() const noexcept { return a_; }
+  [[nodiscard]] std::int64_t offset() const noexcept { return b_; }
+  /// The root's bounds.
+  [[nodiscard]] std::int64_t root_min() const noexcept { return min_; }
+  [[nodiscard]] std::int64_t root_max() const noexcept { return max_; }
+  /// This dimension's bounds (derived: the root's, mapped).
+  [[nodiscard]] std::int64_t min() const noexcept { return a_ * min_ + b_; }
+  [[nodiscard]] std::int64_t max() const noexcept { return max_ == int_oo ? int_oo : a_ * max_ + b_; }
+
+  /// torch's readable form: `Dim('batch', min=0)`, `Dim('batch', min=1, max=1024)`, `2*batch`.
+  [[nodiscard]] std::string str() const {
+    if (derived()) return name();
+    std::string s = "Dim('" + root_ + "'";
+    if (min_ != 2) s += ", min=" + std::to_string(min_);
+    if (max_ != int_oo) s += ", max=" + std::to_string(max_);
+    return s + ")";
+  }
+
+  friend Dim operator*(const Dim& d, std::int64_t k) {
+    if (k <= 0) fail_op("Attempted to multiply " + std::to_string(k) + " with " + d.name() +
+                        ", where a positive integer was expected.");
+    Dim r = d;
+    r.a_ *= k;
+    r.b_ *= k;
+    return r.checked();
+  }
+  friend Dim operator*(std::int64_t k, const Dim& d) { return d * k; }
+  friend Dim operator+(const Dim& d, std::int64_t k) {
+    Dim r = d;
+    r.b_ += k;
+    return r.checked();
+  }
+  friend Dim operator+(std::int64_t k, const Dim& d) { return d + k; }
+  friend Dim operator-(const Dim& d, std::int64_t k) { return d + (-k); }
+  /// `k - dim` decreases: torch refuses it, and so does xport (at run time: C++ cannot say it earlier).
+  friend Dim operator-(std::int64_t, const Dim& d) { fail_op("Attempted to negate " + d.name() + "."); }
+  friend Dim operator+(const Dim& d, const Dim& o) {
+    fail_op("Attempted to add " + o.name() + " to " + d.name() + ", where an integer was expected.");
+  }
+  friend Dim operator-(const Dim& d, const Dim& o) {
+    fail_op("Attempted to subtract " + o.name() + " from " + d.name() + ", where an integer was expected.");
+  }
+  friend Dim operator*(const Dim& d, const Dim& o) {
+    fail_op("Attempted to multiply " + o.name() + " with " + d.name() + ", where a positive integer was expected.");
+  }
+
+ private:
+  [[noreturn]] static void fail_op(const std::string& what) {
+    throw export_error("xport.export.dynamic_shapes",
+                       what + " (Only increasing linear operations with integer coefficients are supported.)");
+  }
+  Dim checked() const {
+    if (min() < 0)
+      throw export_error("xport.export.dynamic_shapes",
+                         "Derived dim " + name() + " would have min " + std::to_string(min()) +
+                             " for " + root_ + " = " + std::to_string(min_) +
+                             ": sizes are >= 0; raise the min of Dim('" + root_ + "')");
+    return *this;
+  }
+  static std::string bound(std::int64_t v) { return v == int_oo ? "int_oo" : std::to_string(v); }
+  static bool is_identifier(const std::string& s) {
+    if (s.empty() || (s[0] >= '0' && s[0] <= '9')) return false;
+    for (char c : s)
+      if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_')) return false;
+    return true;
+  }
+
+  std::string root_;
+  std::int64_t min_, max_;
+  std::int64_t a_ = 1, b_ = 0;
+};
+
+/// What one dimension of one input is: static (None or an int), a Dim, or a hint.
+class dim_spec {
+ public:
+  dim_spec() = default;
+  dim_spec(std::nullopt_t) {}                          // NOLINT
+  dim_spec(Dim d) : v_(std::move(d)) {}                // NOLINT
+  dim_spec(dim_hint h) : v_(h) {}                      // NOLINT
+  template <class I>
+    requires(std::is_integral_v<I> && !std::is_same_v<I, bool>)
+  dim_spec(I n) : v_(static_cast<std::int64_t>(n)) {}  // NOLINT
+
+  [[nodiscard]] bool is_none() const noexcept { return v_.index() == 0; }
+  [[nodiscard]] const std::int64_t* fixed() const noexcept { return std::get_if<std::int64_t>(&v_); }
+  [[nodiscard]] const Dim* dim() const noexcept { return std::get_if<Dim>(&v_); }
+  [[nodiscard]] const dim_hint* hint() const noexcept { return std::get_if<dim_hint>(&v_); }
+  /// As torch's messages show it.
+  [[nodiscard]] std::string str() const {
+    if (is_none()) return "None";
+    if (fixed()) return std::to_string(*fixed());
+    if (dim()) return dim()->str();
+    return hint()->str();
+  }
+
+ private:
+  std::variant<std::monostate, std::int64_t, Dim, dim_hint> v_;
+};
+
+/// The spec of one input: None (all static), a tensor's dims (by index: `{{0, batch}}`, or all of
+/// them: xport::shape(batch, 3, Dim::static_)), or a container's items (list / dict).
+class shape_spec {
+ public:
+  enum class kind : std::uint8_t { none, by_index, sizes, list, dict };
+
+  shape_spec() = default;
+  shape_spec(std::nullopt_t) {}  // NOLINT
+  shape_spec(std::initializer_list<std::pair<const std::int64_t, dim_spec>> dims)  // NOLINT
+      : kind_(kind::by_index), by_index_(dims) {}
+  static shape_spec sizes(std::vector<dim_spec> dims) {
+    shape_spec s;
+    s.kind_ = kind::sizes;
+    s.sizes_ = std::move(dims);
+    return s;
+  }
+  static shape_spec list(std::vector<shape_spec> items) {
+    shape_spec s;
+    s.kind_ = kind::list;
+    s.items_ = std::move(items);
+    return s;
+  }
+  static shape_spec dict(std::vector<std::pair<std::string, shape_spec>> items) {
+    shape_spec s;
+    s.kind_ = kind::dict;
+    for (auto& [k, v] : items) {
+      s.keys_.push_back(std::move(k));
+      s.items_.push_back(std::move(v));
+    }
+    return s;
+  }
+
+  [[nodiscard]] kind type() const noexcept { return kind_; }
+  [[nodiscard]] const std::map<std::int64_t, dim_spec>& by_index() const noexcept { return by_index_; }
+  [[nodiscard]] const std::vector<dim_spec>& dims() const noexcept { return sizes_; }
+  [[nodiscard]] const std::vector<shape_spec>& items() const noexcept { return items_; }
+  [[nodiscard]] const std::vector<std::string>& keys() const noexcept { return keys_; }
+
+  /// As Python would print the spec: `{0: Dim('batch', min=0)}`, `(Dim('b'), 3)`, `None`.
+  [[nodiscard]] std::string str() const {
+    std::string s;
+    switch (kind_) {
+      case kind::none: return "None";
+      case kind::by_index:
+        for (const auto& [i, d] : by_index_) s += (s.empty() ? "" : ", ") + std::to_string(i) + ": " + d.str();
+        return "{" + s + "}";
+      case kind::sizes:
+        for (const auto& d : sizes_) s += (s.empty() ? "" : ", ") + d.str();
+        return "(" + s + (sizes_.size() == 1 ? ",)" : ")");
+      case kind::list:
+        for (const auto& d : items_) s += (s.empty() ? "" : ", ") + d.str();
+        return "[" + s + "]";
+      case kind::dict:
+        for (std::size_t i = 0; i < items_.size(); ++i)
+          s += (i ? ", " : "") + ("'" + keys_[i] + "': ") + items_[i].str();
+        return "{" + s + "}";
+    }
+    return "?";
+  }
+
+ private:
+  kind kind_ = kind::none;
+  std::map<std::int64_t, dim_spec> by_index_;
+  std::vector<dim_spec> sizes_;
+  std::vector<shape_spec> items_;
+  std::vector<std::string> keys_;
+};
+
+/// Every dimension of a tensor, in order: `xport::shape(batch, 3, xport::Dim::static_)`.
+template <class... D>
+shape_spec shape(D&&... dims) {
+  return shape_spec::sizes({dim_spec(std::forward<D>(dims))...});
+}
+
+/// Several Dims with the same bounds: `auto hw = xport::dims({"h", "w"}, 1, 512);` (torch's dims()).
+inline std::vector<Dim> dims(const std::vector<std::string>& names, std::optional<std::int64_t> min = std::nullopt,
+                             std::optional<std::int64_t> max = std::nullopt) {
+  std::vector<Dim> out;
+  for (const auto& n : names) out.emplace_back(n, min, max);
+  return out;
+}
+
+/// export's `dynamic_shapes`: by argument name (`{{"x", {{0, batch}}}}`) or positional.
+class dynamic_shapes {
+ public:
+  dynamic_shapes() = default;
+  dynamic_shapes(std::initializer_list<std::pair<std::string, shape_spec>> by_name)  // NOLINT
+      : named_(true) {
+    for (const auto& [k, v] : by_name) {
+      keys_.push_back(k);
+      items_.push_back(v);
+    }
+  }
+  static dynamic_shapes positional(std::vector<shape_spec> items) {
+    dynamic_shapes d;
+    d.items_ = std::move(items);
+    d.positional_ = true;
+    return d;
+  }
+
+  [[nodiscard]] bool empty() const noexcept { return !named_ && !positional_; }
+  [[nodiscard]] bool named() const noexcept { return named_; }
+  [[nodiscard]] const std::vector<std::string>& keys() const noexcept { return keys_; }
+  [[nodiscard]] const std::vector<shape_spec>& items() const noexcept { return items_; }
+
+ private:
+  bool named_ = false, positional_ = false;
+  std::vector<std::string> keys_;
+  std::vector<shape_spec> items_;
+};
+
+namespace detail {
+
+/// One symbol of a dynamic export: a user's Dim, or a dimension marked with a hint.
+struct dyn_root {
+  std::string dim_name;  ///< the user's name (`batch`), or the input path for hints
+  std::int64_t min = 0, max = int_oo;
+  std::int64_t hint = -1;  ///< the example's value (-1 until an input gives it)
+  bool named = true;       ///< a Dim (strict) rather than a hint
+  bool automatic = false;  ///< Dim::automatic: falls back to static when the code specializes it
+  std::string where;       ///< the first input dimension it came from: `x.shape[0]`
+};
+/// One input dimension: static, or a*root + b.
+struct dyn_dim {
+  int root = -1;
+  std::int64_t a = 1, b = 0;
+};
+/// The dynamic dims of every tensor input (in leaf order).
+struct dyn_plan {
+  std::vector<dyn_root> roots;
+  std::vector<std::vector<dyn_dim>> leaves;
+  [[nodiscard]] bool any() const noexcept { return !roots.empty(); }
+};
+
+class dyn_resolver {
+ public:
+  dyn_resolver(const std::vector<at::Tensor>& examples, const std::vector<std::string>& leaf_names)
+      : examples_(examples), leaf_names_(leaf_names) {
+    plan_.leaves.resize(examples.size());
+    for (std::size_t i = 0; i < examples.size(); ++i)
+      plan_.leaves[i].resize(static_cast<std::size_t>(examples[i].dim()));
+  }
+
+  dyn_plan resolve(const dynamic_shapes& spec, const treespec& in_spec, const std::vector<std::string>& arg_names) {
+    const auto& args = in_spec.children;
+    if (spec.named()) {
+      auto want = arg_names, got = spec.keys();
+      std::sort(want.begin(), want.end());
+      std::sort(got.begin(), got.end());
+      if (want != got)
+        fail("When `dynamic_shapes` is specified as a dict, its top-level keys must be the arg names " +
+             list_repr(arg_names) + " of `inputs`, but here they are " + list_repr(spec.keys()) +
+             ". Alternatively, you could also ignore arg names entirely and specify `dynamic_shapes` as a "
+             "list/tuple matching `inputs` (xport::dynamic_shapes::positional), or name the arguments "
+             "with export_options::input_names.");
+      for (std::size_t i = 0; i < args.size(); ++i) {
+        const auto k = static_cast<std::size_t>(
+            std::find(spec.keys().begin(), spec.keys().end(), arg_names[i]) - spec.keys().begin());
+        walk(args[i], spec.items()[k], "['" + arg_names[i] + "']");
+      }
+    } else {
+      if (spec.items().size() != args.size())
+        fail("`dynamic_shapes` has " + std::to_string(spec.items().size()) + " positional entries, but the "
+             "program takes " + std::to_string(args.size()) + " argument(s); give one entry per argument "
+             "(std::nullopt for an argument with only static sizes)");
+      for (std::size_t i = 0; i < args.size(); ++i) walk(args[i], spec.items()[i], "[" + std::to_string(i) + "]");
+    }
+    solve_hints();
+    return std::move(plan_);
+  }
+
+ private:
+  [[noreturn]] static void fail(const std::string& msg) { throw export_error("xport.export.dynamic_shapes", msg); }
+  static std::string list_repr(const std::vector<std::string>& xs) {
+    std::string s;
+    for (const auto& x : xs) s += (s.empty() ? "'" : ", '") + x + "'";
+    return "[" + s + "]";
+  }
+  static std::string type_name(const treespec& t) {
+    switch (t.type) {
+      case treespec::kind::leaf: return "Tensor";
+      case treespec::kind::constant: return t.value.is_string() ? "str" : t.value.is_double() ? "float" : t.value.is_bool() ? "bool" : "int";
+      case treespec::kind::none: return "None";
+      case treespec::kind::tuple: return "tuple";
+      case treespec::kind::list: return "list";
+      case treespec::kind::dict: return "dict";
+    }
+    return "?";
+  }
+
+  void walk(const treespec& t, const shape_spec& s, const std::string& path) {
+    using K = shape_spec::kind;
+    if (s.type() == K::none) {
+      leaf_ += t.num_leaves();
+      return;
+    }
+    switch (t.type) {
+      case treespec::kind::leaf: {
+        if (s.type() == K::list || s.type() == K::dict)
+          fail("Detected mismatch between the structure of `inputs` and `dynamic_shapes`: `inputs" + path +
+               "` is a Tensor, but `dynamic_shapes" + path + "` is a " + (s.type() == K::list ? "list" : "dict") +
+               " (" + s.str() + ")");
+        tensor(leaf_++, s, path);
+        return;
+      }
+      case treespec::kind::tuple:
+      case treespec::kind::list: {
+        if (s.type() != K::list)
+          fail("Detected mismatch between the structure of `inputs` and `dynamic_shapes`: `inputs" + path + "` is a " +
+               type_name(t) + ", but `dynamic_shapes" + path + "` is not (it is " + s.str() +
+               "; use xport::shape_spec::list)");
+        if (s.items().size() != t.children.size())
+          fail("Detected mismatch between the structure of `inputs` and `dynamic_shapes`: `inputs" + path + "` has " +
+               std::to_string(t.children.size()) + " elements, but `dynamic_shapes" + path + "` has " +
+               std::to_string(s.items().size()) + " elements");
+        for (std::size_t i = 0; i < t.children.size(); ++i)
+          walk(t.children[i], s.items()[i], path + "[" + std::to_string(i) + "]");
+        return;
+      }
+      case treespec::kind::dict: {
+        if (s.type() != K::dict)
+          fail("Detected mismatch between the structure of `inputs` and `dynamic_shapes`: `inputs" + path +
+               "` is a dict, but `dynamic_shapes" + path + "` is not (it is " + s.str() +
+               "; use xport::shape_spec::dict)");
+        auto want = t.keys, got = s.keys();
+        std::sort(want.begin(), want.end());
+        std::sort(got.begin(), got.end());
+        if (want != got)
+          fail("Detected mismatch between the structure of `inputs` and `dynamic_shapes`: `inputs" + path +
+               "` has keys " + list_repr(t.keys) + ", but `dynamic_shapes" + path + "` has keys " +
+               list_repr(s.keys()));
+        for (std::size_t i = 0; i < t.children.size(); ++i) {
+          const auto k = static_cast<std::size_t>(std::find(s.keys().begin(), s.keys().end(), t.keys[i]) -
+                                                  s.keys().begin());
+          walk(t.children[i], s.items()[k], path + "['" + t.keys[i] + "']");
+        }
+        return;
+      }
+      default:
+        fail("Cannot associate shape " + s.str() + " specified at `dynamic_shapes" + path + "` to non-tensor type " +
+             type_name(t) + " at `inputs" + path + "` (expected None)");
+    }
+  }
+
+  void tensor(std::size_t leaf, const shape_spec& s, const std::string& path) {
+    const auto& ex = examples_[leaf];
+    const auto n = ex.dim();
+    auto shape_text = [&] {
+      std::string t;
+      for (auto v : ex.sizes()) t += (t.empty() ? "" : ", ") + std::to_string(v);
+      return "torch.Size([" + t + "])";
+    };
+    if (s.type() == shape_spec::kind::sizes) {
+      if (static_cast<std::int64_t>(s.dims().size()) != n)
+        fail("Expected dynamic shape spec " + s.str() + " specified at `dynamic_shapes" + path +
+             "` to have the same length as the actual tensor shape " + shape_text() + " (expected " +
+             std::to_string(n) + ", but got " + std::to_string(s.dims().size()) + " instead)");
+      for (std::int64_t d = 0; d < n; ++d) one(leaf, d, s.dims()[static_cast<std::size_t>(d)], path);
+      return;
+    }
+    for (const auto& [d, spec] : s.by_index()) {
+      if (d < 0 || d >= n)
+        fail("Dynamic shape spec " + s.str() + " specified at `dynamic_shapes" + path + "` names dimension " +
+             std::to_string(d) + ", but the tensor at `inputs" + path + "` has shape " + shape_text() + " (" +
+             std::to_string(n) + " dimension(s))");
+      one(leaf, d, spec, path);
+    }
+  }
+
+  void one(std::size_t leaf, std::int64_t d, const dim_spec& spec, const std::string& path) {
+    const auto size = examples_[leaf].size(d);
+    const auto where = leaf_names_[leaf] + ".shape[" + std::to_string(d) + "]";
+    auto& slot = plan_.leaves[leaf][static_cast<std::size_t>(d)];
+    if (spec.is_none()) return;
+    if (const auto* f = spec.fixed()) {
+      if (*f != size)
+        fail("`dynamic_shapes" + path + "` gives dimension " + std::to_string(d) + " the static size " +
+             std::to_string(*f) + ", but the example input " + where + " is " + std::to_string(size));
+      return;
+    }
+    if (const auto* h = spec.hint()) {
+      if (h->type == dim_hint::kind::static_) return;
+      dyn_root r;
+      r.dim_name = where;
+      r.min = h->min.value_or(0);
+      r.max = h->max.value_or(int_oo);
+      r.named = false;
+      r.automatic = h->type == dim_hint::kind::automatic;
+      r.where = where;
+      r.hint = size;
+      if (size < r.min || size > r.max)
+        fail("the example size " + std::to_string(size) + " of " + where + " is outside " + h->str() + " given at `dynamic_shapes" +
+             path + "[" + std::to_string(d) + "]`");
+      slot.root = static_cast<int>(plan_.roots.size());
+      plan_.roots.push_back(std::move(r));
+      return;
+    }
+    const Dim& dim = *spec.dim();
+    int root = -1;
+    for (std::size_t i = 0; i < plan_.roots.size(); ++i)
+      if (plan_.roots[i].named && plan_.roots[i].dim_name == dim.root()) root = static_cast<int>(i);
+    if (root < 0) {
+      dyn_root r;
+      r.dim_name = dim.root();
+      r.min = dim.root_min();
+      r.max = dim.root_max();
+      root = static_cast<int>(plan_.roots.size());
+      plan_.roots.push_back(std::move(r));
+      defs_.push_back(Dim(dim.root(), dim.root_min(), dim.root_max()));
+    } else {
+      auto& r = plan_.roots[static_cast<std::size_t>(root)];
+      if (r.min != dim.root_min() || r.max != dim.root_max()) {
+        const Dim mine(dim.root(), dim.root_min(), dim.root_max());
+        fail("Found different definitions " + def_of(root).str() + " and " + mine.str() +
+             " for the same symbolic dimension " + dim.root() + "!");
+      }
+    }
+    slot = {root, dim.scale(), dim.offset()};
+    uses_.push_back({leaf, d, dim, path});
+  }
+
+  const Dim& def_of(int root) const {
+    int k = 0;
+    for (int i = 0; i < root; ++i) k += plan_.roots[static_cast<std::size_t>(i)].named ? 1 : 0;
+    return defs_[static_cast<std::size_t>(k)];
+  }
+
+  // Hints of named roots: from a direct use, else solved from a derived one; then every use must
+  // agree and lie in range.
+  void solve_hints() {
+    for (int pass = 0; pass < 2; ++pass)
+      for (const auto& u : uses_) {
+        auto& r = plan_.roots[static_cast<std::size_t>(slot_of(u).root)];
+        if (r.hint >= 0) continue;
+        const auto size = examples_[u.leaf].size(u.dim);
+        const auto where = leaf_names_[u.leaf] + ".shape[" + std::to_string(u.dim) + "]";
+        if (!u.spec.derived()) {
+          r.hint = size;
+          r.where = where;
+        } else if (pass == 1) {
+          const auto a = u.spec.scale(), b = u.spec.offset();
+          if ((size - b) % a != 0 || (size - b) / a < 0)
+            throw constraint_violation("xport.export.constraint_violation",
+                                       "Expected shape[" + std::to_string(u.dim) + "] = " + std::to_string(size) +
+                                           " of input Tensor " + leaf_names_[u.leaf] + " to be of the form " +
+                                           u.spec.name() + ", where " + u.spec.root() + " is an integer");
+          r.hint = (size - b) / a;
+          r.where = where;
+        }
+      }
+    for (const auto& u : uses_) {
+      const auto& r = plan_.roots[static_cast<std::size_t>(slot_of(u).root)];
+      const auto size = examples_[u.leaf].size(u.dim);
+      const auto where = leaf_names_[u.leaf] + ".shape[" + std::to_string(u.dim) + "]";
+      const auto want = u.spec.scale() * r.hint + u.spec.offset();
+      if (want != size)
+        throw constraint_violation(
+            "xport.export.constraint_violation",
+            "Constraints violated (" + u.spec.root() + ")! " + where + " = " + std::to_string(size) +
+                " is not equal to " + (u.spec.derived() ? u.spec.name() + " = " : "") + std::to_string(want) +
+                " (" + u.spec.root() + " = " + std::to_string(r.hint) + " from " + r.where +
+                "): the example inputs must satisfy the relations dynamic_shapes states");
+      if (r.hint < r.min || r.hint > r.max)
+        fail("the example inputs give " + r.dim_name + " = " + std::to_string(r.hint) + " (from " + r.where +
+             "), outside " + def_of(slot_of(u).root).str() + "; pick example sizes inside the Dim's range");
+    }
+  }
+
+  struct use_site {
+    std::size_t leaf;
+    std::int64_t dim;
+    Dim spec;
+    std::string path;
+  };
+  const dyn_dim& slot_of(const use_site& u) const { return plan_.leaves[u.leaf][static_cast<std::size_t>(u.dim)]; }
+
+  const std::vector<at::Tensor>& examples_;
+  const std::vector<std::string>& leaf_names_;
+  dyn_plan plan_;
+  std::vector<Dim> defs_;
+  std::vector<use_site> uses_;
+  std::size_t leaf_ = 0;
+};
+
+}  // namespace detail
+
+XPORT_END_NAMESPACE
+// #include <xport/trace/symbolic.hpp>
+// xport/trace/symbolic.hpp: symbolic sizes for a dynamic export.
+//
+// Note [Capturing at several sizes]: LibTorch's C++ ops compute sizes as plain integers (meta
+// kernels, and `size()` in user code), so one capture cannot see how a size depends on a
+// dynamic dimension. Export therefore captures the program once at the example sizes and again
+// with each dynamic dimension moved to another value (and once with all of them moved), on meta
+// tensors: a few captures cost well under a millisecond each. Then:
+//  - the captures must record the same ops in the same order, with the same arguments except
+//    integers; otherwise the traced code decided something on a size (it specialized the dim),
+//    and export fails with torch's "Constraints violated" report naming the dim and the op;
+//  - every size of every node, and every integer argument that changed (sizes the code computed
+//    with `size()`), is fitted as an exact expression of the dims: a linear form in the dims, or
+//    c*P + b where P is a product of the node's input sizes or a shape rule's result (convolution
+//    and pooling windows: `((s0 - 3)//2) + 1`), checked against every capture.
+// Integer arguments that depend on a dim are recorded as symbolic arguments, evaluated from the
+// inputs' sizes on every run. Because the other sizes are >= 2, an example size of 0 or 1 is never
+// specialized silently: either the program is right for every size, or a capture fails and
+// export names the op.
+
+#include <algorithm>  // std::max
+#include <cstddef>    // std::size_t
+#include <cstdint>    // std::int64_t
+#include <optional>   // std::optional
+#include <string>     // std::string
+#include <string_view>  // std::string_view
+#include <vector>     // std::vector
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+
+// #include <xport/config.hpp>
+// #include <xport/detail/schema.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ir/graph.hpp>
+// #include <xport/ir/program.hpp>
+// #include <xport/ir/sym_expr.hpp>
+// #include <xport/trace/dynamic.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+/// Thrown inside the dynamic export when a capture at other sizes shows that the code fixes a
+/// dim; caught to fall back to static for Dim::automatic, reported otherwise.
+struct dim_specialized {
+  int root;
+  std::string why;
+};
+/// Two dims the code needs equal (they work when moved together).
+struct dims_related {
+  int root, other;
+  std::string why;
+};
+/// A dim that works only in part of its range: [lo, hi] is the part found to work.
+struct dim_narrowed {
+  int root;
+  std::int64_t lo, hi;
+  std::int64_t bad;
+  std::string why;
+};
+
+/// The dims of a symbolic program and their values in each capture (0 = the example's; capture
+/// j in 1..k moved dim j-1 alone; the last moved all of them).
+struct sym_runs {
+  std::vector<sym_int> symbols;
+  std::vector<std::string> dim_names;           ///< for messages: `batch`
+  std::vector<std::vector<std::int64_t>> values;  ///< per capture, per symbol
+  std::vector<int> moved;                         ///< per capture: the one dim it moved, or -1
+};
+
+class symbolic_fitter {
+ public:
+  explicit symbolic_fitter(const sym_runs& runs) : runs_(runs) {
+    for (const auto& s : runs.symbols) names_.push_back(s.str());
+  }
+
+  /// The value of `e` in capture `run`.
+  [[nodiscard]] std::int64_t eval(const sym_int& e, std::size_t run) const {
+    if (e.is_constant()) return e.hint();
+    const auto& values = runs_.values[run];
+    auto v = sym::eval(e, [&](std::string_view name) -> std::optional<std::int64_t> {
+      for (std::size_t i = 0; i < names_.size(); ++i)
+        if (names_[i] == name) return values[i];
+      return std::nullopt;
+    });
+    return v.value_or(e.hint());
+  }
+
+  /// An exact expression taking value obs[r] in every capture r, or nullopt. `basis` holds
+  /// candidate expressions (products of input sizes, shape-rule results).
+  [[nodiscard]] std::optional<sym_int> fit(const std::vector<std::int64_t>& obs, const std::vector<sym_int>& basis,
+                                           const std::vector<sym_int>& rules = {}) const {
+    bool all_equal = true;
+    for (auto v : obs) all_equal = all_equal && v == obs[0];
+    if (all_equal) return sym_int(obs[0]);
+    // a shape rule's result (exact by construction) first
+    for (const auto& e : rules)
+      if (matches(e, obs)) return e;
+    // a linear form in the dims: capture j (1..k) moved dim j-1 alone
+    const auto& symbols_ = runs_.symbols;
+    const auto& runs_v = runs_.values;
+    const std::size_t k = symbols_.size();
+    if (obs.size() >= k + 2) {
+      bool ok = true;
+      sym_int e = 0;
+      std::int64_t b = obs[0];
+      for (std::size_t j = 0; j < k && ok; ++j) {
+        const auto dx = runs_v[j + 1][j] - runs_v[0][j];
+        const auto dy = obs[j + 1] - obs[0];
+        if (dx == 0 || dy % dx != 0) {
+          ok = false;
+          break;
+        }
+        const auto c = dy / dx;
+        if (c != 0) e = e + symbols_[j] * c;
+        b -= c * runs_v[0][j];
+      }
+      if (ok) {
+        e = e + b;
+        if (matches(e, obs)) return e;
+      }
+    }
+    for (const auto& p : basis) {
+      if (p.is_constant()) continue;
+      std::vector<std::int64_t> pv(obs.size());
+      for (std::size_t r = 0; r < obs.size(); ++r) pv[r] = eval(p, r);
+      for (std::size_t r = 1; r < obs.size(); ++r) {
+        if (pv[r] == pv[0]) continue;
+        const auto dy = obs[r] - obs[0], dx = pv[r] - pv[0];
+        if (dy % dx != 0) break;
+        const auto c = dy / dx, b = obs[0] - c * pv[0];
+        if (c == 0) break;
+        sym_int e = c == 1 ? p : p * c;
+        if (b != 0) e = e + b;
+        if (matches(e, obs)) return e;
+        break;
+      }
+    }
+    return std::nullopt;
+  }
+
+ private:
+  bool matches(const sym_int& e, const std::vector<std::int64_t>& obs) const {
+    for (std::size_t r = 0; r < obs.size(); ++r)
+      if (eval(e, r) != obs[r]) return false;
+    return true;
+  }
+
+  const sym_runs& runs_;
+  std::vector<std::string> names_;
+};
+
+/// Values other than the example's for a dim to take in the extra captures: >= 2 (so no size
+/// is 0 or 1), inside the dim's range, steps of 8 first (keeps the sizes' divisibility by 2, 4, 8).
+inline std::vector<std::int64_t> other_sizes(std::int64_t h, std::int64_t min, std::int64_t max) {
+  std::vector<std::int64_t> out;
+  const auto lo = std::max<std::int64_t>(min, 2);
+  for (auto c : {h + 8, h + 16, h - 8, h + 24, h - 16, h + 1, h + 2, h - 1, h - 2, h + 3, lo, lo + 1, max}) {
+    if (c < lo || c > max || c == h || std::find(out.begin(), out.end(), c) != out.end()) continue;
+    out.push_back(c);
+    if (out.size() == 2) break;
+  }
+  return out;
+}
+
+/// The sizes each user input gets for one assignment of the dims.
+inline std::vector<std::vector<std::int64_t>> input_sizes_at(const dyn_plan& plan, const std::vector<at::Tensor>& examples,
+                                                             const std::vector<std::int64_t>& values) {
+  std::vector<std::vector<std::int64_t>> out(examples.size());
+  for (std::size_t i = 0; i < examples.size(); ++i) {
+    auto sizes = examples[i].sizes().vec();
+    for (std::size_t d = 0; d < sizes.size(); ++d) {
+      const auto& dd = plan.leaves[i][d];
+      if (dd.root >= 0) sizes[d] = dd.a * values[static_cast<std::size_t>(dd.root)] + dd.b;
+    }
+    out[i] = std::move(sizes);
+  }
+  return out;
+}
+
+inline std::string assignment_text(const std::vector<std::string>& names, const std::vector<std::int64_t>& values,
+                                   int only = -1) {
+  std::string s;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (only >= 0 && static_cast<int>(i) != only) continue;
+    s += (s.empty() ? "" : ", ") + names[i] + " = " + std::to_string(values[i]);
+  }
+  return s;
+}
+
+inline std::string node_text(const node& n) {
+  std::string s = "'" + n.name() + "' (" + (n.is_call() ? n.op().qualified : n.target()) + ")";
+  if (const auto& src = n.source(); src && !src->file.empty())
+    s += " at " + src->file + ":" + std::to_string(src->line);
+  return s;
+}
+
+/// Compares one argument of two captures; collects integer positions that differ.
+inline bool same_shape_args(const argument& a, const argument& b, std::vector<std::pair<const argument*, const argument*>>& ints) {
+  if (a.type() != b.type()) return false;
+  if (a.is_int()) {
+    if (a.as_int() != b.as_int()) ints.emplace_back(&a, &b);
+    return true;
+  }
+  if (a.is_value()) return a.as_value().name() == b.as_value().name();
+  if (a.is_list()) {
+    if (a.as_list().size() != b.as_list().size()) return false;
+    for (std::size_t i = 0; i < a.as_list().size(); ++i)
+      if (!same_shape_args(a.as_list()[i], b.as_list()[i], ints)) return false;
+    return true;
+  }
+  return a == b;
+}
+
+/// Shape-rule candidates for sizes no linear form or product gives: the output window count of
+/// convolution and pooling, `((in + 2*pad - dil*(k-1) - 1)//stride) + 1`.
+inline void window_candidates(const node& n, const std::vector<sym_int>& in_sizes, std::vector<sym_int>& out) {
+  const auto& name = n.op().name;
+  const auto args = n.args();
+  auto ints = [&](std::size_t i) {
+    std::vector<std::int64_t> v;
+    if (i < args.size() && args[i].is_list())
+      for (const auto& e : args[i].as_list()) v.push_back(e.is_int() ? e.as_int() : 0);
+    return v;
+  };
+  std::vector<std::int64_t> kernel, stride, pad, dil;
+  std::size_t spatial0 = 2;
+  if (name == "aten::convolution" || name == "aten::_convolution" || name == "aten::conv2d" ||
+      name == "aten::conv1d" || name == "aten::conv3d") {
+    if (args.size() < 4 || !args[1].is_value()) return;
+    const auto& w = args[1].as_value().meta().sizes;
+    for (std::size_t i = 2; i < w.size(); ++i) kernel.push_back(w[i].hint());
+    stride = ints(3), pad = ints(4), dil = ints(5);
+    if (name == "aten::convolution" || name == "aten::_convolution") {
+      const bool transposed = args.size() > 6 && args[6].is_bool() && args[6].as_bool();
+      if (transposed) return;
+    }
+  } else if (name == "aten::max_pool2d" || name == "aten::max_pool2d_with_indices" || name == "aten::max_pool1d" ||
+             name == "aten::max_pool3d" || name == "aten::max_pool3d_with_indices") {
+    kernel = ints(1), stride = ints(2), pad = ints(3), dil = ints(4);
+    if (args.size() > 5 && args[5].is_bool() && args[5].as_bool()) return;  // ceil_mode
+  } else if (name == "aten::avg_pool2d" || name == "aten::avg_pool1d" || name == "aten::avg_pool3d") {
+    kernel = ints(1), stride = ints(2), pad = ints(3);
+    if (args.size() > 4 && args[4].is_bool() && args[4].as_bool()) return;  // ceil_mode
+  } else {
+    return;
+  }
+  const auto nsp = kernel.size();
+  if (in_sizes.size() < nsp) return;
+  spatial0 = in_sizes.size() - nsp;
+  auto at = [](const std::vector<std::int64_t>& v, std::size_t i, std::int64_t dflt) {
+    return v.empty() ? dflt : v[std::min(i, v.size() - 1)];
+  };
+  for (std::size_t i = 0; i < nsp; ++i) {
+    const auto& in = in_sizes[spatial0 + i];
+    if (in.is_constant()) continue;
+    const auto k = kernel[i], s = at(stride, i, k), p = at(pad, i, 0), d = at(dil, i, 1);
+    if (s <= 0) continue;
+    out.push_back(sym::floordiv(in + (2 * p - d * (k - 1) - 1), sym_int(s)) + 1);
+  }
+}
+
+inline sym_shape contiguous_strides(const sym_shape& sizes) {
+  sym_shape st(sizes.size());
+  sym_int stride = 1;
+  for (std::size_t i = sizes.size(); i-- > 0;) {
+    st[i] = stride;
+    stride = sizes[i].is_constant() ? stride * std::max<std::int64_t>(sizes[i].hint(), 1) : stride * sizes[i];
+  }
+  return st;
+}
+
+inline bool strides_contiguous(const tensor_meta& m) {
+  std::int64_t expect = 1;
+  for (std::size_t i = m.sizes.size(); i-- > 0;) {
+    if (m.sizes[i].hint() != 1 && m.strides[i].hint() != expect) return false;
+    expect *= std::max<std::int64_t>(m.sizes[i].hint(), 1);
+  }
+  return true;
+}
+
+inline std::string values_text(const std::vector<std::int64_t>& obs, const sym_runs& runs) {
+  std::string s;
+  for (std::size_t r = 0; r < obs.size(); ++r)
+    s += (s.empty() ? "" : ", ") + std::to_string(obs[r]) + " at " + assignment_text(runs.dim_names, runs.values[r]);
+  return s;
+}
+
+/// Replaces the int at `site` (inside `base`, mirrored in `out`) by `e`.
+inline bool replace_int(argument& out, const argument* site, const argument& base, const sym_int& e) {
+  if (&base == site) {
+    out = argument(e);
+    return true;
+  }
+  if (base.is_list())
+    for (std::size_t i = 0; i < base.as_list().size(); ++i)
+      if (replace_int(out.as_list()[i], site, base.as_list()[i], e)) return true;
+  return false;
+}
+
+/// Gives the base capture symbolic sizes and arguments from the captures at other sizes.
+/// `runs[r]` is the dims' values in capture r (0 = the example).
+inline void make_symbolic(exported_program& base, const std::vector<const exported_program*>& others,
+                          const sym_runs& runs, const std::vector<sym_shape>& user_input_sizes) {
+  symbolic_fitter fit(runs);
+  const std::size_t nruns = runs.values.size();
+  std::vector<std::vector<node>> nodes(nruns);
+  for (auto n : base.graph().nodes()) nodes[0].push_back(n);
+  for (std::size_t r = 1; r < nruns; ++r)
+    for (auto n : others[r - 1]->graph().nodes()) nodes[r].push_back(n);
+
+  // which dim a capture moved (for messages): capture j moved dim j-1 alone, the last all of them
+  auto moved = [&](std::size_t r) -> int { return r < runs.moved.size() ? runs.moved[r] : -1; };
+  auto differs = [&](std::size_t r, const std::string& what) {
+    const int root = moved(r);
+    throw dim_specialized{root, "with " + assignment_text(runs.dim_names, runs.values[r], root) +
+                                    " instead of the example's " + assignment_text(runs.dim_names, runs.values[0], root) +
+                                    ", " + what};
+  };
+
+  for (std::size_t r = 1; r < nruns; ++r)
+    if (nodes[r].size() != nodes[0].size()) {
+      std::size_t i = 0;
+      while (i < nodes[r].size() && i < nodes[0].size() && nodes[r][i].kind() == nodes[0][i].kind() &&
+             (!nodes[0][i].is_call() || nodes[r][i].op_ptr() == nodes[0][i].op_ptr()))
+        ++i;
+      differs(r, "the traced code records " + std::to_string(nodes[r].size()) + " nodes instead of " +
+                     std::to_string(nodes[0].size()) +
+                     (i < nodes[0].size() ? ", from node " + node_text(nodes[0][i]) + " on" : std::string()) +
+                     ": it takes a different path depending on the size");
+    }
+
+  std::size_t leaf = 0;
+  const auto& specs = base.signature().input_specs;
+  std::size_t ph = 0;
+  for (std::size_t i = 0; i < nodes[0].size(); ++i) {
+    const node n = nodes[0][i];
+    for (std::size_t r = 1; r < nruns; ++r) {
+      const node m = nodes[r][i];
+      if (m.kind() != n.kind() || (n.is_call() && m.op_ptr() != n.op_ptr()))
+        differs(r, "node " + std::to_string(i) + " is " + node_text(m) + " instead of " + node_text(n) +
+                       ": the traced code takes a different path depending on the size");
+    }
+    if (n.is_placeholder()) {
+      const auto& spec = specs.at(ph++);
+      if (spec.kind != input_kind::user_input) continue;
+      const auto v = n.out();
+      if (v.kind() != value_kind::tensor) continue;
+      auto m = v.meta();
+      const auto& sizes = user_input_sizes.at(leaf);
+      if (sizes.size() != m.sizes.size())
+        throw graph_error("xport.symbolic.inputs", "input " + v.name() + " changed rank while made symbolic");
+      m.sizes = sizes;
+      m.strides = contiguous_strides(m.sizes);
+      v.set_meta(std::move(m));
+      ++leaf;
+      continue;
+    }
+    if (n.is_output()) continue;
+
+    // arguments: integers that differ become symbolic, anything else that differs specializes
+    std::vector<argument> args(n.args().begin(), n.args().end());
+    std::vector<sym_int> basis;
+    std::vector<std::vector<sym_int>> input_shapes;
+    for (auto v : n.inputs())
+      if (v.kind() == value_kind::tensor) input_shapes.emplace_back(v.meta().sizes.begin(), v.meta().sizes.end());
+    for (const auto& s : input_shapes)
+      for (std::size_t a = 0; a < s.size(); ++a) {
+        sym_int p = 1;
+        bool symbolic = false;
+        for (std::size_t b = a; b < s.size(); ++b) {
+          p = p * s[b];
+          symbolic = symbolic || s[b].is_symbolic();
+          if (symbolic) basis.push_back(p);
+        }
+      }
+    bool changed = false;
+    for (std::size_t k = 0; k < args.size(); ++k) {
+      std::vector<std::vector<std::pair<const argument*, const argument*>>> diffs(nruns);
+      for (std::size_t r = 1; r < nruns; ++r)
+        if (!same_shape_args(n.args()[k], nodes[r][i].args()[k], diffs[r])) {
+          const auto& param = n.op().schema().arguments()[k].name();
+          differs(r, "argument '" + param + "' of node " + node_text(n) + " is " + describe(nodes[r][i].args()[k]) +
+                         " instead of " + describe(n.args()[k]) +
+                         ": the traced code computed it from the size (as a C++ number, which export cannot follow)");
+        }
+      // each differing int, by its address in the base argument
+      std::vector<const argument*> sites;
+      for (std::size_t r = 1; r < nruns; ++r)
+        for (const auto& [pa, pb] : diffs[r])
+          if (std::find(sites.begin(), sites.end(), pa) == sites.end()) sites.push_back(pa);
+      for (const auto* site : sites) {
+        std::vector<std::int64_t> obs(nruns, site->as_int());
+        for (std::size_t r = 1; r < nruns; ++r)
+          for (const auto& [pa, pb] : diffs[r])
+            if (pa == site) obs[r] = pb->as_int();
+        auto e = fit.fit(obs, basis);
+        if (!e) {
+          const auto& param = n.op().schema().arguments()[k].name();
+          throw dim_specialized{-1, "argument '" + param + "' of node " + node_text(n) + " is " + values_text(obs, runs) +
+                                        ": the traced code computed it from a dynamic size in a way xport cannot "
+                                        "express (only linear forms, products and window sizes are recovered)"};
+        }
+        replace_int(args[k], site, n.args()[k], *e);
+        changed = true;
+      }
+    }
+    if (changed) n.set_args(std::move(args));
+
+    // sizes of every output
+    std::size_t out_i = 0;
+    for (auto v : n.outputs()) {
+      const std::size_t oi = out_i++;
+      if (v.kind() != value_kind::tensor) continue;
+      auto m = v.meta();
+      std::vector<const tensor_meta*> metas(nruns);
+      for (std::size_t r = 1; r < nruns; ++r) {
+        const auto w = nodes[r][i].output(oi);
+        if (w.kind() != value_kind::tensor || w.meta().sizes.size() != m.sizes.size())
+          differs(r, "node " + node_text(n) + " returns a tensor of another rank");
+        metas[r] = &w.meta();
+      }
+      std::vector<sym_int> rules;
+      if (!input_shapes.empty()) window_candidates(n, input_shapes[0], rules);
+      bool symbolic = false;
+      for (std::size_t d = 0; d < m.sizes.size(); ++d) {
+        std::vector<std::int64_t> obs(nruns, m.sizes[d].hint());
+        for (std::size_t r = 1; r < nruns; ++r) obs[r] = metas[r]->sizes[d].hint();
+        auto e = fit.fit(obs, basis, rules);
+        if (!e)
+          throw dim_specialized{-1, "size " + std::to_string(d) + " of node " + node_text(n) + " is " +
+                                        values_text(obs, runs) +
+                                        ", which xport cannot express in the dynamic dims (no linear form, product "
+                                        "of input sizes or window rule gives it)"};
+        symbolic = symbolic || e->is_symbolic();
+        m.sizes[d] = *e;
+      }
+      if (!symbolic) continue;
+      // strides: contiguous ones follow the sizes; others are fitted like sizes when they move
+      const bool contiguous = strides_contiguous(m);
+      if (contiguous) {
+        m.strides = contiguous_strides(m.sizes);
+      } else {
+        std::vector<sym_int> own;
+        for (std::size_t a = 0; a < m.sizes.size(); ++a) {
+          sym_int p = 1;
+          for (std::size_t b = a; b < m.sizes.size(); ++b) {
+            p = p * m.sizes[b];
+            own.push_back(p);
+          }
+        }
+        for (std::size_t d = 0; d < m.strides.size(); ++d) {
+          std::vector<std::int64_t> obs(nruns, m.strides[d].hint());
+          for (std::size_t r = 1; r < nruns; ++r)
+            obs[r] = d < metas[r]->strides.size() ? metas[r]->strides[d].hint() : obs[0];
+          if (auto e = fit.fit(obs, own)) m.strides[d] = *e;
+        }
+      }
+      v.set_meta(std::move(m));
+    }
+  }
+}
+
+
+/// The first difference between the ops two captures record ("" when they record the same).
+/// With `layout_only`, ops that only change memory layout (`contiguous`, `clone`) are skipped
+/// on both sides: `contiguous()` records nothing on a tensor that already is, which size-1 dims
+/// make more tensors be, and the program with the copy is still right there.
+inline std::string structure_difference(const exported_program& base, const exported_program& probe,
+                                        bool layout_only = false) {
+  auto keep = [&](const node& n) {
+    if (!layout_only || !n.is_call()) return true;
+    const auto& name = n.op().name;
+    return name != "aten::contiguous" && name != "aten::clone";
+  };
+  std::vector<node> a, b;
+  for (auto n : base.graph().nodes())
+    if (keep(n)) a.push_back(n);
+  for (auto n : probe.graph().nodes())
+    if (keep(n)) b.push_back(n);
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i)
+    if (a[i].kind() != b[i].kind() || (a[i].is_call() && a[i].op_ptr() != b[i].op_ptr()))
+      return "node " + node_text(b[i]) + " is recorded instead of " + node_text(a[i]);
+  if (a.size() != b.size())
+    return "the traced code records " + std::to_string(b.size()) + " nodes instead of " + std::to_string(a.size());
+  return {};
+}
+
+/// Values for the captures of a program with dims `symbols` (ranges [mins, maxs]): the hints,
+/// each dim moved alone, then all moved (to a second other value where the range allows).
+inline sym_runs make_runs(std::vector<sym_int> symbols, std::vector<std::string> names,
+                          const std::vector<std::int64_t>& mins, const std::vector<std::int64_t>& maxs) {
+  sym_runs r;
+  const std::size_t k = symbols.size();
+  r.values.assign(k + 2, {});
+  for (const auto& s : symbols) r.values[0].push_back(s.hint());
+  for (std::size_t j = 0; j < k; ++j) {
+    const auto alt = other_sizes(symbols[j].hint(), mins[j], maxs[j]);
+    if (alt.empty())
+      throw export_error("xport.export.dynamic_shapes",
+                         "the range of " + names[j] + " allows one size only; make it static");
+    r.values[j + 1] = r.values[0];
+    r.values[j + 1][j] = alt[0];
+    r.values[k + 1].push_back(alt.size() > 1 ? alt[1] : alt[0]);
+  }
+  r.moved.assign(k + 2, -1);
+  for (std::size_t j = 0; j < k; ++j) r.moved[j + 1] = static_cast<int>(j);
+  r.symbols = std::move(symbols);
+  r.dim_names = std::move(names);
+  return r;
+}
+
+/// The runs of a symbolic program, from its range constraints.
+inline sym_runs runs_of(const exported_program& p) {
+  std::vector<sym_int> symbols;
+  std::vector<std::string> names;
+  std::vector<std::int64_t> mins, maxs;
+  for (const auto& rc : p.range_constraints()) {
+    if (!rc.symbol.is_symbolic()) continue;
+    symbols.push_back(rc.symbol);
+    names.push_back(rc.name.empty() ? rc.symbol.str() : rc.name);
+    mins.push_back(rc.min);
+    maxs.push_back(rc.max.value_or(int_oo));
+  }
+  return make_runs(std::move(symbols), std::move(names), mins, maxs);
+}
+
+inline argument specialize_argument(const argument& a, const symbolic_fitter& fit, std::size_t run) {
+  if (a.is_symbolic()) return fit.eval(a.as_sym(), run);
+  if (a.is_list()) {
+    argument::list_type l;
+    l.reserve(a.as_list().size());
+    for (const auto& e : a.as_list()) l.push_back(specialize_argument(e, fit, run));
+    return l;
+  }
+  return a;
+}
+
+/// `p` with its dims at their values in capture `run`: a static program.
+inline exported_program specialize(const exported_program& p, const sym_runs& runs, std::size_t run) {
+  symbolic_fitter fit(runs);
+  auto q = p.clone();
+  for (auto n : q.graph().nodes()) {
+    for (auto v : n.outputs()) {
+      if (v.kind() != value_kind::tensor) continue;
+      auto m = v.meta();
+      bool symbolic = m.storage_offset.is_symbolic();
+      for (const auto& d : m.sizes) symbolic = symbolic || d.is_symbolic();
+      for (const auto& d : m.strides) symbolic = symbolic || d.is_symbolic();
+      if (!symbolic) continue;
+      for (auto& d : m.sizes) d = fit.eval(d, run);
+      for (auto& d : m.strides) d = fit.eval(d, run);
+      m.storage_offset = fit.eval(m.storage_offset, run);
+      v.set_meta(std::move(m));
+    }
+    if (!n.is_call()) continue;
+    bool symbolic = false;
+    for (const auto& a : n.args()) {
+      symbolic = symbolic || a.is_symbolic();
+      if (a.is_list())
+        for (const auto& e : a.as_list()) symbolic = symbolic || e.is_symbolic();
+    }
+    if (!symbolic) continue;
+    std::vector<argument> args;
+    for (const auto& a : n.args()) args.push_back(specialize_argument(a, fit, run));
+    n.set_args(std::move(args));
+  }
+  q.range_constraints_mut().clear();
+  return q;
+}
+
+/// Applies `f`, a transformation of static programs (re-capture, decomposition,
+/// functionalization), to a program with dynamic dims: `f` runs on the program specialized at
+/// several sizes and the results are made symbolic again (Note [Capturing at several sizes]).
+template <class F>
+exported_program transform_symbolic(const exported_program& p, std::string_view what, F&& f) {
+  if (p.range_constraints().empty()) return f(p);
+  const auto runs = runs_of(p);
+  exported_program base = f(specialize(p, runs, 0));
+  std::vector<exported_program> others;
+  for (std::size_t r = 1; r < runs.values.size(); ++r) others.push_back(f(specialize(p, runs, r)));
+  std::vector<const exported_program*> ptrs;
+  for (const auto& o : others) ptrs.push_back(&o);
+  std::vector<sym_shape> inputs;
+  const auto phs = p.graph().placeholders();
+  for (std::size_t i = 0; i < phs.size(); ++i)
+    if (p.signature().input_specs.at(i).kind == input_kind::user_input && phs[i].out().kind() == value_kind::tensor)
+      inputs.push_back(phs[i].out().meta().sizes);
+  try {
+    make_symbolic(base, ptrs, runs, inputs);
+  } catch (const dim_specialized& s) {
+    throw export_error("xport.symbolic.specialized",
+                       std::string(what) + ": the " + (what == "run_decompositions" ? "decomposed" : "transformed") +
+                           " programs differ between sizes: " + s.why +
+                           ". A decomposition that loops over a dynamic dim (aten::lstm's over the sequence) unrolls "
+                           "differently at each size: keep that op (decomposition_table::core_aten().keep(...)), or "
+                           "make the dim static");
+  }
+  base.range_constraints_mut() = p.range_constraints();
+  return base;
+}
+
+}  // namespace detail
+XPORT_END_NAMESPACE
 // #include <xport/trace/export.hpp>
 // xport/trace/export.hpp: export_program, torch.export.export for C++ callables and modules.
 //
@@ -6214,6 +8747,7 @@ XPORT_END_NAMESPACE
 // before composite ops decompose), in-place ops kept, parameters and buffers lifted to inputs
 // named `p_<fqn>` / `b_<fqn>`, tensors captured from outside lifted as constants.
 
+#include <algorithm>    // std::min, std::max, std::sort
 #include <cstdlib>      // std::abort
 #include <functional>   // std::invoke
 #include <memory>       // std::shared_ptr
@@ -6231,7 +8765,9 @@ XPORT_END_NAMESPACE
 // #include <xport/ir/program.hpp>
 // #include <xport/run/interpreter.hpp>
 // #include <xport/trace/capture.hpp>
+// #include <xport/trace/dynamic.hpp>
 // #include <xport/trace/strict.hpp>
+// #include <xport/trace/symbolic.hpp>
 // #include <xport/trace/tree.hpp>
 
 XPORT_BEGIN_NAMESPACE
@@ -6243,9 +8779,11 @@ struct non_strict {};
 struct export_options {
   /// Names of the positional arguments (`x`, `y`); nested tensors get `x_0`, `x_key` suffixes.
   /// By default one argument is `x` and several are `args_0`, `args_1`, ...
-  std::vector<std::string> input_names;
+  std::vector<std::string> input_names = {};
   /// Keep the example inputs in the program (exported_program::example_inputs()).
   bool keep_example_inputs = true;
+  /// Which input dimensions are dynamic (trace/dynamic.hpp): `{{"x", {{0, batch}}}}`.
+  xport::dynamic_shapes dynamic_shapes = {};
 };
 
 namespace detail {
@@ -6358,6 +8896,236 @@ exported_program trace_non_strict(Call&& call, const std::tuple<Args...>& args, 
   return finish(cap, std::move(outs), std::move(in_spec), std::move(out_spec), opts);
 }
 
+inline std::string violation_report(const dyn_plan& plan, const dim_specialized& s) {
+  std::vector<std::string> names;
+  if (s.root >= 0) names.push_back(plan.roots[static_cast<std::size_t>(s.root)].dim_name);
+  else
+    for (const auto& r : plan.roots) names.push_back(r.dim_name);
+  std::sort(names.begin(), names.end());
+  std::string head;
+  for (const auto& n : names) head += (head.empty() ? "" : ", ") + n;
+  std::string msg = "Constraints violated (" + head + ")!\n  - ";
+  std::string fixes;
+  if (s.root >= 0) {
+    const auto& r = plan.roots[static_cast<std::size_t>(s.root)];
+    msg += "You marked " + r.dim_name + " as dynamic but your code specialized it to be a constant (" +
+           std::to_string(r.hint) + "): " + s.why + ".";
+    if (r.named) fixes = "  " + r.dim_name + " = " + std::to_string(r.hint);
+    else fixes = "  use Dim::static_ (or Dim::automatic) for " + r.where + " instead of Dim::dynamic";
+  } else {
+    msg += "The dynamic dims cannot all be kept: " + s.why + ".";
+  }
+  if (!fixes.empty()) msg += "\nSuggested fixes:\n" + fixes;
+  return msg;
+}
+
+inline void drop_root(dyn_plan& plan, int root) {
+  plan.roots.erase(plan.roots.begin() + root);
+  for (auto& leaf : plan.leaves)
+    for (auto& d : leaf) {
+      if (d.root == root) d = dyn_dim{};
+      else if (d.root > root) --d.root;
+    }
+}
+
+/// `from` becomes `into` (a hinted dim the code needs equal to another).
+inline void merge_roots(dyn_plan& plan, int from, int into) {
+  for (auto& leaf : plan.leaves)
+    for (auto& d : leaf)
+      if (d.root == from) d.root = into;
+  auto& a = plan.roots[static_cast<std::size_t>(into)];
+  const auto& b = plan.roots[static_cast<std::size_t>(from)];
+  a.min = std::max(a.min, b.min);
+  a.max = std::min(a.max, b.max);
+  plan.roots.erase(plan.roots.begin() + from);
+  for (auto& leaf : plan.leaves)
+    for (auto& d : leaf)
+      if (d.root > from) --d.root;
+}
+
+/// Captures at the ends of every dim's range the other captures did not reach (its min and
+/// min + 1, its max when finite): where they record the same ops, they join the captures the
+/// sizes are fitted to (so a form that only fits the middle of the range is caught); where they
+/// fail or record other ops, the part of the range that works is found by bisection and
+/// reported as dim_narrowed.
+template <class Attempt>
+void probe_ranges(Attempt& attempt, const exported_program& base, const dyn_plan& plan,
+                  const std::vector<at::Tensor>& examples, sym_runs& runs, std::vector<exported_program>& others) {
+  const std::size_t k = plan.roots.size();
+  for (std::size_t j = 0; j < k; ++j) {
+    const auto& r = plan.roots[j];
+    std::int64_t tried_lo = int_oo, tried_hi = 0;
+    for (const auto& v : runs.values) {
+      tried_lo = std::min(tried_lo, v[j]);
+      tried_hi = std::max(tried_hi, v[j]);
+    }
+    auto at = [&](std::int64_t v) {
+      auto values = runs.values[0];
+      values[j] = v;
+      return values;
+    };
+    auto why_not = [&](std::int64_t v, std::optional<exported_program>* keep) -> std::string {
+      try {
+        auto probe = attempt(input_sizes_at(plan, examples, at(v)));
+        auto why = structure_difference(base, probe);
+        if (why.empty() && keep) keep->emplace(std::move(probe));
+        if (!why.empty() && structure_difference(base, probe, /*layout_only=*/true).empty()) return {};
+        return why;
+      } catch (const std::exception& e) {
+        return "export fails: " + first_line(e.what());
+      }
+    };
+    auto probe = [&](std::int64_t v, std::int64_t good) {
+      std::optional<exported_program> kept;
+      auto why = why_not(v, &kept);
+      if (why.empty()) {
+        if (kept) {  // the same ops: the sizes there must fit too
+          runs.values.push_back(at(v));
+          runs.moved.push_back(static_cast<int>(j));
+          others.push_back(std::move(*kept));
+        }
+        return;
+      }
+      std::int64_t bad = v;  // bisect for the last size that works, between bad and good
+      while (good - bad > 1 || bad - good > 1) {
+        const auto mid = bad + (good - bad) / 2;
+        (why_not(mid, nullptr).empty() ? good : bad) = mid;
+      }
+      throw dim_narrowed{static_cast<int>(j), bad < good ? good : r.min, bad < good ? r.max : good, v, why};
+    };
+    for (const auto v : {r.min, r.min + 1})
+      if (v < tried_lo && v <= r.max) probe(v, tried_lo);
+    if (r.max != int_oo && r.max > tried_hi) probe(r.max, tried_hi);
+  }
+}
+
+template <class Attempt>
+exported_program dynamic_attempt(Attempt& attempt, const dyn_plan& plan, const std::vector<at::Tensor>& examples) {
+  const std::size_t k = plan.roots.size();
+  std::vector<sym_int> symbols;
+  std::vector<std::string> names;
+  std::vector<std::int64_t> mins, maxs;
+  for (std::size_t i = 0; i < k; ++i) {
+    const auto& r = plan.roots[i];
+    symbols.push_back(sym::symbol("s" + std::to_string(i), r.hint, value_range{r.min, r.max}));
+    names.push_back(r.dim_name);
+    mins.push_back(r.min);
+    maxs.push_back(r.max);
+  }
+  auto runs = make_runs(symbols, names, mins, maxs);
+  exported_program base = attempt({});
+  std::vector<exported_program> others;
+  others.reserve(k + 1);
+  for (std::size_t r = 1; r < runs.values.size(); ++r) {
+    const int root = r <= k ? static_cast<int>(r - 1) : -1;
+    std::string failure;
+    try {
+      others.push_back(attempt(input_sizes_at(plan, examples, runs.values[r])));
+    } catch (const std::exception& e) {
+      failure = first_line(e.what());
+    }
+    if (failure.empty()) continue;
+    // moved alone it fails: does it work moved together with another dim of the same size?
+    for (std::size_t i = 0; root >= 0 && i < k; ++i) {
+      if (static_cast<int>(i) == root || runs.values[0][i] != runs.values[0][static_cast<std::size_t>(root)]) continue;
+      auto both = runs.values[0];
+      both[i] = both[static_cast<std::size_t>(root)] = runs.values[r][static_cast<std::size_t>(root)];
+      bool works = false;
+      try {
+        (void)attempt(input_sizes_at(plan, examples, both));
+        works = true;
+      } catch (const std::exception&) {
+      }
+      if (works) throw dims_related{root, static_cast<int>(i), failure};
+    }
+    throw dim_specialized{root, "with " + assignment_text(names, runs.values[r], root) + " instead of the example's " +
+                                    assignment_text(names, runs.values[0], root) + " export fails: " + failure};
+  }
+  for (std::size_t r = 1; r < runs.values.size(); ++r)  // another path at another size: specialized
+    if (auto why = structure_difference(base, others[r - 1]); !why.empty()) {
+      const int root = runs.moved[r];
+      throw dim_specialized{root, "with " + assignment_text(names, runs.values[r], root) + " instead of the example's " +
+                                      assignment_text(names, runs.values[0], root) + ", " + why +
+                                      ": the traced code takes a different path depending on the size"};
+    }
+  probe_ranges(attempt, base, plan, examples, runs, others);
+  std::vector<const exported_program*> ptrs;
+  for (const auto& o : others) ptrs.push_back(&o);
+  std::vector<sym_shape> inputs;
+  for (std::size_t i = 0; i < examples.size(); ++i) {
+    sym_shape sizes;
+    for (std::size_t d = 0; d < static_cast<std::size_t>(examples[i].dim()); ++d) {
+      const auto& dd = plan.leaves[i][d];
+      sizes.push_back(dd.root < 0 ? sym_int(examples[i].size(static_cast<std::int64_t>(d)))
+                                  : symbols[static_cast<std::size_t>(dd.root)] * dd.a + dd.b);
+    }
+    inputs.push_back(std::move(sizes));
+  }
+  make_symbolic(base, ptrs, runs, inputs);
+  auto& rc = base.range_constraints_mut();
+  rc.clear();
+  for (std::size_t i = 0; i < k; ++i) {
+    const auto& r = plan.roots[i];
+    rc.push_back({symbols[i], r.min, r.max == int_oo ? std::nullopt : std::optional<std::int64_t>(r.max), r.dim_name});
+  }
+  return base;
+}
+
+/// A dynamic export (Note [Capturing at several sizes] in trace/symbolic.hpp).
+template <class Attempt, class... Args>
+exported_program export_dynamic(Attempt& attempt, const std::tuple<Args...>& args, const export_options& opts) {
+  std::vector<at::Tensor> examples;
+  std::vector<std::string> names;
+  auto in_spec = describe_inputs(args, opts, examples, names);
+  std::vector<std::string> arg_names;
+  for (std::size_t i = 0; i < sizeof...(Args); ++i)
+    arg_names.push_back(opts.input_names.empty() ? default_input_name(i, sizeof...(Args)) : opts.input_names[i]);
+  auto plan = dyn_resolver(examples, names).resolve(opts.dynamic_shapes, in_spec, arg_names);
+  for (;;) {
+    if (!plan.any()) return attempt({});
+    try {
+      return dynamic_attempt(attempt, plan, examples);
+    } catch (const dim_specialized& s) {
+      if (s.root >= 0 && plan.roots[static_cast<std::size_t>(s.root)].automatic) {
+        drop_root(plan, s.root);  // Dim::automatic: static after all
+        continue;
+      }
+      throw constraint_violation("xport.export.constraint_violation", violation_report(plan, s));
+    } catch (const dims_related& s) {
+      // a: the earlier dim, b: the later one, which the fix defines as a
+      const auto& a = plan.roots[static_cast<std::size_t>(std::min(s.root, s.other))];
+      const auto& b = plan.roots[static_cast<std::size_t>(std::max(s.root, s.other))];
+      if (!a.named || !b.named) {  // a hint takes the relation: one dim
+        const int ia = std::min(s.root, s.other), ib = std::max(s.root, s.other);
+        merge_roots(plan, a.named ? ib : ia, a.named ? ia : ib);
+        continue;
+      }
+      throw constraint_violation(
+          "xport.export.constraint_violation",
+          "Constraints violated (" + std::min(a.dim_name, b.dim_name) + ", " + std::max(a.dim_name, b.dim_name) +
+              ")!\n  - The values of " + b.dim_name + " = " + b.where + " and " + a.dim_name + " = " + a.where +
+              " must always be equal (moved alone, " + s.why + ").\nSuggested fixes:\n  " + b.dim_name + " = " +
+              a.dim_name);
+    } catch (const dim_narrowed& s) {
+      auto& r = plan.roots[static_cast<std::size_t>(s.root)];
+      if (!r.named) {  // bounds of a hint are hints: take the range that works
+        r.min = s.lo;
+        r.max = s.hi;
+        continue;
+      }
+      const Dim fixed(r.dim_name, s.lo, s.hi == int_oo ? std::nullopt : std::optional<std::int64_t>(s.hi));
+      const auto range = std::to_string(r.min) + " <= " + r.dim_name + (r.max == int_oo ? "" : " <= " + std::to_string(r.max));
+      const auto guard = s.bad < s.lo ? std::to_string(s.lo) + " <= " + r.where : r.where + " <= " + std::to_string(s.hi);
+      throw constraint_violation("xport.export.constraint_violation",
+                                 "Constraints violated (" + r.dim_name + ")!\n  - Not all values of " + r.dim_name +
+                                     " = " + r.where + " in the specified range " + range +
+                                     " satisfy the generated guard " + guard + ": with " + r.dim_name + " = " +
+                                     std::to_string(s.bad) + ", " + s.why + ".\nSuggested fixes:\n  " + r.dim_name +
+                                     " = " + fixed.str());
+    }
+  }
+}
+
 }  // namespace detail
 
 /// Exports a C++ callable over at::Tensor, or a torch::nn module (whose forward is called with
@@ -6374,23 +9142,29 @@ exported_program export_program(F&& f, const std::tuple<Args...>& args, const ex
                 "constants); std::optional, std::vector, std::array, std::tuple, std::pair, "
                 "std::map<std::string, T> and c10::Dict<std::string, T> of supported types. The "
                 "offending type is in `Args = {...}` of this instantiation, as the compiler prints it.");
-  detail::capture cap;
-  if constexpr (!inputs_ok) {
-    std::abort();  // unreachable: the static_assert above is the one error
-  } else if constexpr (std::is_same_v<Policy, strict>) {
-    static_assert(!detail::module_like<std::remove_reference_t<F>>,
-                  "xport::export_program<xport::strict>: torch::nn modules run on at::Tensor; export "
-                  "them with the non_strict policy, or write the forward against xport::sym_tensor");
-    return detail::trace_strict(std::forward<F>(f), args, opts, cap);
-  } else if constexpr (detail::module_like<std::remove_reference_t<F>>) {
-    auto& m = detail::module_impl(f);
-    for (const auto& item : m.named_parameters(true)) cap.add_state(input_kind::parameter, item.key(), item.value());
-    for (const auto& item : m.named_buffers(true)) cap.add_state(input_kind::buffer, item.key(), item.value());
-    return detail::trace_non_strict([&](auto&&... a) { return m.forward(std::forward<decltype(a)>(a)...); },
-                                    args, opts, cap);
-  } else {
-    return detail::trace_non_strict(std::forward<F>(f), args, opts, cap);
-  }
+  auto attempt = [&](std::vector<std::vector<std::int64_t>> sizes) -> exported_program {
+    detail::capture cap;
+    cap.set_input_sizes(std::move(sizes));
+    if constexpr (!inputs_ok) {
+      std::abort();  // unreachable: the static_assert above is the one error
+    } else if constexpr (std::is_same_v<Policy, strict>) {
+      static_assert(!detail::module_like<std::remove_reference_t<F>>,
+                    "xport::export_program<xport::strict>: torch::nn modules run on at::Tensor; export "
+                    "them with the non_strict policy, or write the forward against xport::sym_tensor");
+      return detail::trace_strict(f, args, opts, cap);
+    } else if constexpr (detail::module_like<std::remove_reference_t<F>>) {
+      auto& m = detail::module_impl(f);
+      for (const auto& item : m.named_parameters(true)) cap.add_state(input_kind::parameter, item.key(), item.value());
+      for (const auto& item : m.named_buffers(true)) cap.add_state(input_kind::buffer, item.key(), item.value());
+      return detail::trace_non_strict([&](auto&&... a) { return m.forward(std::forward<decltype(a)>(a)...); },
+                                      args, opts, cap);
+    } else {
+      return detail::trace_non_strict(f, args, opts, cap);
+    }
+  };
+  if (opts.dynamic_shapes.empty()) return attempt({});
+  if constexpr (inputs_ok) return detail::export_dynamic(attempt, args, opts);
+  else std::abort();
 }
 
 /// An exported program called with the C++ types it was exported with:
@@ -7197,6 +9971,7 @@ XPORT_END_NAMESPACE
 // #include <xport/passes/dce.hpp>
 // #include <xport/passes/functionalize.hpp>
 // #include <xport/trace/capture.hpp>
+// #include <xport/trace/symbolic.hpp>
 
 XPORT_BEGIN_NAMESPACE
 
@@ -7375,10 +10150,14 @@ inline bool needs_more_work(const exported_program& p, const decomposition_table
 /// `p` is left as it is.
 inline exported_program run_decompositions(const exported_program& p,
                                            const decomposition_table& table = decomposition_table::core_aten()) {
-  auto q = functionalize(detail::decompose(p, table));
-  for (int round = 0; round < 3 && detail::needs_more_work(q, table); ++round)
-    q = functionalize(detail::decompose(q, table));
-  eliminate_dead_code(q.graph_mut());  // e.g. the reserve buffer batch_norm's decomposition makes
+  // dynamic dims: decomposed at several sizes and made symbolic again (trace/symbolic.hpp)
+  auto q = detail::transform_symbolic(p, "run_decompositions", [&](const exported_program& s) {
+    auto r = functionalize(detail::decompose(s, table));
+    for (int round = 0; round < 3 && detail::needs_more_work(r, table); ++round)
+      r = functionalize(detail::decompose(r, table));
+    eliminate_dead_code(r.graph_mut());  // e.g. the reserve buffer batch_norm's decomposition makes
+    return r;
+  });
   verify(q);
   return q;
 }
@@ -7429,6 +10208,7 @@ inline std::size_t hash_argument(const argument& a) {
     case argument::kind::layout: return hash_combine(h, static_cast<std::size_t>(a.as_layout()));
     case argument::kind::memory_format: return hash_combine(h, static_cast<std::size_t>(a.as_memory_format()));
     case argument::kind::value: return hash_combine(h, std::hash<value>{}(a.as_value()));
+    case argument::kind::symbolic: return hash_combine(h, a.as_sym().expr()->hash());
     case argument::kind::list:
       for (const auto& e : a.as_list()) h = hash_combine(h, hash_argument(e));
       return h;
@@ -8378,6 +11158,7 @@ XPORT_END_NAMESPACE
 // #include <xport/ir/graph.hpp>
 // #include <xport/ir/op.hpp>
 // #include <xport/ir/program.hpp>
+// #include <xport/ir/sym_expr.hpp>
 // #include <xport/ir/verify.hpp>
 // #include <xport/serde/zip_index.hpp>
 
@@ -8556,12 +11337,64 @@ inline json sym_int_json(const sym_int& s) {
   if (s.is_constant()) return {{"as_int", s.value()}};
   return {{"as_expr", {{"expr_str", s.str()}, {"hint", {{"as_int", s.hint()}}}}}};
 }
+/// The symbols of the program being read: made on first use, with the range the file's
+/// range_constraints give them (read before the graph).
+struct symbol_table {
+  struct entry {
+    std::string name;
+    value_range range;
+    std::optional<sym_int> symbol;
+  };
+  std::vector<entry> entries;
+
+  entry& find_or_add(std::string_view name) {
+    for (auto& e : entries)
+      if (e.name == name) return e;
+    entries.push_back({std::string(name), value_range{}, std::nullopt});
+    return entries.back();
+  }
+  /// The symbol `name`; a new one takes `hint` as its example value.
+  sym_int get(std::string_view name, std::int64_t hint) {
+    auto& e = find_or_add(name);
+    if (!e.symbol) e.symbol = sym::symbol(e.name, hint, e.range);
+    return *e.symbol;
+  }
+};
+inline thread_local symbol_table* active_symbols = nullptr;
+
 inline sym_int sym_int_of(const at_path& j) {
   auto [k, v] = j.one_of();
   if (k == "as_int") return v.integer();
-  if (k == "as_expr")
-    v.fail("symbolic size '" + (v.get("expr_str") ? v["expr_str"].str() : std::string("?")) +
-           "': this xport reads static shapes only (dynamic shapes are not implemented yet)");
+  if (k == "as_expr") {
+    const auto text = v["expr_str"].str();
+    std::int64_t hint = 2;
+    if (auto h = v.get("hint")) {
+      auto [hk, hv] = h->one_of();
+      if (hk == "as_int") hint = hv.integer();
+    }
+    if (!active_symbols) v.fail("symbolic size '" + text + "' outside a program");
+    try {
+      // a symbol met for the first time takes its value from the hint (solved when the
+      // expression is linear in it: `2*s0` with hint 8 gives s0 = 4)
+      std::vector<std::string> fresh;
+      auto first = sym::parse(text, [&](std::string_view name) -> std::optional<sym_int> {
+        for (const auto& e : active_symbols->entries)
+          if (e.name == name && e.symbol) return *e.symbol;
+        fresh.emplace_back(name);
+        return sym::symbol(std::string(name), 0, value_range{});
+      });
+      if (fresh.empty()) return first;
+      const auto lin = sym::as_linear(first);
+      for (const auto& name : fresh) {
+        std::int64_t h = 2;
+        if (lin && lin->symbol == name && lin->a != 0 && (hint - lin->b) % lin->a == 0) h = (hint - lin->b) / lin->a;
+        (void)active_symbols->get(name, h);
+      }
+      return sym::parse(text, [&](std::string_view name) -> std::optional<sym_int> { return active_symbols->get(name, 2); });
+    } catch (const graph_error& e) {
+      v["expr_str"].fail("cannot read the symbolic size '" + text + "': " + e.what());
+    }
+  }
   v.fail("unknown SymInt member '" + k + "'");
 }
 
@@ -8642,6 +11475,14 @@ inline c10::TypePtr list_element(const c10::TypePtr& t) {
   return nullptr;
 }
 
+[[noreturn]] inline void throw_symbolic_argument(const argument& a) {
+  throw error("xport.save.symbolic_argument",
+              "an operator argument is the symbolic size " + a.as_sym().str() +
+                  " (a size the traced code computed from a dynamic dimension); the .pt2 schema "
+                  "holds such sizes as sym_size nodes, which xport does not write yet. Tensor sizes "
+                  "may be symbolic; export with static sizes to save this program");
+}
+
 inline json argument_json(const argument& a, const c10::TypePtr& type) {
   using K = argument::kind;
   switch (a.type()) {
@@ -8655,9 +11496,12 @@ inline json argument_json(const argument& a, const c10::TypePtr& type) {
     case K::layout: return {{"as_layout", layout_number(a.as_layout())}};
     case K::memory_format: return {{"as_memory_format", memory_format_number(a.as_memory_format())}};
     case K::value: return value_ref(a.as_value());
+    case K::symbolic: throw_symbolic_argument(a);
     case K::list: break;
   }
   const auto& l = a.as_list();
+  for (const auto& e : l)
+    if (e.is_symbolic()) throw_symbolic_argument(e);
   const auto elem = type ? list_element(type) : nullptr;
   const bool optional_tensors = elem && elem->kind() == c10::TypeKind::OptionalType &&
                                 unwrap_optional(elem)->kind() == c10::TypeKind::TensorType;
@@ -9208,9 +12052,13 @@ inline json program_json(const exported_program& p) {
                          {"out_spec", json::array({1, pytree_json(*p.out_spec())}).dump()},
                          {"forward_arg_names", std::move(names)}};
   }
-  json ranges = json::object();
-  for (const auto& r : p.range_constraints())
+  json ranges = json::object(), dim_names = json::object();
+  for (const auto& r : p.range_constraints()) {
     ranges[r.symbol.str()] = {{"min_val", r.min}, {"max_val", r.max ? json(*r.max) : json(nullptr)}};
+    if (!r.name.empty()) dim_names[r.symbol.str()] = r.name;
+  }
+  // the user's names of the dims (`s0` is `batch`), for guard messages after loading
+  if (!dim_names.empty()) metadata["xport.dim_names"] = dim_names.dump();
   return {{"graph_module",
            {{"graph", graph_json(p.graph())},
             {"signature", {{"input_specs", std::move(input_specs)}, {"output_specs", std::move(output_specs)}}},
@@ -9336,6 +12184,7 @@ struct loaded_json {
   graph_signature sig;
   ir_dialect dialect = ir_dialect::training;
   std::optional<treespec> in_spec, out_spec;
+  std::vector<range_constraint> ranges;
 };
 
 inline loaded_json program_of(const json& doc, const std::string& record) {
@@ -9358,15 +12207,33 @@ inline loaded_json program_of(const json& doc, const std::string& record) {
   }
   const auto opsets = root["opset_version"];
   (void)opsets.object();
+  // symbols and their ranges first: the graph's sizes refer to them
+  symbol_table symbols;
+  const auto ranges = root["range_constraints"];
+  for (const auto& item : ranges.object().items()) {
+    const std::string name = item.key();
+    const auto r = ranges[name];
+    auto& e = symbols.find_or_add(name);
+    const auto lo = r.get("min_val"), hi = r.get("max_val");
+    e.range.lo = lo ? lo->integer() : 0;
+    e.range.hi = hi ? hi->integer() : int_oo;
+    if (e.range.lo > e.range.hi) r.fail("min_val " + std::to_string(e.range.lo) + " > max_val " + std::to_string(e.range.hi));
+  }
+  struct scope_guard {
+    symbol_table* prev;
+    ~scope_guard() { active_symbols = prev; }
+  } restore{active_symbols};
+  active_symbols = &symbols;
   const auto gm = root["graph_module"];
   out.g = graph_of(gm["graph"]);
+  for (auto& e : symbols.entries) {
+    if (!e.symbol) e.symbol = sym::symbol(e.name, std::min(std::max<std::int64_t>(e.range.lo, 2), e.range.hi), e.range);
+    out.ranges.push_back({*e.symbol, e.range.lo, e.range.hi == int_oo ? std::nullopt : std::optional<std::int64_t>(e.range.hi), ""});
+  }
   const auto sig = gm["signature"];
   const auto ins = sig["input_specs"], outs = sig["output_specs"];
   for (std::size_t i = 0, n = ins.size_of_array(); i < n; ++i) out.sig.input_specs.push_back(input_spec_of(ins[i]));
   for (std::size_t i = 0, n = outs.size_of_array(); i < n; ++i) out.sig.output_specs.push_back(output_spec_of(outs[i]));
-  const auto ranges = root["range_constraints"];
-  if (!ranges.object().empty())
-    ranges.fail("range constraints on symbols: this xport reads static shapes only (dynamic shapes are not implemented yet)");
   if (auto md = gm.get("metadata")) {
     (void)md->object();
     const auto spec = [&](const char* key) -> std::optional<treespec> {
@@ -9378,6 +12245,12 @@ inline loaded_json program_of(const json& doc, const std::string& record) {
     };
     out.in_spec = spec("xport.in_spec");
     out.out_spec = spec("xport.out_spec");
+    if (auto names = md->get("xport.dim_names")) {
+      const auto j = parse(names->str(), record + " (xport.dim_names)");
+      const at_path nj{j, "graph_module.metadata.xport.dim_names", record};
+      for (auto& r : out.ranges)
+        if (auto n = nj.get(r.symbol.str())) r.name = n->str();
+    }
   }
   return out;
 }
@@ -9596,7 +12469,7 @@ inline exported_program load(std::shared_ptr<caffe2::serialize::ReadAdapterInter
                                                         *spec.target + "' (input '" + spec.arg.name + "')");
   }
   exported_program p(std::move(parts.g), std::move(parts.sig), std::move(state), std::move(constants),
-                     /*range_constraints=*/{}, parts.dialect);
+                     std::move(parts.ranges), parts.dialect);
   p.set_call_spec(std::move(parts.in_spec), std::move(parts.out_spec));
   if (options.example_inputs) {
     const std::string rec = "data/sample_inputs/" + options.model_name + ".pt";

@@ -121,6 +121,11 @@ void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Descr
     } catch (const c10::Error& e) {
       throw graph_error("xport.fake.op_rejected", op.qualified + " rejected its arguments (" + describe() +
                                                       "): " + first_line(e.what_without_backtrace()));
+    } catch (const error&) {
+      throw;
+    } catch (const std::runtime_error& e) {  // some 1.13 kernels throw these (view's size check)
+      throw graph_error("xport.fake.op_rejected",
+                        op.qualified + " rejected its arguments (" + describe() + "): " + first_line(e.what()));
     }
   }
   const auto rule = find_meta_rule(op.qualified);  // exact overload: max.dim is not max
@@ -159,6 +164,12 @@ void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Descr
     // The op has a meta kernel and it refused the arguments (shapes, dtypes, values).
     throw graph_error("xport.fake.op_rejected", op.qualified + " rejected its arguments (" + describe() +
                                                     "): " + first_line(e.what_without_backtrace()));
+  } catch (const error&) {
+    throw;
+  } catch (const std::runtime_error& e) {
+    op.meta_support.store(1, std::memory_order_relaxed);
+    throw graph_error("xport.fake.op_rejected",
+                      op.qualified + " rejected its arguments (" + describe() + "): " + first_line(e.what()));
   }
 }
 

@@ -56,6 +56,7 @@ inline std::string describe(const argument& a) {
       return "value";
     }
     case argument::kind::list: return "a list of " + std::to_string(a.as_list().size());
+    case argument::kind::symbolic: return "SymInt " + a.as_sym().str();
   }
   return "?";
 }
@@ -76,13 +77,13 @@ inline bool coerce(argument& a, const c10::TypePtr& t, const c10::optional<int32
       // torch (`aten.add.Tensor(x, 1)` is how torch.export records `x + 1`).
       return is_value_of(a, value_kind::tensor) || a.is_int() || a.is_double() || a.is_bool();
     case K::IntType:
-    case K::SymIntType: return a.is_int() || is_value_of(a, value_kind::sym_int);
+    case K::SymIntType: return a.is_int() || a.is_symbolic() || is_value_of(a, value_kind::sym_int);
     case K::FloatType:
       if (a.is_int()) a = static_cast<double>(a.as_int());
       return a.is_double() || is_value_of(a, value_kind::sym_float);
     case K::BoolType: return a.is_bool() || is_value_of(a, value_kind::sym_bool);
     case K::NumberType:
-      return a.is_int() || a.is_double() || a.is_bool() || is_value_of(a, value_kind::sym_int) ||
+      return a.is_int() || a.is_double() || a.is_bool() || a.is_symbolic() || is_value_of(a, value_kind::sym_int) ||
              is_value_of(a, value_kind::sym_float);
     case K::StringType: return a.is_string();
     case K::ScalarTypeType: return a.is_dtype();
@@ -186,6 +187,7 @@ c10::IValue to_ivalue(const argument& a, const c10::TypePtr& t, Lookup&& lookup)
     case argument::kind::layout: return a.as_layout();
     case argument::kind::memory_format: return a.as_memory_format();
     case argument::kind::value: return lookup(a.as_value());
+    case argument::kind::symbolic: return a.as_sym().hint();  // the example value (meta runs)
     case argument::kind::list: break;
   }
   const auto lt = unwrap_optional(t);
@@ -204,7 +206,8 @@ c10::IValue to_ivalue(const argument& a, const c10::TypePtr& t, Lookup&& lookup)
         return l;
       }
       c10::List<std::int64_t> l;
-      for (const auto& e : items) l.push_back(e.is_int() ? e.as_int() : lookup(e.as_value()).toInt());
+      for (const auto& e : items)
+        l.push_back(e.is_int() ? e.as_int() : e.is_symbolic() ? e.as_sym().hint() : lookup(e.as_value()).toInt());
       return l;
     }
     case K::FloatType: {

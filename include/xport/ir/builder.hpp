@@ -71,10 +71,10 @@ class program_builder {
     return v;
   }
   /// A user input of the given type.
-  value input(const std::string& name, tensor_meta meta) {
+  value input(const std::string& name, tensor_meta meta, bool exact_name = true) {
     has_all_examples_ = false;
     return add_input(input_spec{input_kind::user_input, argument_spec::tensor(name), {}, {}},
-                     std::move(meta), true);
+                     std::move(meta), exact_name);
   }
   /// A parameter with its fully qualified name; the tensor goes to the state dict.
   value parameter(const std::string& fqn, const at::Tensor& t) {

@@ -137,7 +137,7 @@ class argument {
  public:
   using list_type = std::vector<argument>;
   enum class kind : std::uint8_t {
-    none, boolean, integer, floating, string, dtype, device, layout, memory_format, value, list
+    none, boolean, integer, floating, string, dtype, device, layout, memory_format, value, list, symbolic
   };
 
   argument() noexcept = default;
@@ -160,6 +160,12 @@ class argument {
   argument(value v) noexcept : v_(v) {}          // NOLINT
   argument(const node& n);                       // NOLINT: a node with exactly one output
   argument(list_type l) : v_(std::move(l)) {}    // NOLINT
+  /// A size that depends on a dynamic dimension (`s0`, `8*s0`): evaluated on every run from the
+  /// inputs' sizes. A constant sym_int is stored as a plain int.
+  argument(const sym_int& s) {  // NOLINT
+    if (s.is_constant()) v_ = s.hint();
+    else v_ = s;
+  }
   argument(std::initializer_list<argument> l) : v_(list_type(l)) {}  // NOLINT
   template <class T>
     requires(!std::is_same_v<T, argument> && std::is_constructible_v<argument, const T&>)
@@ -179,6 +185,7 @@ class argument {
   [[nodiscard]] bool is_memory_format() const noexcept { return type() == kind::memory_format; }
   [[nodiscard]] bool is_value() const noexcept { return type() == kind::value; }
   [[nodiscard]] bool is_list() const noexcept { return type() == kind::list; }
+  [[nodiscard]] bool is_symbolic() const noexcept { return type() == kind::symbolic; }
 
   [[nodiscard]] bool as_bool() const { return get<bool>(); }
   [[nodiscard]] std::int64_t as_int() const { return get<std::int64_t>(); }
@@ -189,6 +196,7 @@ class argument {
   [[nodiscard]] c10::Layout as_layout() const { return get<c10::Layout>(); }
   [[nodiscard]] c10::MemoryFormat as_memory_format() const { return get<c10::MemoryFormat>(); }
   [[nodiscard]] value as_value() const { return get<value>(); }
+  [[nodiscard]] const sym_int& as_sym() const { return get<sym_int>(); }
   [[nodiscard]] const list_type& as_list() const { return get<list_type>(); }
   [[nodiscard]] list_type& as_list() { return std::get<list_type>(v_); }
   [[nodiscard]] value* value_slot() noexcept { return std::get_if<value>(&v_); }
@@ -209,7 +217,7 @@ class argument {
 
   [[nodiscard]] std::string_view type_name() const noexcept {
     constexpr std::string_view names[] = {"None", "bool", "int", "float", "str", "dtype",
-                                          "device", "layout", "memory_format", "value", "list"};
+                                          "device", "layout", "memory_format", "value", "list", "SymInt"};
     return names[v_.index()];
   }
 
@@ -224,7 +232,7 @@ class argument {
   }
 
   std::variant<none_t, bool, std::int64_t, double, std::string, c10::ScalarType, c10::Device,
-               c10::Layout, c10::MemoryFormat, value, list_type>
+               c10::Layout, c10::MemoryFormat, value, list_type, sym_int>
       v_;
 };
 

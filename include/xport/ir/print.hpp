@@ -49,6 +49,7 @@ inline std::string arg_repr(const argument& a) {
     case argument::kind::layout: return python_repr(a.as_layout());
     case argument::kind::memory_format: return python_repr(a.as_memory_format());
     case argument::kind::value: return a.as_value().name();
+    case argument::kind::symbolic: return a.as_sym().str();
     case argument::kind::list: {
       std::string s = "[";
       bool first = true;

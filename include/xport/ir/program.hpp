@@ -75,6 +75,9 @@ struct range_constraint {
   sym_int symbol;
   std::int64_t min = 0;
   std::optional<std::int64_t> max;
+  /// The user's name for the dimension (`batch`), or where a hinted dim came from (`x.shape[1]`);
+  /// used in guard messages, not printed.
+  std::string name;
 
   [[nodiscard]] std::string str() const {
     return symbol.str() + ": VR[" + std::to_string(min) + ", " +

@@ -4,7 +4,10 @@
 // expects and what it got, and how to fix it.
 #pragma once
 
+#include <algorithm>  // std::find
 #include <cstddef>  // std::size_t
+#include <optional>  // std::optional
+#include <string_view>  // std::string_view
 #include <string>   // std::string
 #include <vector>   // std::vector
 
@@ -14,9 +17,32 @@
 #include <xport/error.hpp>
 #include <xport/ir/dtype.hpp>
 #include <xport/ir/program.hpp>
+#include <xport/ir/sym_expr.hpp>
 #include <xport/ir/tensor_meta.hpp>
 
 XPORT_BEGIN_NAMESPACE
+
+/// The values of a program's symbols (`s0` = 8) for one call, read from the inputs' sizes.
+class sym_env {
+ public:
+  [[nodiscard]] std::optional<std::int64_t> operator()(std::string_view name) const {
+    for (std::size_t i = 0; i < names_->size(); ++i)
+      if ((*names_)[i] == name && bound_[i]) return values_[i];
+    return std::nullopt;
+  }
+  [[nodiscard]] std::int64_t eval(const sym_int& e) const {
+    if (e.is_constant()) return e.hint();
+    auto v = sym::eval(e, [this](std::string_view n) { return (*this)(n); });
+    if (!v) throw run_error("xport.run.unbound_symbol", "size " + e.str() + " uses a symbol no input binds");
+    return *v;
+  }
+
+ private:
+  friend class input_guards;
+  const std::vector<std::string>* names_ = nullptr;
+  std::vector<std::int64_t> values_;
+  std::vector<bool> bound_;
+};
 
 class input_guards {
  public:
@@ -29,6 +55,70 @@ class input_guards {
       names_.push_back(v.name());
       metas_.push_back(v.kind() == value_kind::tensor ? v.meta() : tensor_meta{});
     }
+    // Symbols: each bound by the first input dim that is exactly it (or solved from a linear
+    // one), checked against its range; every other symbolic dim is checked against the bindings.
+    for (const auto& rc : p.range_constraints()) {
+      for (const auto& s : sym::free_symbols(rc.symbol)) {
+        if (std::find(symbols_.begin(), symbols_.end(), s) != symbols_.end()) continue;
+        symbols_.push_back(s);
+        ranges_.push_back({rc.min, rc.max.value_or(int_oo)});
+        dim_names_.push_back(rc.name.empty() ? s : rc.name);
+      }
+    }
+    auto slot_of = [&](const std::string& s) {
+      auto it = std::find(symbols_.begin(), symbols_.end(), s);
+      if (it == symbols_.end()) {
+        symbols_.push_back(s);
+        ranges_.push_back({0, int_oo});
+        dim_names_.push_back(s);
+        return symbols_.size() - 1;
+      }
+      return static_cast<std::size_t>(it - symbols_.begin());
+    };
+    for (std::size_t i = 0; i < metas_.size(); ++i)
+      for (std::size_t d = 0; d < metas_[i].sizes.size(); ++d) {
+        const auto& e = metas_[i].sizes[d];
+        if (e.is_constant()) continue;
+        for (const auto& s : sym::free_symbols(e)) slot_of(s);
+      }
+    site_.assign(symbols_.size(), sym_site{});
+    for (std::size_t pass = 0; pass < 2; ++pass)
+      for (std::size_t i = 0; i < metas_.size(); ++i)
+        for (std::size_t d = 0; d < metas_[i].sizes.size(); ++d) {
+          const auto& e = metas_[i].sizes[d];
+          if (e.is_constant()) continue;
+          const auto lin = sym::as_linear(e);
+          if (!lin) continue;
+          const auto slot = slot_of(lin->symbol);
+          if (site_[slot].input != npos) continue;
+          if (pass == 0 && (lin->a != 1 || lin->b != 0)) continue;
+          site_[slot] = {i, d, lin->a, lin->b};
+        }
+    for (std::size_t i = 0; i < metas_.size(); ++i)
+      for (std::size_t d = 0; d < metas_[i].sizes.size(); ++d) {
+        const auto& e = metas_[i].sizes[d];
+        if (e.is_constant()) continue;
+        bool is_site = false;
+        for (const auto& st : site_) is_site = is_site || (st.input == i && st.dim == d);
+        if (!is_site) checks_.push_back({i, d});
+      }
+    for (std::size_t k = 0; k < site_.size(); ++k)
+      if (site_[k].input == npos) unbound_.push_back(k);
+  }
+
+  /// Whether the program has dynamic dims (symbolic input sizes).
+  [[nodiscard]] bool symbolic() const noexcept { return !symbols_.empty(); }
+
+  /// The symbols' values for these inputs, without checks (for run_options::check_inputs = false).
+  [[nodiscard]] sym_env bind(const std::vector<at::Tensor>& inputs) const {
+    sym_env env = empty_env();
+    for (std::size_t k = 0; k < site_.size(); ++k) {
+      const auto& st = site_[k];
+      if (st.input == npos || st.input >= inputs.size() || !inputs[st.input].defined()) continue;
+      env.values_[k] = (inputs[st.input].size(static_cast<std::int64_t>(st.dim)) - st.b) / st.a;
+      env.bound_[k] = true;
+    }
+    return env;
   }
 
   [[nodiscard]] const std::vector<std::string>& names() const noexcept { return names_; }
@@ -36,6 +126,18 @@ class input_guards {
 
   /// Throws guard_error for the first input that does not satisfy the program's guards.
   void check(const std::vector<at::Tensor>& inputs) const {
+    check_static(inputs);
+    if (symbolic()) (void)check_symbols(inputs);
+  }
+
+  /// check() and the symbols' values.
+  [[nodiscard]] sym_env check_and_bind(const std::vector<at::Tensor>& inputs) const {
+    check_static(inputs);
+    return symbolic() ? check_symbols(inputs) : empty_env();
+  }
+
+ private:
+  void check_static(const std::vector<at::Tensor>& inputs) const {
     if (inputs.size() != names_.size()) {
       std::string list;
       for (const auto& n : names_) list += (list.empty() ? "" : ", ") + n;
@@ -46,7 +148,6 @@ class input_guards {
     for (std::size_t i = 0; i < inputs.size(); ++i) check_one(i, inputs[i]);
   }
 
- private:
   void check_one(std::size_t i, const at::Tensor& t) const {
     const auto& name = names_[i];
     const auto& m = metas_[i];
@@ -82,8 +183,88 @@ class input_guards {
     }
   }
 
+  [[nodiscard]] sym_env empty_env() const {
+    sym_env env;
+    env.names_ = &symbols_;
+    env.values_.assign(symbols_.size(), 0);
+    env.bound_.assign(symbols_.size(), false);
+    return env;
+  }
+
+  [[nodiscard]] std::string dim_text(std::size_t i, std::size_t d) const {
+    return names_[i] + ".shape[" + std::to_string(d) + "]";
+  }
+
+  sym_env check_symbols(const std::vector<at::Tensor>& inputs) const {
+    sym_env env = empty_env();
+    for (std::size_t k = 0; k < site_.size(); ++k) {
+      const auto& st = site_[k];
+      if (st.input == npos) continue;
+      const auto got = inputs[st.input].size(static_cast<std::int64_t>(st.dim));
+      if (st.a != 1 || st.b != 0) {
+        if ((got - st.b) % st.a != 0 || got < st.b)
+          throw guard_error("xport.guard.form",
+                            "Expected input " + dim_text(st.input, st.dim) + " = " + std::to_string(got) +
+                                " to be of the form " + metas_[st.input].sizes[st.dim].str() + ", where " +
+                                symbols_[k] + " (" + dim_names_[k] + ") is an integer");
+      }
+      const auto v = (got - st.b) / st.a;
+      const auto& r = ranges_[k];
+      if (!r.contains(v))
+        throw guard_error("xport.guard.range",
+                          "input " + names_[st.input] + ": dim " + std::to_string(st.dim) + " (" + dim_names_[k] +
+                              ") must be in [" + std::to_string(r.lo) + ", " +
+                              (r.hi == int_oo ? std::string("int_oo") : std::to_string(r.hi)) + "], got " +
+                              std::to_string(v) + "; the program was exported for this range (widen the Dim's "
+                              "min/max and export again for other sizes)");
+      env.values_[k] = v;
+      env.bound_[k] = true;
+    }
+    for (const auto& [i, d] : checks_) {
+      const auto& e = metas_[i].sizes[d];
+      const auto got = inputs[i].size(static_cast<std::int64_t>(d));
+      const auto want = env.eval(e);
+      if (got == want) continue;
+      const auto lin = sym::as_linear(e);
+      std::string msg;
+      if (lin && lin->a == 1 && lin->b == 0) {
+        std::size_t k = 0;
+        while (symbols_[k] != lin->symbol) ++k;
+        msg = dim_text(site_[k].input, site_[k].dim) + " (" + dim_names_[k] + "=" + std::to_string(want) +
+              ") must equal " + dim_text(i, d) + ", got " + std::to_string(got);
+      } else {
+        msg = dim_text(i, d) + " must be " + e.str() + " = " + std::to_string(want) + " (";
+        std::string b;
+        for (const auto& s : sym::free_symbols(e)) {
+          std::size_t k = 0;
+          while (symbols_[k] != s) ++k;
+          b += (b.empty() ? "" : ", ") + s + " = " + dim_names_[k] + " = " + std::to_string(*env(s));
+        }
+        msg += b + "), got " + std::to_string(got);
+      }
+      throw guard_error("xport.guard.equal", msg);
+    }
+    for (auto k : unbound_)
+      throw guard_error("xport.guard.unbound", "symbol " + symbols_[k] + " (" + dim_names_[k] +
+                                                   ") is not the size of any input dimension, so no call can "
+                                                   "give it a value; the program is malformed");
+    return env;
+  }
+
+  struct sym_site {
+    std::size_t input = npos, dim = 0;
+    std::int64_t a = 1, b = 0;
+  };
+  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+
   std::vector<std::string> names_;
   std::vector<tensor_meta> metas_;
+  std::vector<std::string> symbols_;     // s0, s1, ...
+  std::vector<value_range> ranges_;      // per symbol
+  std::vector<std::string> dim_names_;   // per symbol: the user's name for it
+  std::vector<sym_site> site_;           // per symbol: where it is read
+  std::vector<std::pair<std::size_t, std::size_t>> checks_;  // other symbolic dims
+  std::vector<std::size_t> unbound_;
 };
 
 XPORT_END_NAMESPACE

@@ -49,10 +49,10 @@ class interpreter {
   /// mutations the program returns are written back (into the program's state, and into the
   /// given input tensors) as eager would have done in place.
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs, const run_options& opts = {}) const {
-    if (opts.check_inputs) guards_.check(inputs);
+    const sym_env env = opts.check_inputs ? guards_.check_and_bind(inputs) : guards_.bind(inputs);
     std::optional<c10::InferenceMode> inference;
     if (opts.inference_mode) inference.emplace();
-    auto outs = execute(inputs);
+    auto outs = execute(inputs, env);
     std::vector<at::Tensor> user;
     user.reserve(user_outputs_.size());
     for (auto i : user_outputs_) user.push_back(outs[i].isTensor() ? outs[i].toTensor() : at::Tensor());
@@ -69,7 +69,9 @@ class interpreter {
 
   /// Runs and returns every graph output (mutations included) as IValues, without guards or
   /// write-back: the graph as a pure function of (lifted state, user inputs).
-  std::vector<c10::IValue> run_all(const std::vector<at::Tensor>& inputs) const { return execute(inputs); }
+  std::vector<c10::IValue> run_all(const std::vector<at::Tensor>& inputs) const {
+    return execute(inputs, guards_.bind(inputs));
+  }
 
   [[nodiscard]] std::size_t num_instructions() const noexcept { return code_.size(); }
   [[nodiscard]] const input_guards& guards() const noexcept { return guards_; }
@@ -78,9 +80,9 @@ class interpreter {
   // How one argument is pushed: a pre-boxed constant, a register (copied, or moved when this is
   // its last use), or a list assembled from registers.
   struct arg_op {
-    enum class kind : std::uint8_t { constant, reg_copy, reg_move, tensor_list, opt_tensor_list, int_list };
+    enum class kind : std::uint8_t { constant, reg_copy, reg_move, tensor_list, opt_tensor_list, int_list, symbolic };
     kind type;
-    std::uint32_t index;  // into constants_, regs, or lists_
+    std::uint32_t index;  // into constants_, regs, lists_ or syms_
   };
   struct list_op {
     std::vector<arg_op> elems;  // constant (None / int) or register
@@ -145,8 +147,15 @@ class interpreter {
           in.args.push_back(reg_op(a.as_value()));
           continue;
         }
+        if (a.is_symbolic()) {
+          syms_.push_back(a.as_sym());
+          in.args.push_back({arg_op::kind::symbolic, static_cast<std::uint32_t>(syms_.size() - 1)});
+          continue;
+        }
         bool has_value = false;
         a.for_each_value([&](const value&) { has_value = true; });
+        if (a.is_list())
+          for (const auto& e : a.as_list()) has_value = has_value || e.is_symbolic();
         if (!has_value) {
           constants_.push_back(detail::to_ivalue(a, params[i].real_type(), [](const value&) { return c10::IValue(); }));
           in.args.push_back({arg_op::kind::constant, static_cast<std::uint32_t>(constants_.size() - 1)});
@@ -158,6 +167,9 @@ class interpreter {
         for (const auto& e : a.as_list()) {
           if (e.is_value()) {
             l.elems.push_back(reg_op(e.as_value()));
+          } else if (e.is_symbolic()) {
+            syms_.push_back(e.as_sym());
+            l.elems.push_back({arg_op::kind::symbolic, static_cast<std::uint32_t>(syms_.size() - 1)});
           } else {
             constants_.push_back(e.is_int() ? c10::IValue(e.as_int()) : c10::IValue());
             l.elems.push_back({arg_op::kind::constant, static_cast<std::uint32_t>(constants_.size() - 1)});
@@ -231,8 +243,10 @@ class interpreter {
       for (auto& e : l.elems) keep(e);
   }
 
-  static c10::IValue take(std::vector<c10::IValue>& regs, const std::vector<c10::IValue>& constants, const arg_op& a) {
+  c10::IValue take(std::vector<c10::IValue>& regs, const sym_env& env, const arg_op& a) const {
+    const auto& constants = constants_;
     switch (a.type) {
+      case arg_op::kind::symbolic: return env.eval(syms_[a.index]);
       case arg_op::kind::constant: return constants[a.index];
       case arg_op::kind::reg_copy: return regs[a.index];
       case arg_op::kind::reg_move: return std::move(regs[a.index]);
@@ -240,7 +254,7 @@ class interpreter {
     }
   }
 
-  std::vector<c10::IValue> execute(const std::vector<at::Tensor>& inputs) const {
+  std::vector<c10::IValue> execute(const std::vector<at::Tensor>& inputs, const sym_env& env) const {
     std::vector<c10::IValue> regs(num_regs_);
     for (std::size_t i = 0; i < user_slots_.size(); ++i) regs[user_slots_[i]] = inputs[i];
     for (const auto& [r, t] : state_slots_) regs[r] = t;
@@ -250,13 +264,14 @@ class interpreter {
       for (const auto& a : in.args) {
         switch (a.type) {
           case arg_op::kind::constant:
+          case arg_op::kind::symbolic:
           case arg_op::kind::reg_copy:
-          case arg_op::kind::reg_move: stack.push_back(take(regs, constants_, a)); break;
+          case arg_op::kind::reg_move: stack.push_back(take(regs, env, a)); break;
           case arg_op::kind::tensor_list: {
             const auto& l = lists_[a.index];
             c10::List<at::Tensor> ts;
             ts.reserve(l.elems.size());
-            for (const auto& e : l.elems) ts.push_back(take(regs, constants_, e).toTensor());
+            for (const auto& e : l.elems) ts.push_back(take(regs, env, e).toTensor());
             stack.emplace_back(std::move(ts));
             break;
           }
@@ -265,7 +280,7 @@ class interpreter {
             c10::List<c10::optional<at::Tensor>> ts;
             ts.reserve(l.elems.size());
             for (const auto& e : l.elems) {
-              auto v = take(regs, constants_, e);
+              auto v = take(regs, env, e);
               if (v.isNone()) ts.push_back(c10::nullopt);
               else ts.push_back(v.toTensor());
             }
@@ -275,7 +290,7 @@ class interpreter {
           case arg_op::kind::int_list: {
             const auto& l = lists_[a.index];
             c10::List<std::int64_t> is;
-            for (const auto& e : l.elems) is.push_back(take(regs, constants_, e).toInt());
+            for (const auto& e : l.elems) is.push_back(take(regs, env, e).toInt());
             stack.emplace_back(std::move(is));
             break;
           }
@@ -312,6 +327,7 @@ class interpreter {
   std::vector<instr> code_;
   std::vector<c10::IValue> constants_;
   std::vector<list_op> lists_;
+  std::vector<sym_int> syms_;  // symbolic arguments, evaluated per call
   std::vector<std::uint32_t> user_slots_;
   std::vector<std::string> user_names_;
   std::vector<std::pair<std::uint32_t, at::Tensor>> state_slots_;

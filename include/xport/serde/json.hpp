@@ -25,6 +25,7 @@
 #include <xport/ir/graph.hpp>
 #include <xport/ir/op.hpp>
 #include <xport/ir/program.hpp>
+#include <xport/ir/sym_expr.hpp>
 #include <xport/ir/verify.hpp>
 #include <xport/serde/zip_index.hpp>
 
@@ -203,12 +204,64 @@ inline json sym_int_json(const sym_int& s) {
   if (s.is_constant()) return {{"as_int", s.value()}};
   return {{"as_expr", {{"expr_str", s.str()}, {"hint", {{"as_int", s.hint()}}}}}};
 }
+/// The symbols of the program being read: made on first use, with the range the file's
+/// range_constraints give them (read before the graph).
+struct symbol_table {
+  struct entry {
+    std::string name;
+    value_range range;
+    std::optional<sym_int> symbol;
+  };
+  std::vector<entry> entries;
+
+  entry& find_or_add(std::string_view name) {
+    for (auto& e : entries)
+      if (e.name == name) return e;
+    entries.push_back({std::string(name), value_range{}, std::nullopt});
+    return entries.back();
+  }
+  /// The symbol `name`; a new one takes `hint` as its example value.
+  sym_int get(std::string_view name, std::int64_t hint) {
+    auto& e = find_or_add(name);
+    if (!e.symbol) e.symbol = sym::symbol(e.name, hint, e.range);
+    return *e.symbol;
+  }
+};
+inline thread_local symbol_table* active_symbols = nullptr;
+
 inline sym_int sym_int_of(const at_path& j) {
   auto [k, v] = j.one_of();
   if (k == "as_int") return v.integer();
-  if (k == "as_expr")
-    v.fail("symbolic size '" + (v.get("expr_str") ? v["expr_str"].str() : std::string("?")) +
-           "': this xport reads static shapes only (dynamic shapes are not implemented yet)");
+  if (k == "as_expr") {
+    const auto text = v["expr_str"].str();
+    std::int64_t hint = 2;
+    if (auto h = v.get("hint")) {
+      auto [hk, hv] = h->one_of();
+      if (hk == "as_int") hint = hv.integer();
+    }
+    if (!active_symbols) v.fail("symbolic size '" + text + "' outside a program");
+    try {
+      // a symbol met for the first time takes its value from the hint (solved when the
+      // expression is linear in it: `2*s0` with hint 8 gives s0 = 4)
+      std::vector<std::string> fresh;
+      auto first = sym::parse(text, [&](std::string_view name) -> std::optional<sym_int> {
+        for (const auto& e : active_symbols->entries)
+          if (e.name == name && e.symbol) return *e.symbol;
+        fresh.emplace_back(name);
+        return sym::symbol(std::string(name), 0, value_range{});
+      });
+      if (fresh.empty()) return first;
+      const auto lin = sym::as_linear(first);
+      for (const auto& name : fresh) {
+        std::int64_t h = 2;
+        if (lin && lin->symbol == name && lin->a != 0 && (hint - lin->b) % lin->a == 0) h = (hint - lin->b) / lin->a;
+        (void)active_symbols->get(name, h);
+      }
+      return sym::parse(text, [&](std::string_view name) -> std::optional<sym_int> { return active_symbols->get(name, 2); });
+    } catch (const graph_error& e) {
+      v["expr_str"].fail("cannot read the symbolic size '" + text + "': " + e.what());
+    }
+  }
   v.fail("unknown SymInt member '" + k + "'");
 }
 
@@ -289,6 +342,14 @@ inline c10::TypePtr list_element(const c10::TypePtr& t) {
   return nullptr;
 }
 
+[[noreturn]] inline void throw_symbolic_argument(const argument& a) {
+  throw error("xport.save.symbolic_argument",
+              "an operator argument is the symbolic size " + a.as_sym().str() +
+                  " (a size the traced code computed from a dynamic dimension); the .pt2 schema "
+                  "holds such sizes as sym_size nodes, which xport does not write yet. Tensor sizes "
+                  "may be symbolic; export with static sizes to save this program");
+}
+
 inline json argument_json(const argument& a, const c10::TypePtr& type) {
   using K = argument::kind;
   switch (a.type()) {
@@ -302,9 +363,12 @@ inline json argument_json(const argument& a, const c10::TypePtr& type) {
     case K::layout: return {{"as_layout", layout_number(a.as_layout())}};
     case K::memory_format: return {{"as_memory_format", memory_format_number(a.as_memory_format())}};
     case K::value: return value_ref(a.as_value());
+    case K::symbolic: throw_symbolic_argument(a);
     case K::list: break;
   }
   const auto& l = a.as_list();
+  for (const auto& e : l)
+    if (e.is_symbolic()) throw_symbolic_argument(e);
   const auto elem = type ? list_element(type) : nullptr;
   const bool optional_tensors = elem && elem->kind() == c10::TypeKind::OptionalType &&
                                 unwrap_optional(elem)->kind() == c10::TypeKind::TensorType;

@@ -202,9 +202,13 @@ inline json program_json(const exported_program& p) {
                          {"out_spec", json::array({1, pytree_json(*p.out_spec())}).dump()},
                          {"forward_arg_names", std::move(names)}};
   }
-  json ranges = json::object();
-  for (const auto& r : p.range_constraints())
+  json ranges = json::object(), dim_names = json::object();
+  for (const auto& r : p.range_constraints()) {
     ranges[r.symbol.str()] = {{"min_val", r.min}, {"max_val", r.max ? json(*r.max) : json(nullptr)}};
+    if (!r.name.empty()) dim_names[r.symbol.str()] = r.name;
+  }
+  // the user's names of the dims (`s0` is `batch`), for guard messages after loading
+  if (!dim_names.empty()) metadata["xport.dim_names"] = dim_names.dump();
   return {{"graph_module",
            {{"graph", graph_json(p.graph())},
             {"signature", {{"input_specs", std::move(input_specs)}, {"output_specs", std::move(output_specs)}}},
@@ -330,6 +334,7 @@ struct loaded_json {
   graph_signature sig;
   ir_dialect dialect = ir_dialect::training;
   std::optional<treespec> in_spec, out_spec;
+  std::vector<range_constraint> ranges;
 };
 
 inline loaded_json program_of(const json& doc, const std::string& record) {
@@ -352,15 +357,33 @@ inline loaded_json program_of(const json& doc, const std::string& record) {
   }
   const auto opsets = root["opset_version"];
   (void)opsets.object();
+  // symbols and their ranges first: the graph's sizes refer to them
+  symbol_table symbols;
+  const auto ranges = root["range_constraints"];
+  for (const auto& item : ranges.object().items()) {
+    const std::string name = item.key();
+    const auto r = ranges[name];
+    auto& e = symbols.find_or_add(name);
+    const auto lo = r.get("min_val"), hi = r.get("max_val");
+    e.range.lo = lo ? lo->integer() : 0;
+    e.range.hi = hi ? hi->integer() : int_oo;
+    if (e.range.lo > e.range.hi) r.fail("min_val " + std::to_string(e.range.lo) + " > max_val " + std::to_string(e.range.hi));
+  }
+  struct scope_guard {
+    symbol_table* prev;
+    ~scope_guard() { active_symbols = prev; }
+  } restore{active_symbols};
+  active_symbols = &symbols;
   const auto gm = root["graph_module"];
   out.g = graph_of(gm["graph"]);
+  for (auto& e : symbols.entries) {
+    if (!e.symbol) e.symbol = sym::symbol(e.name, std::min(std::max<std::int64_t>(e.range.lo, 2), e.range.hi), e.range);
+    out.ranges.push_back({*e.symbol, e.range.lo, e.range.hi == int_oo ? std::nullopt : std::optional<std::int64_t>(e.range.hi), ""});
+  }
   const auto sig = gm["signature"];
   const auto ins = sig["input_specs"], outs = sig["output_specs"];
   for (std::size_t i = 0, n = ins.size_of_array(); i < n; ++i) out.sig.input_specs.push_back(input_spec_of(ins[i]));
   for (std::size_t i = 0, n = outs.size_of_array(); i < n; ++i) out.sig.output_specs.push_back(output_spec_of(outs[i]));
-  const auto ranges = root["range_constraints"];
-  if (!ranges.object().empty())
-    ranges.fail("range constraints on symbols: this xport reads static shapes only (dynamic shapes are not implemented yet)");
   if (auto md = gm.get("metadata")) {
     (void)md->object();
     const auto spec = [&](const char* key) -> std::optional<treespec> {
@@ -372,6 +395,12 @@ inline loaded_json program_of(const json& doc, const std::string& record) {
     };
     out.in_spec = spec("xport.in_spec");
     out.out_spec = spec("xport.out_spec");
+    if (auto names = md->get("xport.dim_names")) {
+      const auto j = parse(names->str(), record + " (xport.dim_names)");
+      const at_path nj{j, "graph_module.metadata.xport.dim_names", record};
+      for (auto& r : out.ranges)
+        if (auto n = nj.get(r.symbol.str())) r.name = n->str();
+    }
   }
   return out;
 }
@@ -590,7 +619,7 @@ inline exported_program load(std::shared_ptr<caffe2::serialize::ReadAdapterInter
                                                         *spec.target + "' (input '" + spec.arg.name + "')");
   }
   exported_program p(std::move(parts.g), std::move(parts.sig), std::move(state), std::move(constants),
-                     /*range_constraints=*/{}, parts.dialect);
+                     std::move(parts.ranges), parts.dialect);
   p.set_call_spec(std::move(parts.in_spec), std::move(parts.out_spec));
   if (options.example_inputs) {
     const std::string rec = "data/sample_inputs/" + options.model_name + ".pt";

@@ -116,18 +116,20 @@ class capture {
   /// A user input named `name`, typed like `example`; returns the meta tensor the traced code
   /// receives in its place.
   at::Tensor add_input(const std::string& name, const at::Tensor& example) {
-    auto v = builder_.input(name, example, /*exact_name=*/false);
-    auto meta = meta_like(example);
+    auto [v, meta] = input_of(name, example);
     bind(meta, v, meta);
     return meta;
   }
   /// A user input for the strict front end: the graph value itself.
   value add_input_value(const std::string& name, const at::Tensor& example) {
-    auto v = builder_.input(name, example, /*exact_name=*/false);
-    const auto meta = meta_like(example);
+    auto [v, meta] = input_of(name, example);
     bind(meta, v, meta);
     return v;
   }
+
+  /// Sizes the user inputs get in place of their examples' (one entry per input, in order; an
+  /// empty entry keeps the example's): how a dynamic export captures again at other sizes.
+  void set_input_sizes(std::vector<std::vector<std::int64_t>> sizes) { input_sizes_ = std::move(sizes); }
 
   /// A placeholder exactly as `spec` says (re-capturing a program); returns the meta tensor the
   /// calls see in its place.
@@ -280,6 +282,21 @@ class capture {
     const auto ia = by_impl_.find(a.toTensor().unsafeGetTensorImpl());
     const auto ib = by_impl_.find(b.toTensor().unsafeGetTensorImpl());
     return ia != by_impl_.end() && ib != by_impl_.end() && ia->second.v == ib->second.v;
+  }
+
+  std::pair<value, at::Tensor> input_of(const std::string& name, const at::Tensor& example) {
+    const auto i = next_input_++;
+    if (i >= input_sizes_.size() || input_sizes_[i].empty()) {
+      auto v = builder_.input(name, example, /*exact_name=*/false);
+      return {v, meta_like(example)};
+    }
+    auto m = tensor_meta::of(example);
+    const bool grad = m.requires_grad;
+    m = tensor_meta::contiguous(m.dtype, sym_shape(input_sizes_[i].begin(), input_sizes_[i].end()), m.device);
+    m.requires_grad = grad;
+    auto v = builder_.input(name, m, /*exact_name=*/false);
+    c10::impl::ExcludeDispatchKeyGuard no_capture(capture_key);
+    return {v, m.make_meta()};
   }
 
   static at::Tensor meta_like(const at::Tensor& t) {
@@ -472,6 +489,8 @@ class capture {
   std::unordered_map<const value_impl*, std::string> lifted_constants_;
   std::unordered_map<const c10::FunctionSchema*, const op_info*> ops_;
   int lifted_ = 0;
+  std::vector<std::vector<std::int64_t>> input_sizes_;
+  std::size_t next_input_ = 0;
 };
 
 inline void capture_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {

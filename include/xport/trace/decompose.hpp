@@ -27,6 +27,7 @@
 #include <xport/passes/dce.hpp>
 #include <xport/passes/functionalize.hpp>
 #include <xport/trace/capture.hpp>
+#include <xport/trace/symbolic.hpp>
 
 XPORT_BEGIN_NAMESPACE
 
@@ -205,10 +206,14 @@ inline bool needs_more_work(const exported_program& p, const decomposition_table
 /// `p` is left as it is.
 inline exported_program run_decompositions(const exported_program& p,
                                            const decomposition_table& table = decomposition_table::core_aten()) {
-  auto q = functionalize(detail::decompose(p, table));
-  for (int round = 0; round < 3 && detail::needs_more_work(q, table); ++round)
-    q = functionalize(detail::decompose(q, table));
-  eliminate_dead_code(q.graph_mut());  // e.g. the reserve buffer batch_norm's decomposition makes
+  // dynamic dims: decomposed at several sizes and made symbolic again (trace/symbolic.hpp)
+  auto q = detail::transform_symbolic(p, "run_decompositions", [&](const exported_program& s) {
+    auto r = functionalize(detail::decompose(s, table));
+    for (int round = 0; round < 3 && detail::needs_more_work(r, table); ++round)
+      r = functionalize(detail::decompose(r, table));
+    eliminate_dead_code(r.graph_mut());  // e.g. the reserve buffer batch_norm's decomposition makes
+    return r;
+  });
   verify(q);
   return q;
 }

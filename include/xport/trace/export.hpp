@@ -11,6 +11,7 @@
 // named `p_<fqn>` / `b_<fqn>`, tensors captured from outside lifted as constants.
 #pragma once
 
+#include <algorithm>    // std::min, std::max, std::sort
 #include <cstdlib>      // std::abort
 #include <functional>   // std::invoke
 #include <memory>       // std::shared_ptr
@@ -28,7 +29,9 @@
 #include <xport/ir/program.hpp>
 #include <xport/run/interpreter.hpp>
 #include <xport/trace/capture.hpp>
+#include <xport/trace/dynamic.hpp>
 #include <xport/trace/strict.hpp>
+#include <xport/trace/symbolic.hpp>
 #include <xport/trace/tree.hpp>
 
 XPORT_BEGIN_NAMESPACE
@@ -40,9 +43,11 @@ struct non_strict {};
 struct export_options {
   /// Names of the positional arguments (`x`, `y`); nested tensors get `x_0`, `x_key` suffixes.
   /// By default one argument is `x` and several are `args_0`, `args_1`, ...
-  std::vector<std::string> input_names;
+  std::vector<std::string> input_names = {};
   /// Keep the example inputs in the program (exported_program::example_inputs()).
   bool keep_example_inputs = true;
+  /// Which input dimensions are dynamic (trace/dynamic.hpp): `{{"x", {{0, batch}}}}`.
+  xport::dynamic_shapes dynamic_shapes = {};
 };
 
 namespace detail {
@@ -155,6 +160,236 @@ exported_program trace_non_strict(Call&& call, const std::tuple<Args...>& args, 
   return finish(cap, std::move(outs), std::move(in_spec), std::move(out_spec), opts);
 }
 
+inline std::string violation_report(const dyn_plan& plan, const dim_specialized& s) {
+  std::vector<std::string> names;
+  if (s.root >= 0) names.push_back(plan.roots[static_cast<std::size_t>(s.root)].dim_name);
+  else
+    for (const auto& r : plan.roots) names.push_back(r.dim_name);
+  std::sort(names.begin(), names.end());
+  std::string head;
+  for (const auto& n : names) head += (head.empty() ? "" : ", ") + n;
+  std::string msg = "Constraints violated (" + head + ")!\n  - ";
+  std::string fixes;
+  if (s.root >= 0) {
+    const auto& r = plan.roots[static_cast<std::size_t>(s.root)];
+    msg += "You marked " + r.dim_name + " as dynamic but your code specialized it to be a constant (" +
+           std::to_string(r.hint) + "): " + s.why + ".";
+    if (r.named) fixes = "  " + r.dim_name + " = " + std::to_string(r.hint);
+    else fixes = "  use Dim::static_ (or Dim::automatic) for " + r.where + " instead of Dim::dynamic";
+  } else {
+    msg += "The dynamic dims cannot all be kept: " + s.why + ".";
+  }
+  if (!fixes.empty()) msg += "\nSuggested fixes:\n" + fixes;
+  return msg;
+}
+
+inline void drop_root(dyn_plan& plan, int root) {
+  plan.roots.erase(plan.roots.begin() + root);
+  for (auto& leaf : plan.leaves)
+    for (auto& d : leaf) {
+      if (d.root == root) d = dyn_dim{};
+      else if (d.root > root) --d.root;
+    }
+}
+
+/// `from` becomes `into` (a hinted dim the code needs equal to another).
+inline void merge_roots(dyn_plan& plan, int from, int into) {
+  for (auto& leaf : plan.leaves)
+    for (auto& d : leaf)
+      if (d.root == from) d.root = into;
+  auto& a = plan.roots[static_cast<std::size_t>(into)];
+  const auto& b = plan.roots[static_cast<std::size_t>(from)];
+  a.min = std::max(a.min, b.min);
+  a.max = std::min(a.max, b.max);
+  plan.roots.erase(plan.roots.begin() + from);
+  for (auto& leaf : plan.leaves)
+    for (auto& d : leaf)
+      if (d.root > from) --d.root;
+}
+
+/// Captures at the ends of every dim's range the other captures did not reach (its min and
+/// min + 1, its max when finite): where they record the same ops, they join the captures the
+/// sizes are fitted to (so a form that only fits the middle of the range is caught); where they
+/// fail or record other ops, the part of the range that works is found by bisection and
+/// reported as dim_narrowed.
+template <class Attempt>
+void probe_ranges(Attempt& attempt, const exported_program& base, const dyn_plan& plan,
+                  const std::vector<at::Tensor>& examples, sym_runs& runs, std::vector<exported_program>& others) {
+  const std::size_t k = plan.roots.size();
+  for (std::size_t j = 0; j < k; ++j) {
+    const auto& r = plan.roots[j];
+    std::int64_t tried_lo = int_oo, tried_hi = 0;
+    for (const auto& v : runs.values) {
+      tried_lo = std::min(tried_lo, v[j]);
+      tried_hi = std::max(tried_hi, v[j]);
+    }
+    auto at = [&](std::int64_t v) {
+      auto values = runs.values[0];
+      values[j] = v;
+      return values;
+    };
+    auto why_not = [&](std::int64_t v, std::optional<exported_program>* keep) -> std::string {
+      try {
+        auto probe = attempt(input_sizes_at(plan, examples, at(v)));
+        auto why = structure_difference(base, probe);
+        if (why.empty() && keep) keep->emplace(std::move(probe));
+        if (!why.empty() && structure_difference(base, probe, /*layout_only=*/true).empty()) return {};
+        return why;
+      } catch (const std::exception& e) {
+        return "export fails: " + first_line(e.what());
+      }
+    };
+    auto probe = [&](std::int64_t v, std::int64_t good) {
+      std::optional<exported_program> kept;
+      auto why = why_not(v, &kept);
+      if (why.empty()) {
+        if (kept) {  // the same ops: the sizes there must fit too
+          runs.values.push_back(at(v));
+          runs.moved.push_back(static_cast<int>(j));
+          others.push_back(std::move(*kept));
+        }
+        return;
+      }
+      std::int64_t bad = v;  // bisect for the last size that works, between bad and good
+      while (good - bad > 1 || bad - good > 1) {
+        const auto mid = bad + (good - bad) / 2;
+        (why_not(mid, nullptr).empty() ? good : bad) = mid;
+      }
+      throw dim_narrowed{static_cast<int>(j), bad < good ? good : r.min, bad < good ? r.max : good, v, why};
+    };
+    for (const auto v : {r.min, r.min + 1})
+      if (v < tried_lo && v <= r.max) probe(v, tried_lo);
+    if (r.max != int_oo && r.max > tried_hi) probe(r.max, tried_hi);
+  }
+}
+
+template <class Attempt>
+exported_program dynamic_attempt(Attempt& attempt, const dyn_plan& plan, const std::vector<at::Tensor>& examples) {
+  const std::size_t k = plan.roots.size();
+  std::vector<sym_int> symbols;
+  std::vector<std::string> names;
+  std::vector<std::int64_t> mins, maxs;
+  for (std::size_t i = 0; i < k; ++i) {
+    const auto& r = plan.roots[i];
+    symbols.push_back(sym::symbol("s" + std::to_string(i), r.hint, value_range{r.min, r.max}));
+    names.push_back(r.dim_name);
+    mins.push_back(r.min);
+    maxs.push_back(r.max);
+  }
+  auto runs = make_runs(symbols, names, mins, maxs);
+  exported_program base = attempt({});
+  std::vector<exported_program> others;
+  others.reserve(k + 1);
+  for (std::size_t r = 1; r < runs.values.size(); ++r) {
+    const int root = r <= k ? static_cast<int>(r - 1) : -1;
+    std::string failure;
+    try {
+      others.push_back(attempt(input_sizes_at(plan, examples, runs.values[r])));
+    } catch (const std::exception& e) {
+      failure = first_line(e.what());
+    }
+    if (failure.empty()) continue;
+    // moved alone it fails: does it work moved together with another dim of the same size?
+    for (std::size_t i = 0; root >= 0 && i < k; ++i) {
+      if (static_cast<int>(i) == root || runs.values[0][i] != runs.values[0][static_cast<std::size_t>(root)]) continue;
+      auto both = runs.values[0];
+      both[i] = both[static_cast<std::size_t>(root)] = runs.values[r][static_cast<std::size_t>(root)];
+      bool works = false;
+      try {
+        (void)attempt(input_sizes_at(plan, examples, both));
+        works = true;
+      } catch (const std::exception&) {
+      }
+      if (works) throw dims_related{root, static_cast<int>(i), failure};
+    }
+    throw dim_specialized{root, "with " + assignment_text(names, runs.values[r], root) + " instead of the example's " +
+                                    assignment_text(names, runs.values[0], root) + " export fails: " + failure};
+  }
+  for (std::size_t r = 1; r < runs.values.size(); ++r)  // another path at another size: specialized
+    if (auto why = structure_difference(base, others[r - 1]); !why.empty()) {
+      const int root = runs.moved[r];
+      throw dim_specialized{root, "with " + assignment_text(names, runs.values[r], root) + " instead of the example's " +
+                                      assignment_text(names, runs.values[0], root) + ", " + why +
+                                      ": the traced code takes a different path depending on the size"};
+    }
+  probe_ranges(attempt, base, plan, examples, runs, others);
+  std::vector<const exported_program*> ptrs;
+  for (const auto& o : others) ptrs.push_back(&o);
+  std::vector<sym_shape> inputs;
+  for (std::size_t i = 0; i < examples.size(); ++i) {
+    sym_shape sizes;
+    for (std::size_t d = 0; d < static_cast<std::size_t>(examples[i].dim()); ++d) {
+      const auto& dd = plan.leaves[i][d];
+      sizes.push_back(dd.root < 0 ? sym_int(examples[i].size(static_cast<std::int64_t>(d)))
+                                  : symbols[static_cast<std::size_t>(dd.root)] * dd.a + dd.b);
+    }
+    inputs.push_back(std::move(sizes));
+  }
+  make_symbolic(base, ptrs, runs, inputs);
+  auto& rc = base.range_constraints_mut();
+  rc.clear();
+  for (std::size_t i = 0; i < k; ++i) {
+    const auto& r = plan.roots[i];
+    rc.push_back({symbols[i], r.min, r.max == int_oo ? std::nullopt : std::optional<std::int64_t>(r.max), r.dim_name});
+  }
+  return base;
+}
+
+/// A dynamic export (Note [Capturing at several sizes] in trace/symbolic.hpp).
+template <class Attempt, class... Args>
+exported_program export_dynamic(Attempt& attempt, const std::tuple<Args...>& args, const export_options& opts) {
+  std::vector<at::Tensor> examples;
+  std::vector<std::string> names;
+  auto in_spec = describe_inputs(args, opts, examples, names);
+  std::vector<std::string> arg_names;
+  for (std::size_t i = 0; i < sizeof...(Args); ++i)
+    arg_names.push_back(opts.input_names.empty() ? default_input_name(i, sizeof...(Args)) : opts.input_names[i]);
+  auto plan = dyn_resolver(examples, names).resolve(opts.dynamic_shapes, in_spec, arg_names);
+  for (;;) {
+    if (!plan.any()) return attempt({});
+    try {
+      return dynamic_attempt(attempt, plan, examples);
+    } catch (const dim_specialized& s) {
+      if (s.root >= 0 && plan.roots[static_cast<std::size_t>(s.root)].automatic) {
+        drop_root(plan, s.root);  // Dim::automatic: static after all
+        continue;
+      }
+      throw constraint_violation("xport.export.constraint_violation", violation_report(plan, s));
+    } catch (const dims_related& s) {
+      // a: the earlier dim, b: the later one, which the fix defines as a
+      const auto& a = plan.roots[static_cast<std::size_t>(std::min(s.root, s.other))];
+      const auto& b = plan.roots[static_cast<std::size_t>(std::max(s.root, s.other))];
+      if (!a.named || !b.named) {  // a hint takes the relation: one dim
+        const int ia = std::min(s.root, s.other), ib = std::max(s.root, s.other);
+        merge_roots(plan, a.named ? ib : ia, a.named ? ia : ib);
+        continue;
+      }
+      throw constraint_violation(
+          "xport.export.constraint_violation",
+          "Constraints violated (" + std::min(a.dim_name, b.dim_name) + ", " + std::max(a.dim_name, b.dim_name) +
+              ")!\n  - The values of " + b.dim_name + " = " + b.where + " and " + a.dim_name + " = " + a.where +
+              " must always be equal (moved alone, " + s.why + ").\nSuggested fixes:\n  " + b.dim_name + " = " +
+              a.dim_name);
+    } catch (const dim_narrowed& s) {
+      auto& r = plan.roots[static_cast<std::size_t>(s.root)];
+      if (!r.named) {  // bounds of a hint are hints: take the range that works
+        r.min = s.lo;
+        r.max = s.hi;
+        continue;
+      }
+      const Dim fixed(r.dim_name, s.lo, s.hi == int_oo ? std::nullopt : std::optional<std::int64_t>(s.hi));
+      const auto range = std::to_string(r.min) + " <= " + r.dim_name + (r.max == int_oo ? "" : " <= " + std::to_string(r.max));
+      const auto guard = s.bad < s.lo ? std::to_string(s.lo) + " <= " + r.where : r.where + " <= " + std::to_string(s.hi);
+      throw constraint_violation("xport.export.constraint_violation",
+                                 "Constraints violated (" + r.dim_name + ")!\n  - Not all values of " + r.dim_name +
+                                     " = " + r.where + " in the specified range " + range +
+                                     " satisfy the generated guard " + guard + ": with " + r.dim_name + " = " +
+                                     std::to_string(s.bad) + ", " + s.why + ".\nSuggested fixes:\n  " + r.dim_name +
+                                     " = " + fixed.str());
+    }
+  }
+}
+
 }  // namespace detail
 
 /// Exports a C++ callable over at::Tensor, or a torch::nn module (whose forward is called with
@@ -171,23 +406,29 @@ exported_program export_program(F&& f, const std::tuple<Args...>& args, const ex
                 "constants); std::optional, std::vector, std::array, std::tuple, std::pair, "
                 "std::map<std::string, T> and c10::Dict<std::string, T> of supported types. The "
                 "offending type is in `Args = {...}` of this instantiation, as the compiler prints it.");
-  detail::capture cap;
-  if constexpr (!inputs_ok) {
-    std::abort();  // unreachable: the static_assert above is the one error
-  } else if constexpr (std::is_same_v<Policy, strict>) {
-    static_assert(!detail::module_like<std::remove_reference_t<F>>,
-                  "xport::export_program<xport::strict>: torch::nn modules run on at::Tensor; export "
-                  "them with the non_strict policy, or write the forward against xport::sym_tensor");
-    return detail::trace_strict(std::forward<F>(f), args, opts, cap);
-  } else if constexpr (detail::module_like<std::remove_reference_t<F>>) {
-    auto& m = detail::module_impl(f);
-    for (const auto& item : m.named_parameters(true)) cap.add_state(input_kind::parameter, item.key(), item.value());
-    for (const auto& item : m.named_buffers(true)) cap.add_state(input_kind::buffer, item.key(), item.value());
-    return detail::trace_non_strict([&](auto&&... a) { return m.forward(std::forward<decltype(a)>(a)...); },
-                                    args, opts, cap);
-  } else {
-    return detail::trace_non_strict(std::forward<F>(f), args, opts, cap);
-  }
+  auto attempt = [&](std::vector<std::vector<std::int64_t>> sizes) -> exported_program {
+    detail::capture cap;
+    cap.set_input_sizes(std::move(sizes));
+    if constexpr (!inputs_ok) {
+      std::abort();  // unreachable: the static_assert above is the one error
+    } else if constexpr (std::is_same_v<Policy, strict>) {
+      static_assert(!detail::module_like<std::remove_reference_t<F>>,
+                    "xport::export_program<xport::strict>: torch::nn modules run on at::Tensor; export "
+                    "them with the non_strict policy, or write the forward against xport::sym_tensor");
+      return detail::trace_strict(f, args, opts, cap);
+    } else if constexpr (detail::module_like<std::remove_reference_t<F>>) {
+      auto& m = detail::module_impl(f);
+      for (const auto& item : m.named_parameters(true)) cap.add_state(input_kind::parameter, item.key(), item.value());
+      for (const auto& item : m.named_buffers(true)) cap.add_state(input_kind::buffer, item.key(), item.value());
+      return detail::trace_non_strict([&](auto&&... a) { return m.forward(std::forward<decltype(a)>(a)...); },
+                                      args, opts, cap);
+    } else {
+      return detail::trace_non_strict(f, args, opts, cap);
+    }
+  };
+  if (opts.dynamic_shapes.empty()) return attempt({});
+  if constexpr (inputs_ok) return detail::export_dynamic(attempt, args, opts);
+  else std::abort();
 }
 
 /// An exported program called with the C++ types it was exported with:

@@ -140,7 +140,13 @@ class sym_tensor {
   /// Records `op` on these arguments at `loc`; returns the node.
   node record(std::string_view op, std::vector<argument> args, std::vector<kwarg> kwargs,
               const std::source_location& loc) const {
-    return s_->cap->call(find_op(op), std::move(args), std::move(kwargs), detail::make_source(loc));
+    try {
+      return s_->cap->call(find_op(op), std::move(args), std::move(kwargs), detail::make_source(loc));
+    } catch (const graph_error& e) {  // name the C++ line: the strict front end knows it
+      if (e.id() != "xport.fake.op_rejected") throw;
+      throw graph_error(e.id(), std::string(e.what()).substr(e.id().size() + 3) + " (at " + loc.file_name() + ":" +
+                                    std::to_string(loc.line()) + ")");
+    }
   }
   /// Wraps an output value of this trace.
   [[nodiscard]] sym_tensor wrap(value v) const { return sym_tensor(v, s_->cap); }

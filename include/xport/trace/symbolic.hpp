@@ -1,0 +1,604 @@
+// xport/trace/symbolic.hpp: symbolic sizes for a dynamic export.
+//
+// Note [Capturing at several sizes]: LibTorch's C++ ops compute sizes as plain integers (meta
+// kernels, and `size()` in user code), so one capture cannot see how a size depends on a
+// dynamic dimension. Export therefore captures the program once at the example sizes and again
+// with each dynamic dimension moved to another value (and once with all of them moved), on meta
+// tensors: a few captures cost well under a millisecond each. Then:
+//  - the captures must record the same ops in the same order, with the same arguments except
+//    integers; otherwise the traced code decided something on a size (it specialized the dim),
+//    and export fails with torch's "Constraints violated" report naming the dim and the op;
+//  - every size of every node, and every integer argument that changed (sizes the code computed
+//    with `size()`), is fitted as an exact expression of the dims: a linear form in the dims, or
+//    c*P + b where P is a product of the node's input sizes or a shape rule's result (convolution
+//    and pooling windows: `((s0 - 3)//2) + 1`), checked against every capture.
+// Integer arguments that depend on a dim are recorded as symbolic arguments, evaluated from the
+// inputs' sizes on every run. Because the other sizes are >= 2, an example size of 0 or 1 is never
+// specialized silently: either the program is right for every size, or a capture fails and
+// export names the op.
+#pragma once
+
+#include <algorithm>  // std::max
+#include <cstddef>    // std::size_t
+#include <cstdint>    // std::int64_t
+#include <optional>   // std::optional
+#include <string>     // std::string
+#include <string_view>  // std::string_view
+#include <vector>     // std::vector
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+
+#include <xport/config.hpp>
+#include <xport/detail/schema.hpp>
+#include <xport/error.hpp>
+#include <xport/ir/graph.hpp>
+#include <xport/ir/program.hpp>
+#include <xport/ir/sym_expr.hpp>
+#include <xport/trace/dynamic.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+/// Thrown inside the dynamic export when a capture at other sizes shows that the code fixes a
+/// dim; caught to fall back to static for Dim::automatic, reported otherwise.
+struct dim_specialized {
+  int root;
+  std::string why;
+};
+/// Two dims the code needs equal (they work when moved together).
+struct dims_related {
+  int root, other;
+  std::string why;
+};
+/// A dim that works only in part of its range: [lo, hi] is the part found to work.
+struct dim_narrowed {
+  int root;
+  std::int64_t lo, hi;
+  std::int64_t bad;
+  std::string why;
+};
+
+/// The dims of a symbolic program and their values in each capture (0 = the example's; capture
+/// j in 1..k moved dim j-1 alone; the last moved all of them).
+struct sym_runs {
+  std::vector<sym_int> symbols;
+  std::vector<std::string> dim_names;           ///< for messages: `batch`
+  std::vector<std::vector<std::int64_t>> values;  ///< per capture, per symbol
+  std::vector<int> moved;                         ///< per capture: the one dim it moved, or -1
+};
+
+class symbolic_fitter {
+ public:
+  explicit symbolic_fitter(const sym_runs& runs) : runs_(runs) {
+    for (const auto& s : runs.symbols) names_.push_back(s.str());
+  }
+
+  /// The value of `e` in capture `run`.
+  [[nodiscard]] std::int64_t eval(const sym_int& e, std::size_t run) const {
+    if (e.is_constant()) return e.hint();
+    const auto& values = runs_.values[run];
+    auto v = sym::eval(e, [&](std::string_view name) -> std::optional<std::int64_t> {
+      for (std::size_t i = 0; i < names_.size(); ++i)
+        if (names_[i] == name) return values[i];
+      return std::nullopt;
+    });
+    return v.value_or(e.hint());
+  }
+
+  /// An exact expression taking value obs[r] in every capture r, or nullopt. `basis` holds
+  /// candidate expressions (products of input sizes, shape-rule results).
+  [[nodiscard]] std::optional<sym_int> fit(const std::vector<std::int64_t>& obs, const std::vector<sym_int>& basis,
+                                           const std::vector<sym_int>& rules = {}) const {
+    bool all_equal = true;
+    for (auto v : obs) all_equal = all_equal && v == obs[0];
+    if (all_equal) return sym_int(obs[0]);
+    // a shape rule's result (exact by construction) first
+    for (const auto& e : rules)
+      if (matches(e, obs)) return e;
+    // a linear form in the dims: capture j (1..k) moved dim j-1 alone
+    const auto& symbols_ = runs_.symbols;
+    const auto& runs_v = runs_.values;
+    const std::size_t k = symbols_.size();
+    if (obs.size() >= k + 2) {
+      bool ok = true;
+      sym_int e = 0;
+      std::int64_t b = obs[0];
+      for (std::size_t j = 0; j < k && ok; ++j) {
+        const auto dx = runs_v[j + 1][j] - runs_v[0][j];
+        const auto dy = obs[j + 1] - obs[0];
+        if (dx == 0 || dy % dx != 0) {
+          ok = false;
+          break;
+        }
+        const auto c = dy / dx;
+        if (c != 0) e = e + symbols_[j] * c;
+        b -= c * runs_v[0][j];
+      }
+      if (ok) {
+        e = e + b;
+        if (matches(e, obs)) return e;
+      }
+    }
+    for (const auto& p : basis) {
+      if (p.is_constant()) continue;
+      std::vector<std::int64_t> pv(obs.size());
+      for (std::size_t r = 0; r < obs.size(); ++r) pv[r] = eval(p, r);
+      for (std::size_t r = 1; r < obs.size(); ++r) {
+        if (pv[r] == pv[0]) continue;
+        const auto dy = obs[r] - obs[0], dx = pv[r] - pv[0];
+        if (dy % dx != 0) break;
+        const auto c = dy / dx, b = obs[0] - c * pv[0];
+        if (c == 0) break;
+        sym_int e = c == 1 ? p : p * c;
+        if (b != 0) e = e + b;
+        if (matches(e, obs)) return e;
+        break;
+      }
+    }
+    return std::nullopt;
+  }
+
+ private:
+  bool matches(const sym_int& e, const std::vector<std::int64_t>& obs) const {
+    for (std::size_t r = 0; r < obs.size(); ++r)
+      if (eval(e, r) != obs[r]) return false;
+    return true;
+  }
+
+  const sym_runs& runs_;
+  std::vector<std::string> names_;
+};
+
+/// Values other than the example's for a dim to take in the extra captures: >= 2 (so no size
+/// is 0 or 1), inside the dim's range, steps of 8 first (keeps the sizes' divisibility by 2, 4, 8).
+inline std::vector<std::int64_t> other_sizes(std::int64_t h, std::int64_t min, std::int64_t max) {
+  std::vector<std::int64_t> out;
+  const auto lo = std::max<std::int64_t>(min, 2);
+  for (auto c : {h + 8, h + 16, h - 8, h + 24, h - 16, h + 1, h + 2, h - 1, h - 2, h + 3, lo, lo + 1, max}) {
+    if (c < lo || c > max || c == h || std::find(out.begin(), out.end(), c) != out.end()) continue;
+    out.push_back(c);
+    if (out.size() == 2) break;
+  }
+  return out;
+}
+
+/// The sizes each user input gets for one assignment of the dims.
+inline std::vector<std::vector<std::int64_t>> input_sizes_at(const dyn_plan& plan, const std::vector<at::Tensor>& examples,
+                                                             const std::vector<std::int64_t>& values) {
+  std::vector<std::vector<std::int64_t>> out(examples.size());
+  for (std::size_t i = 0; i < examples.size(); ++i) {
+    auto sizes = examples[i].sizes().vec();
+    for (std::size_t d = 0; d < sizes.size(); ++d) {
+      const auto& dd = plan.leaves[i][d];
+      if (dd.root >= 0) sizes[d] = dd.a * values[static_cast<std::size_t>(dd.root)] + dd.b;
+    }
+    out[i] = std::move(sizes);
+  }
+  return out;
+}
+
+inline std::string assignment_text(const std::vector<std::string>& names, const std::vector<std::int64_t>& values,
+                                   int only = -1) {
+  std::string s;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (only >= 0 && static_cast<int>(i) != only) continue;
+    s += (s.empty() ? "" : ", ") + names[i] + " = " + std::to_string(values[i]);
+  }
+  return s;
+}
+
+inline std::string node_text(const node& n) {
+  std::string s = "'" + n.name() + "' (" + (n.is_call() ? n.op().qualified : n.target()) + ")";
+  if (const auto& src = n.source(); src && !src->file.empty())
+    s += " at " + src->file + ":" + std::to_string(src->line);
+  return s;
+}
+
+/// Compares one argument of two captures; collects integer positions that differ.
+inline bool same_shape_args(const argument& a, const argument& b, std::vector<std::pair<const argument*, const argument*>>& ints) {
+  if (a.type() != b.type()) return false;
+  if (a.is_int()) {
+    if (a.as_int() != b.as_int()) ints.emplace_back(&a, &b);
+    return true;
+  }
+  if (a.is_value()) return a.as_value().name() == b.as_value().name();
+  if (a.is_list()) {
+    if (a.as_list().size() != b.as_list().size()) return false;
+    for (std::size_t i = 0; i < a.as_list().size(); ++i)
+      if (!same_shape_args(a.as_list()[i], b.as_list()[i], ints)) return false;
+    return true;
+  }
+  return a == b;
+}
+
+/// Shape-rule candidates for sizes no linear form or product gives: the output window count of
+/// convolution and pooling, `((in + 2*pad - dil*(k-1) - 1)//stride) + 1`.
+inline void window_candidates(const node& n, const std::vector<sym_int>& in_sizes, std::vector<sym_int>& out) {
+  const auto& name = n.op().name;
+  const auto args = n.args();
+  auto ints = [&](std::size_t i) {
+    std::vector<std::int64_t> v;
+    if (i < args.size() && args[i].is_list())
+      for (const auto& e : args[i].as_list()) v.push_back(e.is_int() ? e.as_int() : 0);
+    return v;
+  };
+  std::vector<std::int64_t> kernel, stride, pad, dil;
+  std::size_t spatial0 = 2;
+  if (name == "aten::convolution" || name == "aten::_convolution" || name == "aten::conv2d" ||
+      name == "aten::conv1d" || name == "aten::conv3d") {
+    if (args.size() < 4 || !args[1].is_value()) return;
+    const auto& w = args[1].as_value().meta().sizes;
+    for (std::size_t i = 2; i < w.size(); ++i) kernel.push_back(w[i].hint());
+    stride = ints(3), pad = ints(4), dil = ints(5);
+    if (name == "aten::convolution" || name == "aten::_convolution") {
+      const bool transposed = args.size() > 6 && args[6].is_bool() && args[6].as_bool();
+      if (transposed) return;
+    }
+  } else if (name == "aten::max_pool2d" || name == "aten::max_pool2d_with_indices" || name == "aten::max_pool1d" ||
+             name == "aten::max_pool3d" || name == "aten::max_pool3d_with_indices") {
+    kernel = ints(1), stride = ints(2), pad = ints(3), dil = ints(4);
+    if (args.size() > 5 && args[5].is_bool() && args[5].as_bool()) return;  // ceil_mode
+  } else if (name == "aten::avg_pool2d" || name == "aten::avg_pool1d" || name == "aten::avg_pool3d") {
+    kernel = ints(1), stride = ints(2), pad = ints(3);
+    if (args.size() > 4 && args[4].is_bool() && args[4].as_bool()) return;  // ceil_mode
+  } else {
+    return;
+  }
+  const auto nsp = kernel.size();
+  if (in_sizes.size() < nsp) return;
+  spatial0 = in_sizes.size() - nsp;
+  auto at = [](const std::vector<std::int64_t>& v, std::size_t i, std::int64_t dflt) {
+    return v.empty() ? dflt : v[std::min(i, v.size() - 1)];
+  };
+  for (std::size_t i = 0; i < nsp; ++i) {
+    const auto& in = in_sizes[spatial0 + i];
+    if (in.is_constant()) continue;
+    const auto k = kernel[i], s = at(stride, i, k), p = at(pad, i, 0), d = at(dil, i, 1);
+    if (s <= 0) continue;
+    out.push_back(sym::floordiv(in + (2 * p - d * (k - 1) - 1), sym_int(s)) + 1);
+  }
+}
+
+inline sym_shape contiguous_strides(const sym_shape& sizes) {
+  sym_shape st(sizes.size());
+  sym_int stride = 1;
+  for (std::size_t i = sizes.size(); i-- > 0;) {
+    st[i] = stride;
+    stride = sizes[i].is_constant() ? stride * std::max<std::int64_t>(sizes[i].hint(), 1) : stride * sizes[i];
+  }
+  return st;
+}
+
+inline bool strides_contiguous(const tensor_meta& m) {
+  std::int64_t expect = 1;
+  for (std::size_t i = m.sizes.size(); i-- > 0;) {
+    if (m.sizes[i].hint() != 1 && m.strides[i].hint() != expect) return false;
+    expect *= std::max<std::int64_t>(m.sizes[i].hint(), 1);
+  }
+  return true;
+}
+
+inline std::string values_text(const std::vector<std::int64_t>& obs, const sym_runs& runs) {
+  std::string s;
+  for (std::size_t r = 0; r < obs.size(); ++r)
+    s += (s.empty() ? "" : ", ") + std::to_string(obs[r]) + " at " + assignment_text(runs.dim_names, runs.values[r]);
+  return s;
+}
+
+/// Replaces the int at `site` (inside `base`, mirrored in `out`) by `e`.
+inline bool replace_int(argument& out, const argument* site, const argument& base, const sym_int& e) {
+  if (&base == site) {
+    out = argument(e);
+    return true;
+  }
+  if (base.is_list())
+    for (std::size_t i = 0; i < base.as_list().size(); ++i)
+      if (replace_int(out.as_list()[i], site, base.as_list()[i], e)) return true;
+  return false;
+}
+
+/// Gives the base capture symbolic sizes and arguments from the captures at other sizes.
+/// `runs[r]` is the dims' values in capture r (0 = the example).
+inline void make_symbolic(exported_program& base, const std::vector<const exported_program*>& others,
+                          const sym_runs& runs, const std::vector<sym_shape>& user_input_sizes) {
+  symbolic_fitter fit(runs);
+  const std::size_t nruns = runs.values.size();
+  std::vector<std::vector<node>> nodes(nruns);
+  for (auto n : base.graph().nodes()) nodes[0].push_back(n);
+  for (std::size_t r = 1; r < nruns; ++r)
+    for (auto n : others[r - 1]->graph().nodes()) nodes[r].push_back(n);
+
+  // which dim a capture moved (for messages): capture j moved dim j-1 alone, the last all of them
+  auto moved = [&](std::size_t r) -> int { return r < runs.moved.size() ? runs.moved[r] : -1; };
+  auto differs = [&](std::size_t r, const std::string& what) {
+    const int root = moved(r);
+    throw dim_specialized{root, "with " + assignment_text(runs.dim_names, runs.values[r], root) +
+                                    " instead of the example's " + assignment_text(runs.dim_names, runs.values[0], root) +
+                                    ", " + what};
+  };
+
+  for (std::size_t r = 1; r < nruns; ++r)
+    if (nodes[r].size() != nodes[0].size()) {
+      std::size_t i = 0;
+      while (i < nodes[r].size() && i < nodes[0].size() && nodes[r][i].kind() == nodes[0][i].kind() &&
+             (!nodes[0][i].is_call() || nodes[r][i].op_ptr() == nodes[0][i].op_ptr()))
+        ++i;
+      differs(r, "the traced code records " + std::to_string(nodes[r].size()) + " nodes instead of " +
+                     std::to_string(nodes[0].size()) +
+                     (i < nodes[0].size() ? ", from node " + node_text(nodes[0][i]) + " on" : std::string()) +
+                     ": it takes a different path depending on the size");
+    }
+
+  std::size_t leaf = 0;
+  const auto& specs = base.signature().input_specs;
+  std::size_t ph = 0;
+  for (std::size_t i = 0; i < nodes[0].size(); ++i) {
+    const node n = nodes[0][i];
+    for (std::size_t r = 1; r < nruns; ++r) {
+      const node m = nodes[r][i];
+      if (m.kind() != n.kind() || (n.is_call() && m.op_ptr() != n.op_ptr()))
+        differs(r, "node " + std::to_string(i) + " is " + node_text(m) + " instead of " + node_text(n) +
+                       ": the traced code takes a different path depending on the size");
+    }
+    if (n.is_placeholder()) {
+      const auto& spec = specs.at(ph++);
+      if (spec.kind != input_kind::user_input) continue;
+      const auto v = n.out();
+      if (v.kind() != value_kind::tensor) continue;
+      auto m = v.meta();
+      const auto& sizes = user_input_sizes.at(leaf);
+      if (sizes.size() != m.sizes.size())
+        throw graph_error("xport.symbolic.inputs", "input " + v.name() + " changed rank while made symbolic");
+      m.sizes = sizes;
+      m.strides = contiguous_strides(m.sizes);
+      v.set_meta(std::move(m));
+      ++leaf;
+      continue;
+    }
+    if (n.is_output()) continue;
+
+    // arguments: integers that differ become symbolic, anything else that differs specializes
+    std::vector<argument> args(n.args().begin(), n.args().end());
+    std::vector<sym_int> basis;
+    std::vector<std::vector<sym_int>> input_shapes;
+    for (auto v : n.inputs())
+      if (v.kind() == value_kind::tensor) input_shapes.emplace_back(v.meta().sizes.begin(), v.meta().sizes.end());
+    for (const auto& s : input_shapes)
+      for (std::size_t a = 0; a < s.size(); ++a) {
+        sym_int p = 1;
+        bool symbolic = false;
+        for (std::size_t b = a; b < s.size(); ++b) {
+          p = p * s[b];
+          symbolic = symbolic || s[b].is_symbolic();
+          if (symbolic) basis.push_back(p);
+        }
+      }
+    bool changed = false;
+    for (std::size_t k = 0; k < args.size(); ++k) {
+      std::vector<std::vector<std::pair<const argument*, const argument*>>> diffs(nruns);
+      for (std::size_t r = 1; r < nruns; ++r)
+        if (!same_shape_args(n.args()[k], nodes[r][i].args()[k], diffs[r])) {
+          const auto& param = n.op().schema().arguments()[k].name();
+          differs(r, "argument '" + param + "' of node " + node_text(n) + " is " + describe(nodes[r][i].args()[k]) +
+                         " instead of " + describe(n.args()[k]) +
+                         ": the traced code computed it from the size (as a C++ number, which export cannot follow)");
+        }
+      // each differing int, by its address in the base argument
+      std::vector<const argument*> sites;
+      for (std::size_t r = 1; r < nruns; ++r)
+        for (const auto& [pa, pb] : diffs[r])
+          if (std::find(sites.begin(), sites.end(), pa) == sites.end()) sites.push_back(pa);
+      for (const auto* site : sites) {
+        std::vector<std::int64_t> obs(nruns, site->as_int());
+        for (std::size_t r = 1; r < nruns; ++r)
+          for (const auto& [pa, pb] : diffs[r])
+            if (pa == site) obs[r] = pb->as_int();
+        auto e = fit.fit(obs, basis);
+        if (!e) {
+          const auto& param = n.op().schema().arguments()[k].name();
+          throw dim_specialized{-1, "argument '" + param + "' of node " + node_text(n) + " is " + values_text(obs, runs) +
+                                        ": the traced code computed it from a dynamic size in a way xport cannot "
+                                        "express (only linear forms, products and window sizes are recovered)"};
+        }
+        replace_int(args[k], site, n.args()[k], *e);
+        changed = true;
+      }
+    }
+    if (changed) n.set_args(std::move(args));
+
+    // sizes of every output
+    std::size_t out_i = 0;
+    for (auto v : n.outputs()) {
+      const std::size_t oi = out_i++;
+      if (v.kind() != value_kind::tensor) continue;
+      auto m = v.meta();
+      std::vector<const tensor_meta*> metas(nruns);
+      for (std::size_t r = 1; r < nruns; ++r) {
+        const auto w = nodes[r][i].output(oi);
+        if (w.kind() != value_kind::tensor || w.meta().sizes.size() != m.sizes.size())
+          differs(r, "node " + node_text(n) + " returns a tensor of another rank");
+        metas[r] = &w.meta();
+      }
+      std::vector<sym_int> rules;
+      if (!input_shapes.empty()) window_candidates(n, input_shapes[0], rules);
+      bool symbolic = false;
+      for (std::size_t d = 0; d < m.sizes.size(); ++d) {
+        std::vector<std::int64_t> obs(nruns, m.sizes[d].hint());
+        for (std::size_t r = 1; r < nruns; ++r) obs[r] = metas[r]->sizes[d].hint();
+        auto e = fit.fit(obs, basis, rules);
+        if (!e)
+          throw dim_specialized{-1, "size " + std::to_string(d) + " of node " + node_text(n) + " is " +
+                                        values_text(obs, runs) +
+                                        ", which xport cannot express in the dynamic dims (no linear form, product "
+                                        "of input sizes or window rule gives it)"};
+        symbolic = symbolic || e->is_symbolic();
+        m.sizes[d] = *e;
+      }
+      if (!symbolic) continue;
+      // strides: contiguous ones follow the sizes; others are fitted like sizes when they move
+      const bool contiguous = strides_contiguous(m);
+      if (contiguous) {
+        m.strides = contiguous_strides(m.sizes);
+      } else {
+        std::vector<sym_int> own;
+        for (std::size_t a = 0; a < m.sizes.size(); ++a) {
+          sym_int p = 1;
+          for (std::size_t b = a; b < m.sizes.size(); ++b) {
+            p = p * m.sizes[b];
+            own.push_back(p);
+          }
+        }
+        for (std::size_t d = 0; d < m.strides.size(); ++d) {
+          std::vector<std::int64_t> obs(nruns, m.strides[d].hint());
+          for (std::size_t r = 1; r < nruns; ++r)
+            obs[r] = d < metas[r]->strides.size() ? metas[r]->strides[d].hint() : obs[0];
+          if (auto e = fit.fit(obs, own)) m.strides[d] = *e;
+        }
+      }
+      v.set_meta(std::move(m));
+    }
+  }
+}
+
+
+/// The first difference between the ops two captures record ("" when they record the same).
+/// With `layout_only`, ops that only change memory layout (`contiguous`, `clone`) are skipped
+/// on both sides: `contiguous()` records nothing on a tensor that already is, which size-1 dims
+/// make more tensors be, and the program with the copy is still right there.
+inline std::string structure_difference(const exported_program& base, const exported_program& probe,
+                                        bool layout_only = false) {
+  auto keep = [&](const node& n) {
+    if (!layout_only || !n.is_call()) return true;
+    const auto& name = n.op().name;
+    return name != "aten::contiguous" && name != "aten::clone";
+  };
+  std::vector<node> a, b;
+  for (auto n : base.graph().nodes())
+    if (keep(n)) a.push_back(n);
+  for (auto n : probe.graph().nodes())
+    if (keep(n)) b.push_back(n);
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i)
+    if (a[i].kind() != b[i].kind() || (a[i].is_call() && a[i].op_ptr() != b[i].op_ptr()))
+      return "node " + node_text(b[i]) + " is recorded instead of " + node_text(a[i]);
+  if (a.size() != b.size())
+    return "the traced code records " + std::to_string(b.size()) + " nodes instead of " + std::to_string(a.size());
+  return {};
+}
+
+/// Values for the captures of a program with dims `symbols` (ranges [mins, maxs]): the hints,
+/// each dim moved alone, then all moved (to a second other value where the range allows).
+inline sym_runs make_runs(std::vector<sym_int> symbols, std::vector<std::string> names,
+                          const std::vector<std::int64_t>& mins, const std::vector<std::int64_t>& maxs) {
+  sym_runs r;
+  const std::size_t k = symbols.size();
+  r.values.assign(k + 2, {});
+  for (const auto& s : symbols) r.values[0].push_back(s.hint());
+  for (std::size_t j = 0; j < k; ++j) {
+    const auto alt = other_sizes(symbols[j].hint(), mins[j], maxs[j]);
+    if (alt.empty())
+      throw export_error("xport.export.dynamic_shapes",
+                         "the range of " + names[j] + " allows one size only; make it static");
+    r.values[j + 1] = r.values[0];
+    r.values[j + 1][j] = alt[0];
+    r.values[k + 1].push_back(alt.size() > 1 ? alt[1] : alt[0]);
+  }
+  r.moved.assign(k + 2, -1);
+  for (std::size_t j = 0; j < k; ++j) r.moved[j + 1] = static_cast<int>(j);
+  r.symbols = std::move(symbols);
+  r.dim_names = std::move(names);
+  return r;
+}
+
+/// The runs of a symbolic program, from its range constraints.
+inline sym_runs runs_of(const exported_program& p) {
+  std::vector<sym_int> symbols;
+  std::vector<std::string> names;
+  std::vector<std::int64_t> mins, maxs;
+  for (const auto& rc : p.range_constraints()) {
+    if (!rc.symbol.is_symbolic()) continue;
+    symbols.push_back(rc.symbol);
+    names.push_back(rc.name.empty() ? rc.symbol.str() : rc.name);
+    mins.push_back(rc.min);
+    maxs.push_back(rc.max.value_or(int_oo));
+  }
+  return make_runs(std::move(symbols), std::move(names), mins, maxs);
+}
+
+inline argument specialize_argument(const argument& a, const symbolic_fitter& fit, std::size_t run) {
+  if (a.is_symbolic()) return fit.eval(a.as_sym(), run);
+  if (a.is_list()) {
+    argument::list_type l;
+    l.reserve(a.as_list().size());
+    for (const auto& e : a.as_list()) l.push_back(specialize_argument(e, fit, run));
+    return l;
+  }
+  return a;
+}
+
+/// `p` with its dims at their values in capture `run`: a static program.
+inline exported_program specialize(const exported_program& p, const sym_runs& runs, std::size_t run) {
+  symbolic_fitter fit(runs);
+  auto q = p.clone();
+  for (auto n : q.graph().nodes()) {
+    for (auto v : n.outputs()) {
+      if (v.kind() != value_kind::tensor) continue;
+      auto m = v.meta();
+      bool symbolic = m.storage_offset.is_symbolic();
+      for (const auto& d : m.sizes) symbolic = symbolic || d.is_symbolic();
+      for (const auto& d : m.strides) symbolic = symbolic || d.is_symbolic();
+      if (!symbolic) continue;
+      for (auto& d : m.sizes) d = fit.eval(d, run);
+      for (auto& d : m.strides) d = fit.eval(d, run);
+      m.storage_offset = fit.eval(m.storage_offset, run);
+      v.set_meta(std::move(m));
+    }
+    if (!n.is_call()) continue;
+    bool symbolic = false;
+    for (const auto& a : n.args()) {
+      symbolic = symbolic || a.is_symbolic();
+      if (a.is_list())
+        for (const auto& e : a.as_list()) symbolic = symbolic || e.is_symbolic();
+    }
+    if (!symbolic) continue;
+    std::vector<argument> args;
+    for (const auto& a : n.args()) args.push_back(specialize_argument(a, fit, run));
+    n.set_args(std::move(args));
+  }
+  q.range_constraints_mut().clear();
+  return q;
+}
+
+/// Applies `f`, a transformation of static programs (re-capture, decomposition,
+/// functionalization), to a program with dynamic dims: `f` runs on the program specialized at
+/// several sizes and the results are made symbolic again (Note [Capturing at several sizes]).
+template <class F>
+exported_program transform_symbolic(const exported_program& p, std::string_view what, F&& f) {
+  if (p.range_constraints().empty()) return f(p);
+  const auto runs = runs_of(p);
+  exported_program base = f(specialize(p, runs, 0));
+  std::vector<exported_program> others;
+  for (std::size_t r = 1; r < runs.values.size(); ++r) others.push_back(f(specialize(p, runs, r)));
+  std::vector<const exported_program*> ptrs;
+  for (const auto& o : others) ptrs.push_back(&o);
+  std::vector<sym_shape> inputs;
+  const auto phs = p.graph().placeholders();
+  for (std::size_t i = 0; i < phs.size(); ++i)
+    if (p.signature().input_specs.at(i).kind == input_kind::user_input && phs[i].out().kind() == value_kind::tensor)
+      inputs.push_back(phs[i].out().meta().sizes);
+  try {
+    make_symbolic(base, ptrs, runs, inputs);
+  } catch (const dim_specialized& s) {
+    throw export_error("xport.symbolic.specialized",
+                       std::string(what) + ": the " + (what == "run_decompositions" ? "decomposed" : "transformed") +
+                           " programs differ between sizes: " + s.why +
+                           ". A decomposition that loops over a dynamic dim (aten::lstm's over the sequence) unrolls "
+                           "differently at each size: keep that op (decomposition_table::core_aten().keep(...)), or "
+                           "make the dim static");
+  }
+  base.range_constraints_mut() = p.range_constraints();
+  return base;
+}
+
+}  // namespace detail
+XPORT_END_NAMESPACE
