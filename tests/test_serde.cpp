@@ -392,6 +392,33 @@ TEST_CASE("serde: hostile records give load_errors naming the record and the pro
 // each <name>.pt2 with <name>.state.pt, a torch::jit::pickle_save'd Dict[str, Tensor] of every
 // weight and constant, which the checker compares with the tensors it rebuilds from the archive.
 // Written under $XPORT_TEST_OUT (set by ctest), or the temp directory.
+TEST_CASE("serde: symbolic sizes, ranges and size nodes of hostile files give load_errors") {
+  auto f = [](const at::Tensor& x) { return x.view({x.size(0), -1}) * 2; };
+  const auto p = export_program(f, std::tuple{at::randn({3, 2, 2})}, {.dynamic_shapes = {{"x", {{0, Dim("b", 1, 64)}}}}});
+  const auto bytes = save_to_string(p);
+  const auto good = model_json(bytes);
+  auto q = load_from_memory(bytes.data(), bytes.size());
+  CHECK(to_string(q) == to_string(p));
+  auto edit = [&](auto&& change) {
+    json j = good;
+    change(j);
+    return with_model(bytes, j);
+  };
+  auto sym_node = [](json& j) -> json& {
+    for (auto& n : j["graph_module"]["graph"]["nodes"])
+      if (n["target"] == "torch.ops.aten.sym_size.int") return n;
+    throw std::runtime_error("no sym_size node");
+  };
+  check_bad(edit([](json& j) { j["range_constraints"]["s0"]["min_val"] = 70; }), "min_val 70 > max_val 64");
+  check_bad(edit([&](json& j) { sym_node(j)["inputs"][1]["arg"]["as_int"] = 7; }), "dim 7 is out of range for 'x' of rank 3");
+  check_bad(edit([&](json& j) { sym_node(j)["target"] = "_operator.pow"; }), "_operator.pow");
+  check_bad(edit([](json& j) { j["graph_module"]["graph"]["tensor_values"]["x"]["sizes"][0]["as_expr"]["expr_str"] = "s0 +* 2"; }),
+            "cannot read the symbolic size 's0 +* 2'");
+  check_bad(edit([](json& j) { j["graph_module"]["graph"]["tensor_values"]["x"]["sizes"][0]["as_expr"]["expr_str"] = "s0//0"; }),
+            "division by zero");
+  check_bad(edit([](json& j) { j["graph_module"]["metadata"]["xport.dim_names"] = "{\"s0\": 5}"; }), "expected a string");
+}
+
 TEST_CASE("serde: archives for the Python checker") {
   const char* out = std::getenv("XPORT_TEST_OUT");
   const auto dir = (out ? std::filesystem::path(out) : std::filesystem::temp_directory_path() / "xport_test_out") / "pt2";
@@ -415,6 +442,10 @@ TEST_CASE("serde: archives for the Python checker") {
   auto rd = export_program(resnet, std::tuple{at::randn({2, 3, 32, 32})},
                            {.dynamic_shapes = {{"x", {{0, Dim("batch", 1, 256)}, {2, Dim("h", 32, 512)}}}}});
   put("resnet18_dynamic", rd);
+  m::Encoder enc;  // sizes the code computes with size(): sym_size.int and _operator nodes
+  enc->eval();
+  put("encoder_dynamic", export_program(enc, std::tuple{at::randn({5, 2, 32})},
+                                        {.dynamic_shapes = {{"x", {{0, Dim("seq", 1, 64)}, {1, Dim("batch", 1, 64)}}}}}));
   m::LeNet lenet;
   const auto x = at::randn({1, 1, 28, 28});
   auto l = export_program(lenet, std::tuple{x});

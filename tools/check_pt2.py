@@ -245,6 +245,7 @@ def check_treespec(text, path, errs):
     node(doc[1], f"{path}[1]")
 
 
+SYM_OPS = {"_operator.add", "_operator.sub", "_operator.mul", "_operator.floordiv", "_operator.mod"}
 SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 FUNCTIONS = {"FloorDiv", "Mod", "Min", "Max", "CeilDiv"}
 
@@ -310,8 +311,12 @@ def check_program(ep, configs, errs):
         define(a, f"{gp}.inputs[{i}]")
     for i, n in enumerate(g["nodes"]):
         p = f"{gp}.nodes[{i}]"
-        if not TARGET.match(n["target"]):
+        if not TARGET.match(n["target"]) and n["target"] not in SYM_OPS:
             errs.append(f"{p}.target: '{n['target']}' is not torch.ops.<namespace>.<op>.<overload>")
+        if n["target"] in SYM_OPS or n["target"] == "torch.ops.aten.sym_size.int":
+            outs = n["outputs"]
+            if len(outs) != 1 or "as_sym_int" not in outs[0]:
+                errs.append(f"{p}.outputs: {n['target']} returns one SymInt")
         for j, na in enumerate(n["inputs"]):
             use(na["arg"], f"{p}.inputs[{j}].arg")
         for j, o in enumerate(n["outputs"]):

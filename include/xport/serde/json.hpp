@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>      // std::int64_t
+#include <functional>   // std::function
 #include <optional>     // std::optional
 #include <string>       // std::string
 #include <string_view>  // std::string_view
@@ -342,15 +343,11 @@ inline c10::TypePtr list_element(const c10::TypePtr& t) {
   return nullptr;
 }
 
-[[noreturn]] inline void throw_symbolic_argument(const argument& a) {
-  throw error("xport.save.symbolic_argument",
-              "an operator argument is the symbolic size " + a.as_sym().str() +
-                  " (a size the traced code computed from a dynamic dimension); the .pt2 schema "
-                  "holds such sizes as sym_size nodes, which xport does not write yet. Tensor sizes "
-                  "may be symbolic; export with static sizes to save this program");
-}
+/// Names the graph value that computes a symbolic size (writing the sym_size / _operator nodes
+/// that compute it first); see graph_json.
+using sym_namer = std::function<std::string(const sym_int&)>;
 
-inline json argument_json(const argument& a, const c10::TypePtr& type) {
+inline json argument_json(const argument& a, const c10::TypePtr& type, const sym_namer& name_sym = {}) {
   using K = argument::kind;
   switch (a.type()) {
     case K::none: return {{"as_none", true}};
@@ -363,18 +360,16 @@ inline json argument_json(const argument& a, const c10::TypePtr& type) {
     case K::layout: return {{"as_layout", layout_number(a.as_layout())}};
     case K::memory_format: return {{"as_memory_format", memory_format_number(a.as_memory_format())}};
     case K::value: return value_ref(a.as_value());
-    case K::symbolic: throw_symbolic_argument(a);
+    case K::symbolic: return {{"as_sym_int", {{"as_name", name_sym(a.as_sym())}}}};
     case K::list: break;
   }
   const auto& l = a.as_list();
-  for (const auto& e : l)
-    if (e.is_symbolic()) throw_symbolic_argument(e);
   const auto elem = type ? list_element(type) : nullptr;
   const bool optional_tensors = elem && elem->kind() == c10::TypeKind::OptionalType &&
                                 unwrap_optional(elem)->kind() == c10::TypeKind::TensorType;
   bool all_int = true, all_float = true, all_bool = true, all_str = true, all_tensor = true, any_sym = false;
   for (const auto& e : l) {
-    const bool sym = e.is_value() && e.as_value().kind() == value_kind::sym_int;
+    const bool sym = (e.is_value() && e.as_value().kind() == value_kind::sym_int) || e.is_symbolic();
     any_sym = any_sym || sym;
     all_int = all_int && (e.is_int() || sym);
     all_float = all_float && (e.is_double() || e.is_int());
@@ -405,7 +400,9 @@ inline json argument_json(const argument& a, const c10::TypePtr& type) {
   }
   if (all_int && any_sym) {
     for (const auto& e : l)
-      out.push_back(e.is_int() ? json{{"as_int", e.as_int()}} : json{{"as_name", e.as_value().name()}});
+      out.push_back(e.is_int()        ? json{{"as_int", e.as_int()}}
+                    : e.is_symbolic() ? json{{"as_name", name_sym(e.as_sym())}}
+                                      : json{{"as_name", e.as_value().name()}});
     return {{"as_sym_ints", std::move(out)}};
   }
   if (all_int) {
@@ -432,6 +429,14 @@ inline json argument_json(const argument& a, const c10::TypePtr& type) {
 struct value_scope {
   std::unordered_map<std::string, value> defined;
   std::unordered_set<std::string> later;  ///< every name some node defines (for the cycle message)
+  /// Sizes computed by sym_size / _operator nodes: arguments that use them become symbolic.
+  std::unordered_map<std::string, sym_int> syms;
+
+  /// A SymInt argument named `name`: a symbolic size, or a graph value.
+  [[nodiscard]] argument sym_arg(const at_path& j, const std::string& name) const {
+    if (const auto it = syms.find(name); it != syms.end()) return argument(it->second);
+    return (*this)(j, name);
+  }
 
   value operator()(const at_path& j, const std::string& name) const {
     if (const auto it = defined.find(name); it != defined.end()) return it->second;
@@ -474,7 +479,7 @@ inline argument argument_of(const at_path& j, const value_scope& scope) {
   if (k == "as_device") return device_of(v);
   if (k == "as_sym_int" || k == "as_sym_bool" || k == "as_sym_float") {
     auto [k2, v2] = v.one_of();
-    if (k2 == "as_name") return scope(v2, v2.str());
+    if (k2 == "as_name") return scope.sym_arg(v2, v2.str());
     if (k2 == "as_int") return v2.integer();
     if (k2 == "as_bool") return v2.boolean();
     if (k2 == "as_float") return v2.number();
@@ -497,7 +502,7 @@ inline argument argument_of(const at_path& j, const value_scope& scope) {
       auto [k2, v2] = e.one_of();
       if (k2 == "as_none") return none;
       if (k2 == "as_tensor") return name_of(v2);
-      if (k2 == "as_name") return scope(v2, v2.str());
+      if (k2 == "as_name") return scope.sym_arg(v2, v2.str());
       if (k2 == "as_int") return v2.integer();
       if (k2 == "as_bool") return v2.boolean();
       if (k2 == "as_float") return v2.number();

@@ -131,9 +131,104 @@ inline std::shared_ptr<const source_location> source_of(const std::string& trace
 
 // ---- program -> JSON -------------------------------------------------------------------------
 
+/// Note [Symbolic arguments in .pt2]: an argument that depends on a dynamic dim (`[s0, -1]`) is
+/// written as torch writes it: a `torch.ops.aten.sym_size.int(x, 0)` node reads the dim from an
+/// input, `_operator.mul` / `add` / `sub` / `floordiv` nodes compute the linear form, and the
+/// argument names the result (`as_sym_int: {as_name: ...}`). Reading turns them back into
+/// expressions; the nodes are not kept in the graph.
+class sym_writer {
+ public:
+  sym_writer(const graph& g, json& nodes, json& sym_int_values) : nodes_(nodes), values_(sym_int_values) {
+    for (auto n : g.nodes())
+      for (auto v : n.outputs()) taken_.insert(v.name());
+    for (auto ph : g.placeholders()) {
+      const auto v = ph.out();
+      if (v.kind() != value_kind::tensor) continue;
+      const auto& sizes = v.meta().sizes;
+      for (std::size_t d = 0; d < sizes.size(); ++d)
+        if (auto lin = sizes[d].is_symbolic() ? sym::as_linear(sizes[d]) : std::nullopt)
+          sites_.push_back({lin->symbol, v.name(), static_cast<std::int64_t>(d), lin->a, lin->b, sizes[d]});
+    }
+  }
+
+  /// The name of a value equal to `e` (written on first use).
+  std::string operator()(const sym_int& e) {
+    if (auto it = named_.find(e.str()); it != named_.end()) return it->second;
+    const auto lin = sym::as_linear(e);
+    if (!lin)
+      throw error("xport.save.symbolic_argument",
+                  "an operator argument is the symbolic size " + e.str() +
+                      ", which is not a linear form of one dim (a*s + b); xport's .pt2 writer handles those only");
+    auto [name, expr] = symbol(lin->symbol);
+    if (lin->a != 1) name = op("mul", name, lin->a, expr = expr * lin->a);
+    if (lin->b > 0) name = op("add", name, lin->b, expr = expr + lin->b);
+    if (lin->b < 0) name = op("sub", name, -lin->b, expr = expr - (-lin->b));
+    named_.emplace(e.str(), name);
+    return name;
+  }
+
+ private:
+  struct site {
+    std::string symbol, input;
+    std::int64_t dim, a, b;
+    sym_int size;
+  };
+
+  std::string fresh(const std::string& base) {
+    std::string n = base;
+    for (int k = 1; taken_.count(n); ++k) n = base + "_" + std::to_string(k);
+    taken_.insert(n);
+    return n;
+  }
+
+  // A value equal to the bare symbol `s`: sym_size of the input dim that gives it.
+  std::pair<std::string, sym_int> symbol(const std::string& s) {
+    if (auto it = symbols_.find(s); it != symbols_.end()) return it->second;
+    const site* best = nullptr;
+    for (const auto& st : sites_)
+      if (st.symbol == s && (!best || (st.a == 1 && st.b == 0 && (best->a != 1 || best->b != 0)))) best = &st;
+    if (!best)
+      throw error("xport.save.symbolic_argument", "an operator argument uses the symbol " + s +
+                                                      ", which no input dimension gives; the program is malformed");
+    std::string name = fresh("sym_size_int");
+    nodes_.push_back({{"target", "torch.ops.aten.sym_size.int"},
+                      {"inputs", json::array({{{"name", "self"}, {"arg", {{"as_tensor", {{"name", best->input}}}}}, {"kind", 1}},
+                                              {{"name", "dim"}, {"arg", {{"as_int", best->dim}}}, {"kind", 1}}})},
+                      {"outputs", json::array({{{"as_sym_int", {{"as_name", name}}}}})},
+                      {"metadata", json::object()},
+                      {"name", name}});
+    values_[name] = sym_int_json(best->size);
+    sym_int expr = best->size;  // a derived dim (a*s + b) gives s back as (size - b) // a
+    if (best->b != 0) name = op("sub", name, best->b, expr = expr - best->b);
+    if (best->a != 1) name = op("floordiv", name, best->a, expr = sym::floordiv(expr, best->a));
+    return symbols_.emplace(s, std::pair{name, expr}).first->second;
+  }
+
+  std::string op(const char* what, const std::string& lhs, std::int64_t rhs, const sym_int& result) {
+    std::string name = fresh(std::string("sym_") + what);
+    nodes_.push_back({{"target", std::string("_operator.") + what},
+                      {"inputs", json::array({{{"name", "a"}, {"arg", {{"as_sym_int", {{"as_name", lhs}}}}}, {"kind", 1}},
+                                              {{"name", "b"}, {"arg", {{"as_sym_int", {{"as_int", rhs}}}}}, {"kind", 1}}})},
+                      {"outputs", json::array({{{"as_sym_int", {{"as_name", name}}}}})},
+                      {"metadata", json::object()},
+                      {"name", name}});
+    values_[name] = sym_int_json(result);
+    return name;
+  }
+
+  json& nodes_;
+  json& values_;
+  std::unordered_set<std::string> taken_;
+  std::unordered_map<std::string, std::string> named_;                       // expression -> value
+  std::unordered_map<std::string, std::pair<std::string, sym_int>> symbols_;  // symbol -> value
+  std::vector<site> sites_;
+};
+
 inline json graph_json(const graph& g) {
   json inputs = json::array(), nodes = json::array(), outputs = json::array();
   json tensor_values = json::object(), sym_int_values = json::object();
+  sym_writer name_sym(g, nodes, sym_int_values);
+  const sym_namer namer = [&](const sym_int& e) { return name_sym(e); };
   const auto record = [&](value v) {
     if (v.kind() == value_kind::tensor) tensor_values[v.name()] = tensor_meta_json(v.meta());
     else if (v.kind() == value_kind::sym_int) sym_int_values[v.name()] = sym_int_json(v.type().scalar);
@@ -154,7 +249,7 @@ inline json graph_json(const graph& g) {
     const auto args = n.args();
     for (std::size_t i = 0; i < params.size() && i < args.size(); ++i)
       in.push_back({{"name", params[i].name()},
-                    {"arg", argument_json(args[i], params[i].real_type())},
+                    {"arg", argument_json(args[i], params[i].real_type(), namer)},
                     {"kind", params[i].kwarg_only() ? 2 : 1}});
     json out = json::array();
     if (op.returns_list) {
@@ -225,6 +320,65 @@ inline json program_json(const exported_program& p) {
 
 // ---- JSON -> program -------------------------------------------------------------------------
 
+/// A sym_size / _operator node: its result becomes an expression arguments can name.
+inline void read_sym_node(const at_path& nj, const std::string& target, value_scope& scope) {
+  const auto ins = nj["inputs"];
+  const auto input = [&](const char* name) -> at_path {
+    for (std::size_t a = 0, n = ins.size_of_array(); a < n; ++a)
+      if (ins[a]["name"].str() == name) return ins[a]["arg"];
+    ins.fail(target + " has no input '" + name + "'");
+  };
+  const auto outs = nj["outputs"];
+  if (outs.size_of_array() != 1) outs.fail(target + " returns one SymInt");
+  auto [ok, ov] = outs[0].one_of();
+  if (ok != "as_sym_int") outs[0].fail(target + " returns a SymInt, not '" + ok + "'");
+  const auto out_name = ov["as_name"].str();
+  const auto operand = [&](const at_path& j) -> sym_int {
+    auto [k, v] = j.one_of();
+    if (k == "as_int") return v.integer();
+    if (k != "as_sym_int") j.fail("expected a SymInt, got '" + k + "'");
+    auto [k2, v2] = v.one_of();
+    if (k2 == "as_int") return v2.integer();
+    if (k2 != "as_name") v.fail("unknown member '" + k2 + "'");
+    const auto name = v2.str();
+    if (auto it = scope.syms.find(name); it != scope.syms.end()) return it->second;
+    const auto val = scope(v2, name);
+    if (val.kind() != value_kind::sym_int) v2.fail("'" + name + "' is not a SymInt");
+    return val.type().scalar;
+  };
+  sym_int result;
+  try {
+    if (target == "torch.ops.aten.sym_size.int") {
+      const auto self = input("self");
+      auto [k, v] = self.one_of();
+      if (k != "as_tensor") self.fail("expected a tensor, got '" + k + "'");
+      const auto t = scope(v, v["name"].str());
+      if (t.kind() != value_kind::tensor) v.fail("'" + t.name() + "' is not a tensor");
+      const auto& sizes = t.meta().sizes;
+      const auto dj = input("dim");
+      auto d = operand(dj);
+      const auto rank = static_cast<std::int64_t>(sizes.size());
+      std::int64_t dim = d.is_constant() ? d.hint() : rank;
+      if (dim < 0) dim += rank;
+      if (dim < 0 || dim >= rank)
+        dj.fail("dim " + d.str() + " is out of range for '" + t.name() + "' of rank " + std::to_string(rank));
+      result = sizes[static_cast<std::size_t>(dim)];
+    } else {
+      const auto what = target.substr(10);
+      const auto a = operand(input("a")), b = operand(input("b"));
+      if (what == "add") result = a + b;
+      else if (what == "sub") result = a - b;
+      else if (what == "mul") result = a * b;
+      else if (what == "floordiv") result = sym::floordiv(a, b);
+      else if (what == "mod") result = sym::mod(a, b);
+      else nj["target"].fail("operator '" + target + "' on sizes is not supported by xport");
+    }
+  } catch (const graph_error& e) {
+    nj.fail(e.what());
+  }
+  scope.syms[out_name] = result;
+}
+
 inline graph graph_of(const at_path& gj) {
   graph g;
   const auto tensor_values = gj["tensor_values"];
@@ -268,6 +422,10 @@ inline graph graph_of(const at_path& gj) {
   for (std::size_t i = 0; i < n_nodes; ++i) {
     const auto nj = nodes[i];
     const auto target = nj["target"].str();
+    if (target == "torch.ops.aten.sym_size.int" || target.rfind("_operator.", 0) == 0) {
+      read_sym_node(nj, target, scope);  // Note [Symbolic arguments in .pt2]
+      continue;
+    }
     const auto* op = try_find_op(target);
     if (!op)
       nj["target"].fail("operator '" + target + "' is not registered in this LibTorch (" + torch_version() +
