@@ -5810,8 +5810,6 @@ class input_guards {
         for (const auto& st : site_) is_site = is_site || (st.input == i && st.dim == d);
         if (!is_site) checks_.push_back({i, d});
       }
-    for (std::size_t k = 0; k < site_.size(); ++k)
-      if (site_[k].input == npos) unbound_.push_back(k);
   }
 
   /// Whether the program has dynamic dims (symbolic input sizes).
@@ -5952,11 +5950,7 @@ class input_guards {
       }
       throw guard_error("xport.guard.equal", msg);
     }
-    for (auto k : unbound_)
-      throw guard_error("xport.guard.unbound", "symbol " + symbols_[k] + " (" + dim_names_[k] +
-                                                   ") is not the size of any input dimension, so no call can "
-                                                   "give it a value; the program is malformed");
-    return env;
+    return env;  // a symbol no input gives stays unbound: an argument that uses it fails by name
   }
 
   struct sym_site {
@@ -5972,7 +5966,6 @@ class input_guards {
   std::vector<std::string> dim_names_;   // per symbol: the user's name for it
   std::vector<sym_site> site_;           // per symbol: where it is read
   std::vector<std::pair<std::size_t, std::size_t>> checks_;  // other symbolic dims
-  std::vector<std::size_t> unbound_;
 };
 
 XPORT_END_NAMESPACE
@@ -11868,6 +11861,7 @@ XPORT_END_NAMESPACE
 // read with its PyTorchStreamReader after xport's own bounds check of the central directory;
 // weights are read straight into fresh tensor storage. Loading never runs anything from the file.
 
+#include <cctype>       // std::isalpha
 #include <cstdio>       // std::FILE
 #include <functional>   // std::function
 #include <istream>      // std::istream
@@ -12376,6 +12370,10 @@ inline loaded_json program_of(const json& doc, const std::string& record) {
   for (const auto& item : ranges.object().items()) {
     const std::string name = item.key();
     const auto r = ranges[name];
+    // ranges of derived expressions (`2*s0`) follow from their symbols': only symbols are kept
+    if (name.empty() || !(std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_') ||
+        name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") != std::string::npos)
+      continue;
     auto& e = symbols.find_or_add(name);
     const auto lo = r.get("min_val"), hi = r.get("max_val");
     e.range.lo = lo ? lo->integer() : 0;

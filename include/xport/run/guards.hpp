@@ -102,8 +102,6 @@ class input_guards {
         for (const auto& st : site_) is_site = is_site || (st.input == i && st.dim == d);
         if (!is_site) checks_.push_back({i, d});
       }
-    for (std::size_t k = 0; k < site_.size(); ++k)
-      if (site_[k].input == npos) unbound_.push_back(k);
   }
 
   /// Whether the program has dynamic dims (symbolic input sizes).
@@ -244,11 +242,7 @@ class input_guards {
       }
       throw guard_error("xport.guard.equal", msg);
     }
-    for (auto k : unbound_)
-      throw guard_error("xport.guard.unbound", "symbol " + symbols_[k] + " (" + dim_names_[k] +
-                                                   ") is not the size of any input dimension, so no call can "
-                                                   "give it a value; the program is malformed");
-    return env;
+    return env;  // a symbol no input gives stays unbound: an argument that uses it fails by name
   }
 
   struct sym_site {
@@ -264,7 +258,6 @@ class input_guards {
   std::vector<std::string> dim_names_;   // per symbol: the user's name for it
   std::vector<sym_site> site_;           // per symbol: where it is read
   std::vector<std::pair<std::size_t, std::size_t>> checks_;  // other symbolic dims
-  std::vector<std::size_t> unbound_;
 };
 
 XPORT_END_NAMESPACE

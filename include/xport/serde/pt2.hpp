@@ -13,6 +13,7 @@
 // weights are read straight into fresh tensor storage. Loading never runs anything from the file.
 #pragma once
 
+#include <cctype>       // std::isalpha
 #include <cstdio>       // std::FILE
 #include <functional>   // std::function
 #include <istream>      // std::istream
@@ -521,6 +522,10 @@ inline loaded_json program_of(const json& doc, const std::string& record) {
   for (const auto& item : ranges.object().items()) {
     const std::string name = item.key();
     const auto r = ranges[name];
+    // ranges of derived expressions (`2*s0`) follow from their symbols': only symbols are kept
+    if (name.empty() || !(std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_') ||
+        name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") != std::string::npos)
+      continue;
     auto& e = symbols.find_or_add(name);
     const auto lo = r.get("min_val"), hi = r.get("max_val");
     e.range.lo = lo ? lo->integer() : 0;
