@@ -494,7 +494,6 @@ class dyn_resolver {
       r.max = dim.root_max();
       root = static_cast<int>(plan_.roots.size());
       plan_.roots.push_back(std::move(r));
-      defs_.push_back(Dim(dim.root(), dim.root_min(), dim.root_max()));
     } else {
       auto& r = plan_.roots[static_cast<std::size_t>(root)];
       if (r.min != dim.root_min() || r.max != dim.root_max()) {
@@ -507,10 +506,10 @@ class dyn_resolver {
     uses_.push_back({leaf, d, dim, path});
   }
 
-  const Dim& def_of(int root) const {
-    int k = 0;
-    for (int i = 0; i < root; ++i) k += plan_.roots[static_cast<std::size_t>(i)].named ? 1 : 0;
-    return defs_[static_cast<std::size_t>(k)];
+  /// The user's definition of a named root.
+  Dim def_of(int root) const {
+    const auto& r = plan_.roots[static_cast<std::size_t>(root)];
+    return Dim(r.dim_name, r.min, r.max);
   }
 
   // Hints of named roots: from a direct use, else solved from a derived one; then every use must
@@ -565,7 +564,6 @@ class dyn_resolver {
   const std::vector<at::Tensor>& examples_;
   const std::vector<std::string>& leaf_names_;
   dyn_plan plan_;
-  std::vector<Dim> defs_;
   std::vector<use_site> uses_;
   std::size_t leaf_ = 0;
 };

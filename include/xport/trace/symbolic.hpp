@@ -224,7 +224,6 @@ inline void window_candidates(const node& n, const std::vector<sym_int>& in_size
     return v;
   };
   std::vector<std::int64_t> kernel, stride, pad, dil;
-  std::size_t spatial0 = 2;
   if (name == "aten::convolution" || name == "aten::_convolution" || name == "aten::conv2d" ||
       name == "aten::conv1d" || name == "aten::conv3d") {
     if (args.size() < 4 || !args[1].is_value()) return;
@@ -247,7 +246,7 @@ inline void window_candidates(const node& n, const std::vector<sym_int>& in_size
   }
   const auto nsp = kernel.size();
   if (in_sizes.size() < nsp) return;
-  spatial0 = in_sizes.size() - nsp;
+  const std::size_t spatial0 = in_sizes.size() - nsp;
   auto at = [](const std::vector<std::int64_t>& v, std::size_t i, std::int64_t dflt) {
     return v.empty() ? dflt : v[std::min(i, v.size() - 1)];
   };
@@ -298,6 +297,47 @@ inline bool replace_int(argument& out, const argument* site, const argument& bas
   return false;
 }
 
+/// The first difference between the ops two captures record ("" when they record the same).
+/// With `layout_only`, ops that only change memory layout (`contiguous`, `clone`) are skipped
+/// on both sides: `contiguous()` records nothing on a tensor that already is, which size-1 dims
+/// make more tensors be, and the program with the copy is still right there.
+inline std::string structure_difference(const exported_program& base, const exported_program& probe,
+                                        bool layout_only = false) {
+  auto keep = [&](const node& n) {
+    if (!layout_only || !n.is_call()) return true;
+    const auto& name = n.op().name;
+    return name != "aten::contiguous" && name != "aten::clone";
+  };
+  std::vector<node> a, b;
+  for (auto n : base.graph().nodes())
+    if (keep(n)) a.push_back(n);
+  for (auto n : probe.graph().nodes())
+    if (keep(n)) b.push_back(n);
+  std::size_t i = 0;
+  while (i < a.size() && i < b.size() && a[i].kind() == b[i].kind() && (!a[i].is_call() || a[i].op_ptr() == b[i].op_ptr()))
+    ++i;
+  if (a.size() != b.size())
+    return "the traced code records " + std::to_string(b.size()) + " nodes instead of " + std::to_string(a.size()) +
+           (i < a.size() ? ", from node " + node_text(a[i]) + " on" : std::string());
+  if (i < a.size()) return "node " + node_text(b[i]) + " is recorded instead of " + node_text(a[i]);
+  return {};
+}
+
+/// A capture that shows the code fixed a dim: `what` happened in capture `r`.
+inline dim_specialized specialized_at(const sym_runs& runs, std::size_t r, const std::string& what) {
+  const int root = r < runs.moved.size() ? runs.moved[r] : -1;
+  return {root, "with " + assignment_text(runs.dim_names, runs.values[r], root) + " instead of the example's " +
+                    assignment_text(runs.dim_names, runs.values[0], root) + ", " + what};
+}
+
+/// Every capture records the ops of `base`, or the code takes another path at another size.
+inline void require_same_ops(const exported_program& base, const std::vector<const exported_program*>& others,
+                             const sym_runs& runs) {
+  for (std::size_t r = 1; r < runs.values.size(); ++r)
+    if (auto why = structure_difference(base, *others[r - 1]); !why.empty())
+      throw specialized_at(runs, r, why + ": the traced code takes a different path depending on the size");
+}
+
 /// Gives the base capture symbolic sizes and arguments from the captures at other sizes.
 /// `runs[r]` is the dims' values in capture r (0 = the example).
 inline void make_symbolic(exported_program& base, const std::vector<const exported_program*>& others,
@@ -309,38 +349,14 @@ inline void make_symbolic(exported_program& base, const std::vector<const export
   for (std::size_t r = 1; r < nruns; ++r)
     for (auto n : others[r - 1]->graph().nodes()) nodes[r].push_back(n);
 
-  // which dim a capture moved (for messages): capture j moved dim j-1 alone, the last all of them
-  auto moved = [&](std::size_t r) -> int { return r < runs.moved.size() ? runs.moved[r] : -1; };
-  auto differs = [&](std::size_t r, const std::string& what) {
-    const int root = moved(r);
-    throw dim_specialized{root, "with " + assignment_text(runs.dim_names, runs.values[r], root) +
-                                    " instead of the example's " + assignment_text(runs.dim_names, runs.values[0], root) +
-                                    ", " + what};
-  };
-
-  for (std::size_t r = 1; r < nruns; ++r)
-    if (nodes[r].size() != nodes[0].size()) {
-      std::size_t i = 0;
-      while (i < nodes[r].size() && i < nodes[0].size() && nodes[r][i].kind() == nodes[0][i].kind() &&
-             (!nodes[0][i].is_call() || nodes[r][i].op_ptr() == nodes[0][i].op_ptr()))
-        ++i;
-      differs(r, "the traced code records " + std::to_string(nodes[r].size()) + " nodes instead of " +
-                     std::to_string(nodes[0].size()) +
-                     (i < nodes[0].size() ? ", from node " + node_text(nodes[0][i]) + " on" : std::string()) +
-                     ": it takes a different path depending on the size");
-    }
+  auto differs = [&](std::size_t r, const std::string& what) { throw specialized_at(runs, r, what); };
+  require_same_ops(base, others, runs);
 
   std::size_t leaf = 0;
   const auto& specs = base.signature().input_specs;
   std::size_t ph = 0;
   for (std::size_t i = 0; i < nodes[0].size(); ++i) {
     const node n = nodes[0][i];
-    for (std::size_t r = 1; r < nruns; ++r) {
-      const node m = nodes[r][i];
-      if (m.kind() != n.kind() || (n.is_call() && m.op_ptr() != n.op_ptr()))
-        differs(r, "node " + std::to_string(i) + " is " + node_text(m) + " instead of " + node_text(n) +
-                       ": the traced code takes a different path depending on the size");
-    }
     if (n.is_placeholder()) {
       const auto& spec = specs.at(ph++);
       if (spec.kind != input_kind::user_input) continue;
@@ -461,30 +477,6 @@ inline void make_symbolic(exported_program& base, const std::vector<const export
   }
 }
 
-
-/// The first difference between the ops two captures record ("" when they record the same).
-/// With `layout_only`, ops that only change memory layout (`contiguous`, `clone`) are skipped
-/// on both sides: `contiguous()` records nothing on a tensor that already is, which size-1 dims
-/// make more tensors be, and the program with the copy is still right there.
-inline std::string structure_difference(const exported_program& base, const exported_program& probe,
-                                        bool layout_only = false) {
-  auto keep = [&](const node& n) {
-    if (!layout_only || !n.is_call()) return true;
-    const auto& name = n.op().name;
-    return name != "aten::contiguous" && name != "aten::clone";
-  };
-  std::vector<node> a, b;
-  for (auto n : base.graph().nodes())
-    if (keep(n)) a.push_back(n);
-  for (auto n : probe.graph().nodes())
-    if (keep(n)) b.push_back(n);
-  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i)
-    if (a[i].kind() != b[i].kind() || (a[i].is_call() && a[i].op_ptr() != b[i].op_ptr()))
-      return "node " + node_text(b[i]) + " is recorded instead of " + node_text(a[i]);
-  if (a.size() != b.size())
-    return "the traced code records " + std::to_string(b.size()) + " nodes instead of " + std::to_string(a.size());
-  return {};
-}
 
 /// Values for the captures of a program with dims `symbols` (ranges [mins, maxs]): the hints,
 /// each dim moved alone, then all moved (to a second other value where the range allows).
