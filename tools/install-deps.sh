@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# Installs what xport needs to build, test and benchmark, from Debian 12's archive only.
-# Run as root (or through sudo). Idempotent: installed packages are left as they are.
+# Installs what xport needs to build, test and benchmark: Debian's packages (Debian 12 or 13)
+# and PyTorch 2.13.0 (CPU) with pip, whose wheel is both the primary LibTorch (C++) and the
+# Python oracle (torch.export) of the interop tests. Run as root. Idempotent: what is already
+# installed is left as it is.
 set -euo pipefail
 packages=(
-  cmake ninja-build g++ python3 ccache
-  libtorch-dev          # LibTorch 1.13 (CPU), find_package(Torch)
+  cmake ninja-build g++ ccache
+  libtorch-dev          # the second LibTorch build (1.13 on Debian 12, 2.6 on Debian 13)
   doctest-dev           # tests
   libbenchmark-dev      # bench/
   nlohmann-json3-dev    # .pt2 archives (JSON)
-  python3-torch         # tools/check_pt2.py: reads our .pt2 archives from Python (torch 1.13)
 )
 # --fuzz: also clang 14 and its libFuzzer runtime (tools/fuzz.sh)
 if [[ "${1:-}" == "--fuzz" ]]; then packages+=(clang-14 libclang-rt-14-dev); fi
+command -v python3 >/dev/null || packages+=(python3 python3-pip)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -20,4 +22,12 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# torch 2.13.0, pinned: pip takes the CPU wheel that lies on the machine's disk (a looser range
+# would pull a CUDA build of several GB). A Debian-managed python3 needs --break-system-packages.
+torch_version=2.13.0
+if ! python3 -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$torch_version')" 2>/dev/null; then
+  pip=(python3 -m pip install --quiet --disable-pip-version-check "torch==$torch_version")
+  "${pip[@]}" 2>/dev/null || "${pip[@]}" --break-system-packages
 fi
