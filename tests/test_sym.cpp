@@ -324,6 +324,65 @@ TEST_CASE("sym: parse reads str() back") {
   CHECK(sym::parse("s0//2*2", of) == floordiv(s0, 2) * 2);
 }
 
+TEST_CASE("sym: parse reads sympy srepr, torch.export's expr_str, and bounds hostile text") {
+  const auto s77 = sym::symbol("s77", 8, {2, 64}), s3 = sym::symbol("s3", 5, {1, int_oo});
+  const auto of = [&](std::string_view n) -> std::optional<sym_int> {
+    if (n == "s77") return s77;
+    if (n == "s3") return s3;
+    return std::nullopt;
+  };
+  const std::string S = "Symbol('s77', positive=True, integer=True)";  // torch 2.13 writes positive= first
+  CHECK(sym::parse(S, of) == s77);
+  CHECK(sym::parse("Symbol(\"s77\", integer=True, positive=True)", of) == s77);
+  CHECK(sym::parse("Mul(Integer(2), " + S + ")", of) == 2 * s77);
+  CHECK(sym::parse("Add(FloorDiv(" + S + ", Integer(2)), Integer(1))", of) == sym::floordiv(s77, 2) + 1);
+  CHECK(sym::parse("Max(Integer(3), " + S + ")", of) == sym::max(s77, 3));
+  CHECK(sym::parse("Min(" + S + ", Symbol('s3', integer=True, positive=True), Integer(9))", of) == sym::min(sym::min(s77, s3), 9));
+  CHECK(sym::parse("Mod(" + S + ", Integer(4))", of) == sym::mod(s77, 4));
+  CHECK(sym::parse("PythonMod(" + S + ", Integer(4))", of) == sym::mod(s77, 4));
+  CHECK(sym::parse("CleanDiv(Mul(Integer(4), " + S + "), Integer(2))", of) == 2 * s77);
+  CHECK(sym::parse("CeilDiv(" + S + ", Integer(3))", of) == -sym::floordiv(-s77, 3));
+  CHECK(sym::parse("ModularIndexing(" + S + ", Integer(2), Integer(3))", of) == sym::mod(sym::floordiv(s77, 2), 3));
+  CHECK(sym::parse("Pow(" + S + ", Integer(2))", of) == s77 * s77);
+  CHECK(sym::parse("Add(Mul(Integer(-1), Integer(2), " + S + "), Integer(-4))", of) == -2 * s77 - 4);
+  CHECK(sym::parse("Identity(" + S + ")", of) == s77);
+  // what xport writes, sympy's srepr, reads back as the same expression
+  for (const sym_int& e : {s77, 2 * s77 + 1, 5 - s77, -2 * s3 - 4, 3 * s77 * s77, s77 * s3 + s3, sym::min(4, s77),
+                           sym::mod(s77, 2), sym::floordiv(s77 - 3, 2) + 1, sym::max(sym::floordiv(s77, s3), 2)}) {
+    CAPTURE(sym::srepr(e));
+    CHECK(sym::parse(sym::srepr(e), of) == e);
+  }
+  // hostile text: bounded nesting, exponents and expansion; offsets in the errors
+  const auto error_of = [&](const std::string& text) {
+    try {
+      (void)sym::parse(text, of);
+    } catch (const xport::graph_error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  std::string deep;
+  for (int i = 0; i < 10000; ++i) deep += "Add(";
+  CHECK(error_of(deep).find("[xport.sym.parse] expression nested deeper than 128 levels at offset") == 0);
+  CHECK(error_of(std::string(10000, '(') + "s77").find("nested deeper than 128 levels") != std::string::npos);
+  CHECK(error_of(std::string(100000, '-') + "s77").empty());  // signs are read in a loop, not recursively
+  CHECK(error_of("Pow(" + S + ", Integer(1000000000))").find("expected an integer exponent in [0, 8]") != std::string::npos);
+  const std::string S3 = "Symbol('s3', integer=True, positive=True)";
+  std::string sum = "Add(";  // 70 distinct atoms
+  for (int i = 2; i < 72; ++i) sum += "FloorDiv(" + S3 + ", Integer(" + std::to_string(i) + ")), ";
+  sum += "Integer(1))";
+  CHECK(error_of(sum).empty());
+  CHECK(error_of("Mul(" + sum + ", " + sum + ")").find("product too large to expand (more than 4096 terms)") != std::string::npos);
+  std::string huge = "Add(";
+  for (int i = 2; i < 5000; ++i) huge += "FloorDiv(" + S3 + ", Integer(" + std::to_string(i) + ")), ";
+  CHECK(error_of(huge + "Integer(1))").find("sum too large (more than 4096 terms)") != std::string::npos);
+  CHECK(error_of("Symbol('s9', integer=True)") == "[xport.sym.parse] unknown symbol 's9' at offset 0 in 'Symbol('s9', integer=True)'");
+  CHECK(error_of("Symbol('s77', integer=Maybe)").find("expected True or False at offset 22") != std::string::npos);
+  CHECK(error_of("Integer(x)").find("expected an integer at offset 8") != std::string::npos);
+  CHECK(error_of("Sin(" + S + ")").find("unknown function 'Sin' at offset 0") != std::string::npos);
+  CHECK(error_of(std::string(1000, 'x') + "$").find("...'") != std::string::npos);  // long text is cut in the message
+}
+
 TEST_CASE("sym: errors name what went wrong") {
   symbols s;
   auto of = resolver(s);

@@ -968,15 +968,34 @@ struct linear_form {
 
 namespace detail {
 
-/// Recursive descent over the text str() prints (Python precedence).
+/// Recursive descent over the text str() prints (Python precedence) and over sympy's srepr
+/// (`Add(Mul(Integer(2), Symbol('s0', integer=True, positive=True)), Integer(1))`, as torch.export
+/// writes `expr_str`). The text comes from files: nesting is limited (no unbounded recursion),
+/// exponents are small, and every error names the offset.
 struct sym_parser {
   std::string_view text;
   const std::function<std::optional<sym_int>(std::string_view)>& symbol_of;
   std::size_t pos = 0;
+  int depth = 0;
+
+  static constexpr int max_depth = 128;
+  static constexpr std::int64_t max_power = 8;
+  static constexpr std::size_t max_terms = 4096;  // a product may not expand past this
 
   [[noreturn]] void fail(const std::string& what, std::size_t at) const {
-    throw graph_error("xport.sym.parse", what + " at offset " + std::to_string(at) + " in '" + std::string(text) + "'");
+    const bool cut = text.size() > 240;
+    throw graph_error("xport.sym.parse", what + " at offset " + std::to_string(at) + " in '" +
+                                             std::string(text.substr(0, 240)) + (cut ? "...'" : "'"));
   }
+  struct nest {  // one level of nesting, refused past max_depth
+    sym_parser& p;
+    explicit nest(sym_parser& q) : p(q) {
+      if (++p.depth > max_depth) p.fail("expression nested deeper than " + std::to_string(max_depth) + " levels", p.pos);
+    }
+    ~nest() { --p.depth; }
+    nest(const nest&) = delete;
+    nest& operator=(const nest&) = delete;
+  };
   void skip() {
     while (pos < text.size() && (text[pos] == ' ' || text[pos] == '\t' || text[pos] == '\n')) ++pos;
   }
@@ -989,11 +1008,16 @@ struct sym_parser {
   void expect(std::string_view tok) {
     if (!eat(tok)) fail("expected '" + std::string(tok) + "'", pos);
   }
+  static bool ident_char(char ch) {
+    return ch == '_' || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
+  }
   sym_int expr() {
+    nest n(*this);
     sym_int r = term();
     for (;;) {
-      if (eat("+")) r = sym::add(r, term());
-      else if (eat("-")) r = sym::sub(r, term());
+      const std::size_t at = pos;
+      if (eat("+")) r = sized(sym::add(r, term()), at);
+      else if (eat("-")) r = sized(sym::sub(r, term()), at);
       else return r;
     }
   }
@@ -1001,25 +1025,130 @@ struct sym_parser {
     sym_int r = unary();
     for (;;) {
       skip();
-      if (eat("*")) r = sym::mul(r, unary());
+      const std::size_t at = pos;
+      if (eat("*")) r = times(r, unary(), at);
       else if (eat("//")) r = sym::floordiv(r, unary());
       else if (eat("%")) r = sym::mod(r, unary());
       else return r;
     }
   }
   sym_int unary() {
-    if (eat("-")) return sym::sub(0, unary());
-    if (eat("+")) return unary();
-    return power();
+    bool negative = false;
+    for (;;) {
+      if (eat("-")) negative = !negative;
+      else if (!eat("+")) break;
+    }
+    sym_int r = power();
+    return negative ? sym::sub(0, r) : r;
+  }
+  static std::size_t terms_of(const sym_int& e) {
+    if (e.is_constant()) return 1;
+    const auto& n = node_of(e);
+    return n.kind == sym_kind::poly ? n.terms.size() + 1 : 1;
+  }
+  sym_int sized(sym_int e, std::size_t at) const {
+    if (terms_of(e) > max_terms) fail("sum too large (more than " + std::to_string(max_terms) + " terms)", at);
+    return e;
+  }
+  sym_int times(const sym_int& a, const sym_int& b, std::size_t at) {
+    if (terms_of(a) * terms_of(b) > max_terms)
+      fail("product too large to expand (more than " + std::to_string(max_terms) + " terms)", at);
+    return sym::mul(a, b);
+  }
+  sym_int pow(const sym_int& base, const sym_int& e, std::size_t at) {
+    if (!e.is_constant() || e.hint() < 0 || e.hint() > max_power)
+      fail("expected an integer exponent in [0, " + std::to_string(max_power) + "]", at);
+    sym_int r = 1;
+    for (std::int64_t i = 0; i < e.hint(); ++i) r = times(r, base, at);
+    return r;
   }
   sym_int power() {
     sym_int base = primary();
     if (!eat("**")) return base;
+    nest n(*this);
     std::size_t at = pos;
-    sym_int e = unary();
-    if (!e.is_constant() || e.hint() < 0) fail("expected a non-negative integer exponent", at);
-    sym_int r = 1;
-    for (std::int64_t i = 0; i < e.hint(); ++i) r = sym::mul(r, base);
+    return pow(base, unary(), at);
+  }
+  std::int64_t integer_literal() {
+    skip();
+    const std::size_t at = pos;
+    const bool negative = pos < text.size() && text[pos] == '-';
+    if (negative) ++pos;
+    if (pos == text.size() || text[pos] < '0' || text[pos] > '9') fail("expected an integer", at);
+    std::int64_t v = 0;
+    while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9')
+      if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, text[pos++] - '0', &v))
+        fail("integer literal out of range", at);
+    return negative ? -v : v;
+  }
+  // srepr's `Symbol('s0', integer=True, positive=True)`: the name, then assumptions (ignored:
+  // every size symbol is an integer)
+  sym_int symbol_call(std::size_t at) {
+    skip();
+    const char q = pos < text.size() ? text[pos] : '\0';
+    if (q != '\'' && q != '"') fail("expected a quoted symbol name", pos);
+    const std::size_t begin = ++pos;
+    while (pos < text.size() && ident_char(text[pos])) ++pos;
+    if (pos == text.size() || text[pos] != q) fail("expected a symbol name (an identifier)", begin);
+    const std::string_view name = text.substr(begin, pos - begin);
+    ++pos;
+    while (eat(",")) {
+      skip();
+      const std::size_t k = pos;
+      while (pos < text.size() && ident_char(text[pos])) ++pos;
+      if (k == pos) fail("expected an assumption (name=True)", k);
+      expect("=");
+      if (!eat("True") && !eat("False")) fail("expected True or False", pos);
+    }
+    expect(")");
+    if (name.empty() || (name[0] >= '0' && name[0] <= '9')) fail("symbol name '" + std::string(name) + "' is not an identifier", begin);
+    auto s = symbol_of(name);
+    if (!s) fail("unknown symbol '" + std::string(name) + "'", at);
+    return *s;
+  }
+  // `Name(` has been read: the function's arguments and its value
+  sym_int call(std::string_view name, std::size_t at) {
+    if (name == "Integer") {
+      const auto v = integer_literal();
+      expect(")");
+      return v;
+    }
+    if (name == "Symbol") return symbol_call(at);
+    enum class fn { add, mul, pow, floordiv, mod, min, max, ceildiv, modular_indexing, identity };
+    static constexpr std::pair<std::string_view, fn> table[] = {
+        {"Add", fn::add},           {"Mul", fn::mul},       {"Pow", fn::pow},          {"FloorDiv", fn::floordiv},
+        {"CleanDiv", fn::floordiv}, {"Mod", fn::mod},       {"PythonMod", fn::mod},    {"Min", fn::min},
+        {"Max", fn::max},           {"CeilDiv", fn::ceildiv}, {"ModularIndexing", fn::modular_indexing},
+        {"Identity", fn::identity}};
+    const std::pair<std::string_view, fn>* f = nullptr;
+    for (const auto& e : table)
+      if (e.first == name) f = &e;
+    if (!f) fail("unknown function '" + std::string(name) + "'", at);
+    std::vector<sym_int> args{expr()};
+    while (eat(",")) args.push_back(expr());
+    expect(")");
+    const std::size_t want = f->second == fn::identity ? 1 : f->second == fn::modular_indexing ? 3
+                             : (f->second == fn::add || f->second == fn::mul || f->second == fn::min || f->second == fn::max) ? 0
+                                                                                                                            : 2;
+    if (want ? args.size() != want : args.empty()) fail("wrong number of arguments to " + std::string(name), at);
+    sym_int r = args[0];
+    switch (f->second) {
+      case fn::identity: return r;
+      case fn::pow: return pow(args[0], args[1], at);
+      case fn::floordiv: return sym::floordiv(args[0], args[1]);
+      case fn::mod: return sym::mod(args[0], args[1]);
+      case fn::ceildiv: return sym::sub(0, sym::floordiv(sym::sub(0, args[0]), args[1]));
+      case fn::modular_indexing: return sym::mod(sym::floordiv(args[0], args[1]), args[2]);
+      default: break;
+    }
+    for (std::size_t i = 1; i < args.size(); ++i) {
+      switch (f->second) {
+        case fn::add: r = sized(sym::add(r, args[i]), at); break;
+        case fn::mul: r = times(r, args[i], at); break;
+        case fn::min: r = sym::min(r, args[i]); break;
+        default: r = sym::max(r, args[i]); break;
+      }
+    }
     return r;
   }
   sym_int primary() {
@@ -1033,31 +1162,14 @@ struct sym_parser {
       expect(")");
       return r;
     }
-    if (c >= '0' && c <= '9') {
-      std::int64_t v = 0;
-      while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9')
-        if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, text[pos++] - '0', &v))
-          fail("integer literal out of range", at);
-      return v;
-    }
-    auto ident = [](char ch) { return ch == '_' || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9'); };
-    if (!ident(c)) fail(std::string("unexpected character '") + c + "'", at);
-    while (pos < text.size() && ident(text[pos])) ++pos;
+    if (c >= '0' && c <= '9') return integer_literal();
+    if (!ident_char(c)) fail(std::string("unexpected character '") + c + "'", at);
+    while (pos < text.size() && ident_char(text[pos])) ++pos;
     std::string_view name = text.substr(at, pos - at);
     skip();
     if (pos < text.size() && text[pos] == '(') {
       ++pos;
-      std::vector<sym_int> args{expr()};
-      while (eat(",")) args.push_back(expr());
-      expect(")");
-      bool binary = name == "Mod" || name == "FloorDiv";
-      if (!binary && name != "Min" && name != "Max") fail("unknown function '" + std::string(name) + "'", at);
-      if (binary ? args.size() != 2 : args.empty()) fail("wrong number of arguments to " + std::string(name), at);
-      if (name == "Mod") return sym::mod(args[0], args[1]);
-      if (name == "FloorDiv") return sym::floordiv(args[0], args[1]);
-      sym_int r = args[0];
-      for (std::size_t i = 1; i < args.size(); ++i) r = name == "Min" ? sym::min(r, args[i]) : sym::max(r, args[i]);
-      return r;
+      return call(name, at);
     }
     auto s = symbol_of(name);
     if (!s) fail("unknown symbol '" + std::string(name) + "'", at);
@@ -1069,8 +1181,12 @@ struct sym_parser {
 
 namespace sym {
 
-/// Parses what str() prints back (`2*s0 + 1`, `((s0 - 3)//2)`, `Min(4, s0)`, `Mod(s0, 2)`);
-/// symbols resolve through `symbol_of`. Bad text throws graph_error naming the offset.
+/// Parses what str() prints back (`2*s0 + 1`, `((s0 - 3)//2)`, `Min(4, s0)`, `Mod(s0, 2)`) and what
+/// srepr() prints (torch.export's `expr_str`: `Add(FloorDiv(Symbol('s0', ...), Integer(2)),
+/// Integer(1))`, with sympy's and torch's integer functions: Add, Mul, Pow, FloorDiv, CleanDiv,
+/// Mod, PythonMod, CeilDiv, ModularIndexing, Min, Max, Identity); symbols resolve through
+/// `symbol_of`. Bad text throws graph_error naming the offset; nesting deeper than 128 levels
+/// is refused.
 [[nodiscard]] inline sym_int parse(std::string_view text,
                                    const std::function<std::optional<sym_int>(std::string_view)>& symbol_of) {
   detail::sym_parser p{text, symbol_of};
