@@ -173,7 +173,7 @@ TEST_CASE("serde: the archive follows torch's PT2 layout and schema") {
   CHECK(names.count("data/weights/weight_0"));
   const auto j = model_json(bytes);
   CHECK(j["schema_version"]["major"] == 8);
-  CHECK(j["schema_version"]["minor"] == 17);
+  CHECK(j["schema_version"]["minor"] == 20);
   CHECK(j["verifiers"] == json::array({"TRAINING"}));
   const auto& node = j["graph_module"]["graph"]["nodes"][0];
   CHECK(node["target"] == "torch.ops.aten.t.default");
@@ -318,7 +318,7 @@ TEST_CASE("serde: hostile records give load_errors naming the record and the pro
     check_bad(rewrite(bytes, "archive_version", "7"), "[xport.load.version] archive version '7' is not");
     auto k = j;
     k["schema_version"]["major"] = 9;
-    check_bad(with_model(bytes, k), "models/model.json: schema_version: schema version 9.17 is not readable by this xport, "
+    check_bad(with_model(bytes, k), "models/model.json: schema_version: schema version 9.20 is not readable by this xport, "
                                      "which reads major version 8");
     k = j;
     k["schema_version"]["minor"] = 99;  // a newer minor version loads
@@ -382,16 +382,12 @@ TEST_CASE("serde: hostile records give load_errors naming the record and the pro
   }
   SUBCASE("a program that does not verify") {
     auto k = j;
-    auto& specs = k["graph_module"]["signature"]["output_specs"];
-    specs.push_back(specs[0]);
+    auto& specs = k["graph_module"]["signature"]["input_specs"];
+    std::swap(specs[0], specs[1]);
     check_bad(with_model(bytes, k), "[xport.load.invalid_program] models/model.json: the program does not verify");
   }
 }
 
-// Archives for tools/check_pt2.py (ctest `pt2_python_check`, Debian's python3 + torch 1.13):
-// each <name>.pt2 with <name>.state.pt, a torch::jit::pickle_save'd Dict[str, Tensor] of every
-// weight and constant, which the checker compares with the tensors it rebuilds from the archive.
-// Written under $XPORT_TEST_OUT (set by ctest), or the temp directory.
 TEST_CASE("serde: symbolic sizes, ranges and size nodes of hostile files give load_errors") {
   auto f = [](const at::Tensor& x) { return x.view({x.size(0), -1}) * 2; };
   const auto p = export_program(f, std::tuple{at::randn({3, 2, 2})}, {.dynamic_shapes = {{"x", {{0, Dim("b", 1, 64)}}}}});
@@ -425,42 +421,196 @@ TEST_CASE("serde: symbolic sizes, ranges and size nodes of hostile files give lo
   check_bad(edit([](json& j) { j["graph_module"]["metadata"]["xport.dim_names"] = "{\"s0\": 5}"; }), "expected a string");
 }
 
-TEST_CASE("serde: archives for the Python checker") {
-  const char* out = std::getenv("XPORT_TEST_OUT");
-  const auto dir = (out ? std::filesystem::path(out) : std::filesystem::temp_directory_path() / "xport_test_out") / "pt2";
-  std::filesystem::create_directories(dir);
-  const auto put = [&](const std::string& name, const exported_program& p, bool inputs = false) {
-    save_options o;
-    o.example_inputs = inputs;
-    save(p, (dir / (name + ".pt2")).string(), o);
-    c10::impl::GenericDict state(c10::StringType::get(), c10::TensorType::get());
-    for (const auto& [k, t] : p.state_dict()) state.insert(k, t.detach());
-    for (const auto& [k, t] : p.constants()) state.insert(k, t.detach());
-    const auto bytes = torch::jit::pickle_save(state);
-    std::ofstream(dir / (name + ".state.pt"), std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+// ---- torch.export 2.13's forms (tests/test_interop.cpp runs torch itself on them) ---------------
+
+TEST_CASE("serde: torch's forms of floats, constant inputs, example inputs and module stacks") {
+  SUBCASE("-inf and NaN are the strings torch writes, and load back") {
+    auto fn = [](const at::Tensor& x) {
+      auto y = x.masked_fill(x > 0, -std::numeric_limits<double>::infinity());
+      return y.nan_to_num(std::numeric_limits<double>::quiet_NaN(), 1.0, -1.0);
+    };
+    auto p = export_program(fn, std::tuple{at::randn({6})});
+    const auto bytes = save_to_string(p);
+    const auto text = model_json(bytes).dump();
+    CHECK(text.find("\"as_float\":\"-Infinity\"") != std::string::npos);
+    CHECK(text.find("\"as_float\":\"NaN\"") != std::string::npos);
+    check_round_trip(p, {at::randn({6})});
+  }
+  SUBCASE("a specialized constant has a placeholder and a constant_input spec, as torch writes them") {
+    auto fn = [](const at::Tensor& x, std::int64_t k, const std::map<std::string, double>& d) { return x * k + d.at("s"); };
+    auto p = export_program(fn, std::tuple{at::randn({3}), std::int64_t{2}, std::map<std::string, double>{{"s", 0.5}}},
+                            {.input_names = {"x", "k", "d"}});
+    CHECK(to_string(p).find("def forward(self, x: \"f32[3]\", k, d_s):") != std::string::npos);
+    CHECK(p.signature().user_inputs() == std::vector<std::string>{"x", "k", "d_s"});
+    const auto j = model_json(save_to_string(p));
+    const auto& g = j["graph_module"]["graph"];
+    CHECK(g["inputs"][1] == json{{"as_int", 2}});
+    CHECK(g["inputs"][2] == json{{"as_float", 0.5}});
+    CHECK(j["graph_module"]["signature"]["input_specs"][1] == json{{"constant_input", {{"name", "k"}, {"value", {{"as_int", 2}}}}}});
+    const auto& call = j["graph_module"]["module_call_graph"][0]["signature"];
+    CHECK(call["forward_arg_names"] == json::array({"x", "k", "d"}));
+    CHECK(call["inputs"] == json::array());
+    check_round_trip(p, {at::randn({3})});
+    // xport::run takes the tensors; callable<Sig> takes the constants too and checks them
+    auto q = reload(p);
+    callable<at::Tensor(at::Tensor, std::int64_t, std::map<std::string, double>)> f(q);
+    const auto x = at::randn({3});
+    CHECK(at::equal(f(x, 2, {{"s", 0.5}}), run(q, {x})[0]));
+    XPORT_CHECK_THROWS_MSG(f(x, 3, {{"s", 0.5}}), guard_error, "[xport.guard.structure] the inputs have structure (*, 3, {'s': 0.5})");
+    // a constant input whose graph value and spec disagree, or that the graph reads
+    auto k = j;
+    k["graph_module"]["graph"]["inputs"][1] = {{"as_int", 7}};
+    check_bad(with_model(save_to_string(p), k), "graph_module.graph.inputs[1]: the graph input's value differs from constant input 'k'");
+    k = j;
+    k["graph_module"]["graph"]["nodes"][0]["inputs"][1]["arg"] = {{"as_tensor", {{"name", "k"}}}};
+    check_bad(with_model(save_to_string(p), k), "'k' names no value in the graph");
+  }
+  SUBCASE("data/sample_inputs is always there: empty without example inputs, (args, kwargs) nested with them") {
+    auto fn = [](const std::vector<at::Tensor>& xs, std::int64_t k) { return xs[0] * k + xs[1]; };
+    auto p = export_program(fn, std::tuple{std::vector<at::Tensor>{at::randn({2}), at::randn({2})}, std::int64_t{3}});
+    const auto plain = save_to_string(p);
+    bool empty_record = false;
+    for (const auto& [rec, data] : records_of(plain)) empty_record = empty_record || (rec == "data/sample_inputs/model.pt" && data.empty());
+    CHECK(empty_record);
+    load_options lo;
+    lo.example_inputs = true;
+    CHECK_FALSE(load_from_memory(plain.data(), plain.size(), lo).example_inputs().has_value());
+    save_options so;
+    so.example_inputs = true;
+    const auto with = save_to_string(p, so);
+    std::string record;
+    for (const auto& [rec, data] : records_of(with))
+      if (rec == "data/sample_inputs/model.pt") record = data;
+    const auto v = torch::jit::pickle_load(std::vector<char>(record.begin(), record.end()));
+    const auto& args = v.toTupleRef().elements()[0].toTupleRef().elements();
+    REQUIRE(args.size() == 2);  // ([x0, x1], 3)
+    CHECK(args[0].toListRef().size() == 2);
+    CHECK(args[1].toInt() == 3);
+    const auto q = load_from_memory(with.data(), with.size(), lo);
+    REQUIRE(q.example_inputs().has_value());
+    CHECK(at::equal(q.example_inputs()->at(1), p.example_inputs()->at(1)));
+  }
+  SUBCASE("nn_module_stack has every ancestor with its C++ type; the innermost path is read back") {
+    torch::manual_seed(0);
+    m::MLP mlp;
+    auto p = export_program(mlp, std::tuple{at::randn({2, 16})});
+    REQUIRE(p.module_types().size() >= 3);
+    CHECK(p.module_types()[0] == std::pair<std::string, std::string>{"", "xport_models::MLPImpl"});
+    const auto j = model_json(save_to_string(p));
+    const auto& node = j["graph_module"]["graph"]["nodes"][0];
+    CHECK(node["metadata"]["nn_module_stack"] ==
+          "L__self__,,xport_models::MLPImpl;L__self__layers,layers,torch::nn::SequentialImpl;"
+          "L__self__layers.0,layers.0,torch::nn::LinearImpl");
+    CHECK(j["graph_module"]["module_call_graph"][1] == json{{"fqn", "layers"}, {"signature", nullptr}});
+    const auto first_call = [](const exported_program& e) {
+      for (auto n : e.graph().nodes())
+        if (n.is_call()) return n;
+      return xport::node();
+    };
+    const auto q = reload(p);
+    CHECK(first_call(q).module_path() == "layers.0");
+    // the module call graph keeps every FQN; the file has the types of the modules in some stack
+    REQUIRE(q.module_types().size() == p.module_types().size());
+    for (std::size_t i = 0; i < p.module_types().size(); ++i) {
+      CHECK(q.module_types()[i].first == p.module_types()[i].first);
+      if (!q.module_types()[i].second.empty()) CHECK(q.module_types()[i].second == p.module_types()[i].second);
+    }
+    CHECK(q.module_types()[2] == std::pair<std::string, std::string>{"layers.0", "torch::nn::LinearImpl"});
+    // xport's form before 8.20 (`path,path,`) still reads
+    auto k = j;
+    k["graph_module"]["graph"]["nodes"][0]["metadata"]["nn_module_stack"] = "layers.2,layers.2,";
+    const auto old = with_model(save_to_string(p), k);
+    CHECK(first_call(load_from_memory(old.data(), old.size())).module_path() == "layers.2");
+  }
+}
+
+TEST_CASE("serde: size arguments of any form are written as torch's size nodes and read back") {
+  // a product of dims: _operator.mul over sym_size.int nodes (floor division, modulo, min and max
+  // are written as torch writes them too: test_interop saves torch's own programs with them again)
+  auto f = [](const at::Tensor& x) { return std::tuple{x.reshape({x.size(0) * x.size(1)}), x.sum(1) * x.size(0)}; };
+  const auto p = export_program(f, std::tuple{at::randn({5, 3})},
+                                {.dynamic_shapes = {{"x", {{0, Dim("a", 3, 64)}, {1, Dim("b", 2, 64)}}}}});
+  const auto bytes = save_to_string(p);
+  std::set<std::string> targets;
+  const auto j = model_json(bytes);
+  for (const auto& n : j["graph_module"]["graph"]["nodes"]) targets.insert(n["target"].get<std::string>());
+  CHECK(targets.count("torch.ops.aten.sym_size.int"));
+  CHECK(targets.count("_operator.mul"));
+  const auto q = load_from_memory(bytes.data(), bytes.size());
+  CHECK(to_string(q) == to_string(p));
+  const auto x = at::randn({7, 5});
+  const auto got = run(q, {x});
+  CHECK(at::equal(got[0], x.reshape({35})));
+  CHECK(at::allclose(got[1], x.sum(1) * 7));
+}
+
+TEST_CASE("serde: archives of xport before schema 8.20 keep their structure in the metadata") {
+  // they wrote specialized constants as in_spec leaves without placeholders, and the exact
+  // structure as graph_module.metadata["xport.in_spec"]
+  auto p = export_program([](const at::Tensor& x) { return x * 2; }, std::tuple{at::randn({3})});
+  auto j = model_json(save_to_string(p));
+  j["graph_module"]["metadata"]["xport.in_spec"] =
+      R"({"kind": "tuple", "children": [{"kind": "leaf"}, {"kind": "constant", "value": {"as_int": 2}}]})";
+  j["graph_module"]["metadata"]["xport.out_spec"] = R"({"kind": "leaf"})";
+  auto& sig = j["graph_module"]["module_call_graph"][0]["signature"];
+  sig["in_spec"] = R"([1, {"type": "builtins.tuple", "context": "null", "children_spec": [{"type": "builtins.tuple", "context": "null", "children_spec": [{"type": null, "context": null, "children_spec": []}, {"type": null, "context": null, "children_spec": []}]}, {"type": "builtins.dict", "context": "[]", "children_spec": []}]}])";
+  const auto old = with_model(save_to_string(p), j);
+  const auto q = load_from_memory(old.data(), old.size());
+  REQUIRE(q.in_spec().has_value());
+  CHECK(q.in_spec()->str() == "(*, 2)");
+  CHECK(at::equal(run(q, {at::ones({3})})[0], at::full({3}, 2.0)));
+}
+
+TEST_CASE("serde: what xport cannot represent is a load_error naming the kind") {
+  auto fn = [](const at::Tensor& x) { return x.view({x.size(0), -1}) * 2; };
+  const auto p = export_program(fn, std::tuple{at::randn({3, 2, 2})}, {.dynamic_shapes = {{"x", {{0, Dim("b", 1, 64)}}}}});
+  const auto bytes = save_to_string(p);
+  const auto good = model_json(bytes);
+  const auto edit = [&](auto&& change) {
+    json j = good;
+    change(j);
+    return with_model(bytes, j);
   };
-  torch::manual_seed(0);
-  m::ResNet18 resnet;
-  resnet->eval();
-  auto r = export_program(resnet, std::tuple{at::randn({1, 3, 32, 32})});
-  put("resnet18", r);
-  put("resnet18_core_aten", run_decompositions(r));
-  auto rd = export_program(resnet, std::tuple{at::randn({2, 3, 32, 32})},
-                           {.dynamic_shapes = {{"x", {{0, Dim("batch", 1, 256)}, {2, Dim("h", 32, 512)}}}}});
-  put("resnet18_dynamic", rd);
-  m::Encoder enc;  // sizes the code computes with size(): sym_size.int and _operator nodes
-  enc->eval();
-  put("encoder_dynamic", export_program(enc, std::tuple{at::randn({5, 2, 32})},
-                                        {.dynamic_shapes = {{"x", {{0, Dim("seq", 1, 64)}, {1, Dim("batch", 1, 64)}}}}}));
-  m::LeNet lenet;
-  const auto x = at::randn({1, 1, 28, 28});
-  auto l = export_program(lenet, std::tuple{x});
-  l.set_example_inputs(std::vector<at::Tensor>{x});
-  put("lenet_train", l, true);
-  put("lstm", export_program(m::LSTMNet(), std::tuple{at::randn({2, 5, 8})}));
-  const auto c = at::randn({3});
-  put("structured", export_program([&](const std::map<std::string, at::Tensor>& d, std::int64_t k) {
-    return std::tuple{d.at("a") * k + c, std::vector<at::Tensor>{d.at("b").sum()}};
-  }, std::tuple{std::map<std::string, at::Tensor>{{"a", at::randn({3})}, {"b", at::randn({2})}}, std::int64_t{2}}));
-  CHECK(std::filesystem::exists(dir / "resnet18.pt2"));
+  const auto node_of = [](json& j, const std::string& target) -> json& {  // by target prefix
+    for (auto& n : j["graph_module"]["graph"]["nodes"])
+      if (n["target"].get<std::string>().rfind(target, 0) == 0) return n;
+    throw std::runtime_error("no " + target);
+  };
+  const auto arg = [&](const json& a) {
+    return edit([&](json& j) { node_of(j, "torch.ops.aten.mul.")["inputs"][1]["arg"] = a; });
+  };
+  check_bad(arg({{"as_complex", {{"real", 1.0}, {"imag", 2.0}}}}), "argument kind 'as_complex' (a complex number) is not supported by xport");
+  check_bad(arg({{"as_graph", {{"name", "true_graph_0"}}}}), "argument kind 'as_graph' (a subgraph of a higher-order operator");
+  check_bad(arg({{"as_operator", "torch.ops.aten.sin.default"}}), "argument kind 'as_operator'");
+  check_bad(arg({{"as_string_to_argument", json::object()}}), "argument kind 'as_string_to_argument' (a dict of arguments)");
+  check_bad(arg({{"as_custom_obj", {{"name", "obj"}, {"class_fqn", "a.B"}}}}), "argument kind 'as_custom_obj' (a custom object");
+  check_bad(arg({{"as_token", {{"name", "t"}}}}), "argument kind 'as_token'");
+  check_bad(arg({{"as_int_lists", json::array({json::array({1, 2})})}}), "[xport.schema.arg_type]");  // read, but mul takes no int[][]
+  check_bad(edit([&](json& j) { node_of(j, "torch.ops.aten.mul.")["target"] = "torch.ops.higher_order.cond"; }),
+            "higher-order operator 'torch.ops.higher_order.cond' (torch.cond, with its subgraphs as as_graph arguments)");
+  check_bad(edit([&](json& j) {
+              auto& n = node_of(j, "torch.ops.aten.sym_size.int");
+              n["target"] = "_operator.ge";
+              n["outputs"][0] = {{"as_sym_bool", {{"as_name", "ge"}}}};
+            }),
+            "operator '_operator.ge' computes a SymBool, which xport does not represent");
+  check_bad(edit([&](json& j) { node_of(j, "torch.ops.aten.sym_size.int")["target"] = "_operator.lshift"; }),
+            "operator '_operator.lshift' on sizes is not supported by xport");
+  check_bad(edit([](json& j) {
+              j["graph_module"]["module_call_graph"][0]["signature"]["in_spec"] =
+                  R"([1, {"type": "collections.namedtuple", "context": "P", "children_spec": []}])";
+            }),
+            "pytree node type 'collections.namedtuple' is not supported by xport");
+  check_bad(edit([](json& j) { j["graph_module"]["module_call_graph"][0]["signature"]["in_spec"] = "[2, {}]"; }),
+            "pytree protocol 2 is not readable by xport");
+  // sym_bool_values are read: a graph value typed there is known
+  const auto b = edit([](json& j) { j["graph_module"]["graph"]["sym_bool_values"]["flag"] = {{"as_bool", true}}; });
+  CHECK(to_string(load_from_memory(b.data(), b.size())) == to_string(p));
+}
+
+TEST_CASE("serde: a weight that cannot require grad is a load_error (a user's file)") {
+  // a bool parameter marked requires_grad: LibTorch's requires_grad_ would throw a c10::Error
+  XPORT_CHECK_THROWS_MSG(load(std::string(XPORT_TEST_DIR) + "/data/load-requires-grad-int.pt2"), load_error,
+                         "[xport.load.schema] data/weights/model_weights_config.json: config.1.weight.tensor_meta.requires_grad: "
+                         "a Bool tensor cannot require grad (only floating-point and complex tensors can)");
 }

@@ -3291,7 +3291,10 @@ inline std::string_view placeholder_prefix(input_kind k) {
 }
 
 /// What a spec refers to: TensorArgument(name), SymIntArgument(name), ConstantArgument(name,
-/// value), CustomObjArgument(name, class_fqn), TokenArgument(name).
+/// value), CustomObjArgument(name, class_fqn), TokenArgument(name). A user input that is a
+/// ConstantArgument is a specialized constant (torch's `constant_input`): its placeholder has
+/// value_kind::none, nothing reads it, and it is no run-time input (xport::run takes the tensor
+/// inputs; callable<Sig> checks the constant).
 struct argument_spec {
   enum class kind : std::uint8_t { tensor, sym_int, sym_float, sym_bool, constant, custom_obj, token };
   kind type = kind::tensor;
@@ -3450,8 +3453,8 @@ XPORT_END_NAMESPACE
 // #include <xport/ir/program.hpp>
 // xport/ir/program.hpp: exported_program, what torch.export.export returns.
 // A graph, its signature, the state dict (parameters and persistent buffers), the constants
-// (lifted tensors and non-persistent buffers), range constraints of symbolic sizes, and
-// optionally the example inputs. Running lives in run/interpreter.hpp; checking in verify.hpp;
+// (lifted tensors and non-persistent buffers), range constraints of symbolic sizes, the call
+// structure and module types when exported from C++ values, and optionally the example inputs. Running lives in run/interpreter.hpp; checking in verify.hpp;
 // printing in print.hpp.
 
 #include <cstdint>    // std::int64_t
@@ -3472,7 +3475,9 @@ XPORT_END_NAMESPACE
 // #include <xport/ir/treespec.hpp>
 // xport/ir/treespec.hpp: the structure of a program's inputs and outputs (torch's TreeSpec).
 // Tensor leaves, constant leaves (specialized C++ scalars and strings), None, and tuple / list /
-// dict containers. Building specs from C++ values lives in trace/tree.hpp.
+// dict containers. A program's in_spec is the tuple of the forward's arguments, which may name
+// them (torch's forward_arg_names) and mark the last ones as keyword arguments (programs
+// written by torch with kwargs). Building specs from C++ values lives in trace/tree.hpp.
 
 #include <cstdint>  // std::uint8_t
 #include <string>   // std::string
@@ -3489,11 +3494,35 @@ struct treespec {
   enum class kind : std::uint8_t { leaf, constant, none, tuple, list, dict };
   kind type = kind::leaf;
   argument value;                 ///< a constant leaf's value
-  std::vector<std::string> keys;  ///< dict keys, in iteration order
+  /// Dict keys, in iteration order. At the top of an in_spec (a tuple of the arguments): the
+  /// arguments' names, one per child, or none when they are not known.
+  std::vector<std::string> keys;
   std::vector<treespec> children;
+  /// At the top of an in_spec: how many of the last children are keyword arguments.
+  std::size_t num_kwargs = 0;
 
   static treespec leaf() { return {}; }
-  static treespec constant(argument v) { return {kind::constant, std::move(v), {}, {}}; }
+  static treespec constant(argument v) { return {kind::constant, std::move(v), {}, {}, 0}; }
+  static treespec of(kind k, std::vector<treespec> children = {}, std::vector<std::string> keys = {}) {
+    return {k, {}, std::move(keys), std::move(children), 0};
+  }
+
+  /// Number of leaves, constant leaves included: a program has one placeholder per leaf.
+  [[nodiscard]] std::size_t num_all_leaves() const {
+    if (type == kind::leaf || type == kind::constant) return 1;
+    std::size_t n = 0;
+    for (const auto& c : children) n += c.num_all_leaves();
+    return n;
+  }
+
+  /// The same structure, argument names aside (what a call must match).
+  [[nodiscard]] bool same_structure(const treespec& o) const {
+    if (type != o.type || num_kwargs != o.num_kwargs || children.size() != o.children.size()) return false;
+    if (type == kind::dict ? keys != o.keys : !(value == o.value)) return false;
+    for (std::size_t i = 0; i < children.size(); ++i)
+      if (!children[i].same_structure(o.children[i])) return false;
+    return true;
+  }
 
   /// Number of tensor leaves.
   [[nodiscard]] std::size_t num_leaves() const {
@@ -3512,7 +3541,10 @@ struct treespec {
       case kind::tuple:
       case kind::list: {
         std::string s = type == kind::tuple ? "(" : "[";
-        for (std::size_t i = 0; i < children.size(); ++i) s += (i ? ", " : "") + children[i].str();
+        for (std::size_t i = 0; i < children.size(); ++i) {
+          const bool kwarg = i + num_kwargs >= children.size() && i < keys.size();
+          s += (i ? ", " : "") + (kwarg ? keys[i] + "=" : std::string()) + children[i].str();
+        }
         if (type == kind::tuple && children.size() == 1) s += ",";
         return s + (type == kind::tuple ? ")" : "]");
       }
@@ -3639,6 +3671,7 @@ class exported_program {
         example_inputs_(std::move(o.example_inputs_)),
         in_spec_(std::move(o.in_spec_)),
         out_spec_(std::move(o.out_spec_)),
+        module_types_(std::move(o.module_types_)),
         dialect_(o.dialect_) {}
   exported_program& operator=(exported_program&& o) noexcept {
     graph_ = std::move(o.graph_);
@@ -3649,6 +3682,7 @@ class exported_program {
     example_inputs_ = std::move(o.example_inputs_);
     in_spec_ = std::move(o.in_spec_);
     out_spec_ = std::move(o.out_spec_);
+    module_types_ = std::move(o.module_types_);
     dialect_ = o.dialect_;
     invalidate();
     return *this;
@@ -3662,6 +3696,7 @@ class exported_program {
     p.example_inputs_ = example_inputs_;
     p.in_spec_ = in_spec_;
     p.out_spec_ = out_spec_;
+    p.module_types_ = module_types_;
     return p;
   }
 
@@ -3706,6 +3741,16 @@ class exported_program {
     in_spec_ = std::move(in);
     out_spec_ = std::move(out);
   }
+
+  /// (FQN, type) of the exported module and its submodules, root ("") first, as
+  /// `named_modules()` lists them (`{"", "MLPImpl"}, {"fc1", "torch::nn::LinearImpl"}`): torch's
+  /// module call graph, and the types of a node's `nn_module_stack` in a .pt2. Empty when the
+  /// program was not exported from a module; loaded from a .pt2, the types are those its nodes'
+  /// module stacks name (empty for the others).
+  [[nodiscard]] const std::vector<std::pair<std::string, std::string>>& module_types() const noexcept {
+    return module_types_;
+  }
+  void set_module_types(std::vector<std::pair<std::string, std::string>> types) { module_types_ = std::move(types); }
 
   /// The example user inputs the program was captured with, if kept.
   [[nodiscard]] const std::optional<std::vector<at::Tensor>>& example_inputs() const noexcept {
@@ -3813,6 +3858,7 @@ class exported_program {
   std::optional<std::vector<at::Tensor>> example_inputs_;
   std::optional<treespec> in_spec_;
   std::optional<treespec> out_spec_;
+  std::vector<std::pair<std::string, std::string>> module_types_;
   ir_dialect dialect_ = ir_dialect::training;
   mutable std::shared_ptr<detail::run_cache> cache_;
   std::unique_ptr<std::mutex> cache_mu_ = std::make_unique<std::mutex>();
@@ -4361,6 +4407,12 @@ inline void verify(const exported_program& p, verify_options opts = {}) {
     if (spec.kind == input_kind::user_input) {
       user_seen = true;
       user_inputs.insert(name);
+      if (spec.arg.type == argument_spec::kind::constant &&
+          (phs[i].output(0).kind() != value_kind::none || phs[i].output(0).num_uses() != 0))
+        verify_fail("signature.constant_input",
+                    "constant input '" + name + "' must be a placeholder of kind none that nothing uses (the "
+                    "program is specialized to its value)",
+                    name);
       continue;
     }
     if (user_seen)
@@ -5874,7 +5926,8 @@ class input_guards {
     const auto phs = p.graph().placeholders();
     const auto& specs = p.signature().input_specs;
     for (std::size_t i = 0; i < phs.size() && i < specs.size(); ++i) {
-      if (specs[i].kind != input_kind::user_input) continue;
+      // a specialized constant input is no run-time input (callable<Sig> checks its value)
+      if (specs[i].kind != input_kind::user_input || specs[i].arg.type == argument_spec::kind::constant) continue;
       const auto v = phs[i].output(0);
       names_.push_back(v.name());
       metas_.push_back(v.kind() == value_kind::tensor ? v.meta() : tensor_meta{});
@@ -6132,9 +6185,10 @@ class interpreter {
  public:
   explicit interpreter(const exported_program& p) : guards_(p) { compile(p); }
 
-  /// Runs on the user inputs (in signature order); returns the user outputs. Buffer and input
-  /// mutations the program returns are written back (into the program's state, and into the
-  /// given input tensors) as eager would have done in place.
+  /// Runs on the user inputs (the tensor ones, in signature order: a specialized constant input
+  /// is no argument here, its value is the program's); returns the user outputs. Buffer and
+  /// input mutations the program returns are written back (into the program's state, and into
+  /// the given input tensors) as eager would have done in place.
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs, const run_options& opts = {}) const {
     const sym_env env = opts.check_inputs ? guards_.check_and_bind(inputs) : guards_.bind(inputs);
     std::optional<c10::InferenceMode> inference;
@@ -6198,7 +6252,9 @@ class interpreter {
       const auto r = static_cast<std::uint32_t>(reg.size());
       reg.emplace(phs[i].output(0).impl(), r);
       const auto& spec = sig.input_specs.at(i);
-      if (spec.kind == input_kind::user_input) {
+      if (spec.kind == input_kind::user_input && spec.arg.type == argument_spec::kind::constant) {
+        continue;  // a specialized constant: nothing reads its placeholder
+      } else if (spec.kind == input_kind::user_input) {
         user_slots_.push_back(r);
         user_names_.push_back(spec.arg.name);
       } else {
@@ -6307,7 +6363,7 @@ class interpreter {
         case output_kind::user_input_mutation: {
           int k = 0;
           for (const auto& s : sig.input_specs) {
-            if (s.kind != input_kind::user_input) continue;
+            if (s.kind != input_kind::user_input || s.arg.type == argument_spec::kind::constant) continue;
             if (s.arg.name == spec.target) break;
             ++k;
           }
@@ -6455,9 +6511,9 @@ XPORT_END_NAMESPACE
 // A program's inputs may be tensors, std::vector / std::array / std::tuple / std::pair of them,
 // std::map / c10::Dict from string keys, std::optional, and nested combinations; C++ scalars
 // (int64_t, int, double, float, bool) and strings are constants that export specializes, as
-// torch does. `flatten` lists the tensor leaves and records a treespec; `unflatten` rebuilds a
-// C++ value of the same type from a spec and leaves. Any other type is a compile-time error
-// naming it.
+// torch does (the program still has a placeholder for each, as torch's has). `flatten` lists the
+// tensor leaves and records a treespec; `unflatten` rebuilds a C++ value of the same type from a
+// spec and leaves. Any other type is a compile-time error naming it.
 
 #include <array>        // std::array
 #include <cstddef>      // std::size_t
@@ -6554,25 +6610,25 @@ treespec flatten_into(const T& x, F& on_tensor) {
   } else if constexpr (std::is_same_v<T, std::string>) {
     return treespec::constant(x);
   } else if constexpr (is_optional<T>::value) {
-    if (!x) return treespec{treespec::kind::none, {}, {}, {}};
+    if (!x) return treespec::of(treespec::kind::none);
     return flatten_into(*x, on_tensor);
   } else if constexpr (is_vector<T>::value || is_std_array<T>::value) {
-    treespec s{treespec::kind::list, {}, {}, {}};
+    treespec s = treespec::of(treespec::kind::list);
     for (const auto& e : x) s.children.push_back(flatten_into(e, on_tensor));
     return s;
   } else if constexpr (is_tuple_like<T>::value) {
-    treespec s{treespec::kind::tuple, {}, {}, {}};
+    treespec s = treespec::of(treespec::kind::tuple);
     std::apply([&](const auto&... es) { (s.children.push_back(flatten_into(es, on_tensor)), ...); }, x);
     return s;
   } else if constexpr (is_string_map<T>::value) {
-    treespec s{treespec::kind::dict, {}, {}, {}};
+    treespec s = treespec::of(treespec::kind::dict);
     for (const auto& [k, v] : x) {
       s.keys.push_back(k);
       s.children.push_back(flatten_into(v, on_tensor));
     }
     return s;
   } else if constexpr (is_c10_dict<T>::value) {
-    treespec s{treespec::kind::dict, {}, {}, {}};
+    treespec s = treespec::of(treespec::kind::dict);
     for (const auto& e : x) {
       s.keys.push_back(e.key());
       s.children.push_back(flatten_into(e.value(), on_tensor));
@@ -6685,14 +6741,18 @@ T unflatten_from(const treespec& s, It& it) {
 }
 
 /// `x_b_0`: a readable name for each tensor leaf under `prefix` (torch.export's pytree naming:
-/// keys lower-cased, non-alphanumerics as `_`).
-inline void leaf_names(const treespec& s, const std::string& prefix, std::vector<std::string>& out) {
+/// keys lower-cased, non-alphanumerics as `_`); for constant leaves too with `constants`.
+inline void leaf_names(const treespec& s, const std::string& prefix, std::vector<std::string>& out,
+                       bool constants = false) {
   switch (s.type) {
     case treespec::kind::leaf: out.push_back(prefix); return;
+    case treespec::kind::constant:
+      if (constants) out.push_back(prefix);
+      return;
     case treespec::kind::tuple:
     case treespec::kind::list:
       for (std::size_t i = 0; i < s.children.size(); ++i)
-        leaf_names(s.children[i], prefix + "_" + std::to_string(i), out);
+        leaf_names(s.children[i], prefix + "_" + std::to_string(i), out, constants);
       return;
     case treespec::kind::dict:
       for (std::size_t i = 0; i < s.children.size(); ++i) {
@@ -6701,7 +6761,7 @@ inline void leaf_names(const treespec& s, const std::string& prefix, std::vector
           const bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
           k += alnum ? static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c) : '_';
         }
-        leaf_names(s.children[i], prefix + "_" + k, out);
+        leaf_names(s.children[i], prefix + "_" + k, out, constants);
       }
       return;
     default: return;
@@ -8905,7 +8965,7 @@ inline std::string default_input_name(std::size_t i, std::size_t n) {
   return n == 1 ? std::string("x") : "args_" + std::to_string(i);
 }
 
-/// The input treespec (a tuple of the arguments), the example tensors and their names.
+/// The input treespec (a tuple of the arguments, named), the example tensors and their names.
 template <class... Args>
 treespec describe_inputs(const std::tuple<Args...>& args, const export_options& opts,
                          std::vector<at::Tensor>& examples, std::vector<std::string>& names) {
@@ -8914,20 +8974,50 @@ treespec describe_inputs(const std::tuple<Args...>& args, const export_options& 
     throw export_error("xport.export.input_names",
                        "export_options::input_names has " + std::to_string(opts.input_names.size()) +
                            " name(s) but the program takes " + std::to_string(n) + " argument(s)");
-  treespec in_spec{treespec::kind::tuple, {}, {}, {}};
+  treespec in_spec = treespec::of(treespec::kind::tuple);
   std::size_t k = 0;
   std::apply(
       [&](const auto&... a) {
         ((in_spec.children.push_back(flatten(a, examples)),
-          leaf_names(in_spec.children.back(), opts.input_names.empty() ? default_input_name(k, n) : opts.input_names[k],
-                     names),
-          ++k),
+          in_spec.keys.push_back(opts.input_names.empty() ? default_input_name(k, n) : opts.input_names[k]),
+          leaf_names(in_spec.children.back(), in_spec.keys.back(), names), ++k),
          ...);
       },
       args);
   for (const auto& t : examples)
     if (!t.defined()) throw export_error("xport.export.undefined_input", "an example input is an undefined tensor");
   return in_spec;
+}
+
+/// A specialized constant input: a placeholder, as torch.export makes one for every input, that
+/// the graph does not read (the calls were specialized to its value, which the spec keeps).
+inline void add_constant_input(capture& cap, const std::string& name, const argument& v) {
+  for (int k = 0;; ++k) {  // a taken name gets a suffix, as tensor inputs' do
+    const std::string n = k ? name + "_" + std::to_string(k) : name;
+    try {
+      (void)cap.builder().placeholder(input_spec{input_kind::user_input, argument_spec::constant_value(n, v), {}, {}},
+                                      value_type{value_kind::none, {}, {}});
+      return;
+    } catch (const graph_error&) {
+      if (k >= 64) throw;
+    }
+  }
+}
+
+/// One placeholder per leaf of the inputs, in torch.export's order: `tensor(i, name)` makes the
+/// i-th tensor input, constant leaves become constant inputs.
+template <class Tensor>
+void add_inputs(capture& cap, const treespec& in_spec, Tensor&& tensor) {
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < in_spec.children.size(); ++i) leaf_names(in_spec.children[i], in_spec.keys[i], names, true);
+  std::size_t leaf = 0, t = 0;
+  const auto visit = [&](const auto& self, const treespec& s) -> void {
+    if (s.type == treespec::kind::leaf) tensor(t++, names[leaf++]);
+    else if (s.type == treespec::kind::constant) add_constant_input(cap, names[leaf++], s.value);
+    else
+      for (const auto& c : s.children) self(self, c);
+  };
+  visit(visit, in_spec);
 }
 
 /// Finishes a capture: outputs (graph values of the result's leaves), build, call spec.
@@ -8950,11 +9040,10 @@ exported_program trace_strict(Call&& call, const std::tuple<Args...>& args, cons
   auto in_spec = describe_inputs(args, opts, examples, names);
   if (!examples.empty()) cap.set_fake_device(examples.front().device());
   cap.keep_value_meta();
+  std::vector<value> inputs;
+  add_inputs(cap, in_spec, [&](std::size_t i, const std::string& name) { inputs.push_back(cap.add_input_value(name, examples[i])); });
   std::size_t leaf = 0;
-  auto make = [&](const at::Tensor&) {
-    const auto i = leaf++;
-    return sym_tensor(cap.add_input_value(names[i], examples[i]), &cap);
-  };
+  auto make = [&](const at::Tensor&) { return sym_tensor(inputs[leaf++], &cap); };
   auto sym_args = std::apply([&](const auto&... a) { return std::tuple{to_sym(a, make)...}; }, args);
   auto result = std::apply(call, sym_args);
   std::vector<value> outs;
@@ -8976,11 +9065,10 @@ exported_program trace_non_strict(Call&& call, const std::tuple<Args...>& args, 
   auto in_spec = describe_inputs(args, opts, examples, names);
   if (!examples.empty()) cap.set_fake_device(examples.front().device());
   // the traced code gets meta tensors in the same structure
+  std::vector<at::Tensor> metas;
+  add_inputs(cap, in_spec, [&](std::size_t i, const std::string& name) { metas.push_back(cap.add_input(name, examples[i])); });
   std::size_t leaf = 0;
-  auto to_meta = [&](const at::Tensor&) {
-    const auto i = leaf++;
-    return cap.add_input(names[i], examples[i]);
-  };
+  auto to_meta = [&](const at::Tensor&) { return metas[leaf++]; };
   auto meta_args = std::apply([&](const auto&... a) { return std::tuple{map_tensors(a, to_meta)...}; }, args);
 
   auto result = [&] {
@@ -9253,8 +9341,12 @@ exported_program export_program(F&& f, const std::tuple<Args...>& args, const ex
       auto& m = detail::module_impl(f);
       for (const auto& item : m.named_parameters(true)) cap.add_state(input_kind::parameter, item.key(), item.value());
       for (const auto& item : m.named_buffers(true)) cap.add_state(input_kind::buffer, item.key(), item.value());
-      return detail::trace_non_strict([&](auto&&... a) { return m.forward(std::forward<decltype(a)>(a)...); },
-                                      args, opts, cap);
+      auto p = detail::trace_non_strict([&](auto&&... a) { return m.forward(std::forward<decltype(a)>(a)...); },
+                                        args, opts, cap);
+      std::vector<std::pair<std::string, std::string>> types{{"", m.name()}};
+      for (const auto& item : m.named_modules("", /*include_self=*/false)) types.emplace_back(item.key(), item.value()->name());
+      p.set_module_types(std::move(types));
+      return p;
     } else {
       return detail::trace_non_strict(f, args, opts, cap);
     }
@@ -9283,10 +9375,10 @@ class callable<R(Args...)> {
 
   R operator()(const Args&... args) const {
     std::vector<at::Tensor> leaves;
-    treespec got{treespec::kind::tuple, {}, {}, {}};
+    treespec got = treespec::of(treespec::kind::tuple);
     (got.children.push_back(flatten(args, leaves)), ...);
     const auto& want = *program_->in_spec();
-    if (!(got == want))
+    if (!got.same_structure(want))
       throw guard_error("xport.guard.structure",
                         "the inputs have structure " + got.str() + " but the program was exported with " +
                             want.str() + " (containers, None and specialized constants must match)");
@@ -11230,16 +11322,19 @@ class zip_index {
 XPORT_END_NAMESPACE
 // #include <xport/serde/json.hpp>
 // xport/serde/json.hpp: an exported_program as torch.export's JSON (torch/_export/serde/schema.py).
-// The schema version written is the one read from torch's sources, SCHEMA_VERSION = (8, 17);
-// a file of another major version is refused, other minor versions load. Unions are one-key
-// objects (`{"as_tensor": {"name": "x"}}`), enums are the schema's own numbers (ScalarType FLOAT
-// is 7, not c10's 6), optional fields that are None are left out.
+// The schema version written is torch 2.13's SCHEMA_VERSION = (8, 20); a file of another major
+// version is refused, every 8.x loads. Unions are one-key objects (`{"as_tensor": {"name":
+// "x"}}`), enums are the schema's own numbers (ScalarType FLOAT is 7, not c10's 6), optional
+// fields that are None are left out, non-finite floats are the strings "Infinity", "-Infinity"
+// and "NaN" (as torch writes them), symbolic sizes are sympy srepr text.
 //
 // Reading trusts nothing: every field is looked up with its type checked, and a wrong or
 // missing one is a load_error naming the JSON path (`graph_module.graph.nodes[3].inputs[1]`).
 
+#include <cmath>        // std::isfinite
 #include <cstdint>      // std::int64_t
 #include <functional>   // std::function
+#include <limits>       // std::numeric_limits
 #include <optional>     // std::optional
 #include <string>       // std::string
 #include <string_view>  // std::string_view
@@ -11262,9 +11357,9 @@ XPORT_END_NAMESPACE
 
 XPORT_BEGIN_NAMESPACE
 
-/// torch/_export/serde/schema.py SCHEMA_VERSION, as of the torch sources xport follows.
+/// torch/_export/serde/schema.py SCHEMA_VERSION of torch 2.13, the version xport writes.
 inline constexpr int schema_version_major = 8;
-inline constexpr int schema_version_minor = 17;
+inline constexpr int schema_version_minor = 20;
 
 namespace detail::serde {
 
@@ -11400,7 +11495,15 @@ struct at_path {
       fail("integer out of range");
     return j.get<std::int64_t>();
   }
+  /// A float: a JSON number, or one of the strings torch writes for non-finite values.
   [[nodiscard]] double number() const {
+    if (j.is_string()) {
+      const auto& t = j.get_ref<const std::string&>();
+      if (t == "Infinity") return std::numeric_limits<double>::infinity();
+      if (t == "-Infinity") return -std::numeric_limits<double>::infinity();
+      if (t == "NaN") return std::numeric_limits<double>::quiet_NaN();
+      fail("expected a number, got the string '" + t.substr(0, 32) + "'");
+    }
     if (!j.is_number()) fail("expected a number, got " + std::string(type()));
     return j.get<double>();
   }
@@ -11429,11 +11532,19 @@ inline json parse(const std::string& text, const std::string& record) {
   }
 }
 
+/// A float as torch writes it: a number, or "Infinity" / "-Infinity" / "NaN" (JSON has no
+/// literal for them; nlohmann would write null).
+inline json float_json(double v) {
+  if (std::isfinite(v)) return v;
+  if (std::isnan(v)) return "NaN";
+  return v > 0 ? "Infinity" : "-Infinity";
+}
+
 // ---- sizes, meta --------------------------------------------------------------------------
 
 inline json sym_int_json(const sym_int& s) {
   if (s.is_constant()) return {{"as_int", s.value()}};
-  return {{"as_expr", {{"expr_str", s.str()}, {"hint", {{"as_int", s.hint()}}}}}};
+  return {{"as_expr", {{"expr_str", sym::srepr(s)}, {"hint", {{"as_int", s.hint()}}}}}};
 }
 /// The symbols of the program being read: made on first use, with the range the file's
 /// range_constraints give them (read before the graph).
@@ -11583,7 +11694,7 @@ inline json argument_json(const argument& a, const c10::TypePtr& type, const sym
     case K::none: return {{"as_none", true}};
     case K::boolean: return {{"as_bool", a.as_bool()}};
     case K::integer: return {{"as_int", a.as_int()}};
-    case K::floating: return {{"as_float", a.as_double()}};
+    case K::floating: return {{"as_float", float_json(a.as_double())}};
     case K::string: return {{"as_string", a.as_string()}};
     case K::dtype: return {{"as_scalar_type", scalar_type_number(a.as_dtype())}};
     case K::device: return {{"as_device", device_json(a.as_device())}};
@@ -11644,7 +11755,7 @@ inline json argument_json(const argument& a, const c10::TypePtr& type, const sym
     return {{"as_bools", std::move(out)}};
   }
   if (all_float) {
-    for (const auto& e : l) out.push_back(e.is_int() ? static_cast<double>(e.as_int()) : e.as_double());
+    for (const auto& e : l) out.push_back(float_json(e.is_int() ? static_cast<double>(e.as_int()) : e.as_double()));
     return {{"as_floats", std::move(out)}};
   }
   if (all_str) {
@@ -11675,6 +11786,22 @@ struct value_scope {
     j.fail("'" + name + "' names no value in the graph");
   }
 };
+
+/// The kinds of Argument xport has no form for, each with what it is, for the load_error.
+[[noreturn]] inline void unsupported_argument(const at_path& where, const std::string& kind) {
+  static constexpr std::pair<std::string_view, std::string_view> known[] = {
+      {"as_graph", "a subgraph of a higher-order operator (torch.cond, torch.map, while_loop, ...)"},
+      {"as_custom_obj", "a custom object (a TorchBind class instance)"},
+      {"as_complex", "a complex number"},
+      {"as_operator", "an operator passed as an argument (used by higher-order operators)"},
+      {"as_string_to_argument", "a dict of arguments"},
+      {"as_nested_tensors", "a list of tensor lists"},
+      {"as_token", "an effect token"},
+  };
+  for (const auto& [k, what] : known)
+    if (k == kind) where.fail("argument kind '" + kind + "' (" + std::string(what) + ") is not supported by xport");
+  where.fail("argument kind '" + kind + "' is not supported by xport");
+}
 
 inline argument argument_of(const at_path& j, const value_scope& scope) {
   auto [k, v] = j.one_of();
@@ -11738,7 +11865,15 @@ inline argument argument_of(const at_path& j, const value_scope& scope) {
       if (k2 == "as_float") return v2.number();
       e.fail("unknown member '" + k2 + "'");
     });
-  v.fail("argument kind '" + k + "' is not supported by xport");
+  // lists of lists: int[][] and float[][] arguments
+  if (k == "as_int_lists" || k == "as_float_lists")
+    return each([&](const at_path& e) -> argument {
+      argument::list_type inner;
+      for (std::size_t i = 0, n = e.size_of_array(); i < n; ++i)
+        inner.push_back(k == "as_int_lists" ? argument(e[i].integer()) : argument(e[i].number()));
+      return argument(std::move(inner));
+    });
+  unsupported_argument(v, k);
 }
 
 // ---- signature ----------------------------------------------------------------------------
@@ -11746,7 +11881,7 @@ inline argument argument_of(const at_path& j, const value_scope& scope) {
 inline json constant_value_json(const argument& a) {
   if (a.is_none()) return {{"as_none", true}};
   if (a.is_int()) return {{"as_int", a.as_int()}};
-  if (a.is_double()) return {{"as_float", a.as_double()}};
+  if (a.is_double()) return {{"as_float", float_json(a.as_double())}};
   if (a.is_string()) return {{"as_string", a.as_string()}};
   if (a.is_bool()) return {{"as_bool", a.as_bool()}};
   throw error("xport.save.constant", "a constant input of kind " + std::string(a.type_name()) + " has no form in the schema");
@@ -11766,7 +11901,8 @@ inline json spec_arg_json(const argument_spec& a) {
     case argument_spec::kind::sym_int: return {{"as_sym_int", {{"as_name", a.name}}}};
     case argument_spec::kind::sym_bool: return {{"as_sym_bool", {{"as_name", a.name}}}};
     case argument_spec::kind::sym_float: return {{"as_sym_float", {{"as_name", a.name}}}};
-    case argument_spec::kind::token: return {{"as_token", {{"name", a.name}}}};
+    case argument_spec::kind::token:  // Argument has no token member: tokens travel as TokenArgument
+      throw error("xport.save.token", "effect token '" + a.name + "' cannot be a user input or output in the export schema");
     case argument_spec::kind::custom_obj: return {{"as_custom_obj", {{"name", a.name}, {"class_fqn", a.class_fqn}}}};
     case argument_spec::kind::constant:  // the constant itself, as torch writes constant user outputs
       return constant_value_json(a.constant);
@@ -11785,12 +11921,13 @@ inline argument_spec spec_arg_of(const at_path& j) {
     if (k == "as_sym_float") s.type = argument_spec::kind::sym_float;
     return s;
   }
-  if (k == "as_token") return argument_spec::token(v["name"].str());
   if (k == "as_custom_obj") {
     argument_spec s{argument_spec::kind::custom_obj, v["name"].str(), {}, v["class_fqn"].str()};
     return s;
   }
-  return argument_spec::constant_value("", constant_value_of(j));
+  if (k == "as_none" || k == "as_int" || k == "as_float" || k == "as_string" || k == "as_bool")
+    return argument_spec::constant_value("", constant_value_of(j));
+  unsupported_argument(v, k);
 }
 
 inline json input_spec_json(const input_spec& s) {
@@ -11891,18 +12028,8 @@ inline output_spec output_spec_of(const at_path& j) {
 
 // ---- treespecs ----------------------------------------------------------------------------
 
-/// xport's own treespec form (exact, constants included), kept in GraphModule.metadata.
-inline json treespec_json(const treespec& t) {
-  static constexpr const char* kinds[] = {"leaf", "constant", "none", "tuple", "list", "dict"};
-  json j = {{"kind", kinds[static_cast<int>(t.type)]}};
-  if (t.type == treespec::kind::constant) j["value"] = constant_value_json(t.value);
-  if (t.type == treespec::kind::dict) j["keys"] = t.keys;
-  if (!t.children.empty()) {
-    j["children"] = json::array();
-    for (const auto& c : t.children) j["children"].push_back(treespec_json(c));
-  }
-  return j;
-}
+/// xport's own treespec form, which xport before schema 8.20 kept in GraphModule.metadata
+/// (`xport.in_spec`); read for those archives.
 inline treespec treespec_of(const at_path& j) {
   static constexpr std::string_view kinds[] = {"leaf", "constant", "none", "tuple", "list", "dict"};
   treespec t;
@@ -11926,7 +12053,8 @@ inline treespec treespec_of(const at_path& j) {
   return t;
 }
 
-/// torch.utils._pytree's `treespec_dumps` form (protocol 1), for Python readers.
+/// torch.utils._pytree's `treespec_dumps` form (protocol 1), for Python readers. Constant leaves
+/// are leaves there too: each has its placeholder (a constant input), which holds the value.
 inline json pytree_json(const treespec& t) {
   json children = json::array();
   for (const auto& c : t.children) children.push_back(pytree_json(c));
@@ -11941,10 +12069,78 @@ inline json pytree_json(const treespec& t) {
   }
   return {};
 }
-/// The call spec torch writes: in_spec is `(args, kwargs)`.
-inline std::string pytree_in_spec(const treespec& args) {
-  treespec call{treespec::kind::tuple, {}, {}, {args, treespec{treespec::kind::dict, {}, {}, {}}}};
-  return json::array({1, pytree_json(call)}).dump();
+/// A treespec from `treespec_dumps` JSON; every leaf is a tensor leaf (see with_constants).
+inline treespec pytree_of(const at_path& j) {
+  const auto type_j = j["type"];
+  const auto children_j = j["children_spec"];
+  const auto n = children_j.size_of_array();
+  if (type_j.j.is_null()) {
+    if (n != 0) children_j.fail("a leaf has no children");
+    return treespec::leaf();
+  }
+  const auto type = type_j.str();
+  treespec t;
+  if (type == "builtins.tuple") t.type = treespec::kind::tuple;
+  else if (type == "builtins.list" || type == "torch.fx.immutable_collections.immutable_list") t.type = treespec::kind::list;
+  else if (type == "builtins.dict" || type == "collections.OrderedDict" || type == "torch.fx.immutable_collections.immutable_dict")
+    t.type = treespec::kind::dict;
+  else if (type == "builtins.NoneType") t.type = treespec::kind::none;
+  else type_j.fail("pytree node type '" + type + "' is not supported by xport (it reads tuple, list, dict and None)");
+  for (std::size_t i = 0; i < n; ++i) t.children.push_back(pytree_of(children_j[i]));
+  if (t.type == treespec::kind::dict) {
+    const auto ctx_j = j["context"];
+    const auto ctx = parse(ctx_j.str(), ctx_j.record + " (" + ctx_j.path + ")");
+    const at_path keys{ctx, ctx_j.path, ctx_j.record};
+    for (std::size_t i = 0, m = keys.size_of_array(); i < m; ++i) {
+      if (!keys[i].j.is_string()) keys[i].fail("a dict key must be a string for xport, got " + std::string(keys[i].type()));
+      t.keys.push_back(keys[i].str());
+    }
+    if (t.keys.size() != t.children.size()) ctx_j.fail("a dict needs one key per child");
+  } else if (t.type == treespec::kind::none && n != 0) {
+    children_j.fail("None has no children");
+  }
+  return t;
+}
+/// `[1, {...}]`: the protocol version, then the spec.
+inline treespec pytree_of_dumps(const at_path& text) {
+  const auto doc = parse(text.str(), text.record + " (" + text.path + ")");
+  const at_path j{doc, text.path, text.record};
+  if (j.size_of_array() != 2) j.fail("expected [protocol, spec]");
+  if (j[0].integer() != 1) j[0].fail("pytree protocol " + std::to_string(j[0].integer()) + " is not readable by xport (1 is)");
+  return pytree_of(j[1]);
+}
+/// `t` with its leaves, in order, made constant leaves where `constants` gives a value (the
+/// constant inputs' and outputs' specs hold the values torch's specs leave out).
+inline void with_constants(treespec& t, const std::vector<std::optional<argument>>& constants, std::size_t& leaf,
+                           const at_path& where) {
+  if (t.type == treespec::kind::leaf) {
+    if (leaf >= constants.size())
+      where.fail("the spec has more leaves than the signature has entries (" + std::to_string(constants.size()) + ")");
+    if (const auto& c = constants[leaf++]) t = treespec::constant(*c);
+    return;
+  }
+  for (auto& c : t.children) with_constants(c, constants, leaf, where);
+}
+
+/// The name of argument `i` of a call spec (a keyword argument's is its keyword).
+inline std::string argument_name(const treespec& in, std::size_t i) {
+  return i < in.keys.size() ? in.keys[i] : "arg_" + std::to_string(i);
+}
+
+/// The call spec torch writes: in_spec is `(args, kwargs)`; the last `num_kwargs` arguments of
+/// xport's in_spec are the keyword ones.
+inline std::string pytree_in_spec(const treespec& in) {
+  const std::size_t n = in.children.size(), k = std::min(in.num_kwargs, n);
+  treespec args = treespec::of(treespec::kind::tuple), kwargs = treespec::of(treespec::kind::dict);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i < n - k) {
+      args.children.push_back(in.children[i]);
+      continue;
+    }
+    kwargs.children.push_back(in.children[i]);
+    kwargs.keys.push_back(argument_name(in, i));
+  }
+  return json::array({1, pytree_json(treespec::of(treespec::kind::tuple, {std::move(args), std::move(kwargs)}))}).dump();
 }
 
 }  // namespace detail::serde
@@ -11955,15 +12151,17 @@ XPORT_END_NAMESPACE
 //
 //   archive_format                       "pt2"
 //   archive_version                      "0"
-//   models/model.json                    the program (serde/json.hpp; schema 8.17)
+//   models/model.json                    the program (serde/json.hpp; schema 8.20, torch 2.13's)
 //   data/weights/weight_<i>              raw bytes of one storage (shared storage written once)
 //   data/weights/model_weights_config.json     {"config": {fqn: PayloadMeta}}
 //   data/constants/tensor_<i>, data/constants/model_constants_config.json
-//   data/sample_inputs/model.pt          example inputs (torch.save format), when asked
+//   data/sample_inputs/model.pt          example inputs, torch.save'd (args, kwargs); always
+//                                        there (torch's loader reads it), empty when not asked
 //
-// The zip is written by LibTorch's PyTorchStreamWriter (records stored, 64-byte aligned) and
-// read with its PyTorchStreamReader after xport's own bounds check of the central directory;
-// weights are read straight into fresh tensor storage. Loading never runs anything from the file.
+// The zip is written by LibTorch's PyTorchStreamWriter (records stored, 64-byte aligned, under
+// an `archive/` root folder, which torch's reader strips as it strips its own) and read with its
+// PyTorchStreamReader after xport's own bounds check of the central directory; weights are read
+// straight into fresh tensor storage. Loading never runs anything from the file.
 
 #include <cctype>       // std::isalpha
 #include <cstdio>       // std::FILE
@@ -11985,14 +12183,14 @@ XPORT_END_NAMESPACE
 #include <c10/core/GradMode.h>
 #include <ATen/core/ivalue.h>
 #include <c10/macros/Export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 
 // #include <xport/config.hpp>
 // #include <xport/serde/json.hpp>
 
-// LibTorch's pickler (torch/csrc/jit/serialization/pickle.h, same in 1.13 and 2.x), declared
+// LibTorch's unpickler (torch/csrc/jit/serialization/pickle.h, same in 1.13 and 2.x), declared
 // here: its header pulls in the whole JIT IR, against the narrow-headers rule.
 namespace torch::jit {
-TORCH_API std::vector<char> pickle_save(const c10::IValue& ivalue);
 TORCH_API c10::IValue pickle_load(const std::vector<char>& data);
 }  // namespace torch::jit
 
@@ -12002,7 +12200,9 @@ XPORT_BEGIN_NAMESPACE
 struct save_options {
   /// The model's name inside the archive (`models/<name>.json`); torch.export.save uses "model".
   std::string model_name = "model";
-  /// Also write the example inputs kept on the program (`data/sample_inputs/<name>.pt`).
+  /// Write the example inputs kept on the program into `data/sample_inputs/<name>.pt` as torch
+  /// does, `(args, kwargs)` nested as the program's inputs; otherwise that record is empty (as
+  /// torch writes it for a program without example inputs).
   bool example_inputs = false;
 };
 
@@ -12017,29 +12217,157 @@ struct load_options {
 
 namespace detail {
 
-inline std::vector<char> pickle_bytes(const c10::IValue& v) { return torch::jit::pickle_save(v); }
+/// `v` in torch.save's format (a zip of data.pkl and data/<i>), as torch::pickle_save writes it but
+/// without the JIT's type tags on dicts and lists (`torch.jit._pickle.restore_type_tag`), which
+/// torch.load(weights_only=True), what torch's .pt2 loader tries first, refuses. Dicts and lists
+/// come back untyped in C++; tensors as they were.
+inline std::vector<char> pickle_bytes(const c10::IValue& v) {
+  std::vector<char> pkl;
+  torch::jit::Pickler pickler([&](const char* b, std::size_t n) { pkl.insert(pkl.end(), b, b + n); }, nullptr, nullptr,
+                              nullptr, nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(v);
+  pickler.stop();
+  std::vector<char> out;
+  caffe2::serialize::PyTorchStreamWriter w([&](const void* d, std::size_t n) {
+    out.insert(out.end(), static_cast<const char*>(d), static_cast<const char*>(d) + n);
+    return n;
+  });
+  const auto& tensors = pickler.tensorData();
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const auto data = torch::jit::getWriteableTensorData(tensors[i]);
+    w.writeRecord("data/" + std::to_string(i), data.data(), data.sizeInBytes());
+  }
+  w.writeRecord("data.pkl", pkl.data(), pkl.size());
+  w.writeEndOfFile();
+  return out;
+}
 
-/// Example inputs from `torch.save((args, kwargs))` bytes: the tensors of args, in order.
-inline std::vector<at::Tensor> unpickle_inputs(const std::string& bytes, const std::string& record) {
+/// The example inputs as torch.save'd `(args, kwargs)`, nested as `in_spec` says (constants
+/// included); without a spec, the tensors as positional arguments.
+inline c10::IValue example_inputs_ivalue(const std::vector<at::Tensor>& tensors, const std::optional<treespec>& in_spec) {
+  c10::impl::GenericDict kwargs(c10::StringType::get(), c10::AnyType::get());
+  if (!in_spec) {
+    std::vector<c10::IValue> args;
+    for (const auto& t : tensors) args.emplace_back(t.cpu());
+    return c10::ivalue::Tuple::create({c10::ivalue::Tuple::create(std::move(args)), kwargs});
+  }
+  std::size_t next = 0;
+  const auto build = [&](const auto& self, const treespec& s) -> c10::IValue {
+    using K = treespec::kind;
+    switch (s.type) {
+      case K::leaf:
+        if (next >= tensors.size()) throw error("xport.save.example_inputs", "the example inputs are fewer than the program's tensor inputs");
+        return tensors[next++].cpu();
+      case K::constant: return to_ivalue(s.value, c10::AnyType::get(), [](const value&) { return c10::IValue(); });
+      case K::none: return c10::IValue();
+      case K::tuple: {
+        std::vector<c10::IValue> es;
+        for (const auto& c : s.children) es.push_back(self(self, c));
+        return c10::ivalue::Tuple::create(std::move(es));
+      }
+      case K::list: {
+        c10::impl::GenericList l(c10::AnyType::get());
+        for (const auto& c : s.children) l.push_back(self(self, c));
+        return l;
+      }
+      case K::dict: {
+        c10::impl::GenericDict d(c10::StringType::get(), c10::AnyType::get());
+        for (std::size_t i = 0; i < s.children.size(); ++i) d.insert(s.keys[i], self(self, s.children[i]));
+        return d;
+      }
+    }
+    return c10::IValue();
+  };
+  const std::size_t n = in_spec->children.size(), k = std::min(in_spec->num_kwargs, n);
+  std::vector<c10::IValue> args;
+  for (std::size_t i = 0; i < n; ++i) {
+    auto v = build(build, in_spec->children[i]);
+    if (i < n - k) args.push_back(std::move(v));
+    else kwargs.insert(serde::argument_name(*in_spec, i), std::move(v));
+  }
+  return c10::ivalue::Tuple::create({c10::ivalue::Tuple::create(std::move(args)), kwargs});
+}
+
+/// The tensors of a call `(args, kwargs)` (as torch.save'd example inputs hold it), in the order
+/// of the program's inputs, `in_spec` (without one: the tensors of args, in order); what does
+/// not fit the spec is a load_error naming `record`.
+inline std::vector<at::Tensor> inputs_of_call(const c10::IValue& v, const std::optional<treespec>& in_spec,
+                                              const std::string& record) {
+  const auto fail = [&](const std::string& what) -> void { throw load_error("xport.load.sample_inputs", record + ": " + what); };
+  if (!v.isTuple() || v.toTupleRef().elements().size() != 2 || !v.toTupleRef().elements()[1].isGenericDict())
+    fail("expected a tuple (args, kwargs)");
+  const auto& args = v.toTupleRef().elements()[0];
+  const auto kwargs = v.toTupleRef().elements()[1].toGenericDict();
+  std::vector<at::Tensor> out;
+  if (!in_spec) {
+    const auto visit = [&](const auto& self, const c10::IValue& x, int depth) -> void {
+      if (depth > 32) fail("nested too deeply");
+      if (x.isTensor()) out.push_back(x.toTensor());
+      else if (x.isTuple())
+        for (const auto& e : x.toTupleRef().elements()) self(self, e, depth + 1);
+      else if (x.isList())
+        for (const auto& e : x.toListRef()) self(self, e, depth + 1);
+    };
+    visit(visit, args, 0);
+    return out;
+  }
+  // the spec's depth is bounded by the JSON nesting limit
+  const auto take = [&](const auto& self, const treespec& s, const c10::IValue& x) -> void {
+    using K = treespec::kind;
+    switch (s.type) {
+      case K::leaf:
+        if (!x.isTensor()) fail("expected a tensor where the program takes one, got " + x.tagKind());
+        out.push_back(x.toTensor());
+        return;
+      case K::constant:
+      case K::none: return;
+      case K::tuple:
+      case K::list: {
+        const auto elems = x.isTuple() ? x.toTupleRef().elements().vec() : x.isList() ? x.toListRef().vec() : std::vector<c10::IValue>{};
+        if ((!x.isTuple() && !x.isList()) || elems.size() != s.children.size())
+          fail("expected a " + std::string(s.type == K::tuple ? "tuple" : "list") + " of " + std::to_string(s.children.size()));
+        for (std::size_t i = 0; i < elems.size(); ++i) self(self, s.children[i], elems[i]);
+        return;
+      }
+      case K::dict: {
+        if (!x.isGenericDict()) fail("expected a dict, got " + x.tagKind());
+        const auto d = x.toGenericDict();
+        for (std::size_t i = 0; i < s.children.size(); ++i) {
+          const auto it = d.find(s.keys[i]);
+          if (it == d.end()) fail("the dict has no key '" + s.keys[i] + "'");
+          self(self, s.children[i], it->value());
+        }
+        return;
+      }
+    }
+  };
+  const std::size_t n = in_spec->children.size(), k = std::min(in_spec->num_kwargs, n);
+  if (!args.isTuple() || args.toTupleRef().elements().size() != n - k)
+    fail("expected " + std::to_string(n - k) + " positional argument(s)");
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i < n - k) {
+      take(take, in_spec->children[i], args.toTupleRef().elements()[i]);
+      continue;
+    }
+    const auto key = serde::argument_name(*in_spec, i);
+    const auto it = kwargs.find(key);
+    if (it == kwargs.end()) fail("kwargs have no '" + key + "'");
+    take(take, in_spec->children[i], it->value());
+  }
+  return out;
+}
+
+/// Example inputs from `torch.save((args, kwargs))` bytes (see inputs_of_call).
+inline std::vector<at::Tensor> unpickle_inputs(const std::string& bytes, const std::string& record,
+                                               const std::optional<treespec>& in_spec) {
   c10::IValue v;
   try {
     v = torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
   } catch (const std::exception& e) {
     throw load_error("xport.load.sample_inputs", record + ": " + e.what());
   }
-  std::vector<at::Tensor> out;
-  const auto visit = [&](const auto& self, const c10::IValue& x, int depth) -> void {
-    if (depth > 32) throw load_error("xport.load.sample_inputs", record + ": nested too deeply");
-    if (x.isTensor()) out.push_back(x.toTensor());
-    else if (x.isTuple())
-      for (const auto& e : x.toTupleRef().elements()) self(self, e, depth + 1);
-    else if (x.isList())
-      for (const auto& e : x.toListRef()) self(self, e, depth + 1);
-  };
-  if (!v.isTuple() || v.toTupleRef().elements().empty())
-    throw load_error("xport.load.sample_inputs", record + ": expected a tuple (args, kwargs)");
-  visit(visit, v.toTupleRef().elements()[0], 0);
-  return out;
+  return inputs_of_call(v, in_spec, record);
 }
 
 }  // namespace detail
@@ -12054,7 +12382,7 @@ inline constexpr std::string_view archive_version = "0";
 inline int aten_opset_version() { return static_cast<int>(caffe2::serialize::kProducedFileFormatVersion); }
 
 inline std::string stack_trace_of(const source_location& s) {
-  std::string t = "  File \"" + s.file + "\", line " + std::to_string(s.line) + ", in " + s.function;
+  std::string t = "File \"" + s.file + "\", line " + std::to_string(s.line) + ", in " + s.function;
   if (!s.code.empty()) t += "\n    " + s.code;
   return t;
 }
@@ -12104,18 +12432,50 @@ class sym_writer {
     }
   }
 
-  /// The name of a value equal to `e` (written on first use).
+  /// The name of a value equal to `e` (written on first use): sums and products of the dims,
+  /// floor division, modulo, min and max, as torch writes them.
   std::string operator()(const sym_int& e) {
     if (auto it = named_.find(e.str()); it != named_.end()) return it->second;
-    const auto lin = sym::as_linear(e);
-    if (!lin)
-      throw error("xport.save.symbolic_argument",
-                  "an operator argument is the symbolic size " + e.str() +
-                      ", which is not a linear form of one dim (a*s + b); xport's .pt2 writer handles those only");
-    auto [name, expr] = symbol(lin->symbol);
-    if (lin->a != 1) name = op("mul", name, lin->a, expr = expr * lin->a);
-    if (lin->b > 0) name = op("add", name, lin->b, expr = expr + lin->b);
-    if (lin->b < 0) name = op("sub", name, -lin->b, expr = expr - (-lin->b));
+    std::string name;
+    const auto& n = xport::detail::node_of(e);
+    using K = xport::detail::sym_kind;
+    switch (n.kind) {
+      case K::symbol: name = symbol(n.name).first; break;
+      case K::poly: {
+        std::optional<std::pair<std::string, sym_int>> acc;  // the sum so far
+        for (const auto& t : n.terms) {
+          std::optional<std::pair<std::string, sym_int>> prod;
+          for (const auto& f : t.factors)
+            for (std::int64_t k = 0; k < f.power; ++k) {
+              const auto atom = rehint(f.atom);
+              prod = !prod ? std::pair{(*this)(atom), atom}
+                           : std::pair{op("mul", prod->first, operand(atom), prod->second * atom), prod->second * atom};
+            }
+          if (t.coeff != 1) prod = std::pair{op("mul", prod->first, json{{"as_int", t.coeff}}, prod->second * t.coeff), prod->second * t.coeff};
+          acc = !acc ? prod
+                     : std::pair{op("add", acc->first, json{{"as_name", prod->first}}, acc->second + prod->second), acc->second + prod->second};
+        }
+        if (n.constant > 0) acc = std::pair{op("add", acc->first, json{{"as_int", n.constant}}, acc->second + n.constant), acc->second + n.constant};
+        if (n.constant < 0) acc = std::pair{op("sub", acc->first, json{{"as_int", -n.constant}}, acc->second - (-n.constant)), acc->second - (-n.constant)};
+        name = acc->first;
+        break;
+      }
+      case K::floordiv: name = op_node("floordiv", operand(rehint(n.args[0])), operand(rehint(n.args[1])), e, "_operator."); break;
+      case K::mod: name = op_node("mod", operand(rehint(n.args[0])), operand(rehint(n.args[1])), e, "_operator."); break;
+      case K::min:
+      case K::max: {  // n-ary, folded pairwise
+        std::vector<sym_int> args;
+        for (const auto& a : n.args) args.push_back(rehint(a));
+        sym_int acc = args[0];
+        json acc_j = operand(acc);
+        for (std::size_t i = 1; i < args.size(); ++i) {
+          acc = n.kind == K::min ? sym::min(acc, args[i]) : sym::max(acc, args[i]);
+          acc_j = {{"as_name", op_node(n.kind == K::min ? "min" : "max", acc_j, operand(args[i]), acc, "torch.sym_")}};
+        }
+        name = acc_j["as_name"].get<std::string>();
+        break;
+      }
+    }
     named_.emplace(e.str(), name);
     return name;
   }
@@ -12157,11 +12517,29 @@ class sym_writer {
     return symbols_.emplace(s, std::pair{name, expr}).first->second;
   }
 
+  /// `e` with the hints of its parts (the atoms of a canonical form keep none of their own).
+  static sym_int rehint(const sym_int& e) {
+    return sym::substitute(e, [](std::string_view) { return std::optional<sym_int>(); });
+  }
+  /// `{"as_int": c}` for a constant, else `{"as_name": <its value>}`.
+  json operand(const sym_int& e) {
+    if (e.is_constant()) return {{"as_int", e.value()}};
+    return {{"as_name", (*this)(e)}};
+  }
   std::string op(const char* what, const std::string& lhs, std::int64_t rhs, const sym_int& result) {
+    return op(what, lhs, json{{"as_int", rhs}}, result);
+  }
+  std::string op(const char* what, const std::string& lhs, json rhs, const sym_int& result,
+                 const std::string& prefix = "_operator.") {
+    return op_node(what, json{{"as_name", lhs}}, std::move(rhs), result, prefix);
+  }
+  /// `<prefix><what>(a, b)`: `_operator.mul(a, b)`, `torch.sym_max(a, b)`; operands are
+  /// `{"as_name": ...}` or `{"as_int": ...}`.
+  std::string op_node(const char* what, json a, json b, const sym_int& result, const std::string& prefix) {
     std::string name = fresh(std::string("sym_") + what);
-    nodes_.push_back({{"target", std::string("_operator.") + what},
-                      {"inputs", json::array({{{"name", "a"}, {"arg", {{"as_sym_int", {{"as_name", lhs}}}}}, {"kind", 1}},
-                                              {{"name", "b"}, {"arg", {{"as_sym_int", {{"as_int", rhs}}}}}, {"kind", 1}}})},
+    nodes_.push_back({{"target", prefix + what},
+                      {"inputs", json::array({{{"name", "a"}, {"arg", {{"as_sym_int", std::move(a)}}}, {"kind", 1}},
+                                              {{"name", "b"}, {"arg", {{"as_sym_int", std::move(b)}}}, {"kind", 1}}})},
                       {"outputs", json::array({{{"as_sym_int", {{"as_name", name}}}}})},
                       {"metadata", json::object()},
                       {"name", name}});
@@ -12177,7 +12555,51 @@ class sym_writer {
   std::vector<site> sites_;
 };
 
-inline json graph_json(const graph& g) {
+/// torch's `nn_module_stack` of a node in module `path`: one `key,path,type` entry per
+/// module from the root down (`L__self__,,Net;L__self__fc,fc,torch::nn::LinearImpl`), joined
+/// by ';'. Types come from the program's module table ('<' '>' become '[' ']' so that commas of
+/// template arguments stay nested, as torch's reader expects; ';' becomes ':').
+inline std::string nn_module_stack_of(const std::string& path, const std::unordered_map<std::string, std::string>& types) {
+  const auto entry = [&](const std::string& fqn) {
+    std::string type;
+    if (auto it = types.find(fqn); it != types.end())
+      for (char c : it->second) type += c == '<' ? '[' : c == '>' ? ']' : c == ';' ? ':' : c;
+    return "L__self__" + fqn + "," + fqn + "," + type;
+  };
+  std::string out = entry("");
+  for (std::size_t dot = 0; !path.empty() && dot != std::string::npos;) {
+    dot = path.find('.', dot + 1);
+    out += ";" + entry(path.substr(0, dot));
+  }
+  return out;
+}
+/// The path of the innermost module of an `nn_module_stack` (`fc` above), and every (path, type).
+inline std::string module_path_of_stack(const std::string& stack, std::vector<std::pair<std::string, std::string>>* types) {
+  std::string path;
+  std::size_t start = 0;
+  while (start <= stack.size()) {
+    const auto end = std::min(stack.find(';', start), stack.size());
+    // key,path,type with commas nested in () or [] kept (torch's metadata_split)
+    std::vector<std::string> fields(1);
+    int nesting = 0;
+    for (std::size_t i = start; i < end; ++i) {
+      const char c = stack[i];
+      if (c == '(' || c == '[') ++nesting;
+      if (c == ')' || c == ']') --nesting;
+      if (c == ',' && nesting == 0) fields.emplace_back();
+      else fields.back() += c;
+    }
+    if (fields.size() >= 2) {
+      path = fields[1];
+      if (types && fields.size() == 3) types->emplace_back(fields[1], fields[2]);
+    }
+    start = end + 1;
+  }
+  return path;
+}
+
+inline json graph_json(const exported_program& p) {
+  const graph& g = p.graph();
   json inputs = json::array(), nodes = json::array(), outputs = json::array();
   json tensor_values = json::object(), sym_int_values = json::object();
   sym_writer name_sym(g, nodes, sym_int_values);
@@ -12186,9 +12608,14 @@ inline json graph_json(const graph& g) {
     if (v.kind() == value_kind::tensor) tensor_values[v.name()] = tensor_meta_json(v.meta());
     else if (v.kind() == value_kind::sym_int) sym_int_values[v.name()] = sym_int_json(v.type().scalar);
   };
+  const std::unordered_map<std::string, std::string> types(p.module_types().begin(), p.module_types().end());
+  std::size_t ph = 0;
   for (auto n : g.nodes()) {
     if (n.is_placeholder()) {
-      inputs.push_back(value_ref(n.output(0)));
+      const auto& spec = p.signature().input_specs.at(ph++);
+      // a specialized constant is written as its value, as torch writes it (its name is the spec's)
+      if (spec.arg.type == argument_spec::kind::constant) inputs.push_back(constant_value_json(spec.arg.constant));
+      else inputs.push_back(value_ref(n.output(0)));
       record(n.output(0));
       continue;
     }
@@ -12216,7 +12643,7 @@ inline json graph_json(const graph& g) {
     for (auto v : n.outputs()) record(v);
     json meta = json::object();
     if (const auto& s = n.source()) meta["stack_trace"] = stack_trace_of(*s);
-    if (!n.module_path().empty()) meta["nn_module_stack"] = n.module_path() + "," + n.module_path() + ",";
+    meta["nn_module_stack"] = nn_module_stack_of(n.module_path(), types);
     nodes.push_back({{"target", op.target}, {"inputs", std::move(in)}, {"outputs", std::move(out)},
                      {"metadata", std::move(meta)}, {"name", n.name()}});
   }
@@ -12227,29 +12654,46 @@ inline json graph_json(const graph& g) {
           {"sym_float_values", json::object()}};
 }
 
+/// The program's call structure: its in_spec and out_spec or, for a program built by hand, one
+/// argument per user input (named by it) and one result per user output.
+inline std::pair<treespec, treespec> call_specs(const exported_program& p) {
+  if (p.in_spec() && p.out_spec()) return {*p.in_spec(), *p.out_spec()};
+  treespec in = treespec::of(treespec::kind::tuple), out = treespec::of(treespec::kind::tuple);
+  for (const auto& s : p.signature().input_specs) {
+    if (s.kind != input_kind::user_input) continue;
+    in.children.push_back(s.arg.type == argument_spec::kind::constant ? treespec::constant(s.arg.constant) : treespec::leaf());
+    in.keys.push_back(s.arg.name);
+  }
+  for (const auto& s : p.signature().output_specs)
+    if (s.kind == output_kind::user_output || s.kind == output_kind::loss_output)
+      out.children.push_back(s.arg.type == argument_spec::kind::constant ? treespec::constant(s.arg.constant) : treespec::leaf());
+  return {std::move(in), std::move(out)};
+}
+
+/// torch's module call graph: the root's signature (how ep.module() is called: in_spec of
+/// `(args, kwargs)`, out_spec, the forward's argument names), then one entry per submodule.
+inline json module_call_graph_json(const exported_program& p) {
+  const auto [in, out] = call_specs(p);
+  json names = json::array();
+  if (in.keys.size() == in.children.size())
+    for (const auto& k : in.keys) names.push_back(k);
+  json graph = json::array({{{"fqn", ""},
+                             {"signature",
+                              {{"inputs", json::array()},
+                               {"outputs", json::array()},
+                               {"in_spec", pytree_in_spec(in)},
+                               {"out_spec", json::array({1, pytree_json(out)}).dump()},
+                               {"forward_arg_names", std::move(names)}}}}});
+  for (const auto& [fqn, type] : p.module_types())
+    if (!fqn.empty()) graph.push_back({{"fqn", fqn}, {"signature", nullptr}});
+  return graph;
+}
+
 inline json program_json(const exported_program& p) {
   json input_specs = json::array(), output_specs = json::array();
   for (const auto& s : p.signature().input_specs) input_specs.push_back(input_spec_json(s));
   for (const auto& s : p.signature().output_specs) output_specs.push_back(output_spec_json(s));
   json metadata = json::object();
-  json call = {{"fqn", ""}};
-  if (p.in_spec() && p.out_spec()) {
-    metadata["xport.in_spec"] = treespec_json(*p.in_spec()).dump();
-    metadata["xport.out_spec"] = treespec_json(*p.out_spec()).dump();
-    json ins = json::array(), outs = json::array(), names = json::array();
-    for (const auto& s : p.signature().input_specs)
-      if (s.kind == input_kind::user_input) {
-        ins.push_back(spec_arg_json(s.arg));
-        names.push_back(s.arg.name);
-      }
-    for (const auto& s : p.signature().output_specs)
-      if (s.kind == output_kind::user_output) outs.push_back(spec_arg_json(s.arg));
-    call["signature"] = {{"inputs", std::move(ins)},
-                         {"outputs", std::move(outs)},
-                         {"in_spec", pytree_in_spec(*p.in_spec())},
-                         {"out_spec", json::array({1, pytree_json(*p.out_spec())}).dump()},
-                         {"forward_arg_names", std::move(names)}};
-  }
   json ranges = json::object(), dim_names = json::object();
   for (const auto& r : p.range_constraints()) {
     ranges[r.symbol.str()] = {{"min_val", r.min}, {"max_val", r.max ? json(*r.max) : json(nullptr)}};
@@ -12258,9 +12702,9 @@ inline json program_json(const exported_program& p) {
   // the user's names of the dims (`s0` is `batch`), for guard messages after loading
   if (!dim_names.empty()) metadata["xport.dim_names"] = dim_names.dump();
   return {{"graph_module",
-           {{"graph", graph_json(p.graph())},
+           {{"graph", graph_json(p)},
             {"signature", {{"input_specs", std::move(input_specs)}, {"output_specs", std::move(output_specs)}}},
-            {"module_call_graph", json::array({std::move(call)})},
+            {"module_call_graph", module_call_graph_json(p)},
             {"metadata", std::move(metadata)},
             {"treespec_namedtuple_fields", json::object()}}},
           {"opset_version", {{"aten", aten_opset_version()}}},
@@ -12273,6 +12717,14 @@ inline json program_json(const exported_program& p) {
 
 // ---- JSON -> program -------------------------------------------------------------------------
 
+/// Whether a node computes an integer size (read into an expression, not kept as a node):
+/// `aten.sym_size.int` and its kin, `_operator.*`, `torch.sym_*`, `math.*`.
+inline bool is_sym_node(const std::string& target) {
+  return target == "torch.ops.aten.sym_size.int" || target == "torch.ops.aten.sym_stride.int" ||
+         target == "torch.ops.aten.sym_numel.default" || target == "torch.ops.aten.sym_storage_offset.default" ||
+         target.rfind("_operator.", 0) == 0 || target.rfind("torch.sym_", 0) == 0 || target.rfind("math.", 0) == 0;
+}
+
 /// A sym_size / _operator node: its result becomes an expression arguments can name.
 inline void read_sym_node(const at_path& nj, const std::string& target, value_scope& scope) {
   const auto ins = nj["inputs"];
@@ -12284,6 +12736,9 @@ inline void read_sym_node(const at_path& nj, const std::string& target, value_sc
   const auto outs = nj["outputs"];
   if (outs.size_of_array() != 1) outs.fail(target + " returns one SymInt");
   auto [ok, ov] = outs[0].one_of();
+  if (ok == "as_sym_bool" || ok == "as_sym_float")
+    nj["target"].fail("operator '" + target + "' computes a " + (ok == "as_sym_bool" ? "SymBool" : "SymFloat") +
+                      ", which xport does not represent (it reads integer size arithmetic only)");
   if (ok != "as_sym_int") outs[0].fail(target + " returns a SymInt, not '" + ok + "'");
   const auto out_name = ov["as_name"].str();
   const auto operand = [&](const at_path& j) -> sym_int {
@@ -12299,32 +12754,57 @@ inline void read_sym_node(const at_path& nj, const std::string& target, value_sc
     if (val.kind() != value_kind::sym_int) v2.fail("'" + name + "' is not a SymInt");
     return val.type().scalar;
   };
+  const auto tensor_in = [&]() {
+    const auto self = input("self");
+    auto [k, v] = self.one_of();
+    if (k != "as_tensor") self.fail("expected a tensor, got '" + k + "'");
+    const auto t = scope(v, v["name"].str());
+    if (t.kind() != value_kind::tensor) v.fail("'" + t.name() + "' is not a tensor");
+    return t;
+  };
+  const auto dim_of = [&](const value& t) {
+    const auto dj = input("dim");
+    auto d = operand(dj);
+    const auto r = static_cast<std::int64_t>(t.meta().sizes.size());
+    std::int64_t dim = d.is_constant() ? d.hint() : r;
+    if (dim < 0) dim += r;
+    if (dim < 0 || dim >= r)
+      dj.fail("dim " + d.str() + " is out of range for '" + t.name() + "' of rank " + std::to_string(r));
+    return static_cast<std::size_t>(dim);
+  };
+  const auto binary = [&](auto&& f) { return f(operand(input("a")), operand(input("b"))); };
   sym_int result;
   try {
     if (target == "torch.ops.aten.sym_size.int") {
-      const auto self = input("self");
-      auto [k, v] = self.one_of();
-      if (k != "as_tensor") self.fail("expected a tensor, got '" + k + "'");
-      const auto t = scope(v, v["name"].str());
-      if (t.kind() != value_kind::tensor) v.fail("'" + t.name() + "' is not a tensor");
-      const auto& sizes = t.meta().sizes;
-      const auto dj = input("dim");
-      auto d = operand(dj);
-      const auto rank = static_cast<std::int64_t>(sizes.size());
-      std::int64_t dim = d.is_constant() ? d.hint() : rank;
-      if (dim < 0) dim += rank;
-      if (dim < 0 || dim >= rank)
-        dj.fail("dim " + d.str() + " is out of range for '" + t.name() + "' of rank " + std::to_string(rank));
-      result = sizes[static_cast<std::size_t>(dim)];
-    } else {
-      const auto what = target.substr(10);
+      const auto t = tensor_in();
+      result = t.meta().sizes[dim_of(t)];
+    } else if (target == "torch.ops.aten.sym_stride.int") {
+      const auto t = tensor_in();
+      if (t.meta().strides.size() != t.meta().sizes.size()) nj.fail("'" + t.name() + "' has no strides");
+      result = t.meta().strides[dim_of(t)];
+    } else if (target == "torch.ops.aten.sym_numel.default") {
+      result = 1;
+      for (const auto& d : tensor_in().meta().sizes) result = result * d;
+    } else if (target == "torch.ops.aten.sym_storage_offset.default") {
+      result = tensor_in().meta().storage_offset;
+    } else if (target == "_operator.add") result = binary([](const sym_int& a, const sym_int& b) { return a + b; });
+    else if (target == "_operator.sub") result = binary([](const sym_int& a, const sym_int& b) { return a - b; });
+    else if (target == "_operator.mul") result = binary([](const sym_int& a, const sym_int& b) { return a * b; });
+    else if (target == "_operator.floordiv") result = binary([](const sym_int& a, const sym_int& b) { return sym::floordiv(a, b); });
+    else if (target == "_operator.mod") result = binary([](const sym_int& a, const sym_int& b) { return sym::mod(a, b); });
+    else if (target == "torch.sym_max") result = binary([](const sym_int& a, const sym_int& b) { return sym::max(a, b); });
+    else if (target == "torch.sym_min") result = binary([](const sym_int& a, const sym_int& b) { return sym::min(a, b); });
+    else if (target == "_operator.neg") result = -operand(input("a"));
+    else if (target == "_operator.pos") result = operand(input("a"));
+    else if (target == "_operator.pow") {
       const auto a = operand(input("a")), b = operand(input("b"));
-      if (what == "add") result = a + b;
-      else if (what == "sub") result = a - b;
-      else if (what == "mul") result = a * b;
-      else if (what == "floordiv") result = sym::floordiv(a, b);
-      else if (what == "mod") result = sym::mod(a, b);
-      else nj["target"].fail("operator '" + target + "' on sizes is not supported by xport");
+      if (!b.is_constant() || b.hint() < 0 || b.hint() > 8) input("b").fail("expected an integer exponent in [0, 8]");
+      result = 1;
+      for (std::int64_t i = 0; i < b.hint(); ++i) result = result * a;
+    } else {
+      nj["target"].fail("operator '" + target + "' on sizes is not supported by xport (it reads sym_size, sym_stride, "
+                        "sym_numel, sym_storage_offset, _operator add/sub/mul/floordiv/mod/neg/pos/pow and "
+                        "torch.sym_max/sym_min)");
     }
   } catch (const graph_error& e) {
     nj.fail(e.what());
@@ -12332,16 +12812,22 @@ inline void read_sym_node(const at_path& nj, const std::string& target, value_sc
   scope.syms[out_name] = result;
 }
 
-inline graph graph_of(const at_path& gj) {
+/// Reads the graph; `module_types` gets the (path, type) of every module its nodes' stacks name.
+inline graph graph_of(const at_path& gj, const graph_signature& sig, std::vector<std::pair<std::string, std::string>>& module_types) {
   graph g;
   const auto tensor_values = gj["tensor_values"];
   const auto sym_int_values = gj["sym_int_values"];
   (void)tensor_values.object();
   (void)sym_int_values.object();
+  const auto sym_bool_values = gj.get("sym_bool_values"), sym_float_values = gj.get("sym_float_values");
+  if (sym_bool_values) (void)sym_bool_values->object();
+  if (sym_float_values) (void)sym_float_values->object();
   const auto type_of = [&](const at_path& where, const std::string& name) -> value_type {
     if (auto t = tensor_values.get(name)) return value_type::of(tensor_meta_of(*t));
     if (auto s = sym_int_values.get(name)) return value_type::of_sym_int(sym_int_of(*s));
-    where.fail("value '" + name + "' has no entry in tensor_values or sym_int_values");
+    if (sym_bool_values && sym_bool_values->get(name)) return value_type{value_kind::sym_bool, {}, {}};
+    if (sym_float_values && sym_float_values->get(name)) return value_type{value_kind::sym_float, {}, {}};
+    where.fail("value '" + name + "' has no entry in tensor_values, sym_int_values, sym_bool_values or sym_float_values");
   };
   value_scope scope;
   const auto nodes = gj["nodes"];
@@ -12360,13 +12846,31 @@ inline graph graph_of(const at_path& gj) {
       each_output_name(outs[o], [&](const at_path&, const std::string& name) { scope.later.insert(name); });
   }
   const auto inputs = gj["inputs"];
+  if (inputs.size_of_array() != sig.input_specs.size())
+    inputs.fail("the graph has " + std::to_string(inputs.size_of_array()) + " inputs but the signature has " +
+                std::to_string(sig.input_specs.size()) + " input specs");
   for (std::size_t i = 0, n = inputs.size_of_array(); i < n; ++i) {
     auto [k, v] = inputs[i].one_of();
-    std::string name;
-    if (k == "as_tensor") name = v["name"].str();
-    else if (k == "as_sym_int") name = v["as_name"].str();
-    else inputs[i].fail("a graph input must be a tensor or a SymInt, got '" + k + "'");
+    const auto& spec = sig.input_specs[i];
+    const bool constant = spec.arg.type == argument_spec::kind::constant;
     try {
+      if (k == "as_int" || k == "as_float" || k == "as_bool" || k == "as_string" || k == "as_none") {
+        // a specialized constant input: named by its spec, which holds the same value; nothing reads it
+        if (!constant) inputs[i].fail("a constant graph input needs a constant_input spec, input spec " + std::to_string(i) + " is '" + spec.arg.name + "'");
+        const auto value = constant_value_of(inputs[i]);
+        const bool same = value == spec.arg.constant ||
+                          (value.is_double() && spec.arg.constant.is_double() && std::isnan(value.as_double()) &&
+                           std::isnan(spec.arg.constant.as_double()));
+        if (!same) inputs[i].fail("the graph input's value differs from constant input '" + spec.arg.name + "'");
+        (void)g.add_placeholder(spec.arg.name, value_type{value_kind::none, {}, {}});
+        continue;
+      }
+      std::string name;
+      if (k == "as_tensor") name = v["name"].str();
+      else if (k == "as_sym_int") name = v["as_name"].str();
+      else if (k == "as_custom_obj") inputs[i].fail("graph input '" + v["name"].str() + "' is a custom object (a TorchBind class instance), which xport does not support");
+      else inputs[i].fail("a graph input must be a tensor, a SymInt or a constant, got '" + k + "'");
+      if (constant) inputs[i].fail("input spec " + std::to_string(i) + " is the constant input '" + spec.arg.name + "' but the graph input is '" + name + "'");
       scope.defined.emplace(name, g.add_placeholder(name, type_of(inputs[i], name)));
     } catch (const graph_error& e) {
       inputs[i].fail(e.what());
@@ -12375,10 +12879,13 @@ inline graph graph_of(const at_path& gj) {
   for (std::size_t i = 0; i < n_nodes; ++i) {
     const auto nj = nodes[i];
     const auto target = nj["target"].str();
-    if (target == "torch.ops.aten.sym_size.int" || target.rfind("_operator.", 0) == 0) {
+    if (is_sym_node(target)) {
       read_sym_node(nj, target, scope);  // Note [Symbolic arguments in .pt2]
       continue;
     }
+    if (target.rfind("torch.ops.higher_order.", 0) == 0)
+      nj["target"].fail("higher-order operator '" + target + "' (torch." + target.substr(23) +
+                        ", with its subgraphs as as_graph arguments) is not supported by xport");
     const auto* op = try_find_op(target);
     if (!op)
       nj["target"].fail("operator '" + target + "' is not registered in this LibTorch (" + torch_version() +
@@ -12428,10 +12935,7 @@ inline graph graph_of(const at_path& gj) {
     const auto meta = nj["metadata"];
     (void)meta.object();
     if (auto st = meta.get("stack_trace")) created.set_source(source_of(st->str()));
-    if (auto ms = meta.get("nn_module_stack")) {
-      const auto text = ms->str();
-      created.set_module_path(text.substr(0, text.find(',')));
-    }
+    if (auto ms = meta.get("nn_module_stack")) created.set_module_path(module_path_of_stack(ms->str(), &module_types));
   }
   std::vector<argument> results;
   const auto outputs = gj["outputs"];
@@ -12446,7 +12950,63 @@ struct loaded_json {
   ir_dialect dialect = ir_dialect::training;
   std::optional<treespec> in_spec, out_spec;
   std::vector<range_constraint> ranges;
+  std::vector<std::pair<std::string, std::string>> module_types;
 };
+
+/// The root entry of the module call graph gives the call structure: `(args, kwargs)` becomes
+/// xport's in_spec (the arguments, named by forward_arg_names, keyword ones last), with constant
+/// leaves where the constant inputs are; the entries' FQNs, with the types the nodes' module
+/// stacks give, become the module table.
+inline void read_call_graph(const at_path& mcg, loaded_json& out,
+                            const std::vector<std::pair<std::string, std::string>>& stack_types, bool call_spec) {
+  const auto type_of = [&](const std::string& fqn) {
+    for (const auto& [path, type] : stack_types)
+      if (path == fqn) return type;
+    return std::string();
+  };
+  for (std::size_t i = 0, n = mcg.size_of_array(); i < n; ++i) {
+    const auto fqn = mcg[i]["fqn"].str();
+    out.module_types.emplace_back(fqn, type_of(fqn));
+    if (i != 0 || !fqn.empty() || !call_spec) continue;
+    const auto sig = mcg[i].get("signature");
+    if (!sig) continue;
+    std::vector<std::optional<argument>> in_constants, out_constants;
+    for (const auto& s : out.sig.input_specs)
+      if (s.kind == input_kind::user_input)
+        in_constants.push_back(s.arg.type == argument_spec::kind::constant ? std::optional<argument>(s.arg.constant) : std::nullopt);
+    for (const auto& s : out.sig.output_specs)
+      if (s.kind == output_kind::user_output || s.kind == output_kind::loss_output)
+        out_constants.push_back(s.arg.type == argument_spec::kind::constant ? std::optional<argument>(s.arg.constant) : std::nullopt);
+    const auto in_j = (*sig)["in_spec"], out_j = (*sig)["out_spec"];
+    auto call = pytree_of_dumps(in_j);
+    if (call.type != treespec::kind::tuple || call.children.size() != 2 || call.children[0].type != treespec::kind::tuple ||
+        call.children[1].type != treespec::kind::dict)
+      in_j.fail("expected the in_spec of a call, a tuple of (args tuple, kwargs dict)");
+    treespec in = std::move(call.children[0]);
+    auto& kwargs = call.children[1];
+    in.num_kwargs = kwargs.children.size();
+    for (std::size_t k = 0; k < kwargs.children.size(); ++k) in.children.push_back(std::move(kwargs.children[k]));
+    std::size_t leaf = 0;
+    with_constants(in, in_constants, leaf, in_j);
+    if (leaf != in_constants.size())
+      in_j.fail("the in_spec has " + std::to_string(leaf) + " leaves but the program has " +
+                std::to_string(in_constants.size()) + " user inputs");
+    if (const auto names = sig->get("forward_arg_names"); names && names->size_of_array() == in.children.size()) {
+      for (std::size_t k = 0, m = names->size_of_array(); k < m; ++k) in.keys.push_back((*names)[k].str());
+    } else {  // torch's own names for unnamed arguments
+      for (std::size_t k = 0; k + in.num_kwargs < in.children.size(); ++k) in.keys.push_back("arg_" + std::to_string(k));
+      for (const auto& key : kwargs.keys) in.keys.push_back(key);
+    }
+    auto result = pytree_of_dumps(out_j);
+    leaf = 0;
+    with_constants(result, out_constants, leaf, out_j);
+    if (leaf != out_constants.size())
+      out_j.fail("the out_spec has " + std::to_string(leaf) + " leaves but the program has " +
+                 std::to_string(out_constants.size()) + " user outputs");
+    out.in_spec = std::move(in);
+    out.out_spec = std::move(result);
+  }
+}
 
 inline loaded_json program_of(const json& doc, const std::string& record) {
   const at_path root{doc, "", record};
@@ -12455,7 +13015,7 @@ inline loaded_json program_of(const json& doc, const std::string& record) {
   if (major != schema_version_major)
     ver.fail("schema version " + std::to_string(major) + "." + std::to_string(ver["minor"].integer()) +
              " is not readable by this xport, which reads major version " + std::to_string(schema_version_major) +
-             " (written by torch >= 2.8); re-export the program with a matching torch");
+             " (written by torch 2.8 and later); re-export the program with a matching torch");
   (void)ver["minor"].integer();
   loaded_json out;
   if (auto v = root.get("verifiers")) {
@@ -12490,16 +13050,22 @@ inline loaded_json program_of(const json& doc, const std::string& record) {
   } restore{active_symbols};
   active_symbols = &symbols;
   const auto gm = root["graph_module"];
-  out.g = graph_of(gm["graph"]);
-  for (auto& e : symbols.entries) {
-    if (!e.symbol) e.symbol = sym::symbol(e.name, std::min(std::max<std::int64_t>(e.range.lo, 2), e.range.hi), e.range);
-    out.ranges.push_back({*e.symbol, e.range.lo, e.range.hi == int_oo ? std::nullopt : std::optional<std::int64_t>(e.range.hi), ""});
-  }
   const auto sig = gm["signature"];
   const auto ins = sig["input_specs"], outs = sig["output_specs"];
   for (std::size_t i = 0, n = ins.size_of_array(); i < n; ++i) out.sig.input_specs.push_back(input_spec_of(ins[i]));
   for (std::size_t i = 0, n = outs.size_of_array(); i < n; ++i) out.sig.output_specs.push_back(output_spec_of(outs[i]));
-  if (auto md = gm.get("metadata")) {
+  std::vector<std::pair<std::string, std::string>> stack_types;
+  out.g = graph_of(gm["graph"], out.sig, stack_types);
+  for (auto& e : symbols.entries) {
+    if (!e.symbol) e.symbol = sym::symbol(e.name, std::min(std::max<std::int64_t>(e.range.lo, 2), e.range.hi), e.range);
+    out.ranges.push_back({*e.symbol, e.range.lo, e.range.hi == int_oo ? std::nullopt : std::optional<std::int64_t>(e.range.hi), ""});
+  }
+  const auto md = gm.get("metadata");
+  // archives of xport before schema 8.20 keep the exact structure in the metadata (xport.in_spec;
+  // their constants have no placeholders, so the call graph's leaves do not match them)
+  const bool legacy = md && md->object().contains("xport.in_spec");
+  read_call_graph(gm["module_call_graph"], out, stack_types, !legacy);
+  if (md) {
     (void)md->object();
     const auto spec = [&](const char* key) -> std::optional<treespec> {
       auto s = md->get(key);
@@ -12508,8 +13074,10 @@ inline loaded_json program_of(const json& doc, const std::string& record) {
       const auto j = parse(text, record + " (" + std::string(key) + ")");
       return treespec_of(at_path{j, std::string("graph_module.metadata.") + key, record});
     };
-    out.in_spec = spec("xport.in_spec");
-    out.out_spec = spec("xport.out_spec");
+    if (legacy) {
+      out.in_spec = spec("xport.in_spec");
+      out.out_spec = spec("xport.out_spec");
+    }
     if (auto names = md->get("xport.dim_names")) {
       const auto j = parse(names->str(), record + " (xport.dim_names)");
       const at_path nj{j, "graph_module.metadata.xport.dim_names", record};
@@ -12599,7 +13167,12 @@ inline void read_payloads(const zip_index& zip, const std::string& dir, const st
     }
     at::Tensor t = at::empty({0}, at::TensorOptions().dtype(meta.dtype));
     t.set_(st->second.storage(), meta.storage_offset.hint(), meta.size_hints(), meta.stride_hints());
-    if (meta.requires_grad) t.requires_grad_(true);
+    if (meta.requires_grad) {
+      if (!c10::isFloatingType(meta.dtype) && !c10::isComplexType(meta.dtype))
+        entry["tensor_meta"]["requires_grad"].fail(std::string("a ") + c10::toString(meta.dtype) +
+                                                   " tensor cannot require grad (only floating-point and complex tensors can)");
+      t.requires_grad_(true);
+    }
     (void)entry["is_param"].boolean();  // required by the schema; the signature says what is a parameter
     out.set(fqn, std::move(t));
   }
@@ -12632,13 +13205,11 @@ inline void save(const exported_program& p, const std::function<std::size_t(cons
   const std::string ctext = s::json{{"config", std::move(cconfig)}}.dump();
   w.writeRecord("data/constants/" + options.model_name + "_constants_config.json", ctext.data(), ctext.size());
   w.writeRecord("models/" + options.model_name + ".json", doc.data(), doc.size());
-  if (options.example_inputs && p.example_inputs()) {
-    std::vector<c10::IValue> args;
-    for (const auto& t : *p.example_inputs()) args.emplace_back(t.cpu());
-    c10::impl::GenericDict kwargs(c10::StringType::get(), c10::AnyType::get());
-    const auto bytes = detail::pickle_bytes(c10::ivalue::Tuple::create({c10::ivalue::Tuple::create(std::move(args)), kwargs}));
-    w.writeRecord("data/sample_inputs/" + options.model_name + ".pt", bytes.data(), bytes.size());
-  }
+  // always there: torch's loader reads it unconditionally (empty means no example inputs)
+  std::vector<char> inputs;
+  if (options.example_inputs && p.example_inputs())
+    inputs = detail::pickle_bytes(detail::example_inputs_ivalue(*p.example_inputs(), p.in_spec()));
+  w.writeRecord("data/sample_inputs/" + options.model_name + ".pt", inputs.data(), inputs.size());
   w.writeEndOfFile();
 }
 
@@ -12736,9 +13307,19 @@ inline exported_program load(std::shared_ptr<caffe2::serialize::ReadAdapterInter
   exported_program p(std::move(parts.g), std::move(parts.sig), std::move(state), std::move(constants),
                      std::move(parts.ranges), parts.dialect);
   p.set_call_spec(std::move(parts.in_spec), std::move(parts.out_spec));
+  p.set_module_types(std::move(parts.module_types));
   if (options.example_inputs) {
     const std::string rec = "data/sample_inputs/" + options.model_name + ".pt";
-    if (zip.find(rec)) p.set_example_inputs(detail::unpickle_inputs(text(rec), rec));
+    if (const auto* r = zip.find(rec); r && r->size > 0) {
+      auto inputs = detail::unpickle_inputs(text(rec), rec, p.in_spec());
+      std::size_t want = 0;
+      for (const auto& s : p.signature().input_specs)
+        want += s.kind == input_kind::user_input && s.arg.type != argument_spec::kind::constant;
+      if (inputs.size() != want)
+        throw load_error("xport.load.sample_inputs", rec + ": holds " + std::to_string(inputs.size()) +
+                                                         " tensor(s), the program takes " + std::to_string(want));
+      p.set_example_inputs(std::move(inputs));
+    }
   }
   if (options.verify) {
     try {

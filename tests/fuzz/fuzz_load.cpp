@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include <caffe2/serialize/in_memory_adapter.h>
@@ -43,6 +44,17 @@ void write_seeds(const std::string& dir) {
   put(xport::export_program([&](const std::map<std::string, at::Tensor>& d, std::int64_t k) {
     return std::tuple{d.at("a") * k + c, std::vector<at::Tensor>{d.at("b").sum()}};
   }, std::tuple{std::map<std::string, at::Tensor>{{"a", at::randn({3})}, {"b", at::randn({2})}}, std::int64_t{2}}));
+  // torch 2.13's forms: srepr sizes with size nodes, -inf floats, example inputs (args, kwargs)
+  const auto batch = xport::Dim("batch", 1, 64);
+  auto dyn = xport::export_program([](const at::Tensor& x, const at::Tensor& y) {
+    auto z = at::cat({x, y}, 0).masked_fill(y.sum() > 0, -std::numeric_limits<double>::infinity());
+    return z.view({x.size(0) * 3, -1});
+  }, std::tuple{at::randn({2, 4}), at::randn({4, 4})},
+      {.input_names = {"x", "y"}, .dynamic_shapes = {{"x", {{0, batch}}}, {"y", {{0, 2 * batch}}}}});
+  put(dyn);
+  xport::save_options with_inputs;
+  with_inputs.example_inputs = true;
+  std::ofstream(dir + "/seed_" + std::to_string(i++) + ".pt2", std::ios::binary) << xport::save_to_string(dyn, with_inputs);
 }
 
 int test_one(const std::uint8_t* data, std::size_t size) {

@@ -1,7 +1,7 @@
 // xport/ir/program.hpp: exported_program, what torch.export.export returns.
 // A graph, its signature, the state dict (parameters and persistent buffers), the constants
-// (lifted tensors and non-persistent buffers), range constraints of symbolic sizes, and
-// optionally the example inputs. Running lives in run/interpreter.hpp; checking in verify.hpp;
+// (lifted tensors and non-persistent buffers), range constraints of symbolic sizes, the call
+// structure and module types when exported from C++ values, and optionally the example inputs. Running lives in run/interpreter.hpp; checking in verify.hpp;
 // printing in print.hpp.
 #pragma once
 
@@ -122,6 +122,7 @@ class exported_program {
         example_inputs_(std::move(o.example_inputs_)),
         in_spec_(std::move(o.in_spec_)),
         out_spec_(std::move(o.out_spec_)),
+        module_types_(std::move(o.module_types_)),
         dialect_(o.dialect_) {}
   exported_program& operator=(exported_program&& o) noexcept {
     graph_ = std::move(o.graph_);
@@ -132,6 +133,7 @@ class exported_program {
     example_inputs_ = std::move(o.example_inputs_);
     in_spec_ = std::move(o.in_spec_);
     out_spec_ = std::move(o.out_spec_);
+    module_types_ = std::move(o.module_types_);
     dialect_ = o.dialect_;
     invalidate();
     return *this;
@@ -145,6 +147,7 @@ class exported_program {
     p.example_inputs_ = example_inputs_;
     p.in_spec_ = in_spec_;
     p.out_spec_ = out_spec_;
+    p.module_types_ = module_types_;
     return p;
   }
 
@@ -189,6 +192,16 @@ class exported_program {
     in_spec_ = std::move(in);
     out_spec_ = std::move(out);
   }
+
+  /// (FQN, type) of the exported module and its submodules, root ("") first, as
+  /// `named_modules()` lists them (`{"", "MLPImpl"}, {"fc1", "torch::nn::LinearImpl"}`): torch's
+  /// module call graph, and the types of a node's `nn_module_stack` in a .pt2. Empty when the
+  /// program was not exported from a module; loaded from a .pt2, the types are those its nodes'
+  /// module stacks name (empty for the others).
+  [[nodiscard]] const std::vector<std::pair<std::string, std::string>>& module_types() const noexcept {
+    return module_types_;
+  }
+  void set_module_types(std::vector<std::pair<std::string, std::string>> types) { module_types_ = std::move(types); }
 
   /// The example user inputs the program was captured with, if kept.
   [[nodiscard]] const std::optional<std::vector<at::Tensor>>& example_inputs() const noexcept {
@@ -296,6 +309,7 @@ class exported_program {
   std::optional<std::vector<at::Tensor>> example_inputs_;
   std::optional<treespec> in_spec_;
   std::optional<treespec> out_spec_;
+  std::vector<std::pair<std::string, std::string>> module_types_;
   ir_dialect dialect_ = ir_dialect::training;
   mutable std::shared_ptr<detail::run_cache> cache_;
   std::unique_ptr<std::mutex> cache_mu_ = std::make_unique<std::mutex>();

@@ -80,7 +80,10 @@ inline std::string_view placeholder_prefix(input_kind k) {
 }
 
 /// What a spec refers to: TensorArgument(name), SymIntArgument(name), ConstantArgument(name,
-/// value), CustomObjArgument(name, class_fqn), TokenArgument(name).
+/// value), CustomObjArgument(name, class_fqn), TokenArgument(name). A user input that is a
+/// ConstantArgument is a specialized constant (torch's `constant_input`): its placeholder has
+/// value_kind::none, nothing reads it, and it is no run-time input (xport::run takes the tensor
+/// inputs; callable<Sig> checks the constant).
 struct argument_spec {
   enum class kind : std::uint8_t { tensor, sym_int, sym_float, sym_bool, constant, custom_obj, token };
   kind type = kind::tensor;

@@ -237,6 +237,12 @@ inline void verify(const exported_program& p, verify_options opts = {}) {
     if (spec.kind == input_kind::user_input) {
       user_seen = true;
       user_inputs.insert(name);
+      if (spec.arg.type == argument_spec::kind::constant &&
+          (phs[i].output(0).kind() != value_kind::none || phs[i].output(0).num_uses() != 0))
+        verify_fail("signature.constant_input",
+                    "constant input '" + name + "' must be a placeholder of kind none that nothing uses (the "
+                    "program is specialized to its value)",
+                    name);
       continue;
     }
     if (user_seen)

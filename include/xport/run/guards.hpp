@@ -50,7 +50,8 @@ class input_guards {
     const auto phs = p.graph().placeholders();
     const auto& specs = p.signature().input_specs;
     for (std::size_t i = 0; i < phs.size() && i < specs.size(); ++i) {
-      if (specs[i].kind != input_kind::user_input) continue;
+      // a specialized constant input is no run-time input (callable<Sig> checks its value)
+      if (specs[i].kind != input_kind::user_input || specs[i].arg.type == argument_spec::kind::constant) continue;
       const auto v = phs[i].output(0);
       names_.push_back(v.name());
       metas_.push_back(v.kind() == value_kind::tensor ? v.meta() : tensor_meta{});

@@ -45,9 +45,10 @@ class interpreter {
  public:
   explicit interpreter(const exported_program& p) : guards_(p) { compile(p); }
 
-  /// Runs on the user inputs (in signature order); returns the user outputs. Buffer and input
-  /// mutations the program returns are written back (into the program's state, and into the
-  /// given input tensors) as eager would have done in place.
+  /// Runs on the user inputs (the tensor ones, in signature order: a specialized constant input
+  /// is no argument here, its value is the program's); returns the user outputs. Buffer and
+  /// input mutations the program returns are written back (into the program's state, and into
+  /// the given input tensors) as eager would have done in place.
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs, const run_options& opts = {}) const {
     const sym_env env = opts.check_inputs ? guards_.check_and_bind(inputs) : guards_.bind(inputs);
     std::optional<c10::InferenceMode> inference;
@@ -111,7 +112,9 @@ class interpreter {
       const auto r = static_cast<std::uint32_t>(reg.size());
       reg.emplace(phs[i].output(0).impl(), r);
       const auto& spec = sig.input_specs.at(i);
-      if (spec.kind == input_kind::user_input) {
+      if (spec.kind == input_kind::user_input && spec.arg.type == argument_spec::kind::constant) {
+        continue;  // a specialized constant: nothing reads its placeholder
+      } else if (spec.kind == input_kind::user_input) {
         user_slots_.push_back(r);
         user_names_.push_back(spec.arg.name);
       } else {
@@ -220,7 +223,7 @@ class interpreter {
         case output_kind::user_input_mutation: {
           int k = 0;
           for (const auto& s : sig.input_specs) {
-            if (s.kind != input_kind::user_input) continue;
+            if (s.kind != input_kind::user_input || s.arg.type == argument_spec::kind::constant) continue;
             if (s.arg.name == spec.target) break;
             ++k;
           }

@@ -1,15 +1,18 @@
 // xport/serde/json.hpp: an exported_program as torch.export's JSON (torch/_export/serde/schema.py).
-// The schema version written is the one read from torch's sources, SCHEMA_VERSION = (8, 17);
-// a file of another major version is refused, other minor versions load. Unions are one-key
-// objects (`{"as_tensor": {"name": "x"}}`), enums are the schema's own numbers (ScalarType FLOAT
-// is 7, not c10's 6), optional fields that are None are left out.
+// The schema version written is torch 2.13's SCHEMA_VERSION = (8, 20); a file of another major
+// version is refused, every 8.x loads. Unions are one-key objects (`{"as_tensor": {"name":
+// "x"}}`), enums are the schema's own numbers (ScalarType FLOAT is 7, not c10's 6), optional
+// fields that are None are left out, non-finite floats are the strings "Infinity", "-Infinity"
+// and "NaN" (as torch writes them), symbolic sizes are sympy srepr text.
 //
 // Reading trusts nothing: every field is looked up with its type checked, and a wrong or
 // missing one is a load_error naming the JSON path (`graph_module.graph.nodes[3].inputs[1]`).
 #pragma once
 
+#include <cmath>        // std::isfinite
 #include <cstdint>      // std::int64_t
 #include <functional>   // std::function
+#include <limits>       // std::numeric_limits
 #include <optional>     // std::optional
 #include <string>       // std::string
 #include <string_view>  // std::string_view
@@ -32,9 +35,9 @@
 
 XPORT_BEGIN_NAMESPACE
 
-/// torch/_export/serde/schema.py SCHEMA_VERSION, as of the torch sources xport follows.
+/// torch/_export/serde/schema.py SCHEMA_VERSION of torch 2.13, the version xport writes.
 inline constexpr int schema_version_major = 8;
-inline constexpr int schema_version_minor = 17;
+inline constexpr int schema_version_minor = 20;
 
 namespace detail::serde {
 
@@ -170,7 +173,15 @@ struct at_path {
       fail("integer out of range");
     return j.get<std::int64_t>();
   }
+  /// A float: a JSON number, or one of the strings torch writes for non-finite values.
   [[nodiscard]] double number() const {
+    if (j.is_string()) {
+      const auto& t = j.get_ref<const std::string&>();
+      if (t == "Infinity") return std::numeric_limits<double>::infinity();
+      if (t == "-Infinity") return -std::numeric_limits<double>::infinity();
+      if (t == "NaN") return std::numeric_limits<double>::quiet_NaN();
+      fail("expected a number, got the string '" + t.substr(0, 32) + "'");
+    }
     if (!j.is_number()) fail("expected a number, got " + std::string(type()));
     return j.get<double>();
   }
@@ -199,11 +210,19 @@ inline json parse(const std::string& text, const std::string& record) {
   }
 }
 
+/// A float as torch writes it: a number, or "Infinity" / "-Infinity" / "NaN" (JSON has no
+/// literal for them; nlohmann would write null).
+inline json float_json(double v) {
+  if (std::isfinite(v)) return v;
+  if (std::isnan(v)) return "NaN";
+  return v > 0 ? "Infinity" : "-Infinity";
+}
+
 // ---- sizes, meta --------------------------------------------------------------------------
 
 inline json sym_int_json(const sym_int& s) {
   if (s.is_constant()) return {{"as_int", s.value()}};
-  return {{"as_expr", {{"expr_str", s.str()}, {"hint", {{"as_int", s.hint()}}}}}};
+  return {{"as_expr", {{"expr_str", sym::srepr(s)}, {"hint", {{"as_int", s.hint()}}}}}};
 }
 /// The symbols of the program being read: made on first use, with the range the file's
 /// range_constraints give them (read before the graph).
@@ -353,7 +372,7 @@ inline json argument_json(const argument& a, const c10::TypePtr& type, const sym
     case K::none: return {{"as_none", true}};
     case K::boolean: return {{"as_bool", a.as_bool()}};
     case K::integer: return {{"as_int", a.as_int()}};
-    case K::floating: return {{"as_float", a.as_double()}};
+    case K::floating: return {{"as_float", float_json(a.as_double())}};
     case K::string: return {{"as_string", a.as_string()}};
     case K::dtype: return {{"as_scalar_type", scalar_type_number(a.as_dtype())}};
     case K::device: return {{"as_device", device_json(a.as_device())}};
@@ -414,7 +433,7 @@ inline json argument_json(const argument& a, const c10::TypePtr& type, const sym
     return {{"as_bools", std::move(out)}};
   }
   if (all_float) {
-    for (const auto& e : l) out.push_back(e.is_int() ? static_cast<double>(e.as_int()) : e.as_double());
+    for (const auto& e : l) out.push_back(float_json(e.is_int() ? static_cast<double>(e.as_int()) : e.as_double()));
     return {{"as_floats", std::move(out)}};
   }
   if (all_str) {
@@ -445,6 +464,22 @@ struct value_scope {
     j.fail("'" + name + "' names no value in the graph");
   }
 };
+
+/// The kinds of Argument xport has no form for, each with what it is, for the load_error.
+[[noreturn]] inline void unsupported_argument(const at_path& where, const std::string& kind) {
+  static constexpr std::pair<std::string_view, std::string_view> known[] = {
+      {"as_graph", "a subgraph of a higher-order operator (torch.cond, torch.map, while_loop, ...)"},
+      {"as_custom_obj", "a custom object (a TorchBind class instance)"},
+      {"as_complex", "a complex number"},
+      {"as_operator", "an operator passed as an argument (used by higher-order operators)"},
+      {"as_string_to_argument", "a dict of arguments"},
+      {"as_nested_tensors", "a list of tensor lists"},
+      {"as_token", "an effect token"},
+  };
+  for (const auto& [k, what] : known)
+    if (k == kind) where.fail("argument kind '" + kind + "' (" + std::string(what) + ") is not supported by xport");
+  where.fail("argument kind '" + kind + "' is not supported by xport");
+}
 
 inline argument argument_of(const at_path& j, const value_scope& scope) {
   auto [k, v] = j.one_of();
@@ -508,7 +543,15 @@ inline argument argument_of(const at_path& j, const value_scope& scope) {
       if (k2 == "as_float") return v2.number();
       e.fail("unknown member '" + k2 + "'");
     });
-  v.fail("argument kind '" + k + "' is not supported by xport");
+  // lists of lists: int[][] and float[][] arguments
+  if (k == "as_int_lists" || k == "as_float_lists")
+    return each([&](const at_path& e) -> argument {
+      argument::list_type inner;
+      for (std::size_t i = 0, n = e.size_of_array(); i < n; ++i)
+        inner.push_back(k == "as_int_lists" ? argument(e[i].integer()) : argument(e[i].number()));
+      return argument(std::move(inner));
+    });
+  unsupported_argument(v, k);
 }
 
 // ---- signature ----------------------------------------------------------------------------
@@ -516,7 +559,7 @@ inline argument argument_of(const at_path& j, const value_scope& scope) {
 inline json constant_value_json(const argument& a) {
   if (a.is_none()) return {{"as_none", true}};
   if (a.is_int()) return {{"as_int", a.as_int()}};
-  if (a.is_double()) return {{"as_float", a.as_double()}};
+  if (a.is_double()) return {{"as_float", float_json(a.as_double())}};
   if (a.is_string()) return {{"as_string", a.as_string()}};
   if (a.is_bool()) return {{"as_bool", a.as_bool()}};
   throw error("xport.save.constant", "a constant input of kind " + std::string(a.type_name()) + " has no form in the schema");
@@ -536,7 +579,8 @@ inline json spec_arg_json(const argument_spec& a) {
     case argument_spec::kind::sym_int: return {{"as_sym_int", {{"as_name", a.name}}}};
     case argument_spec::kind::sym_bool: return {{"as_sym_bool", {{"as_name", a.name}}}};
     case argument_spec::kind::sym_float: return {{"as_sym_float", {{"as_name", a.name}}}};
-    case argument_spec::kind::token: return {{"as_token", {{"name", a.name}}}};
+    case argument_spec::kind::token:  // Argument has no token member: tokens travel as TokenArgument
+      throw error("xport.save.token", "effect token '" + a.name + "' cannot be a user input or output in the export schema");
     case argument_spec::kind::custom_obj: return {{"as_custom_obj", {{"name", a.name}, {"class_fqn", a.class_fqn}}}};
     case argument_spec::kind::constant:  // the constant itself, as torch writes constant user outputs
       return constant_value_json(a.constant);
@@ -555,12 +599,13 @@ inline argument_spec spec_arg_of(const at_path& j) {
     if (k == "as_sym_float") s.type = argument_spec::kind::sym_float;
     return s;
   }
-  if (k == "as_token") return argument_spec::token(v["name"].str());
   if (k == "as_custom_obj") {
     argument_spec s{argument_spec::kind::custom_obj, v["name"].str(), {}, v["class_fqn"].str()};
     return s;
   }
-  return argument_spec::constant_value("", constant_value_of(j));
+  if (k == "as_none" || k == "as_int" || k == "as_float" || k == "as_string" || k == "as_bool")
+    return argument_spec::constant_value("", constant_value_of(j));
+  unsupported_argument(v, k);
 }
 
 inline json input_spec_json(const input_spec& s) {
@@ -661,18 +706,8 @@ inline output_spec output_spec_of(const at_path& j) {
 
 // ---- treespecs ----------------------------------------------------------------------------
 
-/// xport's own treespec form (exact, constants included), kept in GraphModule.metadata.
-inline json treespec_json(const treespec& t) {
-  static constexpr const char* kinds[] = {"leaf", "constant", "none", "tuple", "list", "dict"};
-  json j = {{"kind", kinds[static_cast<int>(t.type)]}};
-  if (t.type == treespec::kind::constant) j["value"] = constant_value_json(t.value);
-  if (t.type == treespec::kind::dict) j["keys"] = t.keys;
-  if (!t.children.empty()) {
-    j["children"] = json::array();
-    for (const auto& c : t.children) j["children"].push_back(treespec_json(c));
-  }
-  return j;
-}
+/// xport's own treespec form, which xport before schema 8.20 kept in GraphModule.metadata
+/// (`xport.in_spec`); read for those archives.
 inline treespec treespec_of(const at_path& j) {
   static constexpr std::string_view kinds[] = {"leaf", "constant", "none", "tuple", "list", "dict"};
   treespec t;
@@ -696,7 +731,8 @@ inline treespec treespec_of(const at_path& j) {
   return t;
 }
 
-/// torch.utils._pytree's `treespec_dumps` form (protocol 1), for Python readers.
+/// torch.utils._pytree's `treespec_dumps` form (protocol 1), for Python readers. Constant leaves
+/// are leaves there too: each has its placeholder (a constant input), which holds the value.
 inline json pytree_json(const treespec& t) {
   json children = json::array();
   for (const auto& c : t.children) children.push_back(pytree_json(c));
@@ -711,10 +747,78 @@ inline json pytree_json(const treespec& t) {
   }
   return {};
 }
-/// The call spec torch writes: in_spec is `(args, kwargs)`.
-inline std::string pytree_in_spec(const treespec& args) {
-  treespec call{treespec::kind::tuple, {}, {}, {args, treespec{treespec::kind::dict, {}, {}, {}}}};
-  return json::array({1, pytree_json(call)}).dump();
+/// A treespec from `treespec_dumps` JSON; every leaf is a tensor leaf (see with_constants).
+inline treespec pytree_of(const at_path& j) {
+  const auto type_j = j["type"];
+  const auto children_j = j["children_spec"];
+  const auto n = children_j.size_of_array();
+  if (type_j.j.is_null()) {
+    if (n != 0) children_j.fail("a leaf has no children");
+    return treespec::leaf();
+  }
+  const auto type = type_j.str();
+  treespec t;
+  if (type == "builtins.tuple") t.type = treespec::kind::tuple;
+  else if (type == "builtins.list" || type == "torch.fx.immutable_collections.immutable_list") t.type = treespec::kind::list;
+  else if (type == "builtins.dict" || type == "collections.OrderedDict" || type == "torch.fx.immutable_collections.immutable_dict")
+    t.type = treespec::kind::dict;
+  else if (type == "builtins.NoneType") t.type = treespec::kind::none;
+  else type_j.fail("pytree node type '" + type + "' is not supported by xport (it reads tuple, list, dict and None)");
+  for (std::size_t i = 0; i < n; ++i) t.children.push_back(pytree_of(children_j[i]));
+  if (t.type == treespec::kind::dict) {
+    const auto ctx_j = j["context"];
+    const auto ctx = parse(ctx_j.str(), ctx_j.record + " (" + ctx_j.path + ")");
+    const at_path keys{ctx, ctx_j.path, ctx_j.record};
+    for (std::size_t i = 0, m = keys.size_of_array(); i < m; ++i) {
+      if (!keys[i].j.is_string()) keys[i].fail("a dict key must be a string for xport, got " + std::string(keys[i].type()));
+      t.keys.push_back(keys[i].str());
+    }
+    if (t.keys.size() != t.children.size()) ctx_j.fail("a dict needs one key per child");
+  } else if (t.type == treespec::kind::none && n != 0) {
+    children_j.fail("None has no children");
+  }
+  return t;
+}
+/// `[1, {...}]`: the protocol version, then the spec.
+inline treespec pytree_of_dumps(const at_path& text) {
+  const auto doc = parse(text.str(), text.record + " (" + text.path + ")");
+  const at_path j{doc, text.path, text.record};
+  if (j.size_of_array() != 2) j.fail("expected [protocol, spec]");
+  if (j[0].integer() != 1) j[0].fail("pytree protocol " + std::to_string(j[0].integer()) + " is not readable by xport (1 is)");
+  return pytree_of(j[1]);
+}
+/// `t` with its leaves, in order, made constant leaves where `constants` gives a value (the
+/// constant inputs' and outputs' specs hold the values torch's specs leave out).
+inline void with_constants(treespec& t, const std::vector<std::optional<argument>>& constants, std::size_t& leaf,
+                           const at_path& where) {
+  if (t.type == treespec::kind::leaf) {
+    if (leaf >= constants.size())
+      where.fail("the spec has more leaves than the signature has entries (" + std::to_string(constants.size()) + ")");
+    if (const auto& c = constants[leaf++]) t = treespec::constant(*c);
+    return;
+  }
+  for (auto& c : t.children) with_constants(c, constants, leaf, where);
+}
+
+/// The name of argument `i` of a call spec (a keyword argument's is its keyword).
+inline std::string argument_name(const treespec& in, std::size_t i) {
+  return i < in.keys.size() ? in.keys[i] : "arg_" + std::to_string(i);
+}
+
+/// The call spec torch writes: in_spec is `(args, kwargs)`; the last `num_kwargs` arguments of
+/// xport's in_spec are the keyword ones.
+inline std::string pytree_in_spec(const treespec& in) {
+  const std::size_t n = in.children.size(), k = std::min(in.num_kwargs, n);
+  treespec args = treespec::of(treespec::kind::tuple), kwargs = treespec::of(treespec::kind::dict);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i < n - k) {
+      args.children.push_back(in.children[i]);
+      continue;
+    }
+    kwargs.children.push_back(in.children[i]);
+    kwargs.keys.push_back(argument_name(in, i));
+  }
+  return json::array({1, pytree_json(treespec::of(treespec::kind::tuple, {std::move(args), std::move(kwargs)}))}).dump();
 }
 
 }  // namespace detail::serde

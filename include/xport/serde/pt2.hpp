@@ -2,15 +2,17 @@
 //
 //   archive_format                       "pt2"
 //   archive_version                      "0"
-//   models/model.json                    the program (serde/json.hpp; schema 8.17)
+//   models/model.json                    the program (serde/json.hpp; schema 8.20, torch 2.13's)
 //   data/weights/weight_<i>              raw bytes of one storage (shared storage written once)
 //   data/weights/model_weights_config.json     {"config": {fqn: PayloadMeta}}
 //   data/constants/tensor_<i>, data/constants/model_constants_config.json
-//   data/sample_inputs/model.pt          example inputs (torch.save format), when asked
+//   data/sample_inputs/model.pt          example inputs, torch.save'd (args, kwargs); always
+//                                        there (torch's loader reads it), empty when not asked
 //
-// The zip is written by LibTorch's PyTorchStreamWriter (records stored, 64-byte aligned) and
-// read with its PyTorchStreamReader after xport's own bounds check of the central directory;
-// weights are read straight into fresh tensor storage. Loading never runs anything from the file.
+// The zip is written by LibTorch's PyTorchStreamWriter (records stored, 64-byte aligned, under
+// an `archive/` root folder, which torch's reader strips as it strips its own) and read with its
+// PyTorchStreamReader after xport's own bounds check of the central directory; weights are read
+// straight into fresh tensor storage. Loading never runs anything from the file.
 #pragma once
 
 #include <cctype>       // std::isalpha
@@ -33,14 +35,14 @@
 #include <c10/core/GradMode.h>
 #include <ATen/core/ivalue.h>
 #include <c10/macros/Export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 
 #include <xport/config.hpp>
 #include <xport/serde/json.hpp>
 
-// LibTorch's pickler (torch/csrc/jit/serialization/pickle.h, same in 1.13 and 2.x), declared
+// LibTorch's unpickler (torch/csrc/jit/serialization/pickle.h, same in 1.13 and 2.x), declared
 // here: its header pulls in the whole JIT IR, against the narrow-headers rule.
 namespace torch::jit {
-TORCH_API std::vector<char> pickle_save(const c10::IValue& ivalue);
 TORCH_API c10::IValue pickle_load(const std::vector<char>& data);
 }  // namespace torch::jit
 
@@ -50,7 +52,9 @@ XPORT_BEGIN_NAMESPACE
 struct save_options {
   /// The model's name inside the archive (`models/<name>.json`); torch.export.save uses "model".
   std::string model_name = "model";
-  /// Also write the example inputs kept on the program (`data/sample_inputs/<name>.pt`).
+  /// Write the example inputs kept on the program into `data/sample_inputs/<name>.pt` as torch
+  /// does, `(args, kwargs)` nested as the program's inputs; otherwise that record is empty (as
+  /// torch writes it for a program without example inputs).
   bool example_inputs = false;
 };
 
@@ -65,29 +69,157 @@ struct load_options {
 
 namespace detail {
 
-inline std::vector<char> pickle_bytes(const c10::IValue& v) { return torch::jit::pickle_save(v); }
+/// `v` in torch.save's format (a zip of data.pkl and data/<i>), as torch::pickle_save writes it but
+/// without the JIT's type tags on dicts and lists (`torch.jit._pickle.restore_type_tag`), which
+/// torch.load(weights_only=True), what torch's .pt2 loader tries first, refuses. Dicts and lists
+/// come back untyped in C++; tensors as they were.
+inline std::vector<char> pickle_bytes(const c10::IValue& v) {
+  std::vector<char> pkl;
+  torch::jit::Pickler pickler([&](const char* b, std::size_t n) { pkl.insert(pkl.end(), b, b + n); }, nullptr, nullptr,
+                              nullptr, nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(v);
+  pickler.stop();
+  std::vector<char> out;
+  caffe2::serialize::PyTorchStreamWriter w([&](const void* d, std::size_t n) {
+    out.insert(out.end(), static_cast<const char*>(d), static_cast<const char*>(d) + n);
+    return n;
+  });
+  const auto& tensors = pickler.tensorData();
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const auto data = torch::jit::getWriteableTensorData(tensors[i]);
+    w.writeRecord("data/" + std::to_string(i), data.data(), data.sizeInBytes());
+  }
+  w.writeRecord("data.pkl", pkl.data(), pkl.size());
+  w.writeEndOfFile();
+  return out;
+}
 
-/// Example inputs from `torch.save((args, kwargs))` bytes: the tensors of args, in order.
-inline std::vector<at::Tensor> unpickle_inputs(const std::string& bytes, const std::string& record) {
+/// The example inputs as torch.save'd `(args, kwargs)`, nested as `in_spec` says (constants
+/// included); without a spec, the tensors as positional arguments.
+inline c10::IValue example_inputs_ivalue(const std::vector<at::Tensor>& tensors, const std::optional<treespec>& in_spec) {
+  c10::impl::GenericDict kwargs(c10::StringType::get(), c10::AnyType::get());
+  if (!in_spec) {
+    std::vector<c10::IValue> args;
+    for (const auto& t : tensors) args.emplace_back(t.cpu());
+    return c10::ivalue::Tuple::create({c10::ivalue::Tuple::create(std::move(args)), kwargs});
+  }
+  std::size_t next = 0;
+  const auto build = [&](const auto& self, const treespec& s) -> c10::IValue {
+    using K = treespec::kind;
+    switch (s.type) {
+      case K::leaf:
+        if (next >= tensors.size()) throw error("xport.save.example_inputs", "the example inputs are fewer than the program's tensor inputs");
+        return tensors[next++].cpu();
+      case K::constant: return to_ivalue(s.value, c10::AnyType::get(), [](const value&) { return c10::IValue(); });
+      case K::none: return c10::IValue();
+      case K::tuple: {
+        std::vector<c10::IValue> es;
+        for (const auto& c : s.children) es.push_back(self(self, c));
+        return c10::ivalue::Tuple::create(std::move(es));
+      }
+      case K::list: {
+        c10::impl::GenericList l(c10::AnyType::get());
+        for (const auto& c : s.children) l.push_back(self(self, c));
+        return l;
+      }
+      case K::dict: {
+        c10::impl::GenericDict d(c10::StringType::get(), c10::AnyType::get());
+        for (std::size_t i = 0; i < s.children.size(); ++i) d.insert(s.keys[i], self(self, s.children[i]));
+        return d;
+      }
+    }
+    return c10::IValue();
+  };
+  const std::size_t n = in_spec->children.size(), k = std::min(in_spec->num_kwargs, n);
+  std::vector<c10::IValue> args;
+  for (std::size_t i = 0; i < n; ++i) {
+    auto v = build(build, in_spec->children[i]);
+    if (i < n - k) args.push_back(std::move(v));
+    else kwargs.insert(serde::argument_name(*in_spec, i), std::move(v));
+  }
+  return c10::ivalue::Tuple::create({c10::ivalue::Tuple::create(std::move(args)), kwargs});
+}
+
+/// The tensors of a call `(args, kwargs)` (as torch.save'd example inputs hold it), in the order
+/// of the program's inputs, `in_spec` (without one: the tensors of args, in order); what does
+/// not fit the spec is a load_error naming `record`.
+inline std::vector<at::Tensor> inputs_of_call(const c10::IValue& v, const std::optional<treespec>& in_spec,
+                                              const std::string& record) {
+  const auto fail = [&](const std::string& what) -> void { throw load_error("xport.load.sample_inputs", record + ": " + what); };
+  if (!v.isTuple() || v.toTupleRef().elements().size() != 2 || !v.toTupleRef().elements()[1].isGenericDict())
+    fail("expected a tuple (args, kwargs)");
+  const auto& args = v.toTupleRef().elements()[0];
+  const auto kwargs = v.toTupleRef().elements()[1].toGenericDict();
+  std::vector<at::Tensor> out;
+  if (!in_spec) {
+    const auto visit = [&](const auto& self, const c10::IValue& x, int depth) -> void {
+      if (depth > 32) fail("nested too deeply");
+      if (x.isTensor()) out.push_back(x.toTensor());
+      else if (x.isTuple())
+        for (const auto& e : x.toTupleRef().elements()) self(self, e, depth + 1);
+      else if (x.isList())
+        for (const auto& e : x.toListRef()) self(self, e, depth + 1);
+    };
+    visit(visit, args, 0);
+    return out;
+  }
+  // the spec's depth is bounded by the JSON nesting limit
+  const auto take = [&](const auto& self, const treespec& s, const c10::IValue& x) -> void {
+    using K = treespec::kind;
+    switch (s.type) {
+      case K::leaf:
+        if (!x.isTensor()) fail("expected a tensor where the program takes one, got " + x.tagKind());
+        out.push_back(x.toTensor());
+        return;
+      case K::constant:
+      case K::none: return;
+      case K::tuple:
+      case K::list: {
+        const auto elems = x.isTuple() ? x.toTupleRef().elements().vec() : x.isList() ? x.toListRef().vec() : std::vector<c10::IValue>{};
+        if ((!x.isTuple() && !x.isList()) || elems.size() != s.children.size())
+          fail("expected a " + std::string(s.type == K::tuple ? "tuple" : "list") + " of " + std::to_string(s.children.size()));
+        for (std::size_t i = 0; i < elems.size(); ++i) self(self, s.children[i], elems[i]);
+        return;
+      }
+      case K::dict: {
+        if (!x.isGenericDict()) fail("expected a dict, got " + x.tagKind());
+        const auto d = x.toGenericDict();
+        for (std::size_t i = 0; i < s.children.size(); ++i) {
+          const auto it = d.find(s.keys[i]);
+          if (it == d.end()) fail("the dict has no key '" + s.keys[i] + "'");
+          self(self, s.children[i], it->value());
+        }
+        return;
+      }
+    }
+  };
+  const std::size_t n = in_spec->children.size(), k = std::min(in_spec->num_kwargs, n);
+  if (!args.isTuple() || args.toTupleRef().elements().size() != n - k)
+    fail("expected " + std::to_string(n - k) + " positional argument(s)");
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i < n - k) {
+      take(take, in_spec->children[i], args.toTupleRef().elements()[i]);
+      continue;
+    }
+    const auto key = serde::argument_name(*in_spec, i);
+    const auto it = kwargs.find(key);
+    if (it == kwargs.end()) fail("kwargs have no '" + key + "'");
+    take(take, in_spec->children[i], it->value());
+  }
+  return out;
+}
+
+/// Example inputs from `torch.save((args, kwargs))` bytes (see inputs_of_call).
+inline std::vector<at::Tensor> unpickle_inputs(const std::string& bytes, const std::string& record,
+                                               const std::optional<treespec>& in_spec) {
   c10::IValue v;
   try {
     v = torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
   } catch (const std::exception& e) {
     throw load_error("xport.load.sample_inputs", record + ": " + e.what());
   }
-  std::vector<at::Tensor> out;
-  const auto visit = [&](const auto& self, const c10::IValue& x, int depth) -> void {
-    if (depth > 32) throw load_error("xport.load.sample_inputs", record + ": nested too deeply");
-    if (x.isTensor()) out.push_back(x.toTensor());
-    else if (x.isTuple())
-      for (const auto& e : x.toTupleRef().elements()) self(self, e, depth + 1);
-    else if (x.isList())
-      for (const auto& e : x.toListRef()) self(self, e, depth + 1);
-  };
-  if (!v.isTuple() || v.toTupleRef().elements().empty())
-    throw load_error("xport.load.sample_inputs", record + ": expected a tuple (args, kwargs)");
-  visit(visit, v.toTupleRef().elements()[0], 0);
-  return out;
+  return inputs_of_call(v, in_spec, record);
 }
 
 }  // namespace detail
@@ -102,7 +234,7 @@ inline constexpr std::string_view archive_version = "0";
 inline int aten_opset_version() { return static_cast<int>(caffe2::serialize::kProducedFileFormatVersion); }
 
 inline std::string stack_trace_of(const source_location& s) {
-  std::string t = "  File \"" + s.file + "\", line " + std::to_string(s.line) + ", in " + s.function;
+  std::string t = "File \"" + s.file + "\", line " + std::to_string(s.line) + ", in " + s.function;
   if (!s.code.empty()) t += "\n    " + s.code;
   return t;
 }
@@ -152,18 +284,50 @@ class sym_writer {
     }
   }
 
-  /// The name of a value equal to `e` (written on first use).
+  /// The name of a value equal to `e` (written on first use): sums and products of the dims,
+  /// floor division, modulo, min and max, as torch writes them.
   std::string operator()(const sym_int& e) {
     if (auto it = named_.find(e.str()); it != named_.end()) return it->second;
-    const auto lin = sym::as_linear(e);
-    if (!lin)
-      throw error("xport.save.symbolic_argument",
-                  "an operator argument is the symbolic size " + e.str() +
-                      ", which is not a linear form of one dim (a*s + b); xport's .pt2 writer handles those only");
-    auto [name, expr] = symbol(lin->symbol);
-    if (lin->a != 1) name = op("mul", name, lin->a, expr = expr * lin->a);
-    if (lin->b > 0) name = op("add", name, lin->b, expr = expr + lin->b);
-    if (lin->b < 0) name = op("sub", name, -lin->b, expr = expr - (-lin->b));
+    std::string name;
+    const auto& n = xport::detail::node_of(e);
+    using K = xport::detail::sym_kind;
+    switch (n.kind) {
+      case K::symbol: name = symbol(n.name).first; break;
+      case K::poly: {
+        std::optional<std::pair<std::string, sym_int>> acc;  // the sum so far
+        for (const auto& t : n.terms) {
+          std::optional<std::pair<std::string, sym_int>> prod;
+          for (const auto& f : t.factors)
+            for (std::int64_t k = 0; k < f.power; ++k) {
+              const auto atom = rehint(f.atom);
+              prod = !prod ? std::pair{(*this)(atom), atom}
+                           : std::pair{op("mul", prod->first, operand(atom), prod->second * atom), prod->second * atom};
+            }
+          if (t.coeff != 1) prod = std::pair{op("mul", prod->first, json{{"as_int", t.coeff}}, prod->second * t.coeff), prod->second * t.coeff};
+          acc = !acc ? prod
+                     : std::pair{op("add", acc->first, json{{"as_name", prod->first}}, acc->second + prod->second), acc->second + prod->second};
+        }
+        if (n.constant > 0) acc = std::pair{op("add", acc->first, json{{"as_int", n.constant}}, acc->second + n.constant), acc->second + n.constant};
+        if (n.constant < 0) acc = std::pair{op("sub", acc->first, json{{"as_int", -n.constant}}, acc->second - (-n.constant)), acc->second - (-n.constant)};
+        name = acc->first;
+        break;
+      }
+      case K::floordiv: name = op_node("floordiv", operand(rehint(n.args[0])), operand(rehint(n.args[1])), e, "_operator."); break;
+      case K::mod: name = op_node("mod", operand(rehint(n.args[0])), operand(rehint(n.args[1])), e, "_operator."); break;
+      case K::min:
+      case K::max: {  // n-ary, folded pairwise
+        std::vector<sym_int> args;
+        for (const auto& a : n.args) args.push_back(rehint(a));
+        sym_int acc = args[0];
+        json acc_j = operand(acc);
+        for (std::size_t i = 1; i < args.size(); ++i) {
+          acc = n.kind == K::min ? sym::min(acc, args[i]) : sym::max(acc, args[i]);
+          acc_j = {{"as_name", op_node(n.kind == K::min ? "min" : "max", acc_j, operand(args[i]), acc, "torch.sym_")}};
+        }
+        name = acc_j["as_name"].get<std::string>();
+        break;
+      }
+    }
     named_.emplace(e.str(), name);
     return name;
   }
@@ -205,11 +369,29 @@ class sym_writer {
     return symbols_.emplace(s, std::pair{name, expr}).first->second;
   }
 
+  /// `e` with the hints of its parts (the atoms of a canonical form keep none of their own).
+  static sym_int rehint(const sym_int& e) {
+    return sym::substitute(e, [](std::string_view) { return std::optional<sym_int>(); });
+  }
+  /// `{"as_int": c}` for a constant, else `{"as_name": <its value>}`.
+  json operand(const sym_int& e) {
+    if (e.is_constant()) return {{"as_int", e.value()}};
+    return {{"as_name", (*this)(e)}};
+  }
   std::string op(const char* what, const std::string& lhs, std::int64_t rhs, const sym_int& result) {
+    return op(what, lhs, json{{"as_int", rhs}}, result);
+  }
+  std::string op(const char* what, const std::string& lhs, json rhs, const sym_int& result,
+                 const std::string& prefix = "_operator.") {
+    return op_node(what, json{{"as_name", lhs}}, std::move(rhs), result, prefix);
+  }
+  /// `<prefix><what>(a, b)`: `_operator.mul(a, b)`, `torch.sym_max(a, b)`; operands are
+  /// `{"as_name": ...}` or `{"as_int": ...}`.
+  std::string op_node(const char* what, json a, json b, const sym_int& result, const std::string& prefix) {
     std::string name = fresh(std::string("sym_") + what);
-    nodes_.push_back({{"target", std::string("_operator.") + what},
-                      {"inputs", json::array({{{"name", "a"}, {"arg", {{"as_sym_int", {{"as_name", lhs}}}}}, {"kind", 1}},
-                                              {{"name", "b"}, {"arg", {{"as_sym_int", {{"as_int", rhs}}}}}, {"kind", 1}}})},
+    nodes_.push_back({{"target", prefix + what},
+                      {"inputs", json::array({{{"name", "a"}, {"arg", {{"as_sym_int", std::move(a)}}}, {"kind", 1}},
+                                              {{"name", "b"}, {"arg", {{"as_sym_int", std::move(b)}}}, {"kind", 1}}})},
                       {"outputs", json::array({{{"as_sym_int", {{"as_name", name}}}}})},
                       {"metadata", json::object()},
                       {"name", name}});
@@ -225,7 +407,51 @@ class sym_writer {
   std::vector<site> sites_;
 };
 
-inline json graph_json(const graph& g) {
+/// torch's `nn_module_stack` of a node in module `path`: one `key,path,type` entry per
+/// module from the root down (`L__self__,,Net;L__self__fc,fc,torch::nn::LinearImpl`), joined
+/// by ';'. Types come from the program's module table ('<' '>' become '[' ']' so that commas of
+/// template arguments stay nested, as torch's reader expects; ';' becomes ':').
+inline std::string nn_module_stack_of(const std::string& path, const std::unordered_map<std::string, std::string>& types) {
+  const auto entry = [&](const std::string& fqn) {
+    std::string type;
+    if (auto it = types.find(fqn); it != types.end())
+      for (char c : it->second) type += c == '<' ? '[' : c == '>' ? ']' : c == ';' ? ':' : c;
+    return "L__self__" + fqn + "," + fqn + "," + type;
+  };
+  std::string out = entry("");
+  for (std::size_t dot = 0; !path.empty() && dot != std::string::npos;) {
+    dot = path.find('.', dot + 1);
+    out += ";" + entry(path.substr(0, dot));
+  }
+  return out;
+}
+/// The path of the innermost module of an `nn_module_stack` (`fc` above), and every (path, type).
+inline std::string module_path_of_stack(const std::string& stack, std::vector<std::pair<std::string, std::string>>* types) {
+  std::string path;
+  std::size_t start = 0;
+  while (start <= stack.size()) {
+    const auto end = std::min(stack.find(';', start), stack.size());
+    // key,path,type with commas nested in () or [] kept (torch's metadata_split)
+    std::vector<std::string> fields(1);
+    int nesting = 0;
+    for (std::size_t i = start; i < end; ++i) {
+      const char c = stack[i];
+      if (c == '(' || c == '[') ++nesting;
+      if (c == ')' || c == ']') --nesting;
+      if (c == ',' && nesting == 0) fields.emplace_back();
+      else fields.back() += c;
+    }
+    if (fields.size() >= 2) {
+      path = fields[1];
+      if (types && fields.size() == 3) types->emplace_back(fields[1], fields[2]);
+    }
+    start = end + 1;
+  }
+  return path;
+}
+
+inline json graph_json(const exported_program& p) {
+  const graph& g = p.graph();
   json inputs = json::array(), nodes = json::array(), outputs = json::array();
   json tensor_values = json::object(), sym_int_values = json::object();
   sym_writer name_sym(g, nodes, sym_int_values);
@@ -234,9 +460,14 @@ inline json graph_json(const graph& g) {
     if (v.kind() == value_kind::tensor) tensor_values[v.name()] = tensor_meta_json(v.meta());
     else if (v.kind() == value_kind::sym_int) sym_int_values[v.name()] = sym_int_json(v.type().scalar);
   };
+  const std::unordered_map<std::string, std::string> types(p.module_types().begin(), p.module_types().end());
+  std::size_t ph = 0;
   for (auto n : g.nodes()) {
     if (n.is_placeholder()) {
-      inputs.push_back(value_ref(n.output(0)));
+      const auto& spec = p.signature().input_specs.at(ph++);
+      // a specialized constant is written as its value, as torch writes it (its name is the spec's)
+      if (spec.arg.type == argument_spec::kind::constant) inputs.push_back(constant_value_json(spec.arg.constant));
+      else inputs.push_back(value_ref(n.output(0)));
       record(n.output(0));
       continue;
     }
@@ -264,7 +495,7 @@ inline json graph_json(const graph& g) {
     for (auto v : n.outputs()) record(v);
     json meta = json::object();
     if (const auto& s = n.source()) meta["stack_trace"] = stack_trace_of(*s);
-    if (!n.module_path().empty()) meta["nn_module_stack"] = n.module_path() + "," + n.module_path() + ",";
+    meta["nn_module_stack"] = nn_module_stack_of(n.module_path(), types);
     nodes.push_back({{"target", op.target}, {"inputs", std::move(in)}, {"outputs", std::move(out)},
                      {"metadata", std::move(meta)}, {"name", n.name()}});
   }
@@ -275,29 +506,46 @@ inline json graph_json(const graph& g) {
           {"sym_float_values", json::object()}};
 }
 
+/// The program's call structure: its in_spec and out_spec or, for a program built by hand, one
+/// argument per user input (named by it) and one result per user output.
+inline std::pair<treespec, treespec> call_specs(const exported_program& p) {
+  if (p.in_spec() && p.out_spec()) return {*p.in_spec(), *p.out_spec()};
+  treespec in = treespec::of(treespec::kind::tuple), out = treespec::of(treespec::kind::tuple);
+  for (const auto& s : p.signature().input_specs) {
+    if (s.kind != input_kind::user_input) continue;
+    in.children.push_back(s.arg.type == argument_spec::kind::constant ? treespec::constant(s.arg.constant) : treespec::leaf());
+    in.keys.push_back(s.arg.name);
+  }
+  for (const auto& s : p.signature().output_specs)
+    if (s.kind == output_kind::user_output || s.kind == output_kind::loss_output)
+      out.children.push_back(s.arg.type == argument_spec::kind::constant ? treespec::constant(s.arg.constant) : treespec::leaf());
+  return {std::move(in), std::move(out)};
+}
+
+/// torch's module call graph: the root's signature (how ep.module() is called: in_spec of
+/// `(args, kwargs)`, out_spec, the forward's argument names), then one entry per submodule.
+inline json module_call_graph_json(const exported_program& p) {
+  const auto [in, out] = call_specs(p);
+  json names = json::array();
+  if (in.keys.size() == in.children.size())
+    for (const auto& k : in.keys) names.push_back(k);
+  json graph = json::array({{{"fqn", ""},
+                             {"signature",
+                              {{"inputs", json::array()},
+                               {"outputs", json::array()},
+                               {"in_spec", pytree_in_spec(in)},
+                               {"out_spec", json::array({1, pytree_json(out)}).dump()},
+                               {"forward_arg_names", std::move(names)}}}}});
+  for (const auto& [fqn, type] : p.module_types())
+    if (!fqn.empty()) graph.push_back({{"fqn", fqn}, {"signature", nullptr}});
+  return graph;
+}
+
 inline json program_json(const exported_program& p) {
   json input_specs = json::array(), output_specs = json::array();
   for (const auto& s : p.signature().input_specs) input_specs.push_back(input_spec_json(s));
   for (const auto& s : p.signature().output_specs) output_specs.push_back(output_spec_json(s));
   json metadata = json::object();
-  json call = {{"fqn", ""}};
-  if (p.in_spec() && p.out_spec()) {
-    metadata["xport.in_spec"] = treespec_json(*p.in_spec()).dump();
-    metadata["xport.out_spec"] = treespec_json(*p.out_spec()).dump();
-    json ins = json::array(), outs = json::array(), names = json::array();
-    for (const auto& s : p.signature().input_specs)
-      if (s.kind == input_kind::user_input) {
-        ins.push_back(spec_arg_json(s.arg));
-        names.push_back(s.arg.name);
-      }
-    for (const auto& s : p.signature().output_specs)
-      if (s.kind == output_kind::user_output) outs.push_back(spec_arg_json(s.arg));
-    call["signature"] = {{"inputs", std::move(ins)},
-                         {"outputs", std::move(outs)},
-                         {"in_spec", pytree_in_spec(*p.in_spec())},
-                         {"out_spec", json::array({1, pytree_json(*p.out_spec())}).dump()},
-                         {"forward_arg_names", std::move(names)}};
-  }
   json ranges = json::object(), dim_names = json::object();
   for (const auto& r : p.range_constraints()) {
     ranges[r.symbol.str()] = {{"min_val", r.min}, {"max_val", r.max ? json(*r.max) : json(nullptr)}};
@@ -306,9 +554,9 @@ inline json program_json(const exported_program& p) {
   // the user's names of the dims (`s0` is `batch`), for guard messages after loading
   if (!dim_names.empty()) metadata["xport.dim_names"] = dim_names.dump();
   return {{"graph_module",
-           {{"graph", graph_json(p.graph())},
+           {{"graph", graph_json(p)},
             {"signature", {{"input_specs", std::move(input_specs)}, {"output_specs", std::move(output_specs)}}},
-            {"module_call_graph", json::array({std::move(call)})},
+            {"module_call_graph", module_call_graph_json(p)},
             {"metadata", std::move(metadata)},
             {"treespec_namedtuple_fields", json::object()}}},
           {"opset_version", {{"aten", aten_opset_version()}}},
@@ -321,6 +569,14 @@ inline json program_json(const exported_program& p) {
 
 // ---- JSON -> program -------------------------------------------------------------------------
 
+/// Whether a node computes an integer size (read into an expression, not kept as a node):
+/// `aten.sym_size.int` and its kin, `_operator.*`, `torch.sym_*`, `math.*`.
+inline bool is_sym_node(const std::string& target) {
+  return target == "torch.ops.aten.sym_size.int" || target == "torch.ops.aten.sym_stride.int" ||
+         target == "torch.ops.aten.sym_numel.default" || target == "torch.ops.aten.sym_storage_offset.default" ||
+         target.rfind("_operator.", 0) == 0 || target.rfind("torch.sym_", 0) == 0 || target.rfind("math.", 0) == 0;
+}
+
 /// A sym_size / _operator node: its result becomes an expression arguments can name.
 inline void read_sym_node(const at_path& nj, const std::string& target, value_scope& scope) {
   const auto ins = nj["inputs"];
@@ -332,6 +588,9 @@ inline void read_sym_node(const at_path& nj, const std::string& target, value_sc
   const auto outs = nj["outputs"];
   if (outs.size_of_array() != 1) outs.fail(target + " returns one SymInt");
   auto [ok, ov] = outs[0].one_of();
+  if (ok == "as_sym_bool" || ok == "as_sym_float")
+    nj["target"].fail("operator '" + target + "' computes a " + (ok == "as_sym_bool" ? "SymBool" : "SymFloat") +
+                      ", which xport does not represent (it reads integer size arithmetic only)");
   if (ok != "as_sym_int") outs[0].fail(target + " returns a SymInt, not '" + ok + "'");
   const auto out_name = ov["as_name"].str();
   const auto operand = [&](const at_path& j) -> sym_int {
@@ -347,32 +606,57 @@ inline void read_sym_node(const at_path& nj, const std::string& target, value_sc
     if (val.kind() != value_kind::sym_int) v2.fail("'" + name + "' is not a SymInt");
     return val.type().scalar;
   };
+  const auto tensor_in = [&]() {
+    const auto self = input("self");
+    auto [k, v] = self.one_of();
+    if (k != "as_tensor") self.fail("expected a tensor, got '" + k + "'");
+    const auto t = scope(v, v["name"].str());
+    if (t.kind() != value_kind::tensor) v.fail("'" + t.name() + "' is not a tensor");
+    return t;
+  };
+  const auto dim_of = [&](const value& t) {
+    const auto dj = input("dim");
+    auto d = operand(dj);
+    const auto r = static_cast<std::int64_t>(t.meta().sizes.size());
+    std::int64_t dim = d.is_constant() ? d.hint() : r;
+    if (dim < 0) dim += r;
+    if (dim < 0 || dim >= r)
+      dj.fail("dim " + d.str() + " is out of range for '" + t.name() + "' of rank " + std::to_string(r));
+    return static_cast<std::size_t>(dim);
+  };
+  const auto binary = [&](auto&& f) { return f(operand(input("a")), operand(input("b"))); };
   sym_int result;
   try {
     if (target == "torch.ops.aten.sym_size.int") {
-      const auto self = input("self");
-      auto [k, v] = self.one_of();
-      if (k != "as_tensor") self.fail("expected a tensor, got '" + k + "'");
-      const auto t = scope(v, v["name"].str());
-      if (t.kind() != value_kind::tensor) v.fail("'" + t.name() + "' is not a tensor");
-      const auto& sizes = t.meta().sizes;
-      const auto dj = input("dim");
-      auto d = operand(dj);
-      const auto rank = static_cast<std::int64_t>(sizes.size());
-      std::int64_t dim = d.is_constant() ? d.hint() : rank;
-      if (dim < 0) dim += rank;
-      if (dim < 0 || dim >= rank)
-        dj.fail("dim " + d.str() + " is out of range for '" + t.name() + "' of rank " + std::to_string(rank));
-      result = sizes[static_cast<std::size_t>(dim)];
-    } else {
-      const auto what = target.substr(10);
+      const auto t = tensor_in();
+      result = t.meta().sizes[dim_of(t)];
+    } else if (target == "torch.ops.aten.sym_stride.int") {
+      const auto t = tensor_in();
+      if (t.meta().strides.size() != t.meta().sizes.size()) nj.fail("'" + t.name() + "' has no strides");
+      result = t.meta().strides[dim_of(t)];
+    } else if (target == "torch.ops.aten.sym_numel.default") {
+      result = 1;
+      for (const auto& d : tensor_in().meta().sizes) result = result * d;
+    } else if (target == "torch.ops.aten.sym_storage_offset.default") {
+      result = tensor_in().meta().storage_offset;
+    } else if (target == "_operator.add") result = binary([](const sym_int& a, const sym_int& b) { return a + b; });
+    else if (target == "_operator.sub") result = binary([](const sym_int& a, const sym_int& b) { return a - b; });
+    else if (target == "_operator.mul") result = binary([](const sym_int& a, const sym_int& b) { return a * b; });
+    else if (target == "_operator.floordiv") result = binary([](const sym_int& a, const sym_int& b) { return sym::floordiv(a, b); });
+    else if (target == "_operator.mod") result = binary([](const sym_int& a, const sym_int& b) { return sym::mod(a, b); });
+    else if (target == "torch.sym_max") result = binary([](const sym_int& a, const sym_int& b) { return sym::max(a, b); });
+    else if (target == "torch.sym_min") result = binary([](const sym_int& a, const sym_int& b) { return sym::min(a, b); });
+    else if (target == "_operator.neg") result = -operand(input("a"));
+    else if (target == "_operator.pos") result = operand(input("a"));
+    else if (target == "_operator.pow") {
       const auto a = operand(input("a")), b = operand(input("b"));
-      if (what == "add") result = a + b;
-      else if (what == "sub") result = a - b;
-      else if (what == "mul") result = a * b;
-      else if (what == "floordiv") result = sym::floordiv(a, b);
-      else if (what == "mod") result = sym::mod(a, b);
-      else nj["target"].fail("operator '" + target + "' on sizes is not supported by xport");
+      if (!b.is_constant() || b.hint() < 0 || b.hint() > 8) input("b").fail("expected an integer exponent in [0, 8]");
+      result = 1;
+      for (std::int64_t i = 0; i < b.hint(); ++i) result = result * a;
+    } else {
+      nj["target"].fail("operator '" + target + "' on sizes is not supported by xport (it reads sym_size, sym_stride, "
+                        "sym_numel, sym_storage_offset, _operator add/sub/mul/floordiv/mod/neg/pos/pow and "
+                        "torch.sym_max/sym_min)");
     }
   } catch (const graph_error& e) {
     nj.fail(e.what());
@@ -380,16 +664,22 @@ inline void read_sym_node(const at_path& nj, const std::string& target, value_sc
   scope.syms[out_name] = result;
 }
 
-inline graph graph_of(const at_path& gj) {
+/// Reads the graph; `module_types` gets the (path, type) of every module its nodes' stacks name.
+inline graph graph_of(const at_path& gj, const graph_signature& sig, std::vector<std::pair<std::string, std::string>>& module_types) {
   graph g;
   const auto tensor_values = gj["tensor_values"];
   const auto sym_int_values = gj["sym_int_values"];
   (void)tensor_values.object();
   (void)sym_int_values.object();
+  const auto sym_bool_values = gj.get("sym_bool_values"), sym_float_values = gj.get("sym_float_values");
+  if (sym_bool_values) (void)sym_bool_values->object();
+  if (sym_float_values) (void)sym_float_values->object();
   const auto type_of = [&](const at_path& where, const std::string& name) -> value_type {
     if (auto t = tensor_values.get(name)) return value_type::of(tensor_meta_of(*t));
     if (auto s = sym_int_values.get(name)) return value_type::of_sym_int(sym_int_of(*s));
-    where.fail("value '" + name + "' has no entry in tensor_values or sym_int_values");
+    if (sym_bool_values && sym_bool_values->get(name)) return value_type{value_kind::sym_bool, {}, {}};
+    if (sym_float_values && sym_float_values->get(name)) return value_type{value_kind::sym_float, {}, {}};
+    where.fail("value '" + name + "' has no entry in tensor_values, sym_int_values, sym_bool_values or sym_float_values");
   };
   value_scope scope;
   const auto nodes = gj["nodes"];
@@ -408,13 +698,31 @@ inline graph graph_of(const at_path& gj) {
       each_output_name(outs[o], [&](const at_path&, const std::string& name) { scope.later.insert(name); });
   }
   const auto inputs = gj["inputs"];
+  if (inputs.size_of_array() != sig.input_specs.size())
+    inputs.fail("the graph has " + std::to_string(inputs.size_of_array()) + " inputs but the signature has " +
+                std::to_string(sig.input_specs.size()) + " input specs");
   for (std::size_t i = 0, n = inputs.size_of_array(); i < n; ++i) {
     auto [k, v] = inputs[i].one_of();
-    std::string name;
-    if (k == "as_tensor") name = v["name"].str();
-    else if (k == "as_sym_int") name = v["as_name"].str();
-    else inputs[i].fail("a graph input must be a tensor or a SymInt, got '" + k + "'");
+    const auto& spec = sig.input_specs[i];
+    const bool constant = spec.arg.type == argument_spec::kind::constant;
     try {
+      if (k == "as_int" || k == "as_float" || k == "as_bool" || k == "as_string" || k == "as_none") {
+        // a specialized constant input: named by its spec, which holds the same value; nothing reads it
+        if (!constant) inputs[i].fail("a constant graph input needs a constant_input spec, input spec " + std::to_string(i) + " is '" + spec.arg.name + "'");
+        const auto value = constant_value_of(inputs[i]);
+        const bool same = value == spec.arg.constant ||
+                          (value.is_double() && spec.arg.constant.is_double() && std::isnan(value.as_double()) &&
+                           std::isnan(spec.arg.constant.as_double()));
+        if (!same) inputs[i].fail("the graph input's value differs from constant input '" + spec.arg.name + "'");
+        (void)g.add_placeholder(spec.arg.name, value_type{value_kind::none, {}, {}});
+        continue;
+      }
+      std::string name;
+      if (k == "as_tensor") name = v["name"].str();
+      else if (k == "as_sym_int") name = v["as_name"].str();
+      else if (k == "as_custom_obj") inputs[i].fail("graph input '" + v["name"].str() + "' is a custom object (a TorchBind class instance), which xport does not support");
+      else inputs[i].fail("a graph input must be a tensor, a SymInt or a constant, got '" + k + "'");
+      if (constant) inputs[i].fail("input spec " + std::to_string(i) + " is the constant input '" + spec.arg.name + "' but the graph input is '" + name + "'");
       scope.defined.emplace(name, g.add_placeholder(name, type_of(inputs[i], name)));
     } catch (const graph_error& e) {
       inputs[i].fail(e.what());
@@ -423,10 +731,13 @@ inline graph graph_of(const at_path& gj) {
   for (std::size_t i = 0; i < n_nodes; ++i) {
     const auto nj = nodes[i];
     const auto target = nj["target"].str();
-    if (target == "torch.ops.aten.sym_size.int" || target.rfind("_operator.", 0) == 0) {
+    if (is_sym_node(target)) {
       read_sym_node(nj, target, scope);  // Note [Symbolic arguments in .pt2]
       continue;
     }
+    if (target.rfind("torch.ops.higher_order.", 0) == 0)
+      nj["target"].fail("higher-order operator '" + target + "' (torch." + target.substr(23) +
+                        ", with its subgraphs as as_graph arguments) is not supported by xport");
     const auto* op = try_find_op(target);
     if (!op)
       nj["target"].fail("operator '" + target + "' is not registered in this LibTorch (" + torch_version() +
@@ -476,10 +787,7 @@ inline graph graph_of(const at_path& gj) {
     const auto meta = nj["metadata"];
     (void)meta.object();
     if (auto st = meta.get("stack_trace")) created.set_source(source_of(st->str()));
-    if (auto ms = meta.get("nn_module_stack")) {
-      const auto text = ms->str();
-      created.set_module_path(text.substr(0, text.find(',')));
-    }
+    if (auto ms = meta.get("nn_module_stack")) created.set_module_path(module_path_of_stack(ms->str(), &module_types));
   }
   std::vector<argument> results;
   const auto outputs = gj["outputs"];
@@ -494,7 +802,63 @@ struct loaded_json {
   ir_dialect dialect = ir_dialect::training;
   std::optional<treespec> in_spec, out_spec;
   std::vector<range_constraint> ranges;
+  std::vector<std::pair<std::string, std::string>> module_types;
 };
+
+/// The root entry of the module call graph gives the call structure: `(args, kwargs)` becomes
+/// xport's in_spec (the arguments, named by forward_arg_names, keyword ones last), with constant
+/// leaves where the constant inputs are; the entries' FQNs, with the types the nodes' module
+/// stacks give, become the module table.
+inline void read_call_graph(const at_path& mcg, loaded_json& out,
+                            const std::vector<std::pair<std::string, std::string>>& stack_types, bool call_spec) {
+  const auto type_of = [&](const std::string& fqn) {
+    for (const auto& [path, type] : stack_types)
+      if (path == fqn) return type;
+    return std::string();
+  };
+  for (std::size_t i = 0, n = mcg.size_of_array(); i < n; ++i) {
+    const auto fqn = mcg[i]["fqn"].str();
+    out.module_types.emplace_back(fqn, type_of(fqn));
+    if (i != 0 || !fqn.empty() || !call_spec) continue;
+    const auto sig = mcg[i].get("signature");
+    if (!sig) continue;
+    std::vector<std::optional<argument>> in_constants, out_constants;
+    for (const auto& s : out.sig.input_specs)
+      if (s.kind == input_kind::user_input)
+        in_constants.push_back(s.arg.type == argument_spec::kind::constant ? std::optional<argument>(s.arg.constant) : std::nullopt);
+    for (const auto& s : out.sig.output_specs)
+      if (s.kind == output_kind::user_output || s.kind == output_kind::loss_output)
+        out_constants.push_back(s.arg.type == argument_spec::kind::constant ? std::optional<argument>(s.arg.constant) : std::nullopt);
+    const auto in_j = (*sig)["in_spec"], out_j = (*sig)["out_spec"];
+    auto call = pytree_of_dumps(in_j);
+    if (call.type != treespec::kind::tuple || call.children.size() != 2 || call.children[0].type != treespec::kind::tuple ||
+        call.children[1].type != treespec::kind::dict)
+      in_j.fail("expected the in_spec of a call, a tuple of (args tuple, kwargs dict)");
+    treespec in = std::move(call.children[0]);
+    auto& kwargs = call.children[1];
+    in.num_kwargs = kwargs.children.size();
+    for (std::size_t k = 0; k < kwargs.children.size(); ++k) in.children.push_back(std::move(kwargs.children[k]));
+    std::size_t leaf = 0;
+    with_constants(in, in_constants, leaf, in_j);
+    if (leaf != in_constants.size())
+      in_j.fail("the in_spec has " + std::to_string(leaf) + " leaves but the program has " +
+                std::to_string(in_constants.size()) + " user inputs");
+    if (const auto names = sig->get("forward_arg_names"); names && names->size_of_array() == in.children.size()) {
+      for (std::size_t k = 0, m = names->size_of_array(); k < m; ++k) in.keys.push_back((*names)[k].str());
+    } else {  // torch's own names for unnamed arguments
+      for (std::size_t k = 0; k + in.num_kwargs < in.children.size(); ++k) in.keys.push_back("arg_" + std::to_string(k));
+      for (const auto& key : kwargs.keys) in.keys.push_back(key);
+    }
+    auto result = pytree_of_dumps(out_j);
+    leaf = 0;
+    with_constants(result, out_constants, leaf, out_j);
+    if (leaf != out_constants.size())
+      out_j.fail("the out_spec has " + std::to_string(leaf) + " leaves but the program has " +
+                 std::to_string(out_constants.size()) + " user outputs");
+    out.in_spec = std::move(in);
+    out.out_spec = std::move(result);
+  }
+}
 
 inline loaded_json program_of(const json& doc, const std::string& record) {
   const at_path root{doc, "", record};
@@ -503,7 +867,7 @@ inline loaded_json program_of(const json& doc, const std::string& record) {
   if (major != schema_version_major)
     ver.fail("schema version " + std::to_string(major) + "." + std::to_string(ver["minor"].integer()) +
              " is not readable by this xport, which reads major version " + std::to_string(schema_version_major) +
-             " (written by torch >= 2.8); re-export the program with a matching torch");
+             " (written by torch 2.8 and later); re-export the program with a matching torch");
   (void)ver["minor"].integer();
   loaded_json out;
   if (auto v = root.get("verifiers")) {
@@ -538,16 +902,22 @@ inline loaded_json program_of(const json& doc, const std::string& record) {
   } restore{active_symbols};
   active_symbols = &symbols;
   const auto gm = root["graph_module"];
-  out.g = graph_of(gm["graph"]);
-  for (auto& e : symbols.entries) {
-    if (!e.symbol) e.symbol = sym::symbol(e.name, std::min(std::max<std::int64_t>(e.range.lo, 2), e.range.hi), e.range);
-    out.ranges.push_back({*e.symbol, e.range.lo, e.range.hi == int_oo ? std::nullopt : std::optional<std::int64_t>(e.range.hi), ""});
-  }
   const auto sig = gm["signature"];
   const auto ins = sig["input_specs"], outs = sig["output_specs"];
   for (std::size_t i = 0, n = ins.size_of_array(); i < n; ++i) out.sig.input_specs.push_back(input_spec_of(ins[i]));
   for (std::size_t i = 0, n = outs.size_of_array(); i < n; ++i) out.sig.output_specs.push_back(output_spec_of(outs[i]));
-  if (auto md = gm.get("metadata")) {
+  std::vector<std::pair<std::string, std::string>> stack_types;
+  out.g = graph_of(gm["graph"], out.sig, stack_types);
+  for (auto& e : symbols.entries) {
+    if (!e.symbol) e.symbol = sym::symbol(e.name, std::min(std::max<std::int64_t>(e.range.lo, 2), e.range.hi), e.range);
+    out.ranges.push_back({*e.symbol, e.range.lo, e.range.hi == int_oo ? std::nullopt : std::optional<std::int64_t>(e.range.hi), ""});
+  }
+  const auto md = gm.get("metadata");
+  // archives of xport before schema 8.20 keep the exact structure in the metadata (xport.in_spec;
+  // their constants have no placeholders, so the call graph's leaves do not match them)
+  const bool legacy = md && md->object().contains("xport.in_spec");
+  read_call_graph(gm["module_call_graph"], out, stack_types, !legacy);
+  if (md) {
     (void)md->object();
     const auto spec = [&](const char* key) -> std::optional<treespec> {
       auto s = md->get(key);
@@ -556,8 +926,10 @@ inline loaded_json program_of(const json& doc, const std::string& record) {
       const auto j = parse(text, record + " (" + std::string(key) + ")");
       return treespec_of(at_path{j, std::string("graph_module.metadata.") + key, record});
     };
-    out.in_spec = spec("xport.in_spec");
-    out.out_spec = spec("xport.out_spec");
+    if (legacy) {
+      out.in_spec = spec("xport.in_spec");
+      out.out_spec = spec("xport.out_spec");
+    }
     if (auto names = md->get("xport.dim_names")) {
       const auto j = parse(names->str(), record + " (xport.dim_names)");
       const at_path nj{j, "graph_module.metadata.xport.dim_names", record};
@@ -647,7 +1019,12 @@ inline void read_payloads(const zip_index& zip, const std::string& dir, const st
     }
     at::Tensor t = at::empty({0}, at::TensorOptions().dtype(meta.dtype));
     t.set_(st->second.storage(), meta.storage_offset.hint(), meta.size_hints(), meta.stride_hints());
-    if (meta.requires_grad) t.requires_grad_(true);
+    if (meta.requires_grad) {
+      if (!c10::isFloatingType(meta.dtype) && !c10::isComplexType(meta.dtype))
+        entry["tensor_meta"]["requires_grad"].fail(std::string("a ") + c10::toString(meta.dtype) +
+                                                   " tensor cannot require grad (only floating-point and complex tensors can)");
+      t.requires_grad_(true);
+    }
     (void)entry["is_param"].boolean();  // required by the schema; the signature says what is a parameter
     out.set(fqn, std::move(t));
   }
@@ -680,13 +1057,11 @@ inline void save(const exported_program& p, const std::function<std::size_t(cons
   const std::string ctext = s::json{{"config", std::move(cconfig)}}.dump();
   w.writeRecord("data/constants/" + options.model_name + "_constants_config.json", ctext.data(), ctext.size());
   w.writeRecord("models/" + options.model_name + ".json", doc.data(), doc.size());
-  if (options.example_inputs && p.example_inputs()) {
-    std::vector<c10::IValue> args;
-    for (const auto& t : *p.example_inputs()) args.emplace_back(t.cpu());
-    c10::impl::GenericDict kwargs(c10::StringType::get(), c10::AnyType::get());
-    const auto bytes = detail::pickle_bytes(c10::ivalue::Tuple::create({c10::ivalue::Tuple::create(std::move(args)), kwargs}));
-    w.writeRecord("data/sample_inputs/" + options.model_name + ".pt", bytes.data(), bytes.size());
-  }
+  // always there: torch's loader reads it unconditionally (empty means no example inputs)
+  std::vector<char> inputs;
+  if (options.example_inputs && p.example_inputs())
+    inputs = detail::pickle_bytes(detail::example_inputs_ivalue(*p.example_inputs(), p.in_spec()));
+  w.writeRecord("data/sample_inputs/" + options.model_name + ".pt", inputs.data(), inputs.size());
   w.writeEndOfFile();
 }
 
@@ -784,9 +1159,19 @@ inline exported_program load(std::shared_ptr<caffe2::serialize::ReadAdapterInter
   exported_program p(std::move(parts.g), std::move(parts.sig), std::move(state), std::move(constants),
                      std::move(parts.ranges), parts.dialect);
   p.set_call_spec(std::move(parts.in_spec), std::move(parts.out_spec));
+  p.set_module_types(std::move(parts.module_types));
   if (options.example_inputs) {
     const std::string rec = "data/sample_inputs/" + options.model_name + ".pt";
-    if (zip.find(rec)) p.set_example_inputs(detail::unpickle_inputs(text(rec), rec));
+    if (const auto* r = zip.find(rec); r && r->size > 0) {
+      auto inputs = detail::unpickle_inputs(text(rec), rec, p.in_spec());
+      std::size_t want = 0;
+      for (const auto& s : p.signature().input_specs)
+        want += s.kind == input_kind::user_input && s.arg.type != argument_spec::kind::constant;
+      if (inputs.size() != want)
+        throw load_error("xport.load.sample_inputs", rec + ": holds " + std::to_string(inputs.size()) +
+                                                         " tensor(s), the program takes " + std::to_string(want));
+      p.set_example_inputs(std::move(inputs));
+    }
   }
   if (options.verify) {
     try {

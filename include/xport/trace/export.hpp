@@ -70,7 +70,7 @@ inline std::string default_input_name(std::size_t i, std::size_t n) {
   return n == 1 ? std::string("x") : "args_" + std::to_string(i);
 }
 
-/// The input treespec (a tuple of the arguments), the example tensors and their names.
+/// The input treespec (a tuple of the arguments, named), the example tensors and their names.
 template <class... Args>
 treespec describe_inputs(const std::tuple<Args...>& args, const export_options& opts,
                          std::vector<at::Tensor>& examples, std::vector<std::string>& names) {
@@ -79,20 +79,50 @@ treespec describe_inputs(const std::tuple<Args...>& args, const export_options& 
     throw export_error("xport.export.input_names",
                        "export_options::input_names has " + std::to_string(opts.input_names.size()) +
                            " name(s) but the program takes " + std::to_string(n) + " argument(s)");
-  treespec in_spec{treespec::kind::tuple, {}, {}, {}};
+  treespec in_spec = treespec::of(treespec::kind::tuple);
   std::size_t k = 0;
   std::apply(
       [&](const auto&... a) {
         ((in_spec.children.push_back(flatten(a, examples)),
-          leaf_names(in_spec.children.back(), opts.input_names.empty() ? default_input_name(k, n) : opts.input_names[k],
-                     names),
-          ++k),
+          in_spec.keys.push_back(opts.input_names.empty() ? default_input_name(k, n) : opts.input_names[k]),
+          leaf_names(in_spec.children.back(), in_spec.keys.back(), names), ++k),
          ...);
       },
       args);
   for (const auto& t : examples)
     if (!t.defined()) throw export_error("xport.export.undefined_input", "an example input is an undefined tensor");
   return in_spec;
+}
+
+/// A specialized constant input: a placeholder, as torch.export makes one for every input, that
+/// the graph does not read (the calls were specialized to its value, which the spec keeps).
+inline void add_constant_input(capture& cap, const std::string& name, const argument& v) {
+  for (int k = 0;; ++k) {  // a taken name gets a suffix, as tensor inputs' do
+    const std::string n = k ? name + "_" + std::to_string(k) : name;
+    try {
+      (void)cap.builder().placeholder(input_spec{input_kind::user_input, argument_spec::constant_value(n, v), {}, {}},
+                                      value_type{value_kind::none, {}, {}});
+      return;
+    } catch (const graph_error&) {
+      if (k >= 64) throw;
+    }
+  }
+}
+
+/// One placeholder per leaf of the inputs, in torch.export's order: `tensor(i, name)` makes the
+/// i-th tensor input, constant leaves become constant inputs.
+template <class Tensor>
+void add_inputs(capture& cap, const treespec& in_spec, Tensor&& tensor) {
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < in_spec.children.size(); ++i) leaf_names(in_spec.children[i], in_spec.keys[i], names, true);
+  std::size_t leaf = 0, t = 0;
+  const auto visit = [&](const auto& self, const treespec& s) -> void {
+    if (s.type == treespec::kind::leaf) tensor(t++, names[leaf++]);
+    else if (s.type == treespec::kind::constant) add_constant_input(cap, names[leaf++], s.value);
+    else
+      for (const auto& c : s.children) self(self, c);
+  };
+  visit(visit, in_spec);
 }
 
 /// Finishes a capture: outputs (graph values of the result's leaves), build, call spec.
@@ -115,11 +145,10 @@ exported_program trace_strict(Call&& call, const std::tuple<Args...>& args, cons
   auto in_spec = describe_inputs(args, opts, examples, names);
   if (!examples.empty()) cap.set_fake_device(examples.front().device());
   cap.keep_value_meta();
+  std::vector<value> inputs;
+  add_inputs(cap, in_spec, [&](std::size_t i, const std::string& name) { inputs.push_back(cap.add_input_value(name, examples[i])); });
   std::size_t leaf = 0;
-  auto make = [&](const at::Tensor&) {
-    const auto i = leaf++;
-    return sym_tensor(cap.add_input_value(names[i], examples[i]), &cap);
-  };
+  auto make = [&](const at::Tensor&) { return sym_tensor(inputs[leaf++], &cap); };
   auto sym_args = std::apply([&](const auto&... a) { return std::tuple{to_sym(a, make)...}; }, args);
   auto result = std::apply(call, sym_args);
   std::vector<value> outs;
@@ -141,11 +170,10 @@ exported_program trace_non_strict(Call&& call, const std::tuple<Args...>& args, 
   auto in_spec = describe_inputs(args, opts, examples, names);
   if (!examples.empty()) cap.set_fake_device(examples.front().device());
   // the traced code gets meta tensors in the same structure
+  std::vector<at::Tensor> metas;
+  add_inputs(cap, in_spec, [&](std::size_t i, const std::string& name) { metas.push_back(cap.add_input(name, examples[i])); });
   std::size_t leaf = 0;
-  auto to_meta = [&](const at::Tensor&) {
-    const auto i = leaf++;
-    return cap.add_input(names[i], examples[i]);
-  };
+  auto to_meta = [&](const at::Tensor&) { return metas[leaf++]; };
   auto meta_args = std::apply([&](const auto&... a) { return std::tuple{map_tensors(a, to_meta)...}; }, args);
 
   auto result = [&] {
@@ -418,8 +446,12 @@ exported_program export_program(F&& f, const std::tuple<Args...>& args, const ex
       auto& m = detail::module_impl(f);
       for (const auto& item : m.named_parameters(true)) cap.add_state(input_kind::parameter, item.key(), item.value());
       for (const auto& item : m.named_buffers(true)) cap.add_state(input_kind::buffer, item.key(), item.value());
-      return detail::trace_non_strict([&](auto&&... a) { return m.forward(std::forward<decltype(a)>(a)...); },
-                                      args, opts, cap);
+      auto p = detail::trace_non_strict([&](auto&&... a) { return m.forward(std::forward<decltype(a)>(a)...); },
+                                        args, opts, cap);
+      std::vector<std::pair<std::string, std::string>> types{{"", m.name()}};
+      for (const auto& item : m.named_modules("", /*include_self=*/false)) types.emplace_back(item.key(), item.value()->name());
+      p.set_module_types(std::move(types));
+      return p;
     } else {
       return detail::trace_non_strict(f, args, opts, cap);
     }
@@ -448,10 +480,10 @@ class callable<R(Args...)> {
 
   R operator()(const Args&... args) const {
     std::vector<at::Tensor> leaves;
-    treespec got{treespec::kind::tuple, {}, {}, {}};
+    treespec got = treespec::of(treespec::kind::tuple);
     (got.children.push_back(flatten(args, leaves)), ...);
     const auto& want = *program_->in_spec();
-    if (!(got == want))
+    if (!got.same_structure(want))
       throw guard_error("xport.guard.structure",
                         "the inputs have structure " + got.str() + " but the program was exported with " +
                             want.str() + " (containers, None and specialized constants must match)");

@@ -2,9 +2,9 @@
 // A program's inputs may be tensors, std::vector / std::array / std::tuple / std::pair of them,
 // std::map / c10::Dict from string keys, std::optional, and nested combinations; C++ scalars
 // (int64_t, int, double, float, bool) and strings are constants that export specializes, as
-// torch does. `flatten` lists the tensor leaves and records a treespec; `unflatten` rebuilds a
-// C++ value of the same type from a spec and leaves. Any other type is a compile-time error
-// naming it.
+// torch does (the program still has a placeholder for each, as torch's has). `flatten` lists the
+// tensor leaves and records a treespec; `unflatten` rebuilds a C++ value of the same type from a
+// spec and leaves. Any other type is a compile-time error naming it.
 #pragma once
 
 #include <array>        // std::array
@@ -102,25 +102,25 @@ treespec flatten_into(const T& x, F& on_tensor) {
   } else if constexpr (std::is_same_v<T, std::string>) {
     return treespec::constant(x);
   } else if constexpr (is_optional<T>::value) {
-    if (!x) return treespec{treespec::kind::none, {}, {}, {}};
+    if (!x) return treespec::of(treespec::kind::none);
     return flatten_into(*x, on_tensor);
   } else if constexpr (is_vector<T>::value || is_std_array<T>::value) {
-    treespec s{treespec::kind::list, {}, {}, {}};
+    treespec s = treespec::of(treespec::kind::list);
     for (const auto& e : x) s.children.push_back(flatten_into(e, on_tensor));
     return s;
   } else if constexpr (is_tuple_like<T>::value) {
-    treespec s{treespec::kind::tuple, {}, {}, {}};
+    treespec s = treespec::of(treespec::kind::tuple);
     std::apply([&](const auto&... es) { (s.children.push_back(flatten_into(es, on_tensor)), ...); }, x);
     return s;
   } else if constexpr (is_string_map<T>::value) {
-    treespec s{treespec::kind::dict, {}, {}, {}};
+    treespec s = treespec::of(treespec::kind::dict);
     for (const auto& [k, v] : x) {
       s.keys.push_back(k);
       s.children.push_back(flatten_into(v, on_tensor));
     }
     return s;
   } else if constexpr (is_c10_dict<T>::value) {
-    treespec s{treespec::kind::dict, {}, {}, {}};
+    treespec s = treespec::of(treespec::kind::dict);
     for (const auto& e : x) {
       s.keys.push_back(e.key());
       s.children.push_back(flatten_into(e.value(), on_tensor));
@@ -233,14 +233,18 @@ T unflatten_from(const treespec& s, It& it) {
 }
 
 /// `x_b_0`: a readable name for each tensor leaf under `prefix` (torch.export's pytree naming:
-/// keys lower-cased, non-alphanumerics as `_`).
-inline void leaf_names(const treespec& s, const std::string& prefix, std::vector<std::string>& out) {
+/// keys lower-cased, non-alphanumerics as `_`); for constant leaves too with `constants`.
+inline void leaf_names(const treespec& s, const std::string& prefix, std::vector<std::string>& out,
+                       bool constants = false) {
   switch (s.type) {
     case treespec::kind::leaf: out.push_back(prefix); return;
+    case treespec::kind::constant:
+      if (constants) out.push_back(prefix);
+      return;
     case treespec::kind::tuple:
     case treespec::kind::list:
       for (std::size_t i = 0; i < s.children.size(); ++i)
-        leaf_names(s.children[i], prefix + "_" + std::to_string(i), out);
+        leaf_names(s.children[i], prefix + "_" + std::to_string(i), out, constants);
       return;
     case treespec::kind::dict:
       for (std::size_t i = 0; i < s.children.size(); ++i) {
@@ -249,7 +253,7 @@ inline void leaf_names(const treespec& s, const std::string& prefix, std::vector
           const bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
           k += alnum ? static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c) : '_';
         }
-        leaf_names(s.children[i], prefix + "_" + k, out);
+        leaf_names(s.children[i], prefix + "_" + k, out, constants);
       }
       return;
     default: return;
