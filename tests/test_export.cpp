@@ -174,7 +174,7 @@ TEST_CASE("export: a torch::nn module leaves its parameters and buffers exactly 
   CHECK(bn->num_batches_tracked.item<std::int64_t>() == 0);
   verify(p);
   const auto text = to_string(p);
-  CHECK(text.find("add_: \"i64[]\" = torch.ops.aten.add_.Scalar(b_1_num_batches_tracked, 1)") != std::string::npos);
+  CHECK(text.find("add_: \"i64[]\" = torch.ops.aten.add_.Tensor(b_1_num_batches_tracked, 1)") != std::string::npos);
   CHECK(text.find("p_0_weight: PARAMETER target='0.weight'") != std::string::npos);
   CHECK(text.find("b_1_running_mean: BUFFER target='1.running_mean' persistent=True") != std::string::npos);
 }
@@ -246,10 +246,36 @@ TEST_CASE("export: in-place ops stay in the training IR and run like eager") {
     return z + y;
   }, std::tuple{at::randn({4}), at::randn({4})}, {.input_names = {"x", "y"}});
   CHECK((body_lines(p) == std::vector<std::string>{
-             "mul: \"f32[4]\" = torch.ops.aten.mul.Scalar(x, 2)",
+             "mul: \"f32[4]\" = torch.ops.aten.mul.Tensor(x, 2)",
              "add_: \"f32[4]\" = torch.ops.aten.add_.Tensor(mul, y)",
              "relu_: \"f32[4]\" = torch.ops.aten.relu_.default(add_)",
              "add: \"f32[4]\" = torch.ops.aten.add.Tensor(relu_, y)", "return (add,)"}));
   const auto x = at::randn({4}), y = at::randn({4});
   CHECK(at::allclose(run(p, {x, y})[0], at::relu(x * 2 + y) + y));
+}
+
+TEST_CASE("export: C++ calls are recorded as the calls Python's torch makes for the same code") {
+  // Python binds no .Scalar overloads of add/sub/mul/div (x * 2 is mul.Tensor there); its
+  // argument parser gives every factory the default device and every op pin_memory=False
+  auto p = export_program([](const at::Tensor& x) {
+    auto a = x * 2 + 1;
+    a.div_(3);
+    auto b = a.sub(x, 2);
+    b = b + at::ones({4});
+    b = b + at::zeros_like(x);
+    return b + x.div(2, "floor");
+  }, std::tuple{at::randn({4})});
+  CHECK((body_lines(p) == std::vector<std::string>{
+             "mul: \"f32[4]\" = torch.ops.aten.mul.Tensor(x, 2)",
+             "add: \"f32[4]\" = torch.ops.aten.add.Tensor(mul, 1)",
+             "div_: \"f32[4]\" = torch.ops.aten.div_.Tensor(add, 3)",
+             "sub: \"f32[4]\" = torch.ops.aten.sub.Tensor(div_, x, alpha = 2)",
+             "ones: \"f32[4]\" = torch.ops.aten.ones.default([4], device = device(type='cpu'), pin_memory = False)",
+             "add_1: \"f32[4]\" = torch.ops.aten.add.Tensor(sub, ones)",
+             "zeros_like: \"f32[4]\" = torch.ops.aten.zeros_like.default(x, pin_memory = False)",
+             "add_2: \"f32[4]\" = torch.ops.aten.add.Tensor(add_1, zeros_like)",
+             "div: \"f32[4]\" = torch.ops.aten.div.Tensor_mode(x, 2, rounding_mode = 'floor')",
+             "add_3: \"f32[4]\" = torch.ops.aten.add.Tensor(add_2, div)", "return (add_3,)"}));
+  const auto x = at::randn({4});
+  CHECK(at::allclose(run(p, {x})[0], ((x * 2 + 1) / 3).sub(x, 2) + 1 + x.div(2, "floor")));
 }

@@ -52,8 +52,7 @@ void check_model_ir(Make make, Input make_input, const std::vector<std::string>&
       for (auto n : p.graph().nodes())
         if (n.is_call()) {
           INFO("non-core op " << n.op().qualified);
-          CHECK((xport::detail::is_core_aten_op(n.op().qualified) ||
-                 !decomposition_table::core_aten().find(n.op())));
+          CHECK((xport::detail::is_core_op(n.op()) || !decomposition_table::core_aten().decomposes(n.op())));
         }
     for (int i = 0; i < 2; ++i) {
       const auto x = make_input();

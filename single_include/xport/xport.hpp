@@ -1758,8 +1758,8 @@ XPORT_END_NAMESPACE
 // #include <xport/config.hpp>
 // #include <xport/detail/compat.hpp>
 // xport/detail/compat.hpp: every difference between the LibTorch versions xport supports.
-// Debian's 1.13.1 is the CI target; 2.x (with CUDA) must build too. Nothing version-specific
-// lives anywhere else.
+// LibTorch 2.13 (the pip wheel) is the primary build; Debian's 1.13 (Debian 12) and 2.6
+// (Debian 13) are built and tested too. Version tests are the macros here.
 
 #include <string>  // std::string
 
@@ -1770,6 +1770,12 @@ XPORT_END_NAMESPACE
 #define XPORT_TORCH_VERSION_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) ||                \
    (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+/// LibTorch's functionalization with view replay (FunctionalTensorWrapper, reapply_views), the
+/// `core` operator tag and the `_native_batch_norm_legit` family, which torch.export's own
+/// run_decompositions() is built on: xport lowers with them (trace/decompose.hpp). 1.13 has
+/// neither the tag nor functional BatchNorm statistics: xport's own functionalizer serves it.
+#define XPORT_HAS_TORCH_FUNCTIONALIZATION XPORT_TORCH_VERSION_AT_LEAST(2, 1)
 
 XPORT_BEGIN_NAMESPACE
 namespace detail {
@@ -1805,6 +1811,10 @@ struct op_info {
   bool inplace_view = false;
   /// Position of the `device` argument, or -1.
   int device_arg = -1;
+  /// Position of the `pin_memory` argument, or -1.
+  int pin_memory_arg = -1;
+  /// No argument is a tensor (or a list of them): a factory like `ones`, `arange`.
+  bool is_factory = false;
   /// Whether running the op on meta tensors works (0: not tried, 1: works, 2: no meta kernel, use
   /// a shape rule). Learned once: a failed meta run costs a C++ exception with a backtrace.
   mutable std::atomic<std::uint8_t> meta_support{0};
@@ -1875,7 +1885,7 @@ class op_registry {
       auto handle = c10::Dispatcher::singleton().findSchema(
           {parts.ns + "::" + parts.name, parts.overload});
       if (!handle) return nullptr;
-      std::unique_ptr<op_info> op(new op_info{*handle, {}, {}, {}, {}, {}, false, false, false, false, false, false, -1, {0}});
+      std::unique_ptr<op_info> op(new op_info{*handle, {}, {}, {}, {}, {}, false, false, false, false, false, false, -1, -1, false, {0}});
       fill(*op, parts);
       info = op.get();
       by_key_.emplace(std::move(key), std::move(op));
@@ -1903,8 +1913,16 @@ class op_registry {
                           p.name == "rrelu" || p.name == "rrelu_with_noise";
     op.inplace_view = op.handle.hasTag(at::Tag::inplace_view);
     const auto& params = schema.arguments();
-    for (std::size_t i = 0; i < params.size(); ++i)
+    op.is_factory = true;
+    for (std::size_t i = 0; i < params.size(); ++i) {
       if (params[i].name() == "device") op.device_arg = static_cast<int>(i);
+      if (params[i].name() == "pin_memory") op.pin_memory_arg = static_cast<int>(i);
+      auto t = params[i].real_type();
+      if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
+      if (t->kind() == c10::TypeKind::ListType) t = t->castRaw<c10::ListType>()->getElementType();
+      if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
+      if (t->kind() == c10::TypeKind::TensorType) op.is_factory = false;
+    }
   }
 
   std::mutex mu_;
@@ -1936,6 +1954,26 @@ inline const op_info& find_op(std::string_view name) {
     msg += "; write it as 'namespace::name.overload', e.g. 'aten::add.Tensor'";
   }
   throw schema_error("xport.op.unknown", msg);
+}
+
+/// The overload Python's torch calls for the same computation. Python binds no `.Scalar`
+/// overloads of add, sub, mul and div: `x * 2` is `mul.Tensor(x, 2)` there, and the C++
+/// `.Scalar` kernels only wrap the scalar and call the `.Tensor` overload. Captures record the
+/// `.Tensor` overload, so programs exported from C++ read as torch.export's do.
+inline const op_info& python_overload(const op_info& op) {
+  if (op.overload.rfind("Scalar", 0) != 0) return op;
+  static const auto table = [] {
+    std::vector<std::pair<const op_info*, const op_info*>> t;
+    for (const char* name : {"add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_"}) {
+      const std::string n = std::string("aten::") + name;
+      t.emplace_back(&find_op(n + ".Scalar"), &find_op(n + ".Tensor"));
+      if (n.rfind("aten::div", 0) == 0) t.emplace_back(&find_op(n + ".Scalar_mode"), &find_op(n + ".Tensor_mode"));
+    }
+    return t;
+  }();
+  for (const auto& [from, to] : table)
+    if (from == &op) return *to;
+  return op;
 }
 
 XPORT_END_NAMESPACE
@@ -2422,6 +2460,10 @@ class value {
   /// map keyed by value. Not copied by clone; a pass sets it before it reads it.
   [[nodiscard]] std::uint32_t& scratch() const noexcept;
 
+  /// Whether a getitem reads this output of a multi-output call (see value_impl::unpacked).
+  [[nodiscard]] bool unpacked() const noexcept;
+  void set_unpacked(bool u) const noexcept;
+
   friend bool operator==(value a, value b) noexcept { return a.p_ == b.p_; }
 
  private:
@@ -2631,6 +2673,10 @@ struct value_impl {
   /// Free for the pass that is running (fits in the padding after `index`); not copied by
   /// clone. A pass that uses it sets it on every value it reads before relying on it.
   mutable std::uint32_t scratch = 0;
+  /// An output of a multi-output call that a `getitem` reads in torch.fx terms: set when the
+  /// node is made (the traced code received every output), cleared for unused outputs by
+  /// dead-code elimination, as FX's drops the unused getitem nodes.
+  bool unpacked = true;
   std::string name;
   value_type type;
 };
@@ -2938,6 +2984,7 @@ class graph {
           for (auto* o : n->outputs) {
             g.names_.claim(o->name);
             g.add_output(c, o->type, o->name);
+            c->outputs.back()->unpacked = o->unpacked;
             m.emplace(o, value(c->outputs.back()));
           }
           auto args = remap(n->args);
@@ -2969,6 +3016,7 @@ class graph {
     v->index = static_cast<std::uint32_t>(n->outputs.size());
     v->type = std::move(t);
     v->name = std::move(name);
+    v->unpacked = true;
     n->outputs.push_back(v);
   }
 
@@ -3106,6 +3154,8 @@ inline const tensor_meta& value::meta() const {
 inline void value::set_type(value_type t) const { p_->type = std::move(t); }
 inline std::span<const use> value::uses() const { return p_->uses; }
 inline std::uint32_t& value::scratch() const noexcept { return p_->scratch; }
+inline bool value::unpacked() const noexcept { return p_->unpacked; }
+inline void value::set_unpacked(bool u) const noexcept { p_->unpacked = u; }
 inline std::size_t value::num_uses() const { return p_->uses.size(); }
 inline void value::replace_all_uses_with(value other) const {
   if (other == *this) return;
@@ -3897,7 +3947,7 @@ XPORT_END_NAMESPACE
 #include <ATen/core/function_schema.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/core/jit_type.h>
-#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ScalarOps.h>
 
 // #include <xport/config.hpp>
 // #include <xport/detail/python_repr.hpp>
@@ -3957,8 +4007,10 @@ inline bool coerce(argument& a, const c10::TypePtr& t, const c10::optional<int32
       return a.is_none() || coerce(a, t->castRaw<c10::OptionalType>()->getElementType(), fixed_n);
     case K::TensorType:
       // A Python number where a Tensor is expected becomes a wrapped-number tensor, as in
-      // torch (`aten.add.Tensor(x, 1)` is how torch.export records `x + 1`).
-      return is_value_of(a, value_kind::tensor) || a.is_int() || a.is_double() || a.is_bool();
+      // torch (`aten.add.Tensor(x, 1)` is how torch.export records `x + 1`); a symbolic size
+      // too (`aten.mul.Tensor(x, sym_size_int_1)` is `x * x.size(0)`).
+      return is_value_of(a, value_kind::tensor) || a.is_int() || a.is_double() || a.is_bool() || a.is_symbolic() ||
+             is_value_of(a, value_kind::sym_int) || is_value_of(a, value_kind::sym_float);
     case K::IntType:
     case K::SymIntType: return a.is_int() || a.is_symbolic() || is_value_of(a, value_kind::sym_int);
     case K::FloatType:
@@ -4029,12 +4081,22 @@ inline argument from_ivalue(const c10::IValue& v, const c10::TypePtr& t) {
 
 /// A Python number passed where a Tensor is expected: a 0-dim CPU tensor flagged as a wrapped
 /// number, so type promotion treats it as the scalar it is.
+/// Made without the dispatcher, so that no capture records it.
 inline at::Tensor wrapped_number(const argument& a) {
-  at::Tensor t = a.is_int()      ? at::scalar_tensor(a.as_int(), at::TensorOptions().dtype(c10::kLong))
-                 : a.is_double() ? at::scalar_tensor(a.as_double(), at::TensorOptions().dtype(c10::kDouble))
-                                 : at::scalar_tensor(a.as_bool(), at::TensorOptions().dtype(c10::kBool));
+  at::Tensor t = a.is_int()      ? at::detail::scalar_tensor_static(a.as_int(), c10::kLong, c10::kCPU)
+                 : a.is_double() ? at::detail::scalar_tensor_static(a.as_double(), c10::kDouble, c10::kCPU)
+                                 : at::detail::scalar_tensor_static(a.as_bool(), c10::kBool, c10::kCPU);
   t.unsafeGetTensorImpl()->set_wrapped_number(true);
   return t;
+}
+
+/// A number computed at run time (a symbolic size, a sym_int value) passed where a Tensor is
+/// expected: the wrapped-number tensor Python's binding makes of it; anything else unchanged.
+inline c10::IValue wrapped_number(c10::IValue v) {
+  if (v.isInt()) return wrapped_number(argument(v.toInt()));
+  if (v.isDouble()) return wrapped_number(argument(v.toDouble()));
+  if (v.isBool()) return wrapped_number(argument(v.toBool()));
+  return v;
 }
 
 /// `int[2] stride` given as `[1]` (what at::conv2d(x, w, b, 1) passes) is `[1, 1]`: one
@@ -4059,6 +4121,9 @@ template <class Lookup>
 c10::IValue to_ivalue(const argument& a, const c10::TypePtr& t, Lookup&& lookup) {
   using K = c10::TypeKind;
   if (t->kind() == K::TensorType && (a.is_int() || a.is_double() || a.is_bool())) return wrapped_number(a);
+  if (t->kind() == K::TensorType && a.is_symbolic()) return wrapped_number(c10::IValue(a.as_sym().hint()));
+  if (t->kind() == K::TensorType && a.is_value() && a.as_value() && a.as_value().kind() != value_kind::tensor)
+    return wrapped_number(lookup(a.as_value()));
   switch (a.type()) {
     case argument::kind::none: return {};
     case argument::kind::boolean: return a.as_bool();
@@ -4572,7 +4637,7 @@ XPORT_END_NAMESPACE
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
-#include <c10/core/InferenceMode.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 
@@ -4762,6 +4827,26 @@ inline std::vector<at::Tensor> rule_native_batch_norm(const meta_stack& s) {
           meta_empty({n}, stat_dtype)};
 }
 
+// The _native_batch_norm_legit family (LibTorch >= 2.0; torch has only Python meta kernels for
+// them): (out, save_mean, save_rstd), the statistics [C] when training, [0] otherwise, and for
+// the functional variant the updated running_mean and running_var ([C]) after them.
+// `training_at`: the position of the `training` argument (-1: never training).
+inline std::vector<at::Tensor> batch_norm_legit(const meta_stack& s, int training_at, bool functional) {
+  const auto& x = s[0].toTensor();
+  const bool training = training_at >= 0 && s[static_cast<std::size_t>(training_at)].toBool();
+  const std::int64_t c = x.dim() > 1 ? x.size(1) : 1;
+  const auto stat_dtype = x.scalar_type() == c10::kHalf || x.scalar_type() == c10::kBFloat16
+                              ? c10::kFloat
+                              : x.scalar_type();
+  std::vector<at::Tensor> out{meta_empty(sizes_of(x), x.scalar_type()), meta_empty({training ? c : 0}, stat_dtype),
+                              meta_empty({training ? c : 0}, stat_dtype)};
+  if (functional) {
+    out.push_back(meta_empty({c}, s[3].toTensor().scalar_type()));
+    out.push_back(meta_empty({c}, s[4].toTensor().scalar_type()));
+  }
+  return out;
+}
+
 // native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd)
 inline std::vector<at::Tensor> rule_native_layer_norm(const meta_stack& s) {
   const auto& x = s[0].toTensor();
@@ -4916,6 +5001,10 @@ inline constexpr meta_rule_entry meta_rule_table[] = {
     {"aten::conv_transpose2d.input", rule_conv_transpose_nd},
     {"aten::conv_transpose3d.input", rule_conv_transpose_nd},
     {"aten::native_batch_norm", rule_native_batch_norm},
+    {"aten::_native_batch_norm_legit_no_training", [](const meta_stack& s) { return batch_norm_legit(s, -1, false); }},
+    {"aten::_native_batch_norm_legit", [](const meta_stack& s) { return batch_norm_legit(s, 5, false); }},
+    {"aten::_native_batch_norm_legit.no_stats", [](const meta_stack& s) { return batch_norm_legit(s, 3, false); }},
+    {"aten::_native_batch_norm_legit_functional", [](const meta_stack& s) { return batch_norm_legit(s, 5, true); }},
     {"aten::batch_norm", rule_like_self},
     {"aten::instance_norm", rule_like_self},
     {"aten::native_layer_norm", rule_native_layer_norm},
@@ -5041,11 +5130,15 @@ std::vector<c10::IValue> run_meta(const op_info& op, std::vector<c10::IValue> in
 
 /// run_meta on `stack` itself: the arguments go in, the results come out (no allocation when
 /// the op is known to have a meta kernel).
+/// Meta runs skip autograd (and the view tracking above it) but make ordinary tensors, not
+/// inference tensors: functionalization (trace/decompose.hpp) updates them in place.
+using meta_run_guard = at::AutoDispatchBelowADInplaceOrView;
+
 template <class Describe>
 void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Describe&& describe) {
   if (op.meta_support.load(std::memory_order_relaxed) == 1) {  // known to work: the common case
     try {
-      c10::InferenceMode guard;
+      meta_run_guard guard;
       op.handle.callBoxed(stack);
       return;
     } catch (const c10::Error& e) {
@@ -5060,7 +5153,7 @@ void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Descr
   }
   const auto rule = find_meta_rule(op.qualified);  // exact overload: max.dim is not max
   const auto apply_rule = [&](const std::vector<c10::IValue>& inputs) {
-    c10::InferenceMode guard;
+    meta_run_guard guard;
     auto outs = rule(inputs);
     stack.assign(outs.begin(), outs.end());
   };
@@ -5073,7 +5166,7 @@ void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Descr
   std::vector<c10::IValue> inputs;
   if (rule) inputs = stack;
   try {
-    c10::InferenceMode guard;
+    meta_run_guard guard;
     op.handle.callBoxed(stack);
     op.meta_support.store(1, std::memory_order_relaxed);
     return;
@@ -5395,7 +5488,10 @@ XPORT_END_NAMESPACE
 // the seed document (`# code: ...` comments, the pretty-printed ExportGraphSignature repr).
 // Both are byte-exact contracts tested against golden files.
 
+#include <algorithm>      // std::find, std::all_of, std::none_of
 #include <cstddef>        // std::size_t
+#include <functional>     // std::function
+#include <optional>       // std::optional
 #include <ostream>        // std::ostream
 #include <string>         // std::string
 #include <string_view>    // std::string_view
@@ -5425,8 +5521,12 @@ struct print_options {
 
 namespace detail {
 
+/// Names that stand for symbolic sizes in the printed code (`2*s77` -> `mul`; see
+/// size_nodes below); empty: sizes print as expressions.
+using sym_names = std::unordered_map<std::string, std::string>;
+
 /// Python repr of an argument, as torch.fx's `_get_repr` writes it.
-inline std::string arg_repr(const argument& a) {
+inline std::string arg_repr(const argument& a, const sym_names& syms = {}) {
   switch (a.type()) {
     case argument::kind::none: return "None";
     case argument::kind::boolean: return a.as_bool() ? "True" : "False";
@@ -5438,14 +5538,18 @@ inline std::string arg_repr(const argument& a) {
     case argument::kind::layout: return python_repr(a.as_layout());
     case argument::kind::memory_format: return python_repr(a.as_memory_format());
     case argument::kind::value: return a.as_value().name();
-    case argument::kind::symbolic: return a.as_sym().str();
+    case argument::kind::symbolic: {
+      const auto text = a.as_sym().str();
+      const auto it = syms.find(text);
+      return it == syms.end() ? text : it->second;
+    }
     case argument::kind::list: {
       std::string s = "[";
       bool first = true;
       for (const auto& e : a.as_list()) {
         if (!first) s += ", ";
         first = false;
-        s += arg_repr(e);
+        s += arg_repr(e, syms);
       }
       return s + "]";
     }
@@ -5456,7 +5560,7 @@ inline std::string arg_repr(const argument& a) {
 /// `x, 1, alpha = 2`: positional arguments up to the last one that differs from its default,
 /// keyword-only arguments that differ from their defaults (as the dispatcher hands them to
 /// Python).
-inline std::string call_args_repr(const op_info& op, std::span<const argument> args) {
+inline std::string call_args_repr(const op_info& op, std::span<const argument> args, const sym_names& syms = {}) {
   const auto& params = op.schema().arguments();
   const auto is_default = [&](std::size_t i) {
     return params[i].default_value() && default_argument(params[i]) == args[i];
@@ -5467,12 +5571,12 @@ inline std::string call_args_repr(const op_info& op, std::span<const argument> a
   std::string s;
   for (std::size_t i = 0; i < last_pos; ++i) {
     if (!s.empty()) s += ", ";
-    s += arg_repr(args[i]);
+    s += arg_repr(args[i], syms);
   }
   for (std::size_t i = 0; i < params.size(); ++i) {
     if (!params[i].kwarg_only() || is_default(i)) continue;
     if (!s.empty()) s += ", ";
-    s += params[i].name() + " = " + arg_repr(args[i]);
+    s += params[i].name() + " = " + arg_repr(args[i], syms);
   }
   return s;
 }
@@ -5507,19 +5611,169 @@ struct fx_line {
   const source_location* source = nullptr;
 };
 
+// Note [Sizes as torch prints them]: a size argument that depends on a dynamic dim is an
+// expression in xport's IR (`zeros([2*s77])`); torch's graph computes it with nodes, and so does
+// the print: a `sym_size.int` read of the input dim after the placeholders for each symbol, then
+// `_operator` nodes (`mul: "Sym(2*s77)" = sym_size_int_1 * 2`) before the first call that uses
+// each linear form. The reads are numbered from the number of symbols on (torch's tracing reads
+// each once and its final pass makes them again), other nodes take the next free FX name. A
+// form that is not linear in one symbol, or a symbol no input dim gives alone, prints inline.
+struct size_nodes {
+  struct line {
+    std::string name, annotation, rhs;
+    std::vector<std::string> inputs;
+  };
+  std::vector<line> reads;                                   // after the placeholders
+  std::unordered_map<const node_impl*, std::vector<line>> before;  // before a call
+  sym_names names;                                           // expression text -> name
+};
+
+inline void walk_sizes(const argument& a, const std::function<void(const sym_int&)>& f) {
+  if (a.is_symbolic()) f(a.as_sym());
+  else if (a.is_list())
+    for (const auto& e : a.as_list()) walk_sizes(e, f);
+}
+
+inline size_nodes plan_size_nodes(const graph& g) {
+  size_nodes out;
+  std::vector<std::pair<node, sym_int>> uses;  // (first user, expression), in node order
+  std::unordered_set<std::string> seen;
+  for (auto n : g.nodes())
+    if (n.is_call())
+      for (const auto& a : n.args())
+        walk_sizes(a, [&](const sym_int& e) {
+          if (seen.insert(e.str()).second) uses.push_back({n, e});
+        });
+  if (uses.empty()) return out;
+  std::unordered_set<std::string> taken;
+  for (auto n : g.nodes()) {
+    taken.insert(n.name());
+    for (auto v : n.outputs()) taken.insert(v.name());
+  }
+  const auto fresh = [&](const std::string& base) {
+    std::string name = base;
+    for (int i = 1; taken.count(name); ++i) name = base + "_" + std::to_string(i);
+    taken.insert(name);
+    return name;
+  };
+  // the symbols input dims give alone, in placeholder order
+  std::vector<std::pair<std::string, sym_int>> dim_symbols;
+  for (auto ph : g.placeholders())
+    if (ph.output(0).kind() == value_kind::tensor)
+      for (const auto& d : ph.output(0).meta().sizes)
+        if (d.is_symbolic() && sym::as_linear(d) && sym::as_linear(d)->a == 1 && sym::as_linear(d)->b == 0 &&
+            std::none_of(dim_symbols.begin(), dim_symbols.end(), [&](const auto& p) { return p.first == d.str(); }))
+          dim_symbols.push_back({d.str(), d});
+  // a product of input dims (`s27*s77`, a flattened batch): its factors in placeholder order
+  const auto product_of = [&](const sym_int& e) -> std::optional<std::vector<std::string>> {
+    const auto fs = sym::free_symbols(e);
+    if (fs.size() < 2) return std::nullopt;
+    std::vector<std::string> factors;
+    std::optional<sym_int> prod;
+    for (const auto& [text, sym] : dim_symbols)
+      if (std::find(fs.begin(), fs.end(), text) != fs.end()) {
+        factors.push_back(text);
+        prod = prod ? *prod * sym : sym;
+      }
+    if (factors.size() != fs.size() || prod->str() != e.str()) return std::nullopt;
+    return factors;
+  };
+  // the symbols the linear forms and products use
+  std::vector<std::string> symbols;
+  const auto use_symbol = [&](const std::string& sym) {
+    if (std::find(symbols.begin(), symbols.end(), sym) == symbols.end()) symbols.push_back(sym);
+  };
+  for (const auto& [n, e] : uses) {
+    if (auto lin = sym::as_linear(e)) use_symbol(lin->symbol);
+    else if (auto factors = product_of(e))
+      for (const auto& f : *factors) use_symbol(f);
+  }
+  std::size_t next = symbols.size();
+  std::unordered_map<std::string, sym_int> symbol_of;
+  for (auto ph : g.placeholders()) {
+    const auto v = ph.output(0);
+    if (v.kind() != value_kind::tensor) continue;
+    const auto& sizes = v.meta().sizes;
+    for (std::size_t d = 0; d < sizes.size(); ++d) {
+      const auto text = sizes[d].str();
+      if (!sizes[d].is_symbolic() || out.names.count(text) ||
+          std::find(symbols.begin(), symbols.end(), text) == symbols.end())
+        continue;
+      const auto name = fresh("sym_size_int_" + std::to_string(next++));
+      out.reads.push_back({name, "Sym(" + text + ")", "torch.ops.aten.sym_size.int(" + v.name() + ", " + std::to_string(d) + ")", {v.name()}});
+      out.names.emplace(text, name);
+      symbol_of.emplace(text, sizes[d]);
+    }
+  }
+  for (const auto& [n, e] : uses) {
+    if (out.names.count(e.str())) continue;
+    const auto lin = sym::as_linear(e);
+    if (!lin) {
+      const auto factors = product_of(e);
+      if (!factors || !std::all_of(factors->begin(), factors->end(), [&](const auto& f) { return out.names.count(f); }))
+        continue;
+      std::string cur = out.names.at((*factors)[0]);
+      sym_int expr = symbol_of.at((*factors)[0]);
+      auto& lines = out.before[n.impl()];
+      for (std::size_t i = 1; i < factors->size(); ++i) {
+        const auto name = fresh("mul");
+        expr = expr * symbol_of.at((*factors)[i]);
+        lines.push_back({name, "Sym(" + expr.str() + ")", cur + " * " + out.names.at((*factors)[i]),
+                         {cur, out.names.at((*factors)[i])}});
+        cur = name;
+      }
+      out.names.emplace(e.str(), cur);
+      continue;
+    }
+    if (!out.names.count(lin->symbol)) continue;
+    std::string cur = out.names.at(lin->symbol);
+    sym_int expr = symbol_of.at(lin->symbol);
+    auto& lines = out.before[n.impl()];
+    const auto step = [&](const char* base, const char* op, std::int64_t k, const sym_int& result) {
+      const auto name = fresh(base);
+      lines.push_back({name, "Sym(" + result.str() + ")", cur + " " + op + " " + std::to_string(k), {cur}});
+      cur = name;
+      expr = result;
+    };
+    if (lin->a != 1) step("mul", "*", lin->a, expr * lin->a);
+    if (lin->b > 0) step("add", "+", lin->b, expr + lin->b);
+    if (lin->b < 0) step("sub", "-", -lin->b, expr - (-lin->b));
+    out.names.emplace(e.str(), cur);
+  }
+  return out;
+}
+
 inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
   std::vector<fx_line> lines;
   std::unordered_map<std::string, std::size_t> users;  // name -> number of fx users
-  const auto inputs_of = [](const node& n) {
+  const auto sizes = plan_size_nodes(g);
+  // the names a node reads, in the order its arguments name them (torch.fx's order)
+  const auto inputs_of = [&](const node& n) {
     std::vector<std::string> names;
     std::unordered_set<std::string> seen;
-    for (std::size_t i = 0; i < n.num_inputs(); ++i) {
-      const auto& nm = n.input(i).name();
-      if (seen.insert(nm).second) names.push_back(nm);
-    }
+    const std::function<void(const argument&)> visit = [&](const argument& a) {
+      if (a.is_value()) {
+        if (seen.insert(a.as_value().name()).second) names.push_back(a.as_value().name());
+      } else if (a.is_symbolic()) {
+        if (auto it = sizes.names.find(a.as_sym().str()); it != sizes.names.end() && seen.insert(it->second).second)
+          names.push_back(it->second);
+      } else if (a.is_list()) {
+        for (const auto& e : a.as_list()) visit(e);
+      }
+    };
+    for (const auto& a : n.args()) visit(a);
     return names;
   };
+  bool reads_done = sizes.reads.empty();
   for (auto n : g.nodes()) {
+    if (!reads_done && !n.is_placeholder()) {
+      for (const auto& r : sizes.reads)
+        lines.push_back({fx_line::kind::call, r.name, r.annotation, r.rhs, r.inputs, 0, nullptr});
+      reads_done = true;
+    }
+    if (auto it = sizes.before.find(n.impl()); it != sizes.before.end())
+      for (const auto& r : it->second)
+        lines.push_back({fx_line::kind::call, r.name, r.annotation, r.rhs, r.inputs, 0, n.source().get()});
     switch (n.kind()) {
       case node_kind::placeholder:
         lines.push_back({fx_line::kind::placeholder, n.name(), value_annotation(n.output(0), o), {}, {}, 0, nullptr});
@@ -5527,13 +5781,13 @@ inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
       case node_kind::call_function: {
         const auto* src = n.source().get();
         fx_line l{fx_line::kind::call, n.name(), {}, {}, inputs_of(n), 0, src};
-        l.rhs = n.op().target + "(" + call_args_repr(n.op(), n.args()) + ")";
+        l.rhs = n.op().target + "(" + call_args_repr(n.op(), n.args(), sizes.names) + ")";
         if (!n.has_tuple_output()) l.annotation = value_annotation(n.output(0), o);
         lines.push_back(std::move(l));
         if (n.has_tuple_output())
           for (std::size_t i = 0; i < n.num_outputs(); ++i) {
             auto v = n.output(i);
-            if (v.num_uses() == 0) continue;
+            if (v.num_uses() == 0 && !v.unpacked()) continue;
             lines.push_back({fx_line::kind::getitem, v.name(), value_annotation(v, o),
                              n.name() + "[" + std::to_string(i) + "]", {n.name()}, 0, src});
           }
@@ -5566,15 +5820,15 @@ inline std::string summary_of(const source_location* s) {
          (s->function.empty() ? "forward" : s->function) + ", code: " + s->code;
 }
 
-inline std::string indent_lines(std::string_view text, std::string_view pad) {
-  // `_addindent`: every line but the first gets `pad`.
+inline std::string indent_lines(std::string_view text, std::string_view pad, bool first_too = false) {
+  // torch.fx's `_addindent`: every non-empty line but the first gets `pad`.
   std::string out;
   std::size_t start = 0;
-  bool first = true;
+  bool first = !first_too;
   while (true) {
     const auto nl = text.find('\n', start);
     const auto line = text.substr(start, nl == std::string_view::npos ? std::string_view::npos : nl - start);
-    if (!first) out += pad;
+    if (!first && !line.empty()) out += pad;
     out += line;
     first = false;
     if (nl == std::string_view::npos) break;
@@ -5647,10 +5901,10 @@ inline std::string graph_module_code(const graph& g, const print_options& o) {
     }
     body += "\n";
   }
-  // lstrip("\n"), then indent every line by 4
+  // lstrip("\n"), then indent every non-empty line by 4
   std::size_t k = 0;
   while (k < body.size() && body[k] == '\n') ++k;
-  std::string code = "    " + replace_all(body.substr(k), "\n", "\n    ");
+  std::string code = indent_lines(std::string_view(body).substr(k), "    ", /*first_too=*/true);
   std::string params;
   for (std::size_t i = 0; i < free_vars.size(); ++i) params += (i ? ", " : "") + free_vars[i];
   std::string module = "class GraphModule(torch.nn.Module):\ndef forward(" + params + "):\n" + code;
@@ -6221,7 +6475,10 @@ class interpreter {
   // How one argument is pushed: a pre-boxed constant, a register (copied, or moved when this is
   // its last use), or a list assembled from registers.
   struct arg_op {
-    enum class kind : std::uint8_t { constant, reg_copy, reg_move, tensor_list, opt_tensor_list, int_list, symbolic };
+    enum class kind : std::uint8_t {
+      constant, reg_copy, reg_move, tensor_list, opt_tensor_list, int_list, symbolic,
+      symbolic_number, reg_number  // a size where a Tensor is expected: passed as a wrapped number
+    };
     kind type;
     std::uint32_t index;  // into constants_, regs, lists_ or syms_
   };
@@ -6286,13 +6543,17 @@ class interpreter {
       };
       for (std::size_t i = 0; i < params.size(); ++i) {
         const auto& a = args[i];
+        const bool tensor_param = detail::unwrap_optional(params[i].real_type())->kind() == c10::TypeKind::TensorType;
         if (a.is_value()) {
-          in.args.push_back(reg_op(a.as_value()));
+          auto r = reg_op(a.as_value());
+          if (tensor_param && a.as_value().kind() != value_kind::tensor) r.type = arg_op::kind::reg_number;
+          in.args.push_back(r);
           continue;
         }
         if (a.is_symbolic()) {
           syms_.push_back(a.as_sym());
-          in.args.push_back({arg_op::kind::symbolic, static_cast<std::uint32_t>(syms_.size() - 1)});
+          in.args.push_back({tensor_param ? arg_op::kind::symbolic_number : arg_op::kind::symbolic,
+                             static_cast<std::uint32_t>(syms_.size() - 1)});
           continue;
         }
         bool has_value = false;
@@ -6390,6 +6651,8 @@ class interpreter {
     const auto& constants = constants_;
     switch (a.type) {
       case arg_op::kind::symbolic: return env.eval(syms_[a.index]);
+      case arg_op::kind::symbolic_number: return detail::wrapped_number(c10::IValue(env.eval(syms_[a.index])));
+      case arg_op::kind::reg_number: return detail::wrapped_number(regs[a.index]);
       case arg_op::kind::constant: return constants[a.index];
       case arg_op::kind::reg_copy: return regs[a.index];
       case arg_op::kind::reg_move: return std::move(regs[a.index]);
@@ -6408,6 +6671,8 @@ class interpreter {
         switch (a.type) {
           case arg_op::kind::constant:
           case arg_op::kind::symbolic:
+          case arg_op::kind::symbolic_number:
+          case arg_op::kind::reg_number:
           case arg_op::kind::reg_copy:
           case arg_op::kind::reg_move: stack.push_back(take(regs, env, a)); break;
           case arg_op::kind::tensor_list: {
@@ -6943,6 +7208,20 @@ class capture {
     bind(t, v, meta_like(t));
   }
 
+  /// Whether the calls recorded are the user's, as Python's frontend would make them (default
+  /// arguments its parser fills, the overloads it binds); false when a program is re-captured.
+  void set_python_frontend(bool on) noexcept { python_frontend_ = on; }
+
+  /// The operator behind a dispatcher handle.
+  const op_info& op_for(const c10::OperatorHandle& h) {
+    const auto* key = &h.schema();
+    if (auto it = ops_.find(key); it != ops_.end()) return *it->second;
+    const auto& name = h.operator_name();
+    const auto& info = find_op(name.overload_name.empty() ? name.name : name.name + "." + name.overload_name);
+    ops_.emplace(key, &info);
+    return info;
+  }
+
   /// The graph value a tensor held by the traced code stands for.
   value value_of(const at::Tensor& t) { return tracked_of(t).v; }
 
@@ -6963,7 +7242,7 @@ class capture {
     std::vector<c10::IValue> meta_args;
     meta_args.reserve(params.size());
     for (std::size_t i = 0; i < params.size(); ++i) {
-      if (bound[i].is_device()) {
+      if (bound[i].is_device() || (op.is_factory && static_cast<int>(i) == op.device_arg)) {
         meta_args.emplace_back(c10::Device(c10::kMeta));
         continue;
       }
@@ -6973,9 +7252,10 @@ class capture {
       }));
     }
     auto results = run_meta(op, std::move(meta_args), [&] { return describe_args(op, bound); });
+    fill_python_defaults(op, bound);
     auto types = result_types(op, results, output_device(op, bound), any_requires_grad(bound));
     builder_.at(std::move(src));
-    auto node = builder_.record(op, std::move(bound), std::move(types));
+    auto node = builder_.record(python_overload(op), std::move(bound), std::move(types));
     if (auto path = module_path_of(node); !path.empty()) node.set_module_path(std::move(path));
     std::size_t out_index = 0;
     for (auto& r : results) {
@@ -6994,6 +7274,11 @@ class capture {
   void record(const c10::OperatorHandle& handle, torch::jit::Stack& stack) {
     const op_info& op = op_for(handle);
     if (decompose_ && decompose_(op, stack)) return;
+    record_op(op, stack);
+  }
+
+  /// Records `op` with the arguments on `stack` and leaves its (meta) results there.
+  void record_op(const op_info& op, torch::jit::Stack& stack) {
     const auto& schema = op.schema();
     const auto& params = schema.arguments();
     const std::size_t n = params.size();
@@ -7017,17 +7302,14 @@ class capture {
       convert(originals[i], params[i].real_type(), args[i], results[i]);
       expand_fixed_list(args[i], params[i]);
     }
-    if (op.device_arg >= 0 && args[static_cast<std::size_t>(op.device_arg)].is_none()) {
-      // a factory with no device (`at::ones({2})`) makes a tensor on the default device: record
-      // it (as torch.export does), and keep the meta run on meta
-      args[static_cast<std::size_t>(op.device_arg)] = fake_device_;
-      results[static_cast<std::size_t>(op.device_arg)] = c10::Device(c10::kMeta);
-    }
+    if (op.is_factory && op.device_arg >= 0 && args[static_cast<std::size_t>(op.device_arg)].is_none())
+      results[static_cast<std::size_t>(op.device_arg)] = c10::Device(c10::kMeta);  // runs on meta
+    if (python_frontend_) fill_python_defaults(op, args);
     check_mutations(op, args);
 
     run_meta_in_place(op, results, [&] { return describe_args(op, args); });
     auto types = result_types(op, results, output_device(op, args), any_requires_grad(args));
-    auto node = builder_.record(op, std::move(args), std::move(types));
+    auto node = builder_.record(python_frontend_ ? python_overload(op) : op, std::move(args), std::move(types));
     if (auto path = module_path_of(node); !path.empty()) node.set_module_path(std::move(path));
 
     // Hand results back: a return that writes to an argument (in-place, out=) is that argument
@@ -7089,15 +7371,6 @@ class capture {
   static at::Tensor meta_like(const at::Tensor& t) {
     c10::impl::ExcludeDispatchKeyGuard no_capture(capture_key);
     return tensor_meta::of(t).make_meta();
-  }
-
-  const op_info& op_for(const c10::OperatorHandle& h) {
-    const auto* key = &h.schema();
-    if (auto it = ops_.find(key); it != ops_.end()) return *it->second;
-    const auto& name = h.operator_name();
-    const auto& info = find_op(name.overload_name.empty() ? name.name : name.name + "." + name.overload_name);
-    ops_.emplace(key, &info);
-    return info;
   }
 
   // Note [Identity tracking]: a tensor the traced code holds is found by its TensorImpl*; the
@@ -7224,6 +7497,16 @@ class capture {
     meta = iv;
   }
 
+  // What Python's argument parser passes when the caller leaves them out, so that the program
+  // records what torch.export records: a factory (no tensor argument) gets the default device,
+  // every op with a `pin_memory` argument gets False. The meta run keeps its own arguments.
+  void fill_python_defaults(const op_info& op, std::vector<argument>& args) const {
+    if (op.is_factory && op.device_arg >= 0 && args[static_cast<std::size_t>(op.device_arg)].is_none())
+      args[static_cast<std::size_t>(op.device_arg)] = fake_device_;
+    if (op.pin_memory_arg >= 0 && args[static_cast<std::size_t>(op.pin_memory_arg)].is_none())
+      args[static_cast<std::size_t>(op.pin_memory_arg)] = false;
+  }
+
   // A mutated lifted constant is an error (torch.export says the same).
   void check_mutations(const op_info& op, const std::vector<argument>& args) {
     if (!op.is_mutable) return;
@@ -7271,6 +7554,7 @@ class capture {
   std::unordered_map<const value_impl*, at::Tensor> meta_;  // strict front end only
   bool keep_value_meta_ = false;
   decompose_hook decompose_;
+  bool python_frontend_ = true;
   std::vector<c10::IValue> originals_, meta_stack_;
   std::unordered_map<const value_impl*, std::string> state_fqn_;
   std::unordered_map<const value_impl*, std::string> lifted_constants_;
@@ -8033,6 +8317,7 @@ struct dyn_root {
   bool named = true;       ///< a Dim (strict) rather than a hint
   bool automatic = false;  ///< Dim::automatic: falls back to static when the code specializes it
   std::string where;       ///< the first input dimension it came from: `x.shape[0]`
+  std::string source;      ///< that dimension as torch names it: `L['x'].size()[0]`
 };
 /// One input dimension: static, or a*root + b.
 struct dyn_dim {
@@ -8070,14 +8355,15 @@ class dyn_resolver {
       for (std::size_t i = 0; i < args.size(); ++i) {
         const auto k = static_cast<std::size_t>(
             std::find(spec.keys().begin(), spec.keys().end(), arg_names[i]) - spec.keys().begin());
-        walk(args[i], spec.items()[k], "['" + arg_names[i] + "']");
+        walk(args[i], spec.items()[k], "['" + arg_names[i] + "']", "L['" + arg_names[i] + "']");
       }
     } else {
       if (spec.items().size() != args.size())
         fail("`dynamic_shapes` has " + std::to_string(spec.items().size()) + " positional entries, but the "
              "program takes " + std::to_string(args.size()) + " argument(s); give one entry per argument "
              "(std::nullopt for an argument with only static sizes)");
-      for (std::size_t i = 0; i < args.size(); ++i) walk(args[i], spec.items()[i], "[" + std::to_string(i) + "]");
+      for (std::size_t i = 0; i < args.size(); ++i)
+        walk(args[i], spec.items()[i], "[" + std::to_string(i) + "]", "L['" + arg_names[i] + "']");
     }
     solve_hints();
     return std::move(plan_);
@@ -8102,7 +8388,8 @@ class dyn_resolver {
     return "?";
   }
 
-  void walk(const treespec& t, const shape_spec& s, const std::string& path) {
+  // `path` locates the spec in messages; `source` is how torch names the same input (`L['x'][0]`)
+  void walk(const treespec& t, const shape_spec& s, const std::string& path, const std::string& source) {
     using K = shape_spec::kind;
     if (s.type() == K::none) {
       leaf_ += t.num_leaves();
@@ -8114,7 +8401,7 @@ class dyn_resolver {
           fail("Detected mismatch between the structure of `inputs` and `dynamic_shapes`: `inputs" + path +
                "` is a Tensor, but `dynamic_shapes" + path + "` is a " + (s.type() == K::list ? "list" : "dict") +
                " (" + s.str() + ")");
-        tensor(leaf_++, s, path);
+        tensor(leaf_++, s, path, source);
         return;
       }
       case treespec::kind::tuple:
@@ -8128,7 +8415,7 @@ class dyn_resolver {
                std::to_string(t.children.size()) + " elements, but `dynamic_shapes" + path + "` has " +
                std::to_string(s.items().size()) + " elements");
         for (std::size_t i = 0; i < t.children.size(); ++i)
-          walk(t.children[i], s.items()[i], path + "[" + std::to_string(i) + "]");
+          walk(t.children[i], s.items()[i], path + "[" + std::to_string(i) + "]", source + "[" + std::to_string(i) + "]");
         return;
       }
       case treespec::kind::dict: {
@@ -8146,7 +8433,7 @@ class dyn_resolver {
         for (std::size_t i = 0; i < t.children.size(); ++i) {
           const auto k = static_cast<std::size_t>(std::find(s.keys().begin(), s.keys().end(), t.keys[i]) -
                                                   s.keys().begin());
-          walk(t.children[i], s.items()[k], path + "['" + t.keys[i] + "']");
+          walk(t.children[i], s.items()[k], path + "['" + t.keys[i] + "']", source + "['" + t.keys[i] + "']");
         }
         return;
       }
@@ -8156,7 +8443,7 @@ class dyn_resolver {
     }
   }
 
-  void tensor(std::size_t leaf, const shape_spec& s, const std::string& path) {
+  void tensor(std::size_t leaf, const shape_spec& s, const std::string& path, const std::string& source) {
     const auto& ex = examples_[leaf];
     const auto n = ex.dim();
     auto shape_text = [&] {
@@ -8169,7 +8456,7 @@ class dyn_resolver {
         fail("Expected dynamic shape spec " + s.str() + " specified at `dynamic_shapes" + path +
              "` to have the same length as the actual tensor shape " + shape_text() + " (expected " +
              std::to_string(n) + ", but got " + std::to_string(s.dims().size()) + " instead)");
-      for (std::int64_t d = 0; d < n; ++d) one(leaf, d, s.dims()[static_cast<std::size_t>(d)], path);
+      for (std::int64_t d = 0; d < n; ++d) one(leaf, d, s.dims()[static_cast<std::size_t>(d)], path, source);
       return;
     }
     for (const auto& [d, spec] : s.by_index()) {
@@ -8177,13 +8464,14 @@ class dyn_resolver {
         fail("Dynamic shape spec " + s.str() + " specified at `dynamic_shapes" + path + "` names dimension " +
              std::to_string(d) + ", but the tensor at `inputs" + path + "` has shape " + shape_text() + " (" +
              std::to_string(n) + " dimension(s))");
-      one(leaf, d, spec, path);
+      one(leaf, d, spec, path, source);
     }
   }
 
-  void one(std::size_t leaf, std::int64_t d, const dim_spec& spec, const std::string& path) {
+  void one(std::size_t leaf, std::int64_t d, const dim_spec& spec, const std::string& path, const std::string& source) {
     const auto size = examples_[leaf].size(d);
     const auto where = leaf_names_[leaf] + ".shape[" + std::to_string(d) + "]";
+    const auto dim_source = source + ".size()[" + std::to_string(d) + "]";
     auto& slot = plan_.leaves[leaf][static_cast<std::size_t>(d)];
     if (spec.is_none()) return;
     if (const auto* f = spec.fixed()) {
@@ -8201,6 +8489,7 @@ class dyn_resolver {
       r.named = false;
       r.automatic = h->type == dim_hint::kind::automatic;
       r.where = where;
+      r.source = dim_source;
       r.hint = size;
       if (size < r.min || size > r.max)
         fail("the example size " + std::to_string(size) + " of " + where + " is outside " + h->str() + " given at `dynamic_shapes" +
@@ -8218,6 +8507,7 @@ class dyn_resolver {
       r.dim_name = dim.root();
       r.min = dim.root_min();
       r.max = dim.root_max();
+      r.source = dim_source;
       root = static_cast<int>(plan_.roots.size());
       plan_.roots.push_back(std::move(r));
     } else {
@@ -8920,6 +9210,79 @@ XPORT_END_NAMESPACE
 #include <ATen/core/Tensor.h>
 
 // #include <xport/config.hpp>
+// #include <xport/detail/sha256.hpp>
+// xport/detail/sha256.hpp: SHA-256 (FIPS 180-4), for names torch derives from hashes: the
+// symbol of a dynamic dim is `s` + sha256(source name) mod 100 (torch's ShapeEnv).
+
+#include <array>        // std::array
+#include <cstdint>      // std::uint32_t
+#include <string_view>  // std::string_view
+
+// #include <xport/config.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+inline std::array<std::uint8_t, 32> sha256(std::string_view data) {
+  static constexpr std::uint32_t k[64] = {
+      0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+      0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+      0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+      0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+      0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+      0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+      0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+      0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+  std::uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+  const auto rotr = [](std::uint32_t x, int n) { return (x >> n) | (x << (32 - n)); };
+  // the message, padded: 0x80, zeros, and the bit length (big-endian) to a multiple of 64 bytes
+  const std::uint64_t bits = static_cast<std::uint64_t>(data.size()) * 8;
+  const std::size_t total = ((data.size() + 8) / 64 + 1) * 64;
+  const auto byte_at = [&](std::size_t i) -> std::uint8_t {
+    if (i < data.size()) return static_cast<std::uint8_t>(data[i]);
+    if (i == data.size()) return 0x80;
+    if (i >= total - 8) return static_cast<std::uint8_t>(bits >> (8 * (total - 1 - i)));
+    return 0;
+  };
+  for (std::size_t block = 0; block < total; block += 64) {
+    std::uint32_t w[64];
+    for (int i = 0; i < 16; ++i)
+      w[i] = (std::uint32_t{byte_at(block + 4 * i)} << 24) | (std::uint32_t{byte_at(block + 4 * i + 1)} << 16) |
+             (std::uint32_t{byte_at(block + 4 * i + 2)} << 8) | std::uint32_t{byte_at(block + 4 * i + 3)};
+    for (int i = 16; i < 64; ++i) {
+      const auto s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
+      const auto s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
+      w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    std::uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], hh = h[7];
+    for (int i = 0; i < 64; ++i) {
+      const auto t1 = hh + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + k[i] + w[i];
+      const auto t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+      hh = g;
+      g = f;
+      f = e;
+      e = d + t1;
+      d = c;
+      c = b;
+      b = a;
+      a = t1 + t2;
+    }
+    h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e, h[5] += f, h[6] += g, h[7] += hh;
+  }
+  std::array<std::uint8_t, 32> out{};
+  for (int i = 0; i < 32; ++i) out[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(h[i / 4] >> (24 - 8 * (i % 4)));
+  return out;
+}
+
+/// The digest as a big integer, modulo `m` (Python's `int(hexdigest, 16) % m`).
+inline std::uint32_t sha256_mod(std::string_view data, std::uint32_t m) {
+  std::uint64_t r = 0;
+  for (const auto byte : sha256(data)) r = (r * 256 + byte) % m;
+  return static_cast<std::uint32_t>(r);
+}
+
+}  // namespace detail
+XPORT_END_NAMESPACE
 // #include <xport/error.hpp>
 // #include <xport/ir/program.hpp>
 // #include <xport/run/interpreter.hpp>
@@ -9186,15 +9549,25 @@ void probe_ranges(Attempt& attempt, const exported_program& base, const dyn_plan
   }
 }
 
+/// The name torch's ShapeEnv gives the symbol of a dynamic dim first seen at `source`
+/// (`L['x'].size()[0]` -> `s77`): `s` + sha256(source) mod 100, the next free number on a clash.
+inline std::string torch_symbol_name(const std::string& source, const std::vector<std::string>& taken) {
+  auto id = sha256_mod(source, 100);
+  while (std::find(taken.begin(), taken.end(), "s" + std::to_string(id)) != taken.end()) ++id;
+  return "s" + std::to_string(id);
+}
+
 template <class Attempt>
 exported_program dynamic_attempt(Attempt& attempt, const dyn_plan& plan, const std::vector<at::Tensor>& examples) {
   const std::size_t k = plan.roots.size();
   std::vector<sym_int> symbols;
   std::vector<std::string> names;
   std::vector<std::int64_t> mins, maxs;
+  std::vector<std::string> symbol_names;
+  for (const auto& r : plan.roots) symbol_names.push_back(torch_symbol_name(r.source, symbol_names));
   for (std::size_t i = 0; i < k; ++i) {
     const auto& r = plan.roots[i];
-    symbols.push_back(sym::symbol("s" + std::to_string(i), r.hint, value_range{r.min, r.max}));
+    symbols.push_back(sym::symbol(symbol_names[i], r.hint, value_range{r.min, r.max}));
     names.push_back(r.dim_name);
     mins.push_back(r.min);
     maxs.push_back(r.max);
@@ -9725,15 +10098,23 @@ inline bool has_side_effects(const node& n) {
   return op.is_mutable || op.nondeterministic;
 }
 
-/// Removes dead call nodes; returns how many were removed.
+/// Removes dead call nodes, and the getitems of unused outputs (value::unpacked); returns how
+/// many nodes and getitems were removed.
 inline std::size_t eliminate_dead_code(graph& g) {
   std::size_t removed = 0;
   for (node n = g.last(); n;) {
     const node prev = n.prev();
-    if (n.is_call() && !has_side_effects(n)) {
+    if (n.is_call()) {
       bool used = false;
-      for (std::size_t i = 0; i < n.num_outputs() && !used; ++i) used = n.output(i).num_uses() != 0;
-      if (!used) {
+      for (std::size_t i = 0; i < n.num_outputs(); ++i) {
+        const auto v = n.output(i);
+        used = used || v.num_uses() != 0;
+        if (n.has_tuple_output() && v.num_uses() == 0 && v.unpacked()) {
+          v.set_unpacked(false);
+          ++removed;
+        }
+      }
+      if (!used && !has_side_effects(n)) {
         g.erase(n);
         ++removed;
       }
@@ -10134,11 +10515,16 @@ XPORT_END_NAMESPACE
 // #include <xport/trace/decompose.hpp>
 // xport/trace/decompose.hpp: run_decompositions(), the functional core-ATen inference IR.
 // A decomposition table says, op by op, what happens to ops outside the core ATen set: kept,
-// decomposed by a C++ function written with at:: calls (the user's, or xport's own), or by the
-// op's CompositeImplicitAutograd kernel. Decomposing re-captures the program: every node is
-// called again through the dispatcher with the capture on, and an op to decompose runs its
-// decomposition, whose ATen calls are recorded in its place (recursively). The result is then
-// functionalized (passes/functionalize.hpp): no mutation left, buffer updates as outputs.
+// decomposed by a C++ function written with at:: calls (the user's, or xport's counterpart of
+// torch's Python decomposition), or by the op's CompositeImplicitAutograd kernel. Decomposing
+// re-captures the program: every node is called again through the dispatcher.
+//
+// On LibTorch >= 2.1 this is torch.export's own recipe: the calls go through LibTorch's
+// functionalization (FunctionalTensorWrapper, views re-applied), decompositions are chosen above
+// it (xport's capture key) and the functional calls it makes are recorded below it (the Fake
+// key), so the program holds the same ops, in the same order and with the same names as
+// torch's. On 1.13 the decomposed program is functionalized by xport's own pass
+// (passes/functionalize.hpp).
 
 #include <functional>     // std::function
 #include <string>         // std::string
@@ -10147,15 +10533,525 @@ XPORT_END_NAMESPACE
 #include <unordered_set>  // std::unordered_set
 #include <vector>         // std::vector
 
+// #include <xport/detail/compat.hpp>
+
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
+#if XPORT_HAS_TORCH_FUNCTIONALIZATION
+#include <ATen/FunctionalTensorWrapper.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
+#endif
 #include <ATen/ops/full.h>
 #include <ATen/ops/full_like.h>
 #include <ATen/ops/native_dropout.h>
 #include <c10/core/WrapDimMinimal.h>
 
 // #include <xport/config.hpp>
+// #include <xport/detail/compat.hpp>
 // #include <xport/detail/core_ops.hpp>
+// #include <xport/detail/torch_decompositions.hpp>
+// xport/detail/torch_decompositions.hpp: C++ counterparts of the decompositions torch.export's
+// run_decompositions() takes from Python (torch._decomp, torch._refs) where they call other ATen
+// ops than the op's C++ CompositeImplicitAutograd kernel, or where the op has no such kernel.
+// Each records exactly the calls the Python one makes, so the lowered program prints as
+// torch's. Ops not listed here lower by their C++ kernel, as torch's do. LibTorch >= 2.1 only
+// (the 1.13 path keeps its own table in trace/decompose.hpp).
+
+#include <functional>  // std::function
+#include <vector>      // std::vector
+
+#include <ATen/core/ivalue.h>
+
+// #include <xport/config.hpp>
+// #include <xport/detail/compat.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+/// A decomposition: the op's arguments (as the dispatcher passes them) in, its results out,
+/// computed with at:: calls, which are recorded in place of the op.
+using decomposition_fn = std::function<std::vector<c10::IValue>(const std::vector<c10::IValue>& args)>;
+}  // namespace detail
+XPORT_END_NAMESPACE
+
+#if XPORT_HAS_TORCH_FUNCTIONALIZATION
+#include <algorithm>      // std::reverse
+#include <cstdint>        // std::int64_t
+#include <utility>        // std::pair
+#include <functional>     // std::function
+#include <string>         // std::string
+#include <unordered_map>  // std::unordered_map
+#include <vector>         // std::vector
+
+#include <ATen/ScalarOps.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/ops/_native_batch_norm_legit.h>
+#include <ATen/ops/_native_batch_norm_legit_no_training.h>
+#include <ATen/ops/alias.h>
+#include <ATen/ExpandUtils.h>
+#include <ATen/ops/_unsafe_view.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/clone.h>
+#include <ATen/ops/dot.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/mv.h>
+#include <ATen/ops/unsqueeze.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/full_like.h>
+#include <ATen/ops/native_dropout.h>
+#include <ATen/ops/permute.h>
+#include <ATen/ops/sigmoid.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/split_with_sizes.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/tensor_split.h>
+#include <ATen/ops/squeeze.h>
+#include <ATen/ops/sub.h>
+#include <ATen/ops/transpose.h>
+#include <ATen/ops/view.h>
+#include <ATen/ops/where.h>
+#include <c10/core/DefaultDtype.h>
+#include <c10/core/WrapDimMinimal.h>
+
+// #include <xport/config.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ir/op.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+namespace torch_decomp {
+
+using S = std::vector<c10::IValue>;
+
+/// What requires grad in torch's tracing (set by the lowering; trace/decompose.hpp).
+inline thread_local const std::function<bool(const at::Tensor&)>* requires_grad_query = nullptr;
+inline bool requires_grad(const at::Tensor& t) {
+  return requires_grad_query ? (*requires_grad_query)(t) : t.requires_grad();
+}
+
+inline c10::ScalarType dtype_or_default(const c10::IValue& v) {
+  return v.isNone() ? c10::typeMetaToScalarType(c10::get_default_dtype()) : v.toScalarType();
+}
+inline c10::optional<bool> pin_or_false(const c10::IValue& v) { return v.isNone() ? false : v.toBool(); }
+
+// torch._refs.transpose: alias for rank <= 1 or equal dims, else permute
+inline S transpose(const S& a) {
+  const auto& x = a[0].toTensor();
+  const auto rank = x.dim();
+  const auto d0 = c10::maybe_wrap_dim(a[1].toInt(), std::max<std::int64_t>(rank, 1));
+  const auto d1 = c10::maybe_wrap_dim(a[2].toInt(), std::max<std::int64_t>(rank, 1));
+  if (rank <= 1 || d0 == d1) return {at::alias(x)};
+  std::vector<std::int64_t> perm(static_cast<std::size_t>(rank));
+  for (std::int64_t i = 0; i < rank; ++i) perm[static_cast<std::size_t>(i)] = i;
+  std::swap(perm[static_cast<std::size_t>(d0)], perm[static_cast<std::size_t>(d1)]);
+  return {at::permute(x, perm)};
+}
+
+// torch._refs.t: transpose(a, 0, 0 if a.ndim < 2 else 1)
+inline S t(const S& a) {
+  const auto& x = a[0].toTensor();
+  return {at::transpose(x, 0, x.dim() < 2 ? 0 : 1)};
+}
+
+// _reshape_alias / _unsafe_view: view
+inline S view(const S& a) { return {a[0].toTensor().view_symint(a[1].toSymIntVector())}; }
+
+// torch._decomp.split: equal chunks by split_with_sizes
+inline S split(const S& a) {
+  const auto& x = a[0].toTensor();
+  const auto size = a[1].toInt();
+  const auto dim = c10::maybe_wrap_dim(a[2].toInt(), x.dim());
+  const auto n = x.size(dim);
+  if (n == 0) return {c10::List<at::Tensor>({at::alias(x)})};
+  const auto chunks = (n + size - 1) / size;
+  std::vector<std::int64_t> sizes(static_cast<std::size_t>(chunks), size);
+  sizes.back() = size - (size * chunks - n);
+  return {c10::List<at::Tensor>(at::split_with_sizes(x, sizes, a[2].toInt()))};
+}
+
+// torch._refs.zeros / ones: full with the default dtype and strided layout
+inline S full_of(const S& a, int value) {
+  const auto dtype = dtype_or_default(a[1]);
+  const auto layout = a[2].isNone() ? c10::kStrided : a[2].toLayout();
+  const c10::Scalar fill = dtype == c10::kBool ? c10::Scalar(value != 0) : c10::Scalar(static_cast<std::int64_t>(value));
+  return {at::_ops::full::call(a[0].toSymIntVector(), fill, dtype, layout, a[3].toOptional<c10::Device>(),
+                               pin_or_false(a[4]))};
+}
+
+// torch._refs.zeros_like / ones_like: full_like
+inline S full_like_of(const S& a, int value) {
+  const auto& x = a[0].toTensor();
+  const auto dtype = a[1].toOptional<c10::ScalarType>();
+  const bool is_bool = dtype.value_or(x.scalar_type()) == c10::kBool;
+  const c10::Scalar fill = is_bool ? c10::Scalar(value != 0) : c10::Scalar(static_cast<std::int64_t>(value));
+  const auto mf = a[5].isNone() ? c10::MemoryFormat::Preserve : a[5].toMemoryFormat();
+  return {at::_ops::full_like::call(x, fill, dtype, a[2].toOptional<c10::Layout>(), a[3].toOptional<c10::Device>(),
+                                    pin_or_false(a[4]), mf)};
+}
+
+// torch._refs.new_zeros / new_ones: full with the tensor's dtype, layout and device
+inline S new_full_of(const S& a, int value) {
+  const auto& x = a[0].toTensor();
+  const auto dtype = a[2].isNone() ? x.scalar_type() : a[2].toScalarType();
+  const auto layout = a[3].isNone() ? x.layout() : a[3].toLayout();
+  const auto device = a[4].isNone() ? x.device() : a[4].toDevice();
+  const c10::Scalar fill = dtype == c10::kBool ? c10::Scalar(value != 0) : c10::Scalar(static_cast<std::int64_t>(value));
+  return {at::_ops::full::call(a[1].toSymIntVector(), fill, dtype, layout, device, pin_or_false(a[5]))};
+}
+
+// torch._refs.rsub: sub(other, self, alpha), the number first
+inline S rsub(const S& a) {
+  // a wrapped number: recorded as the number, as torch records it
+  return {at::_ops::sub_Tensor::call(at::native::wrapped_scalar_tensor(a[1].toScalar()), a[0].toTensor(), a[2].toScalar())};
+}
+
+// torch._decomp.silu: x * sigmoid(x)
+inline S silu(const S& a) {
+  const auto& x = a[0].toTensor();
+  return {x.mul(at::sigmoid(x))};
+}
+
+// torch._decomp.squeeze_default: squeeze.dims
+inline S squeeze_dim(const S& a) {
+  return {at::squeeze(a[0].toTensor(), std::vector<std::int64_t>{a[1].toInt()})};
+}
+inline S squeeze_all(const S& a) {
+  const auto& x = a[0].toTensor();
+  std::vector<std::int64_t> dims(static_cast<std::size_t>(x.dim()));
+  for (std::size_t i = 0; i < dims.size(); ++i) dims[i] = static_cast<std::int64_t>(i);
+  return {at::squeeze(x, dims)};
+}
+
+// torch._decomp.dropout: native_dropout when it drops, else a clone
+inline S dropout(const S& a) {
+  const auto& x = a[0].toTensor();
+  const double p = a[1].toDouble();
+  const bool train = a[2].toBool();
+  if (train && p != 0) return {std::get<0>(at::native_dropout(x, p, train))};
+  return {at::clone(x)};
+}
+
+// torch._decomp.native_batch_norm_decomposition: the _native_batch_norm_legit family
+inline S native_batch_norm(const S& a) {
+  const auto& x = a[0].toTensor();
+  const auto w = a[1].toOptional<at::Tensor>(), b = a[2].toOptional<at::Tensor>();
+  const auto rm = a[3].toOptional<at::Tensor>(), rv = a[4].toOptional<at::Tensor>();
+  const bool training = a[5].toBool();
+  const double momentum = a[6].toDouble(), eps = a[7].toDouble();
+  const bool has_mean = rm && rm->defined(), has_var = rv && rv->defined();
+  if (!has_mean && !has_var) {
+    auto [o, m, v] = at::_native_batch_norm_legit(x, w, b, training, momentum, eps);
+    return {o, m, v};
+  }
+  if (!has_mean || !has_var)
+    throw error("xport.decompose.batch_norm", "native_batch_norm: running_mean and running_var must both be given or both be None");
+  if (training) {
+    at::Tensor mean = *rm, var = *rv;
+    auto [o, m, v] = at::_native_batch_norm_legit(x, w, b, mean, var, training, momentum, eps);
+    return {o, m, v};
+  }
+  auto [o, m, v] = at::_native_batch_norm_legit_no_training(x, w, b, *rm, *rv, momentum, eps);
+  return {o, m, v};
+}
+
+// torch._refs.stack: cat of unsqueezed tensors (or cat + view for an inner dim)
+inline S stack(const S& a) {
+  const auto ts = a[0].toTensorVector();
+  if (ts.empty()) throw error("xport.decompose.stack", "stack expects a non-empty TensorList");
+  const auto rank = ts[0].dim();
+  const auto dim = c10::maybe_wrap_dim(a[1].toInt(), rank + 1);
+  if (dim < rank) {
+    auto sizes = ts[0].sizes().vec();
+    sizes.insert(sizes.begin() + dim, static_cast<std::int64_t>(ts.size()));
+    return {at::cat(ts, dim).view(sizes)};
+  }
+  std::vector<at::Tensor> parts;
+  for (const auto& t : ts) parts.push_back(t.unsqueeze(dim));
+  return {at::cat(parts, a[1].toInt())};
+}
+
+// torch._refs.arange (end only): arange.start_step(0, end, 1)
+inline S arange_end(const S& a) {
+  const auto layout = a[2].isNone() ? c10::kStrided : a[2].toLayout();
+  return {at::_ops::arange_start_step::call(0, a[0].toScalar(), 1, a[1].toOptional<c10::ScalarType>(), layout,
+                                            a[3].toOptional<c10::Device>(), pin_or_false(a[4]))};
+}
+
+// torch._refs.unbind: squeezed pieces of tensor_split (whose C++ kernel slices)
+inline std::vector<at::Tensor> unbind_pieces(const at::Tensor& x, std::int64_t dim) {
+  const auto d = c10::maybe_wrap_dim(dim, x.dim());
+  const auto n = x.size(d);
+  if (n == 0) return {};
+  auto pieces = at::tensor_split(x, n, d);
+  std::vector<at::Tensor> out;
+  for (const auto& p : pieces) out.push_back(at::squeeze(p, d));
+  return out;
+}
+inline S unbind_int(const S& a) { return {c10::List<at::Tensor>(unbind_pieces(a[0].toTensor(), a[1].toInt()))}; }
+
+// torch._decomp's RNN decompositions (lstm_impl, gru_impl and their helpers), for the layouts
+// the C++ modules use: one direction or two, biases or none, no projections, no packed input.
+namespace rnn {
+
+using params_t = std::vector<at::Tensor>;  // one layer and direction: w_ih, w_hh[, b_ih, b_hh]
+
+inline std::vector<params_t> gather(const std::vector<at::Tensor>& flat, bool has_biases) {
+  const std::size_t group = has_biases ? 4 : 2;
+  if (flat.size() % group != 0)
+    throw error("xport.decompose.rnn", "an RNN's flat weights (" + std::to_string(flat.size()) +
+                                           ") do not divide into groups of " + std::to_string(group));
+  std::vector<params_t> out;
+  for (std::size_t i = 0; i < flat.size(); i += group) out.emplace_back(flat.begin() + i, flat.begin() + i + group);
+  return out;
+}
+inline c10::optional<at::Tensor> bias(const params_t& p, std::size_t i) {
+  return p.size() > 2 ? c10::optional<at::Tensor>(p[i]) : c10::nullopt;
+}
+
+// one_layer_lstm + lstm_cell
+inline std::pair<at::Tensor, std::pair<at::Tensor, at::Tensor>> lstm_layer(
+    const at::Tensor& inp, const std::pair<at::Tensor, at::Tensor>& hidden, const params_t& p, bool reverse) {
+  at::Tensor hx = hidden.first.unsqueeze(0), cx = hidden.second.unsqueeze(0);
+  at::Tensor pre = at::linear(inp, p[0], bias(p, 2));
+  if (reverse) pre = pre.flip({0});
+  std::vector<at::Tensor> steps;
+  for (const auto& x : unbind_pieces(pre, 0)) {
+    const at::Tensor gates = at::linear(hx, p[1], bias(p, 3)).add(x);
+    const auto g = gates.chunk(4, 2);
+    const at::Tensor in_gate = g[0].sigmoid(), forget_gate = g[1].sigmoid(), cell_gate = g[2].tanh(),
+                     out_gate = g[3].sigmoid();
+    const at::Tensor kept = forget_gate.mul(cx);
+    cx = kept.add(in_gate.mul(cell_gate));
+    hx = out_gate.mul(cx.tanh());
+    steps.push_back(hx);
+  }
+  if (reverse) std::reverse(steps.begin(), steps.end());
+  at::Tensor out = at::cat(steps, 0);
+  return {out, {hx.squeeze(0), cx.squeeze(0)}};
+}
+
+// one_layer_rnn + gru_cell
+inline std::pair<at::Tensor, at::Tensor> gru_layer(const at::Tensor& inp, const at::Tensor& hidden, const params_t& p,
+                                                   bool reverse) {
+  at::Tensor pre = at::linear(inp, p[0], bias(p, 2));
+  if (reverse) pre = pre.flip({0});
+  at::Tensor h = hidden.unsqueeze(0);
+  std::vector<at::Tensor> steps;
+  for (const auto& x : unbind_pieces(pre, 0)) {
+    const auto ig = x.chunk(3, 1);
+    const auto hg = at::linear(h, p[1], bias(p, 3)).chunk(3, 2);
+    const at::Tensor reset = hg[0].add(ig[0]).sigmoid();
+    const at::Tensor update = hg[1].add(ig[1]).sigmoid();
+    const at::Tensor scaled = hg[2].mul(reset);
+    const at::Tensor fresh = ig[2].add(scaled).tanh();
+    h = h.sub(fresh).mul(update).add(fresh);
+    steps.push_back(h);
+  }
+  if (reverse) std::reverse(steps.begin(), steps.end());
+  at::Tensor out = at::cat(steps, 0);
+  return {out, h.squeeze(0)};
+}
+
+// _rnn_helper: layers (and directions) in turn; torch's never applies inter-layer dropout
+template <class Hidden, class Layer>
+std::pair<at::Tensor, std::vector<Hidden>> run_layers(at::Tensor input, const std::vector<Hidden>& hidden,
+                                                      const std::vector<params_t>& params, std::int64_t num_layers,
+                                                      bool bidirectional, bool batch_first, Layer&& layer) {
+  if (batch_first) input = input.transpose(0, 1);
+  std::vector<Hidden> finals;
+  const std::size_t dirs = bidirectional ? 2 : 1;
+  if (params.size() != static_cast<std::size_t>(num_layers) * dirs || hidden.size() != params.size())
+    throw error("xport.decompose.rnn", "an RNN's weights and hidden states do not match its layers");
+  for (std::size_t i = 0; i < static_cast<std::size_t>(num_layers); ++i) {
+    auto [fwd_out, fwd_hidden] = layer(input, hidden[dirs * i], params[dirs * i], false);
+    finals.push_back(fwd_hidden);
+    if (bidirectional) {
+      auto [bwd_out, bwd_hidden] = layer(input, hidden[dirs * i + 1], params[dirs * i + 1], true);
+      finals.push_back(bwd_hidden);
+      input = at::cat({fwd_out, bwd_out}, fwd_out.dim() - 1);
+    } else {
+      input = fwd_out;
+    }
+  }
+  if (batch_first) input = input.transpose(0, 1);
+  return {input, finals};
+}
+
+// lstm.input(input, hx[2], params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
+inline S lstm(const S& a) {
+  const auto hx = a[1].toTensorVector();
+  if (hx.size() != 2) throw error("xport.decompose.rnn", "lstm expects two hidden states");
+  if (hx[0].size(2) != hx[1].size(2))
+    throw error("xport.decompose.rnn", "lstm with projections (proj_size) has no decomposition in xport; keep "
+                                       "aten::lstm.input (decomposition_table::core_aten().keep(\"aten::lstm.input\"))");
+  const auto params = gather(a[2].toTensorVector(), a[3].toBool());
+  std::vector<std::pair<at::Tensor, at::Tensor>> hidden;
+  const auto h = unbind_pieces(hx[0], 0);
+  const auto c = unbind_pieces(hx[1], 0);
+  for (std::size_t i = 0; i < h.size() && i < c.size(); ++i) hidden.emplace_back(h[i], c[i]);
+  auto [out, finals] = run_layers(a[0].toTensor(), hidden, params, a[4].toInt(), a[7].toBool(), a[8].toBool(),
+                                  [](const at::Tensor& x, const std::pair<at::Tensor, at::Tensor>& hid,
+                                     const params_t& p, bool rev) { return lstm_layer(x, hid, p, rev); });
+  std::vector<at::Tensor> hs, cs;
+  for (const auto& f : finals) {
+    hs.push_back(f.first);
+    cs.push_back(f.second);
+  }
+  const at::Tensor hn = at::stack(hs, 0);
+  const at::Tensor cn = at::stack(cs, 0);
+  return {out, hn, cn};
+}
+
+// gru.input(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
+inline S gru(const S& a) {
+  const auto params = gather(a[2].toTensorVector(), a[3].toBool());
+  const auto hidden = unbind_pieces(a[1].toTensor(), 0);
+  auto [out, finals] = run_layers(a[0].toTensor(), hidden, params, a[4].toInt(), a[7].toBool(), a[8].toBool(),
+                                  [](const at::Tensor& x, const at::Tensor& hid, const params_t& p, bool rev) {
+                                    return gru_layer(x, hid, p, rev);
+                                  });
+  return {out, at::stack(finals, 0)};
+}
+
+}  // namespace rnn
+
+// torch._decomp.should_fold: matmul folds the batch of the larger operand into mm's rows
+inline bool should_fold(const at::Tensor& tensor1, const at::Tensor& tensor2) {
+  const bool first_larger = tensor1.dim() >= tensor2.dim();
+  const at::Tensor& t1 = first_larger ? tensor1 : tensor2;
+  const at::Tensor& t2 = first_larger ? tensor2 : tensor1;
+  if (!(t1.dim() >= 3 && t2.dim() <= 2)) return false;
+  if (requires_grad(t2)) return true;
+  if (tensor1.dim() == 2) return false;
+  if (t1.numel() == 0) return true;
+  // contiguous, dims of size 1 aside
+  const auto sizes = t1.sizes();
+  const auto strides = t1.strides();
+  std::int64_t expected = 1;
+  for (std::int64_t i = t1.dim() - 1; i >= 0; --i) {
+    if (sizes[i] != 1 && strides[i] != expected) return false;
+    expected *= sizes[i];
+  }
+  return true;
+}
+
+// torch._decomp.matmul (its Python override of the composite kernel)
+inline at::Tensor matmul_impl(const at::Tensor& tensor1, const at::Tensor& tensor2) {
+  const auto d1 = tensor1.dim(), d2 = tensor2.dim();
+  if (d1 == 0 || d2 == 0) throw error("xport.decompose.matmul", "matmul does not support 0-dimensional tensors");
+  if (d1 == 1 && d2 == 1) return at::dot(tensor1, tensor2);
+  if (d1 == 2 && d2 == 1) return at::mv(tensor1, tensor2);
+  if (d1 == 1 && d2 == 2) return at::squeeze(at::mm(at::unsqueeze(tensor1, 0), tensor2), 0);
+  if (d1 == 2 && d2 == 2) return at::mm(tensor1, tensor2);
+  if (should_fold(tensor1, tensor2)) {
+    const bool transpose = d2 > d1;
+    const at::Tensor t1 = transpose ? tensor2.mT() : tensor1;
+    const at::Tensor t2 = !transpose ? tensor2 : (d1 == 2 ? tensor1.t() : tensor1);
+    const auto sizes1 = t1.sizes().vec();
+    std::vector<std::int64_t> output_shape(sizes1.begin(), sizes1.end() - 1);
+    std::int64_t folded = 1;
+    for (const auto s : output_shape) folded *= s;
+    const bool t2_matrix = t2.dim() == 2;
+    if (t2_matrix) output_shape.push_back(t2.size(1));
+    const at::Tensor t1_folded = t1.reshape({folded, sizes1.back()});
+    if (t2_matrix) {
+      const at::Tensor output = at::_unsafe_view(t1_folded.mm(t2), output_shape);
+      return transpose ? output.mT().contiguous() : output;
+    }
+    return at::_unsafe_view(t1_folded.mv(t2), output_shape);
+  }
+  // batched: b1 x n x m1 by b2 x m2 x p, the batch dims broadcast
+  const std::int64_t n = d1 > 1 ? tensor1.size(-2) : 1, m1 = tensor1.size(-1);
+  const auto batch1 = tensor1.sizes().slice(0, static_cast<std::size_t>(std::max<std::int64_t>(d1 - 2, 0))).vec();
+  const std::int64_t m2 = d2 > 1 ? tensor2.size(-2) : tensor2.size(-1), p = d2 > 1 ? tensor2.size(-1) : 1;
+  std::vector<std::int64_t> batch2;
+  for (std::int64_t i = 0; i < d2 - 2; ++i) batch2.push_back(tensor2.size(i));
+  if (d1 == 3 && d2 == 3 && batch1[0] != batch2[0]) {
+    if (batch1[0] == 1 && requires_grad(tensor1)) return matmul_impl(tensor1.squeeze(0), tensor2);
+    if (batch2[0] == 1 && requires_grad(tensor2)) return matmul_impl(tensor1, tensor2.squeeze(0));
+  }
+  auto batch = at::infer_size(batch1, batch2);
+  std::int64_t batch_product = 1;
+  for (const auto s : batch) batch_product *= s;
+  auto size1 = batch;
+  size1.push_back(n);
+  size1.push_back(m1);
+  const at::Tensor t1 = tensor1.expand(size1).reshape({batch_product, n, m1});
+  const bool vector_rhs = d2 == 1;
+  auto size2 = batch;
+  size2.push_back(m2);
+  if (!vector_rhs) size2.push_back(p);
+  const at::Tensor t2 = vector_rhs ? tensor2.expand(size2).reshape({batch_product, m2}).unsqueeze(2)
+                                   : tensor2.expand(size2).reshape({batch_product, m2, p});
+  auto output_shape = batch;
+  if (d1 > 1) output_shape.push_back(n);
+  if (d2 > 1) output_shape.push_back(p);
+  if (vector_rhs) return t1.bmm(t2).squeeze(-1).view(output_shape);
+  return t1.bmm(t2).view(output_shape);
+}
+inline S matmul_op(const S& a) { return {matmul_impl(a[0].toTensor(), a[1].toTensor())}; }
+
+// torch._decomp.nop_decomposition (detach, lift, lift_fresh): alias
+inline S alias(const S& a) { return {at::alias(a[0].toTensor())}; }
+
+}  // namespace torch_decomp
+
+/// Decompositions torch applies above functionalization and autograd: Python overrides of an
+/// op's composite (or autograd) kernel.
+inline const std::unordered_map<std::string, decomposition_fn>& torch_composite_decompositions() {
+  namespace d = torch_decomp;
+  static const std::unordered_map<std::string, decomposition_fn> table = {
+      {"aten::matmul", d::matmul_op},
+      {"aten::dropout", d::dropout},
+      {"aten::native_batch_norm", d::native_batch_norm},
+      {"aten::lstm.input", d::rnn::lstm},
+      {"aten::gru.input", d::rnn::gru},
+  };
+  return table;
+}
+
+/// Whether torch runs its decomposition of `op` as the op's autograd kernel (autograd off for
+/// the pieces), rather than as its composite kernel (autograd on).
+inline bool runs_below_autograd(const op_info& op) {
+  return op.name == "aten::dropout" || op.name == "aten::native_batch_norm" || op.name == "aten::lstm" ||
+         op.name == "aten::gru";
+}
+
+/// Decompositions torch applies below functionalization, as it records (its decomposition
+/// table's entries for ops without a composite kernel; a few core ops among them).
+inline const std::unordered_map<std::string, decomposition_fn>& torch_decompositions() {
+  namespace d = torch_decomp;
+  static const std::unordered_map<std::string, decomposition_fn> table = {
+      {"aten::t", d::t},
+      {"aten::transpose.int", d::transpose},
+      {"aten::_unsafe_view", d::view},
+      {"aten::_reshape_alias", d::view},
+      {"aten::split.Tensor", d::split},
+      {"aten::zeros", [](const d::S& a) { return d::full_of(a, 0); }},
+      {"aten::ones", [](const d::S& a) { return d::full_of(a, 1); }},
+      {"aten::zeros_like", [](const d::S& a) { return d::full_like_of(a, 0); }},
+      {"aten::ones_like", [](const d::S& a) { return d::full_like_of(a, 1); }},
+      {"aten::new_zeros", [](const d::S& a) { return d::new_full_of(a, 0); }},
+      {"aten::new_ones", [](const d::S& a) { return d::new_full_of(a, 1); }},
+      {"aten::rsub.Scalar", d::rsub},
+      {"aten::silu", d::silu},
+      {"aten::squeeze.dim", d::squeeze_dim},
+      {"aten::squeeze", d::squeeze_all},
+      {"aten::stack", d::stack},
+      {"aten::arange", d::arange_end},
+      {"aten::detach", d::alias},
+      {"aten::lift_fresh", d::alias},
+      {"aten::unbind.int", d::unbind_int},
+  };
+  return table;
+}
+
+}  // namespace detail
+XPORT_END_NAMESPACE
+#endif  // XPORT_HAS_TORCH_FUNCTIONALIZATION
 // #include <xport/ir/program.hpp>
 // #include <xport/passes/dce.hpp>
 // #include <xport/passes/functionalize.hpp>
@@ -10166,7 +11062,21 @@ XPORT_BEGIN_NAMESPACE
 
 /// A decomposition: the op's arguments (as the dispatcher passes them) in, its results out,
 /// computed with at:: calls, which are recorded in place of the op.
-using decomposition = std::function<std::vector<c10::IValue>(const std::vector<c10::IValue>& args)>;
+using decomposition = detail::decomposition_fn;
+
+namespace detail {
+
+/// Whether `op` is in the core ATen set: the running LibTorch's `core` tag (>= 2.1), or the set
+/// xport carries for 1.13.
+inline bool is_core_op(const op_info& op) {
+#if XPORT_HAS_TORCH_FUNCTIONALIZATION
+  return op.handle.hasTag(at::Tag::core);
+#else
+  return is_core_aten_op(op.qualified);
+#endif
+}
+
+}  // namespace detail
 
 /// What run_decompositions does with each op (torch.export's decomposition table).
 class decomposition_table {
@@ -10189,8 +11099,26 @@ class decomposition_table {
     return *this;
   }
 
-  /// The decomposition to apply to `op`, or nullptr to record it as it is.
+  /// The decomposition to apply to `op`, or nullptr to record it as it is (LibTorch 1.13).
   [[nodiscard]] const decomposition* find(const op_info& op) const;
+
+  /// What lowering does with `op` (LibTorch >= 2.1), as torch.export's run_decompositions does:
+  /// above autograd and functionalization (`lowering`), and below, as the functional calls are
+  /// recorded (`lowering_below`: a decomposition, or nullptr to record the op).
+  struct action {
+    enum kind_t : std::uint8_t {
+      functionalize,  ///< on through autograd and functionalization as it is
+      preserve,       ///< kept whole: a composite op the table keeps (recorded past functionalization)
+      decompose,      ///< by `fn`, or by its CompositeImplicitAutograd kernel when `fn` is null
+    } kind;
+    const decomposition* fn = nullptr;
+  };
+  [[nodiscard]] action lowering(const op_info& op) const;
+  [[nodiscard]] action lowering_below(const op_info& op) const;
+
+  /// Whether lowering decomposes `op` (else it stays in the lowered program: a core op, one the
+  /// table keeps, or one with no known decomposition, which torch keeps too).
+  [[nodiscard]] bool decomposes(const op_info& op) const;
 
  private:
   explicit decomposition_table(bool core) : core_(core) {}
@@ -10262,7 +11190,85 @@ inline const decomposition* decomposition_table::find(const op_info& op) const {
   return nullptr;  // no decomposition known: kept, as torch keeps it
 }
 
+#if XPORT_HAS_TORCH_FUNCTIONALIZATION
 namespace detail {
+inline bool has_composite_kernel(const op_info& op) {
+  return op.handle.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+}
+inline bool maybe_aliasing_or_mutating(const op_info& op) {
+#if XPORT_TORCH_VERSION_AT_LEAST(2, 5)
+  if (op.handle.hasTag(at::Tag::maybe_aliasing_or_mutating)) return true;
+#endif
+  static const std::unordered_set<std::string> ops{  // the tagged ops of LibTorch 2.13
+      "aten::_batch_norm_impl_index", "aten::alpha_dropout", "aten::atleast_1d", "aten::atleast_2d",
+      "aten::atleast_3d", "aten::batch_norm", "aten::cartesian_prod", "aten::conj_physical", "aten::dropout",
+      "aten::feature_alpha_dropout", "aten::feature_dropout", "aten::unsafe_chunk", "aten::native_batch_norm"};
+  return ops.count(op.qualified) > 0;
+}
+}  // namespace detail
+
+inline decomposition_table::action decomposition_table::lowering(const op_info& op) const {
+  const bool cia = detail::has_composite_kernel(op);
+  if (auto it = custom_.find(op.qualified); it != custom_.end() && cia) return {action::decompose, &it->second};
+  // torch decomposes a composite op that aliases or mutates whatever the table says (its
+  // functionalization needs the pieces), and those whose schema hides that they may (the
+  // `maybe_aliasing_or_mutating` tag: batch_norm updates its running statistics, dropout may
+  // return its input)
+  bool functional_schema = !op.is_mutable && !detail::maybe_aliasing_or_mutating(op);
+  for (const auto& a : op.schema().arguments()) functional_schema = functional_schema && !a.alias_info();
+  const auto& ports = detail::torch_composite_decompositions();
+  const auto port = ports.find(op.qualified);
+  if (!core_ || keep_.count(op.qualified)) {
+    if (cia && functional_schema) return {action::preserve};
+    // what must decompose does, by torch's decomposition where it has one (native_batch_norm)
+    if (port != ports.end() && detail::maybe_aliasing_or_mutating(op)) return {action::decompose, &port->second};
+    return {cia ? action::decompose : action::functionalize};
+  }
+  if (port != ports.end()) return {action::decompose, &port->second};
+  if (cia && !detail::is_core_op(op)) return {action::decompose};
+  return {action::functionalize};
+}
+
+inline decomposition_table::action decomposition_table::lowering_below(const op_info& op) const {
+  if (auto it = custom_.find(op.qualified); it != custom_.end()) return {action::decompose, &it->second};
+  if (!core_ || keep_.count(op.qualified)) return {action::functionalize};
+  // torch's table decomposes a few core ops too (squeeze.dim into squeeze.dims)
+  const auto& ports = detail::torch_decompositions();
+  if (auto it = ports.find(op.qualified); it != ports.end()) return {action::decompose, &it->second};
+  if (detail::has_composite_kernel(op) && !detail::is_core_op(op)) return {action::decompose};
+  return {action::functionalize};  // recorded: core, or no decomposition known (kept, as torch keeps it)
+}
+
+inline bool decomposition_table::decomposes(const op_info& op) const {
+  return lowering(op).kind == action::decompose || lowering_below(op).kind == action::decompose;
+}
+#else
+inline bool decomposition_table::decomposes(const op_info& op) const { return find(op) != nullptr; }
+#endif
+
+namespace detail {
+
+/// Calls node `n` again, under the active capture, on what its operands hold now (`held`:
+/// source value -> IValue), and records what each of its outputs holds after the call.
+inline void recall(capture& cap, const node& n, std::unordered_map<const value_impl*, c10::IValue>& held) {
+  const auto& op = n.op();
+  const auto& params = op.schema().arguments();
+  torch::jit::Stack stack;
+  stack.reserve(params.size());
+  const auto args = n.args();
+  for (std::size_t i = 0; i < params.size(); ++i)
+    stack.push_back(to_ivalue(args[i], params[i].real_type(), [&](const value& v) { return held.at(v.impl()); }));
+  cap.builder().at(n.source()).in_module(n.module_path());
+  op.handle.callBoxed(stack);
+  std::size_t k = 0;
+  for (auto& r : stack) {
+    if (r.isTensorList()) {
+      for (const auto& t : r.toTensorVector()) held[n.output(k++).impl()] = t;
+    } else {
+      held[n.output(k++).impl()] = r;
+    }
+  }
+}
 
 /// Re-captures `p` with `table`'s decompositions applied (no functionalization).
 inline exported_program decompose(const exported_program& p, const decomposition_table& table) {
@@ -10292,26 +11298,8 @@ inline exported_program decompose(const exported_program& p, const decomposition
   if (!phs.empty() && phs[0].output(0).kind() == value_kind::tensor) cap.set_fake_device(phs[0].output(0).meta().device);
   {
     capture_scope scope(cap);
-    for (auto n : g.nodes()) {
-      if (!n.is_call()) continue;
-      const auto& op = n.op();
-      const auto& params = op.schema().arguments();
-      torch::jit::Stack stack;
-      stack.reserve(params.size());
-      const auto args = n.args();
-      for (std::size_t i = 0; i < params.size(); ++i)
-        stack.push_back(to_ivalue(args[i], params[i].real_type(), [&](const value& v) { return held.at(v.impl()); }));
-      cap.builder().at(n.source()).in_module(n.module_path());
-      op.handle.callBoxed(stack);
-      std::size_t k = 0;
-      for (auto& r : stack) {
-        if (r.isTensorList()) {
-          for (const auto& t : r.toTensorVector()) held[n.output(k++).impl()] = t;
-        } else {
-          held[n.output(k++).impl()] = r;
-        }
-      }
-    }
+    for (auto n : g.nodes())
+      if (n.is_call()) recall(cap, n, held);
   }
   const auto outs = g.output_node().args();
   const auto& specs = p.signature().output_specs;
@@ -10332,6 +11320,272 @@ inline bool needs_more_work(const exported_program& p, const decomposition_table
   return false;
 }
 
+#if XPORT_HAS_TORCH_FUNCTIONALIZATION
+
+/// The key below LibTorch's functionalization where lowering records the functional calls.
+inline constexpr c10::DispatchKey lowering_record_key = c10::DispatchKey::Fake;
+
+/// The table of the lowering running on this thread (what the recording fallback decomposes).
+inline thread_local const decomposition_table* active_lowering = nullptr;
+
+/// Runs `a`'s decomposition of `op` on `stack`: its calls come back to the key that called this.
+inline void run_decomposition(const op_info& op, const decomposition_table::action& a, torch::jit::Stack& stack) {
+  if (a.fn && *a.fn) {
+    const auto n = op.schema().arguments().size();
+    std::vector<c10::IValue> args(std::make_move_iterator(stack.end() - static_cast<std::ptrdiff_t>(n)),
+                                  std::make_move_iterator(stack.end()));
+    torch::jit::drop(stack, n);
+    for (auto& r : (*a.fn)(args)) stack.push_back(std::move(r));
+  } else {
+    op.handle.callBoxedForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd, stack);
+  }
+}
+
+inline void lowering_record_fallback(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
+  c10::impl::ExcludeDispatchKeyGuard no_record(c10::DispatchKeySet({lowering_record_key, capture_key}));
+  // Functionalization first runs an in-place op on fresh meta copies of its arguments (to catch
+  // shape errors), with the Python key excluded: that check is not part of the program, and
+  // torch's own tracing does not see it either.
+  if (!active_capture || !active_lowering || c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::Python)) {
+    handle.callBoxed(stack);
+    return;
+  }
+  const op_info& op = active_capture->op_for(handle);
+  const auto a = active_lowering->lowering_below(op);
+  if (a.kind == decomposition_table::action::decompose) {
+    // below autograd, as torch's decompositions run as it records; the pieces come back here
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    c10::impl::ExcludeDispatchKeyGuard no_top(capture_key);
+    c10::impl::tls_set_dispatch_key_excluded(lowering_record_key, false);
+    try {
+      run_decomposition(op, a, *stack);
+    } catch (...) {
+      c10::impl::tls_set_dispatch_key_excluded(lowering_record_key, true);
+      throw;
+    }
+    c10::impl::tls_set_dispatch_key_excluded(lowering_record_key, true);
+    return;
+  }
+  active_capture->record_op(op, *stack);
+}
+
+inline void ensure_lowering_record_fallback() {
+  static const bool registered = [] {
+    try {
+      static torch::Library lib(torch::Library::IMPL, "_", lowering_record_key, __FILE__, __LINE__);
+      lib.fallback(torch::CppFunction::makeFromBoxedFunction<&lowering_record_fallback>());
+    } catch (const c10::Error& e) {
+      throw export_error("xport.decompose.fallback",
+                         "cannot register xport's lowering fallback for dispatch key Fake: another library "
+                         "already uses it. LibTorch said: " + first_line(e.what_without_backtrace()));
+    }
+    return true;
+  }();
+  (void)registered;
+}
+
+/// A tensor argument's value below functionalization (pending view updates applied).
+inline c10::IValue unwrap_functional(const c10::IValue& v) {
+  namespace fz = at::functionalization::impl;
+  const auto one = [](const at::Tensor& t) {
+    if (!t.defined() || !fz::isFunctionalTensor(t)) return t;
+    fz::sync(t);
+    return fz::from_functional_tensor(t);
+  };
+  if (v.isTensor()) return one(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const auto& t : v.toTensorVector()) out.push_back(one(t));
+    return out;
+  }
+  if (v.isList() && v.toListRef().size() && (v.toListRef()[0].isTensor() || v.toListRef()[0].isNone())) {
+    c10::List<c10::optional<at::Tensor>> out;
+    for (const auto& e : v.toListRef()) out.push_back(e.isNone() ? c10::optional<at::Tensor>() : one(e.toTensor()));
+    return out;
+  }
+  return v;
+}
+
+/// A composite op the table keeps: recorded whole, past functionalization (it mutates nothing),
+/// its results handed back as functional tensors.
+inline void record_preserved(capture& cap, const op_info& op, torch::jit::Stack& stack) {
+  const auto n = op.schema().arguments().size();
+  for (auto it = stack.end() - static_cast<std::ptrdiff_t>(n); it != stack.end(); ++it) *it = unwrap_functional(*it);
+  {
+    c10::impl::ExcludeDispatchKeyGuard below(c10::DispatchKeySet({lowering_record_key, c10::DispatchKey::Functionalize}));
+    cap.record_op(op, stack);
+  }
+  const auto m = op.schema().returns().size();
+  for (auto it = stack.end() - static_cast<std::ptrdiff_t>(m); it != stack.end(); ++it) {
+    if (it->isTensor()) *it = at::functionalization::impl::to_functional_tensor(it->toTensor());
+    else if (it->isTensorList()) *it = c10::List<at::Tensor>(at::functionalization::impl::to_functional_tensor(it->toTensorVector()));
+  }
+}
+
+/// What requires grad where torch's tracing runs autograd (above functionalization): parameters
+/// that do, and what differentiable ops make from them outside decompositions that run below
+/// autograd. xport lowers without autograd (it records nothing); this answers what torch's
+/// decompositions ask (matmul folds a batch when its right operand requires grad).
+class grad_tracker {
+ public:
+  void mark(const at::Tensor& t) {
+    if (!t.defined() || !(c10::isFloatingType(t.scalar_type()) || c10::isComplexType(t.scalar_type()))) return;
+    if (set_.insert(t.unsafeGetTensorImpl()).second) keep_.push_back(t);  // kept: no address reuse
+  }
+  [[nodiscard]] bool requires_grad(const at::Tensor& t) const { return t.defined() && set_.count(t.unsafeGetTensorImpl()); }
+  /// Whether any tensor among the `n` arguments on top of `stack` requires grad.
+  [[nodiscard]] bool any(const torch::jit::Stack& stack, std::size_t n) const {
+    bool r = false;
+    for (auto it = stack.end() - static_cast<std::ptrdiff_t>(n); it != stack.end() && !r; ++it) {
+      if (it->isTensor()) r = requires_grad(it->toTensor());
+      else if (it->isTensorList())
+        for (const auto& t : it->toTensorVector()) r = r || requires_grad(t);
+    }
+    return r;
+  }
+  /// Marks the `n` results on top of `stack`.
+  void mark_results(const torch::jit::Stack& stack, std::size_t n) {
+    for (auto it = stack.end() - static_cast<std::ptrdiff_t>(n); it != stack.end(); ++it) {
+      if (it->isTensor()) mark(it->toTensor());
+      else if (it->isTensorList())
+        for (const auto& t : it->toTensorVector()) mark(t);
+    }
+  }
+
+ private:
+  std::unordered_set<const c10::TensorImpl*> set_;
+  std::vector<at::Tensor> keep_;
+};
+
+/// Restores a thread-local setting of functionalization when it goes.
+struct reapply_views_scope {
+  bool prev = at::functionalization::impl::getFunctionalizationReapplyViewsTLS();
+  reapply_views_scope() { at::functionalization::impl::setFunctionalizationReapplyViewsTLS(true); }
+  ~reapply_views_scope() { at::functionalization::impl::setFunctionalizationReapplyViewsTLS(prev); }
+  reapply_views_scope(const reapply_views_scope&) = delete;
+  reapply_views_scope& operator=(const reapply_views_scope&) = delete;
+};
+
+/// torch.export's lowering of `p` (one size): every node called again on functional meta
+/// tensors; `table` decides above functionalization, the functional calls are recorded below.
+inline exported_program lower_functional(const exported_program& p, const decomposition_table& table) {
+  namespace fz = at::functionalization::impl;
+  ensure_lowering_record_fallback();
+  capture cap;
+  cap.set_python_frontend(false);
+  grad_tracker grads;
+  bool below_autograd = false;  // inside a decomposition torch runs as an autograd kernel
+  cap.set_decompose_hook([&](const op_info& op, torch::jit::Stack& stack) {
+    const auto a = table.lowering(op);
+    const bool grad = !below_autograd && grads.any(stack, op.schema().arguments().size());
+    if (a.kind == decomposition_table::action::functionalize) {
+      op.handle.callBoxed(stack);  // on through functionalization, recorded below it
+    } else if (a.kind == decomposition_table::action::preserve) {
+      record_preserved(cap, op, stack);
+    } else {
+      capture_reenabled recording;  // the decomposition's own calls come back here
+      const bool was_below = below_autograd;
+      below_autograd = below_autograd || (a.fn && detail::runs_below_autograd(op));
+      try {
+        run_decomposition(op, a, stack);
+      } catch (...) {
+        below_autograd = was_below;
+        throw;
+      }
+      below_autograd = was_below;
+    }
+    if (grad) grads.mark_results(stack, op.schema().returns().size());
+    return true;
+  });
+  const std::function<bool(const at::Tensor&)> grad_query = [&](const at::Tensor& t) { return grads.requires_grad(t); };
+  struct grad_scope {
+    const std::function<bool(const at::Tensor&)>* prev;
+    ~grad_scope() { torch_decomp::requires_grad_query = prev; }
+  } restore_grads{torch_decomp::requires_grad_query};
+  torch_decomp::requires_grad_query = &grad_query;
+  struct lowering_scope {
+    const decomposition_table* prev;
+    ~lowering_scope() { active_lowering = prev; }
+  } restore{active_lowering};
+  active_lowering = &table;
+  const auto& g = p.graph();
+  const auto phs = g.placeholders();
+  std::unordered_map<const value_impl*, c10::IValue> held;  // source value -> what the calls see
+  std::vector<at::Tensor> inputs(phs.size());              // placeholder -> its meta tensor
+  for (std::size_t i = 0; i < phs.size(); ++i) {
+    const value v = phs[i].output(0);
+    auto meta = cap.add_placeholder(p.signature().input_specs.at(i), v.type());
+    if (meta.defined()) {
+      inputs[i] = meta;
+      auto ft = fz::to_functional_tensor(meta);
+      if (v.kind() == value_kind::tensor && v.meta().requires_grad) grads.mark(ft);
+      held[v.impl()] = std::move(ft);
+    } else {
+      held[v.impl()] = meta;
+    }
+  }
+  if (!phs.empty() && phs[0].output(0).kind() == value_kind::tensor) cap.set_fake_device(phs[0].output(0).meta().device);
+  std::vector<std::optional<value>> mutated(phs.size());
+  std::vector<value> results;
+  {
+    c10::InferenceMode no_inference(false);
+    capture_scope scope(cap);
+    c10::impl::IncludeDispatchKeyGuard functionalize(c10::DispatchKey::Functionalize), record(lowering_record_key);
+    reapply_views_scope views;
+    for (auto n : g.nodes())
+      if (n.is_call()) recall(cap, n, held);
+    // What each input holds now, and the outputs: pending views are replayed (recorded below,
+    // not decomposed again, as in torch).
+    c10::impl::ExcludeDispatchKeyGuard below(capture_key);
+    const auto now = [&](const value& v) { return cap.value_of(unwrap_functional(held.at(v.impl())).toTensor()); };
+    for (std::size_t i = 0; i < phs.size(); ++i) {
+      if (!inputs[i].defined()) continue;
+      const value nv = now(phs[i].output(0));
+      if (nv != cap.value_of(inputs[i])) mutated[i] = nv;
+    }
+    for (const auto& a : g.output_node().args()) {
+      if (!a.is_value() || a.as_value().kind() != value_kind::tensor)
+        throw error("xport.decompose.output", "run_decompositions: an output that is not a tensor value is not supported");
+      results.push_back(now(a.as_value()));
+    }
+  }
+  // mutated inputs first (in input order), as torch orders them, then the other outputs
+  const auto& specs = p.signature().input_specs;
+  const auto& out_specs = p.signature().output_specs;
+  const auto mutation_target = [](const output_spec& o) {
+    return o.kind == output_kind::buffer_mutation || o.kind == output_kind::parameter_mutation ||
+           o.kind == output_kind::user_input_mutation;
+  };
+  for (std::size_t i = 0; i < phs.size(); ++i) {
+    const auto& spec = specs[i];
+    std::optional<value> v = mutated[i];
+    for (std::size_t o = 0; !v && o < out_specs.size(); ++o)  // an already functional program's
+      if (mutation_target(out_specs[o]) && out_specs[o].target == (spec.kind == input_kind::user_input ? std::optional(spec.arg.name) : spec.target))
+        v = results[o];
+    if (!v) continue;
+    switch (spec.kind) {
+      case input_kind::buffer: cap.builder().output(*v, output_kind::buffer_mutation, spec.target); break;
+      case input_kind::parameter: cap.builder().output(*v, output_kind::parameter_mutation, spec.target); break;
+      case input_kind::user_input: cap.builder().output(*v, output_kind::user_input_mutation, spec.arg.name); break;
+      default:
+        throw functionalize_error("xport.functionalize.constant_mutation",
+                                  "the program mutates constant '" + spec.target.value_or(spec.arg.name) +
+                                      "'; register it as a buffer");
+    }
+  }
+  for (std::size_t o = 0; o < out_specs.size(); ++o)
+    if (!mutation_target(out_specs[o])) cap.builder().output(results[o], out_specs[o].kind, out_specs[o].target);
+  cap.builder().set_state(p.state_dict(), p.constants());
+  cap.builder().set_examples(p.example_inputs());
+  auto q = std::move(cap.builder()).build(ir_dialect::aten, verify_options{.check_schemas = false});
+  q.set_call_spec(p.in_spec(), p.out_spec());
+  q.range_constraints_mut() = p.range_constraints();
+  eliminate_dead_code(q.graph_mut());
+  return q;
+}
+
+#endif  // XPORT_HAS_TORCH_FUNCTIONALIZATION
+
 }  // namespace detail
 
 /// torch.export's run_decompositions(): the functional inference IR (dialect ATEN), lowered to
@@ -10341,11 +11595,15 @@ inline exported_program run_decompositions(const exported_program& p,
                                            const decomposition_table& table = decomposition_table::core_aten()) {
   // dynamic dims: decomposed at several sizes and made symbolic again (trace/symbolic.hpp)
   auto q = detail::transform_symbolic(p, "run_decompositions", [&](const exported_program& s) {
+#if XPORT_HAS_TORCH_FUNCTIONALIZATION
+    return detail::lower_functional(s, table);
+#else
     auto r = functionalize(detail::decompose(s, table));
     for (int round = 0; round < 3 && detail::needs_more_work(r, table); ++round)
       r = functionalize(detail::decompose(r, table));
     eliminate_dead_code(r.graph_mut());  // e.g. the reserve buffer batch_norm's decomposition makes
     return r;
+#endif
   });
   verify(q);
   return q;
@@ -12163,6 +13421,7 @@ XPORT_END_NAMESPACE
 // PyTorchStreamReader after xport's own bounds check of the central directory; weights are read
 // straight into fresh tensor storage. Loading never runs anything from the file.
 
+#include <algorithm>    // std::find, std::stable_sort
 #include <cctype>       // std::isalpha
 #include <cstdio>       // std::FILE
 #include <functional>   // std::function
@@ -12604,9 +13863,15 @@ inline json graph_json(const exported_program& p) {
   json tensor_values = json::object(), sym_int_values = json::object();
   sym_writer name_sym(g, nodes, sym_int_values);
   const sym_namer namer = [&](const sym_int& e) { return name_sym(e); };
-  const auto record = [&](value v) {
-    if (v.kind() == value_kind::tensor) tensor_values[v.name()] = tensor_meta_json(v.meta());
-    else if (v.kind() == value_kind::sym_int) sym_int_values[v.name()] = sym_int_json(v.type().scalar);
+  // an output no getitem reads (value::unpacked) is named as torch names it: <node>_unused_<i>
+  const auto name_of = [](const node& n, value v) {
+    return n.has_tuple_output() && !v.unpacked() && v.num_uses() == 0
+               ? n.name() + "_unused_" + std::to_string(v.index())
+               : v.name();
+  };
+  const auto record = [&](value v, const std::string& name) {
+    if (v.kind() == value_kind::tensor) tensor_values[name] = tensor_meta_json(v.meta());
+    else if (v.kind() == value_kind::sym_int) sym_int_values[name] = sym_int_json(v.type().scalar);
   };
   const std::unordered_map<std::string, std::string> types(p.module_types().begin(), p.module_types().end());
   std::size_t ph = 0;
@@ -12616,7 +13881,7 @@ inline json graph_json(const exported_program& p) {
       // a specialized constant is written as its value, as torch writes it (its name is the spec's)
       if (spec.arg.type == argument_spec::kind::constant) inputs.push_back(constant_value_json(spec.arg.constant));
       else inputs.push_back(value_ref(n.output(0)));
-      record(n.output(0));
+      record(n.output(0), n.output(0).name());
       continue;
     }
     if (n.kind() == node_kind::output) {
@@ -12634,13 +13899,16 @@ inline json graph_json(const exported_program& p) {
     json out = json::array();
     if (op.returns_list) {
       json list = json::array();
-      for (auto v : n.outputs()) list.push_back({{"name", v.name()}});
+      for (auto v : n.outputs()) list.push_back({{"name", name_of(n, v)}});
       out.push_back({{"as_tensors", std::move(list)}});
     } else {
-      for (auto v : n.outputs())
-        out.push_back(v.kind() == value_kind::none ? json{{"as_none", true}} : value_ref(v));
+      for (auto v : n.outputs()) {
+        json ref = value_ref(v);
+        if (v.kind() == value_kind::tensor) ref["as_tensor"]["name"] = name_of(n, v);
+        out.push_back(v.kind() == value_kind::none ? json{{"as_none", true}} : std::move(ref));
+      }
     }
-    for (auto v : n.outputs()) record(v);
+    for (auto v : n.outputs()) record(v, name_of(n, v));
     json meta = json::object();
     if (const auto& s = n.source()) meta["stack_trace"] = stack_trace_of(*s);
     meta["nn_module_stack"] = nn_module_stack_of(n.module_path(), types);
@@ -12931,7 +14199,10 @@ inline graph graph_of(const at_path& gj, const graph_signature& sig, std::vector
     } catch (const graph_error& e) {
       nj.fail(e.what());
     }
-    for (auto v : created.outputs()) scope.defined.emplace(v.name(), v);
+    for (auto v : created.outputs()) {
+      scope.defined.emplace(v.name(), v);
+      if (v.name() == created.name() + "_unused_" + std::to_string(v.index())) v.set_unpacked(false);
+    }
     const auto meta = nj["metadata"];
     (void)meta.object();
     if (auto st = meta.get("stack_trace")) created.set_source(source_of(st->str()));
@@ -13060,6 +14331,19 @@ inline loaded_json program_of(const json& doc, const std::string& record) {
     if (!e.symbol) e.symbol = sym::symbol(e.name, std::min(std::max<std::int64_t>(e.range.lo, 2), e.range.hi), e.range);
     out.ranges.push_back({*e.symbol, e.range.lo, e.range.hi == int_oo ? std::nullopt : std::optional<std::int64_t>(e.range.hi), ""});
   }
+  // the JSON object's keys come sorted; torch lists the ranges as its symbols were made, in the
+  // order of the inputs' sizes: so does xport
+  std::vector<std::string> made;
+  for (auto ph : out.g.placeholders())
+    if (ph.out().kind() == value_kind::tensor)
+      for (const auto& d : ph.out().meta().sizes)
+        for (auto& s : sym::free_symbols(d))
+          if (std::find(made.begin(), made.end(), s) == made.end()) made.push_back(std::move(s));
+  const auto rank = [&](const range_constraint& r) {
+    return static_cast<std::size_t>(std::find(made.begin(), made.end(), r.symbol.str()) - made.begin());
+  };
+  std::stable_sort(out.ranges.begin(), out.ranges.end(),
+                   [&](const range_constraint& a, const range_constraint& b) { return rank(a) < rank(b); });
   const auto md = gm.get("metadata");
   // archives of xport before schema 8.20 keep the exact structure in the metadata (xport.in_spec;
   // their constants have no placeholders, so the call graph's leaves do not match them)

@@ -11,7 +11,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
-#include <c10/core/InferenceMode.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 
@@ -111,11 +111,15 @@ std::vector<c10::IValue> run_meta(const op_info& op, std::vector<c10::IValue> in
 
 /// run_meta on `stack` itself: the arguments go in, the results come out (no allocation when
 /// the op is known to have a meta kernel).
+/// Meta runs skip autograd (and the view tracking above it) but make ordinary tensors, not
+/// inference tensors: functionalization (trace/decompose.hpp) updates them in place.
+using meta_run_guard = at::AutoDispatchBelowADInplaceOrView;
+
 template <class Describe>
 void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Describe&& describe) {
   if (op.meta_support.load(std::memory_order_relaxed) == 1) {  // known to work: the common case
     try {
-      c10::InferenceMode guard;
+      meta_run_guard guard;
       op.handle.callBoxed(stack);
       return;
     } catch (const c10::Error& e) {
@@ -130,7 +134,7 @@ void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Descr
   }
   const auto rule = find_meta_rule(op.qualified);  // exact overload: max.dim is not max
   const auto apply_rule = [&](const std::vector<c10::IValue>& inputs) {
-    c10::InferenceMode guard;
+    meta_run_guard guard;
     auto outs = rule(inputs);
     stack.assign(outs.begin(), outs.end());
   };
@@ -143,7 +147,7 @@ void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Descr
   std::vector<c10::IValue> inputs;
   if (rule) inputs = stack;
   try {
-    c10::InferenceMode guard;
+    meta_run_guard guard;
     op.handle.callBoxed(stack);
     op.meta_support.store(1, std::memory_order_relaxed);
     return;

@@ -183,6 +183,26 @@ inline std::vector<at::Tensor> rule_native_batch_norm(const meta_stack& s) {
           meta_empty({n}, stat_dtype)};
 }
 
+// The _native_batch_norm_legit family (LibTorch >= 2.0; torch has only Python meta kernels for
+// them): (out, save_mean, save_rstd), the statistics [C] when training, [0] otherwise, and for
+// the functional variant the updated running_mean and running_var ([C]) after them.
+// `training_at`: the position of the `training` argument (-1: never training).
+inline std::vector<at::Tensor> batch_norm_legit(const meta_stack& s, int training_at, bool functional) {
+  const auto& x = s[0].toTensor();
+  const bool training = training_at >= 0 && s[static_cast<std::size_t>(training_at)].toBool();
+  const std::int64_t c = x.dim() > 1 ? x.size(1) : 1;
+  const auto stat_dtype = x.scalar_type() == c10::kHalf || x.scalar_type() == c10::kBFloat16
+                              ? c10::kFloat
+                              : x.scalar_type();
+  std::vector<at::Tensor> out{meta_empty(sizes_of(x), x.scalar_type()), meta_empty({training ? c : 0}, stat_dtype),
+                              meta_empty({training ? c : 0}, stat_dtype)};
+  if (functional) {
+    out.push_back(meta_empty({c}, s[3].toTensor().scalar_type()));
+    out.push_back(meta_empty({c}, s[4].toTensor().scalar_type()));
+  }
+  return out;
+}
+
 // native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd)
 inline std::vector<at::Tensor> rule_native_layer_norm(const meta_stack& s) {
   const auto& x = s[0].toTensor();
@@ -337,6 +357,10 @@ inline constexpr meta_rule_entry meta_rule_table[] = {
     {"aten::conv_transpose2d.input", rule_conv_transpose_nd},
     {"aten::conv_transpose3d.input", rule_conv_transpose_nd},
     {"aten::native_batch_norm", rule_native_batch_norm},
+    {"aten::_native_batch_norm_legit_no_training", [](const meta_stack& s) { return batch_norm_legit(s, -1, false); }},
+    {"aten::_native_batch_norm_legit", [](const meta_stack& s) { return batch_norm_legit(s, 5, false); }},
+    {"aten::_native_batch_norm_legit.no_stats", [](const meta_stack& s) { return batch_norm_legit(s, 3, false); }},
+    {"aten::_native_batch_norm_legit_functional", [](const meta_stack& s) { return batch_norm_legit(s, 5, true); }},
     {"aten::batch_norm", rule_like_self},
     {"aten::instance_norm", rule_like_self},
     {"aten::native_layer_norm", rule_native_layer_norm},

@@ -14,7 +14,7 @@
 #include <ATen/core/function_schema.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/core/jit_type.h>
-#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ScalarOps.h>
 
 #include <xport/config.hpp>
 #include <xport/detail/python_repr.hpp>
@@ -74,8 +74,10 @@ inline bool coerce(argument& a, const c10::TypePtr& t, const c10::optional<int32
       return a.is_none() || coerce(a, t->castRaw<c10::OptionalType>()->getElementType(), fixed_n);
     case K::TensorType:
       // A Python number where a Tensor is expected becomes a wrapped-number tensor, as in
-      // torch (`aten.add.Tensor(x, 1)` is how torch.export records `x + 1`).
-      return is_value_of(a, value_kind::tensor) || a.is_int() || a.is_double() || a.is_bool();
+      // torch (`aten.add.Tensor(x, 1)` is how torch.export records `x + 1`); a symbolic size
+      // too (`aten.mul.Tensor(x, sym_size_int_1)` is `x * x.size(0)`).
+      return is_value_of(a, value_kind::tensor) || a.is_int() || a.is_double() || a.is_bool() || a.is_symbolic() ||
+             is_value_of(a, value_kind::sym_int) || is_value_of(a, value_kind::sym_float);
     case K::IntType:
     case K::SymIntType: return a.is_int() || a.is_symbolic() || is_value_of(a, value_kind::sym_int);
     case K::FloatType:
@@ -146,12 +148,22 @@ inline argument from_ivalue(const c10::IValue& v, const c10::TypePtr& t) {
 
 /// A Python number passed where a Tensor is expected: a 0-dim CPU tensor flagged as a wrapped
 /// number, so type promotion treats it as the scalar it is.
+/// Made without the dispatcher, so that no capture records it.
 inline at::Tensor wrapped_number(const argument& a) {
-  at::Tensor t = a.is_int()      ? at::scalar_tensor(a.as_int(), at::TensorOptions().dtype(c10::kLong))
-                 : a.is_double() ? at::scalar_tensor(a.as_double(), at::TensorOptions().dtype(c10::kDouble))
-                                 : at::scalar_tensor(a.as_bool(), at::TensorOptions().dtype(c10::kBool));
+  at::Tensor t = a.is_int()      ? at::detail::scalar_tensor_static(a.as_int(), c10::kLong, c10::kCPU)
+                 : a.is_double() ? at::detail::scalar_tensor_static(a.as_double(), c10::kDouble, c10::kCPU)
+                                 : at::detail::scalar_tensor_static(a.as_bool(), c10::kBool, c10::kCPU);
   t.unsafeGetTensorImpl()->set_wrapped_number(true);
   return t;
+}
+
+/// A number computed at run time (a symbolic size, a sym_int value) passed where a Tensor is
+/// expected: the wrapped-number tensor Python's binding makes of it; anything else unchanged.
+inline c10::IValue wrapped_number(c10::IValue v) {
+  if (v.isInt()) return wrapped_number(argument(v.toInt()));
+  if (v.isDouble()) return wrapped_number(argument(v.toDouble()));
+  if (v.isBool()) return wrapped_number(argument(v.toBool()));
+  return v;
 }
 
 /// `int[2] stride` given as `[1]` (what at::conv2d(x, w, b, 1) passes) is `[1, 1]`: one
@@ -176,6 +188,9 @@ template <class Lookup>
 c10::IValue to_ivalue(const argument& a, const c10::TypePtr& t, Lookup&& lookup) {
   using K = c10::TypeKind;
   if (t->kind() == K::TensorType && (a.is_int() || a.is_double() || a.is_bool())) return wrapped_number(a);
+  if (t->kind() == K::TensorType && a.is_symbolic()) return wrapped_number(c10::IValue(a.as_sym().hint()));
+  if (t->kind() == K::TensorType && a.is_value() && a.as_value() && a.as_value().kind() != value_kind::tensor)
+    return wrapped_number(lookup(a.as_value()));
   switch (a.type()) {
     case argument::kind::none: return {};
     case argument::kind::boolean: return a.as_bool();

@@ -118,6 +118,10 @@ class value {
   /// map keyed by value. Not copied by clone; a pass sets it before it reads it.
   [[nodiscard]] std::uint32_t& scratch() const noexcept;
 
+  /// Whether a getitem reads this output of a multi-output call (see value_impl::unpacked).
+  [[nodiscard]] bool unpacked() const noexcept;
+  void set_unpacked(bool u) const noexcept;
+
   friend bool operator==(value a, value b) noexcept { return a.p_ == b.p_; }
 
  private:
@@ -327,6 +331,10 @@ struct value_impl {
   /// Free for the pass that is running (fits in the padding after `index`); not copied by
   /// clone. A pass that uses it sets it on every value it reads before relying on it.
   mutable std::uint32_t scratch = 0;
+  /// An output of a multi-output call that a `getitem` reads in torch.fx terms: set when the
+  /// node is made (the traced code received every output), cleared for unused outputs by
+  /// dead-code elimination, as FX's drops the unused getitem nodes.
+  bool unpacked = true;
   std::string name;
   value_type type;
 };
@@ -634,6 +642,7 @@ class graph {
           for (auto* o : n->outputs) {
             g.names_.claim(o->name);
             g.add_output(c, o->type, o->name);
+            c->outputs.back()->unpacked = o->unpacked;
             m.emplace(o, value(c->outputs.back()));
           }
           auto args = remap(n->args);
@@ -665,6 +674,7 @@ class graph {
     v->index = static_cast<std::uint32_t>(n->outputs.size());
     v->type = std::move(t);
     v->name = std::move(name);
+    v->unpacked = true;
     n->outputs.push_back(v);
   }
 
@@ -802,6 +812,8 @@ inline const tensor_meta& value::meta() const {
 inline void value::set_type(value_type t) const { p_->type = std::move(t); }
 inline std::span<const use> value::uses() const { return p_->uses; }
 inline std::uint32_t& value::scratch() const noexcept { return p_->scratch; }
+inline bool value::unpacked() const noexcept { return p_->unpacked; }
+inline void value::set_unpacked(bool u) const noexcept { p_->unpacked = u; }
 inline std::size_t value::num_uses() const { return p_->uses.size(); }
 inline void value::replace_all_uses_with(value other) const {
   if (other == *this) return;

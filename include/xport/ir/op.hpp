@@ -43,6 +43,10 @@ struct op_info {
   bool inplace_view = false;
   /// Position of the `device` argument, or -1.
   int device_arg = -1;
+  /// Position of the `pin_memory` argument, or -1.
+  int pin_memory_arg = -1;
+  /// No argument is a tensor (or a list of them): a factory like `ones`, `arange`.
+  bool is_factory = false;
   /// Whether running the op on meta tensors works (0: not tried, 1: works, 2: no meta kernel, use
   /// a shape rule). Learned once: a failed meta run costs a C++ exception with a backtrace.
   mutable std::atomic<std::uint8_t> meta_support{0};
@@ -113,7 +117,7 @@ class op_registry {
       auto handle = c10::Dispatcher::singleton().findSchema(
           {parts.ns + "::" + parts.name, parts.overload});
       if (!handle) return nullptr;
-      std::unique_ptr<op_info> op(new op_info{*handle, {}, {}, {}, {}, {}, false, false, false, false, false, false, -1, {0}});
+      std::unique_ptr<op_info> op(new op_info{*handle, {}, {}, {}, {}, {}, false, false, false, false, false, false, -1, -1, false, {0}});
       fill(*op, parts);
       info = op.get();
       by_key_.emplace(std::move(key), std::move(op));
@@ -141,8 +145,16 @@ class op_registry {
                           p.name == "rrelu" || p.name == "rrelu_with_noise";
     op.inplace_view = op.handle.hasTag(at::Tag::inplace_view);
     const auto& params = schema.arguments();
-    for (std::size_t i = 0; i < params.size(); ++i)
+    op.is_factory = true;
+    for (std::size_t i = 0; i < params.size(); ++i) {
       if (params[i].name() == "device") op.device_arg = static_cast<int>(i);
+      if (params[i].name() == "pin_memory") op.pin_memory_arg = static_cast<int>(i);
+      auto t = params[i].real_type();
+      if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
+      if (t->kind() == c10::TypeKind::ListType) t = t->castRaw<c10::ListType>()->getElementType();
+      if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
+      if (t->kind() == c10::TypeKind::TensorType) op.is_factory = false;
+    }
   }
 
   std::mutex mu_;
@@ -174,6 +186,26 @@ inline const op_info& find_op(std::string_view name) {
     msg += "; write it as 'namespace::name.overload', e.g. 'aten::add.Tensor'";
   }
   throw schema_error("xport.op.unknown", msg);
+}
+
+/// The overload Python's torch calls for the same computation. Python binds no `.Scalar`
+/// overloads of add, sub, mul and div: `x * 2` is `mul.Tensor(x, 2)` there, and the C++
+/// `.Scalar` kernels only wrap the scalar and call the `.Tensor` overload. Captures record the
+/// `.Tensor` overload, so programs exported from C++ read as torch.export's do.
+inline const op_info& python_overload(const op_info& op) {
+  if (op.overload.rfind("Scalar", 0) != 0) return op;
+  static const auto table = [] {
+    std::vector<std::pair<const op_info*, const op_info*>> t;
+    for (const char* name : {"add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_"}) {
+      const std::string n = std::string("aten::") + name;
+      t.emplace_back(&find_op(n + ".Scalar"), &find_op(n + ".Tensor"));
+      if (n.rfind("aten::div", 0) == 0) t.emplace_back(&find_op(n + ".Scalar_mode"), &find_op(n + ".Tensor_mode"));
+    }
+    return t;
+  }();
+  for (const auto& [from, to] : table)
+    if (from == &op) return *to;
+  return op;
 }
 
 XPORT_END_NAMESPACE

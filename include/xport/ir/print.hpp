@@ -6,7 +6,10 @@
 // Both are byte-exact contracts tested against golden files.
 #pragma once
 
+#include <algorithm>      // std::find, std::all_of, std::none_of
 #include <cstddef>        // std::size_t
+#include <functional>     // std::function
+#include <optional>       // std::optional
 #include <ostream>        // std::ostream
 #include <string>         // std::string
 #include <string_view>    // std::string_view
@@ -36,8 +39,12 @@ struct print_options {
 
 namespace detail {
 
+/// Names that stand for symbolic sizes in the printed code (`2*s77` -> `mul`; see
+/// size_nodes below); empty: sizes print as expressions.
+using sym_names = std::unordered_map<std::string, std::string>;
+
 /// Python repr of an argument, as torch.fx's `_get_repr` writes it.
-inline std::string arg_repr(const argument& a) {
+inline std::string arg_repr(const argument& a, const sym_names& syms = {}) {
   switch (a.type()) {
     case argument::kind::none: return "None";
     case argument::kind::boolean: return a.as_bool() ? "True" : "False";
@@ -49,14 +56,18 @@ inline std::string arg_repr(const argument& a) {
     case argument::kind::layout: return python_repr(a.as_layout());
     case argument::kind::memory_format: return python_repr(a.as_memory_format());
     case argument::kind::value: return a.as_value().name();
-    case argument::kind::symbolic: return a.as_sym().str();
+    case argument::kind::symbolic: {
+      const auto text = a.as_sym().str();
+      const auto it = syms.find(text);
+      return it == syms.end() ? text : it->second;
+    }
     case argument::kind::list: {
       std::string s = "[";
       bool first = true;
       for (const auto& e : a.as_list()) {
         if (!first) s += ", ";
         first = false;
-        s += arg_repr(e);
+        s += arg_repr(e, syms);
       }
       return s + "]";
     }
@@ -67,7 +78,7 @@ inline std::string arg_repr(const argument& a) {
 /// `x, 1, alpha = 2`: positional arguments up to the last one that differs from its default,
 /// keyword-only arguments that differ from their defaults (as the dispatcher hands them to
 /// Python).
-inline std::string call_args_repr(const op_info& op, std::span<const argument> args) {
+inline std::string call_args_repr(const op_info& op, std::span<const argument> args, const sym_names& syms = {}) {
   const auto& params = op.schema().arguments();
   const auto is_default = [&](std::size_t i) {
     return params[i].default_value() && default_argument(params[i]) == args[i];
@@ -78,12 +89,12 @@ inline std::string call_args_repr(const op_info& op, std::span<const argument> a
   std::string s;
   for (std::size_t i = 0; i < last_pos; ++i) {
     if (!s.empty()) s += ", ";
-    s += arg_repr(args[i]);
+    s += arg_repr(args[i], syms);
   }
   for (std::size_t i = 0; i < params.size(); ++i) {
     if (!params[i].kwarg_only() || is_default(i)) continue;
     if (!s.empty()) s += ", ";
-    s += params[i].name() + " = " + arg_repr(args[i]);
+    s += params[i].name() + " = " + arg_repr(args[i], syms);
   }
   return s;
 }
@@ -118,19 +129,169 @@ struct fx_line {
   const source_location* source = nullptr;
 };
 
+// Note [Sizes as torch prints them]: a size argument that depends on a dynamic dim is an
+// expression in xport's IR (`zeros([2*s77])`); torch's graph computes it with nodes, and so does
+// the print: a `sym_size.int` read of the input dim after the placeholders for each symbol, then
+// `_operator` nodes (`mul: "Sym(2*s77)" = sym_size_int_1 * 2`) before the first call that uses
+// each linear form. The reads are numbered from the number of symbols on (torch's tracing reads
+// each once and its final pass makes them again), other nodes take the next free FX name. A
+// form that is not linear in one symbol, or a symbol no input dim gives alone, prints inline.
+struct size_nodes {
+  struct line {
+    std::string name, annotation, rhs;
+    std::vector<std::string> inputs;
+  };
+  std::vector<line> reads;                                   // after the placeholders
+  std::unordered_map<const node_impl*, std::vector<line>> before;  // before a call
+  sym_names names;                                           // expression text -> name
+};
+
+inline void walk_sizes(const argument& a, const std::function<void(const sym_int&)>& f) {
+  if (a.is_symbolic()) f(a.as_sym());
+  else if (a.is_list())
+    for (const auto& e : a.as_list()) walk_sizes(e, f);
+}
+
+inline size_nodes plan_size_nodes(const graph& g) {
+  size_nodes out;
+  std::vector<std::pair<node, sym_int>> uses;  // (first user, expression), in node order
+  std::unordered_set<std::string> seen;
+  for (auto n : g.nodes())
+    if (n.is_call())
+      for (const auto& a : n.args())
+        walk_sizes(a, [&](const sym_int& e) {
+          if (seen.insert(e.str()).second) uses.push_back({n, e});
+        });
+  if (uses.empty()) return out;
+  std::unordered_set<std::string> taken;
+  for (auto n : g.nodes()) {
+    taken.insert(n.name());
+    for (auto v : n.outputs()) taken.insert(v.name());
+  }
+  const auto fresh = [&](const std::string& base) {
+    std::string name = base;
+    for (int i = 1; taken.count(name); ++i) name = base + "_" + std::to_string(i);
+    taken.insert(name);
+    return name;
+  };
+  // the symbols input dims give alone, in placeholder order
+  std::vector<std::pair<std::string, sym_int>> dim_symbols;
+  for (auto ph : g.placeholders())
+    if (ph.output(0).kind() == value_kind::tensor)
+      for (const auto& d : ph.output(0).meta().sizes)
+        if (d.is_symbolic() && sym::as_linear(d) && sym::as_linear(d)->a == 1 && sym::as_linear(d)->b == 0 &&
+            std::none_of(dim_symbols.begin(), dim_symbols.end(), [&](const auto& p) { return p.first == d.str(); }))
+          dim_symbols.push_back({d.str(), d});
+  // a product of input dims (`s27*s77`, a flattened batch): its factors in placeholder order
+  const auto product_of = [&](const sym_int& e) -> std::optional<std::vector<std::string>> {
+    const auto fs = sym::free_symbols(e);
+    if (fs.size() < 2) return std::nullopt;
+    std::vector<std::string> factors;
+    std::optional<sym_int> prod;
+    for (const auto& [text, sym] : dim_symbols)
+      if (std::find(fs.begin(), fs.end(), text) != fs.end()) {
+        factors.push_back(text);
+        prod = prod ? *prod * sym : sym;
+      }
+    if (factors.size() != fs.size() || prod->str() != e.str()) return std::nullopt;
+    return factors;
+  };
+  // the symbols the linear forms and products use
+  std::vector<std::string> symbols;
+  const auto use_symbol = [&](const std::string& sym) {
+    if (std::find(symbols.begin(), symbols.end(), sym) == symbols.end()) symbols.push_back(sym);
+  };
+  for (const auto& [n, e] : uses) {
+    if (auto lin = sym::as_linear(e)) use_symbol(lin->symbol);
+    else if (auto factors = product_of(e))
+      for (const auto& f : *factors) use_symbol(f);
+  }
+  std::size_t next = symbols.size();
+  std::unordered_map<std::string, sym_int> symbol_of;
+  for (auto ph : g.placeholders()) {
+    const auto v = ph.output(0);
+    if (v.kind() != value_kind::tensor) continue;
+    const auto& sizes = v.meta().sizes;
+    for (std::size_t d = 0; d < sizes.size(); ++d) {
+      const auto text = sizes[d].str();
+      if (!sizes[d].is_symbolic() || out.names.count(text) ||
+          std::find(symbols.begin(), symbols.end(), text) == symbols.end())
+        continue;
+      const auto name = fresh("sym_size_int_" + std::to_string(next++));
+      out.reads.push_back({name, "Sym(" + text + ")", "torch.ops.aten.sym_size.int(" + v.name() + ", " + std::to_string(d) + ")", {v.name()}});
+      out.names.emplace(text, name);
+      symbol_of.emplace(text, sizes[d]);
+    }
+  }
+  for (const auto& [n, e] : uses) {
+    if (out.names.count(e.str())) continue;
+    const auto lin = sym::as_linear(e);
+    if (!lin) {
+      const auto factors = product_of(e);
+      if (!factors || !std::all_of(factors->begin(), factors->end(), [&](const auto& f) { return out.names.count(f); }))
+        continue;
+      std::string cur = out.names.at((*factors)[0]);
+      sym_int expr = symbol_of.at((*factors)[0]);
+      auto& lines = out.before[n.impl()];
+      for (std::size_t i = 1; i < factors->size(); ++i) {
+        const auto name = fresh("mul");
+        expr = expr * symbol_of.at((*factors)[i]);
+        lines.push_back({name, "Sym(" + expr.str() + ")", cur + " * " + out.names.at((*factors)[i]),
+                         {cur, out.names.at((*factors)[i])}});
+        cur = name;
+      }
+      out.names.emplace(e.str(), cur);
+      continue;
+    }
+    if (!out.names.count(lin->symbol)) continue;
+    std::string cur = out.names.at(lin->symbol);
+    sym_int expr = symbol_of.at(lin->symbol);
+    auto& lines = out.before[n.impl()];
+    const auto step = [&](const char* base, const char* op, std::int64_t k, const sym_int& result) {
+      const auto name = fresh(base);
+      lines.push_back({name, "Sym(" + result.str() + ")", cur + " " + op + " " + std::to_string(k), {cur}});
+      cur = name;
+      expr = result;
+    };
+    if (lin->a != 1) step("mul", "*", lin->a, expr * lin->a);
+    if (lin->b > 0) step("add", "+", lin->b, expr + lin->b);
+    if (lin->b < 0) step("sub", "-", -lin->b, expr - (-lin->b));
+    out.names.emplace(e.str(), cur);
+  }
+  return out;
+}
+
 inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
   std::vector<fx_line> lines;
   std::unordered_map<std::string, std::size_t> users;  // name -> number of fx users
-  const auto inputs_of = [](const node& n) {
+  const auto sizes = plan_size_nodes(g);
+  // the names a node reads, in the order its arguments name them (torch.fx's order)
+  const auto inputs_of = [&](const node& n) {
     std::vector<std::string> names;
     std::unordered_set<std::string> seen;
-    for (std::size_t i = 0; i < n.num_inputs(); ++i) {
-      const auto& nm = n.input(i).name();
-      if (seen.insert(nm).second) names.push_back(nm);
-    }
+    const std::function<void(const argument&)> visit = [&](const argument& a) {
+      if (a.is_value()) {
+        if (seen.insert(a.as_value().name()).second) names.push_back(a.as_value().name());
+      } else if (a.is_symbolic()) {
+        if (auto it = sizes.names.find(a.as_sym().str()); it != sizes.names.end() && seen.insert(it->second).second)
+          names.push_back(it->second);
+      } else if (a.is_list()) {
+        for (const auto& e : a.as_list()) visit(e);
+      }
+    };
+    for (const auto& a : n.args()) visit(a);
     return names;
   };
+  bool reads_done = sizes.reads.empty();
   for (auto n : g.nodes()) {
+    if (!reads_done && !n.is_placeholder()) {
+      for (const auto& r : sizes.reads)
+        lines.push_back({fx_line::kind::call, r.name, r.annotation, r.rhs, r.inputs, 0, nullptr});
+      reads_done = true;
+    }
+    if (auto it = sizes.before.find(n.impl()); it != sizes.before.end())
+      for (const auto& r : it->second)
+        lines.push_back({fx_line::kind::call, r.name, r.annotation, r.rhs, r.inputs, 0, n.source().get()});
     switch (n.kind()) {
       case node_kind::placeholder:
         lines.push_back({fx_line::kind::placeholder, n.name(), value_annotation(n.output(0), o), {}, {}, 0, nullptr});
@@ -138,13 +299,13 @@ inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
       case node_kind::call_function: {
         const auto* src = n.source().get();
         fx_line l{fx_line::kind::call, n.name(), {}, {}, inputs_of(n), 0, src};
-        l.rhs = n.op().target + "(" + call_args_repr(n.op(), n.args()) + ")";
+        l.rhs = n.op().target + "(" + call_args_repr(n.op(), n.args(), sizes.names) + ")";
         if (!n.has_tuple_output()) l.annotation = value_annotation(n.output(0), o);
         lines.push_back(std::move(l));
         if (n.has_tuple_output())
           for (std::size_t i = 0; i < n.num_outputs(); ++i) {
             auto v = n.output(i);
-            if (v.num_uses() == 0) continue;
+            if (v.num_uses() == 0 && !v.unpacked()) continue;
             lines.push_back({fx_line::kind::getitem, v.name(), value_annotation(v, o),
                              n.name() + "[" + std::to_string(i) + "]", {n.name()}, 0, src});
           }
@@ -177,15 +338,15 @@ inline std::string summary_of(const source_location* s) {
          (s->function.empty() ? "forward" : s->function) + ", code: " + s->code;
 }
 
-inline std::string indent_lines(std::string_view text, std::string_view pad) {
-  // `_addindent`: every line but the first gets `pad`.
+inline std::string indent_lines(std::string_view text, std::string_view pad, bool first_too = false) {
+  // torch.fx's `_addindent`: every non-empty line but the first gets `pad`.
   std::string out;
   std::size_t start = 0;
-  bool first = true;
+  bool first = !first_too;
   while (true) {
     const auto nl = text.find('\n', start);
     const auto line = text.substr(start, nl == std::string_view::npos ? std::string_view::npos : nl - start);
-    if (!first) out += pad;
+    if (!first && !line.empty()) out += pad;
     out += line;
     first = false;
     if (nl == std::string_view::npos) break;
@@ -258,10 +419,10 @@ inline std::string graph_module_code(const graph& g, const print_options& o) {
     }
     body += "\n";
   }
-  // lstrip("\n"), then indent every line by 4
+  // lstrip("\n"), then indent every non-empty line by 4
   std::size_t k = 0;
   while (k < body.size() && body[k] == '\n') ++k;
-  std::string code = "    " + replace_all(body.substr(k), "\n", "\n    ");
+  std::string code = indent_lines(std::string_view(body).substr(k), "    ", /*first_too=*/true);
   std::string params;
   for (std::size_t i = 0; i < free_vars.size(); ++i) params += (i ? ", " : "") + free_vars[i];
   std::string module = "class GraphModule(torch.nn.Module):\ndef forward(" + params + "):\n" + code;

@@ -21,15 +21,23 @@ inline bool has_side_effects(const node& n) {
   return op.is_mutable || op.nondeterministic;
 }
 
-/// Removes dead call nodes; returns how many were removed.
+/// Removes dead call nodes, and the getitems of unused outputs (value::unpacked); returns how
+/// many nodes and getitems were removed.
 inline std::size_t eliminate_dead_code(graph& g) {
   std::size_t removed = 0;
   for (node n = g.last(); n;) {
     const node prev = n.prev();
-    if (n.is_call() && !has_side_effects(n)) {
+    if (n.is_call()) {
       bool used = false;
-      for (std::size_t i = 0; i < n.num_outputs() && !used; ++i) used = n.output(i).num_uses() != 0;
-      if (!used) {
+      for (std::size_t i = 0; i < n.num_outputs(); ++i) {
+        const auto v = n.output(i);
+        used = used || v.num_uses() != 0;
+        if (n.has_tuple_output() && v.num_uses() == 0 && v.unpacked()) {
+          v.set_unpacked(false);
+          ++removed;
+        }
+      }
+      if (!used && !has_side_effects(n)) {
         g.erase(n);
         ++removed;
       }

@@ -81,7 +81,10 @@ class interpreter {
   // How one argument is pushed: a pre-boxed constant, a register (copied, or moved when this is
   // its last use), or a list assembled from registers.
   struct arg_op {
-    enum class kind : std::uint8_t { constant, reg_copy, reg_move, tensor_list, opt_tensor_list, int_list, symbolic };
+    enum class kind : std::uint8_t {
+      constant, reg_copy, reg_move, tensor_list, opt_tensor_list, int_list, symbolic,
+      symbolic_number, reg_number  // a size where a Tensor is expected: passed as a wrapped number
+    };
     kind type;
     std::uint32_t index;  // into constants_, regs, lists_ or syms_
   };
@@ -146,13 +149,17 @@ class interpreter {
       };
       for (std::size_t i = 0; i < params.size(); ++i) {
         const auto& a = args[i];
+        const bool tensor_param = detail::unwrap_optional(params[i].real_type())->kind() == c10::TypeKind::TensorType;
         if (a.is_value()) {
-          in.args.push_back(reg_op(a.as_value()));
+          auto r = reg_op(a.as_value());
+          if (tensor_param && a.as_value().kind() != value_kind::tensor) r.type = arg_op::kind::reg_number;
+          in.args.push_back(r);
           continue;
         }
         if (a.is_symbolic()) {
           syms_.push_back(a.as_sym());
-          in.args.push_back({arg_op::kind::symbolic, static_cast<std::uint32_t>(syms_.size() - 1)});
+          in.args.push_back({tensor_param ? arg_op::kind::symbolic_number : arg_op::kind::symbolic,
+                             static_cast<std::uint32_t>(syms_.size() - 1)});
           continue;
         }
         bool has_value = false;
@@ -250,6 +257,8 @@ class interpreter {
     const auto& constants = constants_;
     switch (a.type) {
       case arg_op::kind::symbolic: return env.eval(syms_[a.index]);
+      case arg_op::kind::symbolic_number: return detail::wrapped_number(c10::IValue(env.eval(syms_[a.index])));
+      case arg_op::kind::reg_number: return detail::wrapped_number(regs[a.index]);
       case arg_op::kind::constant: return constants[a.index];
       case arg_op::kind::reg_copy: return regs[a.index];
       case arg_op::kind::reg_move: return std::move(regs[a.index]);
@@ -268,6 +277,8 @@ class interpreter {
         switch (a.type) {
           case arg_op::kind::constant:
           case arg_op::kind::symbolic:
+          case arg_op::kind::symbolic_number:
+          case arg_op::kind::reg_number:
           case arg_op::kind::reg_copy:
           case arg_op::kind::reg_move: stack.push_back(take(regs, env, a)); break;
           case arg_op::kind::tensor_list: {

@@ -15,6 +15,7 @@
 // straight into fresh tensor storage. Loading never runs anything from the file.
 #pragma once
 
+#include <algorithm>    // std::find, std::stable_sort
 #include <cctype>       // std::isalpha
 #include <cstdio>       // std::FILE
 #include <functional>   // std::function
@@ -456,9 +457,15 @@ inline json graph_json(const exported_program& p) {
   json tensor_values = json::object(), sym_int_values = json::object();
   sym_writer name_sym(g, nodes, sym_int_values);
   const sym_namer namer = [&](const sym_int& e) { return name_sym(e); };
-  const auto record = [&](value v) {
-    if (v.kind() == value_kind::tensor) tensor_values[v.name()] = tensor_meta_json(v.meta());
-    else if (v.kind() == value_kind::sym_int) sym_int_values[v.name()] = sym_int_json(v.type().scalar);
+  // an output no getitem reads (value::unpacked) is named as torch names it: <node>_unused_<i>
+  const auto name_of = [](const node& n, value v) {
+    return n.has_tuple_output() && !v.unpacked() && v.num_uses() == 0
+               ? n.name() + "_unused_" + std::to_string(v.index())
+               : v.name();
+  };
+  const auto record = [&](value v, const std::string& name) {
+    if (v.kind() == value_kind::tensor) tensor_values[name] = tensor_meta_json(v.meta());
+    else if (v.kind() == value_kind::sym_int) sym_int_values[name] = sym_int_json(v.type().scalar);
   };
   const std::unordered_map<std::string, std::string> types(p.module_types().begin(), p.module_types().end());
   std::size_t ph = 0;
@@ -468,7 +475,7 @@ inline json graph_json(const exported_program& p) {
       // a specialized constant is written as its value, as torch writes it (its name is the spec's)
       if (spec.arg.type == argument_spec::kind::constant) inputs.push_back(constant_value_json(spec.arg.constant));
       else inputs.push_back(value_ref(n.output(0)));
-      record(n.output(0));
+      record(n.output(0), n.output(0).name());
       continue;
     }
     if (n.kind() == node_kind::output) {
@@ -486,13 +493,16 @@ inline json graph_json(const exported_program& p) {
     json out = json::array();
     if (op.returns_list) {
       json list = json::array();
-      for (auto v : n.outputs()) list.push_back({{"name", v.name()}});
+      for (auto v : n.outputs()) list.push_back({{"name", name_of(n, v)}});
       out.push_back({{"as_tensors", std::move(list)}});
     } else {
-      for (auto v : n.outputs())
-        out.push_back(v.kind() == value_kind::none ? json{{"as_none", true}} : value_ref(v));
+      for (auto v : n.outputs()) {
+        json ref = value_ref(v);
+        if (v.kind() == value_kind::tensor) ref["as_tensor"]["name"] = name_of(n, v);
+        out.push_back(v.kind() == value_kind::none ? json{{"as_none", true}} : std::move(ref));
+      }
     }
-    for (auto v : n.outputs()) record(v);
+    for (auto v : n.outputs()) record(v, name_of(n, v));
     json meta = json::object();
     if (const auto& s = n.source()) meta["stack_trace"] = stack_trace_of(*s);
     meta["nn_module_stack"] = nn_module_stack_of(n.module_path(), types);
@@ -783,7 +793,10 @@ inline graph graph_of(const at_path& gj, const graph_signature& sig, std::vector
     } catch (const graph_error& e) {
       nj.fail(e.what());
     }
-    for (auto v : created.outputs()) scope.defined.emplace(v.name(), v);
+    for (auto v : created.outputs()) {
+      scope.defined.emplace(v.name(), v);
+      if (v.name() == created.name() + "_unused_" + std::to_string(v.index())) v.set_unpacked(false);
+    }
     const auto meta = nj["metadata"];
     (void)meta.object();
     if (auto st = meta.get("stack_trace")) created.set_source(source_of(st->str()));
@@ -912,6 +925,19 @@ inline loaded_json program_of(const json& doc, const std::string& record) {
     if (!e.symbol) e.symbol = sym::symbol(e.name, std::min(std::max<std::int64_t>(e.range.lo, 2), e.range.hi), e.range);
     out.ranges.push_back({*e.symbol, e.range.lo, e.range.hi == int_oo ? std::nullopt : std::optional<std::int64_t>(e.range.hi), ""});
   }
+  // the JSON object's keys come sorted; torch lists the ranges as its symbols were made, in the
+  // order of the inputs' sizes: so does xport
+  std::vector<std::string> made;
+  for (auto ph : out.g.placeholders())
+    if (ph.out().kind() == value_kind::tensor)
+      for (const auto& d : ph.out().meta().sizes)
+        for (auto& s : sym::free_symbols(d))
+          if (std::find(made.begin(), made.end(), s) == made.end()) made.push_back(std::move(s));
+  const auto rank = [&](const range_constraint& r) {
+    return static_cast<std::size_t>(std::find(made.begin(), made.end(), r.symbol.str()) - made.begin());
+  };
+  std::stable_sort(out.ranges.begin(), out.ranges.end(),
+                   [&](const range_constraint& a, const range_constraint& b) { return rank(a) < rank(b); });
   const auto md = gm.get("metadata");
   // archives of xport before schema 8.20 keep the exact structure in the metadata (xport.in_spec;
   // their constants have no placeholders, so the call graph's leaves do not match them)

@@ -156,6 +156,20 @@ class capture {
     bind(t, v, meta_like(t));
   }
 
+  /// Whether the calls recorded are the user's, as Python's frontend would make them (default
+  /// arguments its parser fills, the overloads it binds); false when a program is re-captured.
+  void set_python_frontend(bool on) noexcept { python_frontend_ = on; }
+
+  /// The operator behind a dispatcher handle.
+  const op_info& op_for(const c10::OperatorHandle& h) {
+    const auto* key = &h.schema();
+    if (auto it = ops_.find(key); it != ops_.end()) return *it->second;
+    const auto& name = h.operator_name();
+    const auto& info = find_op(name.overload_name.empty() ? name.name : name.name + "." + name.overload_name);
+    ops_.emplace(key, &info);
+    return info;
+  }
+
   /// The graph value a tensor held by the traced code stands for.
   value value_of(const at::Tensor& t) { return tracked_of(t).v; }
 
@@ -176,7 +190,7 @@ class capture {
     std::vector<c10::IValue> meta_args;
     meta_args.reserve(params.size());
     for (std::size_t i = 0; i < params.size(); ++i) {
-      if (bound[i].is_device()) {
+      if (bound[i].is_device() || (op.is_factory && static_cast<int>(i) == op.device_arg)) {
         meta_args.emplace_back(c10::Device(c10::kMeta));
         continue;
       }
@@ -186,9 +200,10 @@ class capture {
       }));
     }
     auto results = run_meta(op, std::move(meta_args), [&] { return describe_args(op, bound); });
+    fill_python_defaults(op, bound);
     auto types = result_types(op, results, output_device(op, bound), any_requires_grad(bound));
     builder_.at(std::move(src));
-    auto node = builder_.record(op, std::move(bound), std::move(types));
+    auto node = builder_.record(python_overload(op), std::move(bound), std::move(types));
     if (auto path = module_path_of(node); !path.empty()) node.set_module_path(std::move(path));
     std::size_t out_index = 0;
     for (auto& r : results) {
@@ -207,6 +222,11 @@ class capture {
   void record(const c10::OperatorHandle& handle, torch::jit::Stack& stack) {
     const op_info& op = op_for(handle);
     if (decompose_ && decompose_(op, stack)) return;
+    record_op(op, stack);
+  }
+
+  /// Records `op` with the arguments on `stack` and leaves its (meta) results there.
+  void record_op(const op_info& op, torch::jit::Stack& stack) {
     const auto& schema = op.schema();
     const auto& params = schema.arguments();
     const std::size_t n = params.size();
@@ -230,17 +250,14 @@ class capture {
       convert(originals[i], params[i].real_type(), args[i], results[i]);
       expand_fixed_list(args[i], params[i]);
     }
-    if (op.device_arg >= 0 && args[static_cast<std::size_t>(op.device_arg)].is_none()) {
-      // a factory with no device (`at::ones({2})`) makes a tensor on the default device: record
-      // it (as torch.export does), and keep the meta run on meta
-      args[static_cast<std::size_t>(op.device_arg)] = fake_device_;
-      results[static_cast<std::size_t>(op.device_arg)] = c10::Device(c10::kMeta);
-    }
+    if (op.is_factory && op.device_arg >= 0 && args[static_cast<std::size_t>(op.device_arg)].is_none())
+      results[static_cast<std::size_t>(op.device_arg)] = c10::Device(c10::kMeta);  // runs on meta
+    if (python_frontend_) fill_python_defaults(op, args);
     check_mutations(op, args);
 
     run_meta_in_place(op, results, [&] { return describe_args(op, args); });
     auto types = result_types(op, results, output_device(op, args), any_requires_grad(args));
-    auto node = builder_.record(op, std::move(args), std::move(types));
+    auto node = builder_.record(python_frontend_ ? python_overload(op) : op, std::move(args), std::move(types));
     if (auto path = module_path_of(node); !path.empty()) node.set_module_path(std::move(path));
 
     // Hand results back: a return that writes to an argument (in-place, out=) is that argument
@@ -302,15 +319,6 @@ class capture {
   static at::Tensor meta_like(const at::Tensor& t) {
     c10::impl::ExcludeDispatchKeyGuard no_capture(capture_key);
     return tensor_meta::of(t).make_meta();
-  }
-
-  const op_info& op_for(const c10::OperatorHandle& h) {
-    const auto* key = &h.schema();
-    if (auto it = ops_.find(key); it != ops_.end()) return *it->second;
-    const auto& name = h.operator_name();
-    const auto& info = find_op(name.overload_name.empty() ? name.name : name.name + "." + name.overload_name);
-    ops_.emplace(key, &info);
-    return info;
   }
 
   // Note [Identity tracking]: a tensor the traced code holds is found by its TensorImpl*; the
@@ -437,6 +445,16 @@ class capture {
     meta = iv;
   }
 
+  // What Python's argument parser passes when the caller leaves them out, so that the program
+  // records what torch.export records: a factory (no tensor argument) gets the default device,
+  // every op with a `pin_memory` argument gets False. The meta run keeps its own arguments.
+  void fill_python_defaults(const op_info& op, std::vector<argument>& args) const {
+    if (op.is_factory && op.device_arg >= 0 && args[static_cast<std::size_t>(op.device_arg)].is_none())
+      args[static_cast<std::size_t>(op.device_arg)] = fake_device_;
+    if (op.pin_memory_arg >= 0 && args[static_cast<std::size_t>(op.pin_memory_arg)].is_none())
+      args[static_cast<std::size_t>(op.pin_memory_arg)] = false;
+  }
+
   // A mutated lifted constant is an error (torch.export says the same).
   void check_mutations(const op_info& op, const std::vector<argument>& args) {
     if (!op.is_mutable) return;
@@ -484,6 +502,7 @@ class capture {
   std::unordered_map<const value_impl*, at::Tensor> meta_;  // strict front end only
   bool keep_value_meta_ = false;
   decompose_hook decompose_;
+  bool python_frontend_ = true;
   std::vector<c10::IValue> originals_, meta_stack_;
   std::unordered_map<const value_impl*, std::string> state_fqn_;
   std::unordered_map<const value_impl*, std::string> lifted_constants_;

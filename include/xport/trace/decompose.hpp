@@ -1,10 +1,15 @@
 // xport/trace/decompose.hpp: run_decompositions(), the functional core-ATen inference IR.
 // A decomposition table says, op by op, what happens to ops outside the core ATen set: kept,
-// decomposed by a C++ function written with at:: calls (the user's, or xport's own), or by the
-// op's CompositeImplicitAutograd kernel. Decomposing re-captures the program: every node is
-// called again through the dispatcher with the capture on, and an op to decompose runs its
-// decomposition, whose ATen calls are recorded in its place (recursively). The result is then
-// functionalized (passes/functionalize.hpp): no mutation left, buffer updates as outputs.
+// decomposed by a C++ function written with at:: calls (the user's, or xport's counterpart of
+// torch's Python decomposition), or by the op's CompositeImplicitAutograd kernel. Decomposing
+// re-captures the program: every node is called again through the dispatcher.
+//
+// On LibTorch >= 2.1 this is torch.export's own recipe: the calls go through LibTorch's
+// functionalization (FunctionalTensorWrapper, views re-applied), decompositions are chosen above
+// it (xport's capture key) and the functional calls it makes are recorded below it (the Fake
+// key), so the program holds the same ops, in the same order and with the same names as
+// torch's. On 1.13 the decomposed program is functionalized by xport's own pass
+// (passes/functionalize.hpp).
 #pragma once
 
 #include <functional>     // std::function
@@ -14,15 +19,25 @@
 #include <unordered_set>  // std::unordered_set
 #include <vector>         // std::vector
 
+#include <xport/detail/compat.hpp>
+
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
+#if XPORT_HAS_TORCH_FUNCTIONALIZATION
+#include <ATen/FunctionalTensorWrapper.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
+#endif
 #include <ATen/ops/full.h>
 #include <ATen/ops/full_like.h>
 #include <ATen/ops/native_dropout.h>
 #include <c10/core/WrapDimMinimal.h>
 
 #include <xport/config.hpp>
+#include <xport/detail/compat.hpp>
 #include <xport/detail/core_ops.hpp>
+#include <xport/detail/torch_decompositions.hpp>
 #include <xport/ir/program.hpp>
 #include <xport/passes/dce.hpp>
 #include <xport/passes/functionalize.hpp>
@@ -33,7 +48,21 @@ XPORT_BEGIN_NAMESPACE
 
 /// A decomposition: the op's arguments (as the dispatcher passes them) in, its results out,
 /// computed with at:: calls, which are recorded in place of the op.
-using decomposition = std::function<std::vector<c10::IValue>(const std::vector<c10::IValue>& args)>;
+using decomposition = detail::decomposition_fn;
+
+namespace detail {
+
+/// Whether `op` is in the core ATen set: the running LibTorch's `core` tag (>= 2.1), or the set
+/// xport carries for 1.13.
+inline bool is_core_op(const op_info& op) {
+#if XPORT_HAS_TORCH_FUNCTIONALIZATION
+  return op.handle.hasTag(at::Tag::core);
+#else
+  return is_core_aten_op(op.qualified);
+#endif
+}
+
+}  // namespace detail
 
 /// What run_decompositions does with each op (torch.export's decomposition table).
 class decomposition_table {
@@ -56,8 +85,26 @@ class decomposition_table {
     return *this;
   }
 
-  /// The decomposition to apply to `op`, or nullptr to record it as it is.
+  /// The decomposition to apply to `op`, or nullptr to record it as it is (LibTorch 1.13).
   [[nodiscard]] const decomposition* find(const op_info& op) const;
+
+  /// What lowering does with `op` (LibTorch >= 2.1), as torch.export's run_decompositions does:
+  /// above autograd and functionalization (`lowering`), and below, as the functional calls are
+  /// recorded (`lowering_below`: a decomposition, or nullptr to record the op).
+  struct action {
+    enum kind_t : std::uint8_t {
+      functionalize,  ///< on through autograd and functionalization as it is
+      preserve,       ///< kept whole: a composite op the table keeps (recorded past functionalization)
+      decompose,      ///< by `fn`, or by its CompositeImplicitAutograd kernel when `fn` is null
+    } kind;
+    const decomposition* fn = nullptr;
+  };
+  [[nodiscard]] action lowering(const op_info& op) const;
+  [[nodiscard]] action lowering_below(const op_info& op) const;
+
+  /// Whether lowering decomposes `op` (else it stays in the lowered program: a core op, one the
+  /// table keeps, or one with no known decomposition, which torch keeps too).
+  [[nodiscard]] bool decomposes(const op_info& op) const;
 
  private:
   explicit decomposition_table(bool core) : core_(core) {}
@@ -129,7 +176,85 @@ inline const decomposition* decomposition_table::find(const op_info& op) const {
   return nullptr;  // no decomposition known: kept, as torch keeps it
 }
 
+#if XPORT_HAS_TORCH_FUNCTIONALIZATION
 namespace detail {
+inline bool has_composite_kernel(const op_info& op) {
+  return op.handle.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+}
+inline bool maybe_aliasing_or_mutating(const op_info& op) {
+#if XPORT_TORCH_VERSION_AT_LEAST(2, 5)
+  if (op.handle.hasTag(at::Tag::maybe_aliasing_or_mutating)) return true;
+#endif
+  static const std::unordered_set<std::string> ops{  // the tagged ops of LibTorch 2.13
+      "aten::_batch_norm_impl_index", "aten::alpha_dropout", "aten::atleast_1d", "aten::atleast_2d",
+      "aten::atleast_3d", "aten::batch_norm", "aten::cartesian_prod", "aten::conj_physical", "aten::dropout",
+      "aten::feature_alpha_dropout", "aten::feature_dropout", "aten::unsafe_chunk", "aten::native_batch_norm"};
+  return ops.count(op.qualified) > 0;
+}
+}  // namespace detail
+
+inline decomposition_table::action decomposition_table::lowering(const op_info& op) const {
+  const bool cia = detail::has_composite_kernel(op);
+  if (auto it = custom_.find(op.qualified); it != custom_.end() && cia) return {action::decompose, &it->second};
+  // torch decomposes a composite op that aliases or mutates whatever the table says (its
+  // functionalization needs the pieces), and those whose schema hides that they may (the
+  // `maybe_aliasing_or_mutating` tag: batch_norm updates its running statistics, dropout may
+  // return its input)
+  bool functional_schema = !op.is_mutable && !detail::maybe_aliasing_or_mutating(op);
+  for (const auto& a : op.schema().arguments()) functional_schema = functional_schema && !a.alias_info();
+  const auto& ports = detail::torch_composite_decompositions();
+  const auto port = ports.find(op.qualified);
+  if (!core_ || keep_.count(op.qualified)) {
+    if (cia && functional_schema) return {action::preserve};
+    // what must decompose does, by torch's decomposition where it has one (native_batch_norm)
+    if (port != ports.end() && detail::maybe_aliasing_or_mutating(op)) return {action::decompose, &port->second};
+    return {cia ? action::decompose : action::functionalize};
+  }
+  if (port != ports.end()) return {action::decompose, &port->second};
+  if (cia && !detail::is_core_op(op)) return {action::decompose};
+  return {action::functionalize};
+}
+
+inline decomposition_table::action decomposition_table::lowering_below(const op_info& op) const {
+  if (auto it = custom_.find(op.qualified); it != custom_.end()) return {action::decompose, &it->second};
+  if (!core_ || keep_.count(op.qualified)) return {action::functionalize};
+  // torch's table decomposes a few core ops too (squeeze.dim into squeeze.dims)
+  const auto& ports = detail::torch_decompositions();
+  if (auto it = ports.find(op.qualified); it != ports.end()) return {action::decompose, &it->second};
+  if (detail::has_composite_kernel(op) && !detail::is_core_op(op)) return {action::decompose};
+  return {action::functionalize};  // recorded: core, or no decomposition known (kept, as torch keeps it)
+}
+
+inline bool decomposition_table::decomposes(const op_info& op) const {
+  return lowering(op).kind == action::decompose || lowering_below(op).kind == action::decompose;
+}
+#else
+inline bool decomposition_table::decomposes(const op_info& op) const { return find(op) != nullptr; }
+#endif
+
+namespace detail {
+
+/// Calls node `n` again, under the active capture, on what its operands hold now (`held`:
+/// source value -> IValue), and records what each of its outputs holds after the call.
+inline void recall(capture& cap, const node& n, std::unordered_map<const value_impl*, c10::IValue>& held) {
+  const auto& op = n.op();
+  const auto& params = op.schema().arguments();
+  torch::jit::Stack stack;
+  stack.reserve(params.size());
+  const auto args = n.args();
+  for (std::size_t i = 0; i < params.size(); ++i)
+    stack.push_back(to_ivalue(args[i], params[i].real_type(), [&](const value& v) { return held.at(v.impl()); }));
+  cap.builder().at(n.source()).in_module(n.module_path());
+  op.handle.callBoxed(stack);
+  std::size_t k = 0;
+  for (auto& r : stack) {
+    if (r.isTensorList()) {
+      for (const auto& t : r.toTensorVector()) held[n.output(k++).impl()] = t;
+    } else {
+      held[n.output(k++).impl()] = r;
+    }
+  }
+}
 
 /// Re-captures `p` with `table`'s decompositions applied (no functionalization).
 inline exported_program decompose(const exported_program& p, const decomposition_table& table) {
@@ -159,26 +284,8 @@ inline exported_program decompose(const exported_program& p, const decomposition
   if (!phs.empty() && phs[0].output(0).kind() == value_kind::tensor) cap.set_fake_device(phs[0].output(0).meta().device);
   {
     capture_scope scope(cap);
-    for (auto n : g.nodes()) {
-      if (!n.is_call()) continue;
-      const auto& op = n.op();
-      const auto& params = op.schema().arguments();
-      torch::jit::Stack stack;
-      stack.reserve(params.size());
-      const auto args = n.args();
-      for (std::size_t i = 0; i < params.size(); ++i)
-        stack.push_back(to_ivalue(args[i], params[i].real_type(), [&](const value& v) { return held.at(v.impl()); }));
-      cap.builder().at(n.source()).in_module(n.module_path());
-      op.handle.callBoxed(stack);
-      std::size_t k = 0;
-      for (auto& r : stack) {
-        if (r.isTensorList()) {
-          for (const auto& t : r.toTensorVector()) held[n.output(k++).impl()] = t;
-        } else {
-          held[n.output(k++).impl()] = r;
-        }
-      }
-    }
+    for (auto n : g.nodes())
+      if (n.is_call()) recall(cap, n, held);
   }
   const auto outs = g.output_node().args();
   const auto& specs = p.signature().output_specs;
@@ -199,6 +306,272 @@ inline bool needs_more_work(const exported_program& p, const decomposition_table
   return false;
 }
 
+#if XPORT_HAS_TORCH_FUNCTIONALIZATION
+
+/// The key below LibTorch's functionalization where lowering records the functional calls.
+inline constexpr c10::DispatchKey lowering_record_key = c10::DispatchKey::Fake;
+
+/// The table of the lowering running on this thread (what the recording fallback decomposes).
+inline thread_local const decomposition_table* active_lowering = nullptr;
+
+/// Runs `a`'s decomposition of `op` on `stack`: its calls come back to the key that called this.
+inline void run_decomposition(const op_info& op, const decomposition_table::action& a, torch::jit::Stack& stack) {
+  if (a.fn && *a.fn) {
+    const auto n = op.schema().arguments().size();
+    std::vector<c10::IValue> args(std::make_move_iterator(stack.end() - static_cast<std::ptrdiff_t>(n)),
+                                  std::make_move_iterator(stack.end()));
+    torch::jit::drop(stack, n);
+    for (auto& r : (*a.fn)(args)) stack.push_back(std::move(r));
+  } else {
+    op.handle.callBoxedForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd, stack);
+  }
+}
+
+inline void lowering_record_fallback(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
+  c10::impl::ExcludeDispatchKeyGuard no_record(c10::DispatchKeySet({lowering_record_key, capture_key}));
+  // Functionalization first runs an in-place op on fresh meta copies of its arguments (to catch
+  // shape errors), with the Python key excluded: that check is not part of the program, and
+  // torch's own tracing does not see it either.
+  if (!active_capture || !active_lowering || c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::Python)) {
+    handle.callBoxed(stack);
+    return;
+  }
+  const op_info& op = active_capture->op_for(handle);
+  const auto a = active_lowering->lowering_below(op);
+  if (a.kind == decomposition_table::action::decompose) {
+    // below autograd, as torch's decompositions run as it records; the pieces come back here
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    c10::impl::ExcludeDispatchKeyGuard no_top(capture_key);
+    c10::impl::tls_set_dispatch_key_excluded(lowering_record_key, false);
+    try {
+      run_decomposition(op, a, *stack);
+    } catch (...) {
+      c10::impl::tls_set_dispatch_key_excluded(lowering_record_key, true);
+      throw;
+    }
+    c10::impl::tls_set_dispatch_key_excluded(lowering_record_key, true);
+    return;
+  }
+  active_capture->record_op(op, *stack);
+}
+
+inline void ensure_lowering_record_fallback() {
+  static const bool registered = [] {
+    try {
+      static torch::Library lib(torch::Library::IMPL, "_", lowering_record_key, __FILE__, __LINE__);
+      lib.fallback(torch::CppFunction::makeFromBoxedFunction<&lowering_record_fallback>());
+    } catch (const c10::Error& e) {
+      throw export_error("xport.decompose.fallback",
+                         "cannot register xport's lowering fallback for dispatch key Fake: another library "
+                         "already uses it. LibTorch said: " + first_line(e.what_without_backtrace()));
+    }
+    return true;
+  }();
+  (void)registered;
+}
+
+/// A tensor argument's value below functionalization (pending view updates applied).
+inline c10::IValue unwrap_functional(const c10::IValue& v) {
+  namespace fz = at::functionalization::impl;
+  const auto one = [](const at::Tensor& t) {
+    if (!t.defined() || !fz::isFunctionalTensor(t)) return t;
+    fz::sync(t);
+    return fz::from_functional_tensor(t);
+  };
+  if (v.isTensor()) return one(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const auto& t : v.toTensorVector()) out.push_back(one(t));
+    return out;
+  }
+  if (v.isList() && v.toListRef().size() && (v.toListRef()[0].isTensor() || v.toListRef()[0].isNone())) {
+    c10::List<c10::optional<at::Tensor>> out;
+    for (const auto& e : v.toListRef()) out.push_back(e.isNone() ? c10::optional<at::Tensor>() : one(e.toTensor()));
+    return out;
+  }
+  return v;
+}
+
+/// A composite op the table keeps: recorded whole, past functionalization (it mutates nothing),
+/// its results handed back as functional tensors.
+inline void record_preserved(capture& cap, const op_info& op, torch::jit::Stack& stack) {
+  const auto n = op.schema().arguments().size();
+  for (auto it = stack.end() - static_cast<std::ptrdiff_t>(n); it != stack.end(); ++it) *it = unwrap_functional(*it);
+  {
+    c10::impl::ExcludeDispatchKeyGuard below(c10::DispatchKeySet({lowering_record_key, c10::DispatchKey::Functionalize}));
+    cap.record_op(op, stack);
+  }
+  const auto m = op.schema().returns().size();
+  for (auto it = stack.end() - static_cast<std::ptrdiff_t>(m); it != stack.end(); ++it) {
+    if (it->isTensor()) *it = at::functionalization::impl::to_functional_tensor(it->toTensor());
+    else if (it->isTensorList()) *it = c10::List<at::Tensor>(at::functionalization::impl::to_functional_tensor(it->toTensorVector()));
+  }
+}
+
+/// What requires grad where torch's tracing runs autograd (above functionalization): parameters
+/// that do, and what differentiable ops make from them outside decompositions that run below
+/// autograd. xport lowers without autograd (it records nothing); this answers what torch's
+/// decompositions ask (matmul folds a batch when its right operand requires grad).
+class grad_tracker {
+ public:
+  void mark(const at::Tensor& t) {
+    if (!t.defined() || !(c10::isFloatingType(t.scalar_type()) || c10::isComplexType(t.scalar_type()))) return;
+    if (set_.insert(t.unsafeGetTensorImpl()).second) keep_.push_back(t);  // kept: no address reuse
+  }
+  [[nodiscard]] bool requires_grad(const at::Tensor& t) const { return t.defined() && set_.count(t.unsafeGetTensorImpl()); }
+  /// Whether any tensor among the `n` arguments on top of `stack` requires grad.
+  [[nodiscard]] bool any(const torch::jit::Stack& stack, std::size_t n) const {
+    bool r = false;
+    for (auto it = stack.end() - static_cast<std::ptrdiff_t>(n); it != stack.end() && !r; ++it) {
+      if (it->isTensor()) r = requires_grad(it->toTensor());
+      else if (it->isTensorList())
+        for (const auto& t : it->toTensorVector()) r = r || requires_grad(t);
+    }
+    return r;
+  }
+  /// Marks the `n` results on top of `stack`.
+  void mark_results(const torch::jit::Stack& stack, std::size_t n) {
+    for (auto it = stack.end() - static_cast<std::ptrdiff_t>(n); it != stack.end(); ++it) {
+      if (it->isTensor()) mark(it->toTensor());
+      else if (it->isTensorList())
+        for (const auto& t : it->toTensorVector()) mark(t);
+    }
+  }
+
+ private:
+  std::unordered_set<const c10::TensorImpl*> set_;
+  std::vector<at::Tensor> keep_;
+};
+
+/// Restores a thread-local setting of functionalization when it goes.
+struct reapply_views_scope {
+  bool prev = at::functionalization::impl::getFunctionalizationReapplyViewsTLS();
+  reapply_views_scope() { at::functionalization::impl::setFunctionalizationReapplyViewsTLS(true); }
+  ~reapply_views_scope() { at::functionalization::impl::setFunctionalizationReapplyViewsTLS(prev); }
+  reapply_views_scope(const reapply_views_scope&) = delete;
+  reapply_views_scope& operator=(const reapply_views_scope&) = delete;
+};
+
+/// torch.export's lowering of `p` (one size): every node called again on functional meta
+/// tensors; `table` decides above functionalization, the functional calls are recorded below.
+inline exported_program lower_functional(const exported_program& p, const decomposition_table& table) {
+  namespace fz = at::functionalization::impl;
+  ensure_lowering_record_fallback();
+  capture cap;
+  cap.set_python_frontend(false);
+  grad_tracker grads;
+  bool below_autograd = false;  // inside a decomposition torch runs as an autograd kernel
+  cap.set_decompose_hook([&](const op_info& op, torch::jit::Stack& stack) {
+    const auto a = table.lowering(op);
+    const bool grad = !below_autograd && grads.any(stack, op.schema().arguments().size());
+    if (a.kind == decomposition_table::action::functionalize) {
+      op.handle.callBoxed(stack);  // on through functionalization, recorded below it
+    } else if (a.kind == decomposition_table::action::preserve) {
+      record_preserved(cap, op, stack);
+    } else {
+      capture_reenabled recording;  // the decomposition's own calls come back here
+      const bool was_below = below_autograd;
+      below_autograd = below_autograd || (a.fn && detail::runs_below_autograd(op));
+      try {
+        run_decomposition(op, a, stack);
+      } catch (...) {
+        below_autograd = was_below;
+        throw;
+      }
+      below_autograd = was_below;
+    }
+    if (grad) grads.mark_results(stack, op.schema().returns().size());
+    return true;
+  });
+  const std::function<bool(const at::Tensor&)> grad_query = [&](const at::Tensor& t) { return grads.requires_grad(t); };
+  struct grad_scope {
+    const std::function<bool(const at::Tensor&)>* prev;
+    ~grad_scope() { torch_decomp::requires_grad_query = prev; }
+  } restore_grads{torch_decomp::requires_grad_query};
+  torch_decomp::requires_grad_query = &grad_query;
+  struct lowering_scope {
+    const decomposition_table* prev;
+    ~lowering_scope() { active_lowering = prev; }
+  } restore{active_lowering};
+  active_lowering = &table;
+  const auto& g = p.graph();
+  const auto phs = g.placeholders();
+  std::unordered_map<const value_impl*, c10::IValue> held;  // source value -> what the calls see
+  std::vector<at::Tensor> inputs(phs.size());              // placeholder -> its meta tensor
+  for (std::size_t i = 0; i < phs.size(); ++i) {
+    const value v = phs[i].output(0);
+    auto meta = cap.add_placeholder(p.signature().input_specs.at(i), v.type());
+    if (meta.defined()) {
+      inputs[i] = meta;
+      auto ft = fz::to_functional_tensor(meta);
+      if (v.kind() == value_kind::tensor && v.meta().requires_grad) grads.mark(ft);
+      held[v.impl()] = std::move(ft);
+    } else {
+      held[v.impl()] = meta;
+    }
+  }
+  if (!phs.empty() && phs[0].output(0).kind() == value_kind::tensor) cap.set_fake_device(phs[0].output(0).meta().device);
+  std::vector<std::optional<value>> mutated(phs.size());
+  std::vector<value> results;
+  {
+    c10::InferenceMode no_inference(false);
+    capture_scope scope(cap);
+    c10::impl::IncludeDispatchKeyGuard functionalize(c10::DispatchKey::Functionalize), record(lowering_record_key);
+    reapply_views_scope views;
+    for (auto n : g.nodes())
+      if (n.is_call()) recall(cap, n, held);
+    // What each input holds now, and the outputs: pending views are replayed (recorded below,
+    // not decomposed again, as in torch).
+    c10::impl::ExcludeDispatchKeyGuard below(capture_key);
+    const auto now = [&](const value& v) { return cap.value_of(unwrap_functional(held.at(v.impl())).toTensor()); };
+    for (std::size_t i = 0; i < phs.size(); ++i) {
+      if (!inputs[i].defined()) continue;
+      const value nv = now(phs[i].output(0));
+      if (nv != cap.value_of(inputs[i])) mutated[i] = nv;
+    }
+    for (const auto& a : g.output_node().args()) {
+      if (!a.is_value() || a.as_value().kind() != value_kind::tensor)
+        throw error("xport.decompose.output", "run_decompositions: an output that is not a tensor value is not supported");
+      results.push_back(now(a.as_value()));
+    }
+  }
+  // mutated inputs first (in input order), as torch orders them, then the other outputs
+  const auto& specs = p.signature().input_specs;
+  const auto& out_specs = p.signature().output_specs;
+  const auto mutation_target = [](const output_spec& o) {
+    return o.kind == output_kind::buffer_mutation || o.kind == output_kind::parameter_mutation ||
+           o.kind == output_kind::user_input_mutation;
+  };
+  for (std::size_t i = 0; i < phs.size(); ++i) {
+    const auto& spec = specs[i];
+    std::optional<value> v = mutated[i];
+    for (std::size_t o = 0; !v && o < out_specs.size(); ++o)  // an already functional program's
+      if (mutation_target(out_specs[o]) && out_specs[o].target == (spec.kind == input_kind::user_input ? std::optional(spec.arg.name) : spec.target))
+        v = results[o];
+    if (!v) continue;
+    switch (spec.kind) {
+      case input_kind::buffer: cap.builder().output(*v, output_kind::buffer_mutation, spec.target); break;
+      case input_kind::parameter: cap.builder().output(*v, output_kind::parameter_mutation, spec.target); break;
+      case input_kind::user_input: cap.builder().output(*v, output_kind::user_input_mutation, spec.arg.name); break;
+      default:
+        throw functionalize_error("xport.functionalize.constant_mutation",
+                                  "the program mutates constant '" + spec.target.value_or(spec.arg.name) +
+                                      "'; register it as a buffer");
+    }
+  }
+  for (std::size_t o = 0; o < out_specs.size(); ++o)
+    if (!mutation_target(out_specs[o])) cap.builder().output(results[o], out_specs[o].kind, out_specs[o].target);
+  cap.builder().set_state(p.state_dict(), p.constants());
+  cap.builder().set_examples(p.example_inputs());
+  auto q = std::move(cap.builder()).build(ir_dialect::aten, verify_options{.check_schemas = false});
+  q.set_call_spec(p.in_spec(), p.out_spec());
+  q.range_constraints_mut() = p.range_constraints();
+  eliminate_dead_code(q.graph_mut());
+  return q;
+}
+
+#endif  // XPORT_HAS_TORCH_FUNCTIONALIZATION
+
 }  // namespace detail
 
 /// torch.export's run_decompositions(): the functional inference IR (dialect ATEN), lowered to
@@ -208,11 +581,15 @@ inline exported_program run_decompositions(const exported_program& p,
                                            const decomposition_table& table = decomposition_table::core_aten()) {
   // dynamic dims: decomposed at several sizes and made symbolic again (trace/symbolic.hpp)
   auto q = detail::transform_symbolic(p, "run_decompositions", [&](const exported_program& s) {
+#if XPORT_HAS_TORCH_FUNCTIONALIZATION
+    return detail::lower_functional(s, table);
+#else
     auto r = functionalize(detail::decompose(s, table));
     for (int round = 0; round < 3 && detail::needs_more_work(r, table); ++round)
       r = functionalize(detail::decompose(r, table));
     eliminate_dead_code(r.graph_mut());  // e.g. the reserve buffer batch_norm's decomposition makes
     return r;
+#endif
   });
   verify(q);
   return q;

@@ -307,6 +307,7 @@ struct dyn_root {
   bool named = true;       ///< a Dim (strict) rather than a hint
   bool automatic = false;  ///< Dim::automatic: falls back to static when the code specializes it
   std::string where;       ///< the first input dimension it came from: `x.shape[0]`
+  std::string source;      ///< that dimension as torch names it: `L['x'].size()[0]`
 };
 /// One input dimension: static, or a*root + b.
 struct dyn_dim {
@@ -344,14 +345,15 @@ class dyn_resolver {
       for (std::size_t i = 0; i < args.size(); ++i) {
         const auto k = static_cast<std::size_t>(
             std::find(spec.keys().begin(), spec.keys().end(), arg_names[i]) - spec.keys().begin());
-        walk(args[i], spec.items()[k], "['" + arg_names[i] + "']");
+        walk(args[i], spec.items()[k], "['" + arg_names[i] + "']", "L['" + arg_names[i] + "']");
       }
     } else {
       if (spec.items().size() != args.size())
         fail("`dynamic_shapes` has " + std::to_string(spec.items().size()) + " positional entries, but the "
              "program takes " + std::to_string(args.size()) + " argument(s); give one entry per argument "
              "(std::nullopt for an argument with only static sizes)");
-      for (std::size_t i = 0; i < args.size(); ++i) walk(args[i], spec.items()[i], "[" + std::to_string(i) + "]");
+      for (std::size_t i = 0; i < args.size(); ++i)
+        walk(args[i], spec.items()[i], "[" + std::to_string(i) + "]", "L['" + arg_names[i] + "']");
     }
     solve_hints();
     return std::move(plan_);
@@ -376,7 +378,8 @@ class dyn_resolver {
     return "?";
   }
 
-  void walk(const treespec& t, const shape_spec& s, const std::string& path) {
+  // `path` locates the spec in messages; `source` is how torch names the same input (`L['x'][0]`)
+  void walk(const treespec& t, const shape_spec& s, const std::string& path, const std::string& source) {
     using K = shape_spec::kind;
     if (s.type() == K::none) {
       leaf_ += t.num_leaves();
@@ -388,7 +391,7 @@ class dyn_resolver {
           fail("Detected mismatch between the structure of `inputs` and `dynamic_shapes`: `inputs" + path +
                "` is a Tensor, but `dynamic_shapes" + path + "` is a " + (s.type() == K::list ? "list" : "dict") +
                " (" + s.str() + ")");
-        tensor(leaf_++, s, path);
+        tensor(leaf_++, s, path, source);
         return;
       }
       case treespec::kind::tuple:
@@ -402,7 +405,7 @@ class dyn_resolver {
                std::to_string(t.children.size()) + " elements, but `dynamic_shapes" + path + "` has " +
                std::to_string(s.items().size()) + " elements");
         for (std::size_t i = 0; i < t.children.size(); ++i)
-          walk(t.children[i], s.items()[i], path + "[" + std::to_string(i) + "]");
+          walk(t.children[i], s.items()[i], path + "[" + std::to_string(i) + "]", source + "[" + std::to_string(i) + "]");
         return;
       }
       case treespec::kind::dict: {
@@ -420,7 +423,7 @@ class dyn_resolver {
         for (std::size_t i = 0; i < t.children.size(); ++i) {
           const auto k = static_cast<std::size_t>(std::find(s.keys().begin(), s.keys().end(), t.keys[i]) -
                                                   s.keys().begin());
-          walk(t.children[i], s.items()[k], path + "['" + t.keys[i] + "']");
+          walk(t.children[i], s.items()[k], path + "['" + t.keys[i] + "']", source + "['" + t.keys[i] + "']");
         }
         return;
       }
@@ -430,7 +433,7 @@ class dyn_resolver {
     }
   }
 
-  void tensor(std::size_t leaf, const shape_spec& s, const std::string& path) {
+  void tensor(std::size_t leaf, const shape_spec& s, const std::string& path, const std::string& source) {
     const auto& ex = examples_[leaf];
     const auto n = ex.dim();
     auto shape_text = [&] {
@@ -443,7 +446,7 @@ class dyn_resolver {
         fail("Expected dynamic shape spec " + s.str() + " specified at `dynamic_shapes" + path +
              "` to have the same length as the actual tensor shape " + shape_text() + " (expected " +
              std::to_string(n) + ", but got " + std::to_string(s.dims().size()) + " instead)");
-      for (std::int64_t d = 0; d < n; ++d) one(leaf, d, s.dims()[static_cast<std::size_t>(d)], path);
+      for (std::int64_t d = 0; d < n; ++d) one(leaf, d, s.dims()[static_cast<std::size_t>(d)], path, source);
       return;
     }
     for (const auto& [d, spec] : s.by_index()) {
@@ -451,13 +454,14 @@ class dyn_resolver {
         fail("Dynamic shape spec " + s.str() + " specified at `dynamic_shapes" + path + "` names dimension " +
              std::to_string(d) + ", but the tensor at `inputs" + path + "` has shape " + shape_text() + " (" +
              std::to_string(n) + " dimension(s))");
-      one(leaf, d, spec, path);
+      one(leaf, d, spec, path, source);
     }
   }
 
-  void one(std::size_t leaf, std::int64_t d, const dim_spec& spec, const std::string& path) {
+  void one(std::size_t leaf, std::int64_t d, const dim_spec& spec, const std::string& path, const std::string& source) {
     const auto size = examples_[leaf].size(d);
     const auto where = leaf_names_[leaf] + ".shape[" + std::to_string(d) + "]";
+    const auto dim_source = source + ".size()[" + std::to_string(d) + "]";
     auto& slot = plan_.leaves[leaf][static_cast<std::size_t>(d)];
     if (spec.is_none()) return;
     if (const auto* f = spec.fixed()) {
@@ -475,6 +479,7 @@ class dyn_resolver {
       r.named = false;
       r.automatic = h->type == dim_hint::kind::automatic;
       r.where = where;
+      r.source = dim_source;
       r.hint = size;
       if (size < r.min || size > r.max)
         fail("the example size " + std::to_string(size) + " of " + where + " is outside " + h->str() + " given at `dynamic_shapes" +
@@ -492,6 +497,7 @@ class dyn_resolver {
       r.dim_name = dim.root();
       r.min = dim.root_min();
       r.max = dim.root_max();
+      r.source = dim_source;
       root = static_cast<int>(plan_.roots.size());
       plan_.roots.push_back(std::move(r));
     } else {

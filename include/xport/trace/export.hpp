@@ -25,6 +25,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <xport/config.hpp>
+#include <xport/detail/sha256.hpp>
 #include <xport/error.hpp>
 #include <xport/ir/program.hpp>
 #include <xport/run/interpreter.hpp>
@@ -291,15 +292,25 @@ void probe_ranges(Attempt& attempt, const exported_program& base, const dyn_plan
   }
 }
 
+/// The name torch's ShapeEnv gives the symbol of a dynamic dim first seen at `source`
+/// (`L['x'].size()[0]` -> `s77`): `s` + sha256(source) mod 100, the next free number on a clash.
+inline std::string torch_symbol_name(const std::string& source, const std::vector<std::string>& taken) {
+  auto id = sha256_mod(source, 100);
+  while (std::find(taken.begin(), taken.end(), "s" + std::to_string(id)) != taken.end()) ++id;
+  return "s" + std::to_string(id);
+}
+
 template <class Attempt>
 exported_program dynamic_attempt(Attempt& attempt, const dyn_plan& plan, const std::vector<at::Tensor>& examples) {
   const std::size_t k = plan.roots.size();
   std::vector<sym_int> symbols;
   std::vector<std::string> names;
   std::vector<std::int64_t> mins, maxs;
+  std::vector<std::string> symbol_names;
+  for (const auto& r : plan.roots) symbol_names.push_back(torch_symbol_name(r.source, symbol_names));
   for (std::size_t i = 0; i < k; ++i) {
     const auto& r = plan.roots[i];
-    symbols.push_back(sym::symbol("s" + std::to_string(i), r.hint, value_range{r.min, r.max}));
+    symbols.push_back(sym::symbol(symbol_names[i], r.hint, value_range{r.min, r.max}));
     names.push_back(r.dim_name);
     mins.push_back(r.min);
     maxs.push_back(r.max);

@@ -1,0 +1,160 @@
+"""Python twins of the ExportDB gallery (examples/exportdb/*.cpp): for each case, the programs its
+golden output (<case>.expected) prints, in the same order, built with torch.export from the
+same computation. print_diff.py compares each "ExportedProgram:" block of the golden file with
+the matching twin. Cases that only report an error have no twin (their messages are xport's).
+"""
+import torch
+from torch import nn
+
+Dim = torch.export.Dim
+
+
+def export(f, args, names=("x",), dynamic_shapes=None, strict=False):
+    """torch.export.export of `f` as a module whose forward takes `names` (the names xport gives
+    the C++ callable's inputs), or of `f` itself when it is a module."""
+    m = f if isinstance(f, nn.Module) else _named(f, names)
+    return torch.export.export(m, args, dynamic_shapes=dynamic_shapes, strict=strict)
+
+
+def _named(f, names):
+    code = f"def forward(self, {', '.join(names)}):\n    return self.f({', '.join(names)})\n"
+    scope = {}
+    exec(code, scope)
+    m = type("Module", (nn.Module,), {"forward": scope["forward"]})()
+    m.f = f
+    return m
+
+
+def static_if():
+    def f(x):
+        if x.dim() == 3:
+            return x + torch.ones(1, 1, 1)
+        return x
+    return [export(f, (torch.randn(3, 2, 2),))]
+
+
+def static_for_loop():
+    return [export(lambda x: [x + i for i in range(3)], (torch.randn(3, 2),))]
+
+
+def nested_function():
+    scale = 2.0
+    helper = lambda t: t * scale + 1
+    def f(x, y):
+        b = helper(y)  # g++ evaluates the C++ `helper(x) - helper(y)` right to left
+        return helper(x) - b
+    return [export(f, (torch.randn(3, 2), torch.randn(2)), ("x", "y"))]
+
+
+def dictionary():
+    def f(x, y):
+        out = {}
+        out["sum"] = x + y
+        out["product"] = x * y
+        return dict(sorted(out.items()))  # std::map orders its keys
+    return [export(f, (torch.randn(3, 2), torch.randn(3, 2)), ("x", "y"))]
+
+
+def list_input():
+    return [export(lambda xs: torch.stack(xs).sum(0), ([torch.randn(2), torch.randn(2), torch.randn(2)],), ("xs",))]
+
+
+def optional_input():
+    def f(x, y):
+        return x + y if y is not None else x * 2
+    return [export(f, (torch.randn(2, 3), None), ("x", "y"))]
+
+
+def scalar_input():
+    return [export(lambda x, k, a: x.pow(k) * a, (torch.randn(4), 3, 0.5), ("x", "k", "a"))]
+
+
+def scalar_output():
+    return [export(lambda x: (x.relu(), x.size(1) + 1), (torch.randn(3, 2),))]
+
+
+class Counter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("count", torch.zeros(2))
+
+    def forward(self, x):
+        self.count.add_(1)
+        return x + self.count
+
+
+def buffer_mutation():
+    ep = torch.export.export(Counter(), (torch.randn(3, 2),))
+    return [ep, ep.run_decompositions()]
+
+
+def user_input_mutation():
+    def f(x):
+        x.mul_(2)
+        return x.cos()
+    ep = export(f, (torch.randn(3, 2),))
+    return [ep, ep.run_decompositions()]
+
+
+class Specialized(nn.Module):
+    mode = "square"
+    offset = 4
+
+    def forward(self, x):
+        if self.mode == "square":
+            return x * x + self.offset
+        return x + self.offset
+
+
+def specialized_attribute():
+    return [torch.export.export(Specialized(), (torch.randn(3, 2),))]
+
+
+def constant_tensor():
+    table = torch.arange(6, dtype=torch.float32).view(3, 2)
+    return [export(lambda x: x + table, (torch.randn(3, 2),))]
+
+
+def decompositions():
+    import cpp_nn
+    torch.manual_seed(0)
+    class Sequential(nn.Sequential):
+        def forward(self, x):  # xport names a module's input x
+            for layer in self:
+                x = layer(x)
+            return x
+    m = Sequential(nn.Conv2d(1, 3, 1), cpp_nn.BatchNorm2d(3))
+    m.train()
+    ep = torch.export.export(m, (torch.randn(1, 1, 3, 3),))
+    return [ep, ep.run_decompositions({}), ep.run_decompositions()]
+
+
+def dynamic_shape_view():
+    def f(x):
+        n = x.size(0)
+        return x.view(n, 2, -1).permute(0, 2, 1)
+    return [export(f, (torch.randn(10, 2, 3),), dynamic_shapes={"x": {0: Dim("batch", min=1, max=1024)}})]
+
+
+def dynamic_shape_slicing():
+    return [export(lambda x: x[: x.size(0) - 2, 1::2], (torch.randn(3, 2),), dynamic_shapes={"x": {0: Dim("n", min=3)}})]
+
+
+def dynamic_shape_constructor():
+    return [export(lambda x: torch.zeros(x.size(0) * 2), (torch.randn(3, 2),), dynamic_shapes={"x": {0: Dim("n")}})]
+
+
+def strict_template():
+    def scores(q, k):
+        return torch.softmax(torch.matmul(q, k.transpose(0, 1)) / 4.0, -1)
+    args = (torch.randn(4, 16), torch.randn(4, 16))
+    return [export(scores, args, ("q", "k")), export(scores, args, ("q", "k"), strict=True)]
+
+
+CASES = {f.__name__: f for f in (static_if, static_for_loop, nested_function, dictionary, list_input, optional_input,
+                                 scalar_input, scalar_output, buffer_mutation, user_input_mutation,
+                                 specialized_attribute, constant_tensor, decompositions, dynamic_shape_view,
+                                 dynamic_shape_slicing, dynamic_shape_constructor, strict_template)}
+
+# cases whose programs print with source lines on the C++ side (strict): compared without them
+STRICT = {"strict_template"}

@@ -1,0 +1,267 @@
+"""Programs torch.export wrote, for xport to load (ctest `oracle_python_writes`).
+
+    python3 pt2_fixtures.py <dir>
+
+Exports and torch.export.save's, into <dir>:
+  - every case of twins.CASES (the Python twins of xport's C++ test programs), and the real
+    models of twins.MODELS again in train mode and through run_decompositions();
+  - programs for what the .pt2 format carries: dynamic dims (Dim, 2*batch, size arithmetic with
+    floordiv and sym_max), buffer and user-input mutation, lifted constants, dict / list / int /
+    float / str inputs, kwargs, an unused input, a -inf mask, nested outputs;
+  - programs with content xport does not read (torch.cond, a complex scalar, a custom object, a
+    tensor subclass weight), whose load_errors tests/test_interop.cpp checks.
+Each <name>.pt2 comes with <name>.io.pt (torch.save'd; the layout is in tests/test_interop.cpp):
+the call, the outputs torch.export.load(<name>.pt2).module() gives for it (one thread, autograd
+on, seeded), the buffers and inputs after it, and calls at other sizes for dynamic programs.
+<dir>/index.json lists them, with what xport must read back (forward_arg_names, kwargs, inputs).
+"""
+import copy
+import json
+import os
+import sys
+import warnings
+
+import torch
+import torch.utils._pytree as pytree
+from torch import nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import twins  # noqa: E402  (owned by the twins' author: imported, never edited here)
+
+Dim = torch.export.Dim
+SEED = 5
+
+
+def tensors(tree):
+    return [t for t in pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)]
+
+
+def call(path, args, kwargs):
+    """What torch.export.load(path).module() gives for (args, kwargs), from the saved state."""
+    args, kwargs = copy.deepcopy(args), copy.deepcopy(kwargs)
+    module = torch.export.load(path).module()
+    torch.manual_seed(SEED)
+    out = module(*args, **kwargs)
+    return [t.detach().clone() for t in tensors(out)], module, (args, kwargs)
+
+
+class Writer:
+    def __init__(self, out):
+        self.out = out
+        self.index = []
+        os.makedirs(out, exist_ok=True)
+
+    def add(self, name, ep, args, kwargs=None, extra=(), runs=True):
+        kwargs = kwargs or {}
+        path = os.path.join(self.out, name + ".pt2")
+        torch.export.save(ep, path)
+        entry = {"name": name, "runs": runs}
+        if runs:
+            outputs, module, after = call(path, args, kwargs)
+            buffers = {k: v.detach().clone() for k, v in module.named_buffers()}
+            io = {
+                "args": tuple(args), "kwargs": dict(kwargs), "outputs": outputs, "seed": SEED,
+                "after": {"state": buffers, "inputs": [t.detach().clone() for t in tensors(after)]},
+                "extra": [],
+            }
+            for a, kw in extra:
+                io["extra"].append({"args": tuple(a), "kwargs": dict(kw), "outputs": call(path, a, kw)[0]})
+            torch.save(io, os.path.join(self.out, name + ".io.pt"))
+            sig = ep.module_call_graph[0].signature
+            entry.update(forward_arg_names=list(sig.forward_arg_names or []),
+                         num_kwargs=sig.in_spec.child(1).num_children,
+                         num_inputs=len(ep.graph_signature.input_specs))
+        self.index.append(entry)
+        print(name, flush=True)
+
+    def export(self, name, module, args, kwargs=None, dynamic_shapes=None, extra=(), decompose=False):
+        ep = torch.export.export(module, tuple(args), kwargs or {}, dynamic_shapes=dynamic_shapes)
+        if decompose:
+            ep = ep.run_decompositions()
+        self.add(name, ep, args, kwargs, extra)
+
+    def close(self):
+        with open(os.path.join(self.out, "index.json"), "w") as f:
+            json.dump(self.index, f, indent=1)
+
+
+# ---- programs for what the format carries -------------------------------------------------------
+
+class SizeArithmetic(nn.Module):
+    def forward(self, x, y):
+        n = x.shape[0]
+        z = x.view(n, -1, 2).sum(1)
+        w = torch.cat([y[:n], y[n:]], 0)
+        return z, w * 2, x.new_zeros(n // 2 + 1), x.new_ones(torch.sym_max(n, 3))
+
+
+class Counter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.register_buffer("count", torch.zeros(4))
+
+    def forward(self, x):
+        self.count.add_(x.sum(0))
+        return self.fc(x) + self.count
+
+
+class Bump(nn.Module):
+    def forward(self, x, y):
+        x.add_(y)
+        return x * 2
+
+
+class Lifted(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.table = torch.arange(6.0).reshape(2, 3)  # a plain tensor attribute: a lifted constant
+        self.register_buffer("scratch", torch.ones(3), persistent=False)
+
+    def forward(self, x):
+        return x @ self.table + self.scratch
+
+
+class Structured(nn.Module):
+    def forward(self, d, xs, n: int):
+        y = d["a"] * n + d["b"] - xs[0] * xs[1]
+        return {"sum": y.sum(), "y": y}, [y.abs(), y.exp()], y.mean()
+
+
+class CausalMask(nn.Module):
+    def forward(self, q):
+        n = q.shape[1]
+        scores = q @ q.transpose(1, 2)
+        mask = torch.ones(n, n, dtype=torch.bool).triu(1)
+        return torch.softmax(scores.masked_fill(mask, float("-inf")), -1)
+
+
+class Scalars(nn.Module):
+    def forward(self, x, k: int, f: float, tag: str, unused):
+        return x * k + f if tag == "add" else x
+
+
+class Keywords(nn.Module):
+    def forward(self, x, *, scale, bias=None):
+        return x * scale + (0 if bias is None else bias)
+
+
+class Nested(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Sequential(nn.Linear(3, 3), nn.Tanh())
+
+    def forward(self, x):
+        return self.inner(x) + 1
+
+
+# ---- content xport does not read ------------------------------------------------------------------
+
+class Cond(nn.Module):
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda x: x.sin(), lambda x: x.cos(), (x,))
+
+
+class Complex(nn.Module):
+    def forward(self, x):
+        return x * (1 + 2j)
+
+
+from torch._library.opaque_object import OpaqueBase, register_opaque_type  # noqa: E402
+
+
+class Scale(OpaqueBase):  # an opaque (custom) object, lifted as a CUSTOM_OBJ input
+    def __init__(self, k):
+        self.k = k
+
+
+register_opaque_type(Scale, typ="reference")
+
+
+@torch.library.custom_op("xport_fixtures::scaled", mutates_args=())
+def scaled(x: torch.Tensor, s: Scale) -> torch.Tensor:
+    return x * s.k
+
+
+@scaled.register_fake
+def _(x, s):
+    return torch.empty_like(x)
+
+
+class UsesObject(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.s = Scale(3.0)
+
+    def forward(self, x):
+        return scaled(x, self.s)
+
+
+def custom_object_program():
+    return torch.export.export(UsesObject(), (torch.randn(3),))
+
+
+def subclass_weight_program():
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    class SubclassWeight(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(TwoTensor(torch.randn(3), torch.randn(3)))
+
+        def forward(self, x):
+            return x + self.w
+
+    return torch.export.export(SubclassWeight(), (torch.randn(3),))
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)  # as xport runs them: one summation order
+    w = Writer(sys.argv[1])
+
+    for name, make in twins.CASES.items():
+        module, args, kwargs, dynamic = make()
+        w.export(name, module, args, kwargs, dynamic)
+    for name, make in twins.MODELS.items():
+        module, args, kwargs, dynamic = make()
+        w.export(name + "_core_aten", module, args, kwargs, dynamic, decompose=True)
+        module, args, kwargs, dynamic = make()
+        module.train(True)
+        w.export(name + "_train", module, args, kwargs, dynamic)
+
+    torch.manual_seed(0)
+    batch = Dim("batch", min=4, max=64)
+    w.export("size_arithmetic", SizeArithmetic(), (torch.randn(8, 4), torch.randn(16, 4)),
+             dynamic_shapes={"x": {0: batch}, "y": {0: 2 * batch}},
+             extra=[((torch.randn(6, 4), torch.randn(12, 4)), {}), ((torch.randn(33, 4), torch.randn(66, 4)), {})])
+    w.export("size_arithmetic_core_aten", SizeArithmetic(), (torch.randn(8, 4), torch.randn(16, 4)),
+             dynamic_shapes={"x": {0: batch}, "y": {0: 2 * batch}}, decompose=True,
+             extra=[((torch.randn(10, 4), torch.randn(20, 4)), {})])
+    mlp = twins.MODELS["mlp"]()[0]
+    w.export("dim_batch", mlp, (torch.randn(5, 16),), dynamic_shapes={"x": {0: Dim("batch", max=1024)}},
+             extra=[((torch.randn(1, 16),), {}), ((torch.randn(300, 16),), {})])
+    w.export("buffer_mutation", Counter(), (torch.randn(3, 4),))
+    w.export("buffer_mutation_core_aten", Counter(), (torch.randn(3, 4),), decompose=True)
+    w.export("input_mutation", Bump(), (torch.randn(4), torch.randn(4)))
+    w.export("input_mutation_core_aten", Bump(), (torch.randn(4), torch.randn(4)), decompose=True)
+    w.export("lifted_constant", Lifted(), (torch.randn(4, 2),))
+    w.export("structured", Structured(), ({"a": torch.randn(3), "b": torch.randn(3)}, [torch.randn(3), torch.randn(3)], 2))
+    w.export("causal_mask", CausalMask(), (torch.randn(2, 5, 4),))
+    w.export("causal_mask_core_aten", CausalMask(), (torch.randn(2, 5, 4),), decompose=True)
+    w.export("scalars", Scalars(), (torch.randn(3), 3, 0.25, "add", torch.randn(2)))
+    w.export("keywords", Keywords(), (torch.randn(3),), {"scale": torch.randn(3), "bias": torch.randn(3)})
+    w.export("nested_modules", Nested(), (torch.randn(2, 3),))
+
+    w.export("unsupported_cond", Cond(), (torch.randn(3),))
+    w.export("unsupported_complex", Complex(), (torch.randn(3, dtype=torch.cfloat),))
+    w.add("unsupported_custom_obj", custom_object_program(), (), runs=False)
+    w.add("unsupported_pickled_weight", subclass_weight_program(), (), runs=False)
+    w.close()
+    print(f"{len(w.index)} programs written by torch {torch.__version__} to {sys.argv[1]}")
+
+
+if __name__ == "__main__":
+    main()
