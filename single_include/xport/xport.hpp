@@ -5509,7 +5509,7 @@ XPORT_END_NAMESPACE
 XPORT_BEGIN_NAMESPACE
 
 enum class print_style : std::uint8_t {
-  torch_export,  ///< `print(ep)` of torch >= 2.8
+  torch_export,  ///< `print(ep)` of torch 2.13 (compared by the oracle_print_diff test)
   seed,          ///< the layout of the seed document (torch 2.2-2.4 era signature repr)
 };
 
