@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <doctest/doctest.h>
@@ -40,6 +42,29 @@ inline void check_golden(const std::string& name, const std::string& actual) {
   const std::string expected = read_file(!alt.empty() && std::ifstream(alt).good() ? alt : path);
   INFO("golden file: " << path << "\n--- expected ---\n" << expected << "--- actual ---\n" << actual);
   CHECK(actual == expected);
+}
+
+/// `x` in the layouts a caller may pass, same values: as it is, with its strides reversed
+/// (a transposed copy transposed back), a strided slice of a larger tensor, and channels_last
+/// (4-d) or channels_last_3d (5-d).
+inline std::vector<std::pair<std::string, at::Tensor>> layouts_of(const at::Tensor& x) {
+  std::vector<std::pair<std::string, at::Tensor>> out{{"contiguous", x}};
+  if (x.dim() >= 2) {
+    std::vector<std::int64_t> rev;
+    for (auto d = x.dim() - 1; d >= 0; --d) rev.push_back(d);
+    out.emplace_back("transposed", x.permute(rev).contiguous().permute(rev));
+  }
+  if (x.dim() >= 1) {
+    auto sizes = x.sizes().vec();
+    sizes.back() *= 2;
+    auto big = at::zeros(sizes, x.options());
+    auto view = big.slice(-1, 0, sizes.back(), 2);
+    view.copy_(x);
+    out.emplace_back("sliced", view);
+  }
+  if (x.dim() == 4) out.emplace_back("channels_last", x.contiguous(at::MemoryFormat::ChannelsLast));
+  if (x.dim() == 5) out.emplace_back("channels_last_3d", x.contiguous(at::MemoryFormat::ChannelsLast3d));
+  return out;
 }
 
 }  // namespace xport_test

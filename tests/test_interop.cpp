@@ -71,7 +71,8 @@ call call_of(const exported_program& p, const c10::impl::GenericDict& d, const s
   call c;
   const auto args_kwargs = c10::ivalue::Tuple::create({field(d, "args"), field(d, "kwargs")});
   c.inputs = xport::detail::inputs_of_call(args_kwargs, p.in_spec(), what);
-  for (const auto& t : field(d, "outputs").toListRef()) c.outputs.push_back(t.toTensor());
+  for (const auto& t : field(d, "outputs").toListRef())
+    if (!t.isNone()) c.outputs.push_back(t.toTensor());  // a None output: checked by Python
   return c;
 }
 
@@ -84,7 +85,9 @@ bool same(const at::Tensor& a, const at::Tensor& b, bool exact) {
 /// Runs `p` on `c` (after seeding) and checks every output; returns how many outputs were bit-equal.
 int check_outputs(const exported_program& p, const call& c, std::int64_t seed, const std::string& what) {
   torch::manual_seed(static_cast<std::uint64_t>(seed));
-  const auto got = run(p, c.inputs);
+  std::vector<at::Tensor> got;
+  for (auto& t : run(p, c.inputs))
+    if (t.defined()) got.push_back(std::move(t));  // None outputs: not in c.outputs (call_of)
   REQUIRE_MESSAGE(got.size() == c.outputs.size(), what << ": " << got.size() << " outputs, expected " << c.outputs.size());
   int exact = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
@@ -276,7 +279,10 @@ class archive_writer {
   }
   static c10::impl::GenericList tensors(const std::vector<at::Tensor>& ts) {
     c10::impl::GenericList l(c10::AnyType::get());
-    for (const auto& t : ts) l.push_back(t.detach().clone());
+    for (const auto& t : ts) {
+      if (t.defined()) l.push_back(t.detach().clone());
+      else l.push_back(c10::IValue());  // a None output, a leaf of torch's pytree too
+    }
     return l;
   }
   /// (args, kwargs) as torch's example inputs: the save writes them, read them back from there
@@ -399,6 +405,16 @@ TEST_CASE("interop: xport writes an archive of every kind of program for torch.e
     w.add("input_mutation", q, T2{at::randn({4}), at::randn({4})});
     w.add("input_mutation_core_aten", run_decompositions(q), T2{at::randn({4}), at::randn({4})});
   }
+  {  // None outputs (MultiheadAttention without its weights): `return (out, None)`
+    torch::manual_seed(0);
+    torch::nn::MultiheadAttention mha(torch::nn::MultiheadAttentionOptions(8, 2));
+    mha->eval();
+    auto attn = [&](const at::Tensor& q) { return mha->forward(q, q, q, {}, /*need_weights=*/false); };
+    using T = std::tuple<at::Tensor>;
+    auto p = export_program(attn, T{at::randn({5, 2, 8})}, {.input_names = {"q"}});
+    w.add("none_output", p, T{at::randn({5, 2, 8})});
+    w.add("none_output_core_aten", run_decompositions(p), T{at::randn({5, 2, 8})});
+  }
   {  // the strict front end (source lines), a hand-built program (no call structure)
     using T = std::tuple<at::Tensor>;
     auto s = export_program<xport::strict>([](sym_tensor x) { return sin(x) * x + 1; }, T{at::randn({4, 4})});
@@ -411,7 +427,7 @@ TEST_CASE("interop: xport writes an archive of every kind of program for torch.e
     w.add("hand_built", std::move(b).build(), T{at::randn({2, 3})});
   }
   MESSAGE("archives written for torch: " << w.size());
-  CHECK(w.size() == 36 + 4 + 2 + 2 + 4 + 2);
+  CHECK(w.size() == 36 + 4 + 2 + 2 + 4 + 2 + 2);
 }
 
 // ---- C++ -> Python -> C++ -----------------------------------------------------------------------

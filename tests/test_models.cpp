@@ -1,6 +1,7 @@
 // Real models (tests/models.hpp) exported from their C++ torch::nn modules, verified, printed,
 // and run against eager LibTorch: in eval mode, and in train mode over several steps, with the
-// buffer updates (BatchNorm running statistics, num_batches_tracked) equal to eager's.
+// buffer updates (BatchNorm running statistics, num_batches_tracked) equal to eager's; every
+// input also in transposed, sliced and channels_last layouts.
 #include "models.hpp"
 
 #include "common.hpp"
@@ -56,7 +57,12 @@ void check_model_ir(Make make, Input make_input, const std::vector<std::string>&
         }
     for (int i = 0; i < 2; ++i) {
       const auto x = make_input();
-      check_close(run(p, {x}), flat_outputs(eager, x));
+      // every layout a caller may pass: the program is right for each (Note [Inputs in the
+      // exported layout], Note [Views run as reshape])
+      for (const auto& [layout, xl] : xport_test::layouts_of(x)) {
+        INFO("input layout: " << layout);
+        check_close(run(p, {xl}), flat_outputs(eager, x));
+      }
     }
   }
   {  // train, with buffer updates over several steps

@@ -11,8 +11,14 @@ packages=(
   libbenchmark-dev      # bench/
   nlohmann-json3-dev    # .pt2 archives (JSON)
 )
-# --fuzz: also clang 14 and its libFuzzer runtime (tools/fuzz.sh)
-if [[ "${1:-}" == "--fuzz" ]]; then packages+=(clang-14 libclang-rt-14-dev); fi
+# --fuzz: also a clang with libFuzzer that compiles LibTorch 2.13's headers and xport in C++20
+# (clang 16 on Debian 12: clang 14 lacks std::source_location's builtin; the newest packaged one
+# otherwise) for `XPORT_FUZZ_CXX=clang++-NN tools/fuzz.sh`
+if [[ "${1:-}" == "--fuzz" ]]; then
+  for v in 16 17 18 19 20; do
+    if apt-cache show "clang-$v" >/dev/null 2>&1; then packages+=("clang-$v" "libclang-rt-$v-dev"); break; fi
+  done
+fi
 command -v python3 >/dev/null || packages+=(python3 python3-pip)
 missing=()
 for p in "${packages[@]}"; do

@@ -3612,6 +3612,7 @@ struct treespec {
 
  private:
   [[nodiscard]] std::string constant_text() const {
+    if (value.is_none()) return "None";
     if (value.is_bool()) return value.as_bool() ? "True" : "False";
     if (value.is_int()) return std::to_string(value.as_int());
     if (value.is_double()) return detail::python_float_repr(value.as_double());
@@ -4643,7 +4644,7 @@ XPORT_END_NAMESPACE
 
 // #include <xport/config.hpp>
 // #include <xport/detail/meta_rules.hpp>
-// xport/detail/meta_rules.hpp: output shapes for ops whose meta kernel LibTorch 1.13 lacks.
+// xport/detail/meta_rules.hpp: output shapes for ops whose meta kernel LibTorch lacks.
 // Each rule reads the op's arguments (tensors already on the meta device) and returns meta
 // tensors of the outputs' sizes and dtypes; nothing runs on data. The set covers the gaps that
 // real models hit (conv, batch/layer/group norm, relu, hardtanh, index_select/embedding, where,
@@ -4657,7 +4658,10 @@ XPORT_END_NAMESPACE
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+#include <ATen/ops/zeros.h>
 #include <ATen/ops/result_type.h>
 
 // #include <xport/config.hpp>
@@ -5027,6 +5031,71 @@ inline constexpr meta_rule_entry meta_rule_table[] = {
     {"aten::adaptive_avg_pool1d", rule_adaptive_pool},
 };
 
+// ---- ops whose output sizes follow from argument sizes alone -----------------------------------
+// Note [Shapes from zeros]: these ops have no meta kernel (in 1.13, and many in 2.x too), and
+// their outputs' sizes and dtypes depend on their arguments' sizes, dtypes and non-tensor
+// arguments only, never on tensor contents. Their CPU kernel runs once on zero-filled tensors
+// of the arguments' sizes (zeros are valid data for each: indices, offsets, sorted sequences,
+// grid coordinates), and the results' geometry is kept. Only ops known to be shape-only are
+// listed: an op whose output size depends on data (nonzero, unique, repeat_interleave with
+// tensor repeats, one_hot without num_classes) must never be here.
+inline constexpr std::string_view shape_only_ops[] = {
+    "aten::flip", "aten::roll", "aten::cdist", "aten::_cdist_forward", "aten::logsumexp",
+    "aten::median.dim", "aten::nanmedian.dim", "aten::kthvalue", "aten::mode", "aten::im2col",
+    "aten::col2im", "aten::grid_sampler", "aten::grid_sampler_2d", "aten::grid_sampler_3d",
+    "aten::_pad_enum", "aten::reflection_pad1d", "aten::reflection_pad2d", "aten::reflection_pad3d",
+    "aten::replication_pad1d", "aten::replication_pad2d", "aten::replication_pad3d", "aten::huber_loss",
+    "aten::floor_divide", "aten::floor_divide.Scalar", "aten::diag", "aten::diag_embed",
+    "aten::repeat_interleave.self_int", "aten::searchsorted.Tensor", "aten::searchsorted.Scalar",
+    "aten::bucketize.Tensor", "aten::bucketize.Scalar", "aten::channel_shuffle", "aten::native_channel_shuffle",
+    "aten::pixel_shuffle", "aten::pixel_unshuffle", "aten::embedding_bag", "aten::embedding_bag.padding_idx",
+    "aten::_embedding_bag", "aten::_embedding_bag_forward_only", "aten::one_hot", "aten::log_sigmoid_forward",
+    "aten::cummax", "aten::cummin", "aten::logcumsumexp", "aten::renorm", "aten::histc",
+};
+
+inline bool is_shape_only(std::string_view qualified) {
+  for (auto op : shape_only_ops)
+    if (op == qualified) return true;
+  return false;
+}
+
+/// Note [Shapes from zeros]: the op's results for zero-filled CPU tensors in place of its meta
+/// arguments, as meta tensors of the same geometry.
+inline std::vector<c10::IValue> shapes_from_zeros(const c10::OperatorHandle& op, const meta_stack& inputs) {
+  const auto zeros_like_meta = [](const at::Tensor& t) {
+    return t.defined() ? at::zeros(sizes_of(t), at::TensorOptions().dtype(t.scalar_type())) : t;
+  };
+  std::vector<c10::IValue> stack;
+  stack.reserve(inputs.size());
+  for (const auto& v : inputs) {
+    if (v.isTensor()) {
+      stack.emplace_back(zeros_like_meta(v.toTensor()));
+    } else if (v.isTensorList()) {
+      c10::List<at::Tensor> l;
+      for (const auto& t : v.toTensorVector()) l.push_back(zeros_like_meta(t));
+      stack.emplace_back(std::move(l));
+    } else if (v.isDevice() && v.toDevice().is_meta()) {
+      stack.emplace_back(c10::Device(c10::kCPU));
+    } else {
+      stack.push_back(v);
+    }
+  }
+  op.callBoxed(stack);
+  for (auto& r : stack) {
+    const auto to_meta = [](const at::Tensor& t) {
+      return t.defined() ? at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta)) : t;
+    };
+    if (r.isTensor()) {
+      r = to_meta(r.toTensor());
+    } else if (r.isTensorList()) {
+      c10::List<at::Tensor> l;
+      for (const auto& t : r.toTensorVector()) l.push_back(to_meta(t));
+      r = std::move(l);
+    }
+  }
+  return stack;
+}
+
 /// The shape rule for `qualified` ("aten::conv2d", "aten::where.self"), or nullptr.
 inline meta_rule find_meta_rule(std::string_view qualified) {
   for (const auto& e : meta_rule_table)
@@ -5134,6 +5203,24 @@ std::vector<c10::IValue> run_meta(const op_info& op, std::vector<c10::IValue> in
 /// inference tensors: functionalization (trace/decompose.hpp) updates them in place.
 using meta_run_guard = at::AutoDispatchBelowADInplaceOrView;
 
+/// Note [Shapes from zeros] (meta_rules.hpp), with the op's refusals reported as a meta run's.
+template <class Describe>
+std::vector<c10::IValue> shapes_from_zeros_checked(const op_info& op, const std::vector<c10::IValue>& inputs,
+                                                   Describe&& describe) {
+  if (op.name == "aten::one_hot" && inputs.size() > 1 && inputs[1].isInt() && inputs[1].toInt() < 0)
+    throw graph_break("xport.export.graph_break",
+                      "graph break: at::one_hot without num_classes takes its class count from the "
+                      "largest value in the tensor, which export cannot know: it runs on shapes only. "
+                      "Way out: pass num_classes (at::one_hot(x, 10))");
+  try {
+    meta_run_guard guard;
+    return shapes_from_zeros(op.handle, inputs);
+  } catch (const c10::Error& e) {
+    throw graph_error("xport.fake.op_rejected", op.qualified + " rejected its arguments (" + describe() +
+                                                    "): " + first_line(e.what_without_backtrace()));
+  }
+}
+
 template <class Describe>
 void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Describe&& describe) {
   if (op.meta_support.load(std::memory_order_relaxed) == 1) {  // known to work: the common case
@@ -5161,10 +5248,15 @@ void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Descr
     apply_rule(std::vector<c10::IValue>(stack));
     return;
   }
+  if (op.meta_support.load(std::memory_order_relaxed) == 2 && is_shape_only(op.qualified)) {
+    stack = shapes_from_zeros_checked(op, std::vector<c10::IValue>(stack), describe);
+    return;
+  }
   // A failed call leaves the stack in an unspecified state: keep the inputs when a rule may
   // need them.
+  const bool shape_only = !rule && is_shape_only(op.qualified);
   std::vector<c10::IValue> inputs;
-  if (rule) inputs = stack;
+  if (rule || shape_only) inputs = stack;
   try {
     meta_run_guard guard;
     op.handle.callBoxed(stack);
@@ -5172,6 +5264,10 @@ void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Descr
     return;
   } catch (const c10::NotImplementedError& e) {
     op.meta_support.store(2, std::memory_order_relaxed);
+    if (shape_only) {
+      stack = shapes_from_zeros_checked(op, inputs, describe);
+      return;
+    }
     if (!rule)
       throw missing_fake_kernel(
           "xport.fake.missing_kernel",
@@ -5184,6 +5280,11 @@ void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Descr
     apply_rule(inputs);
     return;
   } catch (const c10::Error& e) {
+    if (shape_only) {  // a meta kernel that cannot answer (1.13's one_hot): the CPU kernel can
+      op.meta_support.store(2, std::memory_order_relaxed);
+      stack = shapes_from_zeros_checked(op, inputs, describe);
+      return;
+    }
     // The op has a meta kernel and it refused the arguments (shapes, dtypes, values).
     throw graph_error("xport.fake.op_rejected", op.qualified + " rejected its arguments (" + describe() +
                                                     "): " + first_line(e.what_without_backtrace()));
@@ -5386,8 +5487,17 @@ class program_builder {
   /// Adds an output of the given kind; `target` names the mutated buffer/parameter/input.
   program_builder& output(value v, output_kind kind, std::optional<std::string> target = std::nullopt) {
     check_owned(v, nullptr);
-    outputs_.push_back(v);
+    outputs_.emplace_back(v);
     output_specs_.push_back(output_spec{kind, argument_spec::tensor(v.name()), std::move(target)});
+    return *this;
+  }
+  /// Adds an output that is a graph value or a constant (`None` where the traced code returned
+  /// an undefined tensor; a constant output of a loaded program): a constant is returned by the
+  /// output node itself, its spec a ConstantArgument with no name, as torch.export records it.
+  program_builder& output_arg(const argument& a, output_kind kind, std::optional<std::string> target = std::nullopt) {
+    if (a.is_value()) return output(a.as_value(), kind, std::move(target));
+    outputs_.push_back(a);
+    output_specs_.push_back(output_spec{kind, argument_spec::constant_value("", a), std::move(target)});
     return *this;
   }
 
@@ -5469,7 +5579,7 @@ class program_builder {
 
   xport::graph graph_;
   std::vector<input_spec> input_specs_;  // in placeholder creation order
-  std::vector<value> outputs_;
+  std::vector<argument> outputs_;
   std::vector<output_spec> output_specs_;
   tensor_dict state_dict_;
   tensor_dict constants_;
@@ -5664,19 +5774,30 @@ inline size_nodes plan_size_nodes(const graph& g) {
         if (d.is_symbolic() && sym::as_linear(d) && sym::as_linear(d)->a == 1 && sym::as_linear(d)->b == 0 &&
             std::none_of(dim_symbols.begin(), dim_symbols.end(), [&](const auto& p) { return p.first == d.str(); }))
           dim_symbols.push_back({d.str(), d});
-  // a product of input dims (`s27*s77`, a flattened batch): its factors in placeholder order
+  // a product of input dims (`s27*s77`, a flattened batch; `s77**2`, attention scores): its
+  // factors in placeholder order, a symbol repeated for its power (up to the fourth)
   const auto product_of = [&](const sym_int& e) -> std::optional<std::vector<std::string>> {
     const auto fs = sym::free_symbols(e);
-    if (fs.size() < 2) return std::nullopt;
-    std::vector<std::string> factors;
-    std::optional<sym_int> prod;
+    std::vector<std::pair<std::string, sym_int>> syms;
     for (const auto& [text, sym] : dim_symbols)
-      if (std::find(fs.begin(), fs.end(), text) != fs.end()) {
-        factors.push_back(text);
-        prod = prod ? *prod * sym : sym;
-      }
-    if (factors.size() != fs.size() || prod->str() != e.str()) return std::nullopt;
-    return factors;
+      if (std::find(fs.begin(), fs.end(), text) != fs.end()) syms.push_back({text, sym});
+    if (fs.empty() || syms.size() != fs.size() || syms.size() > 3) return std::nullopt;
+    const auto target = e.str();
+    std::vector<int> power(syms.size(), 1);
+    for (;;) {  // every power from 1 to 4 for each symbol, the lowest first
+      std::vector<std::string> factors;
+      std::optional<sym_int> prod;
+      for (std::size_t i = 0; i < syms.size(); ++i)
+        for (int k = 0; k < power[i]; ++k) {
+          factors.push_back(syms[i].first);
+          prod = prod ? *prod * syms[i].second : syms[i].second;
+        }
+      if (factors.size() >= 2 && prod->str() == target) return factors;
+      std::size_t i = 0;
+      while (i < power.size() && power[i] == 4) power[i++] = 1;
+      if (i == power.size()) return std::nullopt;
+      ++power[i];
+    }
   };
   // the symbols the linear forms and products use
   std::vector<std::string> symbols;
@@ -6408,6 +6529,7 @@ XPORT_END_NAMESPACE
 #include <optional>       // std::optional
 #include <string>         // std::string
 #include <unordered_map>  // std::unordered_map
+#include <unordered_set>  // std::unordered_set
 #include <utility>        // std::move
 #include <vector>         // std::vector
 
@@ -6447,7 +6569,8 @@ class interpreter {
     const sym_env env = opts.check_inputs ? guards_.check_and_bind(inputs) : guards_.bind(inputs);
     std::optional<c10::InferenceMode> inference;
     if (opts.inference_mode) inference.emplace();
-    auto outs = execute(inputs, env);
+    std::vector<at::Tensor> relaid;
+    auto outs = execute(in_exported_layout(inputs, relaid), env);
     std::vector<at::Tensor> user;
     user.reserve(user_outputs_.size());
     for (auto i : user_outputs_) user.push_back(outs[i].isTensor() ? outs[i].toTensor() : at::Tensor());
@@ -6465,7 +6588,8 @@ class interpreter {
   /// Runs and returns every graph output (mutations included) as IValues, without guards or
   /// write-back: the graph as a pure function of (lifted state, user inputs).
   std::vector<c10::IValue> run_all(const std::vector<at::Tensor>& inputs) const {
-    return execute(inputs, guards_.bind(inputs));
+    std::vector<at::Tensor> relaid;
+    return execute(in_exported_layout(inputs, relaid), guards_.bind(inputs));
   }
 
   [[nodiscard]] std::size_t num_instructions() const noexcept { return code_.size(); }
@@ -6500,11 +6624,72 @@ class interpreter {
   };
   static constexpr std::uint32_t dead = 0xffffffffu;
 
+  // Note [Inputs in the exported layout]: a program assumes its examples' memory layout where
+  // the ops it was traced through did: a composite kernel that called `.contiguous()` on a
+  // contiguous example recorded nothing (`_embedding_bag` then reads a strided index tensor
+  // wrongly), a decomposed reshape became a view. The guards accept any layout, so an input
+  // whose layout differs from its example's (contiguous or channels_last) is copied into it
+  // first: same values, the layout every recorded op assumed. Inputs the program writes in
+  // place are passed as they are (their writes must reach the caller's tensor).
+  const std::vector<at::Tensor>& in_exported_layout(const std::vector<at::Tensor>& inputs,
+                                                    std::vector<at::Tensor>& relaid) const {
+    for (std::size_t i = 0; i < inputs.size() && i < input_layout_.size(); ++i) {
+      const auto& fmt = input_layout_[i];
+      if (!fmt || !inputs[i].defined() || inputs[i].is_contiguous(*fmt)) continue;
+      if (relaid.empty()) relaid = inputs;
+      relaid[i] = inputs[i].contiguous(*fmt);
+    }
+    return relaid.empty() ? inputs : relaid;
+  }
+
+  // The layout of a placeholder's example, when it is one `.contiguous(format)` makes.
+  static std::optional<c10::MemoryFormat> exported_layout(const value& v) {
+    if (v.kind() != value_kind::tensor) return std::nullopt;
+    const auto& m = v.meta();
+    if (m.layout != c10::kStrided) return std::nullopt;
+    const auto t = m.make_meta();
+    for (auto fmt : {c10::MemoryFormat::Contiguous, c10::MemoryFormat::ChannelsLast, c10::MemoryFormat::ChannelsLast3d})
+      if ((fmt != c10::MemoryFormat::ChannelsLast || t.dim() == 4) && (fmt != c10::MemoryFormat::ChannelsLast3d || t.dim() == 5) &&
+          t.is_contiguous(fmt))
+        return fmt;
+    return std::nullopt;
+  }
+
+  // Placeholders some in-place op writes to, directly or through a view.
+  static std::unordered_set<const detail::value_impl*> written_placeholders(const graph& g) {
+    std::unordered_map<const detail::value_impl*, const detail::value_impl*> root;
+    for (auto ph : g.placeholders()) root[ph.output(0).impl()] = ph.output(0).impl();
+    std::unordered_set<const detail::value_impl*> written;
+    for (auto n : g.nodes()) {
+      if (!n.is_call()) continue;
+      const auto& op = n.op();
+      const auto args = n.args();
+      const auto& params = op.schema().arguments();
+      const auto root_of = [&](const argument& a) -> const detail::value_impl* {
+        if (!a.is_value()) return nullptr;
+        const auto it = root.find(a.as_value().impl());
+        return it == root.end() ? nullptr : it->second;
+      };
+      const detail::value_impl* aliased = nullptr;
+      for (std::size_t i = 0; i < params.size() && i < args.size(); ++i) {
+        const auto* ai = params[i].alias_info();
+        if (!ai) continue;
+        const auto* r = root_of(args[i]);
+        if (ai->isWrite() && r) written.insert(r);
+        if (!aliased) aliased = r;
+      }
+      if (aliased && (op.is_view || op.is_mutable || op.inplace_view))
+        for (auto v : n.outputs()) root[v.impl()] = aliased;
+    }
+    return written;
+  }
+
   void compile(const exported_program& p) {
     const auto& g = p.graph();
     const auto& sig = p.signature();
     std::unordered_map<const detail::value_impl*, std::uint32_t> reg;
     const auto phs = g.placeholders();
+    const auto written = written_placeholders(g);
     for (std::size_t i = 0; i < phs.size(); ++i) {
       const auto r = static_cast<std::uint32_t>(reg.size());
       reg.emplace(phs[i].output(0).impl(), r);
@@ -6514,6 +6699,7 @@ class interpreter {
       } else if (spec.kind == input_kind::user_input) {
         user_slots_.push_back(r);
         user_names_.push_back(spec.arg.name);
+        input_layout_.push_back(written.count(phs[i].output(0).impl()) ? std::nullopt : exported_layout(phs[i].output(0)));
       } else {
         state_slots_.emplace_back(r, p.lifted_tensor(spec));
       }
@@ -6594,6 +6780,7 @@ class interpreter {
           in.outputs.push_back(r);
         }
       }
+      run_views_as_reshape(in);
       max_args_ = std::max(max_args_, in.args.size());
       code_.push_back(std::move(in));
     }
@@ -6645,6 +6832,20 @@ class interpreter {
       for (auto& a : in.args) keep(a);
     for (auto& l : lists_)
       for (auto& e : l.elems) keep(e);
+  }
+
+  // Note [Views run as reshape]: a decomposed `reshape` is a `view` (torch 2.x) or an
+  // `_reshape_alias` with the example's strides (LibTorch 1.13): both assume the example's
+  // layout. Given a transposed, sliced or channels_last input, `view` fails and `_reshape_alias`
+  // reads the wrong elements. They run as `reshape` instead: the same view whenever one exists
+  // (so aliasing is kept), a copy otherwise, the right values for every layout.
+  static void run_views_as_reshape(instr& in) {
+    const auto& name = in.info->name;
+    const bool plain_view = name == "aten::view" && in.info->overload.empty();
+    if (!plain_view && name != "aten::_unsafe_view" && name != "aten::_reshape_alias") return;
+    static const op_info& reshape = find_op("aten::reshape");
+    in.op = &reshape.handle;
+    in.args.resize(2);  // self, size (`_reshape_alias`'s strides are the example's: dropped)
   }
 
   c10::IValue take(std::vector<c10::IValue>& regs, const sym_env& env, const arg_op& a) const {
@@ -6738,6 +6939,7 @@ class interpreter {
   std::vector<sym_int> syms_;  // symbolic arguments, evaluated per call
   std::vector<std::uint32_t> user_slots_;
   std::vector<std::string> user_names_;
+  std::vector<std::optional<c10::MemoryFormat>> input_layout_;  // per user input (see in_exported_layout)
   std::vector<std::pair<std::uint32_t, at::Tensor>> state_slots_;
   std::vector<output_slot> outputs_;
   std::vector<std::size_t> user_outputs_;
@@ -6864,6 +7066,10 @@ constexpr bool is_tree_type() {
 template <class T, class F>
 treespec flatten_into(const T& x, F& on_tensor) {
   if constexpr (tensor_leaf<T>) {
+    // An undefined at::Tensor is C++'s None (MultiheadAttention's weights without need_weights):
+    // torch.export returns None there, and so does the program.
+    if constexpr (std::is_same_v<T, at::Tensor>)
+      if (!x.defined()) return treespec::of(treespec::kind::none);
     on_tensor(x);
     return treespec::leaf();
   } else if constexpr (std::is_same_v<T, bool>) {
@@ -6954,7 +7160,7 @@ template <class T, class It>
 T unflatten_from(const treespec& s, It& it) {
   using K = treespec::kind;
   if constexpr (std::is_same_v<T, at::Tensor>) {
-    if (s.type == K::none) return at::Tensor();
+    if (s.type == K::none || (s.type == K::constant && s.value.is_none())) return at::Tensor();
     if (s.type != K::leaf) structure_mismatch(s, "returned as one at::Tensor");
     return *it++;
   } else if constexpr (std::is_same_v<T, bool>) {
@@ -6971,7 +7177,7 @@ T unflatten_from(const treespec& s, It& it) {
     if (s.type != K::constant || !s.value.is_string()) structure_mismatch(s, "returned as a string");
     return s.value.as_string();
   } else if constexpr (is_optional<T>::value) {
-    if (s.type == K::none) return T();
+    if (s.type == K::none || (s.type == K::constant && s.value.is_none())) return T();
     return T(unflatten_from<typename T::value_type>(s, it));
   } else if constexpr (is_vector<T>::value) {
     if (s.type != K::list && s.type != K::tuple) structure_mismatch(s, "returned as a std::vector");
@@ -7061,6 +7267,7 @@ XPORT_END_NAMESPACE
 // module is never modified (in-place ops on its state run on meta shadows).
 
 #include <cstddef>        // std::size_t
+#include <cstdint>        // std::uint64_t
 #include <functional>     // std::function
 #include <memory>         // std::make_shared
 #include <optional>       // std::optional
@@ -7074,7 +7281,9 @@ XPORT_END_NAMESPACE
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <c10/core/GradMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/StringUtil.h>
 #include <torch/library.h>
 
 // #include <xport/config.hpp>
@@ -7084,6 +7293,7 @@ XPORT_END_NAMESPACE
 // #include <xport/ir/builder.hpp>
 // #include <xport/ir/graph.hpp>
 // #include <xport/ir/op.hpp>
+// #include <xport/ir/sym_expr.hpp>
 
 XPORT_BEGIN_NAMESPACE
 namespace detail {
@@ -7126,6 +7336,18 @@ inline std::string user_facing_call(std::string_view op) {
   if (op == "aten::allclose") return "at::allclose";
   if (op == "aten::masked_select") return "at::masked_select";
   return std::string(op);
+}
+
+/// Boolean-mask indexing (`x.index({mask})`, `x[mask]`): its output size is the mask's count of
+/// true elements, a value export cannot know.
+[[noreturn]] inline void throw_mask_index_break(const op_info& op) {
+  throw graph_break(
+      "xport.export.graph_break",
+      "graph break: " + op.qualified + " with a boolean (or uint8) mask as an index selects as many "
+          "elements as the mask holds true values, a data-dependent output size that export cannot "
+          "know: it runs on shapes only. Way out: keep the shape and zero the rest "
+          "(at::where(mask, x, 0), x * mask), or index with positions computed outside the "
+          "program and passed as an input");
 }
 
 [[noreturn]] inline void throw_graph_break(const op_info& op) {
@@ -7182,6 +7404,9 @@ class capture {
   /// Sizes the user inputs get in place of their examples' (one entry per input, in order; an
   /// empty entry keeps the example's): how a dynamic export captures again at other sizes.
   void set_input_sizes(std::vector<std::vector<std::int64_t>> sizes) { input_sizes_ = std::move(sizes); }
+  /// Whether the program being captured has dynamic dims: sizes seen now may be others at run
+  /// time, so no answer may rest on two sizes differing (see sizes_always_differ).
+  void set_sizes_may_vary(bool on) noexcept { sizes_may_vary_ = on; }
 
   /// A placeholder exactly as `spec` says (re-capturing a program); returns the meta tensor the
   /// calls see in its place.
@@ -7282,14 +7507,31 @@ class capture {
     const auto& schema = op.schema();
     const auto& params = schema.arguments();
     const std::size_t n = params.size();
-    if (op.data_dependent && op.name == "aten::equal" && same_value(stack[stack.size() - 2], stack[stack.size() - 1])) {
-      // equal(x, x): true by construction, whatever x holds (C++ MultiheadAttention asks this to
-      // detect self-attention). Any other comparison of contents is a graph break below.
-      torch::jit::drop(stack, 2);
-      stack.emplace_back(true);
-      return;
+    if (op.data_dependent && op.name == "aten::equal") {
+      // Decided without data: equal(x, x) is true whatever x holds (C++ MultiheadAttention asks
+      // this to detect self-attention); tensors whose sizes differ for every input the program
+      // accepts are never equal (cross-attention: query and key of other lengths). Any other
+      // comparison of contents is a graph break below.
+      const auto& a = stack[stack.size() - 2];
+      const auto& b = stack[stack.size() - 1];
+      const bool same = same_value(a, b);
+      if (same || sizes_always_differ(a, b)) {
+        torch::jit::drop(stack, 2);
+        stack.emplace_back(same);
+        return;
+      }
+      if (sizes_may_vary_ && a.isTensor() && b.isTensor() && a.toTensor().sizes() != b.toTensor().sizes())
+        throw graph_break("xport.export.graph_break",
+                          "graph break: aten::equal (at::equal) on tensors whose sizes differ at the example "
+                          "inputs but may be equal for other inputs of a dynamic program (" +
+                              c10::str(a.toTensor().sizes()) + " and " +
+                              c10::str(b.toTensor().sizes()) +
+                              "): then only their contents can answer. Way out: export the dims "
+                              "that make them differ as static, or compare sizes instead "
+                              "(a.sizes() == b.sizes())");
     }
     if (op.data_dependent) throw_graph_break(op);
+    if (op.name == "aten::index" && has_mask_index(stack.back())) throw_mask_index_break(op);
     auto& originals = originals_;  // reused buffers: no allocation per op
     originals.assign(std::make_move_iterator(stack.end() - static_cast<std::ptrdiff_t>(n)),
                      std::make_move_iterator(stack.end()));
@@ -7306,6 +7548,7 @@ class capture {
       results[static_cast<std::size_t>(op.device_arg)] = c10::Device(c10::kMeta);  // runs on meta
     if (python_frontend_) fill_python_defaults(op, args);
     check_mutations(op, args);
+    const auto detached = detach_state_written_without_grad(op, args);
 
     run_meta_in_place(op, results, [&] { return describe_args(op, args); });
     auto types = result_types(op, results, output_device(op, args), any_requires_grad(args));
@@ -7333,7 +7576,9 @@ class capture {
       if (r < rets.size() && rets[r].alias_info() && rets[r].alias_info()->isWrite()) {
         const auto a = aliased_argument(schema, r);
         if (a && originals[*a].isTensor()) {
-              bind(originals[*a].toTensor(), v, res.toTensor());
+          // written through a detached alias (no-grad update of module state): the state's
+          // value is unchanged in the graph; its storage holds the update when it runs
+          if (!(detached >> *a & 1U)) bind(originals[*a].toTensor(), v, res.toTensor());
           stack.push_back(originals[*a]);
           continue;
         }
@@ -7346,6 +7591,63 @@ class capture {
   }
 
  private:
+  // Whether the two tensors' sizes differ for every input the program accepts: other ranks, or
+  // a dim whose difference is a nonzero constant (two static sizes, `s0` against `s0 + 1`). A
+  // dynamic export captures at concrete sizes: there only ranks decide.
+  bool sizes_always_differ(const c10::IValue& a, const c10::IValue& b) {
+    if (!a.isTensor() || !b.isTensor() || !a.toTensor().defined() || !b.toTensor().defined()) return false;
+    if (sizes_may_vary_) return a.toTensor().dim() != b.toTensor().dim();
+    // sizes as the program knows them: symbolic for tracked tensors, exact for one captured
+    // from outside (not lifted here: a false answer leaves it unused)
+    const auto sizes_of = [&](const at::Tensor& t) {
+      if (auto it = by_impl_.find(t.unsafeGetTensorImpl()); it != by_impl_.end()) return it->second.v.type().tensor.sizes;
+      return sym_shape(t.sizes().begin(), t.sizes().end());
+    };
+    const auto sa = sizes_of(a.toTensor());
+    const auto sb = sizes_of(b.toTensor());
+    if (sa.size() != sb.size()) return true;
+    for (std::size_t i = 0; i < sa.size(); ++i) {
+      const auto d = sa[i] - sb[i];
+      if (d.is_constant() && d.value() != 0) return true;
+    }
+    return false;
+  }
+
+  static bool has_mask_index(const c10::IValue& indices) {
+    if (!indices.isList()) return false;
+    for (const auto& e : indices.toListRef()) {
+      if (!e.isTensor() || !e.toTensor().defined()) continue;
+      const auto st = e.toTensor().scalar_type();
+      if (st == c10::kBool || st == c10::kByte) return true;
+    }
+    return false;
+  }
+
+  // Note [No-grad updates of module state]: code that updates a parameter in place under
+  // NoGradGuard (nn::Embedding's max_norm renorms its weight) cannot do so on the leaf itself at
+  // run time. torch.export records the update on `detach(p)`, an alias that shares p's storage
+  // and does not require grad; xport records the same, so the program runs as eager does and
+  // functionalization writes the update back as a PARAMETER_MUTATION. Returns a bit per
+  // argument that now stands for such an alias.
+  std::uint64_t detach_state_written_without_grad(const op_info& op, std::vector<argument>& args) {
+    if (!op.is_mutable || c10::GradMode::is_enabled()) return 0;
+    std::uint64_t detached = 0;
+    const auto& params = op.schema().arguments();
+    for (std::size_t i = 0; i < params.size() && i < 64; ++i) {
+      const auto* ai = params[i].alias_info();
+      if (!ai || !ai->isWrite() || !args[i].is_value()) continue;
+      const auto v = args[i].as_value();
+      if (v.kind() != value_kind::tensor || !v.type().tensor.requires_grad) continue;
+      auto type = v.type();
+      type.tensor.requires_grad = false;
+      auto d = builder_.record(find_op("aten::detach"), {argument(v)}, {std::move(type)});
+      if (auto path = module_path_of(d); !path.empty()) d.set_module_path(std::move(path));
+      args[i] = d.output(0);
+      detached |= std::uint64_t{1} << i;
+    }
+    return detached;
+  }
+
   bool same_value(const c10::IValue& a, const c10::IValue& b) const {
     if (!a.isTensor() || !b.isTensor()) return false;
     const auto ia = by_impl_.find(a.toTensor().unsafeGetTensorImpl());
@@ -7562,6 +7864,7 @@ class capture {
   int lifted_ = 0;
   std::vector<std::vector<std::int64_t>> input_sizes_;
   std::size_t next_input_ = 0;
+  bool sizes_may_vary_ = false;
 };
 
 inline void capture_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -9386,7 +9689,21 @@ void add_inputs(capture& cap, const treespec& in_spec, Tensor&& tensor) {
 /// Finishes a capture: outputs (graph values of the result's leaves), build, call spec.
 inline exported_program finish(capture& cap, std::vector<value> outs, treespec in_spec, treespec out_spec,
                                const export_options& opts) {
-  for (auto v : outs) cap.builder().output(v);
+  // torch.export returns a None (an undefined at::Tensor, an empty std::optional) as an output
+  // of its own: a leaf of the output spec, `None` in the graph's return, `: USER_OUTPUT`
+  std::size_t next = 0;
+  const auto visit = [&](const auto& self, treespec& s) -> void {
+    if (s.type == treespec::kind::leaf) {
+      cap.builder().output(outs.at(next++));
+    } else if (s.type == treespec::kind::none) {
+      // the spec keeps the value, as a loaded program's does (see serde's with_constants)
+      cap.builder().output_arg(argument(none), output_kind::user_output);
+      s = treespec::constant(none);
+    } else {
+      for (auto& c : s.children) self(self, c);
+    }
+  };
+  visit(visit, out_spec);
   // Every call was bound by the dispatcher (non-strict) or by bind_arguments (strict): the
   // structural and signature checks run, the per-argument schema checks need not.
   exported_program p = std::move(cap.builder()).build(ir_dialect::training, verify_options{.check_schemas = false});
@@ -9703,6 +10020,7 @@ exported_program export_program(F&& f, const std::tuple<Args...>& args, const ex
   auto attempt = [&](std::vector<std::vector<std::int64_t>> sizes) -> exported_program {
     detail::capture cap;
     cap.set_input_sizes(std::move(sizes));
+    cap.set_sizes_may_vary(!opts.dynamic_shapes.empty());
     if constexpr (!inputs_ok) {
       std::abort();  // unreachable: the static_assert above is the one error
     } else if constexpr (std::is_same_v<Policy, strict>) {
@@ -9756,6 +10074,15 @@ class callable<R(Args...)> {
                         "the inputs have structure " + got.str() + " but the program was exported with " +
                             want.str() + " (containers, None and specialized constants must match)");
     auto outs = run(*program_, leaves, opts_);
+    // constant outputs (None, a loaded program's numbers) are in the out_spec itself
+    const auto& specs = program_->signature().output_specs;
+    std::size_t u = 0, kept = 0;
+    for (const auto& s : specs) {
+      if (s.kind != output_kind::user_output && s.kind != output_kind::loss_output) continue;
+      if (s.arg.type != argument_spec::kind::constant && u < outs.size()) outs[kept++] = std::move(outs[u]);
+      ++u;
+    }
+    if (u == outs.size()) outs.resize(kept);
     return unflatten<R>(*program_->out_spec(), outs);
   }
 
@@ -10254,9 +10581,10 @@ class functionalizer {
       if (spec.kind == output_kind::buffer_mutation || spec.kind == output_kind::user_input_mutation ||
           spec.kind == output_kind::parameter_mutation)
         continue;  // already functional input: re-derived above
-      if (!outs[i].is_value())
-        throw functionalize_error("xport.functionalize.constant_output",
-                                  "output " + std::to_string(i) + " is a constant; functionalization keeps graph values only");
+      if (!outs[i].is_value()) {  // a constant output (None): returned as it is
+        b_.output_arg(outs[i], spec.kind, spec.target);
+        continue;
+      }
       b_.output(get(outs[i].as_value()), spec.kind, spec.target);
     }
     b_.set_state(src_.state_dict(), src_.constants());
@@ -10546,6 +10874,7 @@ XPORT_END_NAMESPACE
 #include <ATen/ops/full.h>
 #include <ATen/ops/full_like.h>
 #include <ATen/ops/native_dropout.h>
+#include <c10/core/DefaultDtype.h>
 #include <c10/core/WrapDimMinimal.h>
 
 // #include <xport/config.hpp>
@@ -10587,6 +10916,8 @@ XPORT_END_NAMESPACE
 #include <ATen/ScalarOps.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
+#include <ATen/ops/_embedding_bag.h>
+#include <ATen/ops/_embedding_bag_forward_only.h>
 #include <ATen/ops/_native_batch_norm_legit.h>
 #include <ATen/ops/_native_batch_norm_legit_no_training.h>
 #include <ATen/ops/alias.h>
@@ -10994,6 +11325,22 @@ inline at::Tensor matmul_impl(const at::Tensor& tensor1, const at::Tensor& tenso
 }
 inline S matmul_op(const S& a) { return {matmul_impl(a[0].toTensor(), a[1].toTensor())}; }
 
+// embedding_bag's C++ composite, deciding as it does under torch's fake tensors (where the
+// weight keeps requires_grad): `_embedding_bag` when the weight requires grad, else the
+// forward-only kernel (meta tensors never require grad, so the kernel itself would always pick
+// the forward-only one, which autograd cannot run on a parameter).
+inline S embedding_bag(const S& a) {
+  const auto& w = a[0].toTensor();
+  const auto psw = a[6].toOptional<at::Tensor>();
+  const std::int64_t pad = a.size() > 8 && !a[8].isNone() ? a[8].toInt() : -1;
+  const auto r = requires_grad(w)
+                     ? at::_embedding_bag(w, a[1].toTensor(), a[2].toTensor(), a[3].toBool(), a[4].toInt(),
+                                          a[5].toBool(), psw, a[7].toBool(), pad)
+                     : at::_embedding_bag_forward_only(w, a[1].toTensor(), a[2].toTensor(), a[3].toBool(),
+                                                       a[4].toInt(), a[5].toBool(), psw, a[7].toBool(), pad);
+  return {std::get<0>(r), std::get<1>(r), std::get<2>(r), std::get<3>(r)};
+}
+
 // torch._decomp.nop_decomposition (detach, lift, lift_fresh): alias
 inline S alias(const S& a) { return {at::alias(a[0].toTensor())}; }
 
@@ -11009,6 +11356,8 @@ inline const std::unordered_map<std::string, decomposition_fn>& torch_composite_
       {"aten::native_batch_norm", d::native_batch_norm},
       {"aten::lstm.input", d::rnn::lstm},
       {"aten::gru.input", d::rnn::gru},
+      {"aten::embedding_bag", d::embedding_bag},
+      {"aten::embedding_bag.padding_idx", d::embedding_bag},
   };
   return table;
 }
@@ -11160,14 +11509,17 @@ inline const std::unordered_map<std::string, decomposition>& builtin_decompositi
       const auto& x = a[0].toTensor();
       return {x.mul(x.sigmoid())};
     };
-    t["aten::zeros"] = [](const S& a) -> S {
-      auto opts = at::TensorOptions().dtype(a[1].toOptional<c10::ScalarType>()).device(a[3].toOptional<c10::Device>());
-      return {at::full(a[0].toIntVector(), 0, opts)};
+    // the dtype is always given: `full` infers i64 from an integer fill value, zeros is f32
+    const auto full_of = [](const S& a, int fill) -> S {
+      const auto dtype = a[1].isNone() ? c10::get_default_dtype_as_scalartype() : a[1].toScalarType();
+      auto opts = at::TensorOptions().dtype(dtype).layout(c10::kStrided).device(a[3].toOptional<c10::Device>());
+      return {at::full(a[0].toIntVector(), fill, opts)};
     };
-    t["aten::ones"] = [](const S& a) -> S {
-      auto opts = at::TensorOptions().dtype(a[1].toOptional<c10::ScalarType>()).device(a[3].toOptional<c10::Device>());
-      return {at::full(a[0].toIntVector(), 1, opts)};
-    };
+    t["aten::zeros"] = [full_of](const S& a) { return full_of(a, 0); };
+    t["aten::ones"] = [full_of](const S& a) { return full_of(a, 1); };
+    // torch's core set has neither: both are views of the same elements in order
+    t["aten::_reshape_alias"] = [](const S& a) -> S { return {a[0].toTensor().view(a[1].toIntVector())}; };
+    t["aten::_unsafe_view"] = [](const S& a) -> S { return {a[0].toTensor().view(a[1].toIntVector())}; };
     t["aten::zeros_like"] = [](const S& a) -> S { return {at::full_like(a[0].toTensor(), 0)}; };
     t["aten::ones_like"] = [](const S& a) -> S { return {at::full_like(a[0].toTensor(), 1)}; };
     t["aten::rsub.Scalar"] = [](const S& a) -> S {  // other - alpha * self
@@ -11270,6 +11622,15 @@ inline void recall(capture& cap, const node& n, std::unordered_map<const value_i
   }
 }
 
+/// A decomposition that LibTorch refused on the program's shapes (a composite kernel that reads
+/// what meta tensors do not have): typed, with the way to keep the op.
+[[noreturn]] inline void throw_decomposition_failed(const op_info& op, const c10::Error& e) {
+  throw export_error("xport.decompose.failed",
+                     "run_decompositions: decomposing " + op.qualified + " failed on the program's shapes: " +
+                         first_line(e.what_without_backtrace()) + ". Keep the op whole instead: pass "
+                         "decomposition_table::core_aten().keep(\"" + op.name + "\")");
+}
+
 /// Re-captures `p` with `table`'s decompositions applied (no functionalization).
 inline exported_program decompose(const exported_program& p, const decomposition_table& table) {
   capture cap;
@@ -11277,14 +11638,18 @@ inline exported_program decompose(const exported_program& p, const decomposition
     const auto* d = table.find(op);
     if (!d) return false;
     capture_reenabled recording;  // the decomposition's own ATen calls are recorded
-    if (*d) {
-      const auto n = op.schema().arguments().size();
-      std::vector<c10::IValue> args(std::make_move_iterator(stack.end() - static_cast<std::ptrdiff_t>(n)),
-                                    std::make_move_iterator(stack.end()));
-      torch::jit::drop(stack, n);
-      for (auto& r : (*d)(args)) stack.push_back(std::move(r));
-    } else {
-      op.handle.callBoxedForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd, stack);
+    try {
+      if (*d) {
+        const auto n = op.schema().arguments().size();
+        std::vector<c10::IValue> args(std::make_move_iterator(stack.end() - static_cast<std::ptrdiff_t>(n)),
+                                      std::make_move_iterator(stack.end()));
+        torch::jit::drop(stack, n);
+        for (auto& r : (*d)(args)) stack.push_back(std::move(r));
+      } else {
+        op.handle.callBoxedForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd, stack);
+      }
+    } catch (const c10::Error& e) {
+      throw_decomposition_failed(op, e);
     }
     return true;
   });
@@ -11303,9 +11668,14 @@ inline exported_program decompose(const exported_program& p, const decomposition
   }
   const auto outs = g.output_node().args();
   const auto& specs = p.signature().output_specs;
-  for (std::size_t i = 0; i < outs.size(); ++i)
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    if (!outs[i].is_value()) {  // a constant output (None): returned as it is
+      cap.builder().output_arg(outs[i], specs.at(i).kind, specs.at(i).target);
+      continue;
+    }
     cap.builder().output(cap.value_of(held.at(outs[i].as_value().impl()).toTensor()), specs.at(i).kind,
                          specs.at(i).target);
+  }
   cap.builder().set_state(p.state_dict(), p.constants());
   cap.builder().set_examples(p.example_inputs());
   auto q = std::move(cap.builder()).build(p.dialect(), verify_options{.check_schemas = false});
@@ -11526,7 +11896,7 @@ inline exported_program lower_functional(const exported_program& p, const decomp
   }
   if (!phs.empty() && phs[0].output(0).kind() == value_kind::tensor) cap.set_fake_device(phs[0].output(0).meta().device);
   std::vector<std::optional<value>> mutated(phs.size());
-  std::vector<value> results;
+  std::vector<argument> results;
   {
     c10::InferenceMode no_inference(false);
     capture_scope scope(cap);
@@ -11544,7 +11914,11 @@ inline exported_program lower_functional(const exported_program& p, const decomp
       if (nv != cap.value_of(inputs[i])) mutated[i] = nv;
     }
     for (const auto& a : g.output_node().args()) {
-      if (!a.is_value() || a.as_value().kind() != value_kind::tensor)
+      if (!a.is_value()) {  // a constant output (None): returned as it is
+        results.push_back(a);
+        continue;
+      }
+      if (a.as_value().kind() != value_kind::tensor)
         throw error("xport.decompose.output", "run_decompositions: an output that is not a tensor value is not supported");
       results.push_back(now(a.as_value()));
     }
@@ -11560,8 +11934,9 @@ inline exported_program lower_functional(const exported_program& p, const decomp
     const auto& spec = specs[i];
     std::optional<value> v = mutated[i];
     for (std::size_t o = 0; !v && o < out_specs.size(); ++o)  // an already functional program's
-      if (mutation_target(out_specs[o]) && out_specs[o].target == (spec.kind == input_kind::user_input ? std::optional(spec.arg.name) : spec.target))
-        v = results[o];
+      if (mutation_target(out_specs[o]) && results[o].is_value() &&
+          out_specs[o].target == (spec.kind == input_kind::user_input ? std::optional(spec.arg.name) : spec.target))
+        v = results[o].as_value();
     if (!v) continue;
     switch (spec.kind) {
       case input_kind::buffer: cap.builder().output(*v, output_kind::buffer_mutation, spec.target); break;
@@ -11574,7 +11949,7 @@ inline exported_program lower_functional(const exported_program& p, const decomp
     }
   }
   for (std::size_t o = 0; o < out_specs.size(); ++o)
-    if (!mutation_target(out_specs[o])) cap.builder().output(results[o], out_specs[o].kind, out_specs[o].target);
+    if (!mutation_target(out_specs[o])) cap.builder().output_arg(results[o], out_specs[o].kind, out_specs[o].target);
   cap.builder().set_state(p.state_dict(), p.constants());
   cap.builder().set_examples(p.example_inputs());
   auto q = std::move(cap.builder()).build(ir_dialect::aten, verify_options{.check_schemas = false});
@@ -11596,7 +11971,12 @@ inline exported_program run_decompositions(const exported_program& p,
   // dynamic dims: decomposed at several sizes and made symbolic again (trace/symbolic.hpp)
   auto q = detail::transform_symbolic(p, "run_decompositions", [&](const exported_program& s) {
 #if XPORT_HAS_TORCH_FUNCTIONALIZATION
-    return detail::lower_functional(s, table);
+    try {
+      return detail::lower_functional(s, table);
+    } catch (const c10::Error& e) {
+      throw export_error("xport.decompose.failed", "run_decompositions: LibTorch refused a call while lowering "
+                                                   "the program: " + detail::first_line(e.what_without_backtrace()));
+    }
 #else
     auto r = functionalize(detail::decompose(s, table));
     for (int round = 0; round < 3 && detail::needs_more_work(r, table); ++round)
@@ -11732,8 +12112,10 @@ XPORT_END_NAMESPACE
 // the rest of the program reads are lifted as new CONSTANT_TENSOR inputs (`c__folded_0`, ...).
 // Calls that draw random numbers or mutate are never folded; results larger than the size limit
 // are left to run (so weights are not duplicated). With `fold_state`, parameters and buffers
-// count as constants too (for inference deployment, e.g. after folding batch norm into a conv).
+// count as constants too (for inference deployment, e.g. after folding batch norm into a conv),
+// except those the program mutates (a counter buffer changes from run to run).
 
+#include <algorithm>      // std::find
 #include <cstddef>        // std::size_t
 #include <string>         // std::string
 #include <string_view>    // std::string_view
@@ -11791,6 +12173,15 @@ struct fold_t : pass_base<fold_t> {
       known.push_back(std::move(t));
       v.scratch() = static_cast<std::uint32_t>(known.size());
     };
+    // a parameter or buffer the program writes (BUFFER_MUTATION, PARAMETER_MUTATION) changes
+    // from run to run: never a constant, even with fold_state
+    std::vector<std::string_view> mutated;
+    for (const auto& o : p.signature().output_specs)
+      if ((o.kind == output_kind::buffer_mutation || o.kind == output_kind::parameter_mutation) && o.target)
+        mutated.push_back(*o.target);
+    const auto is_mutated = [&](const input_spec& s) {
+      return s.target && std::find(mutated.begin(), mutated.end(), *s.target) != mutated.end();
+    };
     std::vector<node> folded;
     {
       c10::NoGradGuard no_grad;
@@ -11800,7 +12191,7 @@ struct fold_t : pass_base<fold_t> {
         if (n.is_placeholder()) {
           const auto& s = specs[ph_index++];
           const bool constant = s.kind == input_kind::constant_tensor ||
-                                (fold_state && (s.kind == input_kind::parameter || s.kind == input_kind::buffer));
+                                (fold_state && (s.kind == input_kind::parameter || s.kind == input_kind::buffer) && !is_mutated(s));
           if (constant) remember(n.output(0), p.lifted_tensor(s).detach());
           continue;
         }
@@ -11993,7 +12384,10 @@ struct canonicalize_t : pass_base<canonicalize_t> {
     }
     const auto outs = g.output_node().args();
     const auto& specs = p.signature().output_specs;
-    for (std::size_t i = 0; i < outs.size(); ++i) b.output(map.at(outs[i].as_value().impl()), specs.at(i).kind, specs.at(i).target);
+    for (std::size_t i = 0; i < outs.size(); ++i) {
+      if (outs[i].is_value()) b.output(map.at(outs[i].as_value().impl()), specs.at(i).kind, specs.at(i).target);
+      else b.output_arg(outs[i], specs.at(i).kind, specs.at(i).target);  // a constant output (None)
+    }
     b.set_state(p.state_dict(), p.constants());
     b.set_examples(p.example_inputs());
     auto q = std::move(b).build(p.dialect(), verify_options{.check_schemas = false});
@@ -14443,19 +14837,25 @@ inline void read_payloads(const zip_index& zip, const std::string& dir, const st
     if (*need > r->size)
       entry.fail(std::string(c10::toString(meta.dtype)) + " tensor of " + meta.annotation() + " needs " +
                  std::to_string(*need) + " bytes but record '" + rec + "' holds " + std::to_string(r->size));
-    auto st = storages.find(rec);
-    if (st == storages.end()) {
-      at::Tensor bytes = at::empty({static_cast<std::int64_t>(r->size)}, at::TensorOptions().dtype(c10::kByte));
-      zip.read_exact(r->data_offset, bytes.data_ptr(), static_cast<std::size_t>(r->size), rec);
-      st = storages.emplace(rec, std::move(bytes)).first;
-    }
-    at::Tensor t = at::empty({0}, at::TensorOptions().dtype(meta.dtype));
-    t.set_(st->second.storage(), meta.storage_offset.hint(), meta.size_hints(), meta.stride_hints());
-    if (meta.requires_grad) {
-      if (!c10::isFloatingType(meta.dtype) && !c10::isComplexType(meta.dtype))
-        entry["tensor_meta"]["requires_grad"].fail(std::string("a ") + c10::toString(meta.dtype) +
-                                                   " tensor cannot require grad (only floating-point and complex tensors can)");
-      t.requires_grad_(true);
+    if (meta.requires_grad && !c10::isFloatingType(meta.dtype) && !c10::isComplexType(meta.dtype))
+      entry["tensor_meta"]["requires_grad"].fail(std::string("a ") + c10::toString(meta.dtype) +
+                                                 " tensor cannot require grad (only floating-point and complex tensors can)");
+    // Every LibTorch call on the way (allocation, set_, requires_grad_) is checked above; one
+    // that still refuses the entry is reported at it, never as a raw c10::Error.
+    at::Tensor t;
+    try {
+      auto st = storages.find(rec);
+      if (st == storages.end()) {
+        at::Tensor bytes = at::empty({static_cast<std::int64_t>(r->size)}, at::TensorOptions().dtype(c10::kByte));
+        zip.read_exact(r->data_offset, bytes.data_ptr(), static_cast<std::size_t>(r->size), rec);
+        st = storages.emplace(rec, std::move(bytes)).first;
+      }
+      t = at::empty({0}, at::TensorOptions().dtype(meta.dtype));
+      t.set_(st->second.storage(), meta.storage_offset.hint(), meta.size_hints(), meta.stride_hints());
+      if (meta.requires_grad) t.requires_grad_(true);
+    } catch (const c10::Error& e) {
+      entry.fail("LibTorch cannot make this " + std::string(c10::toString(meta.dtype)) + " tensor of " +
+                 meta.annotation() + " from record '" + rec + "': " + first_line(e.what_without_backtrace()));
     }
     (void)entry["is_param"].boolean();  // required by the schema; the signature says what is a parameter
     out.set(fqn, std::move(t));
@@ -14538,9 +14938,36 @@ inline std::string save_to_string(const exported_program& p, const save_options&
 
 /// Reads a program from an archive behind `in`; throws load_error naming the record and the
 /// problem for any file that is not a valid archive of a program this LibTorch can run.
+namespace detail::serde {
+inline exported_program load_archive(caffe2::serialize::ReadAdapterInterface& raw,
+                                     std::shared_ptr<caffe2::serialize::ReadAdapterInterface> in,
+                                     const load_options& options, std::string& stage);
+}  // namespace detail::serde
+
 inline exported_program load(std::shared_ptr<caffe2::serialize::ReadAdapterInterface> in, const load_options& options = {}) {
+  // Every exception that leaves load() is a load_error: the readers check what they read, and
+  // anything LibTorch still refuses (building the graph, its tensors, the sample inputs) is
+  // reported with the part of the archive being read.
+  std::string stage = "the archive";
+  auto& raw = *in;
+  try {
+    return detail::serde::load_archive(raw, std::move(in), options, stage);
+  } catch (const load_error&) {
+    throw;
+  } catch (const error& e) {
+    throw load_error("xport.load.refused", stage + ": " + e.what());
+  } catch (const c10::Error& e) {
+    throw load_error("xport.load.refused", stage + ": LibTorch refused it: " + detail::first_line(e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    throw load_error("xport.load.refused", stage + ": " + detail::first_line(e.what()));
+  }
+}
+
+inline exported_program detail::serde::load_archive(caffe2::serialize::ReadAdapterInterface& raw,
+                                                    std::shared_ptr<caffe2::serialize::ReadAdapterInterface> in,
+                                                    const load_options& options, std::string& stage) {
   namespace s = detail::serde;
-  const detail::zip_index zip(*in);
+  const detail::zip_index zip(raw);
   // LibTorch's reader checks the archive as a whole (and CRCs of what it reads)
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
   try {
@@ -14572,11 +14999,15 @@ inline exported_program load(std::shared_ptr<caffe2::serialize::ReadAdapterInter
     throw load_error("xport.load.missing_record", "record '" + model + "' is missing" +
                                                       (models.empty() ? std::string(" (the archive has no models/)") : " (the archive has: " + models + ")"));
   }
+  stage = "record '" + model + "'";
   const auto doc = s::parse(text(model), model);
   auto parts = s::program_of(doc, model);
   tensor_dict state, constants;
+  stage = "data/weights/" + options.model_name + "_weights_config.json";
   s::read_payloads(zip, "data/weights/", options.model_name + "_weights_config.json", state);
+  stage = "data/constants/" + options.model_name + "_constants_config.json";
   s::read_payloads(zip, "data/constants/", options.model_name + "_constants_config.json", constants);
+  stage = "record '" + model + "'";
   // every lifted input must have its tensor
   for (const auto& spec : parts.sig.input_specs) {
     if (spec.kind == input_kind::user_input || spec.kind == input_kind::token) continue;
@@ -14594,6 +15025,7 @@ inline exported_program load(std::shared_ptr<caffe2::serialize::ReadAdapterInter
   p.set_module_types(std::move(parts.module_types));
   if (options.example_inputs) {
     const std::string rec = "data/sample_inputs/" + options.model_name + ".pt";
+    stage = "record '" + rec + "'";
     if (const auto* r = zip.find(rec); r && r->size > 0) {
       auto inputs = detail::unpickle_inputs(text(rec), rec, p.in_spec());
       std::size_t want = 0;
@@ -14605,6 +15037,7 @@ inline exported_program load(std::shared_ptr<caffe2::serialize::ReadAdapterInter
       p.set_example_inputs(std::move(inputs));
     }
   }
+  stage = "record '" + model + "'";
   if (options.verify) {
     try {
       verify(p);

@@ -1,24 +1,30 @@
-// Fuzz target: xport::load_from_memory on arbitrary bytes. A typed xport::error is the expected
+// Fuzz targets: xport::load_from_memory on arbitrary bytes, and the readers inside it on their
+// own (size expressions, program JSON). A typed xport::error is the expected
 // answer to a bad file; anything else (a sanitizer report, a crash, another exception type, a
 // hang) is a finding.
 //
-// Two drivers share the target:
-//  - libFuzzer (clang: -fsanitize=fuzzer), where the toolchain can compile LibTorch's headers;
+// Two drivers share the targets (load, sym, json: see fuzz_target):
+//  - libFuzzer (clang 16 against LibTorch 2.13: -fsanitize=fuzzer; clang 14 lacks the builtin
+//    behind std::source_location and cannot compile LibTorch 1.13's headers in C++20 mode);
 //  - a small coverage-guided driver of our own for GCC (-fsanitize-coverage=trace-pc plus
-//    ASan/UBSan): clang 14 cannot compile LibTorch 1.13's headers in C++20 mode against
-//    libstdc++ 12 (it instantiates std::vector<IValue> while IValue is incomplete), so on Debian
-//    12 this is the driver tools/fuzz.sh builds. It keeps inputs that reach new code (edge
-//    coverage of everything compiled in this file, i.e. all of xport), and mutates bytes as well
-//    as whole archive records (rewritten with valid CRCs, so the JSON and weight parsers are
-//    reached, not only the zip reader).
+//    ASan/UBSan), the default of tools/fuzz.sh and what ctest runs (fuzz_load, fuzz_sym,
+//    fuzz_json: a fixed number of executions from a fixed seed). It keeps inputs that reach new
+//    code (edge coverage of everything compiled in this file, i.e. all of xport), and mutates
+//    bytes as well as whole archive records (rewritten with valid CRCs, so the JSON and weight
+//    parsers are reached, not only the zip reader).
 //
 // With XPORT_FUZZ_WRITE_SEEDS=<dir> in the environment, either driver writes seed archives
 // (small real programs) into <dir> and exits.
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <caffe2/serialize/in_memory_adapter.h>
 #include <caffe2/serialize/inline_container.h>
@@ -57,13 +63,86 @@ void write_seeds(const std::string& dir) {
   std::ofstream(dir + "/seed_" + std::to_string(i++) + ".pt2", std::ios::binary) << xport::save_to_string(dyn, with_inputs);
 }
 
+// What the bytes are fed to: a whole archive (`load`), a size expression in either of torch's
+// texts (`sym`: str() and srepr), or a program's JSON alone (`json`: the reader that turns
+// models/model.json into a graph and signature, without the zip around it).
+enum class fuzz_target { load, sym, json };
+fuzz_target target = fuzz_target::load;
+
+bool set_target(const std::string& name) {
+  if (name == "load") target = fuzz_target::load;
+  else if (name == "sym") target = fuzz_target::sym;
+  else if (name == "json") target = fuzz_target::json;
+  else return false;
+  return true;
+}
+
 int test_one(const std::uint8_t* data, std::size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
   try {
-    auto p = xport::load_from_memory(data, size);
-    (void)xport::to_string(p);
+    switch (target) {
+      case fuzz_target::load: {
+        auto p = xport::load_from_memory(data, size);
+        (void)xport::to_string(p);
+        break;
+      }
+      case fuzz_target::sym: {
+        const auto symbol_of = [](std::string_view name) -> std::optional<xport::sym_int> {
+          if (name.size() > 16) return std::nullopt;
+          return xport::sym::symbol(std::string(name), 7);
+        };
+        const auto e = xport::sym::parse(text, symbol_of);
+        (void)e.str();
+        break;
+      }
+      case fuzz_target::json: {
+        const auto doc = xport::detail::serde::parse(text, "models/model.json");
+        auto parts = xport::detail::serde::program_of(doc, "models/model.json");
+        (void)parts;
+        break;
+      }
+    }
   } catch (const xport::error&) {
   }
   return 0;
+}
+
+// Seeds for the sym and json targets, from the same programs.
+void write_text_seeds(const std::string& dir, const std::vector<std::string>& archives) {
+  int i = 0;
+  const auto put = [&](const std::string& text) {
+    std::ofstream(dir + "/text_" + std::to_string(i++), std::ios::binary) << text;
+  };
+  if (target == fuzz_target::sym) {
+    for (const char* e : {"s0", "2*s0 + 1", "((s0 - 3)//2) + 1", "Min(4, s0)", "Mod(s0, 2)", "s27*s77", "s77**2",
+                          "Add(FloorDiv(Symbol('s0', integer=True, positive=True), Integer(2)), Integer(1))",
+                          "Mul(Integer(2), Symbol('s77'))", "Max(Symbol('s0'), Integer(3))",
+                          "CeilDiv(Symbol('s0'), Integer(4))", "ModularIndexing(Symbol('s0'), Integer(1), Integer(8))"})
+      put(e);
+    return;
+  }
+  for (const auto& a : archives) {
+    caffe2::serialize::MemoryReadAdapter in(a.data(), static_cast<off_t>(a.size()));
+    const xport::detail::zip_index zip(in);
+    put(zip.read("models/model.json"));
+  }
+}
+
+void write_seeds_for_target(const std::string& dir) {
+  if (target == fuzz_target::load) {
+    write_seeds(dir);
+    return;
+  }
+  const auto tmp = dir + "/.archives";
+  std::filesystem::create_directories(tmp);
+  write_seeds(tmp);
+  std::vector<std::string> archives;
+  for (const auto& e : std::filesystem::directory_iterator(tmp)) {
+    std::ifstream f(e.path(), std::ios::binary);
+    archives.emplace_back(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }
+  std::filesystem::remove_all(tmp);
+  write_text_seeds(dir, archives);
 }
 
 }  // namespace
@@ -71,8 +150,12 @@ int test_one(const std::uint8_t* data, std::size_t size) {
 #ifndef XPORT_FUZZ_STANDALONE
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  if (const char* t = std::getenv("XPORT_FUZZ_TARGET"); t && !set_target(t)) {
+    std::fprintf(stderr, "XPORT_FUZZ_TARGET must be load, sym or json\n");
+    std::exit(2);
+  }
   if (const char* dir = std::getenv("XPORT_FUZZ_WRITE_SEEDS")) {
-    write_seeds(dir);
+    write_seeds_for_target(dir);
     std::exit(0);
   }
   return 0;
@@ -232,22 +315,29 @@ std::uint8_t bucket(std::uint8_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (const char* dir = std::getenv("XPORT_FUZZ_WRITE_SEEDS")) {
-    write_seeds(dir);
-    return 0;
-  }
   double seconds = 60;
-  std::uint64_t seed = 1;
+  std::uint64_t seed = 1, max_runs = std::numeric_limits<std::uint64_t>::max();
+  bool grow = true;
   std::string corpus_dir, findings = ".";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a.rfind("-max_total_time=", 0) == 0) seconds = std::stod(a.substr(16));
+    else if (a.rfind("-runs=", 0) == 0) max_runs = std::stoull(a.substr(6));
     else if (a.rfind("-seed=", 0) == 0) seed = std::stoull(a.substr(6));
     else if (a.rfind("-artifact_prefix=", 0) == 0) findings = a.substr(17);
+    else if (a.rfind("-target=", 0) == 0 && set_target(a.substr(8))) continue;
+    else if (a == "-no_grow") grow = false;  // keep the corpus directory as it is (ctest)
     else corpus_dir = a;
   }
+  if (const char* dir = std::getenv("XPORT_FUZZ_WRITE_SEEDS")) {
+    write_seeds_for_target(dir);
+    return 0;
+  }
   if (corpus_dir.empty()) {
-    std::fprintf(stderr, "usage: %s [-max_total_time=S] [-seed=N] [-artifact_prefix=DIR/] CORPUS_DIR\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s [-target=load|sym|json] [-max_total_time=S] [-runs=N] [-seed=N] [-no_grow] "
+                 "[-artifact_prefix=DIR/] CORPUS_DIR\n",
+                 argv[0]);
     return 2;
   }
   std::vector<bytes> corpus;
@@ -286,13 +376,13 @@ int main(int argc, char** argv) {
   for (;;) {
     const auto now = std::chrono::steady_clock::now();
     const double elapsed = std::chrono::duration<double>(now - start).count();
-    if (elapsed >= seconds) break;
+    if (elapsed >= seconds || execs >= max_runs) break;
     const auto input = m.mutate(corpus[m.below(corpus.size())], corpus);
     ++execs;
     if (run(input)) {
       corpus.push_back(input);
       ++added;
-      std::ofstream(corpus_dir + "/cov_" + std::to_string(std::hash<bytes>{}(input)), std::ios::binary) << input;
+      if (grow) std::ofstream(corpus_dir + "/cov_" + std::to_string(std::hash<bytes>{}(input)), std::ios::binary) << input;
     }
     if (std::chrono::duration<double>(now - last_report).count() > 30) {
       std::size_t edges = 0;
@@ -304,8 +394,9 @@ int main(int argc, char** argv) {
   }
   std::size_t edges = 0;
   for (auto s : seen) edges += s != 0;
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::fprintf(stderr, "done: %llu executions in %.0f s, corpus %zu (+%llu), edges %zu, findings 0\n",
-               static_cast<unsigned long long>(execs), seconds, corpus.size(), static_cast<unsigned long long>(added), edges);
+               static_cast<unsigned long long>(execs), took, corpus.size(), static_cast<unsigned long long>(added), edges);
   return 0;
 }
 

@@ -115,6 +115,24 @@ std::vector<c10::IValue> run_meta(const op_info& op, std::vector<c10::IValue> in
 /// inference tensors: functionalization (trace/decompose.hpp) updates them in place.
 using meta_run_guard = at::AutoDispatchBelowADInplaceOrView;
 
+/// Note [Shapes from zeros] (meta_rules.hpp), with the op's refusals reported as a meta run's.
+template <class Describe>
+std::vector<c10::IValue> shapes_from_zeros_checked(const op_info& op, const std::vector<c10::IValue>& inputs,
+                                                   Describe&& describe) {
+  if (op.name == "aten::one_hot" && inputs.size() > 1 && inputs[1].isInt() && inputs[1].toInt() < 0)
+    throw graph_break("xport.export.graph_break",
+                      "graph break: at::one_hot without num_classes takes its class count from the "
+                      "largest value in the tensor, which export cannot know: it runs on shapes only. "
+                      "Way out: pass num_classes (at::one_hot(x, 10))");
+  try {
+    meta_run_guard guard;
+    return shapes_from_zeros(op.handle, inputs);
+  } catch (const c10::Error& e) {
+    throw graph_error("xport.fake.op_rejected", op.qualified + " rejected its arguments (" + describe() +
+                                                    "): " + first_line(e.what_without_backtrace()));
+  }
+}
+
 template <class Describe>
 void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Describe&& describe) {
   if (op.meta_support.load(std::memory_order_relaxed) == 1) {  // known to work: the common case
@@ -142,10 +160,15 @@ void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Descr
     apply_rule(std::vector<c10::IValue>(stack));
     return;
   }
+  if (op.meta_support.load(std::memory_order_relaxed) == 2 && is_shape_only(op.qualified)) {
+    stack = shapes_from_zeros_checked(op, std::vector<c10::IValue>(stack), describe);
+    return;
+  }
   // A failed call leaves the stack in an unspecified state: keep the inputs when a rule may
   // need them.
+  const bool shape_only = !rule && is_shape_only(op.qualified);
   std::vector<c10::IValue> inputs;
-  if (rule) inputs = stack;
+  if (rule || shape_only) inputs = stack;
   try {
     meta_run_guard guard;
     op.handle.callBoxed(stack);
@@ -153,6 +176,10 @@ void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Descr
     return;
   } catch (const c10::NotImplementedError& e) {
     op.meta_support.store(2, std::memory_order_relaxed);
+    if (shape_only) {
+      stack = shapes_from_zeros_checked(op, inputs, describe);
+      return;
+    }
     if (!rule)
       throw missing_fake_kernel(
           "xport.fake.missing_kernel",
@@ -165,6 +192,11 @@ void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Descr
     apply_rule(inputs);
     return;
   } catch (const c10::Error& e) {
+    if (shape_only) {  // a meta kernel that cannot answer (1.13's one_hot): the CPU kernel can
+      op.meta_support.store(2, std::memory_order_relaxed);
+      stack = shapes_from_zeros_checked(op, inputs, describe);
+      return;
+    }
     // The op has a meta kernel and it refused the arguments (shapes, dtypes, values).
     throw graph_error("xport.fake.op_rejected", op.qualified + " rejected its arguments (" + describe() +
                                                     "): " + first_line(e.what_without_backtrace()));

@@ -1,4 +1,4 @@
-// xport/detail/meta_rules.hpp: output shapes for ops whose meta kernel LibTorch 1.13 lacks.
+// xport/detail/meta_rules.hpp: output shapes for ops whose meta kernel LibTorch lacks.
 // Each rule reads the op's arguments (tensors already on the meta device) and returns meta
 // tensors of the outputs' sizes and dtypes; nothing runs on data. The set covers the gaps that
 // real models hit (conv, batch/layer/group norm, relu, hardtanh, index_select/embedding, where,
@@ -13,7 +13,10 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+#include <ATen/ops/zeros.h>
 #include <ATen/ops/result_type.h>
 
 #include <xport/config.hpp>
@@ -382,6 +385,71 @@ inline constexpr meta_rule_entry meta_rule_table[] = {
     {"aten::adaptive_avg_pool3d", rule_adaptive_pool},
     {"aten::adaptive_avg_pool1d", rule_adaptive_pool},
 };
+
+// ---- ops whose output sizes follow from argument sizes alone -----------------------------------
+// Note [Shapes from zeros]: these ops have no meta kernel (in 1.13, and many in 2.x too), and
+// their outputs' sizes and dtypes depend on their arguments' sizes, dtypes and non-tensor
+// arguments only, never on tensor contents. Their CPU kernel runs once on zero-filled tensors
+// of the arguments' sizes (zeros are valid data for each: indices, offsets, sorted sequences,
+// grid coordinates), and the results' geometry is kept. Only ops known to be shape-only are
+// listed: an op whose output size depends on data (nonzero, unique, repeat_interleave with
+// tensor repeats, one_hot without num_classes) must never be here.
+inline constexpr std::string_view shape_only_ops[] = {
+    "aten::flip", "aten::roll", "aten::cdist", "aten::_cdist_forward", "aten::logsumexp",
+    "aten::median.dim", "aten::nanmedian.dim", "aten::kthvalue", "aten::mode", "aten::im2col",
+    "aten::col2im", "aten::grid_sampler", "aten::grid_sampler_2d", "aten::grid_sampler_3d",
+    "aten::_pad_enum", "aten::reflection_pad1d", "aten::reflection_pad2d", "aten::reflection_pad3d",
+    "aten::replication_pad1d", "aten::replication_pad2d", "aten::replication_pad3d", "aten::huber_loss",
+    "aten::floor_divide", "aten::floor_divide.Scalar", "aten::diag", "aten::diag_embed",
+    "aten::repeat_interleave.self_int", "aten::searchsorted.Tensor", "aten::searchsorted.Scalar",
+    "aten::bucketize.Tensor", "aten::bucketize.Scalar", "aten::channel_shuffle", "aten::native_channel_shuffle",
+    "aten::pixel_shuffle", "aten::pixel_unshuffle", "aten::embedding_bag", "aten::embedding_bag.padding_idx",
+    "aten::_embedding_bag", "aten::_embedding_bag_forward_only", "aten::one_hot", "aten::log_sigmoid_forward",
+    "aten::cummax", "aten::cummin", "aten::logcumsumexp", "aten::renorm", "aten::histc",
+};
+
+inline bool is_shape_only(std::string_view qualified) {
+  for (auto op : shape_only_ops)
+    if (op == qualified) return true;
+  return false;
+}
+
+/// Note [Shapes from zeros]: the op's results for zero-filled CPU tensors in place of its meta
+/// arguments, as meta tensors of the same geometry.
+inline std::vector<c10::IValue> shapes_from_zeros(const c10::OperatorHandle& op, const meta_stack& inputs) {
+  const auto zeros_like_meta = [](const at::Tensor& t) {
+    return t.defined() ? at::zeros(sizes_of(t), at::TensorOptions().dtype(t.scalar_type())) : t;
+  };
+  std::vector<c10::IValue> stack;
+  stack.reserve(inputs.size());
+  for (const auto& v : inputs) {
+    if (v.isTensor()) {
+      stack.emplace_back(zeros_like_meta(v.toTensor()));
+    } else if (v.isTensorList()) {
+      c10::List<at::Tensor> l;
+      for (const auto& t : v.toTensorVector()) l.push_back(zeros_like_meta(t));
+      stack.emplace_back(std::move(l));
+    } else if (v.isDevice() && v.toDevice().is_meta()) {
+      stack.emplace_back(c10::Device(c10::kCPU));
+    } else {
+      stack.push_back(v);
+    }
+  }
+  op.callBoxed(stack);
+  for (auto& r : stack) {
+    const auto to_meta = [](const at::Tensor& t) {
+      return t.defined() ? at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta)) : t;
+    };
+    if (r.isTensor()) {
+      r = to_meta(r.toTensor());
+    } else if (r.isTensorList()) {
+      c10::List<at::Tensor> l;
+      for (const auto& t : r.toTensorVector()) l.push_back(to_meta(t));
+      r = std::move(l);
+    }
+  }
+  return stack;
+}
 
 /// The shape rule for `qualified` ("aten::conv2d", "aten::where.self"), or nullptr.
 inline meta_rule find_meta_rule(std::string_view qualified) {

@@ -34,6 +34,8 @@ XPORT_END_NAMESPACE
 #include <ATen/ScalarOps.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
+#include <ATen/ops/_embedding_bag.h>
+#include <ATen/ops/_embedding_bag_forward_only.h>
 #include <ATen/ops/_native_batch_norm_legit.h>
 #include <ATen/ops/_native_batch_norm_legit_no_training.h>
 #include <ATen/ops/alias.h>
@@ -441,6 +443,22 @@ inline at::Tensor matmul_impl(const at::Tensor& tensor1, const at::Tensor& tenso
 }
 inline S matmul_op(const S& a) { return {matmul_impl(a[0].toTensor(), a[1].toTensor())}; }
 
+// embedding_bag's C++ composite, deciding as it does under torch's fake tensors (where the
+// weight keeps requires_grad): `_embedding_bag` when the weight requires grad, else the
+// forward-only kernel (meta tensors never require grad, so the kernel itself would always pick
+// the forward-only one, which autograd cannot run on a parameter).
+inline S embedding_bag(const S& a) {
+  const auto& w = a[0].toTensor();
+  const auto psw = a[6].toOptional<at::Tensor>();
+  const std::int64_t pad = a.size() > 8 && !a[8].isNone() ? a[8].toInt() : -1;
+  const auto r = requires_grad(w)
+                     ? at::_embedding_bag(w, a[1].toTensor(), a[2].toTensor(), a[3].toBool(), a[4].toInt(),
+                                          a[5].toBool(), psw, a[7].toBool(), pad)
+                     : at::_embedding_bag_forward_only(w, a[1].toTensor(), a[2].toTensor(), a[3].toBool(),
+                                                       a[4].toInt(), a[5].toBool(), psw, a[7].toBool(), pad);
+  return {std::get<0>(r), std::get<1>(r), std::get<2>(r), std::get<3>(r)};
+}
+
 // torch._decomp.nop_decomposition (detach, lift, lift_fresh): alias
 inline S alias(const S& a) { return {at::alias(a[0].toTensor())}; }
 
@@ -456,6 +474,8 @@ inline const std::unordered_map<std::string, decomposition_fn>& torch_composite_
       {"aten::native_batch_norm", d::native_batch_norm},
       {"aten::lstm.input", d::rnn::lstm},
       {"aten::gru.input", d::rnn::gru},
+      {"aten::embedding_bag", d::embedding_bag},
+      {"aten::embedding_bag.padding_idx", d::embedding_bag},
   };
   return table;
 }

@@ -176,8 +176,17 @@ class program_builder {
   /// Adds an output of the given kind; `target` names the mutated buffer/parameter/input.
   program_builder& output(value v, output_kind kind, std::optional<std::string> target = std::nullopt) {
     check_owned(v, nullptr);
-    outputs_.push_back(v);
+    outputs_.emplace_back(v);
     output_specs_.push_back(output_spec{kind, argument_spec::tensor(v.name()), std::move(target)});
+    return *this;
+  }
+  /// Adds an output that is a graph value or a constant (`None` where the traced code returned
+  /// an undefined tensor; a constant output of a loaded program): a constant is returned by the
+  /// output node itself, its spec a ConstantArgument with no name, as torch.export records it.
+  program_builder& output_arg(const argument& a, output_kind kind, std::optional<std::string> target = std::nullopt) {
+    if (a.is_value()) return output(a.as_value(), kind, std::move(target));
+    outputs_.push_back(a);
+    output_specs_.push_back(output_spec{kind, argument_spec::constant_value("", a), std::move(target)});
     return *this;
   }
 
@@ -259,7 +268,7 @@ class program_builder {
 
   xport::graph graph_;
   std::vector<input_spec> input_specs_;  // in placeholder creation order
-  std::vector<value> outputs_;
+  std::vector<argument> outputs_;
   std::vector<output_spec> output_specs_;
   tensor_dict state_dict_;
   tensor_dict constants_;

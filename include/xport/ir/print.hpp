@@ -182,19 +182,30 @@ inline size_nodes plan_size_nodes(const graph& g) {
         if (d.is_symbolic() && sym::as_linear(d) && sym::as_linear(d)->a == 1 && sym::as_linear(d)->b == 0 &&
             std::none_of(dim_symbols.begin(), dim_symbols.end(), [&](const auto& p) { return p.first == d.str(); }))
           dim_symbols.push_back({d.str(), d});
-  // a product of input dims (`s27*s77`, a flattened batch): its factors in placeholder order
+  // a product of input dims (`s27*s77`, a flattened batch; `s77**2`, attention scores): its
+  // factors in placeholder order, a symbol repeated for its power (up to the fourth)
   const auto product_of = [&](const sym_int& e) -> std::optional<std::vector<std::string>> {
     const auto fs = sym::free_symbols(e);
-    if (fs.size() < 2) return std::nullopt;
-    std::vector<std::string> factors;
-    std::optional<sym_int> prod;
+    std::vector<std::pair<std::string, sym_int>> syms;
     for (const auto& [text, sym] : dim_symbols)
-      if (std::find(fs.begin(), fs.end(), text) != fs.end()) {
-        factors.push_back(text);
-        prod = prod ? *prod * sym : sym;
-      }
-    if (factors.size() != fs.size() || prod->str() != e.str()) return std::nullopt;
-    return factors;
+      if (std::find(fs.begin(), fs.end(), text) != fs.end()) syms.push_back({text, sym});
+    if (fs.empty() || syms.size() != fs.size() || syms.size() > 3) return std::nullopt;
+    const auto target = e.str();
+    std::vector<int> power(syms.size(), 1);
+    for (;;) {  // every power from 1 to 4 for each symbol, the lowest first
+      std::vector<std::string> factors;
+      std::optional<sym_int> prod;
+      for (std::size_t i = 0; i < syms.size(); ++i)
+        for (int k = 0; k < power[i]; ++k) {
+          factors.push_back(syms[i].first);
+          prod = prod ? *prod * syms[i].second : syms[i].second;
+        }
+      if (factors.size() >= 2 && prod->str() == target) return factors;
+      std::size_t i = 0;
+      while (i < power.size() && power[i] == 4) power[i++] = 1;
+      if (i == power.size()) return std::nullopt;
+      ++power[i];
+    }
   };
   // the symbols the linear forms and products use
   std::vector<std::string> symbols;

@@ -88,6 +88,7 @@ struct treespec {
 
  private:
   [[nodiscard]] std::string constant_text() const {
+    if (value.is_none()) return "None";
     if (value.is_bool()) return value.as_bool() ? "True" : "False";
     if (value.is_int()) return std::to_string(value.as_int());
     if (value.is_double()) return detail::python_float_repr(value.as_double());

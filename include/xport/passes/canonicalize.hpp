@@ -71,7 +71,10 @@ struct canonicalize_t : pass_base<canonicalize_t> {
     }
     const auto outs = g.output_node().args();
     const auto& specs = p.signature().output_specs;
-    for (std::size_t i = 0; i < outs.size(); ++i) b.output(map.at(outs[i].as_value().impl()), specs.at(i).kind, specs.at(i).target);
+    for (std::size_t i = 0; i < outs.size(); ++i) {
+      if (outs[i].is_value()) b.output(map.at(outs[i].as_value().impl()), specs.at(i).kind, specs.at(i).target);
+      else b.output_arg(outs[i], specs.at(i).kind, specs.at(i).target);  // a constant output (None)
+    }
     b.set_state(p.state_dict(), p.constants());
     b.set_examples(p.example_inputs());
     auto q = std::move(b).build(p.dialect(), verify_options{.check_schemas = false});

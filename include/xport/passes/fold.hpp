@@ -4,9 +4,11 @@
 // the rest of the program reads are lifted as new CONSTANT_TENSOR inputs (`c__folded_0`, ...).
 // Calls that draw random numbers or mutate are never folded; results larger than the size limit
 // are left to run (so weights are not duplicated). With `fold_state`, parameters and buffers
-// count as constants too (for inference deployment, e.g. after folding batch norm into a conv).
+// count as constants too (for inference deployment, e.g. after folding batch norm into a conv),
+// except those the program mutates (a counter buffer changes from run to run).
 #pragma once
 
+#include <algorithm>      // std::find
 #include <cstddef>        // std::size_t
 #include <string>         // std::string
 #include <string_view>    // std::string_view
@@ -64,6 +66,15 @@ struct fold_t : pass_base<fold_t> {
       known.push_back(std::move(t));
       v.scratch() = static_cast<std::uint32_t>(known.size());
     };
+    // a parameter or buffer the program writes (BUFFER_MUTATION, PARAMETER_MUTATION) changes
+    // from run to run: never a constant, even with fold_state
+    std::vector<std::string_view> mutated;
+    for (const auto& o : p.signature().output_specs)
+      if ((o.kind == output_kind::buffer_mutation || o.kind == output_kind::parameter_mutation) && o.target)
+        mutated.push_back(*o.target);
+    const auto is_mutated = [&](const input_spec& s) {
+      return s.target && std::find(mutated.begin(), mutated.end(), *s.target) != mutated.end();
+    };
     std::vector<node> folded;
     {
       c10::NoGradGuard no_grad;
@@ -73,7 +84,7 @@ struct fold_t : pass_base<fold_t> {
         if (n.is_placeholder()) {
           const auto& s = specs[ph_index++];
           const bool constant = s.kind == input_kind::constant_tensor ||
-                                (fold_state && (s.kind == input_kind::parameter || s.kind == input_kind::buffer));
+                                (fold_state && (s.kind == input_kind::parameter || s.kind == input_kind::buffer) && !is_mutated(s));
           if (constant) remember(n.output(0), p.lifted_tensor(s).detach());
           continue;
         }

@@ -113,9 +113,10 @@ class functionalizer {
       if (spec.kind == output_kind::buffer_mutation || spec.kind == output_kind::user_input_mutation ||
           spec.kind == output_kind::parameter_mutation)
         continue;  // already functional input: re-derived above
-      if (!outs[i].is_value())
-        throw functionalize_error("xport.functionalize.constant_output",
-                                  "output " + std::to_string(i) + " is a constant; functionalization keeps graph values only");
+      if (!outs[i].is_value()) {  // a constant output (None): returned as it is
+        b_.output_arg(outs[i], spec.kind, spec.target);
+        continue;
+      }
       b_.output(get(outs[i].as_value()), spec.kind, spec.target);
     }
     b_.set_state(src_.state_dict(), src_.constants());

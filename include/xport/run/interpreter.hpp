@@ -14,6 +14,7 @@
 #include <optional>       // std::optional
 #include <string>         // std::string
 #include <unordered_map>  // std::unordered_map
+#include <unordered_set>  // std::unordered_set
 #include <utility>        // std::move
 #include <vector>         // std::vector
 
@@ -53,7 +54,8 @@ class interpreter {
     const sym_env env = opts.check_inputs ? guards_.check_and_bind(inputs) : guards_.bind(inputs);
     std::optional<c10::InferenceMode> inference;
     if (opts.inference_mode) inference.emplace();
-    auto outs = execute(inputs, env);
+    std::vector<at::Tensor> relaid;
+    auto outs = execute(in_exported_layout(inputs, relaid), env);
     std::vector<at::Tensor> user;
     user.reserve(user_outputs_.size());
     for (auto i : user_outputs_) user.push_back(outs[i].isTensor() ? outs[i].toTensor() : at::Tensor());
@@ -71,7 +73,8 @@ class interpreter {
   /// Runs and returns every graph output (mutations included) as IValues, without guards or
   /// write-back: the graph as a pure function of (lifted state, user inputs).
   std::vector<c10::IValue> run_all(const std::vector<at::Tensor>& inputs) const {
-    return execute(inputs, guards_.bind(inputs));
+    std::vector<at::Tensor> relaid;
+    return execute(in_exported_layout(inputs, relaid), guards_.bind(inputs));
   }
 
   [[nodiscard]] std::size_t num_instructions() const noexcept { return code_.size(); }
@@ -106,11 +109,72 @@ class interpreter {
   };
   static constexpr std::uint32_t dead = 0xffffffffu;
 
+  // Note [Inputs in the exported layout]: a program assumes its examples' memory layout where
+  // the ops it was traced through did: a composite kernel that called `.contiguous()` on a
+  // contiguous example recorded nothing (`_embedding_bag` then reads a strided index tensor
+  // wrongly), a decomposed reshape became a view. The guards accept any layout, so an input
+  // whose layout differs from its example's (contiguous or channels_last) is copied into it
+  // first: same values, the layout every recorded op assumed. Inputs the program writes in
+  // place are passed as they are (their writes must reach the caller's tensor).
+  const std::vector<at::Tensor>& in_exported_layout(const std::vector<at::Tensor>& inputs,
+                                                    std::vector<at::Tensor>& relaid) const {
+    for (std::size_t i = 0; i < inputs.size() && i < input_layout_.size(); ++i) {
+      const auto& fmt = input_layout_[i];
+      if (!fmt || !inputs[i].defined() || inputs[i].is_contiguous(*fmt)) continue;
+      if (relaid.empty()) relaid = inputs;
+      relaid[i] = inputs[i].contiguous(*fmt);
+    }
+    return relaid.empty() ? inputs : relaid;
+  }
+
+  // The layout of a placeholder's example, when it is one `.contiguous(format)` makes.
+  static std::optional<c10::MemoryFormat> exported_layout(const value& v) {
+    if (v.kind() != value_kind::tensor) return std::nullopt;
+    const auto& m = v.meta();
+    if (m.layout != c10::kStrided) return std::nullopt;
+    const auto t = m.make_meta();
+    for (auto fmt : {c10::MemoryFormat::Contiguous, c10::MemoryFormat::ChannelsLast, c10::MemoryFormat::ChannelsLast3d})
+      if ((fmt != c10::MemoryFormat::ChannelsLast || t.dim() == 4) && (fmt != c10::MemoryFormat::ChannelsLast3d || t.dim() == 5) &&
+          t.is_contiguous(fmt))
+        return fmt;
+    return std::nullopt;
+  }
+
+  // Placeholders some in-place op writes to, directly or through a view.
+  static std::unordered_set<const detail::value_impl*> written_placeholders(const graph& g) {
+    std::unordered_map<const detail::value_impl*, const detail::value_impl*> root;
+    for (auto ph : g.placeholders()) root[ph.output(0).impl()] = ph.output(0).impl();
+    std::unordered_set<const detail::value_impl*> written;
+    for (auto n : g.nodes()) {
+      if (!n.is_call()) continue;
+      const auto& op = n.op();
+      const auto args = n.args();
+      const auto& params = op.schema().arguments();
+      const auto root_of = [&](const argument& a) -> const detail::value_impl* {
+        if (!a.is_value()) return nullptr;
+        const auto it = root.find(a.as_value().impl());
+        return it == root.end() ? nullptr : it->second;
+      };
+      const detail::value_impl* aliased = nullptr;
+      for (std::size_t i = 0; i < params.size() && i < args.size(); ++i) {
+        const auto* ai = params[i].alias_info();
+        if (!ai) continue;
+        const auto* r = root_of(args[i]);
+        if (ai->isWrite() && r) written.insert(r);
+        if (!aliased) aliased = r;
+      }
+      if (aliased && (op.is_view || op.is_mutable || op.inplace_view))
+        for (auto v : n.outputs()) root[v.impl()] = aliased;
+    }
+    return written;
+  }
+
   void compile(const exported_program& p) {
     const auto& g = p.graph();
     const auto& sig = p.signature();
     std::unordered_map<const detail::value_impl*, std::uint32_t> reg;
     const auto phs = g.placeholders();
+    const auto written = written_placeholders(g);
     for (std::size_t i = 0; i < phs.size(); ++i) {
       const auto r = static_cast<std::uint32_t>(reg.size());
       reg.emplace(phs[i].output(0).impl(), r);
@@ -120,6 +184,7 @@ class interpreter {
       } else if (spec.kind == input_kind::user_input) {
         user_slots_.push_back(r);
         user_names_.push_back(spec.arg.name);
+        input_layout_.push_back(written.count(phs[i].output(0).impl()) ? std::nullopt : exported_layout(phs[i].output(0)));
       } else {
         state_slots_.emplace_back(r, p.lifted_tensor(spec));
       }
@@ -200,6 +265,7 @@ class interpreter {
           in.outputs.push_back(r);
         }
       }
+      run_views_as_reshape(in);
       max_args_ = std::max(max_args_, in.args.size());
       code_.push_back(std::move(in));
     }
@@ -251,6 +317,20 @@ class interpreter {
       for (auto& a : in.args) keep(a);
     for (auto& l : lists_)
       for (auto& e : l.elems) keep(e);
+  }
+
+  // Note [Views run as reshape]: a decomposed `reshape` is a `view` (torch 2.x) or an
+  // `_reshape_alias` with the example's strides (LibTorch 1.13): both assume the example's
+  // layout. Given a transposed, sliced or channels_last input, `view` fails and `_reshape_alias`
+  // reads the wrong elements. They run as `reshape` instead: the same view whenever one exists
+  // (so aliasing is kept), a copy otherwise, the right values for every layout.
+  static void run_views_as_reshape(instr& in) {
+    const auto& name = in.info->name;
+    const bool plain_view = name == "aten::view" && in.info->overload.empty();
+    if (!plain_view && name != "aten::_unsafe_view" && name != "aten::_reshape_alias") return;
+    static const op_info& reshape = find_op("aten::reshape");
+    in.op = &reshape.handle;
+    in.args.resize(2);  // self, size (`_reshape_alias`'s strides are the example's: dropped)
   }
 
   c10::IValue take(std::vector<c10::IValue>& regs, const sym_env& env, const arg_op& a) const {
@@ -344,6 +424,7 @@ class interpreter {
   std::vector<sym_int> syms_;  // symbolic arguments, evaluated per call
   std::vector<std::uint32_t> user_slots_;
   std::vector<std::string> user_names_;
+  std::vector<std::optional<c10::MemoryFormat>> input_layout_;  // per user input (see in_exported_layout)
   std::vector<std::pair<std::uint32_t, at::Tensor>> state_slots_;
   std::vector<output_slot> outputs_;
   std::vector<std::size_t> user_outputs_;

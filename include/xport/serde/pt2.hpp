@@ -1037,19 +1037,25 @@ inline void read_payloads(const zip_index& zip, const std::string& dir, const st
     if (*need > r->size)
       entry.fail(std::string(c10::toString(meta.dtype)) + " tensor of " + meta.annotation() + " needs " +
                  std::to_string(*need) + " bytes but record '" + rec + "' holds " + std::to_string(r->size));
-    auto st = storages.find(rec);
-    if (st == storages.end()) {
-      at::Tensor bytes = at::empty({static_cast<std::int64_t>(r->size)}, at::TensorOptions().dtype(c10::kByte));
-      zip.read_exact(r->data_offset, bytes.data_ptr(), static_cast<std::size_t>(r->size), rec);
-      st = storages.emplace(rec, std::move(bytes)).first;
-    }
-    at::Tensor t = at::empty({0}, at::TensorOptions().dtype(meta.dtype));
-    t.set_(st->second.storage(), meta.storage_offset.hint(), meta.size_hints(), meta.stride_hints());
-    if (meta.requires_grad) {
-      if (!c10::isFloatingType(meta.dtype) && !c10::isComplexType(meta.dtype))
-        entry["tensor_meta"]["requires_grad"].fail(std::string("a ") + c10::toString(meta.dtype) +
-                                                   " tensor cannot require grad (only floating-point and complex tensors can)");
-      t.requires_grad_(true);
+    if (meta.requires_grad && !c10::isFloatingType(meta.dtype) && !c10::isComplexType(meta.dtype))
+      entry["tensor_meta"]["requires_grad"].fail(std::string("a ") + c10::toString(meta.dtype) +
+                                                 " tensor cannot require grad (only floating-point and complex tensors can)");
+    // Every LibTorch call on the way (allocation, set_, requires_grad_) is checked above; one
+    // that still refuses the entry is reported at it, never as a raw c10::Error.
+    at::Tensor t;
+    try {
+      auto st = storages.find(rec);
+      if (st == storages.end()) {
+        at::Tensor bytes = at::empty({static_cast<std::int64_t>(r->size)}, at::TensorOptions().dtype(c10::kByte));
+        zip.read_exact(r->data_offset, bytes.data_ptr(), static_cast<std::size_t>(r->size), rec);
+        st = storages.emplace(rec, std::move(bytes)).first;
+      }
+      t = at::empty({0}, at::TensorOptions().dtype(meta.dtype));
+      t.set_(st->second.storage(), meta.storage_offset.hint(), meta.size_hints(), meta.stride_hints());
+      if (meta.requires_grad) t.requires_grad_(true);
+    } catch (const c10::Error& e) {
+      entry.fail("LibTorch cannot make this " + std::string(c10::toString(meta.dtype)) + " tensor of " +
+                 meta.annotation() + " from record '" + rec + "': " + first_line(e.what_without_backtrace()));
     }
     (void)entry["is_param"].boolean();  // required by the schema; the signature says what is a parameter
     out.set(fqn, std::move(t));
@@ -1132,9 +1138,36 @@ inline std::string save_to_string(const exported_program& p, const save_options&
 
 /// Reads a program from an archive behind `in`; throws load_error naming the record and the
 /// problem for any file that is not a valid archive of a program this LibTorch can run.
+namespace detail::serde {
+inline exported_program load_archive(caffe2::serialize::ReadAdapterInterface& raw,
+                                     std::shared_ptr<caffe2::serialize::ReadAdapterInterface> in,
+                                     const load_options& options, std::string& stage);
+}  // namespace detail::serde
+
 inline exported_program load(std::shared_ptr<caffe2::serialize::ReadAdapterInterface> in, const load_options& options = {}) {
+  // Every exception that leaves load() is a load_error: the readers check what they read, and
+  // anything LibTorch still refuses (building the graph, its tensors, the sample inputs) is
+  // reported with the part of the archive being read.
+  std::string stage = "the archive";
+  auto& raw = *in;
+  try {
+    return detail::serde::load_archive(raw, std::move(in), options, stage);
+  } catch (const load_error&) {
+    throw;
+  } catch (const error& e) {
+    throw load_error("xport.load.refused", stage + ": " + e.what());
+  } catch (const c10::Error& e) {
+    throw load_error("xport.load.refused", stage + ": LibTorch refused it: " + detail::first_line(e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    throw load_error("xport.load.refused", stage + ": " + detail::first_line(e.what()));
+  }
+}
+
+inline exported_program detail::serde::load_archive(caffe2::serialize::ReadAdapterInterface& raw,
+                                                    std::shared_ptr<caffe2::serialize::ReadAdapterInterface> in,
+                                                    const load_options& options, std::string& stage) {
   namespace s = detail::serde;
-  const detail::zip_index zip(*in);
+  const detail::zip_index zip(raw);
   // LibTorch's reader checks the archive as a whole (and CRCs of what it reads)
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
   try {
@@ -1166,11 +1199,15 @@ inline exported_program load(std::shared_ptr<caffe2::serialize::ReadAdapterInter
     throw load_error("xport.load.missing_record", "record '" + model + "' is missing" +
                                                       (models.empty() ? std::string(" (the archive has no models/)") : " (the archive has: " + models + ")"));
   }
+  stage = "record '" + model + "'";
   const auto doc = s::parse(text(model), model);
   auto parts = s::program_of(doc, model);
   tensor_dict state, constants;
+  stage = "data/weights/" + options.model_name + "_weights_config.json";
   s::read_payloads(zip, "data/weights/", options.model_name + "_weights_config.json", state);
+  stage = "data/constants/" + options.model_name + "_constants_config.json";
   s::read_payloads(zip, "data/constants/", options.model_name + "_constants_config.json", constants);
+  stage = "record '" + model + "'";
   // every lifted input must have its tensor
   for (const auto& spec : parts.sig.input_specs) {
     if (spec.kind == input_kind::user_input || spec.kind == input_kind::token) continue;
@@ -1188,6 +1225,7 @@ inline exported_program load(std::shared_ptr<caffe2::serialize::ReadAdapterInter
   p.set_module_types(std::move(parts.module_types));
   if (options.example_inputs) {
     const std::string rec = "data/sample_inputs/" + options.model_name + ".pt";
+    stage = "record '" + rec + "'";
     if (const auto* r = zip.find(rec); r && r->size > 0) {
       auto inputs = detail::unpickle_inputs(text(rec), rec, p.in_spec());
       std::size_t want = 0;
@@ -1199,6 +1237,7 @@ inline exported_program load(std::shared_ptr<caffe2::serialize::ReadAdapterInter
       p.set_example_inputs(std::move(inputs));
     }
   }
+  stage = "record '" + model + "'";
   if (options.verify) {
     try {
       verify(p);

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>        // std::size_t
+#include <cstdint>        // std::uint64_t
 #include <functional>     // std::function
 #include <memory>         // std::make_shared
 #include <optional>       // std::optional
@@ -22,7 +23,9 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <c10/core/GradMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/StringUtil.h>
 #include <torch/library.h>
 
 #include <xport/config.hpp>
@@ -32,6 +35,7 @@
 #include <xport/ir/builder.hpp>
 #include <xport/ir/graph.hpp>
 #include <xport/ir/op.hpp>
+#include <xport/ir/sym_expr.hpp>
 
 XPORT_BEGIN_NAMESPACE
 namespace detail {
@@ -74,6 +78,18 @@ inline std::string user_facing_call(std::string_view op) {
   if (op == "aten::allclose") return "at::allclose";
   if (op == "aten::masked_select") return "at::masked_select";
   return std::string(op);
+}
+
+/// Boolean-mask indexing (`x.index({mask})`, `x[mask]`): its output size is the mask's count of
+/// true elements, a value export cannot know.
+[[noreturn]] inline void throw_mask_index_break(const op_info& op) {
+  throw graph_break(
+      "xport.export.graph_break",
+      "graph break: " + op.qualified + " with a boolean (or uint8) mask as an index selects as many "
+          "elements as the mask holds true values, a data-dependent output size that export cannot "
+          "know: it runs on shapes only. Way out: keep the shape and zero the rest "
+          "(at::where(mask, x, 0), x * mask), or index with positions computed outside the "
+          "program and passed as an input");
 }
 
 [[noreturn]] inline void throw_graph_break(const op_info& op) {
@@ -130,6 +146,9 @@ class capture {
   /// Sizes the user inputs get in place of their examples' (one entry per input, in order; an
   /// empty entry keeps the example's): how a dynamic export captures again at other sizes.
   void set_input_sizes(std::vector<std::vector<std::int64_t>> sizes) { input_sizes_ = std::move(sizes); }
+  /// Whether the program being captured has dynamic dims: sizes seen now may be others at run
+  /// time, so no answer may rest on two sizes differing (see sizes_always_differ).
+  void set_sizes_may_vary(bool on) noexcept { sizes_may_vary_ = on; }
 
   /// A placeholder exactly as `spec` says (re-capturing a program); returns the meta tensor the
   /// calls see in its place.
@@ -230,14 +249,31 @@ class capture {
     const auto& schema = op.schema();
     const auto& params = schema.arguments();
     const std::size_t n = params.size();
-    if (op.data_dependent && op.name == "aten::equal" && same_value(stack[stack.size() - 2], stack[stack.size() - 1])) {
-      // equal(x, x): true by construction, whatever x holds (C++ MultiheadAttention asks this to
-      // detect self-attention). Any other comparison of contents is a graph break below.
-      torch::jit::drop(stack, 2);
-      stack.emplace_back(true);
-      return;
+    if (op.data_dependent && op.name == "aten::equal") {
+      // Decided without data: equal(x, x) is true whatever x holds (C++ MultiheadAttention asks
+      // this to detect self-attention); tensors whose sizes differ for every input the program
+      // accepts are never equal (cross-attention: query and key of other lengths). Any other
+      // comparison of contents is a graph break below.
+      const auto& a = stack[stack.size() - 2];
+      const auto& b = stack[stack.size() - 1];
+      const bool same = same_value(a, b);
+      if (same || sizes_always_differ(a, b)) {
+        torch::jit::drop(stack, 2);
+        stack.emplace_back(same);
+        return;
+      }
+      if (sizes_may_vary_ && a.isTensor() && b.isTensor() && a.toTensor().sizes() != b.toTensor().sizes())
+        throw graph_break("xport.export.graph_break",
+                          "graph break: aten::equal (at::equal) on tensors whose sizes differ at the example "
+                          "inputs but may be equal for other inputs of a dynamic program (" +
+                              c10::str(a.toTensor().sizes()) + " and " +
+                              c10::str(b.toTensor().sizes()) +
+                              "): then only their contents can answer. Way out: export the dims "
+                              "that make them differ as static, or compare sizes instead "
+                              "(a.sizes() == b.sizes())");
     }
     if (op.data_dependent) throw_graph_break(op);
+    if (op.name == "aten::index" && has_mask_index(stack.back())) throw_mask_index_break(op);
     auto& originals = originals_;  // reused buffers: no allocation per op
     originals.assign(std::make_move_iterator(stack.end() - static_cast<std::ptrdiff_t>(n)),
                      std::make_move_iterator(stack.end()));
@@ -254,6 +290,7 @@ class capture {
       results[static_cast<std::size_t>(op.device_arg)] = c10::Device(c10::kMeta);  // runs on meta
     if (python_frontend_) fill_python_defaults(op, args);
     check_mutations(op, args);
+    const auto detached = detach_state_written_without_grad(op, args);
 
     run_meta_in_place(op, results, [&] { return describe_args(op, args); });
     auto types = result_types(op, results, output_device(op, args), any_requires_grad(args));
@@ -281,7 +318,9 @@ class capture {
       if (r < rets.size() && rets[r].alias_info() && rets[r].alias_info()->isWrite()) {
         const auto a = aliased_argument(schema, r);
         if (a && originals[*a].isTensor()) {
-              bind(originals[*a].toTensor(), v, res.toTensor());
+          // written through a detached alias (no-grad update of module state): the state's
+          // value is unchanged in the graph; its storage holds the update when it runs
+          if (!(detached >> *a & 1U)) bind(originals[*a].toTensor(), v, res.toTensor());
           stack.push_back(originals[*a]);
           continue;
         }
@@ -294,6 +333,63 @@ class capture {
   }
 
  private:
+  // Whether the two tensors' sizes differ for every input the program accepts: other ranks, or
+  // a dim whose difference is a nonzero constant (two static sizes, `s0` against `s0 + 1`). A
+  // dynamic export captures at concrete sizes: there only ranks decide.
+  bool sizes_always_differ(const c10::IValue& a, const c10::IValue& b) {
+    if (!a.isTensor() || !b.isTensor() || !a.toTensor().defined() || !b.toTensor().defined()) return false;
+    if (sizes_may_vary_) return a.toTensor().dim() != b.toTensor().dim();
+    // sizes as the program knows them: symbolic for tracked tensors, exact for one captured
+    // from outside (not lifted here: a false answer leaves it unused)
+    const auto sizes_of = [&](const at::Tensor& t) {
+      if (auto it = by_impl_.find(t.unsafeGetTensorImpl()); it != by_impl_.end()) return it->second.v.type().tensor.sizes;
+      return sym_shape(t.sizes().begin(), t.sizes().end());
+    };
+    const auto sa = sizes_of(a.toTensor());
+    const auto sb = sizes_of(b.toTensor());
+    if (sa.size() != sb.size()) return true;
+    for (std::size_t i = 0; i < sa.size(); ++i) {
+      const auto d = sa[i] - sb[i];
+      if (d.is_constant() && d.value() != 0) return true;
+    }
+    return false;
+  }
+
+  static bool has_mask_index(const c10::IValue& indices) {
+    if (!indices.isList()) return false;
+    for (const auto& e : indices.toListRef()) {
+      if (!e.isTensor() || !e.toTensor().defined()) continue;
+      const auto st = e.toTensor().scalar_type();
+      if (st == c10::kBool || st == c10::kByte) return true;
+    }
+    return false;
+  }
+
+  // Note [No-grad updates of module state]: code that updates a parameter in place under
+  // NoGradGuard (nn::Embedding's max_norm renorms its weight) cannot do so on the leaf itself at
+  // run time. torch.export records the update on `detach(p)`, an alias that shares p's storage
+  // and does not require grad; xport records the same, so the program runs as eager does and
+  // functionalization writes the update back as a PARAMETER_MUTATION. Returns a bit per
+  // argument that now stands for such an alias.
+  std::uint64_t detach_state_written_without_grad(const op_info& op, std::vector<argument>& args) {
+    if (!op.is_mutable || c10::GradMode::is_enabled()) return 0;
+    std::uint64_t detached = 0;
+    const auto& params = op.schema().arguments();
+    for (std::size_t i = 0; i < params.size() && i < 64; ++i) {
+      const auto* ai = params[i].alias_info();
+      if (!ai || !ai->isWrite() || !args[i].is_value()) continue;
+      const auto v = args[i].as_value();
+      if (v.kind() != value_kind::tensor || !v.type().tensor.requires_grad) continue;
+      auto type = v.type();
+      type.tensor.requires_grad = false;
+      auto d = builder_.record(find_op("aten::detach"), {argument(v)}, {std::move(type)});
+      if (auto path = module_path_of(d); !path.empty()) d.set_module_path(std::move(path));
+      args[i] = d.output(0);
+      detached |= std::uint64_t{1} << i;
+    }
+    return detached;
+  }
+
   bool same_value(const c10::IValue& a, const c10::IValue& b) const {
     if (!a.isTensor() || !b.isTensor()) return false;
     const auto ia = by_impl_.find(a.toTensor().unsafeGetTensorImpl());
@@ -510,6 +606,7 @@ class capture {
   int lifted_ = 0;
   std::vector<std::vector<std::int64_t>> input_sizes_;
   std::size_t next_input_ = 0;
+  bool sizes_may_vary_ = false;
 };
 
 inline void capture_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {

@@ -32,6 +32,7 @@
 #include <ATen/ops/full.h>
 #include <ATen/ops/full_like.h>
 #include <ATen/ops/native_dropout.h>
+#include <c10/core/DefaultDtype.h>
 #include <c10/core/WrapDimMinimal.h>
 
 #include <xport/config.hpp>
@@ -146,14 +147,17 @@ inline const std::unordered_map<std::string, decomposition>& builtin_decompositi
       const auto& x = a[0].toTensor();
       return {x.mul(x.sigmoid())};
     };
-    t["aten::zeros"] = [](const S& a) -> S {
-      auto opts = at::TensorOptions().dtype(a[1].toOptional<c10::ScalarType>()).device(a[3].toOptional<c10::Device>());
-      return {at::full(a[0].toIntVector(), 0, opts)};
+    // the dtype is always given: `full` infers i64 from an integer fill value, zeros is f32
+    const auto full_of = [](const S& a, int fill) -> S {
+      const auto dtype = a[1].isNone() ? c10::get_default_dtype_as_scalartype() : a[1].toScalarType();
+      auto opts = at::TensorOptions().dtype(dtype).layout(c10::kStrided).device(a[3].toOptional<c10::Device>());
+      return {at::full(a[0].toIntVector(), fill, opts)};
     };
-    t["aten::ones"] = [](const S& a) -> S {
-      auto opts = at::TensorOptions().dtype(a[1].toOptional<c10::ScalarType>()).device(a[3].toOptional<c10::Device>());
-      return {at::full(a[0].toIntVector(), 1, opts)};
-    };
+    t["aten::zeros"] = [full_of](const S& a) { return full_of(a, 0); };
+    t["aten::ones"] = [full_of](const S& a) { return full_of(a, 1); };
+    // torch's core set has neither: both are views of the same elements in order
+    t["aten::_reshape_alias"] = [](const S& a) -> S { return {a[0].toTensor().view(a[1].toIntVector())}; };
+    t["aten::_unsafe_view"] = [](const S& a) -> S { return {a[0].toTensor().view(a[1].toIntVector())}; };
     t["aten::zeros_like"] = [](const S& a) -> S { return {at::full_like(a[0].toTensor(), 0)}; };
     t["aten::ones_like"] = [](const S& a) -> S { return {at::full_like(a[0].toTensor(), 1)}; };
     t["aten::rsub.Scalar"] = [](const S& a) -> S {  // other - alpha * self
@@ -256,6 +260,15 @@ inline void recall(capture& cap, const node& n, std::unordered_map<const value_i
   }
 }
 
+/// A decomposition that LibTorch refused on the program's shapes (a composite kernel that reads
+/// what meta tensors do not have): typed, with the way to keep the op.
+[[noreturn]] inline void throw_decomposition_failed(const op_info& op, const c10::Error& e) {
+  throw export_error("xport.decompose.failed",
+                     "run_decompositions: decomposing " + op.qualified + " failed on the program's shapes: " +
+                         first_line(e.what_without_backtrace()) + ". Keep the op whole instead: pass "
+                         "decomposition_table::core_aten().keep(\"" + op.name + "\")");
+}
+
 /// Re-captures `p` with `table`'s decompositions applied (no functionalization).
 inline exported_program decompose(const exported_program& p, const decomposition_table& table) {
   capture cap;
@@ -263,14 +276,18 @@ inline exported_program decompose(const exported_program& p, const decomposition
     const auto* d = table.find(op);
     if (!d) return false;
     capture_reenabled recording;  // the decomposition's own ATen calls are recorded
-    if (*d) {
-      const auto n = op.schema().arguments().size();
-      std::vector<c10::IValue> args(std::make_move_iterator(stack.end() - static_cast<std::ptrdiff_t>(n)),
-                                    std::make_move_iterator(stack.end()));
-      torch::jit::drop(stack, n);
-      for (auto& r : (*d)(args)) stack.push_back(std::move(r));
-    } else {
-      op.handle.callBoxedForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd, stack);
+    try {
+      if (*d) {
+        const auto n = op.schema().arguments().size();
+        std::vector<c10::IValue> args(std::make_move_iterator(stack.end() - static_cast<std::ptrdiff_t>(n)),
+                                      std::make_move_iterator(stack.end()));
+        torch::jit::drop(stack, n);
+        for (auto& r : (*d)(args)) stack.push_back(std::move(r));
+      } else {
+        op.handle.callBoxedForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd, stack);
+      }
+    } catch (const c10::Error& e) {
+      throw_decomposition_failed(op, e);
     }
     return true;
   });
@@ -289,9 +306,14 @@ inline exported_program decompose(const exported_program& p, const decomposition
   }
   const auto outs = g.output_node().args();
   const auto& specs = p.signature().output_specs;
-  for (std::size_t i = 0; i < outs.size(); ++i)
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    if (!outs[i].is_value()) {  // a constant output (None): returned as it is
+      cap.builder().output_arg(outs[i], specs.at(i).kind, specs.at(i).target);
+      continue;
+    }
     cap.builder().output(cap.value_of(held.at(outs[i].as_value().impl()).toTensor()), specs.at(i).kind,
                          specs.at(i).target);
+  }
   cap.builder().set_state(p.state_dict(), p.constants());
   cap.builder().set_examples(p.example_inputs());
   auto q = std::move(cap.builder()).build(p.dialect(), verify_options{.check_schemas = false});
@@ -512,7 +534,7 @@ inline exported_program lower_functional(const exported_program& p, const decomp
   }
   if (!phs.empty() && phs[0].output(0).kind() == value_kind::tensor) cap.set_fake_device(phs[0].output(0).meta().device);
   std::vector<std::optional<value>> mutated(phs.size());
-  std::vector<value> results;
+  std::vector<argument> results;
   {
     c10::InferenceMode no_inference(false);
     capture_scope scope(cap);
@@ -530,7 +552,11 @@ inline exported_program lower_functional(const exported_program& p, const decomp
       if (nv != cap.value_of(inputs[i])) mutated[i] = nv;
     }
     for (const auto& a : g.output_node().args()) {
-      if (!a.is_value() || a.as_value().kind() != value_kind::tensor)
+      if (!a.is_value()) {  // a constant output (None): returned as it is
+        results.push_back(a);
+        continue;
+      }
+      if (a.as_value().kind() != value_kind::tensor)
         throw error("xport.decompose.output", "run_decompositions: an output that is not a tensor value is not supported");
       results.push_back(now(a.as_value()));
     }
@@ -546,8 +572,9 @@ inline exported_program lower_functional(const exported_program& p, const decomp
     const auto& spec = specs[i];
     std::optional<value> v = mutated[i];
     for (std::size_t o = 0; !v && o < out_specs.size(); ++o)  // an already functional program's
-      if (mutation_target(out_specs[o]) && out_specs[o].target == (spec.kind == input_kind::user_input ? std::optional(spec.arg.name) : spec.target))
-        v = results[o];
+      if (mutation_target(out_specs[o]) && results[o].is_value() &&
+          out_specs[o].target == (spec.kind == input_kind::user_input ? std::optional(spec.arg.name) : spec.target))
+        v = results[o].as_value();
     if (!v) continue;
     switch (spec.kind) {
       case input_kind::buffer: cap.builder().output(*v, output_kind::buffer_mutation, spec.target); break;
@@ -560,7 +587,7 @@ inline exported_program lower_functional(const exported_program& p, const decomp
     }
   }
   for (std::size_t o = 0; o < out_specs.size(); ++o)
-    if (!mutation_target(out_specs[o])) cap.builder().output(results[o], out_specs[o].kind, out_specs[o].target);
+    if (!mutation_target(out_specs[o])) cap.builder().output_arg(results[o], out_specs[o].kind, out_specs[o].target);
   cap.builder().set_state(p.state_dict(), p.constants());
   cap.builder().set_examples(p.example_inputs());
   auto q = std::move(cap.builder()).build(ir_dialect::aten, verify_options{.check_schemas = false});
@@ -582,7 +609,12 @@ inline exported_program run_decompositions(const exported_program& p,
   // dynamic dims: decomposed at several sizes and made symbolic again (trace/symbolic.hpp)
   auto q = detail::transform_symbolic(p, "run_decompositions", [&](const exported_program& s) {
 #if XPORT_HAS_TORCH_FUNCTIONALIZATION
-    return detail::lower_functional(s, table);
+    try {
+      return detail::lower_functional(s, table);
+    } catch (const c10::Error& e) {
+      throw export_error("xport.decompose.failed", "run_decompositions: LibTorch refused a call while lowering "
+                                                   "the program: " + detail::first_line(e.what_without_backtrace()));
+    }
 #else
     auto r = functionalize(detail::decompose(s, table));
     for (int round = 0; round < 3 && detail::needs_more_work(r, table); ++round)

@@ -129,7 +129,21 @@ void add_inputs(capture& cap, const treespec& in_spec, Tensor&& tensor) {
 /// Finishes a capture: outputs (graph values of the result's leaves), build, call spec.
 inline exported_program finish(capture& cap, std::vector<value> outs, treespec in_spec, treespec out_spec,
                                const export_options& opts) {
-  for (auto v : outs) cap.builder().output(v);
+  // torch.export returns a None (an undefined at::Tensor, an empty std::optional) as an output
+  // of its own: a leaf of the output spec, `None` in the graph's return, `: USER_OUTPUT`
+  std::size_t next = 0;
+  const auto visit = [&](const auto& self, treespec& s) -> void {
+    if (s.type == treespec::kind::leaf) {
+      cap.builder().output(outs.at(next++));
+    } else if (s.type == treespec::kind::none) {
+      // the spec keeps the value, as a loaded program's does (see serde's with_constants)
+      cap.builder().output_arg(argument(none), output_kind::user_output);
+      s = treespec::constant(none);
+    } else {
+      for (auto& c : s.children) self(self, c);
+    }
+  };
+  visit(visit, out_spec);
   // Every call was bound by the dispatcher (non-strict) or by bind_arguments (strict): the
   // structural and signature checks run, the per-argument schema checks need not.
   exported_program p = std::move(cap.builder()).build(ir_dialect::training, verify_options{.check_schemas = false});
@@ -446,6 +460,7 @@ exported_program export_program(F&& f, const std::tuple<Args...>& args, const ex
   auto attempt = [&](std::vector<std::vector<std::int64_t>> sizes) -> exported_program {
     detail::capture cap;
     cap.set_input_sizes(std::move(sizes));
+    cap.set_sizes_may_vary(!opts.dynamic_shapes.empty());
     if constexpr (!inputs_ok) {
       std::abort();  // unreachable: the static_assert above is the one error
     } else if constexpr (std::is_same_v<Policy, strict>) {
@@ -499,6 +514,15 @@ class callable<R(Args...)> {
                         "the inputs have structure " + got.str() + " but the program was exported with " +
                             want.str() + " (containers, None and specialized constants must match)");
     auto outs = run(*program_, leaves, opts_);
+    // constant outputs (None, a loaded program's numbers) are in the out_spec itself
+    const auto& specs = program_->signature().output_specs;
+    std::size_t u = 0, kept = 0;
+    for (const auto& s : specs) {
+      if (s.kind != output_kind::user_output && s.kind != output_kind::loss_output) continue;
+      if (s.arg.type != argument_spec::kind::constant && u < outs.size()) outs[kept++] = std::move(outs[u]);
+      ++u;
+    }
+    if (u == outs.size()) outs.resize(kept);
     return unflatten<R>(*program_->out_spec(), outs);
   }
 

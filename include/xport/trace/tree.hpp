@@ -91,6 +91,10 @@ constexpr bool is_tree_type() {
 template <class T, class F>
 treespec flatten_into(const T& x, F& on_tensor) {
   if constexpr (tensor_leaf<T>) {
+    // An undefined at::Tensor is C++'s None (MultiheadAttention's weights without need_weights):
+    // torch.export returns None there, and so does the program.
+    if constexpr (std::is_same_v<T, at::Tensor>)
+      if (!x.defined()) return treespec::of(treespec::kind::none);
     on_tensor(x);
     return treespec::leaf();
   } else if constexpr (std::is_same_v<T, bool>) {
@@ -181,7 +185,7 @@ template <class T, class It>
 T unflatten_from(const treespec& s, It& it) {
   using K = treespec::kind;
   if constexpr (std::is_same_v<T, at::Tensor>) {
-    if (s.type == K::none) return at::Tensor();
+    if (s.type == K::none || (s.type == K::constant && s.value.is_none())) return at::Tensor();
     if (s.type != K::leaf) structure_mismatch(s, "returned as one at::Tensor");
     return *it++;
   } else if constexpr (std::is_same_v<T, bool>) {
@@ -198,7 +202,7 @@ T unflatten_from(const treespec& s, It& it) {
     if (s.type != K::constant || !s.value.is_string()) structure_mismatch(s, "returned as a string");
     return s.value.as_string();
   } else if constexpr (is_optional<T>::value) {
-    if (s.type == K::none) return T();
+    if (s.type == K::none || (s.type == K::constant && s.value.is_none())) return T();
     return T(unflatten_from<typename T::value_type>(s, it));
   } else if constexpr (is_vector<T>::value) {
     if (s.type != K::list && s.type != K::tuple) structure_mismatch(s, "returned as a std::vector");
