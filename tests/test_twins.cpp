@@ -40,6 +40,20 @@ void print_model(const std::string& name, Input make_input, bool train_too) {
   if (train_too) print_case<Module>(name + ".train", make_input, true);
 }
 
+// twins.py RenormedEmbedding: a no-grad update of the weight in forward (max_norm)
+struct RenormedEmbeddingImpl : torch::nn::Module {
+  torch::nn::Embedding emb{torch::nn::EmbeddingOptions(100, 4).max_norm(1.0)};
+  RenormedEmbeddingImpl() { register_module("emb", emb); }
+  torch::Tensor forward(torch::Tensor x) { return emb(x); }
+};
+TORCH_MODULE(RenormedEmbedding);
+
+// twins.py NoneOutput: an undefined tensor among the outputs is torch's None
+struct NoneOutputImpl : torch::nn::Module {
+  std::tuple<torch::Tensor, torch::Tensor> forward(torch::Tensor x) { return {x + 1, torch::Tensor()}; }
+};
+TORCH_MODULE(NoneOutput);
+
 }  // namespace
 
 TEST_CASE("oracle: xport's prints of the real models, for the diff against torch.export" *
@@ -66,7 +80,9 @@ TEST_CASE("oracle: xport's prints of the real models, for the diff against torch
   print_case<m::GRUNet>("gru.dynamic", [] { return at::randn({2, 5, 8}); }, false, {{"x", {{0, small_batch}}}});
   print_case<m::EmbeddingClassifier>("embedding.dynamic", [] { return at::randint(100, {4, 7}, at::kLong); }, false,
                                      {{"x", {{0, small_batch}, {1, seq}}}});
+  print_model<RenormedEmbedding>("embedding_max_norm", [] { return at::randint(100, {4, 7}, at::kLong); }, false);
+  print_model<NoneOutput>("none_output", [] { return at::randn({2, 3}); }, false);
   std::size_t files = 0;
   for (const auto& e : std::filesystem::directory_iterator(oracle_dir() / "print")) files += e.is_regular_file();
-  CHECK(files >= 46);
+  CHECK(files >= 50);
 }

@@ -42,7 +42,9 @@ def call(path, args, kwargs):
     module = torch.export.load(path).module()
     torch.manual_seed(SEED)
     out = module(*args, **kwargs)
-    return [t.detach().clone() for t in tensors(out)], module, (args, kwargs)
+    # None outputs stay (pytree leaves, as the checkers count them); other leaves are tensors
+    leaves = [t for t in pytree.tree_leaves(out) if t is None or isinstance(t, torch.Tensor)]
+    return [None if t is None else t.detach().clone() for t in leaves], module, (args, kwargs)
 
 
 class Writer:

@@ -147,6 +147,24 @@ class EmbeddingClassifier(nn.Module):
         return self.fc(self.emb(x).mean(1))
 
 
+class RenormedEmbedding(nn.Module):
+    """nn.Embedding with max_norm: a no-grad update of the weight in forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(100, 4, max_norm=1.0)
+
+    def forward(self, x):
+        return self.emb(x)
+
+
+class NoneOutput(nn.Module):
+    """A None among the outputs (C++: an undefined tensor)."""
+
+    def forward(self, x):
+        return x + 1, None
+
+
 def _model(cls, *shape, train=False, dtype=torch.float32, dynamic=None):
     """A case: the model (seeded as the C++ test seeds it), an example input, no kwargs, specs."""
     def make():
@@ -194,3 +212,5 @@ for _name in TRAINED:
     CASES[_name + ".train"] = _model(*MODELS[_name].spec, train=True, dtype=MODELS[_name].dtype)
 for _name, (_shape, _spec) in DYNAMIC.items():
     CASES[_name + ".dynamic"] = _model(MODELS[_name].spec[0], *_shape, dtype=MODELS[_name].dtype, dynamic=_spec)
+CASES["embedding_max_norm"] = _model(RenormedEmbedding, 4, 7, dtype=torch.int64)
+CASES["none_output"] = _model(NoneOutput, 2, 3)
