@@ -244,7 +244,7 @@ TEST_CASE("nn::Embedding with max_norm renorms its weight as eager does (torch's
   CHECK(text.find("torch.ops.aten.embedding_renorm_.default(detach, x, 1.0, 2.0)") != std::string::npos);
   auto inf = run_decompositions(p);
   CHECK(to_string(inf).find("PARAMETER_MUTATION target='emb.weight'") != std::string::npos);
-#if XPORT_HAS_TORCH_FUNCTIONALIZATION  // torch 2.13's own text (1.13's functionalizer writes it back through a view)
+#if XPORT_TEST_TORCH_FUNCTIONALIZATION  // torch 2.13's own text (1.13's functionalizer writes it back through a view)
   CHECK(to_string(inf).find("embedding_renorm: \"f32[10, 4]\" = torch.ops.aten.embedding_renorm.default(alias, x, 1.0, 2.0)") != std::string::npos);
   CHECK(to_string(inf).find("embedding_renorm: PARAMETER_MUTATION target='emb.weight'") != std::string::npos);
 #endif
@@ -360,7 +360,7 @@ TEST_CASE("op table: ops real models call, exported, in both IRs, on every input
       return op.f(v);
     };
     const auto second = inputs.size() > 1 ? inputs[1] : at::zeros({1});
-#if !XPORT_HAS_TORCH_FUNCTIONALIZATION
+#if !XPORT_TEST_TORCH_FUNCTIONALIZATION
     if (!op.on_libtorch_1) {  // a typed error, never a raw LibTorch one
       CHECK_THROWS_AS(run_decompositions(export_program(f2, std::tuple{inputs[0], second})), xport::error);
       continue;

@@ -1,6 +1,7 @@
 // Passes: the contract (results, failures that leave the program as it was), compile-time
 // pipelines and the run-time pass manager, and each standard pass on hand-built graphs and on
 // exported real models, with the program still equal to eager afterwards.
+#include <algorithm>
 #include <sstream>
 
 #include <torch/torch.h>
@@ -248,6 +249,50 @@ TEST_CASE("passes: the pass manager builds pipelines from names") {
   pm.add(vandal_t{});
   CHECK_FALSE(pm.run(p).ok());
   verify(p);
+}
+
+namespace user {
+// Passes written outside xport, without a base class: the pass concept is enough.
+struct count_calls {
+  static constexpr std::string_view name = "count_calls";
+  std::size_t* seen;
+  ps::pass_result run(exported_program& p) const {
+    for (auto n : p.graph().nodes()) *seen += n.is_call() ? 1 : 0;
+    return ps::pass_result::unchanged();
+  }
+};
+struct drop_dead {
+  static constexpr std::string_view name = "drop_dead";
+  static constexpr ps::traits traits{.needs_functional = true, .transactional = true};
+  ps::pass_result run(exported_program& p) const { return ps::pass_result::modified(eliminate_dead_code(p.graph_mut()) != 0); }
+};
+}  // namespace user
+
+TEST_CASE("passes: a user's pass types compose with each other, with built-ins and with a program") {
+  auto p = functional(export_program([](const at::Tensor& x) { return x.sin() + x.sin(); }, std::tuple{at::randn({3})}));
+  std::size_t seen = 0;
+  constexpr auto traits = ps::traits_of<user::drop_dead>();
+  static_assert(traits.needs_functional && traits.transactional && !traits.needs_shapes);
+  auto r = p | (user::count_calls{&seen} | ps::cse | user::drop_dead{} | user::count_calls{&seen});
+  CHECK(r.ok());
+  CHECK(r.changed);
+  CHECK(seen == 3 + 2);  // sin, sin, add before; sin, add after
+  CHECK((p | user::count_calls{&seen}).ok());
+  CHECK(seen == 7);
+  CHECK(at::allclose(run(p, {at::ones({3})})[0], at::ones({3}).sin() * 2));
+}
+
+TEST_CASE("passes: the pass manager knows every built-in pass, and the README names each") {
+  const auto names = ps::pass_manager::registered();
+  std::vector<std::string> builtin;
+  std::apply([&](const auto&... pass) { (builtin.emplace_back(pass.name), ...); }, ps::builtin_passes());
+  CHECK(builtin.size() == std::tuple_size_v<decltype(ps::builtin_passes())>);
+  const auto readme = xport_test::read_file(std::string(XPORT_TEST_DIR) + "/../README.md");
+  REQUIRE_FALSE(readme.empty());
+  for (const auto& name : builtin) {
+    CHECK_MESSAGE(std::count(names.begin(), names.end(), name) == 1, "the pass manager does not know `", name, "`");
+    CHECK_MESSAGE(readme.find("| `" + name) != std::string::npos, "README.md's pass table has no row for `", name, "`");
+  }
 }
 
 TEST_CASE("passes: ResNet-18's inference IR through dce | cse | fold stays equal to eager") {

@@ -16,7 +16,8 @@ ctest --test-dir build -j"$jobs" --output-on-failure
 
 if [[ "${XPORT_SKIP_SYSTEM_TORCH:-0}" != 1 ]]; then
   cmake -S . -B build-system -G Ninja -DXPORT_TORCH=system -DXPORT_BUILD_BENCHMARKS=OFF -DXPORT_INSTALL=OFF \
-        -DXPORT_TEST_SINGLE_HEADER=OFF -DXPORT_SANITIZE_LOAD_TESTS=OFF -DXPORT_SANITIZE_SUITE=ON -DXPORT_FUZZ_SMOKE=OFF
+        -DXPORT_TEST_SINGLE_HEADER=OFF -DXPORT_SANITIZE_LOAD_TESTS=OFF -DXPORT_SANITIZE_SUITE=ON -DXPORT_FUZZ_SMOKE=OFF \
+        -DXPORT_HEADER_TUS=OFF
   cmake --build build-system -j"$jobs"
   ctest --test-dir build-system -j"$jobs" --output-on-failure
 fi

@@ -83,10 +83,27 @@ class guard_error : public error {
   using error::error;
 };
 
+/// A file that could not be loaded: names the record (and offset, where one applies) and the
+/// problem. Nothing was changed anywhere when this is thrown.
+class load_error : public error {
+ public:
+  using error::error;
+};
+
 /// Running a program failed inside an operator; the message names the node and the op.
 class run_error : public error {
  public:
   using error::error;
 };
+
+namespace detail {
+
+/// The first line of a message (LibTorch's errors append a backtrace and notes below it).
+inline std::string first_line(const std::string& s) {
+  const auto nl = s.find('\n');
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+}  // namespace detail
 
 XPORT_END_NAMESPACE

@@ -11,24 +11,19 @@
 // never <torch/torch.h> or <ATen/ATen.h>.
 
 // #include <xport/config.hpp>
-// xport/config.hpp: namespace and ABI macros, the internal assertion macro.
-// Everything here is XPORT_-prefixed; the umbrella header undefines the internal macros
-// at its end (see detail/macro_unscope.hpp).
+// xport/config.hpp: the namespace macros. Every declaration of xport sits between
+// XPORT_BEGIN_NAMESPACE and XPORT_END_NAMESPACE, in the inline namespace version.hpp names.
 
 // #include <xport/version.hpp>
-// xport/version.hpp: the library's version, as macros and as constants.
-// The inline namespace that every declaration lives in carries the same numbers
-// (see config.hpp), so two different copies of xport cannot silently mix.
+// xport/version.hpp: the library's version, as macros. The inline namespace every declaration
+// lives in, XPORT_ABI_NAMESPACE, carries the same numbers (a test checks they agree), so two
+// different copies of xport in one program cannot silently mix.
 
 #define XPORT_VERSION_MAJOR 0
 #define XPORT_VERSION_MINOR 1
 #define XPORT_VERSION_PATCH 0
 #define XPORT_VERSION_STRING "0.1.0"
-
-#define XPORT_ABI_CONCAT_EX(a, b, c) v##a##_##b##_##c
-#define XPORT_ABI_CONCAT(a, b, c) XPORT_ABI_CONCAT_EX(a, b, c)
-#define XPORT_ABI_NAMESPACE \
-  XPORT_ABI_CONCAT(XPORT_VERSION_MAJOR, XPORT_VERSION_MINOR, XPORT_VERSION_PATCH)
+#define XPORT_ABI_NAMESPACE v0_1_0  // v<major>_<minor>_<patch>
 
 // The API sits in xport::v<major>_<minor>_<patch>, an inline namespace: users write xport::graph,
 // the linker sees the version.
@@ -38,14 +33,6 @@
 #define XPORT_END_NAMESPACE \
   }                         \
   }
-
-#if defined(__GNUC__) || defined(__clang__)
-#define XPORT_LIKELY(x) __builtin_expect(!!(x), 1)
-#define XPORT_UNLIKELY(x) __builtin_expect(!!(x), 0)
-#else
-#define XPORT_LIKELY(x) (x)
-#define XPORT_UNLIKELY(x) (x)
-#endif
 // #include <xport/version.hpp>
 // #include <xport/error.hpp>
 // xport/error.hpp: the exception types xport throws.
@@ -132,11 +119,28 @@ class guard_error : public error {
   using error::error;
 };
 
+/// A file that could not be loaded: names the record (and offset, where one applies) and the
+/// problem. Nothing was changed anywhere when this is thrown.
+class load_error : public error {
+ public:
+  using error::error;
+};
+
 /// Running a program failed inside an operator; the message names the node and the op.
 class run_error : public error {
  public:
   using error::error;
 };
+
+namespace detail {
+
+/// The first line of a message (LibTorch's errors append a backtrace and notes below it).
+inline std::string first_line(const std::string& s) {
+  const auto nl = s.find('\n');
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+}  // namespace detail
 
 XPORT_END_NAMESPACE
 // #include <xport/fwd.hpp>
@@ -171,6 +175,7 @@ class interpreter;
 
 XPORT_END_NAMESPACE
 
+// the IR: types, graphs, signatures, programs
 // #include <xport/ir/dtype.hpp>
 // xport/ir/dtype.hpp: how torch spells dtypes, devices, layouts and memory formats.
 // `dtype_abbr` gives the annotation form that torch.fx prints (`f32`, `bf16`, `b8`, ...);
@@ -1689,14 +1694,6 @@ struct tensor_meta {
 
   [[nodiscard]] std::int64_t dim() const noexcept { return static_cast<std::int64_t>(sizes.size()); }
 
-  [[nodiscard]] bool is_static() const noexcept {
-    for (const auto& s : sizes)
-      if (s.is_symbolic()) return false;
-    for (const auto& s : strides)
-      if (s.is_symbolic()) return false;
-    return storage_offset.is_constant();
-  }
-
   /// Sizes as example values (hints for symbolic sizes).
   [[nodiscard]] std::vector<std::int64_t> size_hints() const {
     std::vector<std::int64_t> out;
@@ -1757,9 +1754,11 @@ XPORT_END_NAMESPACE
 
 // #include <xport/config.hpp>
 // #include <xport/detail/compat.hpp>
-// xport/detail/compat.hpp: every difference between the LibTorch versions xport supports.
-// LibTorch 2.13 (the pip wheel) is the primary build; Debian's 1.13 (Debian 12) and 2.6
-// (Debian 13) are built and tested too. Version tests are the macros here.
+// xport/detail/compat.hpp: the version tests every LibTorch difference is written against.
+// LibTorch 2.13 (the pip wheel) is the primary build, Debian's 1.13 (Debian 12) the second;
+// Debian 13's 2.6 builds too. Code that differs by version tests these macros (never
+// TORCH_VERSION_* directly), so `grep XPORT_HAS_` and `grep XPORT_TORCH_VERSION` find every
+// difference. They are internal: the umbrella header undefines them at its end.
 
 #include <string>  // std::string
 
@@ -1773,7 +1772,7 @@ XPORT_END_NAMESPACE
 
 /// LibTorch's functionalization with view replay (FunctionalTensorWrapper, reapply_views), the
 /// `core` operator tag and the `_native_batch_norm_legit` family, which torch.export's own
-/// run_decompositions() is built on: xport lowers with them (trace/decompose.hpp). 1.13 has
+/// run_decompositions() is built on: xport lowers with them (lower/decompose.hpp). 1.13 has
 /// neither the tag nor functional BatchNorm statistics: xport's own functionalizer serves it.
 #define XPORT_HAS_TORCH_FUNCTIONALIZATION XPORT_TORCH_VERSION_AT_LEAST(2, 1)
 
@@ -3259,6 +3258,54 @@ struct std::hash<xport::node> {
     return std::hash<const void*>{}(n.impl());
   }
 };
+// #include <xport/ir/dead_code.hpp>
+// xport/ir/dead_code.hpp: removing the calls whose results nothing uses (torch.fx's
+// Graph.eliminate_dead_code). A call stays when it has an effect beyond its outputs: it writes to
+// an argument (in-place and out= ops), or draws random numbers (removing it would shift every
+// later random draw). Signature outputs are uses, so they are kept. One backward walk: a node's
+// death frees its inputs' producers before they are visited. passes/dce.hpp makes it a pass.
+
+#include <cstddef>  // std::size_t
+
+// #include <xport/config.hpp>
+// #include <xport/ir/graph.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+/// Whether a call must stay even when its outputs are unused.
+inline bool has_side_effects(const node& n) {
+  if (!n.is_call()) return true;
+  const auto& op = n.op();
+  return op.is_mutable || op.nondeterministic;
+}
+
+/// Removes dead call nodes, and the getitems of unused outputs (value::unpacked); returns how
+/// many nodes and getitems were removed.
+inline std::size_t eliminate_dead_code(graph& g) {
+  std::size_t removed = 0;
+  for (node n = g.last(); n;) {
+    const node prev = n.prev();
+    if (n.is_call()) {
+      bool used = false;
+      for (std::size_t i = 0; i < n.num_outputs(); ++i) {
+        const auto v = n.output(i);
+        used = used || v.num_uses() != 0;
+        if (n.has_tuple_output() && v.num_uses() == 0 && v.unpacked()) {
+          v.set_unpacked(false);
+          ++removed;
+        }
+      }
+      if (!used && !has_side_effects(n)) {
+        g.erase(n);
+        ++removed;
+      }
+    }
+    n = prev;
+  }
+  return removed;
+}
+
+XPORT_END_NAMESPACE
 // #include <xport/ir/signature.hpp>
 // xport/ir/signature.hpp: the graph signature of an exported program.
 // One list of input specs and one of output specs, in torch.export's vocabulary and order
@@ -3500,28 +3547,6 @@ class graph_signature {
 };
 
 XPORT_END_NAMESPACE
-// #include <xport/ir/program.hpp>
-// xport/ir/program.hpp: exported_program, what torch.export.export returns.
-// A graph, its signature, the state dict (parameters and persistent buffers), the constants
-// (lifted tensors and non-persistent buffers), range constraints of symbolic sizes, the call
-// structure and module types when exported from C++ values, and optionally the example inputs. Running lives in run/interpreter.hpp; checking in verify.hpp;
-// printing in print.hpp.
-
-#include <cstdint>    // std::int64_t
-#include <memory>     // std::shared_ptr, std::unique_ptr
-#include <mutex>      // std::mutex
-#include <optional>   // std::optional
-#include <unordered_map>  // std::unordered_map
-#include <string>     // std::string
-#include <utility>    // std::pair, std::move
-#include <vector>     // std::vector
-
-#include <ATen/core/Tensor.h>
-
-// #include <xport/config.hpp>
-// #include <xport/error.hpp>
-// #include <xport/ir/graph.hpp>
-// #include <xport/ir/signature.hpp>
 // #include <xport/ir/treespec.hpp>
 // xport/ir/treespec.hpp: the structure of a program's inputs and outputs (torch's TreeSpec).
 // Tensor leaves, constant leaves (specialized C++ scalars and strings), None, and tuple / list /
@@ -3621,6 +3646,29 @@ struct treespec {
 };
 
 XPORT_END_NAMESPACE
+// #include <xport/ir/program.hpp>
+// xport/ir/program.hpp: exported_program, what torch.export.export returns.
+// A graph, its signature, the state dict (parameters and persistent buffers), the constants
+// (lifted tensors and non-persistent buffers), range constraints of symbolic sizes, the call
+// structure and module types when exported from C++ values, and optionally the example inputs. Running lives in run/interpreter.hpp; checking in verify.hpp;
+// printing in print.hpp.
+
+#include <cstdint>    // std::int64_t
+#include <memory>     // std::shared_ptr
+#include <mutex>      // std::mutex
+#include <optional>   // std::optional
+#include <unordered_map>  // std::unordered_map
+#include <string>     // std::string
+#include <utility>    // std::pair, std::move
+#include <vector>     // std::vector
+
+#include <ATen/core/Tensor.h>
+
+// #include <xport/config.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ir/graph.hpp>
+// #include <xport/ir/signature.hpp>
+// #include <xport/ir/treespec.hpp>
 
 XPORT_BEGIN_NAMESPACE
 
@@ -3696,6 +3744,39 @@ namespace detail {
 struct run_cache {
   virtual ~run_cache() = default;
 };
+
+/// The slot run/interpreter.hpp keeps its compiled interpreter in. It belongs to one program
+/// object: a moved-to or assigned program starts empty (what was compiled refers to the program
+/// it was built from), and every mutable access to the program empties it. Thread-safe.
+class run_cache_slot {
+ public:
+  run_cache_slot() = default;
+  run_cache_slot(run_cache_slot&&) noexcept {}
+  run_cache_slot& operator=(run_cache_slot&&) noexcept {
+    reset();
+    return *this;
+  }
+
+  [[nodiscard]] std::shared_ptr<run_cache> get() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cache_;
+  }
+  void set(std::shared_ptr<run_cache> c) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    cache_ = std::move(c);
+  }
+  void reset() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    cache_.reset();
+  }
+  /// Held while the interpreter is compiled, so that two first runs compile once.
+  [[nodiscard]] std::mutex& build_mutex() const { return build_mu_; }
+
+ private:
+  mutable std::shared_ptr<run_cache> cache_;
+  mutable std::mutex mu_;
+  mutable std::mutex build_mu_;
+};
 }  // namespace detail
 
 class exported_program {
@@ -3713,31 +3794,8 @@ class exported_program {
         range_constraints_(std::move(range_constraints)),
         dialect_(dialect) {}
 
-  exported_program(exported_program&& o) noexcept
-      : graph_(std::move(o.graph_)),
-        signature_(std::move(o.signature_)),
-        state_dict_(std::move(o.state_dict_)),
-        constants_(std::move(o.constants_)),
-        range_constraints_(std::move(o.range_constraints_)),
-        example_inputs_(std::move(o.example_inputs_)),
-        in_spec_(std::move(o.in_spec_)),
-        out_spec_(std::move(o.out_spec_)),
-        module_types_(std::move(o.module_types_)),
-        dialect_(o.dialect_) {}
-  exported_program& operator=(exported_program&& o) noexcept {
-    graph_ = std::move(o.graph_);
-    signature_ = std::move(o.signature_);
-    state_dict_ = std::move(o.state_dict_);
-    constants_ = std::move(o.constants_);
-    range_constraints_ = std::move(o.range_constraints_);
-    example_inputs_ = std::move(o.example_inputs_);
-    in_spec_ = std::move(o.in_spec_);
-    out_spec_ = std::move(o.out_spec_);
-    module_types_ = std::move(o.module_types_);
-    dialect_ = o.dialect_;
-    invalidate();
-    return *this;
-  }
+  exported_program(exported_program&&) noexcept = default;
+  exported_program& operator=(exported_program&&) noexcept = default;
   exported_program(const exported_program&) = delete;
   exported_program& operator=(const exported_program&) = delete;
 
@@ -3878,16 +3936,10 @@ class exported_program {
     return dict.at(*s.target);
   }
 
-  /// For run/interpreter.hpp: the cache slot; dropped on every mutable access.
-  [[nodiscard]] std::shared_ptr<detail::run_cache> run_cache_get() const {
-    std::lock_guard<std::mutex> lock(*cache_mu_);
-    return cache_;
-  }
-  void run_cache_set(std::shared_ptr<detail::run_cache> c) const {
-    std::lock_guard<std::mutex> lock(*cache_mu_);
-    cache_ = std::move(c);
-  }
-  [[nodiscard]] std::mutex& run_cache_mutex() const { return *build_mu_; }
+  /// For run/interpreter.hpp: the cache slot; emptied on every mutable access.
+  [[nodiscard]] std::shared_ptr<detail::run_cache> run_cache_get() const { return cache_.get(); }
+  void run_cache_set(std::shared_ptr<detail::run_cache> c) const { cache_.set(std::move(c)); }
+  [[nodiscard]] std::mutex& run_cache_mutex() const { return cache_.build_mutex(); }
 
  private:
   static std::vector<at::Tensor> values_of(const std::vector<std::pair<std::string, at::Tensor>>& xs) {
@@ -3896,10 +3948,7 @@ class exported_program {
     for (const auto& [k, v] : xs) out.push_back(v);
     return out;
   }
-  void invalidate() {
-    std::lock_guard<std::mutex> lock(*cache_mu_);
-    cache_.reset();
-  }
+  void invalidate() { cache_.reset(); }
 
   graph_type graph_;
   signature_type signature_;
@@ -3911,29 +3960,188 @@ class exported_program {
   std::optional<treespec> out_spec_;
   std::vector<std::pair<std::string, std::string>> module_types_;
   ir_dialect dialect_ = ir_dialect::training;
-  mutable std::shared_ptr<detail::run_cache> cache_;
-  std::unique_ptr<std::mutex> cache_mu_ = std::make_unique<std::mutex>();
-  std::unique_ptr<std::mutex> build_mu_ = std::make_unique<std::mutex>();
+  detail::run_cache_slot cache_;
 };
 
 XPORT_END_NAMESPACE
-// #include <xport/ir/verify.hpp>
-// xport/ir/verify.hpp: every invariant of a graph and of an exported program, checked.
-// verify(graph) checks structure (Note [Topological invariant], Note [Use lists]), names and
-// each call against its operator's schema; verify(program) adds torch.export's verifier rules
-// for the graph signature, the state dict and the dialect. Each failure is a verify_error with a
-// stable id (`xport.verify.<rule>`), the offending node, and how to fix it.
 
-#include <algorithm>      // std::sort, std::adjacent_find
-#include <string>         // std::string
-#include <string_view>    // std::string_view
-#include <unordered_map>  // std::unordered_map
-#include <unordered_set>  // std::unordered_set
-#include <vector>         // std::vector
+// what xport knows about ATen operators
+// #include <xport/ops/op_sets.hpp>
+// xport/ops/op_sets.hpp: the named sets of ATen operators xport treats alike, in one place.
+// Each set is a predicate over an operator's name (`aten::reshape`, overload not included) and
+// says what the members share and which part of xport relies on it. Sets that LibTorch tags
+// itself (`core`, `maybe_aliasing_or_mutating`) are read from the tags where the running
+// LibTorch has them (ops/core_ops.hpp, lower/decompose.hpp). One set stays with the operator
+// handle: the ops that read tensor data (op_info::data_dependent, ir/op.hpp), since a node's
+// op carries the flag and the IR sits below this folder.
+
+#include <algorithm>    // std::find
+#include <cstddef>      // std::size_t
+#include <iterator>     // std::begin, std::end
+#include <string_view>  // std::string_view
+#include <utility>      // std::pair
 
 // #include <xport/config.hpp>
-// #include <xport/detail/schema.hpp>
-// xport/detail/schema.hpp: arguments against an operator's schema.
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+template <std::size_t N>
+constexpr bool in_set(std::string_view name, const std::string_view (&set)[N]) {
+  return std::find(std::begin(set), std::end(set), name) != std::end(set);
+}
+
+/// Ops that return an alias of their input only sometimes (a copy otherwise); functionalization
+/// treats them as copies (lower/functionalize.hpp).
+inline constexpr std::string_view maybe_alias_ops[] = {
+    "aten::reshape",      "aten::contiguous",      "aten::to",        "aten::flatten",    "aten::type_as",
+    "aten::unflatten",    "aten::dropout",         "aten::feature_dropout", "aten::alpha_dropout",
+    "aten::_to_copy",     "aten::clone",           "aten::lift_fresh", "aten::view_as"};
+constexpr bool is_maybe_alias_op(std::string_view name) { return in_set(name, maybe_alias_ops); }
+
+/// Ops that only change memory layout: a capture at another size may record them or not
+/// (`contiguous()` records nothing on a tensor that already is), so export's structure
+/// comparison may skip them (trace/symbolic.hpp).
+inline constexpr std::string_view layout_only_ops[] = {"aten::contiguous", "aten::clone"};
+constexpr bool is_layout_only_op(std::string_view name) { return in_set(name, layout_only_ops); }
+
+/// Batch norm with running statistics as arguments (updated in place in training).
+inline constexpr std::string_view batch_norm_ops[] = {"aten::batch_norm", "aten::native_batch_norm"};
+constexpr bool is_batch_norm_op(std::string_view name) { return in_set(name, batch_norm_ops); }
+
+/// Windowed ops whose output length is ops/shape_formulas.hpp's window formula.
+/// convolution(input, weight, bias, stride, padding, dilation, transposed, ...), conv{1,2,3}d
+/// (input, weight, bias, stride, padding, dilation, groups).
+inline constexpr std::string_view convolution_ops[] = {"aten::convolution", "aten::_convolution", "aten::conv1d",
+                                                       "aten::conv2d", "aten::conv3d"};
+constexpr bool is_convolution_op(std::string_view name) { return in_set(name, convolution_ops); }
+/// max_pool(input, kernel, stride, padding, dilation, ceil_mode).
+inline constexpr std::string_view max_pool_ops[] = {"aten::max_pool1d", "aten::max_pool2d",
+                                                    "aten::max_pool2d_with_indices", "aten::max_pool3d",
+                                                    "aten::max_pool3d_with_indices"};
+constexpr bool is_max_pool_op(std::string_view name) { return in_set(name, max_pool_ops); }
+/// avg_pool(input, kernel, stride, padding, ceil_mode, ...).
+inline constexpr std::string_view avg_pool_ops[] = {"aten::avg_pool1d", "aten::avg_pool2d", "aten::avg_pool3d"};
+constexpr bool is_avg_pool_op(std::string_view name) { return in_set(name, avg_pool_ops); }
+
+/// Ops whose result is a view of the input with the given sizes, which the interpreter runs as
+/// `reshape` (the same view when one exists, a copy otherwise: an input in another layout than
+/// its example's). `aten::view` counts only in its default overload (`view.dtype` is no reshape).
+inline constexpr std::string_view reshaping_view_ops[] = {"aten::view", "aten::_unsafe_view", "aten::_reshape_alias"};
+constexpr bool is_reshaping_view(std::string_view name, std::string_view overload) {
+  return in_set(name, reshaping_view_ops) && (name != "aten::view" || overload.empty());
+}
+
+/// LibTorch 2.13's ops tagged `maybe_aliasing_or_mutating`, for versions without the tag: their
+/// composite is re-run for functionalization (lower/decompose.hpp). Qualified names.
+inline constexpr std::string_view maybe_aliasing_or_mutating_ops[] = {
+    "aten::_batch_norm_impl_index", "aten::alpha_dropout", "aten::atleast_1d", "aten::atleast_2d",
+    "aten::atleast_3d", "aten::batch_norm", "aten::cartesian_prod", "aten::conj_physical", "aten::dropout",
+    "aten::feature_alpha_dropout", "aten::feature_dropout", "aten::unsafe_chunk", "aten::native_batch_norm"};
+
+/// Ops that read tensor data (`ir/op.hpp`'s op_info::data_dependent), as the traced C++ code
+/// spells the call, for graph-break messages (trace/capture.hpp).
+inline constexpr std::pair<std::string_view, std::string_view> data_reading_calls[] = {
+    {"aten::_local_scalar_dense", "Tensor::item()"},
+    {"aten::item", "Tensor::item()"},
+    {"aten::is_nonzero", "using a tensor as a bool (Tensor::is_nonzero())"},
+    {"aten::nonzero", "at::nonzero"},
+    {"aten::equal", "at::equal"},
+    {"aten::allclose", "at::allclose"},
+    {"aten::masked_select", "at::masked_select"}};
+
+}  // namespace detail
+XPORT_END_NAMESPACE
+// #include <xport/ops/shape_formulas.hpp>
+// xport/ops/shape_formulas.hpp: the output-size formulas of windowed ops (convolution, its
+// transpose, pooling), each written once over any integer type: std::int64_t where a shape rule
+// computes a concrete size (ops/meta_rules.hpp), sym_int where export fits a symbolic size to
+// captures (trace/symbolic.hpp, through `window_candidates` below). The formulas are ATen's (aten/src/ATen/native/ConvUtils.h,
+// Pool.h), without ceil_mode, whose correction term is a comparison, not an expression.
+
+#include <algorithm>  // std::min
+#include <cstddef>    // std::size_t
+#include <cstdint>    // std::int64_t
+#include <vector>     // std::vector
+
+// #include <xport/config.hpp>
+// #include <xport/ir/graph.hpp>
+// #include <xport/ir/sym_expr.hpp>
+// #include <xport/ir/sym_int.hpp>
+// #include <xport/ops/op_sets.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+/// Python's floor division, for both integer types the formulas are used with.
+inline std::int64_t floor_div(std::int64_t a, std::int64_t b) { return py_floordiv(a, b); }
+inline sym_int floor_div(const sym_int& a, std::int64_t b) { return sym::floordiv(a, sym_int(b)); }
+
+/// Output length of a convolution or pooling window along one dim:
+/// `(in + 2*pad - dilation*(kernel-1) - 1) // stride + 1`.
+template <class Int>
+Int window_output_size(const Int& in, std::int64_t kernel, std::int64_t stride, std::int64_t pad,
+                       std::int64_t dilation) {
+  return floor_div(in + (2 * pad - dilation * (kernel - 1) - 1), stride) + 1;
+}
+
+/// Output length of a transposed convolution along one dim:
+/// `(in - 1)*stride - 2*pad + dilation*(kernel-1) + output_padding + 1`.
+template <class Int>
+Int transposed_window_output_size(const Int& in, std::int64_t kernel, std::int64_t stride, std::int64_t pad,
+                                  std::int64_t dilation, std::int64_t output_padding) {
+  return (in - 1) * stride + (dilation * (kernel - 1) - 2 * pad + output_padding + 1);
+}
+
+/// Export's shape-rule candidates (trace/symbolic.hpp) for sizes no linear form or product
+/// gives: the window count of convolution and pooling along each symbolic spatial dim.
+inline void window_candidates(const node& n, const std::vector<sym_int>& in_sizes, std::vector<sym_int>& out) {
+  const auto& name = n.op().name;
+  const auto args = n.args();
+  auto ints = [&](std::size_t i) {
+    std::vector<std::int64_t> v;
+    if (i < args.size() && args[i].is_list())
+      for (const auto& e : args[i].as_list()) v.push_back(e.is_int() ? e.as_int() : 0);
+    return v;
+  };
+  std::vector<std::int64_t> kernel, stride, pad, dil;
+  if (is_convolution_op(name)) {
+    if (args.size() < 4 || !args[1].is_value()) return;
+    const auto& w = args[1].as_value().meta().sizes;
+    for (std::size_t i = 2; i < w.size(); ++i) kernel.push_back(w[i].hint());
+    stride = ints(3), pad = ints(4), dil = ints(5);
+    if (name == "aten::convolution" || name == "aten::_convolution") {
+      const bool transposed = args.size() > 6 && args[6].is_bool() && args[6].as_bool();
+      if (transposed) return;
+    }
+  } else if (is_max_pool_op(name)) {
+    kernel = ints(1), stride = ints(2), pad = ints(3), dil = ints(4);
+    if (args.size() > 5 && args[5].is_bool() && args[5].as_bool()) return;  // ceil_mode
+  } else if (is_avg_pool_op(name)) {
+    kernel = ints(1), stride = ints(2), pad = ints(3);
+    if (args.size() > 4 && args[4].is_bool() && args[4].as_bool()) return;  // ceil_mode
+  } else {
+    return;
+  }
+  const auto nsp = kernel.size();
+  if (in_sizes.size() < nsp) return;
+  const std::size_t spatial0 = in_sizes.size() - nsp;
+  auto at = [](const std::vector<std::int64_t>& v, std::size_t i, std::int64_t dflt) {
+    return v.empty() ? dflt : v[std::min(i, v.size() - 1)];
+  };
+  for (std::size_t i = 0; i < nsp; ++i) {
+    const auto& in = in_sizes[spatial0 + i];
+    if (in.is_constant()) continue;
+    const auto k = kernel[i], s = at(stride, i, k), p = at(pad, i, 0), d = at(dil, i, 1);
+    if (s <= 0) continue;
+    out.push_back(window_output_size(in, k, s, p, d));
+  }
+}
+
+}  // namespace detail
+XPORT_END_NAMESPACE
+// #include <xport/ops/schema.hpp>
+// xport/ops/schema.hpp: arguments against an operator's schema.
 // `bind_arguments` turns positional + keyword arguments into the full schema-ordered list
 // (defaults filled, ints widened to floats where the schema wants a float, `int[2]` from a
 // single int), or throws schema_error naming the op, the argument and the expected type.
@@ -4250,401 +4458,8 @@ inline std::vector<argument> bind_arguments(const op_info& op, std::vector<argum
 
 }  // namespace detail
 XPORT_END_NAMESPACE
-// #include <xport/error.hpp>
-// #include <xport/ir/graph.hpp>
-// #include <xport/ir/program.hpp>
-
-XPORT_BEGIN_NAMESPACE
-
-namespace detail {
-
-[[noreturn]] inline void verify_fail(const std::string& rule, const std::string& msg,
-                                     const std::string& node_name = {}) {
-  throw verify_error("xport.verify." + rule, msg, node_name);
-}
-
-/// Whether a bound argument has schema type `t` (what coerce() produces; nothing is coerced).
-inline bool fits(const argument& a, const c10::TypePtr& t) {
-  using K = c10::TypeKind;
-  switch (t->kind()) {
-    case K::OptionalType: return a.is_none() || fits(a, t->castRaw<c10::OptionalType>()->getElementType());
-    case K::ListType: {
-      if (!a.is_list()) return false;
-      const auto& elem = t->castRaw<c10::ListType>()->getElementType();
-      for (const auto& e : a.as_list())
-        if (!fits(e, elem)) return false;
-      return true;
-    }
-    case K::FloatType: return a.is_double() || is_value_of(a, value_kind::sym_float);
-    default: {
-      if (a.is_list()) return false;
-      argument copy = a;  // scalars: the coercion rules, on a cheap copy
-      return coerce(copy, t, c10::nullopt) && copy == a;
-    }
-  }
-}
-
-}  // namespace detail
-
-struct verify_options {
-  /// Check every call against its operator's schema (argument count and types).
-  bool check_schemas = true;
-  /// Require functional ops only (torch's ATEN dialect).
-  bool functional = false;
-};
-
-/// Checks the graph's invariants; throws verify_error on the first broken one.
-inline void verify(const graph& g, const verify_options& opts = {}) {
-  using detail::verify_fail;
-  std::unordered_set<std::string_view> names;
-  names.reserve(g.size() * 2);
-  std::size_t total_slots = 0;
-  const detail::node_impl* prev = nullptr;
-  bool after_placeholders = false;
-  bool seen_output = false;
-  std::size_t count = 0;
-  for (auto n : g.nodes()) {
-    const auto* impl = n.impl();
-    ++count;
-    if (impl->prev != prev)
-      verify_fail("links", "node '" + n.name() + "' has a broken prev link", n.name());
-    if (&n.owning_graph() != &g)
-      verify_fail("owner", "node '" + n.name() + "' belongs to another graph", n.name());
-    if (prev && prev->order >= impl->order)
-      verify_fail("order_keys", "node '" + n.name() + "' has an order key out of sequence", n.name());
-    if (seen_output)
-      verify_fail("output_not_last",
-                  "node '" + n.name() + "' comes after the output node; the output node must be last",
-                  n.name());
-    switch (n.kind()) {
-      case node_kind::placeholder:
-        if (after_placeholders)
-          verify_fail("placeholder_order",
-                      "placeholder '" + n.name() + "' comes after a call node; placeholders must "
-                      "come first (move it with graph::move_before)",
-                      n.name());
-        if (!impl->args.empty() || impl->outputs.size() != 1)
-          verify_fail("placeholder_shape", "placeholder '" + n.name() +
-                                               "' must have no arguments and exactly one output",
-                      n.name());
-        break;
-      case node_kind::call_function:
-        after_placeholders = true;
-        if (!impl->op)
-          verify_fail("missing_op", "call node '" + n.name() + "' has no operator", n.name());
-        break;
-      case node_kind::output:
-        after_placeholders = true;
-        seen_output = true;
-        break;
-    }
-    // names
-    const auto claim = [&](std::string_view name) {
-      if (!names.insert(name).second)
-        verify_fail("duplicate_name", "the name '" + std::string(name) + "' is used twice", n.name());
-    };
-    if (n.kind() == node_kind::call_function && impl->tuple_output) claim(impl->name);
-    for (const auto* v : impl->outputs) {
-      claim(v->name);
-      if (v->producer != impl)
-        verify_fail("producer", "value '" + v->name + "' does not point back at its node", n.name());
-      if (v->type.kind == value_kind::tensor &&
-          !v->type.tensor.strides.empty() && v->type.tensor.strides.size() != v->type.tensor.sizes.size())
-        verify_fail("meta", "value '" + v->name + "' has " + std::to_string(v->type.tensor.sizes.size()) +
-                                " sizes but " + std::to_string(v->type.tensor.strides.size()) + " strides",
-                    n.name());
-    }
-    // operands: defined before use, and Note [Use lists] one way
-    for (std::size_t i = 0; i < impl->slots.size(); ++i) {
-      const value v = *impl->slots[i];
-      if (!v) verify_fail("null_operand", "operand " + std::to_string(i) + " of '" + n.name() + "' is null", n.name());
-      const auto* producer = v.impl()->producer;
-      // defined before use: in this graph, and earlier in the list (order keys are checked
-      // increasing above)
-      if (producer->owner != &g || producer->order >= impl->order)
-        verify_fail("use_before_def",
-                    "'" + n.name() + "' uses '" + v.name() + "' (operand " + std::to_string(i) +
-                        ") before it is defined, or '" + v.name() +
-                        "' is not in this graph; nodes must stay in topological order "
-                        "(Note [Topological invariant])",
-                    n.name());
-      ++total_slots;
-    }
-    if (n.kind() == node_kind::call_function && opts.check_schemas) {
-      const auto& op = *impl->op;
-      const auto& params = op.schema().arguments();
-      if (impl->args.size() != params.size())
-        verify_fail("arg_count", "'" + n.name() + "' calls " + op.qualified + " with " +
-                                     std::to_string(impl->args.size()) + " arguments; its schema has " +
-                                     std::to_string(params.size()) + "\n  schema: " +
-                                     detail::schema_string(op.schema()),
-                    n.name());
-      for (std::size_t i = 0; i < params.size(); ++i)
-        if (!detail::fits(impl->args[i], params[i].real_type()))
-          verify_fail("arg_type", "'" + n.name() + "' passes " + detail::describe(impl->args[i]) +
-                                      " as argument '" + params[i].name() + "' of " + op.qualified +
-                                      ", which must be " + params[i].real_type()->str(),
-                      n.name());
-      const auto& rets = op.schema().returns();
-      if (!op.returns_list && impl->outputs.size() != rets.size())
-        verify_fail("output_count", "'" + n.name() + "' has " + std::to_string(impl->outputs.size()) +
-                                        " outputs; " + op.qualified + " returns " +
-                                        std::to_string(rets.size()),
-                    n.name());
-      if (opts.functional && op.is_mutable)
-        verify_fail("not_functional", "operator '" + op.qualified + "' (node '" + n.name() +
-                                          "') is not functional; the ATEN dialect allows no "
-                                          "in-place or out= ops (run_decompositions() removes them)",
-                    n.name());
-    }
-    prev = impl;
-  }
-  if (count != g.size())
-    verify_fail("size", "the graph counts " + std::to_string(g.size()) + " nodes but holds " +
-                            std::to_string(count));
-  if (prev != g.last().impl()) verify_fail("links", "the graph's last node is not the end of its list");
-  if (!seen_output) verify_fail("no_output", "the graph has no output node; call graph::set_output");
-  // Note [Use lists], both ways, in linear time: every recorded use points at an operand slot that
-  // holds the value, and no value records a use twice; with as many uses as slots, every slot is
-  // then recorded exactly once.
-  std::size_t total_uses = 0;
-  std::vector<std::pair<const detail::node_impl*, std::uint32_t>> seen_uses;
-  for (auto n : g.nodes())
-    for (auto v : n.outputs()) {
-      const auto uses = v.uses();
-      total_uses += uses.size();
-      for (std::size_t k = 0; k < uses.size(); ++k) {
-        const auto& u = uses[k];
-        if (u.user_impl->owner != &g || u.index >= u.user_impl->slots.size() || *u.user_impl->slots[u.index] != v)
-          verify_fail("use_list", "'" + v.name() + "' records a use that no operand matches (Note [Use lists])",
-                      n.name());
-        if (u.user_impl->use_pos[u.index] != k)
-          verify_fail("use_list", "operand " + std::to_string(u.index) + " of '" + node(u.user_impl).name() +
-                                      "' has a stale position in the use list of '" + v.name() + "' (Note [Use lists])",
-                      node(u.user_impl).name());
-      }
-      if (uses.size() > 1) {
-        seen_uses.clear();
-        for (const auto& u : uses) seen_uses.emplace_back(u.user_impl, u.index);
-        std::sort(seen_uses.begin(), seen_uses.end());
-        if (std::adjacent_find(seen_uses.begin(), seen_uses.end()) != seen_uses.end())
-          verify_fail("use_list", "'" + v.name() + "' records a use that no operand matches (Note [Use lists])",
-                      n.name());
-      }
-    }
-  if (total_uses != total_slots) {
-    // name the first operand slot missing from its value's use list
-    for (auto n : g.nodes())
-      for (std::size_t i = 0; i < n.num_inputs(); ++i) {
-        const auto v = n.input(i);
-        bool found = false;
-        for (const auto& u : v.uses()) found = found || (u.user_impl == n.impl() && u.index == i);
-        if (!found)
-          verify_fail("use_list", "'" + v.name() + "' is operand " + std::to_string(i) + " of '" + n.name() +
-                                      "' but its use list does not record it (Note [Use lists])",
-                      n.name());
-      }
-  }
-}
-
-/// Checks the program: the graph, then torch.export's signature rules.
-inline void verify(const exported_program& p, verify_options opts = {}) {
-  using detail::verify_fail;
-  opts.functional = opts.functional || p.dialect() == ir_dialect::aten;
-  const auto& g = p.graph();
-  verify(g, opts);
-  const auto& sig = p.signature();
-  const auto phs = g.placeholders();
-  if (phs.size() != sig.input_specs.size())
-    verify_fail("signature.input_count", "the graph has " + std::to_string(phs.size()) +
-                                             " placeholders but the signature has " +
-                                             std::to_string(sig.input_specs.size()) + " input specs");
-  bool user_seen = false;
-  std::unordered_set<std::string> user_inputs, buffers, parameters;
-  for (std::size_t i = 0; i < phs.size(); ++i) {
-    const auto& spec = sig.input_specs[i];
-    const auto& name = phs[i].name();
-    if (spec.arg.name != name)
-      verify_fail("signature.input_name", "input spec " + std::to_string(i) + " names '" +
-                                              spec.arg.name + "' but placeholder " +
-                                              std::to_string(i) + " is '" + name + "'",
-                  name);
-    const auto kind_str = std::string(to_string(spec.kind));
-    if (spec.kind == input_kind::user_input) {
-      user_seen = true;
-      user_inputs.insert(name);
-      if (spec.arg.type == argument_spec::kind::constant &&
-          (phs[i].output(0).kind() != value_kind::none || phs[i].output(0).num_uses() != 0))
-        verify_fail("signature.constant_input",
-                    "constant input '" + name + "' must be a placeholder of kind none that nothing uses (the "
-                    "program is specialized to its value)",
-                    name);
-      continue;
-    }
-    if (user_seen)
-      verify_fail("signature.input_order",
-                  "input '" + name + "' (" + kind_str + ") comes after a user input; lifted "
-                  "parameters, buffers and constants must come first",
-                  name);
-    if (spec.kind == input_kind::token) {
-      if (spec.arg.type != argument_spec::kind::token)
-        verify_fail("signature.token", "token input '" + name + "' must be a TokenArgument", name);
-      continue;
-    }
-    if (!spec.target)
-      verify_fail("signature.missing_target", kind_str + " input '" + name + "' has no target FQN", name);
-    const auto& fqn = *spec.target;
-    const tensor_meta* ph_meta =
-        phs[i].output(0).kind() == value_kind::tensor ? &phs[i].output(0).meta() : nullptr;
-    const auto check_meta = [&](const at::Tensor& t) {
-      if (!ph_meta) return;
-      if (t.scalar_type() != ph_meta->dtype || t.sizes().vec() != ph_meta->size_hints())
-        verify_fail("signature.state_meta",
-                    kind_str + " '" + fqn + "' is " + tensor_meta::of(t).annotation() +
-                        " but placeholder '" + name + "' says " + ph_meta->annotation(),
-                    name);
-    };
-    switch (spec.kind) {
-      case input_kind::parameter: {
-        parameters.insert(fqn);
-        const auto* t = p.state_dict().find(fqn);
-        if (!t)
-          verify_fail("signature.missing_parameter",
-                      "parameter '" + fqn + "' (input '" + name + "') is not in the state dict", name);
-        check_meta(*t);
-        break;
-      }
-      case input_kind::buffer: {
-        buffers.insert(fqn);
-        if (!spec.persistent)
-          verify_fail("signature.persistent", "Failed to specify persistent flag on BUFFER. (buffer '" +
-                                                  fqn + "', input '" + name + "')",
-                      name);
-        if (*spec.persistent) {
-          const auto* t = p.state_dict().find(fqn);
-          if (!t)
-            verify_fail("signature.missing_buffer",
-                        "persistent buffer '" + fqn + "' (input '" + name + "') is not in the state dict",
-                        name);
-          check_meta(*t);
-        } else {
-          if (p.state_dict().contains(fqn))
-            verify_fail("signature.non_persistent_in_state",
-                        "Non-persistent buffer " + fqn + " is in the state dict, it should not be.", name);
-          const auto* t = p.constants().find(fqn);
-          if (!t)
-            verify_fail("signature.missing_constant",
-                        "non-persistent buffer '" + fqn + "' (input '" + name + "') is not in the constants",
-                        name);
-          check_meta(*t);
-        }
-        break;
-      }
-      case input_kind::constant_tensor:
-      case input_kind::custom_obj: {
-        const auto* t = p.constants().find(fqn);
-        if (!t)
-          verify_fail("signature.missing_constant",
-                      kind_str + " '" + fqn + "' (input '" + name + "') is not in the constants", name);
-        if (spec.kind == input_kind::constant_tensor) check_meta(*t);
-        break;
-      }
-      default: break;
-    }
-  }
-
-  const auto out_node = g.output_node();
-  const auto out_args = out_node.args();
-  if (out_args.size() != sig.output_specs.size())
-    verify_fail("signature.output_count", "the graph returns " + std::to_string(out_args.size()) +
-                                              " values but the signature has " +
-                                              std::to_string(sig.output_specs.size()) + " output specs");
-  int stage = 0;  // 0: tokens, 1: mutations, 2: user outputs and the rest
-  for (std::size_t i = 0; i < out_args.size(); ++i) {
-    const auto& spec = sig.output_specs[i];
-    const auto& a = out_args[i];
-    const std::string got = a.is_value() ? a.as_value().name() : std::string("a constant");
-    if (spec.arg.type == argument_spec::kind::constant) {
-      if (a.is_value() || !(a == spec.arg.constant))
-        verify_fail("signature.output_name", "output " + std::to_string(i) +
-                                                 " should be the constant of its spec, got " + got);
-    } else if (!a.is_value() || a.as_value().name() != spec.arg.name) {
-      verify_fail("signature.output_name", "output spec " + std::to_string(i) + " names '" +
-                                               spec.arg.name + "' but the graph returns " + got);
-    }
-    const int s = spec.kind == output_kind::token ? 0
-                  : (spec.kind == output_kind::buffer_mutation ||
-                     spec.kind == output_kind::parameter_mutation ||
-                     spec.kind == output_kind::user_input_mutation)
-                      ? 1
-                      : 2;
-    if (s < stage)
-      verify_fail("signature.output_order",
-                  "output '" + spec.arg.name + "' (" + std::string(to_string(spec.kind)) +
-                      ") comes after a later kind of output; order is tokens, mutations, then user outputs");
-    stage = s;
-    const std::string tgt = spec.target.value_or("");
-    if (spec.kind == output_kind::buffer_mutation && !buffers.count(tgt))
-      verify_fail("signature.mutation_target",
-                  "Mutation node " + spec.arg.name + " is neither a buffer nor a user input. "
-                  "Buffers to mutate: '" + tgt + "' is not a buffer of this program");
-    if (spec.kind == output_kind::parameter_mutation && !parameters.count(tgt))
-      verify_fail("signature.mutation_target", "output '" + spec.arg.name + "' mutates '" + tgt +
-                                                   "', which is not a parameter of this program");
-    if (spec.kind == output_kind::user_input_mutation && !user_inputs.count(tgt))
-      verify_fail("signature.mutation_target",
-                  "Mutation node " + spec.arg.name + " is neither a buffer nor a user input. "
-                  "'" + tgt + "' is not a user input of this program");
-  }
-}
-
-XPORT_END_NAMESPACE
-// #include <xport/ir/builder.hpp>
-// xport/ir/builder.hpp: building exported programs by hand, op by op.
-// program_builder adds user inputs, parameters, buffers and constants as placeholders (named as
-// torch.export names them: `x`, `p_fc_weight`, `b_bn_running_mean`, `c_scale`), calls any
-// registered operator by name with arguments checked against its schema, infers every output's
-// dtype and shape on meta tensors, and finishes with a verified exported_program.
-//
-//   xport::program_builder b;
-//   auto x = b.input("x", at::randn({10, 10}));
-//   auto y = b.input("y", at::randn({10, 10}));
-//   auto s = b.call("aten::sin", {x});
-//   auto c = b.call("aten::cos", {y});
-//   b.output(b.call("aten::add.Tensor", {s, c}));
-//   xport::exported_program p = std::move(b).build();
-
-#include <algorithm>    // std::stable_sort
-#include <memory>       // std::shared_ptr, std::make_shared
-#include <optional>     // std::optional
-#include <string>       // std::string
-#include <string_view>  // std::string_view
-#include <utility>      // std::move
-#include <vector>       // std::vector
-
-#include <ATen/core/Tensor.h>
-
-// #include <xport/config.hpp>
-// #include <xport/detail/meta_infer.hpp>
-// xport/detail/meta_infer.hpp: an op's output types, learned without computing anything.
-// The op runs on meta tensors (sizes and dtypes, no data) through the dispatcher; when
-// LibTorch has no meta kernel for it, a shape rule from meta_rules.hpp answers; otherwise the
-// op cannot be captured and missing_fake_kernel names it and the fix.
-
-#include <optional>     // std::optional
-#include <string>       // std::string
-#include <string_view>  // std::string_view
-#include <vector>       // std::vector
-
-#include <ATen/core/Tensor.h>
-#include <ATen/core/ivalue.h>
-#include <ATen/core/LegacyTypeDispatch.h>
-#include <c10/core/ScalarType.h>
-#include <c10/util/Exception.h>
-
-// #include <xport/config.hpp>
-// #include <xport/detail/meta_rules.hpp>
-// xport/detail/meta_rules.hpp: output shapes for ops whose meta kernel LibTorch lacks.
+// #include <xport/ops/meta_rules.hpp>
+// xport/ops/meta_rules.hpp: output shapes for ops whose meta kernel LibTorch lacks.
 // Each rule reads the op's arguments (tensors already on the meta device) and returns meta
 // tensors of the outputs' sizes and dtypes; nothing runs on data. The set covers the gaps that
 // real models hit (conv, batch/layer/group norm, relu, hardtanh, index_select/embedding, where,
@@ -4665,6 +4480,7 @@ XPORT_END_NAMESPACE
 #include <ATen/ops/result_type.h>
 
 // #include <xport/config.hpp>
+// #include <xport/ops/shape_formulas.hpp>
 
 XPORT_BEGIN_NAMESPACE
 namespace detail {
@@ -4732,7 +4548,7 @@ inline std::vector<at::Tensor> rule_reduce_all_promote(const meta_stack& s) {
   const auto t = s[0].toTensor().scalar_type();
   return {meta_empty({}, c10::isIntegralType(t, /*includeBool=*/true) ? c10::kLong : t)};
 }
-inline std::vector<at::Tensor> rule_count_all(const meta_stack& s) {
+inline std::vector<at::Tensor> rule_count_all(const meta_stack&) {
   return {meta_empty({}, c10::kLong)};
 }
 
@@ -4766,10 +4582,8 @@ inline std::vector<std::int64_t> conv_out_sizes(const at::Tensor& input, const a
     const auto k = w[2 + i];
     const auto st = pick(stride, i, 1), pd = pick(padding, i, 0), dl = pick(dilation, i, 1);
     const auto x = in[off + i];
-    if (transposed)
-      out.push_back((x - 1) * st - 2 * pd + dl * (k - 1) + pick(output_padding, i, 0) + 1);
-    else
-      out.push_back((x + 2 * pd - dl * (k - 1) - 1) / st + 1);
+    out.push_back(transposed ? transposed_window_output_size(x, k, st, pd, dl, pick(output_padding, i, 0))
+                             : window_output_size(x, k, st, pd, dl));
   }
   return out;
 }
@@ -5105,18 +4919,258 @@ inline meta_rule find_meta_rule(std::string_view qualified) {
 
 }  // namespace detail
 XPORT_END_NAMESPACE
-// #include <xport/detail/schema.hpp>
+// #include <xport/ops/meta_infer.hpp>
+// xport/ops/meta_infer.hpp: an op's output types, learned without computing anything.
+// The op runs on meta tensors (sizes and dtypes, no data) through the dispatcher, its arguments
+// boxed as every call's are (ops/call.hpp); when LibTorch has no meta kernel for it, a shape
+// rule from meta_rules.hpp answers; otherwise the op cannot be captured and missing_fake_kernel
+// names it and the fix.
+
+#include <optional>     // std::optional
+#include <string>       // std::string
+#include <string_view>  // std::string_view
+#include <vector>       // std::vector
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <c10/core/ScalarType.h>
+#include <c10/util/Exception.h>
+
+// #include <xport/config.hpp>
+// #include <xport/ops/call.hpp>
+// xport/ops/call.hpp: one way to call a graph node's operator through the dispatcher.
+// Every place that runs an op on a node's arguments (shape inference, capture, decomposition,
+// constant folding, the interpreter) boxes the schema-bound arguments the same way here: a graph
+// value becomes what a site-supplied lookup says it holds, a symbolic size its example value, a
+// number (or a SymInt/SymFloat/SymBool value) where a `Tensor` or `Tensor?` is expected a
+// wrapped-number tensor, every other constant the IValue its schema type wants. A meta run then
+// moves the call onto the meta device (every device argument, a factory's missing one) and
+// drops `pin_memory` (nothing is allocated); the op is called through its handle; its results
+// come back one graph output at a time, a `Tensor[]` return giving one output per element. What
+// a site does with the results (track them, lift them, type them) stays at the site.
+
+#include <cstddef>  // std::size_t
+#include <cstdint>  // std::uint8_t
+#include <span>     // std::span
+#include <utility>  // std::move
+#include <vector>   // std::vector
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/core/jit_type.h>
+#include <ATen/core/stack.h>
+#include <c10/util/Exception.h>
+
+// #include <xport/config.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ir/graph.hpp>
+// #include <xport/ir/op.hpp>
+// #include <xport/ops/schema.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+/// Whether schema parameter `param` takes a tensor (`Tensor` or `Tensor?`): a number given for
+/// it is passed as a wrapped-number tensor.
+inline bool expects_tensor(const c10::Argument& param) {
+  const auto& t = param.real_type();
+  if (t->kind() == c10::TypeKind::TensorType) return true;
+  return t->kind() == c10::TypeKind::OptionalType &&
+         t->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::TensorType;
+}
+
+/// The schema type `a` is converted against for `param`: `Tensor?` given anything but None is
+/// `Tensor` (so that a number there becomes a wrapped number, as for `Tensor`), else the
+/// parameter's own type.
+inline const c10::TypePtr& call_type(const c10::Argument& param, const argument& a) {
+  const auto& t = param.real_type();
+  if (!a.is_none() && t->kind() == c10::TypeKind::OptionalType) {
+    const auto& elem = t->castRaw<c10::OptionalType>()->getElementType();
+    if (elem->kind() == c10::TypeKind::TensorType) return elem;
+  }
+  return t;
+}
+
+/// The IValue the dispatcher gets for argument `a` of parameter `param`: graph values are looked
+/// up with `lookup(value) -> c10::IValue` (what they hold at this site), symbolic sizes are their
+/// example value (sites that evaluate them, like the interpreter, use form_of instead).
+template <class Lookup>
+c10::IValue argument_ivalue(const c10::Argument& param, const argument& a, Lookup&& lookup) {
+  return to_ivalue(a, call_type(param, a), lookup);
+}
+
+/// The IValue of an argument that holds no graph value and no symbol (a schema constant),
+/// converted against schema type `type`.
+inline c10::IValue constant_ivalue(const argument& a, const c10::TypePtr& type) {
+  return to_ivalue(a, type, [](const value&) { return c10::IValue(); });
+}
+
+/// The constant IValue of argument `a` of parameter `param` (see constant_ivalue).
+inline c10::IValue constant_ivalue(const c10::Argument& param, const argument& a) {
+  return constant_ivalue(a, call_type(param, a));
+}
+
+/// How a schema-bound argument reaches the dispatcher, decided once (sites that precompute a
+/// call, like the interpreter, switch on it; argument_ivalue follows the same rules).
+enum class arg_form : std::uint8_t {
+  constant,              ///< no graph value, no symbol: one IValue (constant_ivalue), every call
+  value,                 ///< a graph value, passed as what it holds
+  value_number,          ///< a SymInt/SymFloat/SymBool value where a tensor is expected: wrapped
+  symbolic,              ///< a symbolic size, passed as an int
+  symbolic_number,       ///< a symbolic size where a tensor is expected: wrapped
+  tensor_list,           ///< a Tensor[] holding graph values
+  optional_tensor_list,  ///< a Tensor?[] holding graph values (and Nones)
+  int_list,              ///< a SymInt[] (or any other list) holding graph values or symbols
+};
+
+/// The form argument `a` takes as parameter `param`.
+inline arg_form form_of(const c10::Argument& param, const argument& a) {
+  const bool tensor = expects_tensor(param);
+  if (a.is_value())
+    return tensor && a.as_value() && a.as_value().kind() != value_kind::tensor ? arg_form::value_number
+                                                                                : arg_form::value;
+  if (a.is_symbolic()) return tensor ? arg_form::symbolic_number : arg_form::symbolic;
+  if (!a.is_list()) return arg_form::constant;
+  bool dynamic = false;
+  a.for_each_value([&](const value&) { dynamic = true; });
+  for (const auto& e : a.as_list()) dynamic = dynamic || e.is_symbolic();
+  if (!dynamic) return arg_form::constant;
+  const auto lt = unwrap_optional(param.real_type());
+  if (lt->kind() != c10::TypeKind::ListType) return arg_form::int_list;
+  const auto kind = lt->castRaw<c10::ListType>()->getElementType()->kind();
+  return kind == c10::TypeKind::TensorType     ? arg_form::tensor_list
+         : kind == c10::TypeKind::OptionalType ? arg_form::optional_tensor_list
+                                               : arg_form::int_list;
+}
+
+/// Whether any argument holds a symbolic size (directly or in a list): the call's result then
+/// depends on the sizes of the run.
+inline bool has_symbolic_argument(std::span<const argument> args) {
+  for (const auto& a : args) {
+    if (a.is_symbolic()) return true;
+    if (a.is_list())
+      for (const auto& e : a.as_list())
+        if (e.is_symbolic()) return true;
+  }
+  return false;
+}
+
+/// Pushes the dispatcher arguments of a call of `op` onto `stack`: `args` are schema-bound (as a
+/// node or bind_arguments holds them), converted by argument_ivalue with `lookup`.
+template <class Lookup>
+void push_arguments(const op_info& op, std::span<const argument> args, Lookup&& lookup, torch::jit::Stack& stack) {
+  const auto& params = op.schema().arguments();
+  stack.reserve(stack.size() + params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) stack.push_back(argument_ivalue(params[i], args[i], lookup));
+}
+
+/// What a non-tensor graph value holds in a meta run: a SymInt its example value; a SymFloat,
+/// SymBool or None value has none known, so it is None (an op that needs it refuses, rather
+/// than run on a made-up number).
+inline c10::IValue example_scalar(const value& v) {
+  if (v.kind() == value_kind::sym_int) return v.type().scalar.hint();
+  return {};
+}
+
+/// Makes the arguments of `op` on top of `stack` (its schema's count of them) a meta run's:
+/// every device argument is the meta device, and so is a factory's missing one (it would make a
+/// real tensor on the default device), and `pin_memory` is false (a meta tensor is never pinned,
+/// and asking for pinned memory fails where no accelerator is). The recorded arguments keep
+/// what was given.
+inline void to_meta_run(const op_info& op, torch::jit::Stack& stack) {
+  const auto n = op.schema().arguments().size();
+  auto* args = stack.data() + (stack.size() - n);
+  for (std::size_t i = 0; i < n; ++i)
+    if (args[i].isDevice()) args[i] = c10::Device(c10::kMeta);
+  if (op.is_factory && op.device_arg >= 0 && args[static_cast<std::size_t>(op.device_arg)].isNone())
+    args[static_cast<std::size_t>(op.device_arg)] = c10::Device(c10::kMeta);
+  if (op.pin_memory_arg >= 0 && args[static_cast<std::size_t>(op.pin_memory_arg)].isBool())
+    args[static_cast<std::size_t>(op.pin_memory_arg)] = false;
+}
+
+/// Pushes the arguments of a meta run of `op` onto `stack`: tensor values are the meta tensors
+/// `meta_of(value) -> at::Tensor` gives, other values their example_scalar; then to_meta_run.
+template <class MetaOf>
+void push_meta_arguments(const op_info& op, std::span<const argument> args, MetaOf&& meta_of,
+                         torch::jit::Stack& stack) {
+  push_arguments(
+      op, args,
+      [&](const value& v) -> c10::IValue {
+        return v.kind() == value_kind::tensor ? c10::IValue(meta_of(v)) : example_scalar(v);
+      },
+      stack);
+  to_meta_run(op, stack);
+}
+
+/// Calls the operator behind `handle` through the dispatcher: its arguments are taken from the
+/// top of `stack`, its results are left there.
+inline void call_op(const c10::OperatorHandle& handle, torch::jit::Stack& stack) { handle.callBoxed(stack); }
+
+/// call_op, with a LibTorch error handed to `on_error(const c10::Error&)`, which throws the
+/// site's own error (the original is rethrown if it returns).
+template <class OnError>
+void call_op(const c10::OperatorHandle& handle, torch::jit::Stack& stack, OnError&& on_error) {
+  try {
+    handle.callBoxed(stack);
+  } catch (const c10::Error& e) {
+    on_error(e);
+    throw;
+  }
+}
+
+/// Calls node `n`'s operator on its arguments (push_arguments with `lookup`, then call_op): its
+/// results are left on `stack`.
+template <class Lookup>
+void call_node(const node& n, Lookup&& lookup, torch::jit::Stack& stack) {
+  push_arguments(n.op(), n.args(), lookup, stack);
+  call_op(n.op().handle, stack);
+}
+
+/// Calls `f(k, result)` for each graph output `k` of a call's `results` (as the op left them):
+/// a Tensor[] return gives one output per element (passed as a tensor IValue), every other
+/// return one. Returns the number of outputs.
+template <class F>
+std::size_t for_each_output(const torch::jit::Stack& results, F&& f) {
+  std::size_t k = 0;
+  for (const auto& r : results) {
+    if (r.isTensorList()) {
+      for (const auto& t : r.toTensorVector()) {
+        const c10::IValue v(t);
+        f(k++, v);
+      }
+    } else {
+      f(k++, r);
+    }
+  }
+  return k;
+}
+
+/// for_each_output that moves each result out of `results` into `f(k, c10::IValue&&)` (no
+/// reference counts touched where a result is handed on); `results` is left moved from.
+template <class F>
+std::size_t take_outputs(torch::jit::Stack& results, F&& f) {
+  std::size_t k = 0;
+  for (auto& r : results) {
+    if (r.isTensorList()) {
+      for (auto& t : r.toTensorVector()) f(k++, c10::IValue(std::move(t)));
+    } else {
+      f(k++, std::move(r));
+    }
+  }
+  return k;
+}
+
+}  // namespace detail
+XPORT_END_NAMESPACE
+// #include <xport/ops/meta_rules.hpp>
+// #include <xport/ops/schema.hpp>
 // #include <xport/error.hpp>
 // #include <xport/ir/graph.hpp>
 // #include <xport/ir/op.hpp>
 
 XPORT_BEGIN_NAMESPACE
 namespace detail {
-
-inline std::string first_line(const std::string& s) {
-  const auto nl = s.find('\n');
-  return nl == std::string::npos ? s : s.substr(0, nl);
-}
 
 /// `self: f32[2, 3], other: f32[3]` for the tensor arguments of a call.
 inline std::string describe_args(const op_info& op, const std::vector<argument>& args) {
@@ -5154,30 +5208,6 @@ inline bool any_requires_grad(const std::vector<argument>& args) {
   return r;
 }
 
-/// The dispatcher stack for a meta run of `op`: tensors become meta tensors, devices meta.
-inline std::vector<c10::IValue> meta_stack_for(const op_info& op, const std::vector<argument>& args) {
-  const auto& params = op.schema().arguments();
-  std::vector<c10::IValue> stack;
-  stack.reserve(params.size());
-  const auto lookup = [](const value& v) -> c10::IValue {
-    switch (v.kind()) {
-      case value_kind::tensor: return v.meta().make_meta();
-      case value_kind::sym_int: return v.type().scalar.hint();
-      default: return {};
-    }
-  };
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    if (args[i].is_device()) {
-      stack.emplace_back(c10::Device(c10::kMeta));
-    } else if (params[i].name() == "pin_memory" && args[i].is_bool()) {
-      stack.emplace_back(false);
-    } else {
-      stack.push_back(to_ivalue(args[i], params[i].real_type(), lookup));
-    }
-  }
-  return stack;
-}
-
 /// Why a data-dependent op cannot be captured, and the way out.
 [[noreturn]] inline void throw_data_dependent(const op_info& op) {
   throw missing_fake_kernel(
@@ -5200,7 +5230,7 @@ std::vector<c10::IValue> run_meta(const op_info& op, std::vector<c10::IValue> in
 /// run_meta on `stack` itself: the arguments go in, the results come out (no allocation when
 /// the op is known to have a meta kernel).
 /// Meta runs skip autograd (and the view tracking above it) but make ordinary tensors, not
-/// inference tensors: functionalization (trace/decompose.hpp) updates them in place.
+/// inference tensors: functionalization (lower/decompose.hpp) updates them in place.
 using meta_run_guard = at::AutoDispatchBelowADInplaceOrView;
 
 /// Note [Shapes from zeros] (meta_rules.hpp), with the op's refusals reported as a meta run's.
@@ -5273,7 +5303,7 @@ void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Descr
           "xport.fake.missing_kernel",
           op.qualified + " has no meta (fake) kernel in LibTorch " + torch_version() +
               " and xport has no shape rule for it, so its output shapes cannot be inferred "
-              "without running it. Fix: add a shape rule for it (detail/meta_rules.hpp), register "
+              "without running it. Fix: add a shape rule for it (ops/meta_rules.hpp), register "
               "a Meta kernel for the op with torch::Library, or call a composite of ops that have "
               "one. LibTorch said: " +
               first_line(e.what_without_backtrace()));
@@ -5311,10 +5341,8 @@ inline std::vector<value_type> result_types(const op_info& op, const std::vector
     m.requires_grad = requires_grad && (c10::isFloatingType(m.dtype) || c10::isComplexType(m.dtype));
     out.push_back(value_type::of(std::move(m)));
   };
-  for (const auto& r : results) {
+  for_each_output(results, [&](std::size_t, const c10::IValue& r) {
     if (r.isTensor()) add_tensor(r.toTensor());
-    else if (r.isTensorList())
-      for (const auto& t : r.toTensorVector()) add_tensor(t);
     else if (r.isInt()) out.push_back(value_type::of_sym_int(r.toInt()));
     else if (r.isDouble()) out.push_back(value_type{value_kind::sym_float, {}, {}});
     else if (r.isBool()) out.push_back(value_type{value_kind::sym_bool, {}, {}});
@@ -5323,25 +5351,1080 @@ inline std::vector<value_type> result_types(const op_info& op, const std::vector
       throw missing_fake_kernel("xport.fake.unsupported_return",
                                 op.qualified + " returns a " + r.tagKind() +
                                     ", which xport cannot represent in a graph yet");
-  }
+  });
   return out;
 }
 
 /// The types of `op`'s outputs for schema-bound `args`.
 inline std::vector<value_type> infer_outputs(const op_info& op, const std::vector<argument>& args) {
   if (op.data_dependent) throw_data_dependent(op);
-  const auto results = run_meta(op, meta_stack_for(op, args), [&] { return describe_args(op, args); });
+  torch::jit::Stack stack;
+  push_meta_arguments(op, args, [](const value& v) { return v.meta().make_meta(); }, stack);
+  const auto results = run_meta(op, std::move(stack), [&] { return describe_args(op, args); });
   return result_types(op, results, output_device(op, args), any_requires_grad(args));
 }
 
 }  // namespace detail
 XPORT_END_NAMESPACE
-// #include <xport/detail/schema.hpp>
+// #include <xport/ops/core_ops.hpp>
+// xport/ops/core_ops.hpp: the core ATen operator set that run_decompositions() lowers to.
+// LibTorch 1.13 has no `core` tag, so xport carries the set: every function of PyTorch's
+// native_functions.yaml tagged `core`, read from pytorch/pytorch@2e35e4846418c7623dd0863221af6c50e0d3ff1c torchgen/packaged/ATen/native/native_functions.yaml
+// (193 operators), plus `native_batch_norm`, which stands in for the `_native_batch_norm_legit*`
+// family that LibTorch 1.13 does not have.
+
+#include <algorithm>    // std::binary_search
+#include <array>        // std::array
+#include <string_view>  // std::string_view
+
+// #include <xport/config.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+inline constexpr std::array<std::string_view, 194> core_aten_ops{
+    "aten::_adaptive_avg_pool2d", "aten::_adaptive_avg_pool2d_backward",
+    "aten::_adaptive_avg_pool3d", "aten::_cdist_forward", "aten::_embedding_bag", "aten::_fft_c2r",
+    "aten::_fft_r2c", "aten::_local_scalar_dense", "aten::_log_softmax",
+    "aten::_native_batch_norm_legit", "aten::_native_batch_norm_legit.no_stats",
+    "aten::_native_batch_norm_legit_no_training", "aten::_pdist_forward", "aten::_softmax",
+    "aten::_to_copy", "aten::abs", "aten::acos", "aten::acosh", "aten::adaptive_avg_pool1d",
+    "aten::add.Scalar", "aten::add.Tensor", "aten::addmm", "aten::alias", "aten::amax",
+    "aten::amin", "aten::any", "aten::any.dim", "aten::any.dims", "aten::arange.start_step",
+    "aten::argmax", "aten::argmin", "aten::as_strided", "aten::asin", "aten::asinh", "aten::atan",
+    "aten::atan2", "aten::atan2.out", "aten::atanh", "aten::avg_pool1d", "aten::avg_pool2d",
+    "aten::avg_pool2d_backward", "aten::avg_pool3d", "aten::bitwise_and.Scalar",
+    "aten::bitwise_and.Tensor", "aten::bitwise_not", "aten::bitwise_or.Scalar",
+    "aten::bitwise_or.Tensor", "aten::bitwise_xor.Scalar", "aten::bitwise_xor.Tensor", "aten::bmm",
+    "aten::cat", "aten::ceil", "aten::clamp", "aten::clamp.Tensor", "aten::clone", "aten::col2im",
+    "aten::constant_pad_nd", "aten::convolution", "aten::convolution_backward", "aten::copy",
+    "aten::cos", "aten::cosh", "aten::cumsum", "aten::diagonal", "aten::div.Scalar",
+    "aten::div.Scalar_mode", "aten::div.Tensor", "aten::div.Tensor_mode", "aten::elu",
+    "aten::embedding", "aten::embedding_dense_backward", "aten::empty.memory_format",
+    "aten::empty_strided", "aten::eq.Scalar", "aten::eq.Tensor", "aten::erf", "aten::exp",
+    "aten::expand", "aten::expm1", "aten::fill.Scalar", "aten::flip", "aten::floor",
+    "aten::fmod.Scalar", "aten::fmod.Tensor", "aten::full", "aten::full_like", "aten::gather",
+    "aten::ge.Scalar", "aten::ge.Tensor", "aten::gelu", "aten::grid_sampler_2d", "aten::gt.Scalar",
+    "aten::gt.Tensor", "aten::hardtanh", "aten::index.Tensor", "aten::index_put",
+    "aten::index_select", "aten::isinf", "aten::isnan", "aten::le.Scalar", "aten::le.Tensor",
+    "aten::leaky_relu", "aten::log", "aten::log10", "aten::log1p", "aten::log2",
+    "aten::logical_and", "aten::logical_not", "aten::logical_or", "aten::logical_xor",
+    "aten::lt.Scalar", "aten::lt.Tensor", "aten::masked_scatter", "aten::max.dim",
+    "aten::max_pool2d_with_indices", "aten::max_pool2d_with_indices_backward",
+    "aten::max_pool3d_with_indices", "aten::maximum", "aten::mean", "aten::mean.dim",
+    "aten::min.dim", "aten::minimum", "aten::mm", "aten::mul.Scalar", "aten::mul.Tensor",
+    "aten::native_batch_norm", "aten::native_dropout", "aten::native_group_norm",
+    "aten::native_group_norm_backward", "aten::native_layer_norm",
+    "aten::native_layer_norm_backward", "aten::ne.Scalar", "aten::ne.Tensor", "aten::neg",
+    "aten::nonzero", "aten::permute", "aten::pow.Scalar", "aten::pow.Tensor_Scalar",
+    "aten::pow.Tensor_Tensor", "aten::prod", "aten::prod.dim_int", "aten::rand", "aten::randn",
+    "aten::randperm", "aten::reciprocal", "aten::reflection_pad1d", "aten::reflection_pad2d",
+    "aten::reflection_pad3d", "aten::relu", "aten::remainder.Scalar", "aten::remainder.Tensor",
+    "aten::repeat", "aten::replication_pad2d", "aten::replication_pad3d", "aten::resize_",
+    "aten::round", "aten::rsqrt", "aten::scalar_tensor", "aten::scatter.src", "aten::scatter.value",
+    "aten::scatter_add", "aten::scatter_reduce.two", "aten::select.int", "aten::select_scatter",
+    "aten::sigmoid", "aten::sign", "aten::sin", "aten::sinh", "aten::slice.Tensor",
+    "aten::slice_scatter", "aten::sort", "aten::split_with_sizes", "aten::sqrt",
+    "aten::squeeze.dim", "aten::squeeze.dims", "aten::sub.Scalar", "aten::sub.Tensor",
+    "aten::sum.dim_IntList", "aten::sym_is_contiguous", "aten::sym_numel", "aten::sym_size.int",
+    "aten::sym_storage_offset", "aten::sym_stride.int", "aten::tan", "aten::tanh", "aten::topk",
+    "aten::trunc", "aten::unsqueeze", "aten::upsample_bilinear2d.vec",
+    "aten::upsample_nearest2d.vec", "aten::var.correction", "aten::var.dim", "aten::view",
+    "aten::where.self"
+};
+
+/// Whether `qualified` (`aten::add.Tensor`, `aten::relu`) is in the core ATen set.
+inline bool is_core_aten_op(std::string_view qualified) {
+  return std::binary_search(core_aten_ops.begin(), core_aten_ops.end(), qualified);
+}
+
+}  // namespace detail
+XPORT_END_NAMESPACE
+// #include <xport/ops/decompositions.hpp>
+// xport/ops/decompositions.hpp: C++ counterparts of the decompositions torch.export's
+// run_decompositions() takes from Python (torch._decomp, torch._refs) where they call other ATen
+// ops than the op's C++ CompositeImplicitAutograd kernel, or where the op has no such kernel.
+// Each records exactly the calls the Python one makes, so the lowered program prints as
+// torch's. Ops not listed here lower by their C++ kernel, as torch's do. LibTorch >= 2.1 only
+// (the 1.13 path keeps its own table in lower/decompose.hpp).
+
+#include <functional>  // std::function
+#include <vector>      // std::vector
+
+#include <ATen/core/ivalue.h>
+
+// #include <xport/config.hpp>
+// #include <xport/detail/compat.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+/// A decomposition: the op's arguments (as the dispatcher passes them) in, its results out,
+/// computed with at:: calls, which are recorded in place of the op.
+using decomposition_fn = std::function<std::vector<c10::IValue>(const std::vector<c10::IValue>& args)>;
+}  // namespace detail
+XPORT_END_NAMESPACE
+
+#if XPORT_HAS_TORCH_FUNCTIONALIZATION
+#include <algorithm>      // std::reverse
+#include <cstdint>        // std::int64_t
+#include <utility>        // std::pair
+#include <functional>     // std::function
+#include <string>         // std::string
+#include <unordered_map>  // std::unordered_map
+#include <vector>         // std::vector
+
+#include <ATen/ScalarOps.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/ops/_embedding_bag.h>
+#include <ATen/ops/_embedding_bag_forward_only.h>
+#include <ATen/ops/_native_batch_norm_legit.h>
+#include <ATen/ops/_native_batch_norm_legit_no_training.h>
+#include <ATen/ops/alias.h>
+#include <ATen/ExpandUtils.h>
+#include <ATen/ops/_unsafe_view.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/clone.h>
+#include <ATen/ops/dot.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/mv.h>
+#include <ATen/ops/unsqueeze.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/full_like.h>
+#include <ATen/ops/native_dropout.h>
+#include <ATen/ops/permute.h>
+#include <ATen/ops/sigmoid.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/split_with_sizes.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/tensor_split.h>
+#include <ATen/ops/squeeze.h>
+#include <ATen/ops/sub.h>
+#include <ATen/ops/transpose.h>
+#include <ATen/ops/view.h>
+#include <ATen/ops/where.h>
+#include <c10/core/DefaultDtype.h>
+#include <c10/core/WrapDimMinimal.h>
+
+// #include <xport/config.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ir/op.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+namespace torch_decomp {
+
+using S = std::vector<c10::IValue>;
+
+/// What requires grad in torch's tracing (set by the lowering; lower/decompose.hpp).
+inline thread_local const std::function<bool(const at::Tensor&)>* requires_grad_query = nullptr;
+inline bool requires_grad(const at::Tensor& t) {
+  return requires_grad_query ? (*requires_grad_query)(t) : t.requires_grad();
+}
+
+inline c10::ScalarType dtype_or_default(const c10::IValue& v) {
+  return v.isNone() ? c10::typeMetaToScalarType(c10::get_default_dtype()) : v.toScalarType();
+}
+inline c10::optional<bool> pin_or_false(const c10::IValue& v) { return v.isNone() ? false : v.toBool(); }
+
+// torch._refs.transpose: alias for rank <= 1 or equal dims, else permute
+inline S transpose(const S& a) {
+  const auto& x = a[0].toTensor();
+  const auto rank = x.dim();
+  const auto d0 = c10::maybe_wrap_dim(a[1].toInt(), std::max<std::int64_t>(rank, 1));
+  const auto d1 = c10::maybe_wrap_dim(a[2].toInt(), std::max<std::int64_t>(rank, 1));
+  if (rank <= 1 || d0 == d1) return {at::alias(x)};
+  std::vector<std::int64_t> perm(static_cast<std::size_t>(rank));
+  for (std::int64_t i = 0; i < rank; ++i) perm[static_cast<std::size_t>(i)] = i;
+  std::swap(perm[static_cast<std::size_t>(d0)], perm[static_cast<std::size_t>(d1)]);
+  return {at::permute(x, perm)};
+}
+
+// torch._refs.t: transpose(a, 0, 0 if a.ndim < 2 else 1)
+inline S t(const S& a) {
+  const auto& x = a[0].toTensor();
+  return {at::transpose(x, 0, x.dim() < 2 ? 0 : 1)};
+}
+
+// _reshape_alias / _unsafe_view: view
+inline S view(const S& a) { return {a[0].toTensor().view_symint(a[1].toSymIntVector())}; }
+
+// torch._decomp.split: equal chunks by split_with_sizes
+inline S split(const S& a) {
+  const auto& x = a[0].toTensor();
+  const auto size = a[1].toInt();
+  const auto dim = c10::maybe_wrap_dim(a[2].toInt(), x.dim());
+  const auto n = x.size(dim);
+  if (n == 0) return {c10::List<at::Tensor>({at::alias(x)})};
+  const auto chunks = (n + size - 1) / size;
+  std::vector<std::int64_t> sizes(static_cast<std::size_t>(chunks), size);
+  sizes.back() = size - (size * chunks - n);
+  return {c10::List<at::Tensor>(at::split_with_sizes(x, sizes, a[2].toInt()))};
+}
+
+// torch._refs.zeros / ones: full with the default dtype and strided layout
+inline S full_of(const S& a, int value) {
+  const auto dtype = dtype_or_default(a[1]);
+  const auto layout = a[2].isNone() ? c10::kStrided : a[2].toLayout();
+  const c10::Scalar fill = dtype == c10::kBool ? c10::Scalar(value != 0) : c10::Scalar(static_cast<std::int64_t>(value));
+  return {at::_ops::full::call(a[0].toSymIntVector(), fill, dtype, layout, a[3].toOptional<c10::Device>(),
+                               pin_or_false(a[4]))};
+}
+
+// torch._refs.zeros_like / ones_like: full_like
+inline S full_like_of(const S& a, int value) {
+  const auto& x = a[0].toTensor();
+  const auto dtype = a[1].toOptional<c10::ScalarType>();
+  const bool is_bool = dtype.value_or(x.scalar_type()) == c10::kBool;
+  const c10::Scalar fill = is_bool ? c10::Scalar(value != 0) : c10::Scalar(static_cast<std::int64_t>(value));
+  const auto mf = a[5].isNone() ? c10::MemoryFormat::Preserve : a[5].toMemoryFormat();
+  return {at::_ops::full_like::call(x, fill, dtype, a[2].toOptional<c10::Layout>(), a[3].toOptional<c10::Device>(),
+                                    pin_or_false(a[4]), mf)};
+}
+
+// torch._refs.new_zeros / new_ones: full with the tensor's dtype, layout and device
+inline S new_full_of(const S& a, int value) {
+  const auto& x = a[0].toTensor();
+  const auto dtype = a[2].isNone() ? x.scalar_type() : a[2].toScalarType();
+  const auto layout = a[3].isNone() ? x.layout() : a[3].toLayout();
+  const auto device = a[4].isNone() ? x.device() : a[4].toDevice();
+  const c10::Scalar fill = dtype == c10::kBool ? c10::Scalar(value != 0) : c10::Scalar(static_cast<std::int64_t>(value));
+  return {at::_ops::full::call(a[1].toSymIntVector(), fill, dtype, layout, device, pin_or_false(a[5]))};
+}
+
+// torch._refs.rsub: sub(other, self, alpha), the number first
+inline S rsub(const S& a) {
+  // a wrapped number: recorded as the number, as torch records it
+  return {at::_ops::sub_Tensor::call(at::native::wrapped_scalar_tensor(a[1].toScalar()), a[0].toTensor(), a[2].toScalar())};
+}
+
+// torch._decomp.silu: x * sigmoid(x)
+inline S silu(const S& a) {
+  const auto& x = a[0].toTensor();
+  return {x.mul(at::sigmoid(x))};
+}
+
+// torch._decomp.squeeze_default: squeeze.dims
+inline S squeeze_dim(const S& a) {
+  return {at::squeeze(a[0].toTensor(), std::vector<std::int64_t>{a[1].toInt()})};
+}
+inline S squeeze_all(const S& a) {
+  const auto& x = a[0].toTensor();
+  std::vector<std::int64_t> dims(static_cast<std::size_t>(x.dim()));
+  for (std::size_t i = 0; i < dims.size(); ++i) dims[i] = static_cast<std::int64_t>(i);
+  return {at::squeeze(x, dims)};
+}
+
+// torch._decomp.dropout: native_dropout when it drops, else a clone
+inline S dropout(const S& a) {
+  const auto& x = a[0].toTensor();
+  const double p = a[1].toDouble();
+  const bool train = a[2].toBool();
+  if (train && p != 0) return {std::get<0>(at::native_dropout(x, p, train))};
+  return {at::clone(x)};
+}
+
+// torch._decomp.native_batch_norm_decomposition: the _native_batch_norm_legit family
+inline S native_batch_norm(const S& a) {
+  const auto& x = a[0].toTensor();
+  const auto w = a[1].toOptional<at::Tensor>(), b = a[2].toOptional<at::Tensor>();
+  const auto rm = a[3].toOptional<at::Tensor>(), rv = a[4].toOptional<at::Tensor>();
+  const bool training = a[5].toBool();
+  const double momentum = a[6].toDouble(), eps = a[7].toDouble();
+  const bool has_mean = rm && rm->defined(), has_var = rv && rv->defined();
+  if (!has_mean && !has_var) {
+    auto [o, m, v] = at::_native_batch_norm_legit(x, w, b, training, momentum, eps);
+    return {o, m, v};
+  }
+  if (!has_mean || !has_var)
+    throw error("xport.decompose.batch_norm", "native_batch_norm: running_mean and running_var must both be given or both be None");
+  if (training) {
+    at::Tensor mean = *rm, var = *rv;
+    auto [o, m, v] = at::_native_batch_norm_legit(x, w, b, mean, var, training, momentum, eps);
+    return {o, m, v};
+  }
+  auto [o, m, v] = at::_native_batch_norm_legit_no_training(x, w, b, *rm, *rv, momentum, eps);
+  return {o, m, v};
+}
+
+// torch._refs.stack: cat of unsqueezed tensors (or cat + view for an inner dim)
+inline S stack(const S& a) {
+  const auto ts = a[0].toTensorVector();
+  if (ts.empty()) throw error("xport.decompose.stack", "stack expects a non-empty TensorList");
+  const auto rank = ts[0].dim();
+  const auto dim = c10::maybe_wrap_dim(a[1].toInt(), rank + 1);
+  if (dim < rank) {
+    auto sizes = ts[0].sizes().vec();
+    sizes.insert(sizes.begin() + dim, static_cast<std::int64_t>(ts.size()));
+    return {at::cat(ts, dim).view(sizes)};
+  }
+  std::vector<at::Tensor> parts;
+  for (const auto& t : ts) parts.push_back(t.unsqueeze(dim));
+  return {at::cat(parts, a[1].toInt())};
+}
+
+// torch._refs.arange (end only): arange.start_step(0, end, 1)
+inline S arange_end(const S& a) {
+  const auto layout = a[2].isNone() ? c10::kStrided : a[2].toLayout();
+  return {at::_ops::arange_start_step::call(0, a[0].toScalar(), 1, a[1].toOptional<c10::ScalarType>(), layout,
+                                            a[3].toOptional<c10::Device>(), pin_or_false(a[4]))};
+}
+
+// torch._refs.unbind: squeezed pieces of tensor_split (whose C++ kernel slices)
+inline std::vector<at::Tensor> unbind_pieces(const at::Tensor& x, std::int64_t dim) {
+  const auto d = c10::maybe_wrap_dim(dim, x.dim());
+  const auto n = x.size(d);
+  if (n == 0) return {};
+  auto pieces = at::tensor_split(x, n, d);
+  std::vector<at::Tensor> out;
+  for (const auto& p : pieces) out.push_back(at::squeeze(p, d));
+  return out;
+}
+inline S unbind_int(const S& a) { return {c10::List<at::Tensor>(unbind_pieces(a[0].toTensor(), a[1].toInt()))}; }
+
+// torch._decomp's RNN decompositions (lstm_impl, gru_impl and their helpers), for the layouts
+// the C++ modules use: one direction or two, biases or none, no projections, no packed input.
+namespace rnn {
+
+using params_t = std::vector<at::Tensor>;  // one layer and direction: w_ih, w_hh[, b_ih, b_hh]
+
+inline std::vector<params_t> gather(const std::vector<at::Tensor>& flat, bool has_biases) {
+  const std::size_t group = has_biases ? 4 : 2;
+  if (flat.size() % group != 0)
+    throw error("xport.decompose.rnn", "an RNN's flat weights (" + std::to_string(flat.size()) +
+                                           ") do not divide into groups of " + std::to_string(group));
+  std::vector<params_t> out;
+  for (std::size_t i = 0; i < flat.size(); i += group) out.emplace_back(flat.begin() + i, flat.begin() + i + group);
+  return out;
+}
+inline c10::optional<at::Tensor> bias(const params_t& p, std::size_t i) {
+  return p.size() > 2 ? c10::optional<at::Tensor>(p[i]) : c10::nullopt;
+}
+
+// one_layer_lstm + lstm_cell
+inline std::pair<at::Tensor, std::pair<at::Tensor, at::Tensor>> lstm_layer(
+    const at::Tensor& inp, const std::pair<at::Tensor, at::Tensor>& hidden, const params_t& p, bool reverse) {
+  at::Tensor hx = hidden.first.unsqueeze(0), cx = hidden.second.unsqueeze(0);
+  at::Tensor pre = at::linear(inp, p[0], bias(p, 2));
+  if (reverse) pre = pre.flip({0});
+  std::vector<at::Tensor> steps;
+  for (const auto& x : unbind_pieces(pre, 0)) {
+    const at::Tensor gates = at::linear(hx, p[1], bias(p, 3)).add(x);
+    const auto g = gates.chunk(4, 2);
+    const at::Tensor in_gate = g[0].sigmoid(), forget_gate = g[1].sigmoid(), cell_gate = g[2].tanh(),
+                     out_gate = g[3].sigmoid();
+    const at::Tensor kept = forget_gate.mul(cx);
+    cx = kept.add(in_gate.mul(cell_gate));
+    hx = out_gate.mul(cx.tanh());
+    steps.push_back(hx);
+  }
+  if (reverse) std::reverse(steps.begin(), steps.end());
+  at::Tensor out = at::cat(steps, 0);
+  return {out, {hx.squeeze(0), cx.squeeze(0)}};
+}
+
+// one_layer_rnn + gru_cell
+inline std::pair<at::Tensor, at::Tensor> gru_layer(const at::Tensor& inp, const at::Tensor& hidden, const params_t& p,
+                                                   bool reverse) {
+  at::Tensor pre = at::linear(inp, p[0], bias(p, 2));
+  if (reverse) pre = pre.flip({0});
+  at::Tensor h = hidden.unsqueeze(0);
+  std::vector<at::Tensor> steps;
+  for (const auto& x : unbind_pieces(pre, 0)) {
+    const auto ig = x.chunk(3, 1);
+    const auto hg = at::linear(h, p[1], bias(p, 3)).chunk(3, 2);
+    const at::Tensor reset = hg[0].add(ig[0]).sigmoid();
+    const at::Tensor update = hg[1].add(ig[1]).sigmoid();
+    const at::Tensor scaled = hg[2].mul(reset);
+    const at::Tensor fresh = ig[2].add(scaled).tanh();
+    h = h.sub(fresh).mul(update).add(fresh);
+    steps.push_back(h);
+  }
+  if (reverse) std::reverse(steps.begin(), steps.end());
+  at::Tensor out = at::cat(steps, 0);
+  return {out, h.squeeze(0)};
+}
+
+// _rnn_helper: layers (and directions) in turn; torch's never applies inter-layer dropout
+template <class Hidden, class Layer>
+std::pair<at::Tensor, std::vector<Hidden>> run_layers(at::Tensor input, const std::vector<Hidden>& hidden,
+                                                      const std::vector<params_t>& params, std::int64_t num_layers,
+                                                      bool bidirectional, bool batch_first, Layer&& layer) {
+  if (batch_first) input = input.transpose(0, 1);
+  std::vector<Hidden> finals;
+  const std::size_t dirs = bidirectional ? 2 : 1;
+  if (params.size() != static_cast<std::size_t>(num_layers) * dirs || hidden.size() != params.size())
+    throw error("xport.decompose.rnn", "an RNN's weights and hidden states do not match its layers");
+  for (std::size_t i = 0; i < static_cast<std::size_t>(num_layers); ++i) {
+    auto [fwd_out, fwd_hidden] = layer(input, hidden[dirs * i], params[dirs * i], false);
+    finals.push_back(fwd_hidden);
+    if (bidirectional) {
+      auto [bwd_out, bwd_hidden] = layer(input, hidden[dirs * i + 1], params[dirs * i + 1], true);
+      finals.push_back(bwd_hidden);
+      input = at::cat({fwd_out, bwd_out}, fwd_out.dim() - 1);
+    } else {
+      input = fwd_out;
+    }
+  }
+  if (batch_first) input = input.transpose(0, 1);
+  return {input, finals};
+}
+
+// lstm.input(input, hx[2], params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
+inline S lstm(const S& a) {
+  const auto hx = a[1].toTensorVector();
+  if (hx.size() != 2) throw error("xport.decompose.rnn", "lstm expects two hidden states");
+  if (hx[0].size(2) != hx[1].size(2))
+    throw error("xport.decompose.rnn", "lstm with projections (proj_size) has no decomposition in xport; keep "
+                                       "aten::lstm.input (decomposition_table::core_aten().keep(\"aten::lstm.input\"))");
+  const auto params = gather(a[2].toTensorVector(), a[3].toBool());
+  std::vector<std::pair<at::Tensor, at::Tensor>> hidden;
+  const auto h = unbind_pieces(hx[0], 0);
+  const auto c = unbind_pieces(hx[1], 0);
+  for (std::size_t i = 0; i < h.size() && i < c.size(); ++i) hidden.emplace_back(h[i], c[i]);
+  auto [out, finals] = run_layers(a[0].toTensor(), hidden, params, a[4].toInt(), a[7].toBool(), a[8].toBool(),
+                                  [](const at::Tensor& x, const std::pair<at::Tensor, at::Tensor>& hid,
+                                     const params_t& p, bool rev) { return lstm_layer(x, hid, p, rev); });
+  std::vector<at::Tensor> hs, cs;
+  for (const auto& f : finals) {
+    hs.push_back(f.first);
+    cs.push_back(f.second);
+  }
+  const at::Tensor hn = at::stack(hs, 0);
+  const at::Tensor cn = at::stack(cs, 0);
+  return {out, hn, cn};
+}
+
+// gru.input(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
+inline S gru(const S& a) {
+  const auto params = gather(a[2].toTensorVector(), a[3].toBool());
+  const auto hidden = unbind_pieces(a[1].toTensor(), 0);
+  auto [out, finals] = run_layers(a[0].toTensor(), hidden, params, a[4].toInt(), a[7].toBool(), a[8].toBool(),
+                                  [](const at::Tensor& x, const at::Tensor& hid, const params_t& p, bool rev) {
+                                    return gru_layer(x, hid, p, rev);
+                                  });
+  return {out, at::stack(finals, 0)};
+}
+
+}  // namespace rnn
+
+// torch._decomp.should_fold: matmul folds the batch of the larger operand into mm's rows
+inline bool should_fold(const at::Tensor& tensor1, const at::Tensor& tensor2) {
+  const bool first_larger = tensor1.dim() >= tensor2.dim();
+  const at::Tensor& t1 = first_larger ? tensor1 : tensor2;
+  const at::Tensor& t2 = first_larger ? tensor2 : tensor1;
+  if (!(t1.dim() >= 3 && t2.dim() <= 2)) return false;
+  if (requires_grad(t2)) return true;
+  if (tensor1.dim() == 2) return false;
+  if (t1.numel() == 0) return true;
+  // contiguous, dims of size 1 aside
+  const auto sizes = t1.sizes();
+  const auto strides = t1.strides();
+  std::int64_t expected = 1;
+  for (std::int64_t i = t1.dim() - 1; i >= 0; --i) {
+    if (sizes[i] != 1 && strides[i] != expected) return false;
+    expected *= sizes[i];
+  }
+  return true;
+}
+
+// torch._decomp.matmul (its Python override of the composite kernel)
+inline at::Tensor matmul_impl(const at::Tensor& tensor1, const at::Tensor& tensor2) {
+  const auto d1 = tensor1.dim(), d2 = tensor2.dim();
+  if (d1 == 0 || d2 == 0) throw error("xport.decompose.matmul", "matmul does not support 0-dimensional tensors");
+  if (d1 == 1 && d2 == 1) return at::dot(tensor1, tensor2);
+  if (d1 == 2 && d2 == 1) return at::mv(tensor1, tensor2);
+  if (d1 == 1 && d2 == 2) return at::squeeze(at::mm(at::unsqueeze(tensor1, 0), tensor2), 0);
+  if (d1 == 2 && d2 == 2) return at::mm(tensor1, tensor2);
+  if (should_fold(tensor1, tensor2)) {
+    const bool transpose = d2 > d1;
+    const at::Tensor t1 = transpose ? tensor2.mT() : tensor1;
+    const at::Tensor t2 = !transpose ? tensor2 : (d1 == 2 ? tensor1.t() : tensor1);
+    const auto sizes1 = t1.sizes().vec();
+    std::vector<std::int64_t> output_shape(sizes1.begin(), sizes1.end() - 1);
+    std::int64_t folded = 1;
+    for (const auto s : output_shape) folded *= s;
+    const bool t2_matrix = t2.dim() == 2;
+    if (t2_matrix) output_shape.push_back(t2.size(1));
+    const at::Tensor t1_folded = t1.reshape({folded, sizes1.back()});
+    if (t2_matrix) {
+      const at::Tensor output = at::_unsafe_view(t1_folded.mm(t2), output_shape);
+      return transpose ? output.mT().contiguous() : output;
+    }
+    return at::_unsafe_view(t1_folded.mv(t2), output_shape);
+  }
+  // batched: b1 x n x m1 by b2 x m2 x p, the batch dims broadcast
+  const std::int64_t n = d1 > 1 ? tensor1.size(-2) : 1, m1 = tensor1.size(-1);
+  const auto batch1 = tensor1.sizes().slice(0, static_cast<std::size_t>(std::max<std::int64_t>(d1 - 2, 0))).vec();
+  const std::int64_t m2 = d2 > 1 ? tensor2.size(-2) : tensor2.size(-1), p = d2 > 1 ? tensor2.size(-1) : 1;
+  std::vector<std::int64_t> batch2;
+  for (std::int64_t i = 0; i < d2 - 2; ++i) batch2.push_back(tensor2.size(i));
+  if (d1 == 3 && d2 == 3 && batch1[0] != batch2[0]) {
+    if (batch1[0] == 1 && requires_grad(tensor1)) return matmul_impl(tensor1.squeeze(0), tensor2);
+    if (batch2[0] == 1 && requires_grad(tensor2)) return matmul_impl(tensor1, tensor2.squeeze(0));
+  }
+  auto batch = at::infer_size(batch1, batch2);
+  std::int64_t batch_product = 1;
+  for (const auto s : batch) batch_product *= s;
+  auto size1 = batch;
+  size1.push_back(n);
+  size1.push_back(m1);
+  const at::Tensor t1 = tensor1.expand(size1).reshape({batch_product, n, m1});
+  const bool vector_rhs = d2 == 1;
+  auto size2 = batch;
+  size2.push_back(m2);
+  if (!vector_rhs) size2.push_back(p);
+  const at::Tensor t2 = vector_rhs ? tensor2.expand(size2).reshape({batch_product, m2}).unsqueeze(2)
+                                   : tensor2.expand(size2).reshape({batch_product, m2, p});
+  auto output_shape = batch;
+  if (d1 > 1) output_shape.push_back(n);
+  if (d2 > 1) output_shape.push_back(p);
+  if (vector_rhs) return t1.bmm(t2).squeeze(-1).view(output_shape);
+  return t1.bmm(t2).view(output_shape);
+}
+inline S matmul_op(const S& a) { return {matmul_impl(a[0].toTensor(), a[1].toTensor())}; }
+
+// embedding_bag's C++ composite, deciding as it does under torch's fake tensors (where the
+// weight keeps requires_grad): `_embedding_bag` when the weight requires grad, else the
+// forward-only kernel (meta tensors never require grad, so the kernel itself would always pick
+// the forward-only one, which autograd cannot run on a parameter).
+inline S embedding_bag(const S& a) {
+  const auto& w = a[0].toTensor();
+  const auto psw = a[6].toOptional<at::Tensor>();
+  const std::int64_t pad = a.size() > 8 && !a[8].isNone() ? a[8].toInt() : -1;
+  const auto r = requires_grad(w)
+                     ? at::_embedding_bag(w, a[1].toTensor(), a[2].toTensor(), a[3].toBool(), a[4].toInt(),
+                                          a[5].toBool(), psw, a[7].toBool(), pad)
+                     : at::_embedding_bag_forward_only(w, a[1].toTensor(), a[2].toTensor(), a[3].toBool(),
+                                                       a[4].toInt(), a[5].toBool(), psw, a[7].toBool(), pad);
+  return {std::get<0>(r), std::get<1>(r), std::get<2>(r), std::get<3>(r)};
+}
+
+// torch._decomp.nop_decomposition (detach, lift, lift_fresh): alias
+inline S alias(const S& a) { return {at::alias(a[0].toTensor())}; }
+
+}  // namespace torch_decomp
+
+/// Decompositions torch applies above functionalization and autograd: Python overrides of an
+/// op's composite (or autograd) kernel.
+inline const std::unordered_map<std::string, decomposition_fn>& torch_composite_decompositions() {
+  namespace d = torch_decomp;
+  static const std::unordered_map<std::string, decomposition_fn> table = {
+      {"aten::matmul", d::matmul_op},
+      {"aten::dropout", d::dropout},
+      {"aten::native_batch_norm", d::native_batch_norm},
+      {"aten::lstm.input", d::rnn::lstm},
+      {"aten::gru.input", d::rnn::gru},
+      {"aten::embedding_bag", d::embedding_bag},
+      {"aten::embedding_bag.padding_idx", d::embedding_bag},
+  };
+  return table;
+}
+
+/// Whether torch runs its decomposition of `op` as the op's autograd kernel (autograd off for
+/// the pieces), rather than as its composite kernel (autograd on).
+inline bool runs_below_autograd(const op_info& op) {
+  return op.name == "aten::dropout" || op.name == "aten::native_batch_norm" || op.name == "aten::lstm" ||
+         op.name == "aten::gru";
+}
+
+/// Decompositions torch applies below functionalization, as it records (its decomposition
+/// table's entries for ops without a composite kernel; a few core ops among them).
+inline const std::unordered_map<std::string, decomposition_fn>& torch_decompositions() {
+  namespace d = torch_decomp;
+  static const std::unordered_map<std::string, decomposition_fn> table = {
+      {"aten::t", d::t},
+      {"aten::transpose.int", d::transpose},
+      {"aten::_unsafe_view", d::view},
+      {"aten::_reshape_alias", d::view},
+      {"aten::split.Tensor", d::split},
+      {"aten::zeros", [](const d::S& a) { return d::full_of(a, 0); }},
+      {"aten::ones", [](const d::S& a) { return d::full_of(a, 1); }},
+      {"aten::zeros_like", [](const d::S& a) { return d::full_like_of(a, 0); }},
+      {"aten::ones_like", [](const d::S& a) { return d::full_like_of(a, 1); }},
+      {"aten::new_zeros", [](const d::S& a) { return d::new_full_of(a, 0); }},
+      {"aten::new_ones", [](const d::S& a) { return d::new_full_of(a, 1); }},
+      {"aten::rsub.Scalar", d::rsub},
+      {"aten::silu", d::silu},
+      {"aten::squeeze.dim", d::squeeze_dim},
+      {"aten::squeeze", d::squeeze_all},
+      {"aten::stack", d::stack},
+      {"aten::arange", d::arange_end},
+      {"aten::detach", d::alias},
+      {"aten::lift_fresh", d::alias},
+      {"aten::unbind.int", d::unbind_int},
+  };
+  return table;
+}
+
+}  // namespace detail
+XPORT_END_NAMESPACE
+#endif  // XPORT_HAS_TORCH_FUNCTIONALIZATION
+// #include <xport/ops/call.hpp>
+
+// building, checking and printing programs
+// #include <xport/program/verify.hpp>
+// xport/program/verify.hpp: every invariant of a graph and of an exported program, checked.
+// verify(graph) checks structure (Note [Topological invariant], Note [Use lists]), names and
+// each call against its operator's schema; verify(program) adds torch.export's verifier rules
+// for the graph signature, the state dict and the dialect. Each failure is a verify_error with a
+// stable id (`xport.verify.<rule>`), the offending node, and how to fix it.
+
+#include <algorithm>      // std::sort, std::adjacent_find
+#include <string>         // std::string
+#include <string_view>    // std::string_view
+#include <unordered_map>  // std::unordered_map
+#include <unordered_set>  // std::unordered_set
+#include <vector>         // std::vector
+
+// #include <xport/config.hpp>
+// #include <xport/ops/schema.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ir/graph.hpp>
+// #include <xport/ir/program.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+namespace detail {
+
+[[noreturn]] inline void verify_fail(const std::string& rule, const std::string& msg,
+                                     const std::string& node_name = {}) {
+  throw verify_error("xport.verify." + rule, msg, node_name);
+}
+
+/// Whether a bound argument has schema type `t` (what coerce() produces; nothing is coerced).
+inline bool fits(const argument& a, const c10::TypePtr& t) {
+  using K = c10::TypeKind;
+  switch (t->kind()) {
+    case K::OptionalType: return a.is_none() || fits(a, t->castRaw<c10::OptionalType>()->getElementType());
+    case K::ListType: {
+      if (!a.is_list()) return false;
+      const auto& elem = t->castRaw<c10::ListType>()->getElementType();
+      for (const auto& e : a.as_list())
+        if (!fits(e, elem)) return false;
+      return true;
+    }
+    case K::FloatType: return a.is_double() || is_value_of(a, value_kind::sym_float);
+    default: {
+      if (a.is_list()) return false;
+      argument copy = a;  // scalars: the coercion rules, on a cheap copy
+      return coerce(copy, t, c10::nullopt) && copy == a;
+    }
+  }
+}
+
+}  // namespace detail
+
+struct verify_options {
+  /// Check every call against its operator's schema (argument count and types).
+  bool check_schemas = true;
+  /// Require functional ops only (torch's ATEN dialect).
+  bool functional = false;
+};
+
+namespace detail {
+
+/// Checks `n`'s place in the node list: its links, its owner, its order key, and that no node follows the output.
+inline void verify_position(const graph& g, node n, const node_impl* prev, bool seen_output) {
+  const auto* impl = n.impl();
+  if (impl->prev != prev)
+    verify_fail("links", "node '" + n.name() + "' has a broken prev link", n.name());
+  if (&n.owning_graph() != &g)
+    verify_fail("owner", "node '" + n.name() + "' belongs to another graph", n.name());
+  if (prev && prev->order >= impl->order)
+    verify_fail("order_keys", "node '" + n.name() + "' has an order key out of sequence", n.name());
+  if (seen_output)
+    verify_fail("output_not_last",
+                "node '" + n.name() + "' comes after the output node; the output node must be last",
+                n.name());
+}
+
+/// Checks the rules of `n`'s kind (placeholders first and bare, calls with an operator) and tracks where the walk is.
+inline void verify_kind(node n, bool& after_placeholders, bool& seen_output) {
+  const auto* impl = n.impl();
+  switch (n.kind()) {
+    case node_kind::placeholder:
+      if (after_placeholders)
+        verify_fail("placeholder_order",
+                    "placeholder '" + n.name() + "' comes after a call node; placeholders must "
+                    "come first (move it with graph::move_before)",
+                    n.name());
+      if (!impl->args.empty() || impl->outputs.size() != 1)
+        verify_fail("placeholder_shape", "placeholder '" + n.name() +
+                                             "' must have no arguments and exactly one output",
+                    n.name());
+      break;
+    case node_kind::call_function:
+      after_placeholders = true;
+      if (!impl->op)
+        verify_fail("missing_op", "call node '" + n.name() + "' has no operator", n.name());
+      break;
+    case node_kind::output:
+      after_placeholders = true;
+      seen_output = true;
+      break;
+  }
+}
+
+/// Claims the names `n` defines in `names`, and checks each output points back at `n` with consistent meta.
+inline void verify_names(node n, std::unordered_set<std::string_view>& names) {
+  const auto* impl = n.impl();
+  const auto claim = [&](std::string_view name) {
+    if (!names.insert(name).second)
+      verify_fail("duplicate_name", "the name '" + std::string(name) + "' is used twice", n.name());
+  };
+  if (n.kind() == node_kind::call_function && impl->tuple_output) claim(impl->name);
+  for (const auto* v : impl->outputs) {
+    claim(v->name);
+    if (v->producer != impl)
+      verify_fail("producer", "value '" + v->name + "' does not point back at its node", n.name());
+    if (v->type.kind == value_kind::tensor &&
+        !v->type.tensor.strides.empty() && v->type.tensor.strides.size() != v->type.tensor.sizes.size())
+      verify_fail("meta", "value '" + v->name + "' has " + std::to_string(v->type.tensor.sizes.size()) +
+                              " sizes but " + std::to_string(v->type.tensor.strides.size()) + " strides",
+                  n.name());
+  }
+}
+
+/// Checks `n`'s operands are non-null and defined earlier in `g`; returns how many operand slots it has.
+inline std::size_t verify_operands(const graph& g, node n) {
+  const auto* impl = n.impl();
+  for (std::size_t i = 0; i < impl->slots.size(); ++i) {
+    const value v = *impl->slots[i];
+    if (!v) verify_fail("null_operand", "operand " + std::to_string(i) + " of '" + n.name() + "' is null", n.name());
+    const auto* producer = v.impl()->producer;
+    // defined before use: in this graph, and earlier in the list (order keys are checked
+    // increasing above)
+    if (producer->owner != &g || producer->order >= impl->order)
+      verify_fail("use_before_def",
+                  "'" + n.name() + "' uses '" + v.name() + "' (operand " + std::to_string(i) +
+                      ") before it is defined, or '" + v.name() +
+                      "' is not in this graph; nodes must stay in topological order "
+                      "(Note [Topological invariant])",
+                  n.name());
+  }
+  return impl->slots.size();
+}
+
+/// Checks call node `n` against its operator's schema: argument count and types, output count, functionality.
+inline void verify_call(node n, const verify_options& opts) {
+  const auto* impl = n.impl();
+  const auto& op = *impl->op;
+  const auto& params = op.schema().arguments();
+  if (impl->args.size() != params.size())
+    verify_fail("arg_count", "'" + n.name() + "' calls " + op.qualified + " with " +
+                                 std::to_string(impl->args.size()) + " arguments; its schema has " +
+                                 std::to_string(params.size()) + "\n  schema: " +
+                                 schema_string(op.schema()),
+                n.name());
+  for (std::size_t i = 0; i < params.size(); ++i)
+    if (!fits(impl->args[i], params[i].real_type()))
+      verify_fail("arg_type", "'" + n.name() + "' passes " + describe(impl->args[i]) +
+                                  " as argument '" + params[i].name() + "' of " + op.qualified +
+                                  ", which must be " + params[i].real_type()->str(),
+                  n.name());
+  const auto& rets = op.schema().returns();
+  if (!op.returns_list && impl->outputs.size() != rets.size())
+    verify_fail("output_count", "'" + n.name() + "' has " + std::to_string(impl->outputs.size()) +
+                                    " outputs; " + op.qualified + " returns " +
+                                    std::to_string(rets.size()),
+                n.name());
+  if (opts.functional && op.is_mutable)
+    verify_fail("not_functional", "operator '" + op.qualified + "' (node '" + n.name() +
+                                      "') is not functional; the ATEN dialect allows no "
+                                      "in-place or out= ops (run_decompositions() removes them)",
+                n.name());
+}
+
+/// Checks every recorded use points at an operand slot holding the value, once; returns how many uses there are.
+inline std::size_t verify_recorded_uses(const graph& g) {
+  std::size_t total_uses = 0;
+  std::vector<std::pair<const node_impl*, std::uint32_t>> seen_uses;
+  for (auto n : g.nodes())
+    for (auto v : n.outputs()) {
+      const auto uses = v.uses();
+      total_uses += uses.size();
+      for (std::size_t k = 0; k < uses.size(); ++k) {
+        const auto& u = uses[k];
+        if (u.user_impl->owner != &g || u.index >= u.user_impl->slots.size() || *u.user_impl->slots[u.index] != v)
+          verify_fail("use_list", "'" + v.name() + "' records a use that no operand matches (Note [Use lists])",
+                      n.name());
+        if (u.user_impl->use_pos[u.index] != k)
+          verify_fail("use_list", "operand " + std::to_string(u.index) + " of '" + node(u.user_impl).name() +
+                                      "' has a stale position in the use list of '" + v.name() + "' (Note [Use lists])",
+                      node(u.user_impl).name());
+      }
+      if (uses.size() > 1) {
+        seen_uses.clear();
+        for (const auto& u : uses) seen_uses.emplace_back(u.user_impl, u.index);
+        std::sort(seen_uses.begin(), seen_uses.end());
+        if (std::adjacent_find(seen_uses.begin(), seen_uses.end()) != seen_uses.end())
+          verify_fail("use_list", "'" + v.name() + "' records a use that no operand matches (Note [Use lists])",
+                      n.name());
+      }
+    }
+  return total_uses;
+}
+
+/// Fails naming the first operand slot missing from its value's use list, if there is one.
+inline void verify_unrecorded_uses(const graph& g) {
+  for (auto n : g.nodes())
+    for (std::size_t i = 0; i < n.num_inputs(); ++i) {
+      const auto v = n.input(i);
+      bool found = false;
+      for (const auto& u : v.uses()) found = found || (u.user_impl == n.impl() && u.index == i);
+      if (!found)
+        verify_fail("use_list", "'" + v.name() + "' is operand " + std::to_string(i) + " of '" + n.name() +
+                                    "' but its use list does not record it (Note [Use lists])",
+                    n.name());
+    }
+}
+
+}  // namespace detail
+
+/// Checks the graph's invariants; throws verify_error on the first broken one.
+inline void verify(const graph& g, const verify_options& opts = {}) {
+  using detail::verify_fail;
+  std::unordered_set<std::string_view> names;
+  names.reserve(g.size() * 2);
+  std::size_t total_slots = 0;
+  const detail::node_impl* prev = nullptr;
+  bool after_placeholders = false;
+  bool seen_output = false;
+  std::size_t count = 0;
+  for (auto n : g.nodes()) {
+    ++count;
+    detail::verify_position(g, n, prev, seen_output);
+    detail::verify_kind(n, after_placeholders, seen_output);
+    detail::verify_names(n, names);
+    // operands: defined before use, and Note [Use lists] one way
+    total_slots += detail::verify_operands(g, n);
+    if (n.kind() == node_kind::call_function && opts.check_schemas) detail::verify_call(n, opts);
+    prev = n.impl();
+  }
+  if (count != g.size())
+    verify_fail("size", "the graph counts " + std::to_string(g.size()) + " nodes but holds " +
+                            std::to_string(count));
+  if (prev != g.last().impl()) verify_fail("links", "the graph's last node is not the end of its list");
+  if (!seen_output) verify_fail("no_output", "the graph has no output node; call graph::set_output");
+  // Note [Use lists], both ways, in linear time: every recorded use points at an operand slot that
+  // holds the value, and no value records a use twice; with as many uses as slots, every slot is
+  // then recorded exactly once.
+  if (detail::verify_recorded_uses(g) != total_slots) detail::verify_unrecorded_uses(g);
+}
+
+namespace detail {
+
+/// The FQNs a program's inputs name, by kind: what its mutation outputs may target.
+struct signature_targets {
+  std::unordered_set<std::string> user_inputs, buffers, parameters;
+};
+
+/// Checks a lifted state input (parameter, buffer, constant) `ph`: its target is in the state dict or the
+/// constants as its kind requires, with the placeholder's meta; records its target in `targets`.
+inline void verify_state_input(const exported_program& p, const input_spec& spec, node ph,
+                               signature_targets& targets) {
+  const auto& name = ph.name();
+  const auto kind_str = std::string(to_string(spec.kind));
+  if (!spec.target)
+    verify_fail("signature.missing_target", kind_str + " input '" + name + "' has no target FQN", name);
+  const auto& fqn = *spec.target;
+  const tensor_meta* ph_meta =
+      ph.output(0).kind() == value_kind::tensor ? &ph.output(0).meta() : nullptr;
+  const auto check_meta = [&](const at::Tensor& t) {
+    if (!ph_meta) return;
+    if (t.scalar_type() != ph_meta->dtype || t.sizes().vec() != ph_meta->size_hints())
+      verify_fail("signature.state_meta",
+                  kind_str + " '" + fqn + "' is " + tensor_meta::of(t).annotation() +
+                      " but placeholder '" + name + "' says " + ph_meta->annotation(),
+                  name);
+  };
+  switch (spec.kind) {
+    case input_kind::parameter: {
+      targets.parameters.insert(fqn);
+      const auto* t = p.state_dict().find(fqn);
+      if (!t)
+        verify_fail("signature.missing_parameter",
+                    "parameter '" + fqn + "' (input '" + name + "') is not in the state dict", name);
+      check_meta(*t);
+      break;
+    }
+    case input_kind::buffer: {
+      targets.buffers.insert(fqn);
+      if (!spec.persistent)
+        verify_fail("signature.persistent", "Failed to specify persistent flag on BUFFER. (buffer '" +
+                                                fqn + "', input '" + name + "')",
+                    name);
+      if (*spec.persistent) {
+        const auto* t = p.state_dict().find(fqn);
+        if (!t)
+          verify_fail("signature.missing_buffer",
+                      "persistent buffer '" + fqn + "' (input '" + name + "') is not in the state dict",
+                      name);
+        check_meta(*t);
+      } else {
+        if (p.state_dict().contains(fqn))
+          verify_fail("signature.non_persistent_in_state",
+                      "Non-persistent buffer " + fqn + " is in the state dict, it should not be.", name);
+        const auto* t = p.constants().find(fqn);
+        if (!t)
+          verify_fail("signature.missing_constant",
+                      "non-persistent buffer '" + fqn + "' (input '" + name + "') is not in the constants",
+                      name);
+        check_meta(*t);
+      }
+      break;
+    }
+    case input_kind::constant_tensor:
+    case input_kind::custom_obj: {
+      const auto* t = p.constants().find(fqn);
+      if (!t)
+        verify_fail("signature.missing_constant",
+                    kind_str + " '" + fqn + "' (input '" + name + "') is not in the constants", name);
+      if (spec.kind == input_kind::constant_tensor) check_meta(*t);
+      break;
+    }
+    default: break;
+  }
+}
+
+/// Checks the input specs against the placeholders (names, order, tokens, state); returns the targets they name.
+inline signature_targets verify_input_specs(const exported_program& p) {
+  const auto& sig = p.signature();
+  const auto phs = p.graph().placeholders();
+  if (phs.size() != sig.input_specs.size())
+    verify_fail("signature.input_count", "the graph has " + std::to_string(phs.size()) +
+                                             " placeholders but the signature has " +
+                                             std::to_string(sig.input_specs.size()) + " input specs");
+  bool user_seen = false;
+  signature_targets targets;
+  for (std::size_t i = 0; i < phs.size(); ++i) {
+    const auto& spec = sig.input_specs[i];
+    const auto& name = phs[i].name();
+    if (spec.arg.name != name)
+      verify_fail("signature.input_name", "input spec " + std::to_string(i) + " names '" +
+                                              spec.arg.name + "' but placeholder " +
+                                              std::to_string(i) + " is '" + name + "'",
+                  name);
+    if (spec.kind == input_kind::user_input) {
+      user_seen = true;
+      targets.user_inputs.insert(name);
+      if (spec.arg.type == argument_spec::kind::constant &&
+          (phs[i].output(0).kind() != value_kind::none || phs[i].output(0).num_uses() != 0))
+        verify_fail("signature.constant_input",
+                    "constant input '" + name + "' must be a placeholder of kind none that nothing uses (the "
+                    "program is specialized to its value)",
+                    name);
+      continue;
+    }
+    if (user_seen)
+      verify_fail("signature.input_order",
+                  "input '" + name + "' (" + std::string(to_string(spec.kind)) + ") comes after a user input; lifted "
+                  "parameters, buffers and constants must come first",
+                  name);
+    if (spec.kind == input_kind::token) {
+      if (spec.arg.type != argument_spec::kind::token)
+        verify_fail("signature.token", "token input '" + name + "' must be a TokenArgument", name);
+      continue;
+    }
+    verify_state_input(p, spec, phs[i], targets);
+  }
+  return targets;
+}
+
+/// Checks the output specs against the graph's outputs: names, kind order, and mutation targets in `targets`.
+inline void verify_output_specs(const exported_program& p, const signature_targets& targets) {
+  const auto& sig = p.signature();
+  const auto out_node = p.graph().output_node();
+  const auto out_args = out_node.args();
+  if (out_args.size() != sig.output_specs.size())
+    verify_fail("signature.output_count", "the graph returns " + std::to_string(out_args.size()) +
+                                              " values but the signature has " +
+                                              std::to_string(sig.output_specs.size()) + " output specs");
+  int stage = 0;  // 0: tokens, 1: mutations, 2: user outputs and the rest
+  for (std::size_t i = 0; i < out_args.size(); ++i) {
+    const auto& spec = sig.output_specs[i];
+    const auto& a = out_args[i];
+    const std::string got = a.is_value() ? a.as_value().name() : std::string("a constant");
+    if (spec.arg.type == argument_spec::kind::constant) {
+      if (a.is_value() || !(a == spec.arg.constant))
+        verify_fail("signature.output_name", "output " + std::to_string(i) +
+                                                 " should be the constant of its spec, got " + got);
+    } else if (!a.is_value() || a.as_value().name() != spec.arg.name) {
+      verify_fail("signature.output_name", "output spec " + std::to_string(i) + " names '" +
+                                               spec.arg.name + "' but the graph returns " + got);
+    }
+    const int s = spec.kind == output_kind::token ? 0
+                  : (spec.kind == output_kind::buffer_mutation ||
+                     spec.kind == output_kind::parameter_mutation ||
+                     spec.kind == output_kind::user_input_mutation)
+                      ? 1
+                      : 2;
+    if (s < stage)
+      verify_fail("signature.output_order",
+                  "output '" + spec.arg.name + "' (" + std::string(to_string(spec.kind)) +
+                      ") comes after a later kind of output; order is tokens, mutations, then user outputs");
+    stage = s;
+    const std::string tgt = spec.target.value_or("");
+    if (spec.kind == output_kind::buffer_mutation && !targets.buffers.count(tgt))
+      verify_fail("signature.mutation_target",
+                  "Mutation node " + spec.arg.name + " is neither a buffer nor a user input. "
+                  "Buffers to mutate: '" + tgt + "' is not a buffer of this program");
+    if (spec.kind == output_kind::parameter_mutation && !targets.parameters.count(tgt))
+      verify_fail("signature.mutation_target", "output '" + spec.arg.name + "' mutates '" + tgt +
+                                                   "', which is not a parameter of this program");
+    if (spec.kind == output_kind::user_input_mutation && !targets.user_inputs.count(tgt))
+      verify_fail("signature.mutation_target",
+                  "Mutation node " + spec.arg.name + " is neither a buffer nor a user input. "
+                  "'" + tgt + "' is not a user input of this program");
+  }
+}
+
+}  // namespace detail
+
+/// Checks the program: the graph, then torch.export's signature rules.
+inline void verify(const exported_program& p, verify_options opts = {}) {
+  opts.functional = opts.functional || p.dialect() == ir_dialect::aten;
+  verify(p.graph(), opts);
+  const auto targets = detail::verify_input_specs(p);
+  detail::verify_output_specs(p, targets);
+}
+
+XPORT_END_NAMESPACE
+// #include <xport/program/builder.hpp>
+// xport/program/builder.hpp: building exported programs by hand, op by op.
+// program_builder adds user inputs, parameters, buffers and constants as placeholders (named as
+// torch.export names them: `x`, `p_fc_weight`, `b_bn_running_mean`, `c_scale`), calls any
+// registered operator by name with arguments checked against its schema, infers every output's
+// dtype and shape on meta tensors, and finishes with a verified exported_program.
+//
+//   xport::program_builder b;
+//   auto x = b.input("x", at::randn({10, 10}));
+//   auto y = b.input("y", at::randn({10, 10}));
+//   auto s = b.call("aten::sin", {x});
+//   auto c = b.call("aten::cos", {y});
+//   b.output(b.call("aten::add.Tensor", {s, c}));
+//   xport::exported_program p = std::move(b).build();
+
+#include <algorithm>    // std::stable_sort
+#include <memory>       // std::shared_ptr, std::make_shared
+#include <optional>     // std::optional
+#include <string>       // std::string
+#include <string_view>  // std::string_view
+#include <utility>      // std::move
+#include <vector>       // std::vector
+
+#include <ATen/core/Tensor.h>
+
+// #include <xport/config.hpp>
+// #include <xport/ops/meta_infer.hpp>
+// #include <xport/ops/schema.hpp>
 // #include <xport/error.hpp>
 // #include <xport/ir/graph.hpp>
 // #include <xport/ir/program.hpp>
 // #include <xport/ir/signature.hpp>
-// #include <xport/ir/verify.hpp>
+// #include <xport/program/verify.hpp>
 
 XPORT_BEGIN_NAMESPACE
 
@@ -5465,10 +6548,6 @@ class program_builder {
   }
   /// Only the code text (`a = torch.sin(x)`) for the nodes created from now on.
   program_builder& code(std::string text) { return at(source_location{{}, 0, {}, std::move(text)}); }
-  program_builder& no_source() {
-    source_.reset();
-    return *this;
-  }
   /// Module path (FQN of the calling module) recorded on the nodes created from now on.
   program_builder& in_module(std::string path) {
     module_ = std::move(path);
@@ -5590,8 +6669,8 @@ class program_builder {
 };
 
 XPORT_END_NAMESPACE
-// #include <xport/ir/print.hpp>
-// xport/ir/print.hpp: programs as torch.export prints them, and graphs as Graphviz DOT.
+// #include <xport/program/print.hpp>
+// xport/program/print.hpp: programs as torch.export prints them, and graphs as Graphviz DOT.
 // print_style::torch_export is `print(ep)` of current torch (torch.fx's verbose codegen:
 // annotated forward, `;  x = None` last-use lists, `# File: ... in forward, code: ...`
 // summaries, the compact `# inputs` / `# outputs` signature); print_style::seed is the layout of
@@ -5607,14 +6686,16 @@ XPORT_END_NAMESPACE
 #include <string_view>    // std::string_view
 #include <unordered_map>  // std::unordered_map
 #include <unordered_set>  // std::unordered_set
+#include <utility>        // std::move
 #include <vector>         // std::vector
 
 // #include <xport/config.hpp>
 // #include <xport/detail/python_repr.hpp>
-// #include <xport/detail/schema.hpp>
+// #include <xport/ops/schema.hpp>
 // #include <xport/ir/graph.hpp>
 // #include <xport/ir/program.hpp>
 // #include <xport/ir/signature.hpp>
+// #include <xport/ir/sym_expr.hpp>
 
 XPORT_BEGIN_NAMESPACE
 
@@ -5744,42 +6825,71 @@ inline void walk_sizes(const argument& a, const std::function<void(const sym_int
     for (const auto& e : a.as_list()) walk_sizes(e, f);
 }
 
-inline size_nodes plan_size_nodes(const graph& g) {
-  size_nodes out;
-  std::vector<std::pair<node, sym_int>> uses;  // (first user, expression), in node order
-  std::unordered_set<std::string> seen;
-  for (auto n : g.nodes())
-    if (n.is_call())
-      for (const auto& a : n.args())
-        walk_sizes(a, [&](const sym_int& e) {
-          if (seen.insert(e.str()).second) uses.push_back({n, e});
-        });
-  if (uses.empty()) return out;
-  std::unordered_set<std::string> taken;
-  for (auto n : g.nodes()) {
-    taken.insert(n.name());
-    for (auto v : n.outputs()) taken.insert(v.name());
+/// Plans a graph's size nodes (Note [Sizes as torch prints them]): the `sym_size.int` reads of
+/// input dims, then the nodes of each linear form and of each product of input dims.
+class size_planner {
+ public:
+  explicit size_planner(const graph& g) : g_(g) {}
+
+  /// The size nodes of the graph.
+  size_nodes plan() {
+    collect_uses();
+    if (uses_.empty()) return std::move(out_);
+    take_graph_names();
+    collect_dim_symbols();
+    plan_reads(used_symbols());
+    for (const auto& [n, e] : uses_) {
+      if (out_.names.count(e.str())) continue;
+      if (const auto lin = sym::as_linear(e)) plan_linear(n, e, *lin);
+      else plan_product(n, e);
+    }
+    return std::move(out_);
   }
-  const auto fresh = [&](const std::string& base) {
+
+ private:
+  /// Records each size expression the calls pass, with its first user, in node order.
+  void collect_uses() {
+    std::unordered_set<std::string> seen;
+    for (auto n : g_.nodes())
+      if (n.is_call())
+        for (const auto& a : n.args())
+          walk_sizes(a, [&](const sym_int& e) {
+            if (seen.insert(e.str()).second) uses_.push_back({n, e});
+          });
+  }
+
+  /// Marks every node and value name of the graph as taken.
+  void take_graph_names() {
+    for (auto n : g_.nodes()) {
+      taken_.insert(n.name());
+      for (auto v : n.outputs()) taken_.insert(v.name());
+    }
+  }
+
+  /// `base`, or `base_<i>` for the first free i, marked taken.
+  std::string fresh(const std::string& base) {
     std::string name = base;
-    for (int i = 1; taken.count(name); ++i) name = base + "_" + std::to_string(i);
-    taken.insert(name);
+    for (int i = 1; taken_.count(name); ++i) name = base + "_" + std::to_string(i);
+    taken_.insert(name);
     return name;
-  };
-  // the symbols input dims give alone, in placeholder order
-  std::vector<std::pair<std::string, sym_int>> dim_symbols;
-  for (auto ph : g.placeholders())
-    if (ph.output(0).kind() == value_kind::tensor)
-      for (const auto& d : ph.output(0).meta().sizes)
-        if (d.is_symbolic() && sym::as_linear(d) && sym::as_linear(d)->a == 1 && sym::as_linear(d)->b == 0 &&
-            std::none_of(dim_symbols.begin(), dim_symbols.end(), [&](const auto& p) { return p.first == d.str(); }))
-          dim_symbols.push_back({d.str(), d});
-  // a product of input dims (`s27*s77`, a flattened batch; `s77**2`, attention scores): its
-  // factors in placeholder order, a symbol repeated for its power (up to the fourth)
-  const auto product_of = [&](const sym_int& e) -> std::optional<std::vector<std::string>> {
+  }
+
+  /// Records the symbols input dims give alone, in placeholder order.
+  void collect_dim_symbols() {
+    for (auto ph : g_.placeholders())
+      if (ph.output(0).kind() == value_kind::tensor)
+        for (const auto& d : ph.output(0).meta().sizes)
+          if (d.is_symbolic() && sym::as_linear(d) && sym::as_linear(d)->a == 1 && sym::as_linear(d)->b == 0 &&
+              std::none_of(dim_symbols_.begin(), dim_symbols_.end(), [&](const auto& p) { return p.first == d.str(); }))
+            dim_symbols_.push_back({d.str(), d});
+  }
+
+  /// A product of input dims (`s27*s77`, a flattened batch; `s77**2`, attention scores): its
+  /// factors in placeholder order, a symbol repeated for its power (up to the fourth).
+  std::optional<std::vector<std::string>> product_of(const sym_int& e) const {
     const auto fs = sym::free_symbols(e);
     std::vector<std::pair<std::string, sym_int>> syms;
-    for (const auto& [text, sym] : dim_symbols)
+    for (const auto& [text, sym] : dim_symbols_)
       if (std::find(fs.begin(), fs.end(), text) != fs.end()) syms.push_back({text, sym});
     if (fs.empty() || syms.size() != fs.size() || syms.size() > 3) return std::nullopt;
     const auto target = e.str();
@@ -5798,71 +6908,87 @@ inline size_nodes plan_size_nodes(const graph& g) {
       if (i == power.size()) return std::nullopt;
       ++power[i];
     }
-  };
-  // the symbols the linear forms and products use
-  std::vector<std::string> symbols;
-  const auto use_symbol = [&](const std::string& sym) {
-    if (std::find(symbols.begin(), symbols.end(), sym) == symbols.end()) symbols.push_back(sym);
-  };
-  for (const auto& [n, e] : uses) {
-    if (auto lin = sym::as_linear(e)) use_symbol(lin->symbol);
-    else if (auto factors = product_of(e))
-      for (const auto& f : *factors) use_symbol(f);
   }
-  std::size_t next = symbols.size();
-  std::unordered_map<std::string, sym_int> symbol_of;
-  for (auto ph : g.placeholders()) {
-    const auto v = ph.output(0);
-    if (v.kind() != value_kind::tensor) continue;
-    const auto& sizes = v.meta().sizes;
-    for (std::size_t d = 0; d < sizes.size(); ++d) {
-      const auto text = sizes[d].str();
-      if (!sizes[d].is_symbolic() || out.names.count(text) ||
-          std::find(symbols.begin(), symbols.end(), text) == symbols.end())
-        continue;
-      const auto name = fresh("sym_size_int_" + std::to_string(next++));
-      out.reads.push_back({name, "Sym(" + text + ")", "torch.ops.aten.sym_size.int(" + v.name() + ", " + std::to_string(d) + ")", {v.name()}});
-      out.names.emplace(text, name);
-      symbol_of.emplace(text, sizes[d]);
+
+  /// The symbols the linear forms and products use, in first-use order.
+  std::vector<std::string> used_symbols() const {
+    std::vector<std::string> symbols;
+    const auto use_symbol = [&](const std::string& sym) {
+      if (std::find(symbols.begin(), symbols.end(), sym) == symbols.end()) symbols.push_back(sym);
+    };
+    for (const auto& [n, e] : uses_) {
+      if (auto lin = sym::as_linear(e)) use_symbol(lin->symbol);
+      else if (auto factors = product_of(e))
+        for (const auto& f : *factors) use_symbol(f);
     }
+    return symbols;
   }
-  for (const auto& [n, e] : uses) {
-    if (out.names.count(e.str())) continue;
-    const auto lin = sym::as_linear(e);
-    if (!lin) {
-      const auto factors = product_of(e);
-      if (!factors || !std::all_of(factors->begin(), factors->end(), [&](const auto& f) { return out.names.count(f); }))
-        continue;
-      std::string cur = out.names.at((*factors)[0]);
-      sym_int expr = symbol_of.at((*factors)[0]);
-      auto& lines = out.before[n.impl()];
-      for (std::size_t i = 1; i < factors->size(); ++i) {
-        const auto name = fresh("mul");
-        expr = expr * symbol_of.at((*factors)[i]);
-        lines.push_back({name, "Sym(" + expr.str() + ")", cur + " * " + out.names.at((*factors)[i]),
-                         {cur, out.names.at((*factors)[i])}});
-        cur = name;
+
+  /// Plans a `sym_size.int` read, after the placeholders, of the first input dim that gives each of `symbols`.
+  void plan_reads(const std::vector<std::string>& symbols) {
+    std::size_t next = symbols.size();
+    for (auto ph : g_.placeholders()) {
+      const auto v = ph.output(0);
+      if (v.kind() != value_kind::tensor) continue;
+      const auto& sizes = v.meta().sizes;
+      for (std::size_t d = 0; d < sizes.size(); ++d) {
+        const auto text = sizes[d].str();
+        if (!sizes[d].is_symbolic() || out_.names.count(text) ||
+            std::find(symbols.begin(), symbols.end(), text) == symbols.end())
+          continue;
+        const auto name = fresh("sym_size_int_" + std::to_string(next++));
+        out_.reads.push_back({name, "Sym(" + text + ")", "torch.ops.aten.sym_size.int(" + v.name() + ", " + std::to_string(d) + ")", {v.name()}});
+        out_.names.emplace(text, name);
+        symbol_of_.emplace(text, sizes[d]);
       }
-      out.names.emplace(e.str(), cur);
-      continue;
     }
-    if (!out.names.count(lin->symbol)) continue;
-    std::string cur = out.names.at(lin->symbol);
-    sym_int expr = symbol_of.at(lin->symbol);
-    auto& lines = out.before[n.impl()];
+  }
+
+  /// Plans the `mul` nodes of product `e` before its first user `n`, when each factor has a read.
+  void plan_product(node n, const sym_int& e) {
+    const auto factors = product_of(e);
+    if (!factors || !std::all_of(factors->begin(), factors->end(), [&](const auto& f) { return out_.names.count(f); }))
+      return;
+    std::string cur = out_.names.at((*factors)[0]);
+    sym_int expr = symbol_of_.at((*factors)[0]);
+    auto& lines = out_.before[n.impl()];
+    for (std::size_t i = 1; i < factors->size(); ++i) {
+      const auto name = fresh("mul");
+      expr = expr * symbol_of_.at((*factors)[i]);
+      lines.push_back({name, "Sym(" + expr.str() + ")", cur + " * " + out_.names.at((*factors)[i]),
+                       {cur, out_.names.at((*factors)[i])}});
+      cur = name;
+    }
+    out_.names.emplace(e.str(), cur);
+  }
+
+  /// Plans the `mul` / `add` / `sub` nodes of linear form `e` before its first user `n`, when its symbol has a read.
+  void plan_linear(node n, const sym_int& e, const sym::linear_form& lin) {
+    if (!out_.names.count(lin.symbol)) return;
+    std::string cur = out_.names.at(lin.symbol);
+    sym_int expr = symbol_of_.at(lin.symbol);
+    auto& lines = out_.before[n.impl()];
     const auto step = [&](const char* base, const char* op, std::int64_t k, const sym_int& result) {
       const auto name = fresh(base);
       lines.push_back({name, "Sym(" + result.str() + ")", cur + " " + op + " " + std::to_string(k), {cur}});
       cur = name;
       expr = result;
     };
-    if (lin->a != 1) step("mul", "*", lin->a, expr * lin->a);
-    if (lin->b > 0) step("add", "+", lin->b, expr + lin->b);
-    if (lin->b < 0) step("sub", "-", -lin->b, expr - (-lin->b));
-    out.names.emplace(e.str(), cur);
+    if (lin.a != 1) step("mul", "*", lin.a, expr * lin.a);
+    if (lin.b > 0) step("add", "+", lin.b, expr + lin.b);
+    if (lin.b < 0) step("sub", "-", -lin.b, expr - (-lin.b));
+    out_.names.emplace(e.str(), cur);
   }
-  return out;
-}
+
+  const graph& g_;
+  size_nodes out_;
+  std::vector<std::pair<node, sym_int>> uses_;  // (first user, expression), in node order
+  std::unordered_set<std::string> taken_;
+  std::vector<std::pair<std::string, sym_int>> dim_symbols_;
+  std::unordered_map<std::string, sym_int> symbol_of_;
+};
+
+inline size_nodes plan_size_nodes(const graph& g) { return size_planner(g).plan(); }
 
 inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
   std::vector<fx_line> lines;
@@ -6173,806 +7299,8 @@ inline std::string to_dot(const graph& g, std::string_view name = "GraphModule")
 }
 
 XPORT_END_NAMESPACE
-// #include <xport/ir/treespec.hpp>
-// #include <xport/detail/core_ops.hpp>
-// xport/detail/core_ops.hpp: the core ATen operator set that run_decompositions() lowers to.
-// LibTorch 1.13 has no `core` tag, so xport carries the set: every function of PyTorch's
-// native_functions.yaml tagged `core`, read from pytorch/pytorch@2e35e4846418c7623dd0863221af6c50e0d3ff1c torchgen/packaged/ATen/native/native_functions.yaml
-// (193 operators), plus `native_batch_norm`, which stands in for the `_native_batch_norm_legit*`
-// family that LibTorch 1.13 does not have.
 
-#include <algorithm>    // std::binary_search
-#include <array>        // std::array
-#include <string_view>  // std::string_view
-
-// #include <xport/config.hpp>
-
-XPORT_BEGIN_NAMESPACE
-namespace detail {
-
-inline constexpr std::array<std::string_view, 194> core_aten_ops{
-    "aten::_adaptive_avg_pool2d", "aten::_adaptive_avg_pool2d_backward",
-    "aten::_adaptive_avg_pool3d", "aten::_cdist_forward", "aten::_embedding_bag", "aten::_fft_c2r",
-    "aten::_fft_r2c", "aten::_local_scalar_dense", "aten::_log_softmax",
-    "aten::_native_batch_norm_legit", "aten::_native_batch_norm_legit.no_stats",
-    "aten::_native_batch_norm_legit_no_training", "aten::_pdist_forward", "aten::_softmax",
-    "aten::_to_copy", "aten::abs", "aten::acos", "aten::acosh", "aten::adaptive_avg_pool1d",
-    "aten::add.Scalar", "aten::add.Tensor", "aten::addmm", "aten::alias", "aten::amax",
-    "aten::amin", "aten::any", "aten::any.dim", "aten::any.dims", "aten::arange.start_step",
-    "aten::argmax", "aten::argmin", "aten::as_strided", "aten::asin", "aten::asinh", "aten::atan",
-    "aten::atan2", "aten::atan2.out", "aten::atanh", "aten::avg_pool1d", "aten::avg_pool2d",
-    "aten::avg_pool2d_backward", "aten::avg_pool3d", "aten::bitwise_and.Scalar",
-    "aten::bitwise_and.Tensor", "aten::bitwise_not", "aten::bitwise_or.Scalar",
-    "aten::bitwise_or.Tensor", "aten::bitwise_xor.Scalar", "aten::bitwise_xor.Tensor", "aten::bmm",
-    "aten::cat", "aten::ceil", "aten::clamp", "aten::clamp.Tensor", "aten::clone", "aten::col2im",
-    "aten::constant_pad_nd", "aten::convolution", "aten::convolution_backward", "aten::copy",
-    "aten::cos", "aten::cosh", "aten::cumsum", "aten::diagonal", "aten::div.Scalar",
-    "aten::div.Scalar_mode", "aten::div.Tensor", "aten::div.Tensor_mode", "aten::elu",
-    "aten::embedding", "aten::embedding_dense_backward", "aten::empty.memory_format",
-    "aten::empty_strided", "aten::eq.Scalar", "aten::eq.Tensor", "aten::erf", "aten::exp",
-    "aten::expand", "aten::expm1", "aten::fill.Scalar", "aten::flip", "aten::floor",
-    "aten::fmod.Scalar", "aten::fmod.Tensor", "aten::full", "aten::full_like", "aten::gather",
-    "aten::ge.Scalar", "aten::ge.Tensor", "aten::gelu", "aten::grid_sampler_2d", "aten::gt.Scalar",
-    "aten::gt.Tensor", "aten::hardtanh", "aten::index.Tensor", "aten::index_put",
-    "aten::index_select", "aten::isinf", "aten::isnan", "aten::le.Scalar", "aten::le.Tensor",
-    "aten::leaky_relu", "aten::log", "aten::log10", "aten::log1p", "aten::log2",
-    "aten::logical_and", "aten::logical_not", "aten::logical_or", "aten::logical_xor",
-    "aten::lt.Scalar", "aten::lt.Tensor", "aten::masked_scatter", "aten::max.dim",
-    "aten::max_pool2d_with_indices", "aten::max_pool2d_with_indices_backward",
-    "aten::max_pool3d_with_indices", "aten::maximum", "aten::mean", "aten::mean.dim",
-    "aten::min.dim", "aten::minimum", "aten::mm", "aten::mul.Scalar", "aten::mul.Tensor",
-    "aten::native_batch_norm", "aten::native_dropout", "aten::native_group_norm",
-    "aten::native_group_norm_backward", "aten::native_layer_norm",
-    "aten::native_layer_norm_backward", "aten::ne.Scalar", "aten::ne.Tensor", "aten::neg",
-    "aten::nonzero", "aten::permute", "aten::pow.Scalar", "aten::pow.Tensor_Scalar",
-    "aten::pow.Tensor_Tensor", "aten::prod", "aten::prod.dim_int", "aten::rand", "aten::randn",
-    "aten::randperm", "aten::reciprocal", "aten::reflection_pad1d", "aten::reflection_pad2d",
-    "aten::reflection_pad3d", "aten::relu", "aten::remainder.Scalar", "aten::remainder.Tensor",
-    "aten::repeat", "aten::replication_pad2d", "aten::replication_pad3d", "aten::resize_",
-    "aten::round", "aten::rsqrt", "aten::scalar_tensor", "aten::scatter.src", "aten::scatter.value",
-    "aten::scatter_add", "aten::scatter_reduce.two", "aten::select.int", "aten::select_scatter",
-    "aten::sigmoid", "aten::sign", "aten::sin", "aten::sinh", "aten::slice.Tensor",
-    "aten::slice_scatter", "aten::sort", "aten::split_with_sizes", "aten::sqrt",
-    "aten::squeeze.dim", "aten::squeeze.dims", "aten::sub.Scalar", "aten::sub.Tensor",
-    "aten::sum.dim_IntList", "aten::sym_is_contiguous", "aten::sym_numel", "aten::sym_size.int",
-    "aten::sym_storage_offset", "aten::sym_stride.int", "aten::tan", "aten::tanh", "aten::topk",
-    "aten::trunc", "aten::unsqueeze", "aten::upsample_bilinear2d.vec",
-    "aten::upsample_nearest2d.vec", "aten::var.correction", "aten::var.dim", "aten::view",
-    "aten::where.self"
-};
-
-/// Whether `qualified` (`aten::add.Tensor`, `aten::relu`) is in the core ATen set.
-inline bool is_core_aten_op(std::string_view qualified) {
-  return std::binary_search(core_aten_ops.begin(), core_aten_ops.end(), qualified);
-}
-
-}  // namespace detail
-XPORT_END_NAMESPACE
-
-// #include <xport/run/guards.hpp>
-// xport/run/guards.hpp: the checks a program makes on its inputs before running.
-// Count, definedness, dtype, device, rank and every static size; a mismatch is a guard_error
-// `[xport.guard.<what>] input <name>: ...` naming the input, the dimension, what the program
-// expects and what it got, and how to fix it.
-
-#include <algorithm>  // std::find
-#include <cstddef>  // std::size_t
-#include <optional>  // std::optional
-#include <string_view>  // std::string_view
-#include <string>   // std::string
-#include <vector>   // std::vector
-
-#include <ATen/core/Tensor.h>
-
-// #include <xport/config.hpp>
-// #include <xport/error.hpp>
-// #include <xport/ir/dtype.hpp>
-// #include <xport/ir/program.hpp>
-// #include <xport/ir/sym_expr.hpp>
-// #include <xport/ir/tensor_meta.hpp>
-
-XPORT_BEGIN_NAMESPACE
-
-/// The values of a program's symbols (`s0` = 8) for one call, read from the inputs' sizes.
-class sym_env {
- public:
-  [[nodiscard]] std::optional<std::int64_t> operator()(std::string_view name) const {
-    for (std::size_t i = 0; i < names_->size(); ++i)
-      if ((*names_)[i] == name && bound_[i]) return values_[i];
-    return std::nullopt;
-  }
-  [[nodiscard]] std::int64_t eval(const sym_int& e) const {
-    if (e.is_constant()) return e.hint();
-    auto v = sym::eval(e, [this](std::string_view n) { return (*this)(n); });
-    if (!v) throw run_error("xport.run.unbound_symbol", "size " + e.str() + " uses a symbol no input binds");
-    return *v;
-  }
-
- private:
-  friend class input_guards;
-  const std::vector<std::string>* names_ = nullptr;
-  std::vector<std::int64_t> values_;
-  std::vector<bool> bound_;
-};
-
-class input_guards {
- public:
-  explicit input_guards(const exported_program& p) {
-    const auto phs = p.graph().placeholders();
-    const auto& specs = p.signature().input_specs;
-    for (std::size_t i = 0; i < phs.size() && i < specs.size(); ++i) {
-      // a specialized constant input is no run-time input (callable<Sig> checks its value)
-      if (specs[i].kind != input_kind::user_input || specs[i].arg.type == argument_spec::kind::constant) continue;
-      const auto v = phs[i].output(0);
-      names_.push_back(v.name());
-      metas_.push_back(v.kind() == value_kind::tensor ? v.meta() : tensor_meta{});
-    }
-    // Symbols: each bound by the first input dim that is exactly it (or solved from a linear
-    // one), checked against its range; every other symbolic dim is checked against the bindings.
-    for (const auto& rc : p.range_constraints()) {
-      for (const auto& s : sym::free_symbols(rc.symbol)) {
-        if (std::find(symbols_.begin(), symbols_.end(), s) != symbols_.end()) continue;
-        symbols_.push_back(s);
-        ranges_.push_back({rc.min, rc.max.value_or(int_oo)});
-        dim_names_.push_back(rc.name.empty() ? s : rc.name);
-      }
-    }
-    auto slot_of = [&](const std::string& s) {
-      auto it = std::find(symbols_.begin(), symbols_.end(), s);
-      if (it == symbols_.end()) {
-        symbols_.push_back(s);
-        ranges_.push_back({0, int_oo});
-        dim_names_.push_back(s);
-        return symbols_.size() - 1;
-      }
-      return static_cast<std::size_t>(it - symbols_.begin());
-    };
-    for (std::size_t i = 0; i < metas_.size(); ++i)
-      for (std::size_t d = 0; d < metas_[i].sizes.size(); ++d) {
-        const auto& e = metas_[i].sizes[d];
-        if (e.is_constant()) continue;
-        for (const auto& s : sym::free_symbols(e)) slot_of(s);
-      }
-    site_.assign(symbols_.size(), sym_site{});
-    for (std::size_t pass = 0; pass < 2; ++pass)
-      for (std::size_t i = 0; i < metas_.size(); ++i)
-        for (std::size_t d = 0; d < metas_[i].sizes.size(); ++d) {
-          const auto& e = metas_[i].sizes[d];
-          if (e.is_constant()) continue;
-          const auto lin = sym::as_linear(e);
-          if (!lin) continue;
-          const auto slot = slot_of(lin->symbol);
-          if (site_[slot].input != npos) continue;
-          if (pass == 0 && (lin->a != 1 || lin->b != 0)) continue;
-          site_[slot] = {i, d, lin->a, lin->b};
-        }
-    for (std::size_t i = 0; i < metas_.size(); ++i)
-      for (std::size_t d = 0; d < metas_[i].sizes.size(); ++d) {
-        const auto& e = metas_[i].sizes[d];
-        if (e.is_constant()) continue;
-        bool is_site = false;
-        for (const auto& st : site_) is_site = is_site || (st.input == i && st.dim == d);
-        if (!is_site) checks_.push_back({i, d});
-      }
-  }
-
-  /// Whether the program has dynamic dims (symbolic input sizes).
-  [[nodiscard]] bool symbolic() const noexcept { return !symbols_.empty(); }
-
-  /// The symbols' values for these inputs, without checks (for run_options::check_inputs = false).
-  [[nodiscard]] sym_env bind(const std::vector<at::Tensor>& inputs) const {
-    sym_env env = empty_env();
-    for (std::size_t k = 0; k < site_.size(); ++k) {
-      const auto& st = site_[k];
-      if (st.input == npos || st.input >= inputs.size() || !inputs[st.input].defined()) continue;
-      env.values_[k] = (inputs[st.input].size(static_cast<std::int64_t>(st.dim)) - st.b) / st.a;
-      env.bound_[k] = true;
-    }
-    return env;
-  }
-
-  [[nodiscard]] const std::vector<std::string>& names() const noexcept { return names_; }
-  [[nodiscard]] const std::vector<tensor_meta>& metas() const noexcept { return metas_; }
-
-  /// Throws guard_error for the first input that does not satisfy the program's guards.
-  void check(const std::vector<at::Tensor>& inputs) const {
-    check_static(inputs);
-    if (symbolic()) (void)check_symbols(inputs);
-  }
-
-  /// check() and the symbols' values.
-  [[nodiscard]] sym_env check_and_bind(const std::vector<at::Tensor>& inputs) const {
-    check_static(inputs);
-    return symbolic() ? check_symbols(inputs) : empty_env();
-  }
-
- private:
-  void check_static(const std::vector<at::Tensor>& inputs) const {
-    if (inputs.size() != names_.size()) {
-      std::string list;
-      for (const auto& n : names_) list += (list.empty() ? "" : ", ") + n;
-      throw guard_error("xport.guard.count", "expected " + std::to_string(names_.size()) +
-                                                 " input(s) (" + list + "), got " +
-                                                 std::to_string(inputs.size()));
-    }
-    for (std::size_t i = 0; i < inputs.size(); ++i) check_one(i, inputs[i]);
-  }
-
-  void check_one(std::size_t i, const at::Tensor& t) const {
-    const auto& name = names_[i];
-    const auto& m = metas_[i];
-    if (!t.defined())
-      throw guard_error("xport.guard.undefined", "input " + name + ": expected a tensor " +
-                                                     m.annotation() + ", got an undefined tensor");
-    if (t.scalar_type() != m.dtype)
-      throw guard_error("xport.guard.dtype", "input " + name + ": expected dtype " + dtype_abbr(m.dtype) +
-                                                 " (" + python_repr(m.dtype) + "), got " +
-                                                 dtype_abbr(t.scalar_type()) + " (" +
-                                                 python_repr(t.scalar_type()) + "); convert it with .to(" +
-                                                 python_repr(m.dtype) + ")");
-    if (t.device().type() != m.device.type())
-      throw guard_error("xport.guard.device",
-                        "input " + name + ": expected a tensor on " + m.device.str() + ", got one on " +
-                            t.device().str() + "; move the input, or move the program with "
-                            "exported_program::to(device)");
-    if (t.dim() != m.dim())
-      throw guard_error("xport.guard.rank", "input " + name + ": expected " + std::to_string(m.dim()) +
-                                                " dimension(s) " + m.annotation() + ", got " +
-                                                std::to_string(t.dim()) + " " +
-                                                tensor_meta::of(t).annotation());
-    for (std::size_t d = 0; d < m.sizes.size(); ++d) {
-      const auto& s = m.sizes[d];
-      if (s.is_symbolic()) continue;
-      if (t.size(static_cast<std::int64_t>(d)) != s.value())
-        throw guard_error("xport.guard.shape",
-                          "input " + name + ": dim " + std::to_string(d) + " must be " +
-                              std::to_string(s.value()) + ", got " +
-                              std::to_string(t.size(static_cast<std::int64_t>(d))) +
-                              " (the program was exported with a static size here; export with a "
-                              "dynamic Dim for this dimension to accept other sizes)");
-    }
-  }
-
-  [[nodiscard]] sym_env empty_env() const {
-    sym_env env;
-    env.names_ = &symbols_;
-    env.values_.assign(symbols_.size(), 0);
-    env.bound_.assign(symbols_.size(), false);
-    return env;
-  }
-
-  [[nodiscard]] std::string dim_text(std::size_t i, std::size_t d) const {
-    return names_[i] + ".shape[" + std::to_string(d) + "]";
-  }
-
-  sym_env check_symbols(const std::vector<at::Tensor>& inputs) const {
-    sym_env env = empty_env();
-    for (std::size_t k = 0; k < site_.size(); ++k) {
-      const auto& st = site_[k];
-      if (st.input == npos) continue;
-      const auto got = inputs[st.input].size(static_cast<std::int64_t>(st.dim));
-      if (st.a != 1 || st.b != 0) {
-        if ((got - st.b) % st.a != 0 || got < st.b)
-          throw guard_error("xport.guard.form",
-                            "Expected input " + dim_text(st.input, st.dim) + " = " + std::to_string(got) +
-                                " to be of the form " + metas_[st.input].sizes[st.dim].str() + ", where " +
-                                symbols_[k] + " (" + dim_names_[k] + ") is an integer");
-      }
-      const auto v = (got - st.b) / st.a;
-      const auto& r = ranges_[k];
-      if (!r.contains(v))
-        throw guard_error("xport.guard.range",
-                          "input " + names_[st.input] + ": dim " + std::to_string(st.dim) + " (" + dim_names_[k] +
-                              ") must be in [" + std::to_string(r.lo) + ", " +
-                              (r.hi == int_oo ? std::string("int_oo") : std::to_string(r.hi)) + "], got " +
-                              std::to_string(v) + "; the program was exported for this range (widen the Dim's "
-                              "min/max and export again for other sizes)");
-      env.values_[k] = v;
-      env.bound_[k] = true;
-    }
-    for (const auto& [i, d] : checks_) {
-      const auto& e = metas_[i].sizes[d];
-      const auto got = inputs[i].size(static_cast<std::int64_t>(d));
-      const auto want = env.eval(e);
-      if (got == want) continue;
-      const auto lin = sym::as_linear(e);
-      std::string msg;
-      if (lin && lin->a == 1 && lin->b == 0) {
-        std::size_t k = 0;
-        while (symbols_[k] != lin->symbol) ++k;
-        msg = dim_text(site_[k].input, site_[k].dim) + " (" + dim_names_[k] + "=" + std::to_string(want) +
-              ") must equal " + dim_text(i, d) + ", got " + std::to_string(got);
-      } else {
-        msg = dim_text(i, d) + " must be " + e.str() + " = " + std::to_string(want) + " (";
-        std::string b;
-        for (const auto& s : sym::free_symbols(e)) {
-          std::size_t k = 0;
-          while (symbols_[k] != s) ++k;
-          b += (b.empty() ? "" : ", ") + s + " = " + dim_names_[k] + " = " + std::to_string(*env(s));
-        }
-        msg += b + "), got " + std::to_string(got);
-      }
-      throw guard_error("xport.guard.equal", msg);
-    }
-    return env;  // a symbol no input gives stays unbound: an argument that uses it fails by name
-  }
-
-  struct sym_site {
-    std::size_t input = npos, dim = 0;
-    std::int64_t a = 1, b = 0;
-  };
-  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
-
-  std::vector<std::string> names_;
-  std::vector<tensor_meta> metas_;
-  std::vector<std::string> symbols_;     // s0, s1, ...
-  std::vector<value_range> ranges_;      // per symbol
-  std::vector<std::string> dim_names_;   // per symbol: the user's name for it
-  std::vector<sym_site> site_;           // per symbol: where it is read
-  std::vector<std::pair<std::size_t, std::size_t>> checks_;  // other symbolic dims
-};
-
-XPORT_END_NAMESPACE
-// #include <xport/run/interpreter.hpp>
-// xport/run/interpreter.hpp: running an exported program through the LibTorch dispatcher.
-// The program is compiled once into a flat instruction list: operator handles resolved,
-// constant arguments pre-boxed, one register per value; each value is moved into its last use
-// (or dropped at once when nothing uses it), so memory is freed as early as in eager. Running checks the inputs
-// against the program's guards, then makes one boxed call per node; the dispatcher picks the
-// kernel (CPU or CUDA) from the tensors, and autograd records when parameters require grad.
-// An interpreter is immutable after construction: any number of threads may run it at once.
-
-#include <cstddef>        // std::size_t
-#include <cstdint>        // std::uint32_t
-#include <memory>         // std::shared_ptr
-#include <mutex>          // std::lock_guard
-#include <optional>       // std::optional
-#include <string>         // std::string
-#include <unordered_map>  // std::unordered_map
-#include <unordered_set>  // std::unordered_set
-#include <utility>        // std::move
-#include <vector>         // std::vector
-
-#include <ATen/core/Tensor.h>
-#include <ATen/core/dispatch/Dispatcher.h>
-#include <ATen/core/ivalue.h>
-#include <ATen/core/stack.h>
-#include <c10/core/GradMode.h>
-#include <c10/core/InferenceMode.h>
-
-// #include <xport/config.hpp>
-// #include <xport/detail/schema.hpp>
-// #include <xport/error.hpp>
-// #include <xport/ir/graph.hpp>
-// #include <xport/ir/program.hpp>
-// #include <xport/run/guards.hpp>
-
-XPORT_BEGIN_NAMESPACE
-
-struct run_options {
-  /// Check inputs against the program's guards before running (count, dtype, device, shape).
-  bool check_inputs = true;
-  /// Run under c10::InferenceMode: no autograd recording, ~0.2 us less per op. Results are
-  /// inference tensors.
-  bool inference_mode = false;
-};
-
-class interpreter {
- public:
-  explicit interpreter(const exported_program& p) : guards_(p) { compile(p); }
-
-  /// Runs on the user inputs (the tensor ones, in signature order: a specialized constant input
-  /// is no argument here, its value is the program's); returns the user outputs. Buffer and
-  /// input mutations the program returns are written back (into the program's state, and into
-  /// the given input tensors) as eager would have done in place.
-  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs, const run_options& opts = {}) const {
-    const sym_env env = opts.check_inputs ? guards_.check_and_bind(inputs) : guards_.bind(inputs);
-    std::optional<c10::InferenceMode> inference;
-    if (opts.inference_mode) inference.emplace();
-    std::vector<at::Tensor> relaid;
-    auto outs = execute(in_exported_layout(inputs, relaid), env);
-    std::vector<at::Tensor> user;
-    user.reserve(user_outputs_.size());
-    for (auto i : user_outputs_) user.push_back(outs[i].isTensor() ? outs[i].toTensor() : at::Tensor());
-    if (!mutations_.empty()) {
-      c10::NoGradGuard no_grad;
-      for (const auto& m : mutations_) {
-        auto& target = m.user_input >= 0 ? inputs[static_cast<std::size_t>(m.user_input)] : m.state;
-        const auto& fresh = outs[m.output].toTensor();
-        if (!target.is_same(fresh)) target.copy_(fresh);
-      }
-    }
-    return user;
-  }
-
-  /// Runs and returns every graph output (mutations included) as IValues, without guards or
-  /// write-back: the graph as a pure function of (lifted state, user inputs).
-  std::vector<c10::IValue> run_all(const std::vector<at::Tensor>& inputs) const {
-    std::vector<at::Tensor> relaid;
-    return execute(in_exported_layout(inputs, relaid), guards_.bind(inputs));
-  }
-
-  [[nodiscard]] std::size_t num_instructions() const noexcept { return code_.size(); }
-  [[nodiscard]] const input_guards& guards() const noexcept { return guards_; }
-
- private:
-  // How one argument is pushed: a pre-boxed constant, a register (copied, or moved when this is
-  // its last use), or a list assembled from registers.
-  struct arg_op {
-    enum class kind : std::uint8_t {
-      constant, reg_copy, reg_move, tensor_list, opt_tensor_list, int_list, symbolic,
-      symbolic_number, reg_number  // a size where a Tensor is expected: passed as a wrapped number
-    };
-    kind type;
-    std::uint32_t index;  // into constants_, regs, lists_ or syms_
-  };
-  struct list_op {
-    std::vector<arg_op> elems;  // constant (None / int) or register
-  };
-  struct instr {
-    const c10::OperatorHandle* op;
-    const op_info* info;
-    std::string node_name;
-    std::vector<arg_op> args;
-    std::vector<std::uint32_t> outputs;  // register per output; `dead` = unused, dropped at once
-    bool list_return = false;
-  };
-  struct mutation {
-    std::size_t output;   // index among graph outputs
-    int user_input = -1;  // write back into this user input...
-    at::Tensor state;     // ...or into this state tensor
-  };
-  static constexpr std::uint32_t dead = 0xffffffffu;
-
-  // Note [Inputs in the exported layout]: a program assumes its examples' memory layout where
-  // the ops it was traced through did: a composite kernel that called `.contiguous()` on a
-  // contiguous example recorded nothing (`_embedding_bag` then reads a strided index tensor
-  // wrongly), a decomposed reshape became a view. The guards accept any layout, so an input
-  // whose layout differs from its example's (contiguous or channels_last) is copied into it
-  // first: same values, the layout every recorded op assumed. Inputs the program writes in
-  // place are passed as they are (their writes must reach the caller's tensor).
-  const std::vector<at::Tensor>& in_exported_layout(const std::vector<at::Tensor>& inputs,
-                                                    std::vector<at::Tensor>& relaid) const {
-    for (std::size_t i = 0; i < inputs.size() && i < input_layout_.size(); ++i) {
-      const auto& fmt = input_layout_[i];
-      if (!fmt || !inputs[i].defined() || inputs[i].is_contiguous(*fmt)) continue;
-      if (relaid.empty()) relaid = inputs;
-      relaid[i] = inputs[i].contiguous(*fmt);
-    }
-    return relaid.empty() ? inputs : relaid;
-  }
-
-  // The layout of a placeholder's example, when it is one `.contiguous(format)` makes.
-  static std::optional<c10::MemoryFormat> exported_layout(const value& v) {
-    if (v.kind() != value_kind::tensor) return std::nullopt;
-    const auto& m = v.meta();
-    if (m.layout != c10::kStrided) return std::nullopt;
-    const auto t = m.make_meta();
-    for (auto fmt : {c10::MemoryFormat::Contiguous, c10::MemoryFormat::ChannelsLast, c10::MemoryFormat::ChannelsLast3d})
-      if ((fmt != c10::MemoryFormat::ChannelsLast || t.dim() == 4) && (fmt != c10::MemoryFormat::ChannelsLast3d || t.dim() == 5) &&
-          t.is_contiguous(fmt))
-        return fmt;
-    return std::nullopt;
-  }
-
-  // Placeholders some in-place op writes to, directly or through a view.
-  static std::unordered_set<const detail::value_impl*> written_placeholders(const graph& g) {
-    std::unordered_map<const detail::value_impl*, const detail::value_impl*> root;
-    for (auto ph : g.placeholders()) root[ph.output(0).impl()] = ph.output(0).impl();
-    std::unordered_set<const detail::value_impl*> written;
-    for (auto n : g.nodes()) {
-      if (!n.is_call()) continue;
-      const auto& op = n.op();
-      const auto args = n.args();
-      const auto& params = op.schema().arguments();
-      const auto root_of = [&](const argument& a) -> const detail::value_impl* {
-        if (!a.is_value()) return nullptr;
-        const auto it = root.find(a.as_value().impl());
-        return it == root.end() ? nullptr : it->second;
-      };
-      const detail::value_impl* aliased = nullptr;
-      for (std::size_t i = 0; i < params.size() && i < args.size(); ++i) {
-        const auto* ai = params[i].alias_info();
-        if (!ai) continue;
-        const auto* r = root_of(args[i]);
-        if (ai->isWrite() && r) written.insert(r);
-        if (!aliased) aliased = r;
-      }
-      if (aliased && (op.is_view || op.is_mutable || op.inplace_view))
-        for (auto v : n.outputs()) root[v.impl()] = aliased;
-    }
-    return written;
-  }
-
-  void compile(const exported_program& p) {
-    const auto& g = p.graph();
-    const auto& sig = p.signature();
-    std::unordered_map<const detail::value_impl*, std::uint32_t> reg;
-    const auto phs = g.placeholders();
-    const auto written = written_placeholders(g);
-    for (std::size_t i = 0; i < phs.size(); ++i) {
-      const auto r = static_cast<std::uint32_t>(reg.size());
-      reg.emplace(phs[i].output(0).impl(), r);
-      const auto& spec = sig.input_specs.at(i);
-      if (spec.kind == input_kind::user_input && spec.arg.type == argument_spec::kind::constant) {
-        continue;  // a specialized constant: nothing reads its placeholder
-      } else if (spec.kind == input_kind::user_input) {
-        user_slots_.push_back(r);
-        user_names_.push_back(spec.arg.name);
-        input_layout_.push_back(written.count(phs[i].output(0).impl()) ? std::nullopt : exported_layout(phs[i].output(0)));
-      } else {
-        state_slots_.emplace_back(r, p.lifted_tensor(spec));
-      }
-    }
-    // last use of every value, by node order
-    std::unordered_map<const detail::value_impl*, const detail::node_impl*> last_use;
-    for (auto n : g.nodes())
-      for (std::size_t i = 0; i < n.num_inputs(); ++i) last_use[n.input(i).impl()] = n.impl();
-    const auto out_node = g.output_node();
-
-    for (auto n : g.nodes()) {
-      if (!n.is_call()) continue;
-      instr in;
-      in.info = &n.op();
-      in.op = &in.info->handle;
-      in.node_name = n.name();
-      in.list_return = in.info->returns_list;
-      const auto& params = in.info->schema().arguments();
-      const auto args = n.args();
-      // operands whose last use is this node are moved at their last occurrence here
-      std::unordered_map<const detail::value_impl*, std::size_t> remaining;
-      for (std::size_t i = 0; i < n.num_inputs(); ++i) ++remaining[n.input(i).impl()];
-      const auto reg_op = [&](const value& v) -> arg_op {
-        const auto r = reg.at(v.impl());
-        const bool last = last_use.at(v.impl()) == n.impl() && --remaining[v.impl()] == 0;
-        return {last ? arg_op::kind::reg_move : arg_op::kind::reg_copy, r};
-      };
-      for (std::size_t i = 0; i < params.size(); ++i) {
-        const auto& a = args[i];
-        const bool tensor_param = detail::unwrap_optional(params[i].real_type())->kind() == c10::TypeKind::TensorType;
-        if (a.is_value()) {
-          auto r = reg_op(a.as_value());
-          if (tensor_param && a.as_value().kind() != value_kind::tensor) r.type = arg_op::kind::reg_number;
-          in.args.push_back(r);
-          continue;
-        }
-        if (a.is_symbolic()) {
-          syms_.push_back(a.as_sym());
-          in.args.push_back({tensor_param ? arg_op::kind::symbolic_number : arg_op::kind::symbolic,
-                             static_cast<std::uint32_t>(syms_.size() - 1)});
-          continue;
-        }
-        bool has_value = false;
-        a.for_each_value([&](const value&) { has_value = true; });
-        if (a.is_list())
-          for (const auto& e : a.as_list()) has_value = has_value || e.is_symbolic();
-        if (!has_value) {
-          constants_.push_back(detail::to_ivalue(a, params[i].real_type(), [](const value&) { return c10::IValue(); }));
-          in.args.push_back({arg_op::kind::constant, static_cast<std::uint32_t>(constants_.size() - 1)});
-          continue;
-        }
-        // a list holding values: Tensor[], Tensor?[] or SymInt[]
-        const auto elem = detail::unwrap_optional(params[i].real_type())->castRaw<c10::ListType>()->getElementType();
-        list_op l;
-        for (const auto& e : a.as_list()) {
-          if (e.is_value()) {
-            l.elems.push_back(reg_op(e.as_value()));
-          } else if (e.is_symbolic()) {
-            syms_.push_back(e.as_sym());
-            l.elems.push_back({arg_op::kind::symbolic, static_cast<std::uint32_t>(syms_.size() - 1)});
-          } else {
-            constants_.push_back(e.is_int() ? c10::IValue(e.as_int()) : c10::IValue());
-            l.elems.push_back({arg_op::kind::constant, static_cast<std::uint32_t>(constants_.size() - 1)});
-          }
-        }
-        lists_.push_back(std::move(l));
-        const auto k = elem->kind() == c10::TypeKind::TensorType ? arg_op::kind::tensor_list
-                       : elem->kind() == c10::TypeKind::OptionalType ? arg_op::kind::opt_tensor_list
-                                                                       : arg_op::kind::int_list;
-        in.args.push_back({k, static_cast<std::uint32_t>(lists_.size() - 1)});
-      }
-      for (auto v : n.outputs()) {
-        if (v.num_uses() == 0) {
-          in.outputs.push_back(dead);
-        } else {
-          const auto r = static_cast<std::uint32_t>(reg.size());
-          reg.emplace(v.impl(), r);
-          in.outputs.push_back(r);
-        }
-      }
-      run_views_as_reshape(in);
-      max_args_ = std::max(max_args_, in.args.size());
-      code_.push_back(std::move(in));
-    }
-    num_regs_ = reg.size();
-    // outputs
-    const auto out_args = out_node.args();
-    for (std::size_t i = 0; i < out_args.size(); ++i) {
-      const auto& a = out_args[i];
-      if (a.is_value()) {
-        outputs_.push_back({true, reg.at(a.as_value().impl())});
-      } else {
-        constants_.push_back(detail::to_ivalue(a, c10::AnyType::get(), [](const value&) { return c10::IValue(); }));
-        outputs_.push_back({false, static_cast<std::uint32_t>(constants_.size() - 1)});
-      }
-      const auto& spec = sig.output_specs.at(i);
-      switch (spec.kind) {
-        case output_kind::user_output:
-        case output_kind::loss_output: user_outputs_.push_back(i); break;
-        case output_kind::buffer_mutation:
-        case output_kind::parameter_mutation: {
-          input_spec lookup;
-          lookup.kind = spec.kind == output_kind::buffer_mutation ? input_kind::buffer : input_kind::parameter;
-          for (const auto& s : sig.input_specs)
-            if (s.kind == lookup.kind && s.target == spec.target) lookup = s;
-          mutations_.push_back({i, -1, p.lifted_tensor(lookup)});
-          break;
-        }
-        case output_kind::user_input_mutation: {
-          int k = 0;
-          for (const auto& s : sig.input_specs) {
-            if (s.kind != input_kind::user_input || s.arg.type == argument_spec::kind::constant) continue;
-            if (s.arg.name == spec.target) break;
-            ++k;
-          }
-          mutations_.push_back({i, k, {}});
-          break;
-        }
-        default: break;
-      }
-    }
-    // A register read by the output node must survive to the end: never move out of it.
-    std::vector<bool> is_output_reg(num_regs_, false);
-    for (const auto& o : outputs_)
-      if (o.is_reg) is_output_reg[o.index] = true;
-    const auto keep = [&](arg_op& a) {
-      if (a.type == arg_op::kind::reg_move && is_output_reg[a.index]) a.type = arg_op::kind::reg_copy;
-    };
-    for (auto& in : code_)
-      for (auto& a : in.args) keep(a);
-    for (auto& l : lists_)
-      for (auto& e : l.elems) keep(e);
-  }
-
-  // Note [Views run as reshape]: a decomposed `reshape` is a `view` (torch 2.x) or an
-  // `_reshape_alias` with the example's strides (LibTorch 1.13): both assume the example's
-  // layout. Given a transposed, sliced or channels_last input, `view` fails and `_reshape_alias`
-  // reads the wrong elements. They run as `reshape` instead: the same view whenever one exists
-  // (so aliasing is kept), a copy otherwise, the right values for every layout.
-  static void run_views_as_reshape(instr& in) {
-    const auto& name = in.info->name;
-    const bool plain_view = name == "aten::view" && in.info->overload.empty();
-    if (!plain_view && name != "aten::_unsafe_view" && name != "aten::_reshape_alias") return;
-    static const op_info& reshape = find_op("aten::reshape");
-    in.op = &reshape.handle;
-    in.args.resize(2);  // self, size (`_reshape_alias`'s strides are the example's: dropped)
-  }
-
-  c10::IValue take(std::vector<c10::IValue>& regs, const sym_env& env, const arg_op& a) const {
-    const auto& constants = constants_;
-    switch (a.type) {
-      case arg_op::kind::symbolic: return env.eval(syms_[a.index]);
-      case arg_op::kind::symbolic_number: return detail::wrapped_number(c10::IValue(env.eval(syms_[a.index])));
-      case arg_op::kind::reg_number: return detail::wrapped_number(regs[a.index]);
-      case arg_op::kind::constant: return constants[a.index];
-      case arg_op::kind::reg_copy: return regs[a.index];
-      case arg_op::kind::reg_move: return std::move(regs[a.index]);
-      default: return {};
-    }
-  }
-
-  std::vector<c10::IValue> execute(const std::vector<at::Tensor>& inputs, const sym_env& env) const {
-    std::vector<c10::IValue> regs(num_regs_);
-    for (std::size_t i = 0; i < user_slots_.size(); ++i) regs[user_slots_[i]] = inputs[i];
-    for (const auto& [r, t] : state_slots_) regs[r] = t;
-    torch::jit::Stack stack;
-    stack.reserve(max_args_ + 4);
-    for (const auto& in : code_) {
-      for (const auto& a : in.args) {
-        switch (a.type) {
-          case arg_op::kind::constant:
-          case arg_op::kind::symbolic:
-          case arg_op::kind::symbolic_number:
-          case arg_op::kind::reg_number:
-          case arg_op::kind::reg_copy:
-          case arg_op::kind::reg_move: stack.push_back(take(regs, env, a)); break;
-          case arg_op::kind::tensor_list: {
-            const auto& l = lists_[a.index];
-            c10::List<at::Tensor> ts;
-            ts.reserve(l.elems.size());
-            for (const auto& e : l.elems) ts.push_back(take(regs, env, e).toTensor());
-            stack.emplace_back(std::move(ts));
-            break;
-          }
-          case arg_op::kind::opt_tensor_list: {
-            const auto& l = lists_[a.index];
-            c10::List<c10::optional<at::Tensor>> ts;
-            ts.reserve(l.elems.size());
-            for (const auto& e : l.elems) {
-              auto v = take(regs, env, e);
-              if (v.isNone()) ts.push_back(c10::nullopt);
-              else ts.push_back(v.toTensor());
-            }
-            stack.emplace_back(std::move(ts));
-            break;
-          }
-          case arg_op::kind::int_list: {
-            const auto& l = lists_[a.index];
-            c10::List<std::int64_t> is;
-            for (const auto& e : l.elems) is.push_back(take(regs, env, e).toInt());
-            stack.emplace_back(std::move(is));
-            break;
-          }
-        }
-      }
-      try {
-        in.op->callBoxed(stack);
-      } catch (const c10::Error& e) {
-        throw run_error("xport.run.op_failed", "node '" + in.node_name + "' (" + in.info->qualified +
-                                                   ") failed: " + e.what_without_backtrace());
-      }
-      if (in.list_return) {
-        auto l = stack[0].toTensorVector();
-        for (std::size_t i = 0; i < in.outputs.size() && i < l.size(); ++i)
-          if (in.outputs[i] != dead) regs[in.outputs[i]] = std::move(l[i]);
-      } else {
-        for (std::size_t i = 0; i < in.outputs.size(); ++i)
-          if (in.outputs[i] != dead) regs[in.outputs[i]] = std::move(stack[i]);
-      }
-      stack.clear();
-    }
-    std::vector<c10::IValue> out;
-    out.reserve(outputs_.size());
-    for (const auto& o : outputs_) out.push_back(o.is_reg ? regs[o.index] : constants_[o.index]);
-    return out;
-  }
-
-  struct output_slot {
-    bool is_reg;
-    std::uint32_t index;
-  };
-
-  input_guards guards_;
-  std::vector<instr> code_;
-  std::vector<c10::IValue> constants_;
-  std::vector<list_op> lists_;
-  std::vector<sym_int> syms_;  // symbolic arguments, evaluated per call
-  std::vector<std::uint32_t> user_slots_;
-  std::vector<std::string> user_names_;
-  std::vector<std::optional<c10::MemoryFormat>> input_layout_;  // per user input (see in_exported_layout)
-  std::vector<std::pair<std::uint32_t, at::Tensor>> state_slots_;
-  std::vector<output_slot> outputs_;
-  std::vector<std::size_t> user_outputs_;
-  std::vector<mutation> mutations_;
-  std::size_t num_regs_ = 0;
-  std::size_t max_args_ = 0;
-};
-
-namespace detail {
-struct interpreter_cache : run_cache {
-  explicit interpreter_cache(const exported_program& p) : interp(p) {}
-  interpreter interp;
-};
-}  // namespace detail
-
-/// The program's interpreter, compiled on first use and cached until the program is mutated.
-inline std::shared_ptr<const interpreter> interpreter_for(const exported_program& p) {
-  if (auto c = p.run_cache_get()) return {c, &static_cast<detail::interpreter_cache*>(c.get())->interp};
-  std::lock_guard<std::mutex> lock(p.run_cache_mutex());
-  if (auto c = p.run_cache_get()) return {c, &static_cast<detail::interpreter_cache*>(c.get())->interp};
-  auto c = std::make_shared<detail::interpreter_cache>(p);
-  p.run_cache_set(c);
-  return {c, &c->interp};
-}
-
-/// Runs `p` on its user inputs and returns its user outputs (see interpreter::run).
-inline std::vector<at::Tensor> run(const exported_program& p, const std::vector<at::Tensor>& inputs,
-                                   const run_options& opts = {}) {
-  return interpreter_for(p)->run(inputs, opts);
-}
-
-XPORT_END_NAMESPACE
-
+// capture: export_program
 // #include <xport/trace/tree.hpp>
 // xport/trace/tree.hpp: the structure of C++ inputs and outputs (torch's pytree TreeSpec).
 // A program's inputs may be tensors, std::vector / std::array / std::tuple / std::pair of them,
@@ -7284,13 +7612,14 @@ XPORT_END_NAMESPACE
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/StringUtil.h>
-#include <torch/library.h>
 
 // #include <xport/config.hpp>
-// #include <xport/detail/meta_infer.hpp>
-// #include <xport/detail/schema.hpp>
+// #include <xport/ops/call.hpp>
+// #include <xport/ops/meta_infer.hpp>
+// #include <xport/ops/op_sets.hpp>
+// #include <xport/ops/schema.hpp>
 // #include <xport/error.hpp>
-// #include <xport/ir/builder.hpp>
+// #include <xport/program/builder.hpp>
 // #include <xport/ir/graph.hpp>
 // #include <xport/ir/op.hpp>
 // #include <xport/ir/sym_expr.hpp>
@@ -7313,8 +7642,11 @@ void capture_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 inline void ensure_capture_fallback() {
   static const bool registered = [] {
     try {
-      static torch::Library lib(torch::Library::IMPL, "_", capture_key, __FILE__, __LINE__);
-      lib.fallback(torch::CppFunction::makeFromBoxedFunction<&capture_fallback>());
+      // the dispatcher's own registration (what torch::Library::fallback calls), kept for the
+      // process: <torch/library.h> is half a second of every TU's parse time
+      static const c10::RegistrationHandleRAII handle = c10::Dispatcher::singleton().registerFallback(
+          capture_key, c10::KernelFunction::makeFromBoxedFunction<&capture_fallback>(), "xport capture fallback");
+      (void)handle;
     } catch (const c10::Error& e) {
       throw export_error("xport.export.fallback",
                          "cannot register xport's capture fallback for dispatch key "
@@ -7329,12 +7661,8 @@ inline void ensure_capture_fallback() {
 
 /// What the traced C++ call was, for graph-break messages.
 inline std::string user_facing_call(std::string_view op) {
-  if (op == "aten::_local_scalar_dense" || op == "aten::item") return "Tensor::item()";
-  if (op == "aten::is_nonzero") return "using a tensor as a bool (Tensor::is_nonzero())";
-  if (op == "aten::nonzero") return "at::nonzero";
-  if (op == "aten::equal") return "at::equal";
-  if (op == "aten::allclose") return "at::allclose";
-  if (op == "aten::masked_select") return "at::masked_select";
+  for (const auto& [name, call] : data_reading_calls)
+    if (op == name) return std::string(call);
   return std::string(op);
 }
 
@@ -7453,9 +7781,6 @@ class capture {
   /// For the strict front end: keep value -> meta tensor (sym_tensor arguments are values).
   void keep_value_meta() { keep_value_meta_ = true; }
 
-  /// The meta tensor that stands for `v` (what ops run on).
-  [[nodiscard]] const at::Tensor& meta_of(value v) const { return meta_.at(v.impl()); }
-
   /// Records `op` called on graph values (the strict front end): arguments are bound to the
   /// schema and checked like program_builder::call; the op runs on the values' meta tensors.
   node call(const op_info& op, std::vector<argument> args, std::vector<kwarg> kwargs,
@@ -7463,35 +7788,17 @@ class capture {
     if (op.data_dependent) throw_graph_break(op);
     auto bound = bind_arguments(op, std::move(args), std::move(kwargs));
     check_mutations(op, bound);
-    const auto& params = op.schema().arguments();
-    std::vector<c10::IValue> meta_args;
-    meta_args.reserve(params.size());
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      if (bound[i].is_device() || (op.is_factory && static_cast<int>(i) == op.device_arg)) {
-        meta_args.emplace_back(c10::Device(c10::kMeta));
-        continue;
-      }
-      meta_args.push_back(to_ivalue(bound[i], params[i].real_type(), [&](const value& v) -> c10::IValue {
-        if (v.kind() == value_kind::tensor) return meta_.at(v.impl());
-        return v.type().scalar.hint();
-      }));
-    }
+    torch::jit::Stack meta_args;
+    push_meta_arguments(op, bound, [&](const value& v) -> const at::Tensor& { return meta_.at(v.impl()); }, meta_args);
     auto results = run_meta(op, std::move(meta_args), [&] { return describe_args(op, bound); });
     fill_python_defaults(op, bound);
     auto types = result_types(op, results, output_device(op, bound), any_requires_grad(bound));
     builder_.at(std::move(src));
     auto node = builder_.record(python_overload(op), std::move(bound), std::move(types));
     if (auto path = module_path_of(node); !path.empty()) node.set_module_path(std::move(path));
-    std::size_t out_index = 0;
-    for (auto& r : results) {
-      if (r.isTensorList()) {
-        for (auto& t : r.toTensorVector()) track(node.output(out_index++), t);
-      } else if (r.isTensor()) {
-        track(node.output(out_index++), r.toTensor());
-      } else {
-        ++out_index;
-      }
-    }
+    take_outputs(results, [&](std::size_t k, c10::IValue&& r) {
+      if (r.isTensor()) track(node.output(k), r.toTensor());
+    });
     return node;
   }
 
@@ -7504,66 +7811,83 @@ class capture {
 
   /// Records `op` with the arguments on `stack` and leaves its (meta) results there.
   void record_op(const op_info& op, torch::jit::Stack& stack) {
-    const auto& schema = op.schema();
-    const auto& params = schema.arguments();
-    const std::size_t n = params.size();
-    if (op.data_dependent && op.name == "aten::equal") {
-      // Decided without data: equal(x, x) is true whatever x holds (C++ MultiheadAttention asks
-      // this to detect self-attention); tensors whose sizes differ for every input the program
-      // accepts are never equal (cross-attention: query and key of other lengths). Any other
-      // comparison of contents is a graph break below.
-      const auto& a = stack[stack.size() - 2];
-      const auto& b = stack[stack.size() - 1];
-      const bool same = same_value(a, b);
-      if (same || sizes_always_differ(a, b)) {
-        torch::jit::drop(stack, 2);
-        stack.emplace_back(same);
-        return;
-      }
-      if (sizes_may_vary_ && a.isTensor() && b.isTensor() && a.toTensor().sizes() != b.toTensor().sizes())
-        throw graph_break("xport.export.graph_break",
-                          "graph break: aten::equal (at::equal) on tensors whose sizes differ at the example "
-                          "inputs but may be equal for other inputs of a dynamic program (" +
-                              c10::str(a.toTensor().sizes()) + " and " +
-                              c10::str(b.toTensor().sizes()) +
-                              "): then only their contents can answer. Way out: export the dims "
-                              "that make them differ as static, or compare sizes instead "
-                              "(a.sizes() == b.sizes())");
-    }
+    if (op.data_dependent && op.name == "aten::equal" && decided_equal(stack)) return;
     if (op.data_dependent) throw_graph_break(op);
     if (op.name == "aten::index" && has_mask_index(stack.back())) throw_mask_index_break(op);
-    auto& originals = originals_;  // reused buffers: no allocation per op
-    originals.assign(std::make_move_iterator(stack.end() - static_cast<std::ptrdiff_t>(n)),
-                     std::make_move_iterator(stack.end()));
-    torch::jit::drop(stack, n);
-
-    std::vector<argument> args(n);
-    auto& results = meta_stack_;
-    results.resize(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      convert(originals[i], params[i].real_type(), args[i], results[i]);
-      expand_fixed_list(args[i], params[i]);
-    }
-    if (op.is_factory && op.device_arg >= 0 && args[static_cast<std::size_t>(op.device_arg)].is_none())
-      results[static_cast<std::size_t>(op.device_arg)] = c10::Device(c10::kMeta);  // runs on meta
+    auto args = take_arguments(op, stack);
     if (python_frontend_) fill_python_defaults(op, args);
     check_mutations(op, args);
     const auto detached = detach_state_written_without_grad(op, args);
 
+    auto& results = meta_stack_;
     run_meta_in_place(op, results, [&] { return describe_args(op, args); });
     auto types = result_types(op, results, output_device(op, args), any_requires_grad(args));
     auto node = builder_.record(python_frontend_ ? python_overload(op) : op, std::move(args), std::move(types));
     if (auto path = module_path_of(node); !path.empty()) node.set_module_path(std::move(path));
+    hand_back_results(op, node, detached, stack);
+    results.clear();
+    originals_.clear();
+  }
 
-    // Hand results back: a return that writes to an argument (in-place, out=) is that argument
-    // object itself, now standing for the node's output.
+ private:
+  // aten::equal decided without data: equal(x, x) is true whatever x holds (C++
+  // MultiheadAttention asks this to detect self-attention); tensors whose sizes differ for every
+  // input the program accepts are never equal (cross-attention: query and key of other
+  // lengths). Leaves the answer on `stack` and returns true when decided; any other comparison
+  // of contents is a graph break (false: the caller's).
+  bool decided_equal(torch::jit::Stack& stack) {
+    const auto& a = stack[stack.size() - 2];
+    const auto& b = stack[stack.size() - 1];
+    const bool same = same_value(a, b);
+    if (same || sizes_always_differ(a, b)) {
+      torch::jit::drop(stack, 2);
+      stack.emplace_back(same);
+      return true;
+    }
+    if (sizes_may_vary_ && a.isTensor() && b.isTensor() && a.toTensor().sizes() != b.toTensor().sizes())
+      throw graph_break("xport.export.graph_break",
+                        "graph break: aten::equal (at::equal) on tensors whose sizes differ at the example "
+                        "inputs but may be equal for other inputs of a dynamic program (" +
+                            c10::str(a.toTensor().sizes()) + " and " + c10::str(b.toTensor().sizes()) +
+                            "): then only their contents can answer. Way out: export the dims "
+                            "that make them differ as static, or compare sizes instead "
+                            "(a.sizes() == b.sizes())");
+    return false;
+  }
+
+  // Takes `op`'s arguments off the dispatcher's `stack` into originals_ (as the traced code
+  // passed them) and meta_stack_ (what the meta run gets: see to_meta_run); returns them as the
+  // node records them. The two buffers are reused: no allocation per op.
+  std::vector<argument> take_arguments(const op_info& op, torch::jit::Stack& stack) {
+    const auto& params = op.schema().arguments();
+    const std::size_t n = params.size();
+    originals_.assign(std::make_move_iterator(stack.end() - static_cast<std::ptrdiff_t>(n)),
+                      std::make_move_iterator(stack.end()));
+    torch::jit::drop(stack, n);
+    std::vector<argument> args(n);
+    meta_stack_.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      convert(originals_[i], params[i].real_type(), args[i], meta_stack_[i]);
+      expand_fixed_list(args[i], params[i]);
+    }
+    to_meta_run(op, meta_stack_);
+    return args;
+  }
+
+  // Hands the meta results of `recorded` (in meta_stack_) back on `stack`: a return that writes to
+  // an argument (in-place, out=) is that argument object itself, now standing for the node's
+  // output; `detached` (see detach_state_written_without_grad) marks arguments written through
+  // a detached alias.
+  void hand_back_results(const op_info& op, const node& recorded, std::uint64_t detached, torch::jit::Stack& stack) {
+    const auto& schema = op.schema();
     const auto& rets = schema.returns();
+    auto& results = meta_stack_;
     std::size_t out_index = 0;
     for (std::size_t r = 0; r < results.size(); ++r) {
       auto& res = results[r];
       if (res.isTensorList()) {
         auto ts = res.toTensorVector();
-        for (auto& t : ts) track(node.output(out_index++), t);
+        for (auto& t : ts) track(recorded.output(out_index++), t);
         stack.emplace_back(c10::List<at::Tensor>(ts));
         continue;
       }
@@ -7572,25 +7896,22 @@ class capture {
         stack.push_back(std::move(res));
         continue;
       }
-      const auto v = node.output(out_index++);
+      const auto v = recorded.output(out_index++);
       if (r < rets.size() && rets[r].alias_info() && rets[r].alias_info()->isWrite()) {
         const auto a = aliased_argument(schema, r);
-        if (a && originals[*a].isTensor()) {
+        if (a && originals_[*a].isTensor()) {
           // written through a detached alias (no-grad update of module state): the state's
           // value is unchanged in the graph; its storage holds the update when it runs
-          if (!(detached >> *a & 1U)) bind(originals[*a].toTensor(), v, res.toTensor());
-          stack.push_back(originals[*a]);
+          if (!(detached >> *a & 1U)) bind(originals_[*a].toTensor(), v, res.toTensor());
+          stack.push_back(originals_[*a]);
           continue;
         }
       }
       track(v, res.toTensor());
       stack.push_back(std::move(res));
     }
-    results.clear();
-    originals.clear();
   }
 
- private:
   // Whether the two tensors' sizes differ for every input the program accepts: other ranks, or
   // a dim whose difference is a nonzero constant (two static sizes, `s0` against `s0 + 1`). A
   // dynamic export captures at concrete sizes: there only ranks decide.
@@ -8922,7 +9243,9 @@ XPORT_END_NAMESPACE
 #include <c10/util/Exception.h>
 
 // #include <xport/config.hpp>
-// #include <xport/detail/schema.hpp>
+// #include <xport/ops/op_sets.hpp>
+// #include <xport/ops/schema.hpp>
+// #include <xport/ops/shape_formulas.hpp>
 // #include <xport/error.hpp>
 // #include <xport/ir/graph.hpp>
 // #include <xport/ir/program.hpp>
@@ -9104,53 +9427,6 @@ inline bool same_shape_args(const argument& a, const argument& b, std::vector<st
   return a == b;
 }
 
-/// Shape-rule candidates for sizes no linear form or product gives: the output window count of
-/// convolution and pooling, `((in + 2*pad - dil*(k-1) - 1)//stride) + 1`.
-inline void window_candidates(const node& n, const std::vector<sym_int>& in_sizes, std::vector<sym_int>& out) {
-  const auto& name = n.op().name;
-  const auto args = n.args();
-  auto ints = [&](std::size_t i) {
-    std::vector<std::int64_t> v;
-    if (i < args.size() && args[i].is_list())
-      for (const auto& e : args[i].as_list()) v.push_back(e.is_int() ? e.as_int() : 0);
-    return v;
-  };
-  std::vector<std::int64_t> kernel, stride, pad, dil;
-  if (name == "aten::convolution" || name == "aten::_convolution" || name == "aten::conv2d" ||
-      name == "aten::conv1d" || name == "aten::conv3d") {
-    if (args.size() < 4 || !args[1].is_value()) return;
-    const auto& w = args[1].as_value().meta().sizes;
-    for (std::size_t i = 2; i < w.size(); ++i) kernel.push_back(w[i].hint());
-    stride = ints(3), pad = ints(4), dil = ints(5);
-    if (name == "aten::convolution" || name == "aten::_convolution") {
-      const bool transposed = args.size() > 6 && args[6].is_bool() && args[6].as_bool();
-      if (transposed) return;
-    }
-  } else if (name == "aten::max_pool2d" || name == "aten::max_pool2d_with_indices" || name == "aten::max_pool1d" ||
-             name == "aten::max_pool3d" || name == "aten::max_pool3d_with_indices") {
-    kernel = ints(1), stride = ints(2), pad = ints(3), dil = ints(4);
-    if (args.size() > 5 && args[5].is_bool() && args[5].as_bool()) return;  // ceil_mode
-  } else if (name == "aten::avg_pool2d" || name == "aten::avg_pool1d" || name == "aten::avg_pool3d") {
-    kernel = ints(1), stride = ints(2), pad = ints(3);
-    if (args.size() > 4 && args[4].is_bool() && args[4].as_bool()) return;  // ceil_mode
-  } else {
-    return;
-  }
-  const auto nsp = kernel.size();
-  if (in_sizes.size() < nsp) return;
-  const std::size_t spatial0 = in_sizes.size() - nsp;
-  auto at = [](const std::vector<std::int64_t>& v, std::size_t i, std::int64_t dflt) {
-    return v.empty() ? dflt : v[std::min(i, v.size() - 1)];
-  };
-  for (std::size_t i = 0; i < nsp; ++i) {
-    const auto& in = in_sizes[spatial0 + i];
-    if (in.is_constant()) continue;
-    const auto k = kernel[i], s = at(stride, i, k), p = at(pad, i, 0), d = at(dil, i, 1);
-    if (s <= 0) continue;
-    out.push_back(sym::floordiv(in + (2 * p - d * (k - 1) - 1), sym_int(s)) + 1);
-  }
-}
-
 inline sym_shape contiguous_strides(const sym_shape& sizes) {
   sym_shape st(sizes.size());
   sym_int stride = 1;
@@ -9198,7 +9474,7 @@ inline std::string structure_difference(const exported_program& base, const expo
   auto keep = [&](const node& n) {
     if (!layout_only || !n.is_call()) return true;
     const auto& name = n.op().name;
-    return name != "aten::contiguous" && name != "aten::clone";
+    return !is_layout_only_op(name);
   };
   std::vector<node> a, b;
   for (auto n : base.graph().nodes())
@@ -9230,48 +9506,71 @@ inline void require_same_ops(const exported_program& base, const std::vector<con
       throw specialized_at(runs, r, why + ": the traced code takes a different path depending on the size");
 }
 
-/// Gives the base capture symbolic sizes and arguments from the captures at other sizes.
-/// `runs[r]` is the dims' values in capture r (0 = the example).
-inline void make_symbolic(exported_program& base, const std::vector<const exported_program*>& others,
-                          const sym_runs& runs, const std::vector<sym_shape>& user_input_sizes) {
-  symbolic_fitter fit(runs);
-  const std::size_t nruns = runs.values.size();
-  std::vector<std::vector<node>> nodes(nruns);
-  for (auto n : base.graph().nodes()) nodes[0].push_back(n);
-  for (std::size_t r = 1; r < nruns; ++r)
-    for (auto n : others[r - 1]->graph().nodes()) nodes[r].push_back(n);
+/// Gives a base capture symbolic sizes and arguments, node by node, from the captures at other
+/// sizes. `runs[r]` is the dims' values in capture r (0 = the example).
+class symbolic_maker {
+ public:
+  symbolic_maker(exported_program& base, const std::vector<const exported_program*>& others, const sym_runs& runs)
+      : runs_(runs), fit_(runs), nruns_(runs.values.size()), nodes_(nruns_) {
+    for (auto n : base.graph().nodes()) nodes_[0].push_back(n);
+    for (std::size_t r = 1; r < nruns_; ++r)
+      for (auto n : others[r - 1]->graph().nodes()) nodes_[r].push_back(n);
+  }
 
-  auto differs = [&](std::size_t r, const std::string& what) { throw specialized_at(runs, r, what); };
-  require_same_ops(base, others, runs);
-
-  std::size_t leaf = 0;
-  const auto& specs = base.signature().input_specs;
-  std::size_t ph = 0;
-  for (std::size_t i = 0; i < nodes[0].size(); ++i) {
-    const node n = nodes[0][i];
-    if (n.is_placeholder()) {
-      const auto& spec = specs.at(ph++);
-      if (spec.kind != input_kind::user_input) continue;
-      const auto v = n.out();
-      if (v.kind() != value_kind::tensor) continue;
-      auto m = v.meta();
-      const auto& sizes = user_input_sizes.at(leaf);
-      if (sizes.size() != m.sizes.size())
-        throw graph_error("xport.symbolic.inputs", "input " + v.name() + " changed rank while made symbolic");
-      m.sizes = sizes;
-      m.strides = contiguous_strides(m.sizes);
-      v.set_meta(std::move(m));
-      ++leaf;
-      continue;
+  /// Gives the user inputs (placeholders per `specs`) the sizes `user_input_sizes`, then fits every call node.
+  void run(const std::vector<input_spec>& specs, const std::vector<sym_shape>& user_input_sizes) {
+    std::size_t leaf = 0;
+    std::size_t ph = 0;
+    for (std::size_t i = 0; i < nodes_[0].size(); ++i) {
+      const node n = nodes_[0][i];
+      if (n.is_placeholder()) {
+        const auto& spec = specs.at(ph++);
+        if (spec.kind != input_kind::user_input) continue;
+        const auto v = n.out();
+        if (v.kind() != value_kind::tensor) continue;
+        auto m = v.meta();
+        const auto& sizes = user_input_sizes.at(leaf);
+        if (sizes.size() != m.sizes.size())
+          throw graph_error("xport.symbolic.inputs", "input " + v.name() + " changed rank while made symbolic");
+        m.sizes = sizes;
+        m.strides = contiguous_strides(m.sizes);
+        v.set_meta(std::move(m));
+        ++leaf;
+        continue;
+      }
+      if (n.is_output()) continue;
+      fit_node(i);
     }
-    if (n.is_output()) continue;
+  }
 
-    // arguments: integers that differ become symbolic, anything else that differs specializes
-    std::vector<argument> args(n.args().begin(), n.args().end());
-    std::vector<sym_int> basis;
+ private:
+  /// Fails with what capture `r` shows: the code fixed a dim.
+  [[noreturn]] void differs(std::size_t r, const std::string& what) const { throw specialized_at(runs_, r, what); }
+
+  /// Fits call node `i` of the base: its integer arguments, then the sizes of its outputs.
+  void fit_node(std::size_t i) {
+    const node n = nodes_[0][i];
     std::vector<std::vector<sym_int>> input_shapes;
     for (auto v : n.inputs())
       if (v.kind() == value_kind::tensor) input_shapes.emplace_back(v.meta().sizes.begin(), v.meta().sizes.end());
+    const auto basis = size_basis(input_shapes);
+    // arguments: integers that differ become symbolic, anything else that differs specializes
+    std::vector<argument> args(n.args().begin(), n.args().end());
+    bool changed = false;
+    for (std::size_t k = 0; k < args.size(); ++k) changed = fit_argument(i, k, basis, args[k]) || changed;
+    if (changed) n.set_args(std::move(args));
+    // sizes of every output
+    std::size_t out_i = 0;
+    for (auto v : n.outputs()) {
+      const std::size_t oi = out_i++;
+      if (v.kind() != value_kind::tensor) continue;
+      fit_output(i, oi, v, input_shapes, basis);
+    }
+  }
+
+  /// The products of trailing input dims from the first symbolic one on: what sizes are fitted in.
+  static std::vector<sym_int> size_basis(const std::vector<std::vector<sym_int>>& input_shapes) {
+    std::vector<sym_int> basis;
     for (const auto& s : input_shapes)
       for (std::size_t a = 0; a < s.size(); ++a) {
         sym_int p = 1;
@@ -9282,91 +9581,112 @@ inline void make_symbolic(exported_program& base, const std::vector<const export
           if (symbolic) basis.push_back(p);
         }
       }
+    return basis;
+  }
+
+  /// Makes each int of argument `k` of node `i` that differs between captures an expression in
+  /// `arg` (a copy of it); returns whether any did.
+  bool fit_argument(std::size_t i, std::size_t k, const std::vector<sym_int>& basis, argument& arg) const {
+    const node n = nodes_[0][i];
+    std::vector<std::vector<std::pair<const argument*, const argument*>>> diffs(nruns_);
+    for (std::size_t r = 1; r < nruns_; ++r)
+      if (!same_shape_args(n.args()[k], nodes_[r][i].args()[k], diffs[r])) {
+        const auto& param = n.op().schema().arguments()[k].name();
+        differs(r, "argument '" + param + "' of node " + node_text(n) + " is " + describe(nodes_[r][i].args()[k]) +
+                       " instead of " + describe(n.args()[k]) +
+                       ": the traced code computed it from the size (as a C++ number, which export cannot follow)");
+      }
+    // each differing int, by its address in the base argument
+    std::vector<const argument*> sites;
+    for (std::size_t r = 1; r < nruns_; ++r)
+      for (const auto& [pa, pb] : diffs[r])
+        if (std::find(sites.begin(), sites.end(), pa) == sites.end()) sites.push_back(pa);
     bool changed = false;
-    for (std::size_t k = 0; k < args.size(); ++k) {
-      std::vector<std::vector<std::pair<const argument*, const argument*>>> diffs(nruns);
-      for (std::size_t r = 1; r < nruns; ++r)
-        if (!same_shape_args(n.args()[k], nodes[r][i].args()[k], diffs[r])) {
-          const auto& param = n.op().schema().arguments()[k].name();
-          differs(r, "argument '" + param + "' of node " + node_text(n) + " is " + describe(nodes[r][i].args()[k]) +
-                         " instead of " + describe(n.args()[k]) +
-                         ": the traced code computed it from the size (as a C++ number, which export cannot follow)");
-        }
-      // each differing int, by its address in the base argument
-      std::vector<const argument*> sites;
-      for (std::size_t r = 1; r < nruns; ++r)
+    for (const auto* site : sites) {
+      std::vector<std::int64_t> obs(nruns_, site->as_int());
+      for (std::size_t r = 1; r < nruns_; ++r)
         for (const auto& [pa, pb] : diffs[r])
-          if (std::find(sites.begin(), sites.end(), pa) == sites.end()) sites.push_back(pa);
-      for (const auto* site : sites) {
-        std::vector<std::int64_t> obs(nruns, site->as_int());
-        for (std::size_t r = 1; r < nruns; ++r)
-          for (const auto& [pa, pb] : diffs[r])
-            if (pa == site) obs[r] = pb->as_int();
-        auto e = fit.fit(obs, basis);
-        if (!e) {
-          const auto& param = n.op().schema().arguments()[k].name();
-          throw dim_specialized{-1, "argument '" + param + "' of node " + node_text(n) + " is " + values_text(obs, runs) +
-                                        ": the traced code computed it from a dynamic size in a way xport cannot "
-                                        "express (only linear forms, products and window sizes are recovered)"};
-        }
-        replace_int(args[k], site, n.args()[k], *e);
-        changed = true;
+          if (pa == site) obs[r] = pb->as_int();
+      auto e = fit_.fit(obs, basis);
+      if (!e) {
+        const auto& param = n.op().schema().arguments()[k].name();
+        throw dim_specialized{-1, "argument '" + param + "' of node " + node_text(n) + " is " + values_text(obs, runs_) +
+                                      ": the traced code computed it from a dynamic size in a way xport cannot "
+                                      "express (only linear forms, products and window sizes are recovered)"};
+      }
+      replace_int(arg, site, n.args()[k], *e);
+      changed = true;
+    }
+    return changed;
+  }
+
+  /// Fits the sizes of output `oi` (value `v`) of node `i`, and its strides when a size is symbolic.
+  void fit_output(std::size_t i, std::size_t oi, value v, const std::vector<std::vector<sym_int>>& input_shapes,
+                  const std::vector<sym_int>& basis) const {
+    const node n = nodes_[0][i];
+    auto m = v.meta();
+    std::vector<const tensor_meta*> metas(nruns_);
+    for (std::size_t r = 1; r < nruns_; ++r) {
+      const auto w = nodes_[r][i].output(oi);
+      if (w.kind() != value_kind::tensor || w.meta().sizes.size() != m.sizes.size())
+        differs(r, "node " + node_text(n) + " returns a tensor of another rank");
+      metas[r] = &w.meta();
+    }
+    std::vector<sym_int> rules;
+    if (!input_shapes.empty()) window_candidates(n, input_shapes[0], rules);
+    bool symbolic = false;
+    for (std::size_t d = 0; d < m.sizes.size(); ++d) {
+      std::vector<std::int64_t> obs(nruns_, m.sizes[d].hint());
+      for (std::size_t r = 1; r < nruns_; ++r) obs[r] = metas[r]->sizes[d].hint();
+      auto e = fit_.fit(obs, basis, rules);
+      if (!e)
+        throw dim_specialized{-1, "size " + std::to_string(d) + " of node " + node_text(n) + " is " +
+                                      values_text(obs, runs_) +
+                                      ", which xport cannot express in the dynamic dims (no linear form, product "
+                                      "of input sizes or window rule gives it)"};
+      symbolic = symbolic || e->is_symbolic();
+      m.sizes[d] = *e;
+    }
+    if (!symbolic) return;
+    // strides: contiguous ones follow the sizes; others are fitted like sizes when they move
+    const bool contiguous = strides_contiguous(m);
+    if (contiguous) m.strides = contiguous_strides(m.sizes);
+    else fit_strides(m, metas);
+    v.set_meta(std::move(m));
+  }
+
+  /// Fits the strides of `m` (symbolic sizes, other strides) in the products of its trailing
+  /// sizes; `metas[r]` is the output in capture r.
+  void fit_strides(tensor_meta& m, const std::vector<const tensor_meta*>& metas) const {
+    std::vector<sym_int> own;
+    for (std::size_t a = 0; a < m.sizes.size(); ++a) {
+      sym_int p = 1;
+      for (std::size_t b = a; b < m.sizes.size(); ++b) {
+        p = p * m.sizes[b];
+        own.push_back(p);
       }
     }
-    if (changed) n.set_args(std::move(args));
-
-    // sizes of every output
-    std::size_t out_i = 0;
-    for (auto v : n.outputs()) {
-      const std::size_t oi = out_i++;
-      if (v.kind() != value_kind::tensor) continue;
-      auto m = v.meta();
-      std::vector<const tensor_meta*> metas(nruns);
-      for (std::size_t r = 1; r < nruns; ++r) {
-        const auto w = nodes[r][i].output(oi);
-        if (w.kind() != value_kind::tensor || w.meta().sizes.size() != m.sizes.size())
-          differs(r, "node " + node_text(n) + " returns a tensor of another rank");
-        metas[r] = &w.meta();
-      }
-      std::vector<sym_int> rules;
-      if (!input_shapes.empty()) window_candidates(n, input_shapes[0], rules);
-      bool symbolic = false;
-      for (std::size_t d = 0; d < m.sizes.size(); ++d) {
-        std::vector<std::int64_t> obs(nruns, m.sizes[d].hint());
-        for (std::size_t r = 1; r < nruns; ++r) obs[r] = metas[r]->sizes[d].hint();
-        auto e = fit.fit(obs, basis, rules);
-        if (!e)
-          throw dim_specialized{-1, "size " + std::to_string(d) + " of node " + node_text(n) + " is " +
-                                        values_text(obs, runs) +
-                                        ", which xport cannot express in the dynamic dims (no linear form, product "
-                                        "of input sizes or window rule gives it)"};
-        symbolic = symbolic || e->is_symbolic();
-        m.sizes[d] = *e;
-      }
-      if (!symbolic) continue;
-      // strides: contiguous ones follow the sizes; others are fitted like sizes when they move
-      const bool contiguous = strides_contiguous(m);
-      if (contiguous) {
-        m.strides = contiguous_strides(m.sizes);
-      } else {
-        std::vector<sym_int> own;
-        for (std::size_t a = 0; a < m.sizes.size(); ++a) {
-          sym_int p = 1;
-          for (std::size_t b = a; b < m.sizes.size(); ++b) {
-            p = p * m.sizes[b];
-            own.push_back(p);
-          }
-        }
-        for (std::size_t d = 0; d < m.strides.size(); ++d) {
-          std::vector<std::int64_t> obs(nruns, m.strides[d].hint());
-          for (std::size_t r = 1; r < nruns; ++r)
-            obs[r] = d < metas[r]->strides.size() ? metas[r]->strides[d].hint() : obs[0];
-          if (auto e = fit.fit(obs, own)) m.strides[d] = *e;
-        }
-      }
-      v.set_meta(std::move(m));
+    for (std::size_t d = 0; d < m.strides.size(); ++d) {
+      std::vector<std::int64_t> obs(nruns_, m.strides[d].hint());
+      for (std::size_t r = 1; r < nruns_; ++r)
+        obs[r] = d < metas[r]->strides.size() ? metas[r]->strides[d].hint() : obs[0];
+      if (auto e = fit_.fit(obs, own)) m.strides[d] = *e;
     }
   }
+
+  const sym_runs& runs_;
+  symbolic_fitter fit_;
+  std::size_t nruns_;
+  std::vector<std::vector<node>> nodes_;  // per capture, its nodes in order (0 = the base's)
+};
+
+/// Gives the base capture symbolic sizes and arguments from the captures at other sizes.
+/// `runs[r]` is the dims' values in capture r (0 = the example).
+inline void make_symbolic(exported_program& base, const std::vector<const exported_program*>& others,
+                          const sym_runs& runs, const std::vector<sym_shape>& user_input_sizes) {
+  symbolic_maker maker(base, others, runs);
+  require_same_ops(base, others, runs);
+  maker.run(base.signature().input_specs, user_input_sizes);
 }
 
 
@@ -9588,7 +9908,6 @@ inline std::uint32_t sha256_mod(std::string_view data, std::uint32_t m) {
 XPORT_END_NAMESPACE
 // #include <xport/error.hpp>
 // #include <xport/ir/program.hpp>
-// #include <xport/run/interpreter.hpp>
 // #include <xport/trace/capture.hpp>
 // #include <xport/trace/dynamic.hpp>
 // #include <xport/trace/strict.hpp>
@@ -10047,427 +10366,11 @@ exported_program export_program(F&& f, const std::tuple<Args...>& args, const ex
   else std::abort();
 }
 
-/// An exported program called with the C++ types it was exported with:
-///   xport::callable<at::Tensor(at::Tensor, std::vector<at::Tensor>)> f(program);
-/// Inputs are flattened and checked against the program's input structure (constants included),
-/// outputs rebuilt into R.
-template <class Sig>
-class callable;
-
-template <class R, class... Args>
-class callable<R(Args...)> {
- public:
-  explicit callable(const exported_program& p) : program_(&p) {
-    if (!p.in_spec() || !p.out_spec())
-      throw error("xport.callable.no_spec",
-                  "this program has no input/output structure (it was not made by export_program); "
-                  "run it with xport::run on flat tensors instead");
-  }
-
-  R operator()(const Args&... args) const {
-    std::vector<at::Tensor> leaves;
-    treespec got = treespec::of(treespec::kind::tuple);
-    (got.children.push_back(flatten(args, leaves)), ...);
-    const auto& want = *program_->in_spec();
-    if (!got.same_structure(want))
-      throw guard_error("xport.guard.structure",
-                        "the inputs have structure " + got.str() + " but the program was exported with " +
-                            want.str() + " (containers, None and specialized constants must match)");
-    auto outs = run(*program_, leaves, opts_);
-    // constant outputs (None, a loaded program's numbers) are in the out_spec itself
-    const auto& specs = program_->signature().output_specs;
-    std::size_t u = 0, kept = 0;
-    for (const auto& s : specs) {
-      if (s.kind != output_kind::user_output && s.kind != output_kind::loss_output) continue;
-      if (s.arg.type != argument_spec::kind::constant && u < outs.size()) outs[kept++] = std::move(outs[u]);
-      ++u;
-    }
-    if (u == outs.size()) outs.resize(kept);
-    return unflatten<R>(*program_->out_spec(), outs);
-  }
-
-  /// Options for every call (guards, inference mode).
-  callable& with(run_options o) {
-    opts_ = o;
-    return *this;
-  }
-
- private:
-  const exported_program* program_;
-  run_options opts_;
-};
-
 XPORT_END_NAMESPACE
-// #include <xport/passes/pass.hpp>
-// xport/passes/pass.hpp: the pass contract, and pipelines composed at compile time.
-//
-//   auto p = xport::passes::dce | xport::passes::cse | xport::passes::fold;  // a pipeline type
-//   xport::passes::pass_result r = program | p;                           // or p(program)
-//
-// A pass is a type with `static constexpr std::string_view name` and
-// `pass_result run(exported_program&) const`. It never throws (the pipeline turns an exception
-// into a failure) and a failed pass leaves the program as it was. It may declare, as static
-// constexpr bools, what it needs and what it does to the IR:
-//   needs_functional / makes_functional / breaks_functional
-//   needs_shapes (valid tensor meta on every value) / makes_shapes / breaks_shapes
-// A pipeline checks those at compile time, stage by stage: a stage that needs functional IR (or
-// valid shapes) must not follow a stage that breaks it without one that makes it again in
-// between. Each violation is one compile error naming the rule; the stage is named by the
-// instantiation the compiler reports (`stage_rule<N, Stage>`).
-//
-//   valid:   dce | cse | fold
-//            my_rewrite_that_breaks_shapes | propagate_shapes | fold
-//   invalid: dce | 42                                  (not a pass)
-//            my_rewrite_that_breaks_shapes | fold      (fold needs shapes)
-//            my_pass_that_breaks_functional | cse      (cse needs functional IR)
 
-#include <concepts>     // std::derived_from, std::same_as
-#include <cstddef>      // std::size_t
-#include <exception>    // std::exception
-#include <optional>     // std::optional
-#include <ostream>      // std::ostream
-#include <string>       // std::string
-#include <string_view>  // std::string_view
-#include <tuple>        // std::tuple
-#include <type_traits>  // std::remove_cvref_t
-#include <utility>      // std::move
-
-// #include <xport/config.hpp>
-// #include <xport/ir/print.hpp>
-// #include <xport/ir/program.hpp>
-// #include <xport/ir/verify.hpp>
-
-XPORT_BEGIN_NAMESPACE
-namespace passes {
-
-/// What a pass did: changed the program or not, or failed (then the program is as it was).
-struct pass_result {
-  bool changed = false;
-  std::string error;  ///< empty on success
-
-  [[nodiscard]] bool ok() const noexcept { return error.empty(); }
-  explicit operator bool() const noexcept { return ok(); }
-  static pass_result unchanged() { return {}; }
-  static pass_result modified(bool changed = true) { return {changed, {}}; }
-  static pass_result failure(std::string why) { return {false, std::move(why)}; }
-};
-
-/// A pass over an exported program (see the header comment for the contract).
-template <class P>
-concept pass = requires(const P& p, exported_program& prog) {
-  { P::name } -> std::convertible_to<std::string_view>;
-  { p.run(prog) } -> std::same_as<pass_result>;
-};
-
-namespace impl {
-
-template <class P>
-constexpr bool flag_needs_functional() {
-  if constexpr (requires { P::needs_functional; }) return P::needs_functional;
-  return false;
-}
-template <class P>
-constexpr bool flag_makes_functional() {
-  if constexpr (requires { P::makes_functional; }) return P::makes_functional;
-  return false;
-}
-template <class P>
-constexpr bool flag_breaks_functional() {
-  if constexpr (requires { P::breaks_functional; }) return P::breaks_functional;
-  return false;
-}
-template <class P>
-constexpr bool flag_needs_shapes() {
-  if constexpr (requires { P::needs_shapes; }) return P::needs_shapes;
-  return false;
-}
-template <class P>
-constexpr bool flag_makes_shapes() {
-  if constexpr (requires { P::makes_shapes; }) return P::makes_shapes;
-  return false;
-}
-template <class P>
-constexpr bool flag_breaks_shapes() {
-  if constexpr (requires { P::breaks_shapes; }) return P::breaks_shapes;
-  return false;
-}
-
-enum class rule : int { ok, not_a_pass, needs_functional, needs_shapes };
-
-// The first rule the stages break, and at which stage (0-based).
-template <class... Ps>
-struct pipeline_check {
-  static constexpr auto compute() {
-    struct result {
-      rule r = rule::ok;
-      std::size_t stage = 0;
-    } res;
-    bool functional_broken = false, shapes_broken = false;
-    std::size_t i = 0;
-    const auto visit = [&]<class P>() {
-      if (res.r != rule::ok) return;
-      if constexpr (!pass<P>) {
-        res = {rule::not_a_pass, i};
-      } else {
-        if (flag_needs_functional<P>() && functional_broken) res = {rule::needs_functional, i};
-        else if (flag_needs_shapes<P>() && shapes_broken) res = {rule::needs_shapes, i};
-        if (flag_makes_functional<P>()) functional_broken = false;
-        if (flag_breaks_functional<P>()) functional_broken = true;
-        if (flag_makes_shapes<P>()) shapes_broken = false;
-        if (flag_breaks_shapes<P>()) shapes_broken = true;
-      }
-      ++i;
-    };
-    (visit.template operator()<Ps>(), ...);
-    return res;
-  }
-  static constexpr auto value = compute();
-};
-
-template <class Tuple, std::size_t I>
-using nth = std::tuple_element_t<I, Tuple>;
-
-// The one error of a broken pipeline. The compiler names the stage in this instantiation:
-// stage_rule<Index, Stage, Rule>.
-template <std::size_t Index, class Stage, rule R>
-struct stage_rule {
-  static_assert(R != rule::not_a_pass,
-                "xport pipeline: this stage is not a pass. A pass needs `static constexpr "
-                "std::string_view name` and `xport::passes::pass_result run(xport::exported_program&) "
-                "const` (see xport/passes/pass.hpp)");
-  static_assert(R != rule::needs_functional,
-                "xport pipeline: this stage needs functional IR, but an earlier stage breaks it "
-                "(breaks_functional) and no stage in between makes it functional again: put "
-                "xport::passes::functionalize before it");
-  static_assert(R != rule::needs_shapes,
-                "xport pipeline: this stage needs valid shapes, but an earlier stage breaks them "
-                "(breaks_shapes) and no stage in between recomputes them: put "
-                "xport::passes::propagate_shapes before it");
-  static constexpr bool ok = true;
-};
-
-template <class... Ps>
-consteval bool check_pipeline() {
-  constexpr auto res = pipeline_check<Ps...>::value;
-  if constexpr (res.r == rule::ok) {
-    return true;
-  } else {
-    return stage_rule<res.stage, nth<std::tuple<Ps...>, res.stage>, res.r>::ok;
-  }
-}
-
-}  // namespace impl
-
-template <class... Ps>
-class pipeline;
-
-/// The tag of everything `|` composes (passes and pipelines). The two operators are hidden
-/// friends: only ADL finds them, so they never join unrelated overload sets.
-struct pipe_base {
-  /// stage | stage: a pipeline (nested pipelines flatten). Checked at compile time.
-  template <class A, class B>
-    requires((std::derived_from<std::remove_cvref_t<A>, pipe_base> ||
-              std::derived_from<std::remove_cvref_t<B>, pipe_base>) &&
-             !std::same_as<std::remove_cvref_t<A>, exported_program>)
-  friend constexpr auto operator|(A&& a, B&& b) {
-    return concat(std::forward<A>(a), std::forward<B>(b));
-  }
-
-  /// program | stage: runs it.
-  template <class P>
-    requires std::derived_from<std::remove_cvref_t<P>, pipe_base>
-  friend pass_result operator|(exported_program& program, const P& stage) {
-    return stage(program);
-  }
-
- private:
-  template <class T>
-  static constexpr auto as_tuple(T&& t) {
-    if constexpr (requires { t.stages; }) return t.stages;
-    else return std::tuple<std::remove_cvref_t<T>>(std::forward<T>(t));
-  }
-  template <class A, class B>
-  static constexpr auto concat(A&& a, B&& b) {
-    return std::apply([](auto&&... s) { return pipeline<std::remove_cvref_t<decltype(s)>...>(s...); },
-                      std::tuple_cat(as_tuple(std::forward<A>(a)), as_tuple(std::forward<B>(b))));
-  }
-};
-
-/// Options of one pipeline run.
-struct pipeline_options {
-  bool verify_each = false;         ///< run verify() after every pass (a broken invariant fails it)
-  std::ostream* print = nullptr;    ///< print the program before the first pass and after each
-};
-
-/// Stages run in order; the first failure stops the pipeline and is returned.
-template <class... Ps>
-class pipeline : public pipe_base {
- public:
-  static_assert(impl::check_pipeline<Ps...>());
-  static constexpr std::string_view name = "pipeline";
-
-  constexpr explicit pipeline(Ps... ps) : stages(std::move(ps)...) {}
-
-  pass_result run(exported_program& program, const pipeline_options& opts = {}) const {
-    pass_result total;
-    bool stop = false;
-    std::apply(
-        [&](const auto&... s) {
-          ((stop ? void() : run_stage(s, program, opts, total, stop)), ...);
-        },
-        stages);
-    return total;
-  }
-  pass_result operator()(exported_program& program, const pipeline_options& opts = {}) const {
-    return run(program, opts);
-  }
-
-  std::tuple<Ps...> stages;
-
- private:
-  template <class S>
-  static void run_stage(const S& s, exported_program& program, const pipeline_options& opts, pass_result& total,
-                        bool& stop);
-};
-
-/// After a pass replaced values: the signature names what the graph now returns (specs and
-/// output-node operands correspond by position).
-inline void sync_signature_names(exported_program& p) {
-  const auto outs = p.graph().output_node().args();
-  auto& specs = p.signature_mut().output_specs;
-  for (std::size_t i = 0; i < outs.size() && i < specs.size(); ++i)
-    if (outs[i].is_value() && specs[i].arg.type != argument_spec::kind::constant) specs[i].arg.name = outs[i].as_value().name();
-}
-
-namespace impl {
-template <class P>
-constexpr bool is_transactional() {
-  if constexpr (requires { P::transactional; }) return P::transactional;
-  return false;
-}
-}  // namespace impl
-
-/// Runs one pass: an exception becomes a failure, and a failure (of the pass, or of verify()
-/// after it when asked) leaves the program as it was; prints before/after when asked. Passes
-/// that declare `transactional` (they fail before changing anything) are not snapshotted.
-template <class P>
-pass_result run_pass(const P& p, exported_program& program, const pipeline_options& opts = {}) {
-  if constexpr (requires { p.stages; }) {  // a nested pipeline runs its own stages
-    return p.run(program, opts);
-  } else {
-    std::optional<exported_program> snapshot;
-    if (opts.verify_each || !impl::is_transactional<P>()) snapshot.emplace(program.clone());
-    if (opts.print) *opts.print << "--- before " << P::name << " ---\n" << to_string(program);
-    pass_result r;
-    try {
-      r = p.run(program);
-      if (r.ok() && r.changed) sync_signature_names(program);
-    } catch (const std::exception& e) {
-      r = pass_result::failure(e.what());
-    }
-    if (r.ok() && opts.verify_each) {
-      try {
-        verify(program);
-      } catch (const verify_error& e) {
-        r = pass_result::failure(std::string("the program does not verify after the pass: ") + e.what());
-      }
-    }
-    if (!r.ok() && snapshot) program = std::move(*snapshot);
-    if (opts.print)
-      *opts.print << "--- after " << P::name << (r.ok() ? (r.changed ? "" : " (unchanged)") : " (failed)") << " ---\n"
-                  << to_string(program);
-    return r;
-  }
-}
-
-template <class... Ps>
-template <class S>
-void pipeline<Ps...>::run_stage(const S& s, exported_program& program, const pipeline_options& opts,
-                                pass_result& total, bool& stop) {
-  auto r = run_pass(s, program, opts);
-  total.changed = total.changed || r.changed;
-  if (!r.ok()) {
-    total.error = std::string(S::name) + ": " + r.error;
-    stop = true;
-  }
-}
-
-/// Base of the built-in passes: makes `pass(program)` and `program | pass` work.
-template <class Derived>
-struct pass_base : pipe_base {
-  pass_result operator()(exported_program& program) const {
-    return run_pass(static_cast<const Derived&>(*this), program);
-  }
-};
-
-}  // namespace passes
-XPORT_END_NAMESPACE
-// #include <xport/passes/dce.hpp>
-// xport/passes/dce.hpp: dead-code elimination.
-// Removes every call node whose outputs nothing uses, unless the call has an effect beyond its
-// outputs: it writes to an argument (in-place and out= ops), or draws random numbers (removing
-// it would shift every later random draw). Signature outputs are uses, so they are kept.
-// One backward walk: a node's death frees its inputs' producers before they are visited.
-
-#include <cstddef>      // std::size_t
-#include <string_view>  // std::string_view
-
-// #include <xport/config.hpp>
-// #include <xport/ir/graph.hpp>
-// #include <xport/passes/pass.hpp>
-
-XPORT_BEGIN_NAMESPACE
-
-/// Whether a call must stay even when its outputs are unused.
-inline bool has_side_effects(const node& n) {
-  if (!n.is_call()) return true;
-  const auto& op = n.op();
-  return op.is_mutable || op.nondeterministic;
-}
-
-/// Removes dead call nodes, and the getitems of unused outputs (value::unpacked); returns how
-/// many nodes and getitems were removed.
-inline std::size_t eliminate_dead_code(graph& g) {
-  std::size_t removed = 0;
-  for (node n = g.last(); n;) {
-    const node prev = n.prev();
-    if (n.is_call()) {
-      bool used = false;
-      for (std::size_t i = 0; i < n.num_outputs(); ++i) {
-        const auto v = n.output(i);
-        used = used || v.num_uses() != 0;
-        if (n.has_tuple_output() && v.num_uses() == 0 && v.unpacked()) {
-          v.set_unpacked(false);
-          ++removed;
-        }
-      }
-      if (!used && !has_side_effects(n)) {
-        g.erase(n);
-        ++removed;
-      }
-    }
-    n = prev;
-  }
-  return removed;
-}
-
-namespace passes {
-
-/// Dead-code elimination as a pass (keeps side-effecting calls and every signature output).
-struct dce_t : pass_base<dce_t> {
-  static constexpr std::string_view name = "dce";
-  static constexpr bool transactional = true;  // erasing dead nodes cannot fail
-  pass_result run(exported_program& p) const {
-    return pass_result::modified(eliminate_dead_code(p.graph_mut()) != 0);
-  }
-};
-inline constexpr dce_t dce{};
-
-}  // namespace passes
-
-XPORT_END_NAMESPACE
-// #include <xport/passes/functionalize.hpp>
-// xport/passes/functionalize.hpp: the functional form of a program (torch's functionalization).
+// lowering: functionalize, run_decompositions
+// #include <xport/lower/functionalize.hpp>
+// xport/lower/functionalize.hpp: the functional form of a program (torch's functionalization).
 // In-place ops become their out-of-place variants (`add_` -> `add`); a mutation through a view
 // is written back to its base with the matching scatter (`select_scatter`, `slice_scatter`, ...)
 // and views of a mutated base are regenerated before their next read; BatchNorm's running
@@ -10487,10 +10390,11 @@ XPORT_END_NAMESPACE
 // #include <xport/error.hpp>
 #include <ATen/core/dispatch/Dispatcher.h>
 
-// #include <xport/ir/builder.hpp>
+// #include <xport/program/builder.hpp>
 // #include <xport/ir/graph.hpp>
 // #include <xport/ir/op.hpp>
 // #include <xport/ir/program.hpp>
+// #include <xport/ops/op_sets.hpp>
 
 XPORT_BEGIN_NAMESPACE
 
@@ -10503,17 +10407,8 @@ class functionalize_error : public error {
 
 namespace detail {
 
-// Ops that return an alias of their input only sometimes (a copy otherwise): treated as copies.
-inline bool maybe_alias_op(std::string_view name) {
-  return name == "aten::reshape" || name == "aten::contiguous" || name == "aten::to" ||
-         name == "aten::flatten" || name == "aten::type_as" || name == "aten::unflatten" ||
-         name == "aten::dropout" || name == "aten::feature_dropout" || name == "aten::alpha_dropout" ||
-         name == "aten::_to_copy" || name == "aten::clone" || name == "aten::lift_fresh" ||
-         name == "aten::view_as";
-}
-
 inline bool is_view_op(const op_info& op) {
-  if (op.is_mutable || maybe_alias_op(op.name)) return false;
+  if (op.is_mutable || is_maybe_alias_op(op.name)) return false;
   const auto& rets = op.schema().returns();
   if (rets.empty()) return false;
   for (const auto& r : rets) {
@@ -10530,7 +10425,7 @@ inline bool is_view_op(const op_info& op) {
 
 inline bool is_batch_norm_with_stats(const node& n) {
   const auto& name = n.op().name;
-  if (name != "aten::batch_norm" && name != "aten::native_batch_norm") return false;
+  if (!is_batch_norm_op(name)) return false;
   const auto args = n.args();
   // (input, weight, bias, running_mean, running_var, training, momentum, eps, ...)
   return args.size() >= 8 && args[3].is_value() && args[4].is_value() && args[5].is_bool() && args[5].as_bool();
@@ -10840,8 +10735,8 @@ class functionalizer {
 inline exported_program functionalize(const exported_program& p) { return detail::functionalizer(p).run(); }
 
 XPORT_END_NAMESPACE
-// #include <xport/trace/decompose.hpp>
-// xport/trace/decompose.hpp: run_decompositions(), the functional core-ATen inference IR.
+// #include <xport/lower/decompose.hpp>
+// xport/lower/decompose.hpp: run_decompositions(), the functional core-ATen inference IR.
 // A decomposition table says, op by op, what happens to ops outside the core ATen set: kept,
 // decomposed by a C++ function written with at:: calls (the user's, or xport's counterpart of
 // torch's Python decomposition), or by the op's CompositeImplicitAutograd kernel. Decomposing
@@ -10852,7 +10747,7 @@ XPORT_END_NAMESPACE
 // it (xport's capture key) and the functional calls it makes are recorded below it (the Fake
 // key), so the program holds the same ops, in the same order and with the same names as
 // torch's. On 1.13 the decomposed program is functionalized by xport's own pass
-// (passes/functionalize.hpp).
+// (lower/functionalize.hpp).
 
 #include <functional>     // std::function
 #include <string>         // std::string
@@ -10879,531 +10774,13 @@ XPORT_END_NAMESPACE
 
 // #include <xport/config.hpp>
 // #include <xport/detail/compat.hpp>
-// #include <xport/detail/core_ops.hpp>
-// #include <xport/detail/torch_decompositions.hpp>
-// xport/detail/torch_decompositions.hpp: C++ counterparts of the decompositions torch.export's
-// run_decompositions() takes from Python (torch._decomp, torch._refs) where they call other ATen
-// ops than the op's C++ CompositeImplicitAutograd kernel, or where the op has no such kernel.
-// Each records exactly the calls the Python one makes, so the lowered program prints as
-// torch's. Ops not listed here lower by their C++ kernel, as torch's do. LibTorch >= 2.1 only
-// (the 1.13 path keeps its own table in trace/decompose.hpp).
-
-#include <functional>  // std::function
-#include <vector>      // std::vector
-
-#include <ATen/core/ivalue.h>
-
-// #include <xport/config.hpp>
-// #include <xport/detail/compat.hpp>
-
-XPORT_BEGIN_NAMESPACE
-namespace detail {
-/// A decomposition: the op's arguments (as the dispatcher passes them) in, its results out,
-/// computed with at:: calls, which are recorded in place of the op.
-using decomposition_fn = std::function<std::vector<c10::IValue>(const std::vector<c10::IValue>& args)>;
-}  // namespace detail
-XPORT_END_NAMESPACE
-
-#if XPORT_HAS_TORCH_FUNCTIONALIZATION
-#include <algorithm>      // std::reverse
-#include <cstdint>        // std::int64_t
-#include <utility>        // std::pair
-#include <functional>     // std::function
-#include <string>         // std::string
-#include <unordered_map>  // std::unordered_map
-#include <vector>         // std::vector
-
-#include <ATen/ScalarOps.h>
-#include <ATen/core/Tensor.h>
-#include <ATen/core/ivalue.h>
-#include <ATen/ops/_embedding_bag.h>
-#include <ATen/ops/_embedding_bag_forward_only.h>
-#include <ATen/ops/_native_batch_norm_legit.h>
-#include <ATen/ops/_native_batch_norm_legit_no_training.h>
-#include <ATen/ops/alias.h>
-#include <ATen/ExpandUtils.h>
-#include <ATen/ops/_unsafe_view.h>
-#include <ATen/ops/arange.h>
-#include <ATen/ops/cat.h>
-#include <ATen/ops/clone.h>
-#include <ATen/ops/dot.h>
-#include <ATen/ops/mm.h>
-#include <ATen/ops/mv.h>
-#include <ATen/ops/unsqueeze.h>
-#include <ATen/ops/full.h>
-#include <ATen/ops/full_like.h>
-#include <ATen/ops/native_dropout.h>
-#include <ATen/ops/permute.h>
-#include <ATen/ops/sigmoid.h>
-#include <ATen/ops/linear.h>
-#include <ATen/ops/split_with_sizes.h>
-#include <ATen/ops/stack.h>
-#include <ATen/ops/tensor_split.h>
-#include <ATen/ops/squeeze.h>
-#include <ATen/ops/sub.h>
-#include <ATen/ops/transpose.h>
-#include <ATen/ops/view.h>
-#include <ATen/ops/where.h>
-#include <c10/core/DefaultDtype.h>
-#include <c10/core/WrapDimMinimal.h>
-
-// #include <xport/config.hpp>
-// #include <xport/error.hpp>
-// #include <xport/ir/op.hpp>
-
-XPORT_BEGIN_NAMESPACE
-namespace detail {
-namespace torch_decomp {
-
-using S = std::vector<c10::IValue>;
-
-/// What requires grad in torch's tracing (set by the lowering; trace/decompose.hpp).
-inline thread_local const std::function<bool(const at::Tensor&)>* requires_grad_query = nullptr;
-inline bool requires_grad(const at::Tensor& t) {
-  return requires_grad_query ? (*requires_grad_query)(t) : t.requires_grad();
-}
-
-inline c10::ScalarType dtype_or_default(const c10::IValue& v) {
-  return v.isNone() ? c10::typeMetaToScalarType(c10::get_default_dtype()) : v.toScalarType();
-}
-inline c10::optional<bool> pin_or_false(const c10::IValue& v) { return v.isNone() ? false : v.toBool(); }
-
-// torch._refs.transpose: alias for rank <= 1 or equal dims, else permute
-inline S transpose(const S& a) {
-  const auto& x = a[0].toTensor();
-  const auto rank = x.dim();
-  const auto d0 = c10::maybe_wrap_dim(a[1].toInt(), std::max<std::int64_t>(rank, 1));
-  const auto d1 = c10::maybe_wrap_dim(a[2].toInt(), std::max<std::int64_t>(rank, 1));
-  if (rank <= 1 || d0 == d1) return {at::alias(x)};
-  std::vector<std::int64_t> perm(static_cast<std::size_t>(rank));
-  for (std::int64_t i = 0; i < rank; ++i) perm[static_cast<std::size_t>(i)] = i;
-  std::swap(perm[static_cast<std::size_t>(d0)], perm[static_cast<std::size_t>(d1)]);
-  return {at::permute(x, perm)};
-}
-
-// torch._refs.t: transpose(a, 0, 0 if a.ndim < 2 else 1)
-inline S t(const S& a) {
-  const auto& x = a[0].toTensor();
-  return {at::transpose(x, 0, x.dim() < 2 ? 0 : 1)};
-}
-
-// _reshape_alias / _unsafe_view: view
-inline S view(const S& a) { return {a[0].toTensor().view_symint(a[1].toSymIntVector())}; }
-
-// torch._decomp.split: equal chunks by split_with_sizes
-inline S split(const S& a) {
-  const auto& x = a[0].toTensor();
-  const auto size = a[1].toInt();
-  const auto dim = c10::maybe_wrap_dim(a[2].toInt(), x.dim());
-  const auto n = x.size(dim);
-  if (n == 0) return {c10::List<at::Tensor>({at::alias(x)})};
-  const auto chunks = (n + size - 1) / size;
-  std::vector<std::int64_t> sizes(static_cast<std::size_t>(chunks), size);
-  sizes.back() = size - (size * chunks - n);
-  return {c10::List<at::Tensor>(at::split_with_sizes(x, sizes, a[2].toInt()))};
-}
-
-// torch._refs.zeros / ones: full with the default dtype and strided layout
-inline S full_of(const S& a, int value) {
-  const auto dtype = dtype_or_default(a[1]);
-  const auto layout = a[2].isNone() ? c10::kStrided : a[2].toLayout();
-  const c10::Scalar fill = dtype == c10::kBool ? c10::Scalar(value != 0) : c10::Scalar(static_cast<std::int64_t>(value));
-  return {at::_ops::full::call(a[0].toSymIntVector(), fill, dtype, layout, a[3].toOptional<c10::Device>(),
-                               pin_or_false(a[4]))};
-}
-
-// torch._refs.zeros_like / ones_like: full_like
-inline S full_like_of(const S& a, int value) {
-  const auto& x = a[0].toTensor();
-  const auto dtype = a[1].toOptional<c10::ScalarType>();
-  const bool is_bool = dtype.value_or(x.scalar_type()) == c10::kBool;
-  const c10::Scalar fill = is_bool ? c10::Scalar(value != 0) : c10::Scalar(static_cast<std::int64_t>(value));
-  const auto mf = a[5].isNone() ? c10::MemoryFormat::Preserve : a[5].toMemoryFormat();
-  return {at::_ops::full_like::call(x, fill, dtype, a[2].toOptional<c10::Layout>(), a[3].toOptional<c10::Device>(),
-                                    pin_or_false(a[4]), mf)};
-}
-
-// torch._refs.new_zeros / new_ones: full with the tensor's dtype, layout and device
-inline S new_full_of(const S& a, int value) {
-  const auto& x = a[0].toTensor();
-  const auto dtype = a[2].isNone() ? x.scalar_type() : a[2].toScalarType();
-  const auto layout = a[3].isNone() ? x.layout() : a[3].toLayout();
-  const auto device = a[4].isNone() ? x.device() : a[4].toDevice();
-  const c10::Scalar fill = dtype == c10::kBool ? c10::Scalar(value != 0) : c10::Scalar(static_cast<std::int64_t>(value));
-  return {at::_ops::full::call(a[1].toSymIntVector(), fill, dtype, layout, device, pin_or_false(a[5]))};
-}
-
-// torch._refs.rsub: sub(other, self, alpha), the number first
-inline S rsub(const S& a) {
-  // a wrapped number: recorded as the number, as torch records it
-  return {at::_ops::sub_Tensor::call(at::native::wrapped_scalar_tensor(a[1].toScalar()), a[0].toTensor(), a[2].toScalar())};
-}
-
-// torch._decomp.silu: x * sigmoid(x)
-inline S silu(const S& a) {
-  const auto& x = a[0].toTensor();
-  return {x.mul(at::sigmoid(x))};
-}
-
-// torch._decomp.squeeze_default: squeeze.dims
-inline S squeeze_dim(const S& a) {
-  return {at::squeeze(a[0].toTensor(), std::vector<std::int64_t>{a[1].toInt()})};
-}
-inline S squeeze_all(const S& a) {
-  const auto& x = a[0].toTensor();
-  std::vector<std::int64_t> dims(static_cast<std::size_t>(x.dim()));
-  for (std::size_t i = 0; i < dims.size(); ++i) dims[i] = static_cast<std::int64_t>(i);
-  return {at::squeeze(x, dims)};
-}
-
-// torch._decomp.dropout: native_dropout when it drops, else a clone
-inline S dropout(const S& a) {
-  const auto& x = a[0].toTensor();
-  const double p = a[1].toDouble();
-  const bool train = a[2].toBool();
-  if (train && p != 0) return {std::get<0>(at::native_dropout(x, p, train))};
-  return {at::clone(x)};
-}
-
-// torch._decomp.native_batch_norm_decomposition: the _native_batch_norm_legit family
-inline S native_batch_norm(const S& a) {
-  const auto& x = a[0].toTensor();
-  const auto w = a[1].toOptional<at::Tensor>(), b = a[2].toOptional<at::Tensor>();
-  const auto rm = a[3].toOptional<at::Tensor>(), rv = a[4].toOptional<at::Tensor>();
-  const bool training = a[5].toBool();
-  const double momentum = a[6].toDouble(), eps = a[7].toDouble();
-  const bool has_mean = rm && rm->defined(), has_var = rv && rv->defined();
-  if (!has_mean && !has_var) {
-    auto [o, m, v] = at::_native_batch_norm_legit(x, w, b, training, momentum, eps);
-    return {o, m, v};
-  }
-  if (!has_mean || !has_var)
-    throw error("xport.decompose.batch_norm", "native_batch_norm: running_mean and running_var must both be given or both be None");
-  if (training) {
-    at::Tensor mean = *rm, var = *rv;
-    auto [o, m, v] = at::_native_batch_norm_legit(x, w, b, mean, var, training, momentum, eps);
-    return {o, m, v};
-  }
-  auto [o, m, v] = at::_native_batch_norm_legit_no_training(x, w, b, *rm, *rv, momentum, eps);
-  return {o, m, v};
-}
-
-// torch._refs.stack: cat of unsqueezed tensors (or cat + view for an inner dim)
-inline S stack(const S& a) {
-  const auto ts = a[0].toTensorVector();
-  if (ts.empty()) throw error("xport.decompose.stack", "stack expects a non-empty TensorList");
-  const auto rank = ts[0].dim();
-  const auto dim = c10::maybe_wrap_dim(a[1].toInt(), rank + 1);
-  if (dim < rank) {
-    auto sizes = ts[0].sizes().vec();
-    sizes.insert(sizes.begin() + dim, static_cast<std::int64_t>(ts.size()));
-    return {at::cat(ts, dim).view(sizes)};
-  }
-  std::vector<at::Tensor> parts;
-  for (const auto& t : ts) parts.push_back(t.unsqueeze(dim));
-  return {at::cat(parts, a[1].toInt())};
-}
-
-// torch._refs.arange (end only): arange.start_step(0, end, 1)
-inline S arange_end(const S& a) {
-  const auto layout = a[2].isNone() ? c10::kStrided : a[2].toLayout();
-  return {at::_ops::arange_start_step::call(0, a[0].toScalar(), 1, a[1].toOptional<c10::ScalarType>(), layout,
-                                            a[3].toOptional<c10::Device>(), pin_or_false(a[4]))};
-}
-
-// torch._refs.unbind: squeezed pieces of tensor_split (whose C++ kernel slices)
-inline std::vector<at::Tensor> unbind_pieces(const at::Tensor& x, std::int64_t dim) {
-  const auto d = c10::maybe_wrap_dim(dim, x.dim());
-  const auto n = x.size(d);
-  if (n == 0) return {};
-  auto pieces = at::tensor_split(x, n, d);
-  std::vector<at::Tensor> out;
-  for (const auto& p : pieces) out.push_back(at::squeeze(p, d));
-  return out;
-}
-inline S unbind_int(const S& a) { return {c10::List<at::Tensor>(unbind_pieces(a[0].toTensor(), a[1].toInt()))}; }
-
-// torch._decomp's RNN decompositions (lstm_impl, gru_impl and their helpers), for the layouts
-// the C++ modules use: one direction or two, biases or none, no projections, no packed input.
-namespace rnn {
-
-using params_t = std::vector<at::Tensor>;  // one layer and direction: w_ih, w_hh[, b_ih, b_hh]
-
-inline std::vector<params_t> gather(const std::vector<at::Tensor>& flat, bool has_biases) {
-  const std::size_t group = has_biases ? 4 : 2;
-  if (flat.size() % group != 0)
-    throw error("xport.decompose.rnn", "an RNN's flat weights (" + std::to_string(flat.size()) +
-                                           ") do not divide into groups of " + std::to_string(group));
-  std::vector<params_t> out;
-  for (std::size_t i = 0; i < flat.size(); i += group) out.emplace_back(flat.begin() + i, flat.begin() + i + group);
-  return out;
-}
-inline c10::optional<at::Tensor> bias(const params_t& p, std::size_t i) {
-  return p.size() > 2 ? c10::optional<at::Tensor>(p[i]) : c10::nullopt;
-}
-
-// one_layer_lstm + lstm_cell
-inline std::pair<at::Tensor, std::pair<at::Tensor, at::Tensor>> lstm_layer(
-    const at::Tensor& inp, const std::pair<at::Tensor, at::Tensor>& hidden, const params_t& p, bool reverse) {
-  at::Tensor hx = hidden.first.unsqueeze(0), cx = hidden.second.unsqueeze(0);
-  at::Tensor pre = at::linear(inp, p[0], bias(p, 2));
-  if (reverse) pre = pre.flip({0});
-  std::vector<at::Tensor> steps;
-  for (const auto& x : unbind_pieces(pre, 0)) {
-    const at::Tensor gates = at::linear(hx, p[1], bias(p, 3)).add(x);
-    const auto g = gates.chunk(4, 2);
-    const at::Tensor in_gate = g[0].sigmoid(), forget_gate = g[1].sigmoid(), cell_gate = g[2].tanh(),
-                     out_gate = g[3].sigmoid();
-    const at::Tensor kept = forget_gate.mul(cx);
-    cx = kept.add(in_gate.mul(cell_gate));
-    hx = out_gate.mul(cx.tanh());
-    steps.push_back(hx);
-  }
-  if (reverse) std::reverse(steps.begin(), steps.end());
-  at::Tensor out = at::cat(steps, 0);
-  return {out, {hx.squeeze(0), cx.squeeze(0)}};
-}
-
-// one_layer_rnn + gru_cell
-inline std::pair<at::Tensor, at::Tensor> gru_layer(const at::Tensor& inp, const at::Tensor& hidden, const params_t& p,
-                                                   bool reverse) {
-  at::Tensor pre = at::linear(inp, p[0], bias(p, 2));
-  if (reverse) pre = pre.flip({0});
-  at::Tensor h = hidden.unsqueeze(0);
-  std::vector<at::Tensor> steps;
-  for (const auto& x : unbind_pieces(pre, 0)) {
-    const auto ig = x.chunk(3, 1);
-    const auto hg = at::linear(h, p[1], bias(p, 3)).chunk(3, 2);
-    const at::Tensor reset = hg[0].add(ig[0]).sigmoid();
-    const at::Tensor update = hg[1].add(ig[1]).sigmoid();
-    const at::Tensor scaled = hg[2].mul(reset);
-    const at::Tensor fresh = ig[2].add(scaled).tanh();
-    h = h.sub(fresh).mul(update).add(fresh);
-    steps.push_back(h);
-  }
-  if (reverse) std::reverse(steps.begin(), steps.end());
-  at::Tensor out = at::cat(steps, 0);
-  return {out, h.squeeze(0)};
-}
-
-// _rnn_helper: layers (and directions) in turn; torch's never applies inter-layer dropout
-template <class Hidden, class Layer>
-std::pair<at::Tensor, std::vector<Hidden>> run_layers(at::Tensor input, const std::vector<Hidden>& hidden,
-                                                      const std::vector<params_t>& params, std::int64_t num_layers,
-                                                      bool bidirectional, bool batch_first, Layer&& layer) {
-  if (batch_first) input = input.transpose(0, 1);
-  std::vector<Hidden> finals;
-  const std::size_t dirs = bidirectional ? 2 : 1;
-  if (params.size() != static_cast<std::size_t>(num_layers) * dirs || hidden.size() != params.size())
-    throw error("xport.decompose.rnn", "an RNN's weights and hidden states do not match its layers");
-  for (std::size_t i = 0; i < static_cast<std::size_t>(num_layers); ++i) {
-    auto [fwd_out, fwd_hidden] = layer(input, hidden[dirs * i], params[dirs * i], false);
-    finals.push_back(fwd_hidden);
-    if (bidirectional) {
-      auto [bwd_out, bwd_hidden] = layer(input, hidden[dirs * i + 1], params[dirs * i + 1], true);
-      finals.push_back(bwd_hidden);
-      input = at::cat({fwd_out, bwd_out}, fwd_out.dim() - 1);
-    } else {
-      input = fwd_out;
-    }
-  }
-  if (batch_first) input = input.transpose(0, 1);
-  return {input, finals};
-}
-
-// lstm.input(input, hx[2], params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
-inline S lstm(const S& a) {
-  const auto hx = a[1].toTensorVector();
-  if (hx.size() != 2) throw error("xport.decompose.rnn", "lstm expects two hidden states");
-  if (hx[0].size(2) != hx[1].size(2))
-    throw error("xport.decompose.rnn", "lstm with projections (proj_size) has no decomposition in xport; keep "
-                                       "aten::lstm.input (decomposition_table::core_aten().keep(\"aten::lstm.input\"))");
-  const auto params = gather(a[2].toTensorVector(), a[3].toBool());
-  std::vector<std::pair<at::Tensor, at::Tensor>> hidden;
-  const auto h = unbind_pieces(hx[0], 0);
-  const auto c = unbind_pieces(hx[1], 0);
-  for (std::size_t i = 0; i < h.size() && i < c.size(); ++i) hidden.emplace_back(h[i], c[i]);
-  auto [out, finals] = run_layers(a[0].toTensor(), hidden, params, a[4].toInt(), a[7].toBool(), a[8].toBool(),
-                                  [](const at::Tensor& x, const std::pair<at::Tensor, at::Tensor>& hid,
-                                     const params_t& p, bool rev) { return lstm_layer(x, hid, p, rev); });
-  std::vector<at::Tensor> hs, cs;
-  for (const auto& f : finals) {
-    hs.push_back(f.first);
-    cs.push_back(f.second);
-  }
-  const at::Tensor hn = at::stack(hs, 0);
-  const at::Tensor cn = at::stack(cs, 0);
-  return {out, hn, cn};
-}
-
-// gru.input(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
-inline S gru(const S& a) {
-  const auto params = gather(a[2].toTensorVector(), a[3].toBool());
-  const auto hidden = unbind_pieces(a[1].toTensor(), 0);
-  auto [out, finals] = run_layers(a[0].toTensor(), hidden, params, a[4].toInt(), a[7].toBool(), a[8].toBool(),
-                                  [](const at::Tensor& x, const at::Tensor& hid, const params_t& p, bool rev) {
-                                    return gru_layer(x, hid, p, rev);
-                                  });
-  return {out, at::stack(finals, 0)};
-}
-
-}  // namespace rnn
-
-// torch._decomp.should_fold: matmul folds the batch of the larger operand into mm's rows
-inline bool should_fold(const at::Tensor& tensor1, const at::Tensor& tensor2) {
-  const bool first_larger = tensor1.dim() >= tensor2.dim();
-  const at::Tensor& t1 = first_larger ? tensor1 : tensor2;
-  const at::Tensor& t2 = first_larger ? tensor2 : tensor1;
-  if (!(t1.dim() >= 3 && t2.dim() <= 2)) return false;
-  if (requires_grad(t2)) return true;
-  if (tensor1.dim() == 2) return false;
-  if (t1.numel() == 0) return true;
-  // contiguous, dims of size 1 aside
-  const auto sizes = t1.sizes();
-  const auto strides = t1.strides();
-  std::int64_t expected = 1;
-  for (std::int64_t i = t1.dim() - 1; i >= 0; --i) {
-    if (sizes[i] != 1 && strides[i] != expected) return false;
-    expected *= sizes[i];
-  }
-  return true;
-}
-
-// torch._decomp.matmul (its Python override of the composite kernel)
-inline at::Tensor matmul_impl(const at::Tensor& tensor1, const at::Tensor& tensor2) {
-  const auto d1 = tensor1.dim(), d2 = tensor2.dim();
-  if (d1 == 0 || d2 == 0) throw error("xport.decompose.matmul", "matmul does not support 0-dimensional tensors");
-  if (d1 == 1 && d2 == 1) return at::dot(tensor1, tensor2);
-  if (d1 == 2 && d2 == 1) return at::mv(tensor1, tensor2);
-  if (d1 == 1 && d2 == 2) return at::squeeze(at::mm(at::unsqueeze(tensor1, 0), tensor2), 0);
-  if (d1 == 2 && d2 == 2) return at::mm(tensor1, tensor2);
-  if (should_fold(tensor1, tensor2)) {
-    const bool transpose = d2 > d1;
-    const at::Tensor t1 = transpose ? tensor2.mT() : tensor1;
-    const at::Tensor t2 = !transpose ? tensor2 : (d1 == 2 ? tensor1.t() : tensor1);
-    const auto sizes1 = t1.sizes().vec();
-    std::vector<std::int64_t> output_shape(sizes1.begin(), sizes1.end() - 1);
-    std::int64_t folded = 1;
-    for (const auto s : output_shape) folded *= s;
-    const bool t2_matrix = t2.dim() == 2;
-    if (t2_matrix) output_shape.push_back(t2.size(1));
-    const at::Tensor t1_folded = t1.reshape({folded, sizes1.back()});
-    if (t2_matrix) {
-      const at::Tensor output = at::_unsafe_view(t1_folded.mm(t2), output_shape);
-      return transpose ? output.mT().contiguous() : output;
-    }
-    return at::_unsafe_view(t1_folded.mv(t2), output_shape);
-  }
-  // batched: b1 x n x m1 by b2 x m2 x p, the batch dims broadcast
-  const std::int64_t n = d1 > 1 ? tensor1.size(-2) : 1, m1 = tensor1.size(-1);
-  const auto batch1 = tensor1.sizes().slice(0, static_cast<std::size_t>(std::max<std::int64_t>(d1 - 2, 0))).vec();
-  const std::int64_t m2 = d2 > 1 ? tensor2.size(-2) : tensor2.size(-1), p = d2 > 1 ? tensor2.size(-1) : 1;
-  std::vector<std::int64_t> batch2;
-  for (std::int64_t i = 0; i < d2 - 2; ++i) batch2.push_back(tensor2.size(i));
-  if (d1 == 3 && d2 == 3 && batch1[0] != batch2[0]) {
-    if (batch1[0] == 1 && requires_grad(tensor1)) return matmul_impl(tensor1.squeeze(0), tensor2);
-    if (batch2[0] == 1 && requires_grad(tensor2)) return matmul_impl(tensor1, tensor2.squeeze(0));
-  }
-  auto batch = at::infer_size(batch1, batch2);
-  std::int64_t batch_product = 1;
-  for (const auto s : batch) batch_product *= s;
-  auto size1 = batch;
-  size1.push_back(n);
-  size1.push_back(m1);
-  const at::Tensor t1 = tensor1.expand(size1).reshape({batch_product, n, m1});
-  const bool vector_rhs = d2 == 1;
-  auto size2 = batch;
-  size2.push_back(m2);
-  if (!vector_rhs) size2.push_back(p);
-  const at::Tensor t2 = vector_rhs ? tensor2.expand(size2).reshape({batch_product, m2}).unsqueeze(2)
-                                   : tensor2.expand(size2).reshape({batch_product, m2, p});
-  auto output_shape = batch;
-  if (d1 > 1) output_shape.push_back(n);
-  if (d2 > 1) output_shape.push_back(p);
-  if (vector_rhs) return t1.bmm(t2).squeeze(-1).view(output_shape);
-  return t1.bmm(t2).view(output_shape);
-}
-inline S matmul_op(const S& a) { return {matmul_impl(a[0].toTensor(), a[1].toTensor())}; }
-
-// embedding_bag's C++ composite, deciding as it does under torch's fake tensors (where the
-// weight keeps requires_grad): `_embedding_bag` when the weight requires grad, else the
-// forward-only kernel (meta tensors never require grad, so the kernel itself would always pick
-// the forward-only one, which autograd cannot run on a parameter).
-inline S embedding_bag(const S& a) {
-  const auto& w = a[0].toTensor();
-  const auto psw = a[6].toOptional<at::Tensor>();
-  const std::int64_t pad = a.size() > 8 && !a[8].isNone() ? a[8].toInt() : -1;
-  const auto r = requires_grad(w)
-                     ? at::_embedding_bag(w, a[1].toTensor(), a[2].toTensor(), a[3].toBool(), a[4].toInt(),
-                                          a[5].toBool(), psw, a[7].toBool(), pad)
-                     : at::_embedding_bag_forward_only(w, a[1].toTensor(), a[2].toTensor(), a[3].toBool(),
-                                                       a[4].toInt(), a[5].toBool(), psw, a[7].toBool(), pad);
-  return {std::get<0>(r), std::get<1>(r), std::get<2>(r), std::get<3>(r)};
-}
-
-// torch._decomp.nop_decomposition (detach, lift, lift_fresh): alias
-inline S alias(const S& a) { return {at::alias(a[0].toTensor())}; }
-
-}  // namespace torch_decomp
-
-/// Decompositions torch applies above functionalization and autograd: Python overrides of an
-/// op's composite (or autograd) kernel.
-inline const std::unordered_map<std::string, decomposition_fn>& torch_composite_decompositions() {
-  namespace d = torch_decomp;
-  static const std::unordered_map<std::string, decomposition_fn> table = {
-      {"aten::matmul", d::matmul_op},
-      {"aten::dropout", d::dropout},
-      {"aten::native_batch_norm", d::native_batch_norm},
-      {"aten::lstm.input", d::rnn::lstm},
-      {"aten::gru.input", d::rnn::gru},
-      {"aten::embedding_bag", d::embedding_bag},
-      {"aten::embedding_bag.padding_idx", d::embedding_bag},
-  };
-  return table;
-}
-
-/// Whether torch runs its decomposition of `op` as the op's autograd kernel (autograd off for
-/// the pieces), rather than as its composite kernel (autograd on).
-inline bool runs_below_autograd(const op_info& op) {
-  return op.name == "aten::dropout" || op.name == "aten::native_batch_norm" || op.name == "aten::lstm" ||
-         op.name == "aten::gru";
-}
-
-/// Decompositions torch applies below functionalization, as it records (its decomposition
-/// table's entries for ops without a composite kernel; a few core ops among them).
-inline const std::unordered_map<std::string, decomposition_fn>& torch_decompositions() {
-  namespace d = torch_decomp;
-  static const std::unordered_map<std::string, decomposition_fn> table = {
-      {"aten::t", d::t},
-      {"aten::transpose.int", d::transpose},
-      {"aten::_unsafe_view", d::view},
-      {"aten::_reshape_alias", d::view},
-      {"aten::split.Tensor", d::split},
-      {"aten::zeros", [](const d::S& a) { return d::full_of(a, 0); }},
-      {"aten::ones", [](const d::S& a) { return d::full_of(a, 1); }},
-      {"aten::zeros_like", [](const d::S& a) { return d::full_like_of(a, 0); }},
-      {"aten::ones_like", [](const d::S& a) { return d::full_like_of(a, 1); }},
-      {"aten::new_zeros", [](const d::S& a) { return d::new_full_of(a, 0); }},
-      {"aten::new_ones", [](const d::S& a) { return d::new_full_of(a, 1); }},
-      {"aten::rsub.Scalar", d::rsub},
-      {"aten::silu", d::silu},
-      {"aten::squeeze.dim", d::squeeze_dim},
-      {"aten::squeeze", d::squeeze_all},
-      {"aten::stack", d::stack},
-      {"aten::arange", d::arange_end},
-      {"aten::detach", d::alias},
-      {"aten::lift_fresh", d::alias},
-      {"aten::unbind.int", d::unbind_int},
-  };
-  return table;
-}
-
-}  // namespace detail
-XPORT_END_NAMESPACE
-#endif  // XPORT_HAS_TORCH_FUNCTIONALIZATION
+// #include <xport/ops/call.hpp>
+// #include <xport/ops/core_ops.hpp>
+// #include <xport/ops/op_sets.hpp>
+// #include <xport/ops/decompositions.hpp>
 // #include <xport/ir/program.hpp>
-// #include <xport/passes/dce.hpp>
-// #include <xport/passes/functionalize.hpp>
+// #include <xport/ir/dead_code.hpp>
+// #include <xport/lower/functionalize.hpp>
 // #include <xport/trace/capture.hpp>
 // #include <xport/trace/symbolic.hpp>
 
@@ -11551,11 +10928,7 @@ inline bool maybe_aliasing_or_mutating(const op_info& op) {
 #if XPORT_TORCH_VERSION_AT_LEAST(2, 5)
   if (op.handle.hasTag(at::Tag::maybe_aliasing_or_mutating)) return true;
 #endif
-  static const std::unordered_set<std::string> ops{  // the tagged ops of LibTorch 2.13
-      "aten::_batch_norm_impl_index", "aten::alpha_dropout", "aten::atleast_1d", "aten::atleast_2d",
-      "aten::atleast_3d", "aten::batch_norm", "aten::cartesian_prod", "aten::conj_physical", "aten::dropout",
-      "aten::feature_alpha_dropout", "aten::feature_dropout", "aten::unsafe_chunk", "aten::native_batch_norm"};
-  return ops.count(op.qualified) > 0;
+  return in_set(op.qualified, maybe_aliasing_or_mutating_ops);
 }
 }  // namespace detail
 
@@ -11603,23 +10976,10 @@ namespace detail {
 /// Calls node `n` again, under the active capture, on what its operands hold now (`held`:
 /// source value -> IValue), and records what each of its outputs holds after the call.
 inline void recall(capture& cap, const node& n, std::unordered_map<const value_impl*, c10::IValue>& held) {
-  const auto& op = n.op();
-  const auto& params = op.schema().arguments();
-  torch::jit::Stack stack;
-  stack.reserve(params.size());
-  const auto args = n.args();
-  for (std::size_t i = 0; i < params.size(); ++i)
-    stack.push_back(to_ivalue(args[i], params[i].real_type(), [&](const value& v) { return held.at(v.impl()); }));
   cap.builder().at(n.source()).in_module(n.module_path());
-  op.handle.callBoxed(stack);
-  std::size_t k = 0;
-  for (auto& r : stack) {
-    if (r.isTensorList()) {
-      for (const auto& t : r.toTensorVector()) held[n.output(k++).impl()] = t;
-    } else {
-      held[n.output(k++).impl()] = r;
-    }
-  }
+  torch::jit::Stack stack;
+  call_node(n, [&](const value& v) -> const c10::IValue& { return held.at(v.impl()); }, stack);
+  take_outputs(stack, [&](std::size_t k, c10::IValue&& r) { held[n.output(k).impl()] = std::move(r); });
 }
 
 /// A decomposition that LibTorch refused on the program's shapes (a composite kernel that reads
@@ -11742,8 +11102,10 @@ inline void lowering_record_fallback(const c10::OperatorHandle& handle, torch::j
 inline void ensure_lowering_record_fallback() {
   static const bool registered = [] {
     try {
-      static torch::Library lib(torch::Library::IMPL, "_", lowering_record_key, __FILE__, __LINE__);
-      lib.fallback(torch::CppFunction::makeFromBoxedFunction<&lowering_record_fallback>());
+      static const c10::RegistrationHandleRAII handle = c10::Dispatcher::singleton().registerFallback(
+          lowering_record_key, c10::KernelFunction::makeFromBoxedFunction<&lowering_record_fallback>(),
+          "xport lowering fallback");
+      (void)handle;
     } catch (const c10::Error& e) {
       throw export_error("xport.decompose.fallback",
                          "cannot register xport's lowering fallback for dispatch key Fake: another library "
@@ -11836,16 +11198,12 @@ struct reapply_views_scope {
   reapply_views_scope& operator=(const reapply_views_scope&) = delete;
 };
 
-/// torch.export's lowering of `p` (one size): every node called again on functional meta
-/// tensors; `table` decides above functionalization, the functional calls are recorded below.
-inline exported_program lower_functional(const exported_program& p, const decomposition_table& table) {
-  namespace fz = at::functionalization::impl;
-  ensure_lowering_record_fallback();
-  capture cap;
-  cap.set_python_frontend(false);
-  grad_tracker grads;
-  bool below_autograd = false;  // inside a decomposition torch runs as an autograd kernel
-  cap.set_decompose_hook([&](const op_info& op, torch::jit::Stack& stack) {
+/// What the lowering's capture does with each op it sees above functionalization: `table`'s
+/// action, with what requires grad tracked in `grads` (`below_autograd`: inside a decomposition
+/// torch runs as an autograd kernel, where nothing is marked).
+inline capture::decompose_hook lowering_hook(capture& cap, const decomposition_table& table, grad_tracker& grads,
+                                             bool& below_autograd) {
+  return [&cap, &table, &grads, &below_autograd](const op_info& op, torch::jit::Stack& stack) {
     const auto a = table.lowering(op);
     const bool grad = !below_autograd && grads.any(stack, op.schema().arguments().size());
     if (a.kind == decomposition_table::action::functionalize) {
@@ -11866,22 +11224,16 @@ inline exported_program lower_functional(const exported_program& p, const decomp
     }
     if (grad) grads.mark_results(stack, op.schema().returns().size());
     return true;
-  });
-  const std::function<bool(const at::Tensor&)> grad_query = [&](const at::Tensor& t) { return grads.requires_grad(t); };
-  struct grad_scope {
-    const std::function<bool(const at::Tensor&)>* prev;
-    ~grad_scope() { torch_decomp::requires_grad_query = prev; }
-  } restore_grads{torch_decomp::requires_grad_query};
-  torch_decomp::requires_grad_query = &grad_query;
-  struct lowering_scope {
-    const decomposition_table* prev;
-    ~lowering_scope() { active_lowering = prev; }
-  } restore{active_lowering};
-  active_lowering = &table;
-  const auto& g = p.graph();
-  const auto phs = g.placeholders();
-  std::unordered_map<const value_impl*, c10::IValue> held;  // source value -> what the calls see
-  std::vector<at::Tensor> inputs(phs.size());              // placeholder -> its meta tensor
+  };
+}
+
+/// The placeholders of `p` in `cap`, each held as a functional tensor (parameters that require
+/// grad marked in `grads`); returns each placeholder's meta tensor (undefined where it has none).
+inline std::vector<at::Tensor> functional_placeholders(capture& cap, const exported_program& p, grad_tracker& grads,
+                                                       std::unordered_map<const value_impl*, c10::IValue>& held) {
+  namespace fz = at::functionalization::impl;
+  const auto phs = p.graph().placeholders();
+  std::vector<at::Tensor> inputs(phs.size());
   for (std::size_t i = 0; i < phs.size(); ++i) {
     const value v = phs[i].output(0);
     auto meta = cap.add_placeholder(p.signature().input_specs.at(i), v.type());
@@ -11895,44 +11247,62 @@ inline exported_program lower_functional(const exported_program& p, const decomp
     }
   }
   if (!phs.empty() && phs[0].output(0).kind() == value_kind::tensor) cap.set_fake_device(phs[0].output(0).meta().device);
-  std::vector<std::optional<value>> mutated(phs.size());
+  return inputs;
+}
+
+/// What replaying `p`'s calls under `cap` left: the new value of each placeholder it mutated
+/// (in placeholder order, empty where none), and the outputs.
+struct functional_replay {
+  std::vector<std::optional<value>> mutated;
   std::vector<argument> results;
-  {
-    c10::InferenceMode no_inference(false);
-    capture_scope scope(cap);
-    c10::impl::IncludeDispatchKeyGuard functionalize(c10::DispatchKey::Functionalize), record(lowering_record_key);
-    reapply_views_scope views;
-    for (auto n : g.nodes())
-      if (n.is_call()) recall(cap, n, held);
-    // What each input holds now, and the outputs: pending views are replayed (recorded below,
-    // not decomposed again, as in torch).
-    c10::impl::ExcludeDispatchKeyGuard below(capture_key);
-    const auto now = [&](const value& v) { return cap.value_of(unwrap_functional(held.at(v.impl())).toTensor()); };
-    for (std::size_t i = 0; i < phs.size(); ++i) {
-      if (!inputs[i].defined()) continue;
-      const value nv = now(phs[i].output(0));
-      if (nv != cap.value_of(inputs[i])) mutated[i] = nv;
-    }
-    for (const auto& a : g.output_node().args()) {
-      if (!a.is_value()) {  // a constant output (None): returned as it is
-        results.push_back(a);
-        continue;
-      }
-      if (a.as_value().kind() != value_kind::tensor)
-        throw error("xport.decompose.output", "run_decompositions: an output that is not a tensor value is not supported");
-      results.push_back(now(a.as_value()));
-    }
+};
+
+/// Calls every node of `p` again on functional tensors (`held`, from functional_placeholders),
+/// then reads what each input holds now and the outputs: pending views are replayed (recorded
+/// below, not decomposed again, as in torch).
+inline functional_replay replay_functional(capture& cap, const exported_program& p, const std::vector<at::Tensor>& inputs,
+                                           std::unordered_map<const value_impl*, c10::IValue>& held) {
+  const auto& g = p.graph();
+  const auto phs = g.placeholders();
+  functional_replay out{std::vector<std::optional<value>>(phs.size()), {}};
+  c10::InferenceMode no_inference(false);
+  capture_scope scope(cap);
+  c10::impl::IncludeDispatchKeyGuard functionalize(c10::DispatchKey::Functionalize), record(lowering_record_key);
+  reapply_views_scope views;
+  for (auto n : g.nodes())
+    if (n.is_call()) recall(cap, n, held);
+  c10::impl::ExcludeDispatchKeyGuard below(capture_key);
+  const auto now = [&](const value& v) { return cap.value_of(unwrap_functional(held.at(v.impl())).toTensor()); };
+  for (std::size_t i = 0; i < phs.size(); ++i) {
+    if (!inputs[i].defined()) continue;
+    const value nv = now(phs[i].output(0));
+    if (nv != cap.value_of(inputs[i])) out.mutated[i] = nv;
   }
-  // mutated inputs first (in input order), as torch orders them, then the other outputs
+  for (const auto& a : g.output_node().args()) {
+    if (!a.is_value()) {  // a constant output (None): returned as it is
+      out.results.push_back(a);
+      continue;
+    }
+    if (a.as_value().kind() != value_kind::tensor)
+      throw error("xport.decompose.output", "run_decompositions: an output that is not a tensor value is not supported");
+    out.results.push_back(now(a.as_value()));
+  }
+  return out;
+}
+
+/// The lowered program's outputs: mutated inputs first (in input order), as torch orders them,
+/// then the other outputs of `p`.
+inline void lowered_outputs(capture& cap, const exported_program& p, const functional_replay& replay) {
   const auto& specs = p.signature().input_specs;
   const auto& out_specs = p.signature().output_specs;
+  const auto& results = replay.results;
   const auto mutation_target = [](const output_spec& o) {
     return o.kind == output_kind::buffer_mutation || o.kind == output_kind::parameter_mutation ||
            o.kind == output_kind::user_input_mutation;
   };
-  for (std::size_t i = 0; i < phs.size(); ++i) {
+  for (std::size_t i = 0; i < replay.mutated.size(); ++i) {
     const auto& spec = specs[i];
-    std::optional<value> v = mutated[i];
+    std::optional<value> v = replay.mutated[i];
     for (std::size_t o = 0; !v && o < out_specs.size(); ++o)  // an already functional program's
       if (mutation_target(out_specs[o]) && results[o].is_value() &&
           out_specs[o].target == (spec.kind == input_kind::user_input ? std::optional(spec.arg.name) : spec.target))
@@ -11950,6 +11320,31 @@ inline exported_program lower_functional(const exported_program& p, const decomp
   }
   for (std::size_t o = 0; o < out_specs.size(); ++o)
     if (!mutation_target(out_specs[o])) cap.builder().output_arg(results[o], out_specs[o].kind, out_specs[o].target);
+}
+
+/// torch.export's lowering of `p` (one size): every node called again on functional meta
+/// tensors; `table` decides above functionalization, the functional calls are recorded below.
+inline exported_program lower_functional(const exported_program& p, const decomposition_table& table) {
+  ensure_lowering_record_fallback();
+  capture cap;
+  cap.set_python_frontend(false);
+  grad_tracker grads;
+  bool below_autograd = false;  // inside a decomposition torch runs as an autograd kernel
+  cap.set_decompose_hook(lowering_hook(cap, table, grads, below_autograd));
+  const std::function<bool(const at::Tensor&)> grad_query = [&](const at::Tensor& t) { return grads.requires_grad(t); };
+  struct grad_scope {
+    const std::function<bool(const at::Tensor&)>* prev;
+    ~grad_scope() { torch_decomp::requires_grad_query = prev; }
+  } restore_grads{torch_decomp::requires_grad_query};
+  torch_decomp::requires_grad_query = &grad_query;
+  struct lowering_scope {
+    const decomposition_table* prev;
+    ~lowering_scope() { active_lowering = prev; }
+  } restore{active_lowering};
+  active_lowering = &table;
+  std::unordered_map<const value_impl*, c10::IValue> held;  // source value -> what the calls see
+  const auto inputs = functional_placeholders(cap, p, grads, held);  // placeholder -> its meta tensor
+  lowered_outputs(cap, p, replay_functional(cap, p, inputs, held));
   cap.builder().set_state(p.state_dict(), p.constants());
   cap.builder().set_examples(p.example_inputs());
   auto q = std::move(cap.builder()).build(ir_dialect::aten, verify_options{.check_schemas = false});
@@ -11990,6 +11385,450 @@ inline exported_program run_decompositions(const exported_program& p,
 }
 
 XPORT_END_NAMESPACE
+
+// passes and pipelines
+// #include <xport/passes/pass.hpp>
+// xport/passes/pass.hpp: the pass contract, and pipelines composed at compile time.
+//
+//   auto p = xport::passes::dce | xport::passes::cse | xport::passes::fold;  // a pipeline type
+//   xport::passes::pass_result r = program | p;                           // or p(program)
+//
+// A pass is any type with `static constexpr std::string_view name` and
+// `pass_result run(exported_program&) const` (the `pass` concept); no base class is needed for
+// `|` to compose it. It never throws (the pipeline turns an exception into a failure) and a
+// failed pass leaves the program as it was. What it needs and what it does to the IR, it says
+// in one place, `static constexpr xport::passes::traits traits{...}`:
+//   needs_functional / makes_functional / breaks_functional
+//   needs_shapes (valid tensor meta on every value) / makes_shapes / breaks_shapes
+//   transactional (it fails before changing anything, so the pipeline need not snapshot)
+// A pipeline checks those at compile time, stage by stage: a stage that needs functional IR (or
+// valid shapes) must not follow a stage that breaks it without one that makes it again in
+// between. Each violation is one compile error naming the rule; the stage is named by the
+// instantiation the compiler reports (`stage_rule<N, Stage>`).
+//
+//   valid:   dce | cse | fold
+//            my_rewrite_that_breaks_shapes | propagate_shapes | fold
+//   invalid: dce | 42                                  (not a pass)
+//            my_rewrite_that_breaks_shapes | fold      (fold needs shapes)
+//            my_pass_that_breaks_functional | cse      (cse needs functional IR)
+//            export_program(f, args) | dce             (a temporary: nothing would see the result)
+
+#include <concepts>     // std::derived_from, std::same_as
+#include <cstddef>      // std::size_t
+#include <exception>    // std::exception
+#include <optional>     // std::optional
+#include <ostream>      // std::ostream
+#include <string>       // std::string
+#include <string_view>  // std::string_view
+#include <tuple>        // std::tuple
+#include <type_traits>  // std::remove_cvref_t
+#include <utility>      // std::move
+
+// #include <xport/config.hpp>
+// #include <xport/program/print.hpp>
+// #include <xport/ir/program.hpp>
+// #include <xport/program/verify.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace passes {
+
+/// What a pass did: changed the program or not, or failed (then the program is as it was).
+struct pass_result {
+  bool changed = false;
+  std::string error;  ///< empty on success
+
+  [[nodiscard]] bool ok() const noexcept { return error.empty(); }
+  explicit operator bool() const noexcept { return ok(); }
+  static pass_result unchanged() { return {}; }
+  static pass_result modified(bool changed = true) { return {changed, {}}; }
+  static pass_result failure(std::string why) { return {false, std::move(why)}; }
+};
+
+/// A pass over an exported program (see the header comment for the contract).
+template <class P>
+concept pass = requires(const P& p, exported_program& prog) {
+  { P::name } -> std::convertible_to<std::string_view>;
+  { p.run(prog) } -> std::same_as<pass_result>;
+};
+
+/// What a pass needs and does to the IR, declared by the pass as
+/// `static constexpr xport::passes::traits traits{.needs_shapes = true};` (all false if absent).
+struct traits {
+  bool needs_functional = false;   ///< needs functional IR (no in-place or out= calls)
+  bool makes_functional = false;   ///< leaves functional IR
+  bool breaks_functional = false;  ///< may leave in-place or out= calls
+  bool needs_shapes = false;       ///< needs valid tensor meta on every value
+  bool makes_shapes = false;       ///< leaves valid tensor meta
+  bool breaks_shapes = false;      ///< may leave stale tensor meta
+  bool transactional = false;      ///< fails before changing anything (no snapshot needed)
+};
+
+/// The traits `P` declares.
+template <class P>
+constexpr traits traits_of() {
+  static_assert(!requires { P::needs_functional; } && !requires { P::makes_functional; } &&
+                    !requires { P::breaks_functional; } && !requires { P::needs_shapes; } &&
+                    !requires { P::makes_shapes; } && !requires { P::breaks_shapes; } &&
+                    !requires { P::transactional; },
+                "xport pass: declare what the pass needs and does in one member, "
+                "`static constexpr xport::passes::traits traits{.needs_shapes = true, ...};`, "
+                "not as separate bools");
+  if constexpr (requires { P::traits; }) {
+    static_assert(std::is_same_v<std::remove_cv_t<decltype(P::traits)>, traits>,
+                  "xport pass: `traits` must be `static constexpr xport::passes::traits traits{...}`");
+    return P::traits;
+  } else {
+    return {};
+  }
+}
+
+namespace impl {
+
+enum class rule : int { ok, not_a_pass, needs_functional, needs_shapes };
+
+// The first rule the stages break, and at which stage (0-based).
+template <class... Ps>
+struct pipeline_check {
+  static constexpr auto compute() {
+    struct result {
+      rule r = rule::ok;
+      std::size_t stage = 0;
+    } res;
+    bool functional_broken = false, shapes_broken = false;
+    std::size_t i = 0;
+    const auto visit = [&]<class P>() {
+      if (res.r != rule::ok) return;
+      if constexpr (!pass<P>) {
+        res = {rule::not_a_pass, i};
+      } else {
+        constexpr traits t = traits_of<P>();
+        if (t.needs_functional && functional_broken) res = {rule::needs_functional, i};
+        else if (t.needs_shapes && shapes_broken) res = {rule::needs_shapes, i};
+        if (t.makes_functional) functional_broken = false;
+        if (t.breaks_functional) functional_broken = true;
+        if (t.makes_shapes) shapes_broken = false;
+        if (t.breaks_shapes) shapes_broken = true;
+      }
+      ++i;
+    };
+    (visit.template operator()<Ps>(), ...);
+    return res;
+  }
+  static constexpr auto value = compute();
+};
+
+template <class Tuple, std::size_t I>
+using nth = std::tuple_element_t<I, Tuple>;
+
+// The one error of a broken pipeline. The compiler names the stage in this instantiation:
+// stage_rule<Index, Stage, Rule>.
+template <std::size_t Index, class Stage, rule R>
+struct stage_rule {
+  static_assert(R != rule::not_a_pass,
+                "xport pipeline: this stage is not a pass. A pass needs `static constexpr "
+                "std::string_view name` and `xport::passes::pass_result run(xport::exported_program&) "
+                "const` (see xport/passes/pass.hpp)");
+  static_assert(R != rule::needs_functional,
+                "xport pipeline: this stage needs functional IR, but an earlier stage breaks it "
+                "(breaks_functional) and no stage in between makes it functional again: put "
+                "xport::passes::functionalize before it");
+  static_assert(R != rule::needs_shapes,
+                "xport pipeline: this stage needs valid shapes, but an earlier stage breaks them "
+                "(breaks_shapes) and no stage in between recomputes them: put "
+                "xport::passes::propagate_shapes before it");
+  static constexpr bool ok = true;
+};
+
+template <class... Ps>
+consteval bool check_pipeline() {
+  constexpr auto res = pipeline_check<Ps...>::value;
+  if constexpr (res.r == rule::ok) {
+    return true;
+  } else {
+    return stage_rule<res.stage, nth<std::tuple<Ps...>, res.stage>, res.r>::ok;
+  }
+}
+
+}  // namespace impl
+
+template <class... Ps>
+class pipeline;
+
+/// A stage of a pipeline: a pass, or a pipeline.
+template <class T>
+concept stage = pass<T> || requires { T::stages; };
+
+/// The tag of the built-in passes and of pipelines. Its two operators are hidden friends: only
+/// ADL finds them, so they never join unrelated overload sets. (A pass outside the tree
+/// composes too, without this base: see the operators at the end of this header.)
+struct pipe_base {
+  /// stage | stage: a pipeline (nested pipelines flatten). Checked at compile time.
+  template <class A, class B>
+    requires((std::derived_from<std::remove_cvref_t<A>, pipe_base> ||
+              std::derived_from<std::remove_cvref_t<B>, pipe_base>) &&
+             !std::same_as<std::remove_cvref_t<A>, exported_program>)
+  friend constexpr auto operator|(A&& a, B&& b) {
+    return compose(std::forward<A>(a), std::forward<B>(b));
+  }
+
+  /// program | stage: runs it.
+  template <class P>
+    requires std::derived_from<std::remove_cvref_t<P>, pipe_base>
+  friend pass_result operator|(exported_program& program, const P& stage) {
+    return stage(program);
+  }
+
+  /// a | b as a pipeline of a's stages, then b's.
+  template <class A, class B>
+  static constexpr auto compose(A&& a, B&& b) {
+    return std::apply([](auto&&... s) { return pipeline<std::remove_cvref_t<decltype(s)>...>(s...); },
+                      std::tuple_cat(as_tuple(std::forward<A>(a)), as_tuple(std::forward<B>(b))));
+  }
+
+ private:
+  template <class T>
+  static constexpr auto as_tuple(T&& t) {
+    if constexpr (requires { t.stages; }) return t.stages;
+    else return std::tuple<std::remove_cvref_t<T>>(std::forward<T>(t));
+  }
+};
+
+/// Options of one pipeline run.
+struct pipeline_options {
+  bool verify_each = false;         ///< run verify() after every pass (a broken invariant fails it)
+  std::ostream* print = nullptr;    ///< print the program before the first pass and after each
+};
+
+/// Stages run in order; the first failure stops the pipeline and is returned.
+template <class... Ps>
+class pipeline : public pipe_base {
+ public:
+  static_assert(impl::check_pipeline<Ps...>());
+  static constexpr std::string_view name = "pipeline";
+
+  constexpr explicit pipeline(Ps... ps) : stages(std::move(ps)...) {}
+
+  pass_result run(exported_program& program, const pipeline_options& opts = {}) const {
+    pass_result total;
+    bool stop = false;
+    std::apply(
+        [&](const auto&... s) {
+          ((stop ? void() : run_stage(s, program, opts, total, stop)), ...);
+        },
+        stages);
+    return total;
+  }
+  pass_result operator()(exported_program& program, const pipeline_options& opts = {}) const {
+    return run(program, opts);
+  }
+
+  std::tuple<Ps...> stages;
+
+ private:
+  template <class S>
+  static void run_stage(const S& s, exported_program& program, const pipeline_options& opts, pass_result& total,
+                        bool& stop);
+};
+
+/// After a pass replaced values: the signature names what the graph now returns (specs and
+/// output-node operands correspond by position).
+inline void sync_signature_names(exported_program& p) {
+  const auto outs = p.graph().output_node().args();
+  auto& specs = p.signature_mut().output_specs;
+  for (std::size_t i = 0; i < outs.size() && i < specs.size(); ++i)
+    if (outs[i].is_value() && specs[i].arg.type != argument_spec::kind::constant) specs[i].arg.name = outs[i].as_value().name();
+}
+
+/// Runs one pass: an exception becomes a failure, and a failure (of the pass, or of verify()
+/// after it when asked) leaves the program as it was; prints before/after when asked. Passes
+/// whose traits say `transactional` (they fail before changing anything) are not snapshotted.
+template <class P>
+pass_result run_pass(const P& p, exported_program& program, const pipeline_options& opts = {}) {
+  if constexpr (requires { p.stages; }) {  // a nested pipeline runs its own stages
+    return p.run(program, opts);
+  } else {
+    std::optional<exported_program> snapshot;
+    if (opts.verify_each || !traits_of<P>().transactional) snapshot.emplace(program.clone());
+    if (opts.print) *opts.print << "--- before " << P::name << " ---\n" << to_string(program);
+    pass_result r;
+    try {
+      r = p.run(program);
+      if (r.ok() && r.changed) sync_signature_names(program);
+    } catch (const std::exception& e) {
+      r = pass_result::failure(e.what());
+    }
+    if (r.ok() && opts.verify_each) {
+      try {
+        verify(program);
+      } catch (const verify_error& e) {
+        r = pass_result::failure(std::string("the program does not verify after the pass: ") + e.what());
+      }
+    }
+    if (!r.ok() && snapshot) program = std::move(*snapshot);
+    if (opts.print)
+      *opts.print << "--- after " << P::name << (r.ok() ? (r.changed ? "" : " (unchanged)") : " (failed)") << " ---\n"
+                  << to_string(program);
+    return r;
+  }
+}
+
+template <class... Ps>
+template <class S>
+void pipeline<Ps...>::run_stage(const S& s, exported_program& program, const pipeline_options& opts,
+                                pass_result& total, bool& stop) {
+  auto r = run_pass(s, program, opts);
+  total.changed = total.changed || r.changed;
+  if (!r.ok()) {
+    total.error = std::string(S::name) + ": " + r.error;
+    stop = true;
+  }
+}
+
+/// Base of the built-in passes: makes `pass(program)` and `program | pass` work.
+template <class Derived>
+struct pass_base : pipe_base {
+  pass_result operator()(exported_program& program) const {
+    return run_pass(static_cast<const Derived&>(*this), program);
+  }
+};
+
+}  // namespace passes
+
+/// program | pass, for a pass of any type (ADL finds this through exported_program).
+template <class P>
+  requires(passes::pass<P> && !std::derived_from<P, passes::pipe_base>)
+passes::pass_result operator|(exported_program& program, const P& stage) {
+  return passes::run_pass(stage, program);
+}
+
+/// A temporary program piped into a pass: the one designed error (the result would be lost).
+template <class P>
+  requires(passes::stage<P> || std::derived_from<P, passes::pipe_base>)
+passes::pass_result operator|(exported_program&& program, const P& stage) {
+  static_assert(sizeof(P) == 0,
+                "xport pipeline: `program | pass` changes the program in place, and this program is a "
+                "temporary that nothing would see again: name it first (auto p = xport::export_program(...); "
+                "p | pass;), or call the pass on a copy you keep");
+  (void)program;
+  (void)stage;
+  return {};
+}
+
+XPORT_END_NAMESPACE
+
+/// pass | pass for two passes written outside xport (neither derives from pipe_base, so no
+/// hidden friend applies and ADL cannot see into xport): constrained to types that model the
+/// pass concept, so it joins no other overload set.
+template <class A, class B>
+  requires(xport::passes::pass<std::remove_cvref_t<A>> && xport::passes::pass<std::remove_cvref_t<B>> &&
+           !std::derived_from<std::remove_cvref_t<A>, xport::passes::pipe_base> &&
+           !std::derived_from<std::remove_cvref_t<B>, xport::passes::pipe_base>)
+constexpr auto operator|(A&& a, B&& b) {
+  return xport::passes::pipe_base::compose(std::forward<A>(a), std::forward<B>(b));
+}
+// #include <xport/passes/standard.hpp>
+// xport/passes/standard.hpp: every built-in pass, and the one list of them.
+// Functionalization, decomposition and verify() as pipeline stages are defined here; the other
+// passes have a header each. `builtin_passes()` is the list the pass manager registers by name
+// (and a test checks the README names each one): a new built-in pass is its header, one
+// include and one entry below.
+
+#include <string_view>  // std::string_view
+#include <tuple>        // std::tie
+#include <utility>      // std::move
+
+// #include <xport/config.hpp>
+// #include <xport/passes/canonicalize.hpp>
+// xport/passes/canonicalize.hpp: a canonical form, so that two equal programs print equal.
+// Call nodes are put in one deterministic topological order (depth first from the outputs, in
+// output and argument order; calls no output needs follow, in their old order) and renamed in
+// that order as the builder names them (`add`, `add_1`, ...). Placeholders keep their names
+// (they are the signature). A program with mutations keeps its order (moving a read across a
+// write would change it) and is only renamed.
+
+#include <string_view>    // std::string_view
+#include <unordered_map>  // std::unordered_map
+#include <unordered_set>  // std::unordered_set
+#include <utility>        // std::pair
+#include <vector>         // std::vector
+
+// #include <xport/config.hpp>
+// #include <xport/program/builder.hpp>
+// #include <xport/ir/graph.hpp>
+// #include <xport/passes/pass.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace passes {
+
+struct canonicalize_t : pass_base<canonicalize_t> {
+  static constexpr std::string_view name = "canonicalize";
+  static constexpr passes::traits traits{.transactional = true};  // builds the new program before replacing
+
+  pass_result run(exported_program& p) const {
+    const auto& g = p.graph();
+    bool mutations = false;
+    for (auto n : g.nodes()) mutations = mutations || (n.is_call() && n.op().is_mutable);
+    // 1. the order
+    std::vector<node> order;
+    if (mutations) {
+      for (auto n : g.nodes())
+        if (n.is_call()) order.push_back(n);
+    } else {
+      std::unordered_set<const detail::node_impl*> done;
+      std::vector<std::pair<node, std::size_t>> stack;  // node, next input to visit
+      const auto visit = [&](node root) {
+        if (!root.is_call() || done.count(root.impl())) return;
+        stack.emplace_back(root, 0);
+        done.insert(root.impl());
+        while (!stack.empty()) {
+          auto& [n, i] = stack.back();
+          if (i < n.num_inputs()) {
+            const node in = n.input(i++).producer();
+            if (in.is_call() && done.insert(in.impl()).second) stack.emplace_back(in, 0);
+          } else {
+            order.push_back(n);
+            stack.pop_back();
+          }
+        }
+      };
+      for (auto v : g.outputs()) visit(v.producer());
+      for (auto n : g.nodes()) visit(n);  // what no output needs, in its old order
+    }
+    // 2. rebuild with fresh names
+    program_builder b;
+    std::unordered_map<const detail::value_impl*, value> map;
+    const auto phs = g.placeholders();
+    for (std::size_t i = 0; i < phs.size(); ++i)
+      map.emplace(phs[i].output(0).impl(), b.placeholder(p.signature().input_specs.at(i), phs[i].output(0).type()));
+    for (auto n : order) {
+      std::vector<argument> args(n.args().begin(), n.args().end());
+      for (auto& a : args) a.for_each_value([&](value& v) { v = map.at(v.impl()); });
+      std::vector<value_type> types;
+      for (auto v : n.outputs()) types.push_back(v.type());
+      b.at(n.source()).in_module(n.module_path());
+      const node m = b.record(n.op(), std::move(args), std::move(types));
+      for (std::size_t i = 0; i < n.num_outputs(); ++i) map.emplace(n.output(i).impl(), m.output(i));
+    }
+    const auto outs = g.output_node().args();
+    const auto& specs = p.signature().output_specs;
+    for (std::size_t i = 0; i < outs.size(); ++i) {
+      if (outs[i].is_value()) b.output(map.at(outs[i].as_value().impl()), specs.at(i).kind, specs.at(i).target);
+      else b.output_arg(outs[i], specs.at(i).kind, specs.at(i).target);  // a constant output (None)
+    }
+    b.set_state(p.state_dict(), p.constants());
+    b.set_examples(p.example_inputs());
+    auto q = std::move(b).build(p.dialect(), verify_options{.check_schemas = false});
+    q.set_call_spec(p.in_spec(), p.out_spec());
+    q.range_constraints_mut() = p.range_constraints();
+    const bool changed = to_string(q.graph()) != to_string(g);
+    p = std::move(q);
+    return pass_result::modified(changed);
+  }
+};
+inline constexpr canonicalize_t canonicalize{};
+
+}  // namespace passes
+XPORT_END_NAMESPACE
 // #include <xport/passes/cse.hpp>
 // xport/passes/cse.hpp: common-subexpression elimination.
 // Two calls of the same operator on the same arguments (the same values, equal constants)
@@ -12008,6 +11847,31 @@ XPORT_END_NAMESPACE
 // #include <xport/config.hpp>
 // #include <xport/ir/graph.hpp>
 // #include <xport/passes/dce.hpp>
+// xport/passes/dce.hpp: dead-code elimination as a pass (ir/dead_code.hpp does the work).
+
+#include <string_view>  // std::string_view
+
+// #include <xport/config.hpp>
+// #include <xport/ir/dead_code.hpp>
+// #include <xport/passes/pass.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+namespace passes {
+
+/// Dead-code elimination as a pass (keeps side-effecting calls and every signature output).
+struct dce_t : pass_base<dce_t> {
+  static constexpr std::string_view name = "dce";
+  static constexpr passes::traits traits{.transactional = true};  // erasing dead nodes cannot fail
+  pass_result run(exported_program& p) const {
+    return pass_result::modified(eliminate_dead_code(p.graph_mut()) != 0);
+  }
+};
+inline constexpr dce_t dce{};
+
+}  // namespace passes
+
+XPORT_END_NAMESPACE
 // #include <xport/passes/pass.hpp>
 
 XPORT_BEGIN_NAMESPACE
@@ -12091,8 +11955,7 @@ namespace passes {
 
 struct cse_t : pass_base<cse_t> {
   static constexpr std::string_view name = "cse";
-  static constexpr bool needs_functional = true;
-  static constexpr bool transactional = true;  // it refuses before changing anything
+  static constexpr passes::traits traits{.needs_functional = true, .transactional = true};  // refuses first
   pass_result run(exported_program& p) const {
     for (auto n : p.graph().nodes())
       if (n.is_call() && n.op().is_mutable)
@@ -12105,15 +11968,17 @@ inline constexpr cse_t cse{};
 
 }  // namespace passes
 XPORT_END_NAMESPACE
+// #include <xport/passes/dce.hpp>
 // #include <xport/passes/fold.hpp>
 // xport/passes/fold.hpp: constant folding.
 // A call whose inputs are all constants (lifted constant tensors, or results of other such
 // calls) computes the same thing on every run: it is computed once, now, and the results that
 // the rest of the program reads are lifted as new CONSTANT_TENSOR inputs (`c__folded_0`, ...).
-// Calls that draw random numbers or mutate are never folded; results larger than the size limit
-// are left to run (so weights are not duplicated). With `fold_state`, parameters and buffers
-// count as constants too (for inference deployment, e.g. after folding batch norm into a conv),
-// except those the program mutates (a counter buffer changes from run to run).
+// Calls that draw random numbers, mutate, or take a symbolic size (what they compute differs
+// from size to size) are never folded; results larger than the size limit are left to run (so
+// weights are not duplicated). With `fold_state`, parameters and buffers count as constants too
+// (for inference deployment, e.g. after folding batch norm into a conv), except those the
+// program mutates (a counter buffer changes from run to run).
 
 #include <algorithm>      // std::find
 #include <cstddef>        // std::size_t
@@ -12126,7 +11991,7 @@ XPORT_END_NAMESPACE
 #include <c10/core/GradMode.h>
 
 // #include <xport/config.hpp>
-// #include <xport/detail/schema.hpp>
+// #include <xport/ops/call.hpp>
 // #include <xport/ir/graph.hpp>
 // #include <xport/ir/program.hpp>
 // #include <xport/passes/dce.hpp>
@@ -12137,9 +12002,8 @@ namespace passes {
 
 struct fold_t : pass_base<fold_t> {
   static constexpr std::string_view name = "fold";
-  static constexpr bool needs_functional = true;
-  static constexpr bool needs_shapes = true;
-  static constexpr bool transactional = true;  // computes everything before changing anything
+  // computes everything before changing anything: transactional
+  static constexpr passes::traits traits{.needs_functional = true, .needs_shapes = true, .transactional = true};
 
   /// Results larger than this stay computed at run time.
   std::size_t max_bytes = std::size_t{1} << 20;
@@ -12159,67 +12023,87 @@ struct fold_t : pass_base<fold_t> {
   }
 
   pass_result run(exported_program& p) const {
-    const auto& g = p.graph();
-    const auto& specs = p.signature().input_specs;
-    for (auto n : g.nodes())
+    for (auto n : p.graph().nodes())
       if (n.is_call() && n.op().is_mutable)
         return pass_result::failure("fold needs functional IR, but node '" + n.name() + "' (" + n.op().qualified +
                                     ") mutates its argument; run run_decompositions() or functionalize first");
-    // 1. which values are constant, and their tensors: value::scratch() is 1 + an index into
-    //    `known`, or 0 (one forward walk; producers come before users, so inputs are set)
-    std::vector<c10::IValue> known;
-    const auto tensor_of = [&](value v) -> const c10::IValue& { return known[v.scratch() - 1]; };
-    const auto remember = [&](value v, c10::IValue t) {
-      known.push_back(std::move(t));
-      v.scratch() = static_cast<std::uint32_t>(known.size());
-    };
-    // a parameter or buffer the program writes (BUFFER_MUTATION, PARAMETER_MUTATION) changes
-    // from run to run: never a constant, even with fold_state
+    known_values known;
+    const auto folded = compute_constants(p, known);
+    const auto frontier = frontier_of(folded, known);
+    if (frontier.empty()) return pass_result::unchanged();
+    lift(p, frontier, known);
+    return pass_result::modified();
+  }
+
+ private:
+  // The constant values and what they hold: value::scratch() is 1 + an index into `held`, or 0.
+  struct known_values {
+    std::vector<c10::IValue> held;
+    const c10::IValue& of(value v) const { return held[v.scratch() - 1]; }
+    void remember(value v, c10::IValue t) {
+      held.push_back(std::move(t));
+      v.scratch() = static_cast<std::uint32_t>(held.size());
+    }
+  };
+
+  // Parameters and buffers the program writes (BUFFER_MUTATION, PARAMETER_MUTATION): they change
+  // from run to run, so they are never constants, even with fold_state.
+  static std::vector<std::string_view> mutated_state(const exported_program& p) {
     std::vector<std::string_view> mutated;
     for (const auto& o : p.signature().output_specs)
       if ((o.kind == output_kind::buffer_mutation || o.kind == output_kind::parameter_mutation) && o.target)
         mutated.push_back(*o.target);
-    const auto is_mutated = [&](const input_spec& s) {
-      return s.target && std::find(mutated.begin(), mutated.end(), *s.target) != mutated.end();
-    };
+    return mutated;
+  }
+
+  // Whether placeholder input `s` is a constant.
+  bool is_constant_input(const input_spec& s, const std::vector<std::string_view>& mutated) const {
+    if (s.kind == input_kind::constant_tensor) return true;
+    return fold_state && (s.kind == input_kind::parameter || s.kind == input_kind::buffer) &&
+           !(s.target && std::find(mutated.begin(), mutated.end(), *s.target) != mutated.end());
+  }
+
+  // Calls `n` on the constants it reads; true (its outputs known) when every result is a tensor.
+  // A call whose arguments hold a symbolic size computes something else at every size: it stays.
+  static bool fold_call(const node& n, known_values& known) {
+    if (detail::has_symbolic_argument(n.args())) return false;
+    torch::jit::Stack stack;
+    detail::call_node(n, [&](const value& v) -> const c10::IValue& { return known.of(v); }, stack);
+    bool all_tensors = true;
+    const auto outputs = detail::for_each_output(
+        stack, [&](std::size_t, const c10::IValue& r) { all_tensors = all_tensors && r.isTensor(); });
+    if (!all_tensors || outputs != n.num_outputs()) return false;
+    detail::take_outputs(stack, [&](std::size_t k, c10::IValue&& r) { known.remember(n.output(k), std::move(r)); });
+    return true;
+  }
+
+  // 1. Which values are constant, and what they hold (one forward walk: producers come before
+  //    users, so a call's inputs are known or not when it is reached); returns the folded calls.
+  //    An exception here fails the pass before any change.
+  std::vector<node> compute_constants(const exported_program& p, known_values& known) const {
+    const auto& specs = p.signature().input_specs;
+    const auto mutated = mutated_state(p);
     std::vector<node> folded;
-    {
-      c10::NoGradGuard no_grad;
-      std::size_t ph_index = 0;
-      for (auto n : g.nodes()) {
-        for (auto v : n.outputs()) v.scratch() = 0;
-        if (n.is_placeholder()) {
-          const auto& s = specs[ph_index++];
-          const bool constant = s.kind == input_kind::constant_tensor ||
-                                (fold_state && (s.kind == input_kind::parameter || s.kind == input_kind::buffer) && !is_mutated(s));
-          if (constant) remember(n.output(0), p.lifted_tensor(s).detach());
-          continue;
-        }
-        if (!n.is_call() || has_side_effects(n) || n.num_outputs() == 0) continue;
-        bool all_known = true;
-        for (std::size_t i = 0; i < n.num_inputs() && all_known; ++i) all_known = n.input(i).scratch() != 0;
-        if (!all_known) continue;
-        const auto& op = n.op();
-        const auto& params = op.schema().arguments();
-        torch::jit::Stack stack;
-        const auto args = n.args();
-        for (std::size_t i = 0; i < params.size(); ++i)
-          stack.push_back(detail::to_ivalue(args[i], params[i].real_type(), tensor_of));
-        op.handle.callBoxed(stack);  // an exception here fails the pass before any change
-        std::vector<at::Tensor> outs;
-        for (auto& r : stack) {
-          if (r.isTensorList())
-            for (auto& t : r.toTensorVector()) outs.push_back(t);
-          else if (r.isTensor())
-            outs.push_back(r.toTensor());
-        }
-        if (outs.size() != n.num_outputs()) continue;
-        for (std::size_t i = 0; i < outs.size(); ++i) remember(n.output(i), outs[i]);
-        folded.push_back(n);
+    c10::NoGradGuard no_grad;
+    std::size_t ph_index = 0;
+    for (auto n : p.graph().nodes()) {
+      for (auto v : n.outputs()) v.scratch() = 0;
+      if (n.is_placeholder()) {
+        const auto& s = specs[ph_index++];
+        if (is_constant_input(s, mutated)) known.remember(n.output(0), p.lifted_tensor(s).detach());
+        continue;
       }
+      if (!n.is_call() || has_side_effects(n) || n.num_outputs() == 0) continue;
+      bool all_known = true;
+      for (std::size_t i = 0; i < n.num_inputs() && all_known; ++i) all_known = n.input(i).scratch() != 0;
+      if (all_known && fold_call(n, known)) folded.push_back(n);
     }
-    // 2. the frontier: folded results read by calls that stay, or returned (a user is folded
-    //    when it is a call whose outputs are known)
+    return folded;
+  }
+
+  // 2. The frontier: folded results read by calls that stay, or returned (a user is folded when
+  //    it is a call whose outputs are known), and small enough to lift.
+  std::vector<value> frontier_of(const std::vector<node>& folded, const known_values& known) const {
     const auto is_folded = [](const use& u) {
       const node un = u.user();
       return un.is_call() && un.num_outputs() != 0 && un.output(0).scratch() != 0;
@@ -12229,11 +12113,15 @@ struct fold_t : pass_base<fold_t> {
       for (auto v : n.outputs()) {
         bool needed = false;
         for (const auto& u : v.uses()) needed = needed || !is_folded(u);
-        if (needed && tensor_of(v).toTensor().nbytes() <= max_bytes) frontier.push_back(v);
+        if (needed && known.of(v).toTensor().nbytes() <= max_bytes) frontier.push_back(v);
       }
-    if (frontier.empty()) return pass_result::unchanged();
-    // 3. lift them as constants, before the user inputs
-    const auto phs = g.placeholders();
+    return frontier;
+  }
+
+  // 3. Lifts the frontier as CONSTANT_TENSOR inputs (`c__folded_0`, ...), before the user
+  //    inputs, and removes what no longer runs.
+  static void lift(exported_program& p, const std::vector<value>& frontier, const known_values& known) {
+    const auto phs = p.graph().placeholders();
     auto& gm = p.graph_mut();
     auto& sig = p.signature_mut();
     std::size_t insert_at = 0;
@@ -12246,7 +12134,7 @@ struct fold_t : pass_base<fold_t> {
     lifted.reserve(frontier.size());
     for (auto v : frontier) {
       const std::string target = "_folded_" + std::to_string(k++);
-      auto t = tensor_of(v).toTensor();
+      auto t = known.of(v).toTensor();
       auto ph = gm.add_placeholder_fresh("c" + target, value_type::of(tensor_meta::of(t)), before);
       lifted.push_back(input_spec{input_kind::constant_tensor, argument_spec::tensor(ph.name()), target, {}});
       p.constants_mut().set(target, std::move(t));
@@ -12254,154 +12142,14 @@ struct fold_t : pass_base<fold_t> {
     }
     sig.input_specs.insert(sig.input_specs.begin() + static_cast<std::ptrdiff_t>(insert_at), lifted.begin(), lifted.end());
     eliminate_dead_code(gm);
-    return pass_result::modified();
   }
 };
 inline constexpr fold_t fold{};
 
 }  // namespace passes
 XPORT_END_NAMESPACE
-// #include <xport/passes/shapes.hpp>
-// xport/passes/shapes.hpp: shape (meta) propagation.
-// Recomputes every call's output types from its inputs' (on meta tensors, the same inference
-// as the builder), in order: after a rewrite that left stale shapes, or after editing a
-// placeholder's type. All types are computed before any is replaced.
-
-#include <string_view>  // std::string_view
-#include <utility>      // std::pair
-#include <vector>       // std::vector
-
-// #include <xport/config.hpp>
-// #include <xport/detail/meta_infer.hpp>
-// #include <xport/ir/graph.hpp>
+// #include <xport/lower/functionalize.hpp>
 // #include <xport/passes/pass.hpp>
-
-XPORT_BEGIN_NAMESPACE
-namespace passes {
-
-struct propagate_shapes_t : pass_base<propagate_shapes_t> {
-  static constexpr std::string_view name = "propagate_shapes";
-  static constexpr bool makes_shapes = true;
-
-  pass_result run(exported_program& p) const {
-    auto& g = p.graph_mut();
-    bool changed = false;
-    for (auto n : g.nodes()) {
-      if (!n.is_call()) continue;
-      const std::vector<argument> args(n.args().begin(), n.args().end());
-      auto types = detail::infer_outputs(n.op(), args);
-      if (types.size() != n.num_outputs())
-        return pass_result::failure("node '" + n.name() + "' (" + n.op().qualified + ") now has " +
-                                    std::to_string(types.size()) + " outputs, the graph says " +
-                                    std::to_string(n.num_outputs()));
-      for (std::size_t i = 0; i < types.size(); ++i) {
-        // keep the requires_grad the capture recorded: inference here does not see autograd
-        if (types[i].kind == value_kind::tensor && n.output(i).kind() == value_kind::tensor)
-          types[i].tensor.requires_grad = n.output(i).meta().requires_grad;
-        if (!(types[i] == n.output(i).type())) {
-          n.output(i).set_type(std::move(types[i]));
-          changed = true;
-        }
-      }
-    }
-    return pass_result::modified(changed);
-  }
-};
-inline constexpr propagate_shapes_t propagate_shapes{};
-
-}  // namespace passes
-XPORT_END_NAMESPACE
-// #include <xport/passes/canonicalize.hpp>
-// xport/passes/canonicalize.hpp: a canonical form, so that two equal programs print equal.
-// Call nodes are put in one deterministic topological order (depth first from the outputs, in
-// output and argument order; calls no output needs follow, in their old order) and renamed in
-// that order as the builder names them (`add`, `add_1`, ...). Placeholders keep their names
-// (they are the signature). A program with mutations keeps its order (moving a read across a
-// write would change it) and is only renamed.
-
-#include <string_view>    // std::string_view
-#include <unordered_map>  // std::unordered_map
-#include <unordered_set>  // std::unordered_set
-#include <utility>        // std::pair
-#include <vector>         // std::vector
-
-// #include <xport/config.hpp>
-// #include <xport/ir/builder.hpp>
-// #include <xport/ir/graph.hpp>
-// #include <xport/passes/pass.hpp>
-
-XPORT_BEGIN_NAMESPACE
-namespace passes {
-
-struct canonicalize_t : pass_base<canonicalize_t> {
-  static constexpr std::string_view name = "canonicalize";
-  static constexpr bool transactional = true;  // builds the new program before replacing
-
-  pass_result run(exported_program& p) const {
-    const auto& g = p.graph();
-    bool mutations = false;
-    for (auto n : g.nodes()) mutations = mutations || (n.is_call() && n.op().is_mutable);
-    // 1. the order
-    std::vector<node> order;
-    if (mutations) {
-      for (auto n : g.nodes())
-        if (n.is_call()) order.push_back(n);
-    } else {
-      std::unordered_set<const detail::node_impl*> done;
-      std::vector<std::pair<node, std::size_t>> stack;  // node, next input to visit
-      const auto visit = [&](node root) {
-        if (!root.is_call() || done.count(root.impl())) return;
-        stack.emplace_back(root, 0);
-        done.insert(root.impl());
-        while (!stack.empty()) {
-          auto& [n, i] = stack.back();
-          if (i < n.num_inputs()) {
-            const node in = n.input(i++).producer();
-            if (in.is_call() && done.insert(in.impl()).second) stack.emplace_back(in, 0);
-          } else {
-            order.push_back(n);
-            stack.pop_back();
-          }
-        }
-      };
-      for (auto v : g.outputs()) visit(v.producer());
-      for (auto n : g.nodes()) visit(n);  // what no output needs, in its old order
-    }
-    // 2. rebuild with fresh names
-    program_builder b;
-    std::unordered_map<const detail::value_impl*, value> map;
-    const auto phs = g.placeholders();
-    for (std::size_t i = 0; i < phs.size(); ++i)
-      map.emplace(phs[i].output(0).impl(), b.placeholder(p.signature().input_specs.at(i), phs[i].output(0).type()));
-    for (auto n : order) {
-      std::vector<argument> args(n.args().begin(), n.args().end());
-      for (auto& a : args) a.for_each_value([&](value& v) { v = map.at(v.impl()); });
-      std::vector<value_type> types;
-      for (auto v : n.outputs()) types.push_back(v.type());
-      b.at(n.source()).in_module(n.module_path());
-      const node m = b.record(n.op(), std::move(args), std::move(types));
-      for (std::size_t i = 0; i < n.num_outputs(); ++i) map.emplace(n.output(i).impl(), m.output(i));
-    }
-    const auto outs = g.output_node().args();
-    const auto& specs = p.signature().output_specs;
-    for (std::size_t i = 0; i < outs.size(); ++i) {
-      if (outs[i].is_value()) b.output(map.at(outs[i].as_value().impl()), specs.at(i).kind, specs.at(i).target);
-      else b.output_arg(outs[i], specs.at(i).kind, specs.at(i).target);  // a constant output (None)
-    }
-    b.set_state(p.state_dict(), p.constants());
-    b.set_examples(p.example_inputs());
-    auto q = std::move(b).build(p.dialect(), verify_options{.check_schemas = false});
-    q.set_call_spec(p.in_spec(), p.out_spec());
-    q.range_constraints_mut() = p.range_constraints();
-    const bool changed = to_string(q.graph()) != to_string(g);
-    p = std::move(q);
-    return pass_result::modified(changed);
-  }
-};
-inline constexpr canonicalize_t canonicalize{};
-
-}  // namespace passes
-XPORT_END_NAMESPACE
 // #include <xport/passes/rewrite.hpp>
 // xport/passes/rewrite.hpp: the subgraph pattern rewriter.
 // The pattern and its replacement are programs exported from C++ functions taking the same
@@ -12430,7 +12178,7 @@ XPORT_END_NAMESPACE
 #include <vector>         // std::vector
 
 // #include <xport/config.hpp>
-// #include <xport/detail/meta_infer.hpp>
+// #include <xport/ops/meta_infer.hpp>
 // #include <xport/ir/graph.hpp>
 // #include <xport/ir/program.hpp>
 // #include <xport/passes/pass.hpp>
@@ -12584,23 +12332,59 @@ inline rewrite_t rewrite(exported_program pattern, exported_program replacement,
 
 }  // namespace passes
 XPORT_END_NAMESPACE
-// #include <xport/passes/standard.hpp>
-// xport/passes/standard.hpp: functionalization and decomposition as pipeline stages, and the
-// whole set of built-in passes (include this for all of them).
+// #include <xport/passes/shapes.hpp>
+// xport/passes/shapes.hpp: shape (meta) propagation.
+// Recomputes every call's output types from its inputs' (on meta tensors, the same inference
+// as the builder), in order: after a rewrite that left stale shapes, or after editing a
+// placeholder's type. Types are replaced in graph order (each call sees its inputs' new types);
+// the pass is not transactional, so a pipeline runs it on a snapshot and a failure (a call
+// whose output count changed) leaves the program as it was.
 
 #include <string_view>  // std::string_view
-#include <utility>      // std::move
+#include <utility>      // std::pair
+#include <vector>       // std::vector
 
 // #include <xport/config.hpp>
-// #include <xport/passes/canonicalize.hpp>
-// #include <xport/passes/cse.hpp>
-// #include <xport/passes/dce.hpp>
-// #include <xport/passes/fold.hpp>
-// #include <xport/passes/functionalize.hpp>
+// #include <xport/ops/meta_infer.hpp>
+// #include <xport/ir/graph.hpp>
 // #include <xport/passes/pass.hpp>
-// #include <xport/passes/rewrite.hpp>
-// #include <xport/passes/shapes.hpp>
-// #include <xport/trace/decompose.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace passes {
+
+struct propagate_shapes_t : pass_base<propagate_shapes_t> {
+  static constexpr std::string_view name = "propagate_shapes";
+  static constexpr passes::traits traits{.makes_shapes = true};
+
+  pass_result run(exported_program& p) const {
+    auto& g = p.graph_mut();
+    bool changed = false;
+    for (auto n : g.nodes()) {
+      if (!n.is_call()) continue;
+      const std::vector<argument> args(n.args().begin(), n.args().end());
+      auto types = detail::infer_outputs(n.op(), args);
+      if (types.size() != n.num_outputs())
+        return pass_result::failure("node '" + n.name() + "' (" + n.op().qualified + ") now has " +
+                                    std::to_string(types.size()) + " outputs, the graph says " +
+                                    std::to_string(n.num_outputs()));
+      for (std::size_t i = 0; i < types.size(); ++i) {
+        // keep the requires_grad the capture recorded: inference here does not see autograd
+        if (types[i].kind == value_kind::tensor && n.output(i).kind() == value_kind::tensor)
+          types[i].tensor.requires_grad = n.output(i).meta().requires_grad;
+        if (!(types[i] == n.output(i).type())) {
+          n.output(i).set_type(std::move(types[i]));
+          changed = true;
+        }
+      }
+    }
+    return pass_result::modified(changed);
+  }
+};
+inline constexpr propagate_shapes_t propagate_shapes{};
+
+}  // namespace passes
+XPORT_END_NAMESPACE
+// #include <xport/lower/decompose.hpp>
 
 XPORT_BEGIN_NAMESPACE
 namespace passes {
@@ -12608,9 +12392,7 @@ namespace passes {
 /// xport::functionalize as a stage: in-place ops out, mutations as outputs.
 struct functionalize_t : pass_base<functionalize_t> {
   static constexpr std::string_view name = "functionalize";
-  static constexpr bool makes_functional = true;
-  static constexpr bool makes_shapes = true;
-  static constexpr bool transactional = true;
+  static constexpr passes::traits traits{.makes_functional = true, .makes_shapes = true, .transactional = true};
   pass_result run(exported_program& p) const {
     p = xport::functionalize(p);
     return pass_result::modified();
@@ -12622,9 +12404,7 @@ inline constexpr functionalize_t functionalize{};
 /// xport::run_decompositions.
 struct decompose_t : pass_base<decompose_t> {
   static constexpr std::string_view name = "decompose";
-  static constexpr bool makes_functional = true;
-  static constexpr bool makes_shapes = true;
-  static constexpr bool transactional = true;
+  static constexpr passes::traits traits{.makes_functional = true, .makes_shapes = true, .transactional = true};
   decomposition_table table = decomposition_table::core_aten();
   pass_result run(exported_program& p) const {
     p = run_decompositions(p, table);
@@ -12641,14 +12421,18 @@ inline decompose_t decompose_with(decomposition_table table) {
 /// verify() as a stage.
 struct verify_t : pass_base<verify_t> {
   static constexpr std::string_view name = "verify";
-  static constexpr bool needs_shapes = true;
-  static constexpr bool transactional = true;
+  static constexpr passes::traits traits{.needs_shapes = true, .transactional = true};
   pass_result run(exported_program& p) const {
     xport::verify(p);
     return pass_result::unchanged();
   }
 };
 inline constexpr verify_t verify_stage{};
+
+/// Every built-in pass, in the order `pass_manager::registered()` lists them.
+inline auto builtin_passes() {
+  return std::tie(dce, cse, fold, canonicalize, propagate_shapes, functionalize, decompose, verify_stage);
+}
 
 }  // namespace passes
 XPORT_END_NAMESPACE
@@ -12659,8 +12443,8 @@ XPORT_END_NAMESPACE
 //   pm.verify_each(true).print_to(std::cerr);
 //   auto r = pm.run(program);
 //
-// The same passes as the compile-time pipelines, type-erased; user passes can be registered by
-// name. verify_each runs verify() after every pass; print_to prints the program before and
+// The same passes as the compile-time pipelines (standard.hpp's builtin_passes()), type-erased;
+// user passes can be registered by name. verify_each runs verify() after every pass; print_to prints the program before and
 // after each one.
 
 #include <functional>     // std::function
@@ -12669,6 +12453,7 @@ XPORT_END_NAMESPACE
 #include <ostream>        // std::ostream
 #include <string>         // std::string
 #include <string_view>    // std::string_view
+#include <tuple>          // std::apply
 #include <vector>         // std::vector
 
 // #include <xport/config.hpp>
@@ -12779,14 +12564,8 @@ class pass_manager {
   static std::map<std::string, factory>& registry() {
     static std::map<std::string, factory> r = [] {
       std::map<std::string, factory> m;
-      m["dce"] = [] { return any_pass::of(dce); };
-      m["cse"] = [] { return any_pass::of(cse); };
-      m["fold"] = [] { return any_pass::of(fold); };
-      m["functionalize"] = [] { return any_pass::of(functionalize); };
-      m["decompose"] = [] { return any_pass::of(decompose); };
-      m["propagate_shapes"] = [] { return any_pass::of(propagate_shapes); };
-      m["canonicalize"] = [] { return any_pass::of(canonicalize); };
-      m["verify"] = [] { return any_pass::of(verify_stage); };
+      std::apply([&](const auto&... p) { ((m[std::string(p.name)] = [&p] { return any_pass::of(p); }), ...); },
+                 builtin_passes());
       return m;
     }();
     return r;
@@ -12798,6 +12577,815 @@ class pass_manager {
 
 }  // namespace passes
 XPORT_END_NAMESPACE
+
+// running
+// #include <xport/run/guards.hpp>
+// xport/run/guards.hpp: the checks a program makes on its inputs before running.
+// Count, definedness, dtype, device, rank and every static size; a mismatch is a guard_error
+// `[xport.guard.<what>] input <name>: ...` naming the input, the dimension, what the program
+// expects and what it got, and how to fix it.
+
+#include <algorithm>  // std::find
+#include <cstddef>  // std::size_t
+#include <optional>  // std::optional
+#include <string_view>  // std::string_view
+#include <string>   // std::string
+#include <vector>   // std::vector
+
+#include <ATen/core/Tensor.h>
+
+// #include <xport/config.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ir/dtype.hpp>
+// #include <xport/ir/program.hpp>
+// #include <xport/ir/sym_expr.hpp>
+// #include <xport/ir/tensor_meta.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+/// The values of a program's symbols (`s0` = 8) for one call, read from the inputs' sizes.
+class sym_env {
+ public:
+  [[nodiscard]] std::optional<std::int64_t> operator()(std::string_view name) const {
+    for (std::size_t i = 0; i < names_->size(); ++i)
+      if ((*names_)[i] == name && bound_[i]) return values_[i];
+    return std::nullopt;
+  }
+  [[nodiscard]] std::int64_t eval(const sym_int& e) const {
+    if (e.is_constant()) return e.hint();
+    auto v = sym::eval(e, [this](std::string_view n) { return (*this)(n); });
+    if (!v) throw run_error("xport.run.unbound_symbol", "size " + e.str() + " uses a symbol no input binds");
+    return *v;
+  }
+
+ private:
+  friend class input_guards;
+  const std::vector<std::string>* names_ = nullptr;
+  std::vector<std::int64_t> values_;
+  std::vector<bool> bound_;
+};
+
+class input_guards {
+ public:
+  explicit input_guards(const exported_program& p) {
+    const auto phs = p.graph().placeholders();
+    const auto& specs = p.signature().input_specs;
+    for (std::size_t i = 0; i < phs.size() && i < specs.size(); ++i) {
+      // a specialized constant input is no run-time input (callable<Sig> checks its value)
+      if (specs[i].kind != input_kind::user_input || specs[i].arg.type == argument_spec::kind::constant) continue;
+      const auto v = phs[i].output(0);
+      names_.push_back(v.name());
+      metas_.push_back(v.kind() == value_kind::tensor ? v.meta() : tensor_meta{});
+    }
+    // Symbols: each bound by the first input dim that is exactly it (or solved from a linear
+    // one), checked against its range; every other symbolic dim is checked against the bindings.
+    for (const auto& rc : p.range_constraints()) {
+      for (const auto& s : sym::free_symbols(rc.symbol)) {
+        if (std::find(symbols_.begin(), symbols_.end(), s) != symbols_.end()) continue;
+        symbols_.push_back(s);
+        ranges_.push_back({rc.min, rc.max.value_or(int_oo)});
+        dim_names_.push_back(rc.name.empty() ? s : rc.name);
+      }
+    }
+    auto slot_of = [&](const std::string& s) {
+      auto it = std::find(symbols_.begin(), symbols_.end(), s);
+      if (it == symbols_.end()) {
+        symbols_.push_back(s);
+        ranges_.push_back({0, int_oo});
+        dim_names_.push_back(s);
+        return symbols_.size() - 1;
+      }
+      return static_cast<std::size_t>(it - symbols_.begin());
+    };
+    for (std::size_t i = 0; i < metas_.size(); ++i)
+      for (std::size_t d = 0; d < metas_[i].sizes.size(); ++d) {
+        const auto& e = metas_[i].sizes[d];
+        if (e.is_constant()) continue;
+        for (const auto& s : sym::free_symbols(e)) slot_of(s);
+      }
+    site_.assign(symbols_.size(), sym_site{});
+    for (std::size_t pass = 0; pass < 2; ++pass)
+      for (std::size_t i = 0; i < metas_.size(); ++i)
+        for (std::size_t d = 0; d < metas_[i].sizes.size(); ++d) {
+          const auto& e = metas_[i].sizes[d];
+          if (e.is_constant()) continue;
+          const auto lin = sym::as_linear(e);
+          if (!lin) continue;
+          const auto slot = slot_of(lin->symbol);
+          if (site_[slot].input != npos) continue;
+          if (pass == 0 && (lin->a != 1 || lin->b != 0)) continue;
+          site_[slot] = {i, d, lin->a, lin->b};
+        }
+    for (std::size_t i = 0; i < metas_.size(); ++i)
+      for (std::size_t d = 0; d < metas_[i].sizes.size(); ++d) {
+        const auto& e = metas_[i].sizes[d];
+        if (e.is_constant()) continue;
+        bool is_site = false;
+        for (const auto& st : site_) is_site = is_site || (st.input == i && st.dim == d);
+        if (!is_site) checks_.push_back({i, d});
+      }
+  }
+
+  /// Whether the program has dynamic dims (symbolic input sizes).
+  [[nodiscard]] bool symbolic() const noexcept { return !symbols_.empty(); }
+
+  /// The symbols' values for these inputs, without checks (for run_options::check_inputs = false).
+  [[nodiscard]] sym_env bind(const std::vector<at::Tensor>& inputs) const {
+    sym_env env = empty_env();
+    for (std::size_t k = 0; k < site_.size(); ++k) {
+      const auto& st = site_[k];
+      if (st.input == npos || st.input >= inputs.size() || !inputs[st.input].defined()) continue;
+      env.values_[k] = (inputs[st.input].size(static_cast<std::int64_t>(st.dim)) - st.b) / st.a;
+      env.bound_[k] = true;
+    }
+    return env;
+  }
+
+  [[nodiscard]] const std::vector<std::string>& names() const noexcept { return names_; }
+  [[nodiscard]] const std::vector<tensor_meta>& metas() const noexcept { return metas_; }
+
+  /// Throws guard_error for the first input that does not satisfy the program's guards.
+  void check(const std::vector<at::Tensor>& inputs) const {
+    check_static(inputs);
+    if (symbolic()) (void)check_symbols(inputs);
+  }
+
+  /// check() and the symbols' values.
+  [[nodiscard]] sym_env check_and_bind(const std::vector<at::Tensor>& inputs) const {
+    check_static(inputs);
+    return symbolic() ? check_symbols(inputs) : empty_env();
+  }
+
+ private:
+  void check_static(const std::vector<at::Tensor>& inputs) const {
+    if (inputs.size() != names_.size()) {
+      std::string list;
+      for (const auto& n : names_) list += (list.empty() ? "" : ", ") + n;
+      throw guard_error("xport.guard.count", "expected " + std::to_string(names_.size()) +
+                                                 " input(s) (" + list + "), got " +
+                                                 std::to_string(inputs.size()));
+    }
+    for (std::size_t i = 0; i < inputs.size(); ++i) check_one(i, inputs[i]);
+  }
+
+  void check_one(std::size_t i, const at::Tensor& t) const {
+    const auto& name = names_[i];
+    const auto& m = metas_[i];
+    if (!t.defined())
+      throw guard_error("xport.guard.undefined", "input " + name + ": expected a tensor " +
+                                                     m.annotation() + ", got an undefined tensor");
+    if (t.scalar_type() != m.dtype)
+      throw guard_error("xport.guard.dtype", "input " + name + ": expected dtype " + dtype_abbr(m.dtype) +
+                                                 " (" + python_repr(m.dtype) + "), got " +
+                                                 dtype_abbr(t.scalar_type()) + " (" +
+                                                 python_repr(t.scalar_type()) + "); convert it with .to(" +
+                                                 python_repr(m.dtype) + ")");
+    if (t.device().type() != m.device.type())
+      throw guard_error("xport.guard.device",
+                        "input " + name + ": expected a tensor on " + m.device.str() + ", got one on " +
+                            t.device().str() + "; move the input, or move the program with "
+                            "exported_program::to(device)");
+    if (t.dim() != m.dim())
+      throw guard_error("xport.guard.rank", "input " + name + ": expected " + std::to_string(m.dim()) +
+                                                " dimension(s) " + m.annotation() + ", got " +
+                                                std::to_string(t.dim()) + " " +
+                                                tensor_meta::of(t).annotation());
+    for (std::size_t d = 0; d < m.sizes.size(); ++d) {
+      const auto& s = m.sizes[d];
+      if (s.is_symbolic()) continue;
+      if (t.size(static_cast<std::int64_t>(d)) != s.value())
+        throw guard_error("xport.guard.shape",
+                          "input " + name + ": dim " + std::to_string(d) + " must be " +
+                              std::to_string(s.value()) + ", got " +
+                              std::to_string(t.size(static_cast<std::int64_t>(d))) +
+                              " (the program was exported with a static size here; export with a "
+                              "dynamic Dim for this dimension to accept other sizes)");
+    }
+  }
+
+  [[nodiscard]] sym_env empty_env() const {
+    sym_env env;
+    env.names_ = &symbols_;
+    env.values_.assign(symbols_.size(), 0);
+    env.bound_.assign(symbols_.size(), false);
+    return env;
+  }
+
+  [[nodiscard]] std::string dim_text(std::size_t i, std::size_t d) const {
+    return names_[i] + ".shape[" + std::to_string(d) + "]";
+  }
+
+  sym_env check_symbols(const std::vector<at::Tensor>& inputs) const {
+    sym_env env = empty_env();
+    for (std::size_t k = 0; k < site_.size(); ++k) {
+      const auto& st = site_[k];
+      if (st.input == npos) continue;
+      const auto got = inputs[st.input].size(static_cast<std::int64_t>(st.dim));
+      if (st.a != 1 || st.b != 0) {
+        if ((got - st.b) % st.a != 0 || got < st.b)
+          throw guard_error("xport.guard.form",
+                            "Expected input " + dim_text(st.input, st.dim) + " = " + std::to_string(got) +
+                                " to be of the form " + metas_[st.input].sizes[st.dim].str() + ", where " +
+                                symbols_[k] + " (" + dim_names_[k] + ") is an integer");
+      }
+      const auto v = (got - st.b) / st.a;
+      const auto& r = ranges_[k];
+      if (!r.contains(v))
+        throw guard_error("xport.guard.range",
+                          "input " + names_[st.input] + ": dim " + std::to_string(st.dim) + " (" + dim_names_[k] +
+                              ") must be in [" + std::to_string(r.lo) + ", " +
+                              (r.hi == int_oo ? std::string("int_oo") : std::to_string(r.hi)) + "], got " +
+                              std::to_string(v) + "; the program was exported for this range (widen the Dim's "
+                              "min/max and export again for other sizes)");
+      env.values_[k] = v;
+      env.bound_[k] = true;
+    }
+    for (const auto& [i, d] : checks_) {
+      const auto& e = metas_[i].sizes[d];
+      const auto got = inputs[i].size(static_cast<std::int64_t>(d));
+      const auto want = env.eval(e);
+      if (got == want) continue;
+      const auto lin = sym::as_linear(e);
+      std::string msg;
+      if (lin && lin->a == 1 && lin->b == 0) {
+        std::size_t k = 0;
+        while (symbols_[k] != lin->symbol) ++k;
+        msg = dim_text(site_[k].input, site_[k].dim) + " (" + dim_names_[k] + "=" + std::to_string(want) +
+              ") must equal " + dim_text(i, d) + ", got " + std::to_string(got);
+      } else {
+        msg = dim_text(i, d) + " must be " + e.str() + " = " + std::to_string(want) + " (";
+        std::string b;
+        for (const auto& s : sym::free_symbols(e)) {
+          std::size_t k = 0;
+          while (symbols_[k] != s) ++k;
+          b += (b.empty() ? "" : ", ") + s + " = " + dim_names_[k] + " = " + std::to_string(*env(s));
+        }
+        msg += b + "), got " + std::to_string(got);
+      }
+      throw guard_error("xport.guard.equal", msg);
+    }
+    return env;  // a symbol no input gives stays unbound: an argument that uses it fails by name
+  }
+
+  struct sym_site {
+    std::size_t input = npos, dim = 0;
+    std::int64_t a = 1, b = 0;
+  };
+  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+
+  std::vector<std::string> names_;
+  std::vector<tensor_meta> metas_;
+  std::vector<std::string> symbols_;     // s0, s1, ...
+  std::vector<value_range> ranges_;      // per symbol
+  std::vector<std::string> dim_names_;   // per symbol: the user's name for it
+  std::vector<sym_site> site_;           // per symbol: where it is read
+  std::vector<std::pair<std::size_t, std::size_t>> checks_;  // other symbolic dims
+};
+
+XPORT_END_NAMESPACE
+// #include <xport/run/interpreter.hpp>
+// xport/run/interpreter.hpp: running an exported program through the LibTorch dispatcher.
+// The program is compiled once into a flat instruction list: operator handles resolved,
+// constant arguments pre-boxed (every argument passed as ops/call.hpp decides for all calls),
+// one register per value; each value is moved into its last use
+// (or dropped at once when nothing uses it), so memory is freed as early as in eager. Running checks the inputs
+// against the program's guards, then makes one boxed call per node; the dispatcher picks the
+// kernel (CPU or CUDA) from the tensors, and autograd records when parameters require grad.
+// An interpreter is immutable after construction: any number of threads may run it at once.
+
+#include <cstddef>        // std::size_t
+#include <cstdint>        // std::uint32_t
+#include <memory>         // std::shared_ptr
+#include <mutex>          // std::lock_guard
+#include <optional>       // std::optional
+#include <string>         // std::string
+#include <unordered_map>  // std::unordered_map
+#include <unordered_set>  // std::unordered_set
+#include <utility>        // std::move
+#include <vector>         // std::vector
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/core/stack.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
+
+// #include <xport/config.hpp>
+// #include <xport/ops/call.hpp>
+// #include <xport/ops/op_sets.hpp>
+// #include <xport/ops/schema.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ir/graph.hpp>
+// #include <xport/ir/program.hpp>
+// #include <xport/run/guards.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+struct run_options {
+  /// Check inputs against the program's guards before running (count, dtype, device, shape).
+  bool check_inputs = true;
+  /// Run under c10::InferenceMode: no autograd recording, ~0.2 us less per op. Results are
+  /// inference tensors.
+  bool inference_mode = false;
+};
+
+class interpreter {
+ public:
+  explicit interpreter(const exported_program& p) : guards_(p) { compile(p); }
+
+  /// Runs on the user inputs (the tensor ones, in signature order: a specialized constant input
+  /// is no argument here, its value is the program's); returns the user outputs. Buffer and
+  /// input mutations the program returns are written back (into the program's state, and into
+  /// the given input tensors) as eager would have done in place.
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs, const run_options& opts = {}) const {
+    const sym_env env = opts.check_inputs ? guards_.check_and_bind(inputs) : guards_.bind(inputs);
+    std::optional<c10::InferenceMode> inference;
+    if (opts.inference_mode) inference.emplace();
+    std::vector<at::Tensor> relaid;
+    auto outs = execute(in_exported_layout(inputs, relaid), env);
+    std::vector<at::Tensor> user;
+    user.reserve(user_outputs_.size());
+    for (auto i : user_outputs_) user.push_back(outs[i].isTensor() ? outs[i].toTensor() : at::Tensor());
+    if (!mutations_.empty()) {
+      c10::NoGradGuard no_grad;
+      for (const auto& m : mutations_) {
+        auto& target = m.user_input >= 0 ? inputs[static_cast<std::size_t>(m.user_input)] : m.state;
+        const auto& fresh = outs[m.output].toTensor();
+        if (!target.is_same(fresh)) target.copy_(fresh);
+      }
+    }
+    return user;
+  }
+
+  /// Runs and returns every graph output (mutations included) as IValues, without guards or
+  /// write-back: the graph as a pure function of (lifted state, user inputs).
+  std::vector<c10::IValue> run_all(const std::vector<at::Tensor>& inputs) const {
+    std::vector<at::Tensor> relaid;
+    return execute(in_exported_layout(inputs, relaid), guards_.bind(inputs));
+  }
+
+  [[nodiscard]] std::size_t num_instructions() const noexcept { return code_.size(); }
+  [[nodiscard]] const input_guards& guards() const noexcept { return guards_; }
+
+ private:
+  // How one argument is pushed: a pre-boxed constant, a register (copied, or moved when this is
+  // its last use), or a list assembled from registers.
+  struct arg_op {
+    enum class kind : std::uint8_t {
+      constant, reg_copy, reg_move, tensor_list, opt_tensor_list, int_list, symbolic,
+      symbolic_number, reg_number  // a size where a Tensor is expected: passed as a wrapped number
+    };
+    kind type;
+    std::uint32_t index;  // into constants_, regs, lists_ or syms_
+  };
+  struct list_op {
+    std::vector<arg_op> elems;  // constant (None / int) or register
+  };
+  struct instr {
+    const c10::OperatorHandle* op;
+    const op_info* info;
+    std::string node_name;
+    std::vector<arg_op> args;
+    std::vector<std::uint32_t> outputs;  // register per output; `dead` = unused, dropped at once
+  };
+  struct mutation {
+    std::size_t output;   // index among graph outputs
+    int user_input = -1;  // write back into this user input...
+    at::Tensor state;     // ...or into this state tensor
+  };
+  static constexpr std::uint32_t dead = 0xffffffffu;
+
+  // Note [Inputs in the exported layout]: a program assumes its examples' memory layout where
+  // the ops it was traced through did: a composite kernel that called `.contiguous()` on a
+  // contiguous example recorded nothing (`_embedding_bag` then reads a strided index tensor
+  // wrongly), a decomposed reshape became a view. The guards accept any layout, so an input
+  // whose layout differs from its example's (contiguous or channels_last) is copied into it
+  // first: same values, the layout every recorded op assumed. Inputs the program writes in
+  // place are passed as they are (their writes must reach the caller's tensor).
+  const std::vector<at::Tensor>& in_exported_layout(const std::vector<at::Tensor>& inputs,
+                                                    std::vector<at::Tensor>& relaid) const {
+    for (std::size_t i = 0; i < inputs.size() && i < input_layout_.size(); ++i) {
+      const auto& fmt = input_layout_[i];
+      if (!fmt || !inputs[i].defined() || inputs[i].is_contiguous(*fmt)) continue;
+      if (relaid.empty()) relaid = inputs;
+      relaid[i] = inputs[i].contiguous(*fmt);
+    }
+    return relaid.empty() ? inputs : relaid;
+  }
+
+  // The layout of a placeholder's example, when it is one `.contiguous(format)` makes.
+  static std::optional<c10::MemoryFormat> exported_layout(const value& v) {
+    if (v.kind() != value_kind::tensor) return std::nullopt;
+    const auto& m = v.meta();
+    if (m.layout != c10::kStrided) return std::nullopt;
+    const auto t = m.make_meta();
+    for (auto fmt : {c10::MemoryFormat::Contiguous, c10::MemoryFormat::ChannelsLast, c10::MemoryFormat::ChannelsLast3d})
+      if ((fmt != c10::MemoryFormat::ChannelsLast || t.dim() == 4) && (fmt != c10::MemoryFormat::ChannelsLast3d || t.dim() == 5) &&
+          t.is_contiguous(fmt))
+        return fmt;
+    return std::nullopt;
+  }
+
+  // Placeholders some in-place op writes to, directly or through a view.
+  static std::unordered_set<const detail::value_impl*> written_placeholders(const graph& g) {
+    std::unordered_map<const detail::value_impl*, const detail::value_impl*> root;
+    for (auto ph : g.placeholders()) root[ph.output(0).impl()] = ph.output(0).impl();
+    std::unordered_set<const detail::value_impl*> written;
+    for (auto n : g.nodes()) {
+      if (!n.is_call()) continue;
+      const auto& op = n.op();
+      const auto args = n.args();
+      const auto& params = op.schema().arguments();
+      const auto root_of = [&](const argument& a) -> const detail::value_impl* {
+        if (!a.is_value()) return nullptr;
+        const auto it = root.find(a.as_value().impl());
+        return it == root.end() ? nullptr : it->second;
+      };
+      const detail::value_impl* aliased = nullptr;
+      for (std::size_t i = 0; i < params.size() && i < args.size(); ++i) {
+        const auto* ai = params[i].alias_info();
+        if (!ai) continue;
+        const auto* r = root_of(args[i]);
+        if (ai->isWrite() && r) written.insert(r);
+        if (!aliased) aliased = r;
+      }
+      if (aliased && (op.is_view || op.is_mutable || op.inplace_view))
+        for (auto v : n.outputs()) root[v.impl()] = aliased;
+    }
+    return written;
+  }
+
+  using reg_map = std::unordered_map<const detail::value_impl*, std::uint32_t>;
+  using last_use_map = std::unordered_map<const detail::value_impl*, const detail::node_impl*>;
+
+  void compile(const exported_program& p) {
+    const auto& g = p.graph();
+    reg_map reg;
+    compile_inputs(p, reg);
+    last_use_map last_use;  // last use of every value, by node order
+    for (auto n : g.nodes())
+      for (std::size_t i = 0; i < n.num_inputs(); ++i) last_use[n.input(i).impl()] = n.impl();
+    for (auto n : g.nodes())
+      if (n.is_call()) compile_call(n, reg, last_use);
+    num_regs_ = reg.size();
+    compile_outputs(p, reg);
+    keep_output_registers();
+  }
+
+  // A register per placeholder: the user inputs' slots (and layouts), the state's tensors.
+  void compile_inputs(const exported_program& p, reg_map& reg) {
+    const auto& sig = p.signature();
+    const auto phs = p.graph().placeholders();
+    const auto written = written_placeholders(p.graph());
+    for (std::size_t i = 0; i < phs.size(); ++i) {
+      const auto r = static_cast<std::uint32_t>(reg.size());
+      reg.emplace(phs[i].output(0).impl(), r);
+      const auto& spec = sig.input_specs.at(i);
+      if (spec.kind == input_kind::user_input && spec.arg.type == argument_spec::kind::constant) {
+        continue;  // a specialized constant: nothing reads its placeholder
+      } else if (spec.kind == input_kind::user_input) {
+        user_slots_.push_back(r);
+        input_layout_.push_back(written.count(phs[i].output(0).impl()) ? std::nullopt : exported_layout(phs[i].output(0)));
+      } else {
+        state_slots_.emplace_back(r, p.lifted_tensor(spec));
+      }
+    }
+  }
+
+  // The instruction of call node `n`: how each argument is pushed, a register per used output.
+  void compile_call(const node& n, reg_map& reg, const last_use_map& last_use) {
+    instr in;
+    in.info = &n.op();
+    in.op = &in.info->handle;
+    in.node_name = n.name();
+    // operands whose last use is this node are moved at their last occurrence here
+    std::unordered_map<const detail::value_impl*, std::size_t> remaining;
+    for (std::size_t i = 0; i < n.num_inputs(); ++i) ++remaining[n.input(i).impl()];
+    const auto reg_op = [&](const value& v) -> arg_op {
+      const auto r = reg.at(v.impl());
+      const bool last = last_use.at(v.impl()) == n.impl() && --remaining[v.impl()] == 0;
+      return {last ? arg_op::kind::reg_move : arg_op::kind::reg_copy, r};
+    };
+    const auto& params = in.info->schema().arguments();
+    const auto args = n.args();
+    for (std::size_t i = 0; i < params.size(); ++i) in.args.push_back(compile_argument(params[i], args[i], reg_op));
+    for (auto v : n.outputs()) {
+      if (v.num_uses() == 0) {
+        in.outputs.push_back(dead);
+      } else {
+        const auto r = static_cast<std::uint32_t>(reg.size());
+        reg.emplace(v.impl(), r);
+        in.outputs.push_back(r);
+      }
+    }
+    run_views_as_reshape(in);
+    max_args_ = std::max(max_args_, in.args.size());
+    code_.push_back(std::move(in));
+  }
+
+  // How argument `a` of parameter `param` is pushed, as detail::form_of decides for every call;
+  // `reg_op(value)` is a value's register operand.
+  template <class RegOp>
+  arg_op compile_argument(const c10::Argument& param, const argument& a, RegOp&& reg_op) {
+    using form = detail::arg_form;
+    const auto f = detail::form_of(param, a);
+    switch (f) {
+      case form::constant:
+        constants_.push_back(detail::constant_ivalue(param, a));
+        return {arg_op::kind::constant, static_cast<std::uint32_t>(constants_.size() - 1)};
+      case form::value: return reg_op(a.as_value());
+      case form::value_number: return {arg_op::kind::reg_number, reg_op(a.as_value()).index};
+      case form::symbolic:
+      case form::symbolic_number:
+        syms_.push_back(a.as_sym());
+        return {f == form::symbolic ? arg_op::kind::symbolic : arg_op::kind::symbolic_number,
+                static_cast<std::uint32_t>(syms_.size() - 1)};
+      case form::tensor_list:
+      case form::optional_tensor_list:
+      case form::int_list: break;
+    }
+    // a list holding values: Tensor[], Tensor?[] or SymInt[]
+    list_op l;
+    for (const auto& e : a.as_list()) {
+      if (e.is_value()) {
+        l.elems.push_back(reg_op(e.as_value()));
+      } else if (e.is_symbolic()) {
+        syms_.push_back(e.as_sym());
+        l.elems.push_back({arg_op::kind::symbolic, static_cast<std::uint32_t>(syms_.size() - 1)});
+      } else {
+        constants_.push_back(e.is_int() ? c10::IValue(e.as_int()) : c10::IValue());
+        l.elems.push_back({arg_op::kind::constant, static_cast<std::uint32_t>(constants_.size() - 1)});
+      }
+    }
+    lists_.push_back(std::move(l));
+    const auto k = f == form::tensor_list            ? arg_op::kind::tensor_list
+                   : f == form::optional_tensor_list ? arg_op::kind::opt_tensor_list
+                                                     : arg_op::kind::int_list;
+    return {k, static_cast<std::uint32_t>(lists_.size() - 1)};
+  }
+
+  // Where each graph output comes from (a register, or a constant), and what it is to run().
+  void compile_outputs(const exported_program& p, const reg_map& reg) {
+    const auto out_args = p.graph().output_node().args();
+    for (std::size_t i = 0; i < out_args.size(); ++i) {
+      const auto& a = out_args[i];
+      if (a.is_value()) {
+        outputs_.push_back({true, reg.at(a.as_value().impl())});
+      } else {
+        constants_.push_back(detail::constant_ivalue(a, c10::AnyType::get()));
+        outputs_.push_back({false, static_cast<std::uint32_t>(constants_.size() - 1)});
+      }
+      compile_output_kind(p, i);
+    }
+  }
+
+  // Output `i` is a user output, or a mutation run() writes back (into state, or a user input).
+  void compile_output_kind(const exported_program& p, std::size_t i) {
+    const auto& sig = p.signature();
+    const auto& spec = sig.output_specs.at(i);
+    switch (spec.kind) {
+      case output_kind::user_output:
+      case output_kind::loss_output: user_outputs_.push_back(i); break;
+      case output_kind::buffer_mutation:
+      case output_kind::parameter_mutation: {
+        input_spec lookup;
+        lookup.kind = spec.kind == output_kind::buffer_mutation ? input_kind::buffer : input_kind::parameter;
+        for (const auto& s : sig.input_specs)
+          if (s.kind == lookup.kind && s.target == spec.target) lookup = s;
+        mutations_.push_back({i, -1, p.lifted_tensor(lookup)});
+        break;
+      }
+      case output_kind::user_input_mutation: {
+        int k = 0;
+        for (const auto& s : sig.input_specs) {
+          if (s.kind != input_kind::user_input || s.arg.type == argument_spec::kind::constant) continue;
+          if (s.arg.name == spec.target) break;
+          ++k;
+        }
+        mutations_.push_back({i, k, {}});
+        break;
+      }
+      default: break;
+    }
+  }
+
+  // A register read by the output node must survive to the end: never move out of it.
+  void keep_output_registers() {
+    std::vector<bool> is_output_reg(num_regs_, false);
+    for (const auto& o : outputs_)
+      if (o.is_reg) is_output_reg[o.index] = true;
+    const auto keep = [&](arg_op& a) {
+      if (a.type == arg_op::kind::reg_move && is_output_reg[a.index]) a.type = arg_op::kind::reg_copy;
+    };
+    for (auto& in : code_)
+      for (auto& a : in.args) keep(a);
+    for (auto& l : lists_)
+      for (auto& e : l.elems) keep(e);
+  }
+
+  // Note [Views run as reshape]: a decomposed `reshape` is a `view` (torch 2.x) or an
+  // `_reshape_alias` with the example's strides (LibTorch 1.13): both assume the example's
+  // layout. Given a transposed, sliced or channels_last input, `view` fails and `_reshape_alias`
+  // reads the wrong elements. They run as `reshape` instead: the same view whenever one exists
+  // (so aliasing is kept), a copy otherwise, the right values for every layout.
+  static void run_views_as_reshape(instr& in) {
+    const auto& name = in.info->name;
+    if (!detail::is_reshaping_view(name, in.info->overload)) return;
+    static const op_info& reshape = find_op("aten::reshape");
+    in.op = &reshape.handle;
+    in.args.resize(2);  // self, size (`_reshape_alias`'s strides are the example's: dropped)
+  }
+
+  c10::IValue take(std::vector<c10::IValue>& regs, const sym_env& env, const arg_op& a) const {
+    const auto& constants = constants_;
+    switch (a.type) {
+      case arg_op::kind::symbolic: return env.eval(syms_[a.index]);
+      case arg_op::kind::symbolic_number: return detail::wrapped_number(c10::IValue(env.eval(syms_[a.index])));
+      case arg_op::kind::reg_number: return detail::wrapped_number(regs[a.index]);
+      case arg_op::kind::constant: return constants[a.index];
+      case arg_op::kind::reg_copy: return regs[a.index];
+      case arg_op::kind::reg_move: return std::move(regs[a.index]);
+      default: return {};
+    }
+  }
+
+  std::vector<c10::IValue> execute(const std::vector<at::Tensor>& inputs, const sym_env& env) const {
+    std::vector<c10::IValue> regs(num_regs_);
+    for (std::size_t i = 0; i < user_slots_.size(); ++i) regs[user_slots_[i]] = inputs[i];
+    for (const auto& [r, t] : state_slots_) regs[r] = t;
+    torch::jit::Stack stack;
+    stack.reserve(max_args_ + 4);
+    for (const auto& in : code_) {
+      for (const auto& a : in.args) {
+        switch (a.type) {
+          case arg_op::kind::constant:
+          case arg_op::kind::symbolic:
+          case arg_op::kind::symbolic_number:
+          case arg_op::kind::reg_number:
+          case arg_op::kind::reg_copy:
+          case arg_op::kind::reg_move: stack.push_back(take(regs, env, a)); break;
+          case arg_op::kind::tensor_list: {
+            const auto& l = lists_[a.index];
+            c10::List<at::Tensor> ts;
+            ts.reserve(l.elems.size());
+            for (const auto& e : l.elems) ts.push_back(take(regs, env, e).toTensor());
+            stack.emplace_back(std::move(ts));
+            break;
+          }
+          case arg_op::kind::opt_tensor_list: {
+            const auto& l = lists_[a.index];
+            c10::List<c10::optional<at::Tensor>> ts;
+            ts.reserve(l.elems.size());
+            for (const auto& e : l.elems) {
+              auto v = take(regs, env, e);
+              if (v.isNone()) ts.push_back(c10::nullopt);
+              else ts.push_back(v.toTensor());
+            }
+            stack.emplace_back(std::move(ts));
+            break;
+          }
+          case arg_op::kind::int_list: {
+            const auto& l = lists_[a.index];
+            c10::List<std::int64_t> is;
+            for (const auto& e : l.elems) is.push_back(take(regs, env, e).toInt());
+            stack.emplace_back(std::move(is));
+            break;
+          }
+        }
+      }
+      detail::call_op(*in.op, stack, [&](const c10::Error& e) {
+        throw run_error("xport.run.op_failed", "node '" + in.node_name + "' (" + in.info->qualified +
+                                                   ") failed: " + e.what_without_backtrace());
+      });
+      detail::take_outputs(stack, [&](std::size_t k, c10::IValue&& r) {
+        if (k < in.outputs.size() && in.outputs[k] != dead) regs[in.outputs[k]] = std::move(r);
+      });
+      stack.clear();
+    }
+    std::vector<c10::IValue> out;
+    out.reserve(outputs_.size());
+    for (const auto& o : outputs_) out.push_back(o.is_reg ? regs[o.index] : constants_[o.index]);
+    return out;
+  }
+
+  struct output_slot {
+    bool is_reg;
+    std::uint32_t index;
+  };
+
+  input_guards guards_;
+  std::vector<instr> code_;
+  std::vector<c10::IValue> constants_;
+  std::vector<list_op> lists_;
+  std::vector<sym_int> syms_;  // symbolic arguments, evaluated per call
+  std::vector<std::uint32_t> user_slots_;
+  std::vector<std::optional<c10::MemoryFormat>> input_layout_;  // per user input (see in_exported_layout)
+  std::vector<std::pair<std::uint32_t, at::Tensor>> state_slots_;
+  std::vector<output_slot> outputs_;
+  std::vector<std::size_t> user_outputs_;
+  std::vector<mutation> mutations_;
+  std::size_t num_regs_ = 0;
+  std::size_t max_args_ = 0;
+};
+
+namespace detail {
+struct interpreter_cache : run_cache {
+  explicit interpreter_cache(const exported_program& p) : interp(p) {}
+  interpreter interp;
+};
+}  // namespace detail
+
+/// The program's interpreter, compiled on first use and cached until the program is mutated.
+inline std::shared_ptr<const interpreter> interpreter_for(const exported_program& p) {
+  if (auto c = p.run_cache_get()) return {c, &static_cast<detail::interpreter_cache*>(c.get())->interp};
+  std::lock_guard<std::mutex> lock(p.run_cache_mutex());
+  if (auto c = p.run_cache_get()) return {c, &static_cast<detail::interpreter_cache*>(c.get())->interp};
+  auto c = std::make_shared<detail::interpreter_cache>(p);
+  p.run_cache_set(c);
+  return {c, &c->interp};
+}
+
+/// Runs `p` on its user inputs and returns its user outputs (see interpreter::run).
+inline std::vector<at::Tensor> run(const exported_program& p, const std::vector<at::Tensor>& inputs,
+                                   const run_options& opts = {}) {
+  return interpreter_for(p)->run(inputs, opts);
+}
+
+XPORT_END_NAMESPACE
+// #include <xport/run/callable.hpp>
+// xport/run/callable.hpp: an exported program called with the C++ types it was exported with.
+// Inputs are flattened (trace/tree.hpp) and checked against the program's input structure,
+// run by the interpreter, and the outputs rebuilt into the declared result type.
+
+#include <cstddef>  // std::size_t
+#include <utility>  // std::move
+#include <vector>   // std::vector
+
+#include <ATen/core/Tensor.h>
+
+// #include <xport/config.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ir/program.hpp>
+// #include <xport/ir/treespec.hpp>
+// #include <xport/run/interpreter.hpp>
+// #include <xport/trace/tree.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+/// An exported program called with the C++ types it was exported with:
+///   xport::callable<at::Tensor(at::Tensor, std::vector<at::Tensor>)> f(program);
+/// Inputs are flattened and checked against the program's input structure (constants included),
+/// outputs rebuilt into R.
+template <class Sig>
+class callable;
+
+template <class R, class... Args>
+class callable<R(Args...)> {
+ public:
+  explicit callable(const exported_program& p) : program_(&p) {
+    if (!p.in_spec() || !p.out_spec())
+      throw error("xport.callable.no_spec",
+                  "this program has no input/output structure (it was not made by export_program); "
+                  "run it with xport::run on flat tensors instead");
+  }
+
+  R operator()(const Args&... args) const {
+    std::vector<at::Tensor> leaves;
+    treespec got = treespec::of(treespec::kind::tuple);
+    (got.children.push_back(flatten(args, leaves)), ...);
+    const auto& want = *program_->in_spec();
+    if (!got.same_structure(want))
+      throw guard_error("xport.guard.structure",
+                        "the inputs have structure " + got.str() + " but the program was exported with " +
+                            want.str() + " (containers, None and specialized constants must match)");
+    auto outs = run(*program_, leaves, opts_);
+    // constant outputs (None, a loaded program's numbers) are in the out_spec itself
+    const auto& specs = program_->signature().output_specs;
+    std::size_t u = 0, kept = 0;
+    for (const auto& s : specs) {
+      if (s.kind != output_kind::user_output && s.kind != output_kind::loss_output) continue;
+      if (s.arg.type != argument_spec::kind::constant && u < outs.size()) outs[kept++] = std::move(outs[u]);
+      ++u;
+    }
+    if (u == outs.size()) outs.resize(kept);
+    return unflatten<R>(*program_->out_spec(), outs);
+  }
+
+  /// Options for every call (guards, inference mode).
+  callable& with(run_options o) {
+    opts_ = o;
+    return *this;
+  }
+
+ private:
+  const exported_program* program_;
+  run_options opts_;
+};
+
+XPORT_END_NAMESPACE
+
+// .pt2 archives
 // #include <xport/serde/zip_index.hpp>
 // xport/serde/zip_index.hpp: a bounds-checked index of a zip archive's records.
 // The archive itself is read and written by LibTorch's PyTorchStreamReader/Writer; this index
@@ -12805,6 +13393,7 @@ XPORT_END_NAMESPACE
 // record must be stored (not compressed), lie inside the file, and have a sane name. It also
 // tells where each record's bytes start, so weights are read straight into tensor storage.
 
+#include <algorithm>      // std::min
 #include <cstddef>        // std::size_t
 #include <cstdint>        // std::uint64_t
 #include <cstring>        // std::memcpy
@@ -12819,13 +13408,6 @@ XPORT_END_NAMESPACE
 // #include <xport/error.hpp>
 
 XPORT_BEGIN_NAMESPACE
-
-/// A file that could not be loaded: names the record (and offset, where one applies) and the
-/// problem. Nothing was changed anywhere when this is thrown.
-class load_error : public error {
- public:
-  using error::error;
-};
 
 namespace detail {
 
@@ -12850,7 +13432,6 @@ class zip_index {
   }
   [[nodiscard]] const std::map<std::string, zip_record>& records() const noexcept { return records_; }
   [[nodiscard]] const std::string& root() const noexcept { return root_; }
-  [[nodiscard]] std::uint64_t file_size() const noexcept { return file_size_; }
 
   /// The bytes of a record (bounded by the file's size, checked by the scan).
   [[nodiscard]] std::string read(const std::string& name) const {
@@ -12881,7 +13462,13 @@ class zip_index {
     throw load_error("xport.load.bad_zip", "not a valid archive: " + what + " (offset " + std::to_string(at) + ")");
   }
 
-  void scan() {
+  /// Where the central directory lies and how many entries it has.
+  struct central_directory {
+    std::uint64_t entries = 0, size = 0, offset = 0;
+  };
+
+  /// Reads the end-of-central-directory record (and the zip64 one it points at, if any).
+  [[nodiscard]] central_directory find_central_directory() const {
     constexpr std::uint64_t eocd_size = 22;
     if (file_size_ < eocd_size) bad("the file is too small to be a zip archive (" + std::to_string(file_size_) + " bytes)", 0);
     // the end-of-central-directory record: within the last 22 + 65535 bytes
@@ -12913,53 +13500,68 @@ class zip_index {
       cd_size = le(rec + 40, 8);
       cd_offset = le(rec + 48, 8);
     }
+    return {entries, cd_size, cd_offset};
+  }
+
+  void scan() {
+    const auto [entries, cd_size, cd_offset] = find_central_directory();
     if (cd_offset > file_size_ || cd_size > file_size_ - cd_offset) bad("central directory outside the file", cd_offset);
     if (entries > cd_size / 46) bad("more entries (" + std::to_string(entries) + ") than the central directory holds", cd_offset);
     std::vector<unsigned char> cd(static_cast<std::size_t>(cd_size));
     read_exact(cd_offset, cd.data(), cd.size(), "central directory");
     std::size_t p = 0;
-    for (std::uint64_t e = 0; e < entries; ++e) {
-      const std::uint64_t at = cd_offset + p;
-      if (p + 46 > cd.size() || le(&cd[p], 4) != 0x02014b50) bad("bad central directory entry " + std::to_string(e), at);
-      const auto method = le(&cd[p + 10], 2);
-      std::uint64_t comp = le(&cd[p + 20], 4), uncomp = le(&cd[p + 24], 4);
-      const auto name_len = le(&cd[p + 28], 2), extra_len = le(&cd[p + 30], 2), comment_len = le(&cd[p + 32], 2);
-      std::uint64_t local = le(&cd[p + 42], 4);
-      if (p + 46 + name_len + extra_len + comment_len > cd.size()) bad("central directory entry " + std::to_string(e) + " runs past the directory", at);
-      std::string name(reinterpret_cast<const char*>(&cd[p + 46]), static_cast<std::size_t>(name_len));
-      // zip64 extra field: 8-byte values for the fields that are 0xFFFFFFFF, in order
-      for (std::size_t x = p + 46 + name_len; x + 4 <= p + 46 + name_len + extra_len;) {
-        const auto id = le(&cd[x], 2), len = le(&cd[x + 2], 2);
-        if (x + 4 + len > p + 46 + name_len + extra_len) bad("extra field of '" + name + "' runs past its entry", at);
-        if (id == 1) {
-          std::size_t q = x + 4;
-          const auto take = [&](std::uint64_t& f) {
-            if (f != 0xFFFFFFFF) return;
-            if (q + 8 > x + 4 + len) bad("short zip64 field in '" + name + "'", at);
-            f = le(&cd[q], 8);
-            q += 8;
-          };
-          take(uncomp);
-          take(comp);
-          take(local);
-        }
-        x += 4 + len;
+    for (std::uint64_t e = 0; e < entries; ++e) p += scan_entry(cd, p, e, cd_offset);
+  }
+
+  /// Checks central directory entry `e` (at `p` in `cd`) and its local header, and records it;
+  /// returns the entry's length.
+  std::uint64_t scan_entry(const std::vector<unsigned char>& cd, std::size_t p, std::uint64_t e, std::uint64_t cd_offset) {
+    const std::uint64_t at = cd_offset + p;
+    if (p + 46 > cd.size() || le(&cd[p], 4) != 0x02014b50) bad("bad central directory entry " + std::to_string(e), at);
+    const auto method = le(&cd[p + 10], 2);
+    std::uint64_t comp = le(&cd[p + 20], 4), uncomp = le(&cd[p + 24], 4);
+    const auto name_len = le(&cd[p + 28], 2), extra_len = le(&cd[p + 30], 2), comment_len = le(&cd[p + 32], 2);
+    std::uint64_t local = le(&cd[p + 42], 4);
+    if (p + 46 + name_len + extra_len + comment_len > cd.size()) bad("central directory entry " + std::to_string(e) + " runs past the directory", at);
+    std::string name(reinterpret_cast<const char*>(&cd[p + 46]), static_cast<std::size_t>(name_len));
+    read_zip64_extra(cd, p + 46 + name_len, p + 46 + name_len + extra_len, name, at, uncomp, comp, local);
+    if (method != 0) bad("record '" + name + "' is compressed (method " + std::to_string(method) + "); pt2 records are stored", at);
+    if (comp != uncomp) bad("record '" + name + "' has different stored and original sizes", at);
+    if (local > file_size_ || file_size_ - local < 30) bad("local header of '" + name + "' outside the file", local);
+    unsigned char lh[30];
+    read_exact(local, lh, 30, "local header of '" + name + "'");
+    if (le(lh, 4) != 0x04034b50) bad("bad local header signature for '" + name + "'", local);
+    const std::uint64_t data = local + 30 + le(lh + 26, 2) + le(lh + 28, 2);
+    if (data > file_size_ || uncomp > file_size_ - data) bad("record '" + name + "' (" + std::to_string(uncomp) + " bytes) runs past the end of the file", data);
+    const auto slash = name.find('/');
+    if (slash == std::string::npos || slash == 0) bad("record '" + name + "' is not under the archive's root folder", at);
+    const auto root = name.substr(0, slash);
+    if (root_.empty()) root_ = root;
+    else if (root != root_) bad("records under two root folders ('" + root_ + "' and '" + root + "')", at);
+    if (!records_.emplace(name.substr(slash + 1), zip_record{data, uncomp}).second) bad("record '" + name + "' appears twice", at);
+    return 46 + name_len + extra_len + comment_len;
+  }
+
+  /// Reads the zip64 extra field among the extra fields in [begin, end) of `cd`: 8-byte values
+  /// for the fields that are 0xFFFFFFFF, in order.
+  void read_zip64_extra(const std::vector<unsigned char>& cd, std::size_t begin, std::size_t end, const std::string& name,
+                        std::uint64_t at, std::uint64_t& uncomp, std::uint64_t& comp, std::uint64_t& local) const {
+    for (std::size_t x = begin; x + 4 <= end;) {
+      const auto id = le(&cd[x], 2), len = le(&cd[x + 2], 2);
+      if (x + 4 + len > end) bad("extra field of '" + name + "' runs past its entry", at);
+      if (id == 1) {
+        std::size_t q = x + 4;
+        const auto take = [&](std::uint64_t& f) {
+          if (f != 0xFFFFFFFF) return;
+          if (q + 8 > x + 4 + len) bad("short zip64 field in '" + name + "'", at);
+          f = le(&cd[q], 8);
+          q += 8;
+        };
+        take(uncomp);
+        take(comp);
+        take(local);
       }
-      p += 46 + name_len + extra_len + comment_len;
-      if (method != 0) bad("record '" + name + "' is compressed (method " + std::to_string(method) + "); pt2 records are stored", at);
-      if (comp != uncomp) bad("record '" + name + "' has different stored and original sizes", at);
-      if (local > file_size_ || file_size_ - local < 30) bad("local header of '" + name + "' outside the file", local);
-      unsigned char lh[30];
-      read_exact(local, lh, 30, "local header of '" + name + "'");
-      if (le(lh, 4) != 0x04034b50) bad("bad local header signature for '" + name + "'", local);
-      const std::uint64_t data = local + 30 + le(lh + 26, 2) + le(lh + 28, 2);
-      if (data > file_size_ || uncomp > file_size_ - data) bad("record '" + name + "' (" + std::to_string(uncomp) + " bytes) runs past the end of the file", data);
-      const auto slash = name.find('/');
-      if (slash == std::string::npos || slash == 0) bad("record '" + name + "' is not under the archive's root folder", at);
-      const auto root = name.substr(0, slash);
-      if (root_.empty()) root_ = root;
-      else if (root != root_) bad("records under two root folders ('" + root_ + "' and '" + root + "')", at);
-      if (!records_.emplace(name.substr(slash + 1), zip_record{data, uncomp}).second) bad("record '" + name + "' appears twice", at);
+      x += 4 + len;
     }
   }
 
@@ -12999,12 +13601,12 @@ XPORT_END_NAMESPACE
 
 // #include <xport/config.hpp>
 // #include <xport/detail/compat.hpp>
-// #include <xport/detail/schema.hpp>
+// #include <xport/ops/schema.hpp>
 // #include <xport/ir/graph.hpp>
 // #include <xport/ir/op.hpp>
 // #include <xport/ir/program.hpp>
 // #include <xport/ir/sym_expr.hpp>
-// #include <xport/ir/verify.hpp>
+// #include <xport/program/verify.hpp>
 // #include <xport/serde/zip_index.hpp>
 
 XPORT_BEGIN_NAMESPACE
@@ -13798,232 +14400,32 @@ inline std::string pytree_in_spec(const treespec& in) {
 }  // namespace detail::serde
 
 XPORT_END_NAMESPACE
-// #include <xport/serde/pt2.hpp>
-// xport/serde/pt2.hpp: save and load .pt2 archives in torch.export's own layout.
-//
-//   archive_format                       "pt2"
-//   archive_version                      "0"
-//   models/model.json                    the program (serde/json.hpp; schema 8.20, torch 2.13's)
-//   data/weights/weight_<i>              raw bytes of one storage (shared storage written once)
-//   data/weights/model_weights_config.json     {"config": {fqn: PayloadMeta}}
-//   data/constants/tensor_<i>, data/constants/model_constants_config.json
-//   data/sample_inputs/model.pt          example inputs, torch.save'd (args, kwargs); always
-//                                        there (torch's loader reads it), empty when not asked
-//
-// The zip is written by LibTorch's PyTorchStreamWriter (records stored, 64-byte aligned, under
-// an `archive/` root folder, which torch's reader strips as it strips its own) and read with its
-// PyTorchStreamReader after xport's own bounds check of the central directory; weights are read
-// straight into fresh tensor storage. Loading never runs anything from the file.
+// #include <xport/serde/program_json.hpp>
+// xport/serde/program_json.hpp: a whole program as torch.export's `models/model.json`, both
+// ways. Writing: the graph (nodes, size nodes for symbolic arguments as torch writes them,
+// nn_module_stack), the signature, the module call graph with the call structure, range
+// constraints and the opset versions. Reading: the same, every field checked (serde/json.hpp
+// reads and writes the parts: tensor metadata, arguments, specs), into a program that is
+// verified before it is returned.
 
-#include <algorithm>    // std::find, std::stable_sort
-#include <cctype>       // std::isalpha
-#include <cstdio>       // std::FILE
-#include <functional>   // std::function
-#include <istream>      // std::istream
-#include <map>          // std::map
-#include <memory>       // std::shared_ptr
-#include <ostream>      // std::ostream
-#include <string>       // std::string
-#include <vector>       // std::vector
+#include <algorithm>      // std::find, std::stable_sort
+#include <cctype>         // std::isalpha
+#include <cmath>          // std::isnan
+#include <cstdint>        // std::int64_t
+#include <memory>         // std::shared_ptr
+#include <optional>       // std::optional
+#include <string>         // std::string
+#include <string_view>    // std::string_view
+#include <unordered_map>  // std::unordered_map
+#include <utility>        // std::pair
+#include <vector>         // std::vector
 
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
-#include <caffe2/serialize/file_adapter.h>
-#include <caffe2/serialize/in_memory_adapter.h>
-#include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/versions.h>
-#include <c10/core/CPUAllocator.h>
-#include <c10/core/GradMode.h>
-#include <ATen/core/ivalue.h>
-#include <c10/macros/Export.h>
-#include <torch/csrc/jit/serialization/pickler.h>
 
 // #include <xport/config.hpp>
 // #include <xport/serde/json.hpp>
 
-// LibTorch's unpickler (torch/csrc/jit/serialization/pickle.h, same in 1.13 and 2.x), declared
-// here: its header pulls in the whole JIT IR, against the narrow-headers rule.
-namespace torch::jit {
-TORCH_API c10::IValue pickle_load(const std::vector<char>& data);
-}  // namespace torch::jit
-
-
 XPORT_BEGIN_NAMESPACE
-
-struct save_options {
-  /// The model's name inside the archive (`models/<name>.json`); torch.export.save uses "model".
-  std::string model_name = "model";
-  /// Write the example inputs kept on the program into `data/sample_inputs/<name>.pt` as torch
-  /// does, `(args, kwargs)` nested as the program's inputs; otherwise that record is empty (as
-  /// torch writes it for a program without example inputs).
-  bool example_inputs = false;
-};
-
-struct load_options {
-  std::string model_name = "model";
-  /// Read example inputs when the archive has them (parsed by LibTorch's unpickler: only for
-  /// files you trust).
-  bool example_inputs = false;
-  /// Check the rebuilt program with verify() (on by default; a failure is a load_error).
-  bool verify = true;
-};
-
-namespace detail {
-
-/// `v` in torch.save's format (a zip of data.pkl and data/<i>), as torch::pickle_save writes it but
-/// without the JIT's type tags on dicts and lists (`torch.jit._pickle.restore_type_tag`), which
-/// torch.load(weights_only=True), what torch's .pt2 loader tries first, refuses. Dicts and lists
-/// come back untyped in C++; tensors as they were.
-inline std::vector<char> pickle_bytes(const c10::IValue& v) {
-  std::vector<char> pkl;
-  torch::jit::Pickler pickler([&](const char* b, std::size_t n) { pkl.insert(pkl.end(), b, b + n); }, nullptr, nullptr,
-                              nullptr, nullptr, /*tag_aggregates=*/false);
-  pickler.protocol();
-  pickler.pushIValue(v);
-  pickler.stop();
-  std::vector<char> out;
-  caffe2::serialize::PyTorchStreamWriter w([&](const void* d, std::size_t n) {
-    out.insert(out.end(), static_cast<const char*>(d), static_cast<const char*>(d) + n);
-    return n;
-  });
-  const auto& tensors = pickler.tensorData();
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    const auto data = torch::jit::getWriteableTensorData(tensors[i]);
-    w.writeRecord("data/" + std::to_string(i), data.data(), data.sizeInBytes());
-  }
-  w.writeRecord("data.pkl", pkl.data(), pkl.size());
-  w.writeEndOfFile();
-  return out;
-}
-
-/// The example inputs as torch.save'd `(args, kwargs)`, nested as `in_spec` says (constants
-/// included); without a spec, the tensors as positional arguments.
-inline c10::IValue example_inputs_ivalue(const std::vector<at::Tensor>& tensors, const std::optional<treespec>& in_spec) {
-  c10::impl::GenericDict kwargs(c10::StringType::get(), c10::AnyType::get());
-  if (!in_spec) {
-    std::vector<c10::IValue> args;
-    for (const auto& t : tensors) args.emplace_back(t.cpu());
-    return c10::ivalue::Tuple::create({c10::ivalue::Tuple::create(std::move(args)), kwargs});
-  }
-  std::size_t next = 0;
-  const auto build = [&](const auto& self, const treespec& s) -> c10::IValue {
-    using K = treespec::kind;
-    switch (s.type) {
-      case K::leaf:
-        if (next >= tensors.size()) throw error("xport.save.example_inputs", "the example inputs are fewer than the program's tensor inputs");
-        return tensors[next++].cpu();
-      case K::constant: return to_ivalue(s.value, c10::AnyType::get(), [](const value&) { return c10::IValue(); });
-      case K::none: return c10::IValue();
-      case K::tuple: {
-        std::vector<c10::IValue> es;
-        for (const auto& c : s.children) es.push_back(self(self, c));
-        return c10::ivalue::Tuple::create(std::move(es));
-      }
-      case K::list: {
-        c10::impl::GenericList l(c10::AnyType::get());
-        for (const auto& c : s.children) l.push_back(self(self, c));
-        return l;
-      }
-      case K::dict: {
-        c10::impl::GenericDict d(c10::StringType::get(), c10::AnyType::get());
-        for (std::size_t i = 0; i < s.children.size(); ++i) d.insert(s.keys[i], self(self, s.children[i]));
-        return d;
-      }
-    }
-    return c10::IValue();
-  };
-  const std::size_t n = in_spec->children.size(), k = std::min(in_spec->num_kwargs, n);
-  std::vector<c10::IValue> args;
-  for (std::size_t i = 0; i < n; ++i) {
-    auto v = build(build, in_spec->children[i]);
-    if (i < n - k) args.push_back(std::move(v));
-    else kwargs.insert(serde::argument_name(*in_spec, i), std::move(v));
-  }
-  return c10::ivalue::Tuple::create({c10::ivalue::Tuple::create(std::move(args)), kwargs});
-}
-
-/// The tensors of a call `(args, kwargs)` (as torch.save'd example inputs hold it), in the order
-/// of the program's inputs, `in_spec` (without one: the tensors of args, in order); what does
-/// not fit the spec is a load_error naming `record`.
-inline std::vector<at::Tensor> inputs_of_call(const c10::IValue& v, const std::optional<treespec>& in_spec,
-                                              const std::string& record) {
-  const auto fail = [&](const std::string& what) -> void { throw load_error("xport.load.sample_inputs", record + ": " + what); };
-  if (!v.isTuple() || v.toTupleRef().elements().size() != 2 || !v.toTupleRef().elements()[1].isGenericDict())
-    fail("expected a tuple (args, kwargs)");
-  const auto& args = v.toTupleRef().elements()[0];
-  const auto kwargs = v.toTupleRef().elements()[1].toGenericDict();
-  std::vector<at::Tensor> out;
-  if (!in_spec) {
-    const auto visit = [&](const auto& self, const c10::IValue& x, int depth) -> void {
-      if (depth > 32) fail("nested too deeply");
-      if (x.isTensor()) out.push_back(x.toTensor());
-      else if (x.isTuple())
-        for (const auto& e : x.toTupleRef().elements()) self(self, e, depth + 1);
-      else if (x.isList())
-        for (const auto& e : x.toListRef()) self(self, e, depth + 1);
-    };
-    visit(visit, args, 0);
-    return out;
-  }
-  // the spec's depth is bounded by the JSON nesting limit
-  const auto take = [&](const auto& self, const treespec& s, const c10::IValue& x) -> void {
-    using K = treespec::kind;
-    switch (s.type) {
-      case K::leaf:
-        if (!x.isTensor()) fail("expected a tensor where the program takes one, got " + x.tagKind());
-        out.push_back(x.toTensor());
-        return;
-      case K::constant:
-      case K::none: return;
-      case K::tuple:
-      case K::list: {
-        const auto elems = x.isTuple() ? x.toTupleRef().elements().vec() : x.isList() ? x.toListRef().vec() : std::vector<c10::IValue>{};
-        if ((!x.isTuple() && !x.isList()) || elems.size() != s.children.size())
-          fail("expected a " + std::string(s.type == K::tuple ? "tuple" : "list") + " of " + std::to_string(s.children.size()));
-        for (std::size_t i = 0; i < elems.size(); ++i) self(self, s.children[i], elems[i]);
-        return;
-      }
-      case K::dict: {
-        if (!x.isGenericDict()) fail("expected a dict, got " + x.tagKind());
-        const auto d = x.toGenericDict();
-        for (std::size_t i = 0; i < s.children.size(); ++i) {
-          const auto it = d.find(s.keys[i]);
-          if (it == d.end()) fail("the dict has no key '" + s.keys[i] + "'");
-          self(self, s.children[i], it->value());
-        }
-        return;
-      }
-    }
-  };
-  const std::size_t n = in_spec->children.size(), k = std::min(in_spec->num_kwargs, n);
-  if (!args.isTuple() || args.toTupleRef().elements().size() != n - k)
-    fail("expected " + std::to_string(n - k) + " positional argument(s)");
-  for (std::size_t i = 0; i < n; ++i) {
-    if (i < n - k) {
-      take(take, in_spec->children[i], args.toTupleRef().elements()[i]);
-      continue;
-    }
-    const auto key = serde::argument_name(*in_spec, i);
-    const auto it = kwargs.find(key);
-    if (it == kwargs.end()) fail("kwargs have no '" + key + "'");
-    take(take, in_spec->children[i], it->value());
-  }
-  return out;
-}
-
-/// Example inputs from `torch.save((args, kwargs))` bytes (see inputs_of_call).
-inline std::vector<at::Tensor> unpickle_inputs(const std::string& bytes, const std::string& record,
-                                               const std::optional<treespec>& in_spec) {
-  c10::IValue v;
-  try {
-    v = torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
-  } catch (const std::exception& e) {
-    throw load_error("xport.load.sample_inputs", record + ": " + e.what());
-  }
-  return inputs_of_call(v, in_spec, record);
-}
-
-}  // namespace detail
 
 namespace detail::serde {
 
@@ -14387,23 +14789,22 @@ inline bool is_sym_node(const std::string& target) {
          target.rfind("_operator.", 0) == 0 || target.rfind("torch.sym_", 0) == 0 || target.rfind("math.", 0) == 0;
 }
 
-/// A sym_size / _operator node: its result becomes an expression arguments can name.
-inline void read_sym_node(const at_path& nj, const std::string& target, value_scope& scope) {
-  const auto ins = nj["inputs"];
-  const auto input = [&](const char* name) -> at_path {
+/// The inputs of one sym_size / _operator node, read against the scope.
+struct sym_node_reader {
+  const at_path& nj;
+  const std::string& target;
+  const value_scope& scope;
+  at_path ins;
+
+  /// The argument the node passes as input `name`.
+  at_path input(const char* name) const {
     for (std::size_t a = 0, n = ins.size_of_array(); a < n; ++a)
       if (ins[a]["name"].str() == name) return ins[a]["arg"];
     ins.fail(target + " has no input '" + name + "'");
-  };
-  const auto outs = nj["outputs"];
-  if (outs.size_of_array() != 1) outs.fail(target + " returns one SymInt");
-  auto [ok, ov] = outs[0].one_of();
-  if (ok == "as_sym_bool" || ok == "as_sym_float")
-    nj["target"].fail("operator '" + target + "' computes a " + (ok == "as_sym_bool" ? "SymBool" : "SymFloat") +
-                      ", which xport does not represent (it reads integer size arithmetic only)");
-  if (ok != "as_sym_int") outs[0].fail(target + " returns a SymInt, not '" + ok + "'");
-  const auto out_name = ov["as_name"].str();
-  const auto operand = [&](const at_path& j) -> sym_int {
+  }
+
+  /// A SymInt operand: an integer, a size an earlier node computed, or a SymInt value.
+  sym_int operand(const at_path& j) const {
     auto [k, v] = j.one_of();
     if (k == "as_int") return v.integer();
     if (k != "as_sym_int") j.fail("expected a SymInt, got '" + k + "'");
@@ -14415,16 +14816,20 @@ inline void read_sym_node(const at_path& nj, const std::string& target, value_sc
     const auto val = scope(v2, name);
     if (val.kind() != value_kind::sym_int) v2.fail("'" + name + "' is not a SymInt");
     return val.type().scalar;
-  };
-  const auto tensor_in = [&]() {
+  }
+
+  /// The tensor input `self`.
+  value tensor_in() const {
     const auto self = input("self");
     auto [k, v] = self.one_of();
     if (k != "as_tensor") self.fail("expected a tensor, got '" + k + "'");
     const auto t = scope(v, v["name"].str());
     if (t.kind() != value_kind::tensor) v.fail("'" + t.name() + "' is not a tensor");
     return t;
-  };
-  const auto dim_of = [&](const value& t) {
+  }
+
+  /// The input `dim`, wrapped and checked against the rank of `t`.
+  std::size_t dim_of(const value& t) const {
     const auto dj = input("dim");
     auto d = operand(dj);
     const auto r = static_cast<std::int64_t>(t.meta().sizes.size());
@@ -14433,10 +14838,12 @@ inline void read_sym_node(const at_path& nj, const std::string& target, value_sc
     if (dim < 0 || dim >= r)
       dj.fail("dim " + d.str() + " is out of range for '" + t.name() + "' of rank " + std::to_string(r));
     return static_cast<std::size_t>(dim);
-  };
-  const auto binary = [&](auto&& f) { return f(operand(input("a")), operand(input("b"))); };
-  sym_int result;
-  try {
+  }
+
+  /// The size the node computes.
+  sym_int result() const {
+    const auto binary = [&](auto&& f) { return f(operand(input("a")), operand(input("b"))); };
+    sym_int result;
     if (target == "torch.ops.aten.sym_size.int") {
       const auto t = tensor_in();
       result = t.meta().sizes[dim_of(t)];
@@ -14468,15 +14875,48 @@ inline void read_sym_node(const at_path& nj, const std::string& target, value_sc
                         "sym_numel, sym_storage_offset, _operator add/sub/mul/floordiv/mod/neg/pos/pow and "
                         "torch.sym_max/sym_min)");
     }
+    return result;
+  }
+};
+
+/// A sym_size / _operator node: its result becomes an expression arguments can name.
+inline void read_sym_node(const at_path& nj, const std::string& target, value_scope& scope) {
+  const sym_node_reader reader{nj, target, scope, nj["inputs"]};
+  const auto outs = nj["outputs"];
+  if (outs.size_of_array() != 1) outs.fail(target + " returns one SymInt");
+  auto [ok, ov] = outs[0].one_of();
+  if (ok == "as_sym_bool" || ok == "as_sym_float")
+    nj["target"].fail("operator '" + target + "' computes a " + (ok == "as_sym_bool" ? "SymBool" : "SymFloat") +
+                      ", which xport does not represent (it reads integer size arithmetic only)");
+  if (ok != "as_sym_int") outs[0].fail(target + " returns a SymInt, not '" + ok + "'");
+  const auto out_name = ov["as_name"].str();
+  sym_int result;
+  try {
+    result = reader.result();
   } catch (const graph_error& e) {
     nj.fail(e.what());
   }
   scope.syms[out_name] = result;
 }
 
-/// Reads the graph; `module_types` gets the (path, type) of every module its nodes' stacks name.
-inline graph graph_of(const at_path& gj, const graph_signature& sig, std::vector<std::pair<std::string, std::string>>& module_types) {
-  graph g;
+/// The graph's tables of value types: tensor_values, sym_int_values, and the optional
+/// sym_bool_values and sym_float_values.
+struct value_types {
+  at_path tensor_values, sym_int_values;
+  std::optional<at_path> sym_bool_values, sym_float_values;
+
+  /// The type of the value `name`, which `where` names.
+  value_type operator()(const at_path& where, const std::string& name) const {
+    if (auto t = tensor_values.get(name)) return value_type::of(tensor_meta_of(*t));
+    if (auto s = sym_int_values.get(name)) return value_type::of_sym_int(sym_int_of(*s));
+    if (sym_bool_values && sym_bool_values->get(name)) return value_type{value_kind::sym_bool, {}, {}};
+    if (sym_float_values && sym_float_values->get(name)) return value_type{value_kind::sym_float, {}, {}};
+    where.fail("value '" + name + "' has no entry in tensor_values, sym_int_values, sym_bool_values or sym_float_values");
+  }
+};
+
+/// The value type tables of graph `gj`, each checked to be an object.
+inline value_types value_types_of(const at_path& gj) {
   const auto tensor_values = gj["tensor_values"];
   const auto sym_int_values = gj["sym_int_values"];
   (void)tensor_values.object();
@@ -14484,30 +14924,23 @@ inline graph graph_of(const at_path& gj, const graph_signature& sig, std::vector
   const auto sym_bool_values = gj.get("sym_bool_values"), sym_float_values = gj.get("sym_float_values");
   if (sym_bool_values) (void)sym_bool_values->object();
   if (sym_float_values) (void)sym_float_values->object();
-  const auto type_of = [&](const at_path& where, const std::string& name) -> value_type {
-    if (auto t = tensor_values.get(name)) return value_type::of(tensor_meta_of(*t));
-    if (auto s = sym_int_values.get(name)) return value_type::of_sym_int(sym_int_of(*s));
-    if (sym_bool_values && sym_bool_values->get(name)) return value_type{value_kind::sym_bool, {}, {}};
-    if (sym_float_values && sym_float_values->get(name)) return value_type{value_kind::sym_float, {}, {}};
-    where.fail("value '" + name + "' has no entry in tensor_values, sym_int_values, sym_bool_values or sym_float_values");
-  };
-  value_scope scope;
-  const auto nodes = gj["nodes"];
-  const auto n_nodes = nodes.size_of_array();
-  const auto each_output_name = [&](const at_path& out, auto&& f) {
-    auto [k, v] = out.one_of();
-    if (k == "as_tensor") f(v, v["name"].str());
-    else if (k == "as_tensors")
-      for (std::size_t i = 0, n = v.size_of_array(); i < n; ++i) f(v[i], v[i]["name"].str());
-    else if (k == "as_sym_int" || k == "as_sym_bool" || k == "as_sym_float") f(v, v["as_name"].str());
-    else if (k != "as_none") out.fail("unsupported node output kind '" + k + "'");
-  };
-  for (std::size_t i = 0; i < n_nodes; ++i) {
-    const auto outs = nodes[i]["outputs"];
-    for (std::size_t o = 0, n = outs.size_of_array(); o < n; ++o)
-      each_output_name(outs[o], [&](const at_path&, const std::string& name) { scope.later.insert(name); });
-  }
-  const auto inputs = gj["inputs"];
+  return {tensor_values, sym_int_values, sym_bool_values, sym_float_values};
+}
+
+/// Calls `f(where, name)` for each value a node output `out` names.
+template <class F>
+void each_output_name(const at_path& out, F&& f) {
+  auto [k, v] = out.one_of();
+  if (k == "as_tensor") f(v, v["name"].str());
+  else if (k == "as_tensors")
+    for (std::size_t i = 0, n = v.size_of_array(); i < n; ++i) f(v[i], v[i]["name"].str());
+  else if (k == "as_sym_int" || k == "as_sym_bool" || k == "as_sym_float") f(v, v["as_name"].str());
+  else if (k != "as_none") out.fail("unsupported node output kind '" + k + "'");
+}
+
+/// Adds a placeholder to `g` for each graph input, checked against its input spec.
+inline void read_graph_inputs(const at_path& inputs, const graph_signature& sig, const value_types& type_of,
+                              graph& g, value_scope& scope) {
   if (inputs.size_of_array() != sig.input_specs.size())
     inputs.fail("the graph has " + std::to_string(inputs.size_of_array()) + " inputs but the signature has " +
                 std::to_string(sig.input_specs.size()) + " input specs");
@@ -14538,6 +14971,95 @@ inline graph graph_of(const at_path& gj, const graph_signature& sig, std::vector
       inputs[i].fail(e.what());
     }
   }
+}
+
+/// The types and names of a call node's outputs.
+struct call_outputs {
+  std::vector<value_type> types;
+  std::vector<std::string> names;
+};
+
+/// Reads the outputs `outs` of a call of `op` (node `node_name`), checked against what `op` returns.
+inline call_outputs read_call_outputs(const at_path& outs, const op_info& op, const std::string& node_name,
+                                      const value_types& type_of) {
+  call_outputs r;
+  std::size_t unnamed = 0;
+  for (std::size_t o = 0, n = outs.size_of_array(); o < n; ++o) {
+    auto [k, v] = outs[o].one_of();
+    if (k == "as_none") {
+      r.types.push_back(value_type{value_kind::none, {}, {}});
+      r.names.push_back((node_name.empty() ? op.packet : node_name) + "_unused_" + std::to_string(unnamed++));
+      continue;
+    }
+    each_output_name(outs[o], [&](const at_path& where, const std::string& name) {
+      r.types.push_back(type_of(where, name));
+      r.names.push_back(name);
+    });
+  }
+  const bool tuple = op.returns_list || op.num_returns() != 1;
+  if (!tuple && r.names.size() != 1) outs.fail(op.qualified + " returns one value, the node lists " + std::to_string(r.names.size()));
+  if (op.returns_list && (outs.size_of_array() != 1 || !outs[0].object().contains("as_tensors")))
+    outs.fail(op.qualified + " returns a Tensor[]: expected one as_tensors output");
+  if (!op.returns_list && tuple && r.names.size() != op.num_returns())
+    outs.fail(op.qualified + " returns " + std::to_string(op.num_returns()) + " values, the node lists " +
+              std::to_string(r.names.size()));
+  return r;
+}
+
+/// Reads call node `nj` (of operator `target`) into `g`, its outputs into the scope; `module_types`
+/// gets the modules its stack names.
+inline void read_call_node(const at_path& nj, const std::string& target, const value_types& type_of, graph& g,
+                           value_scope& scope, std::vector<std::pair<std::string, std::string>>& module_types) {
+  if (target.rfind("torch.ops.higher_order.", 0) == 0)
+    nj["target"].fail("higher-order operator '" + target + "' (torch." + target.substr(23) +
+                      ", with its subgraphs as as_graph arguments) is not supported by xport");
+  const auto* op = try_find_op(target);
+  if (!op)
+    nj["target"].fail("operator '" + target + "' is not registered in this LibTorch (" + torch_version() +
+                      "): the program needs a LibTorch that has it (or a library that registers it)");
+  std::vector<kwarg> kwargs;
+  const auto ins = nj["inputs"];
+  for (std::size_t a = 0, n = ins.size_of_array(); a < n; ++a)
+    kwargs.push_back(kwarg{ins[a]["name"].str(), argument_of(ins[a]["arg"], scope)});
+  std::vector<argument> args;
+  try {
+    args = detail::bind_arguments(*op, {}, std::move(kwargs));
+  } catch (const schema_error& e) {
+    ins.fail(e.what());
+  }
+  const auto outs = nj["outputs"];
+  const auto node_name = nj.get("name") ? nj["name"].str() : std::string();
+  auto [types, names] = read_call_outputs(outs, *op, node_name, type_of);
+  node created;
+  try {
+    created = g.create_call_named(*op, std::move(args), std::move(types),
+                                  node_name.empty() ? op->packet : node_name, names);
+  } catch (const graph_error& e) {
+    nj.fail(e.what());
+  }
+  for (auto v : created.outputs()) {
+    scope.defined.emplace(v.name(), v);
+    if (v.name() == created.name() + "_unused_" + std::to_string(v.index())) v.set_unpacked(false);
+  }
+  const auto meta = nj["metadata"];
+  (void)meta.object();
+  if (auto st = meta.get("stack_trace")) created.set_source(source_of(st->str()));
+  if (auto ms = meta.get("nn_module_stack")) created.set_module_path(module_path_of_stack(ms->str(), &module_types));
+}
+
+/// Reads the graph; `module_types` gets the (path, type) of every module its nodes' stacks name.
+inline graph graph_of(const at_path& gj, const graph_signature& sig, std::vector<std::pair<std::string, std::string>>& module_types) {
+  graph g;
+  const auto type_of = value_types_of(gj);
+  value_scope scope;
+  const auto nodes = gj["nodes"];
+  const auto n_nodes = nodes.size_of_array();
+  for (std::size_t i = 0; i < n_nodes; ++i) {
+    const auto outs = nodes[i]["outputs"];
+    for (std::size_t o = 0, n = outs.size_of_array(); o < n; ++o)
+      each_output_name(outs[o], [&](const at_path&, const std::string& name) { scope.later.insert(name); });
+  }
+  read_graph_inputs(gj["inputs"], sig, type_of, g, scope);
   for (std::size_t i = 0; i < n_nodes; ++i) {
     const auto nj = nodes[i];
     const auto target = nj["target"].str();
@@ -14545,62 +15067,7 @@ inline graph graph_of(const at_path& gj, const graph_signature& sig, std::vector
       read_sym_node(nj, target, scope);  // Note [Symbolic arguments in .pt2]
       continue;
     }
-    if (target.rfind("torch.ops.higher_order.", 0) == 0)
-      nj["target"].fail("higher-order operator '" + target + "' (torch." + target.substr(23) +
-                        ", with its subgraphs as as_graph arguments) is not supported by xport");
-    const auto* op = try_find_op(target);
-    if (!op)
-      nj["target"].fail("operator '" + target + "' is not registered in this LibTorch (" + torch_version() +
-                        "): the program needs a LibTorch that has it (or a library that registers it)");
-    std::vector<kwarg> kwargs;
-    const auto ins = nj["inputs"];
-    for (std::size_t a = 0, n = ins.size_of_array(); a < n; ++a)
-      kwargs.push_back(kwarg{ins[a]["name"].str(), argument_of(ins[a]["arg"], scope)});
-    std::vector<argument> args;
-    try {
-      args = detail::bind_arguments(*op, {}, std::move(kwargs));
-    } catch (const schema_error& e) {
-      ins.fail(e.what());
-    }
-    std::vector<value_type> types;
-    std::vector<std::string> names;
-    const auto outs = nj["outputs"];
-    std::size_t unnamed = 0;
-    const auto node_name = nj.get("name") ? nj["name"].str() : std::string();
-    for (std::size_t o = 0, n = outs.size_of_array(); o < n; ++o) {
-      auto [k, v] = outs[o].one_of();
-      if (k == "as_none") {
-        types.push_back(value_type{value_kind::none, {}, {}});
-        names.push_back((node_name.empty() ? op->packet : node_name) + "_unused_" + std::to_string(unnamed++));
-        continue;
-      }
-      each_output_name(outs[o], [&](const at_path& where, const std::string& name) {
-        types.push_back(type_of(where, name));
-        names.push_back(name);
-      });
-    }
-    const bool tuple = op->returns_list || op->num_returns() != 1;
-    if (!tuple && names.size() != 1) outs.fail(op->qualified + " returns one value, the node lists " + std::to_string(names.size()));
-    if (op->returns_list && (outs.size_of_array() != 1 || !outs[0].object().contains("as_tensors")))
-      outs.fail(op->qualified + " returns a Tensor[]: expected one as_tensors output");
-    if (!op->returns_list && tuple && names.size() != op->num_returns())
-      outs.fail(op->qualified + " returns " + std::to_string(op->num_returns()) + " values, the node lists " +
-                std::to_string(names.size()));
-    node created;
-    try {
-      created = g.create_call_named(*op, std::move(args), std::move(types),
-                                    node_name.empty() ? op->packet : node_name, names);
-    } catch (const graph_error& e) {
-      nj.fail(e.what());
-    }
-    for (auto v : created.outputs()) {
-      scope.defined.emplace(v.name(), v);
-      if (v.name() == created.name() + "_unused_" + std::to_string(v.index())) v.set_unpacked(false);
-    }
-    const auto meta = nj["metadata"];
-    (void)meta.object();
-    if (auto st = meta.get("stack_trace")) created.set_source(source_of(st->str()));
-    if (auto ms = meta.get("nn_module_stack")) created.set_module_path(module_path_of_stack(ms->str(), &module_types));
+    read_call_node(nj, target, type_of, g, scope, module_types);
   }
   std::vector<argument> results;
   const auto outputs = gj["outputs"];
@@ -14673,8 +15140,8 @@ inline void read_call_graph(const at_path& mcg, loaded_json& out,
   }
 }
 
-inline loaded_json program_of(const json& doc, const std::string& record) {
-  const at_path root{doc, "", record};
+/// Fails unless the document's schema version has the major version xport reads.
+inline void check_schema_version(const at_path& root) {
   const auto ver = root["schema_version"];
   const auto major = ver["major"].integer();
   if (major != schema_version_major)
@@ -14682,20 +15149,24 @@ inline loaded_json program_of(const json& doc, const std::string& record) {
              " is not readable by this xport, which reads major version " + std::to_string(schema_version_major) +
              " (written by torch 2.8 and later); re-export the program with a matching torch");
   (void)ver["minor"].integer();
-  loaded_json out;
+}
+
+/// The dialect the document's verifiers name (the last one), training when there are none.
+inline ir_dialect dialect_of(const at_path& root) {
+  ir_dialect dialect = ir_dialect::training;
   if (auto v = root.get("verifiers")) {
     for (std::size_t i = 0, n = v->size_of_array(); i < n; ++i) {
       const auto d = (*v)[i].str();
-      if (d == "ATEN") out.dialect = ir_dialect::aten;
-      else if (d == "TRAINING") out.dialect = ir_dialect::training;
+      if (d == "ATEN") dialect = ir_dialect::aten;
+      else if (d == "TRAINING") dialect = ir_dialect::training;
       else (*v)[i].fail("unknown dialect '" + d + "'");
     }
   }
-  const auto opsets = root["opset_version"];
-  (void)opsets.object();
-  // symbols and their ranges first: the graph's sizes refer to them
-  symbol_table symbols;
-  const auto ranges = root["range_constraints"];
+  return dialect;
+}
+
+/// Adds each symbol of `ranges` (the range_constraints) to `symbols`, with its range.
+inline void read_symbol_ranges(const at_path& ranges, symbol_table& symbols) {
   for (const auto& item : ranges.object().items()) {
     const std::string name = item.key();
     const auto r = ranges[name];
@@ -14709,6 +15180,65 @@ inline loaded_json program_of(const json& doc, const std::string& record) {
     e.range.hi = hi ? hi->integer() : int_oo;
     if (e.range.lo > e.range.hi) r.fail("min_val " + std::to_string(e.range.lo) + " > max_val " + std::to_string(e.range.hi));
   }
+}
+
+/// The range constraints of `symbols` (making the symbols the graph did not), in the order the
+/// inputs' sizes of `g` first name them.
+inline std::vector<range_constraint> ranges_of(symbol_table& symbols, const graph& g) {
+  std::vector<range_constraint> ranges;
+  for (auto& e : symbols.entries) {
+    if (!e.symbol) e.symbol = sym::symbol(e.name, std::min(std::max<std::int64_t>(e.range.lo, 2), e.range.hi), e.range);
+    ranges.push_back({*e.symbol, e.range.lo, e.range.hi == int_oo ? std::nullopt : std::optional<std::int64_t>(e.range.hi), ""});
+  }
+  // the JSON object's keys come sorted; torch lists the ranges as its symbols were made, in the
+  // order of the inputs' sizes: so does xport
+  std::vector<std::string> made;
+  for (auto ph : g.placeholders())
+    if (ph.out().kind() == value_kind::tensor)
+      for (const auto& d : ph.out().meta().sizes)
+        for (auto& s : sym::free_symbols(d))
+          if (std::find(made.begin(), made.end(), s) == made.end()) made.push_back(std::move(s));
+  const auto rank = [&](const range_constraint& r) {
+    return static_cast<std::size_t>(std::find(made.begin(), made.end(), r.symbol.str()) - made.begin());
+  };
+  std::stable_sort(ranges.begin(), ranges.end(),
+                   [&](const range_constraint& a, const range_constraint& b) { return rank(a) < rank(b); });
+  return ranges;
+}
+
+/// Reads xport's entries of the graph module's metadata `md`: the legacy in_spec and out_spec,
+/// and the user's names of the dims.
+inline void read_metadata(const at_path& md, bool legacy, const std::string& record, loaded_json& out) {
+  (void)md.object();
+  const auto spec = [&](const char* key) -> std::optional<treespec> {
+    auto s = md.get(key);
+    if (!s) return std::nullopt;
+    const auto text = s->str();
+    const auto j = parse(text, record + " (" + std::string(key) + ")");
+    return treespec_of(at_path{j, std::string("graph_module.metadata.") + key, record});
+  };
+  if (legacy) {
+    out.in_spec = spec("xport.in_spec");
+    out.out_spec = spec("xport.out_spec");
+  }
+  if (auto names = md.get("xport.dim_names")) {
+    const auto j = parse(names->str(), record + " (xport.dim_names)");
+    const at_path nj{j, "graph_module.metadata.xport.dim_names", record};
+    for (auto& r : out.ranges)
+      if (auto n = nj.get(r.symbol.str())) r.name = n->str();
+  }
+}
+
+inline loaded_json program_of(const json& doc, const std::string& record) {
+  const at_path root{doc, "", record};
+  check_schema_version(root);
+  loaded_json out;
+  out.dialect = dialect_of(root);
+  const auto opsets = root["opset_version"];
+  (void)opsets.object();
+  // symbols and their ranges first: the graph's sizes refer to them
+  symbol_table symbols;
+  read_symbol_ranges(root["range_constraints"], symbols);
   struct scope_guard {
     symbol_table* prev;
     ~scope_guard() { active_symbols = prev; }
@@ -14721,50 +15251,247 @@ inline loaded_json program_of(const json& doc, const std::string& record) {
   for (std::size_t i = 0, n = outs.size_of_array(); i < n; ++i) out.sig.output_specs.push_back(output_spec_of(outs[i]));
   std::vector<std::pair<std::string, std::string>> stack_types;
   out.g = graph_of(gm["graph"], out.sig, stack_types);
-  for (auto& e : symbols.entries) {
-    if (!e.symbol) e.symbol = sym::symbol(e.name, std::min(std::max<std::int64_t>(e.range.lo, 2), e.range.hi), e.range);
-    out.ranges.push_back({*e.symbol, e.range.lo, e.range.hi == int_oo ? std::nullopt : std::optional<std::int64_t>(e.range.hi), ""});
-  }
-  // the JSON object's keys come sorted; torch lists the ranges as its symbols were made, in the
-  // order of the inputs' sizes: so does xport
-  std::vector<std::string> made;
-  for (auto ph : out.g.placeholders())
-    if (ph.out().kind() == value_kind::tensor)
-      for (const auto& d : ph.out().meta().sizes)
-        for (auto& s : sym::free_symbols(d))
-          if (std::find(made.begin(), made.end(), s) == made.end()) made.push_back(std::move(s));
-  const auto rank = [&](const range_constraint& r) {
-    return static_cast<std::size_t>(std::find(made.begin(), made.end(), r.symbol.str()) - made.begin());
-  };
-  std::stable_sort(out.ranges.begin(), out.ranges.end(),
-                   [&](const range_constraint& a, const range_constraint& b) { return rank(a) < rank(b); });
+  out.ranges = ranges_of(symbols, out.g);
   const auto md = gm.get("metadata");
   // archives of xport before schema 8.20 keep the exact structure in the metadata (xport.in_spec;
   // their constants have no placeholders, so the call graph's leaves do not match them)
   const bool legacy = md && md->object().contains("xport.in_spec");
   read_call_graph(gm["module_call_graph"], out, stack_types, !legacy);
-  if (md) {
-    (void)md->object();
-    const auto spec = [&](const char* key) -> std::optional<treespec> {
-      auto s = md->get(key);
-      if (!s) return std::nullopt;
-      const auto text = s->str();
-      const auto j = parse(text, record + " (" + std::string(key) + ")");
-      return treespec_of(at_path{j, std::string("graph_module.metadata.") + key, record});
+  if (md) read_metadata(*md, legacy, record, out);
+  return out;
+}
+
+}  // namespace detail::serde
+
+XPORT_END_NAMESPACE
+// #include <xport/serde/pt2.hpp>
+// xport/serde/pt2.hpp: save and load .pt2 archives in torch.export's own layout.
+//
+//   archive_format                       "pt2"
+//   archive_version                      "0"
+//   models/model.json                    the program (serde/program_json.hpp; schema 8.20, torch 2.13's)
+//   data/weights/weight_<i>              raw bytes of one storage (shared storage written once)
+//   data/weights/model_weights_config.json     {"config": {fqn: PayloadMeta}}
+//   data/constants/tensor_<i>, data/constants/model_constants_config.json
+//   data/sample_inputs/model.pt          example inputs, torch.save'd (args, kwargs); always
+//                                        there (torch's loader reads it), empty when not asked
+//
+// The zip is written by LibTorch's PyTorchStreamWriter (records stored, 64-byte aligned, under
+// an `archive/` root folder, which torch's reader strips as it strips its own) and read with its
+// PyTorchStreamReader after xport's own bounds check of the central directory; weights are read
+// straight into fresh tensor storage. Loading never runs anything from the file.
+
+#include <algorithm>    // std::find, std::stable_sort
+#include <cctype>       // std::isalpha
+#include <cstdio>       // std::FILE
+#include <functional>   // std::function
+#include <istream>      // std::istream
+#include <map>          // std::map
+#include <memory>       // std::shared_ptr
+#include <ostream>      // std::ostream
+#include <string>       // std::string
+#include <vector>       // std::vector
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <caffe2/serialize/file_adapter.h>
+#include <caffe2/serialize/in_memory_adapter.h>
+#include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/versions.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/GradMode.h>
+#include <ATen/core/ivalue.h>
+#include <c10/macros/Export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
+
+// #include <xport/config.hpp>
+// #include <xport/serde/program_json.hpp>
+
+// LibTorch's unpickler (torch/csrc/jit/serialization/pickle.h, same in 1.13 and 2.x), declared
+// here: its header pulls in the whole JIT IR, against the narrow-headers rule.
+namespace torch::jit {
+TORCH_API c10::IValue pickle_load(const std::vector<char>& data);
+}  // namespace torch::jit
+
+
+XPORT_BEGIN_NAMESPACE
+
+struct save_options {
+  /// The model's name inside the archive (`models/<name>.json`); torch.export.save uses "model".
+  std::string model_name = "model";
+  /// Write the example inputs kept on the program into `data/sample_inputs/<name>.pt` as torch
+  /// does, `(args, kwargs)` nested as the program's inputs; otherwise that record is empty (as
+  /// torch writes it for a program without example inputs).
+  bool example_inputs = false;
+};
+
+struct load_options {
+  std::string model_name = "model";
+  /// Read example inputs when the archive has them (parsed by LibTorch's unpickler: only for
+  /// files you trust).
+  bool example_inputs = false;
+  /// Check the rebuilt program with verify() (on by default; a failure is a load_error).
+  bool verify = true;
+};
+
+namespace detail {
+
+/// `v` in torch.save's format (a zip of data.pkl and data/<i>), as torch::pickle_save writes it but
+/// without the JIT's type tags on dicts and lists (`torch.jit._pickle.restore_type_tag`), which
+/// torch.load(weights_only=True), what torch's .pt2 loader tries first, refuses. Dicts and lists
+/// come back untyped in C++; tensors as they were.
+inline std::vector<char> pickle_bytes(const c10::IValue& v) {
+  std::vector<char> pkl;
+  torch::jit::Pickler pickler([&](const char* b, std::size_t n) { pkl.insert(pkl.end(), b, b + n); }, nullptr, nullptr,
+                              nullptr, nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(v);
+  pickler.stop();
+  std::vector<char> out;
+  caffe2::serialize::PyTorchStreamWriter w([&](const void* d, std::size_t n) {
+    out.insert(out.end(), static_cast<const char*>(d), static_cast<const char*>(d) + n);
+    return n;
+  });
+  const auto& tensors = pickler.tensorData();
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const auto data = torch::jit::getWriteableTensorData(tensors[i]);
+    w.writeRecord("data/" + std::to_string(i), data.data(), data.sizeInBytes());
+  }
+  w.writeRecord("data.pkl", pkl.data(), pkl.size());
+  w.writeEndOfFile();
+  return out;
+}
+
+/// The example inputs as torch.save'd `(args, kwargs)`, nested as `in_spec` says (constants
+/// included); without a spec, the tensors as positional arguments.
+inline c10::IValue example_inputs_ivalue(const std::vector<at::Tensor>& tensors, const std::optional<treespec>& in_spec) {
+  c10::impl::GenericDict kwargs(c10::StringType::get(), c10::AnyType::get());
+  if (!in_spec) {
+    std::vector<c10::IValue> args;
+    for (const auto& t : tensors) args.emplace_back(t.cpu());
+    return c10::ivalue::Tuple::create({c10::ivalue::Tuple::create(std::move(args)), kwargs});
+  }
+  std::size_t next = 0;
+  const auto build = [&](const auto& self, const treespec& s) -> c10::IValue {
+    using K = treespec::kind;
+    switch (s.type) {
+      case K::leaf:
+        if (next >= tensors.size()) throw error("xport.save.example_inputs", "the example inputs are fewer than the program's tensor inputs");
+        return tensors[next++].cpu();
+      case K::constant: return to_ivalue(s.value, c10::AnyType::get(), [](const value&) { return c10::IValue(); });
+      case K::none: return c10::IValue();
+      case K::tuple: {
+        std::vector<c10::IValue> es;
+        for (const auto& c : s.children) es.push_back(self(self, c));
+        return c10::ivalue::Tuple::create(std::move(es));
+      }
+      case K::list: {
+        c10::impl::GenericList l(c10::AnyType::get());
+        for (const auto& c : s.children) l.push_back(self(self, c));
+        return l;
+      }
+      case K::dict: {
+        c10::impl::GenericDict d(c10::StringType::get(), c10::AnyType::get());
+        for (std::size_t i = 0; i < s.children.size(); ++i) d.insert(s.keys[i], self(self, s.children[i]));
+        return d;
+      }
+    }
+    return c10::IValue();
+  };
+  const std::size_t n = in_spec->children.size(), k = std::min(in_spec->num_kwargs, n);
+  std::vector<c10::IValue> args;
+  for (std::size_t i = 0; i < n; ++i) {
+    auto v = build(build, in_spec->children[i]);
+    if (i < n - k) args.push_back(std::move(v));
+    else kwargs.insert(serde::argument_name(*in_spec, i), std::move(v));
+  }
+  return c10::ivalue::Tuple::create({c10::ivalue::Tuple::create(std::move(args)), kwargs});
+}
+
+/// The tensors of a call `(args, kwargs)` (as torch.save'd example inputs hold it), in the order
+/// of the program's inputs, `in_spec` (without one: the tensors of args, in order); what does
+/// not fit the spec is a load_error naming `record`.
+inline std::vector<at::Tensor> inputs_of_call(const c10::IValue& v, const std::optional<treespec>& in_spec,
+                                              const std::string& record) {
+  const auto fail = [&](const std::string& what) -> void { throw load_error("xport.load.sample_inputs", record + ": " + what); };
+  if (!v.isTuple() || v.toTupleRef().elements().size() != 2 || !v.toTupleRef().elements()[1].isGenericDict())
+    fail("expected a tuple (args, kwargs)");
+  const auto& args = v.toTupleRef().elements()[0];
+  const auto kwargs = v.toTupleRef().elements()[1].toGenericDict();
+  std::vector<at::Tensor> out;
+  if (!in_spec) {
+    const auto visit = [&](const auto& self, const c10::IValue& x, int depth) -> void {
+      if (depth > 32) fail("nested too deeply");
+      if (x.isTensor()) out.push_back(x.toTensor());
+      else if (x.isTuple())
+        for (const auto& e : x.toTupleRef().elements()) self(self, e, depth + 1);
+      else if (x.isList())
+        for (const auto& e : x.toListRef()) self(self, e, depth + 1);
     };
-    if (legacy) {
-      out.in_spec = spec("xport.in_spec");
-      out.out_spec = spec("xport.out_spec");
+    visit(visit, args, 0);
+    return out;
+  }
+  // the spec's depth is bounded by the JSON nesting limit
+  const auto take = [&](const auto& self, const treespec& s, const c10::IValue& x) -> void {
+    using K = treespec::kind;
+    switch (s.type) {
+      case K::leaf:
+        if (!x.isTensor()) fail("expected a tensor where the program takes one, got " + x.tagKind());
+        out.push_back(x.toTensor());
+        return;
+      case K::constant:
+      case K::none: return;
+      case K::tuple:
+      case K::list: {
+        const auto elems = x.isTuple() ? x.toTupleRef().elements().vec() : x.isList() ? x.toListRef().vec() : std::vector<c10::IValue>{};
+        if ((!x.isTuple() && !x.isList()) || elems.size() != s.children.size())
+          fail("expected a " + std::string(s.type == K::tuple ? "tuple" : "list") + " of " + std::to_string(s.children.size()));
+        for (std::size_t i = 0; i < elems.size(); ++i) self(self, s.children[i], elems[i]);
+        return;
+      }
+      case K::dict: {
+        if (!x.isGenericDict()) fail("expected a dict, got " + x.tagKind());
+        const auto d = x.toGenericDict();
+        for (std::size_t i = 0; i < s.children.size(); ++i) {
+          const auto it = d.find(s.keys[i]);
+          if (it == d.end()) fail("the dict has no key '" + s.keys[i] + "'");
+          self(self, s.children[i], it->value());
+        }
+        return;
+      }
     }
-    if (auto names = md->get("xport.dim_names")) {
-      const auto j = parse(names->str(), record + " (xport.dim_names)");
-      const at_path nj{j, "graph_module.metadata.xport.dim_names", record};
-      for (auto& r : out.ranges)
-        if (auto n = nj.get(r.symbol.str())) r.name = n->str();
+  };
+  const std::size_t n = in_spec->children.size(), k = std::min(in_spec->num_kwargs, n);
+  if (!args.isTuple() || args.toTupleRef().elements().size() != n - k)
+    fail("expected " + std::to_string(n - k) + " positional argument(s)");
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i < n - k) {
+      take(take, in_spec->children[i], args.toTupleRef().elements()[i]);
+      continue;
     }
+    const auto key = serde::argument_name(*in_spec, i);
+    const auto it = kwargs.find(key);
+    if (it == kwargs.end()) fail("kwargs have no '" + key + "'");
+    take(take, in_spec->children[i], it->value());
   }
   return out;
 }
+
+/// Example inputs from `torch.save((args, kwargs))` bytes (see inputs_of_call).
+inline std::vector<at::Tensor> unpickle_inputs(const std::string& bytes, const std::string& record,
+                                               const std::optional<treespec>& in_spec) {
+  c10::IValue v;
+  try {
+    v = torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+  } catch (const std::exception& e) {
+    throw load_error("xport.load.sample_inputs", record + ": " + e.what());
+  }
+  return inputs_of_call(v, in_spec, record);
+}
+
+}  // namespace detail
+
+namespace detail::serde {
 
 // ---- weights ---------------------------------------------------------------------------------
 
@@ -14939,8 +15666,7 @@ inline std::string save_to_string(const exported_program& p, const save_options&
 /// Reads a program from an archive behind `in`; throws load_error naming the record and the
 /// problem for any file that is not a valid archive of a program this LibTorch can run.
 namespace detail::serde {
-inline exported_program load_archive(caffe2::serialize::ReadAdapterInterface& raw,
-                                     std::shared_ptr<caffe2::serialize::ReadAdapterInterface> in,
+inline exported_program load_archive(std::shared_ptr<caffe2::serialize::ReadAdapterInterface> in,
                                      const load_options& options, std::string& stage);
 }  // namespace detail::serde
 
@@ -14949,9 +15675,8 @@ inline exported_program load(std::shared_ptr<caffe2::serialize::ReadAdapterInter
   // anything LibTorch still refuses (building the graph, its tensors, the sample inputs) is
   // reported with the part of the archive being read.
   std::string stage = "the archive";
-  auto& raw = *in;
   try {
-    return detail::serde::load_archive(raw, std::move(in), options, stage);
+    return detail::serde::load_archive(std::move(in), options, stage);
   } catch (const load_error&) {
     throw;
   } catch (const error& e) {
@@ -14963,53 +15688,55 @@ inline exported_program load(std::shared_ptr<caffe2::serialize::ReadAdapterInter
   }
 }
 
-inline exported_program detail::serde::load_archive(caffe2::serialize::ReadAdapterInterface& raw,
-                                                    std::shared_ptr<caffe2::serialize::ReadAdapterInterface> in,
-                                                    const load_options& options, std::string& stage) {
-  namespace s = detail::serde;
-  const detail::zip_index zip(raw);
-  // LibTorch's reader checks the archive as a whole (and CRCs of what it reads)
-  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
+namespace detail::serde {
+
+/// LibTorch's reader of the archive behind `in`, which checks the archive as a whole (and CRCs of what it reads).
+inline std::unique_ptr<caffe2::serialize::PyTorchStreamReader> open_stream_reader(
+    const std::shared_ptr<caffe2::serialize::ReadAdapterInterface>& in) {
   try {
-    reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(in);
+    return std::make_unique<caffe2::serialize::PyTorchStreamReader>(in);
   } catch (const c10::Error& e) {
     throw load_error("xport.load.bad_zip", std::string("not a valid archive: ") + e.what_without_backtrace());
   }
-  const auto text = [&](const std::string& name) {
-    (void)zip.at(name);
-    try {
-      auto [ptr, size] = reader->getRecord(name);
-      return std::string(static_cast<const char*>(ptr.get()), size);
-    } catch (const c10::Error& e) {
-      throw load_error("xport.load.bad_record", "record '" + name + "': " + e.what_without_backtrace());
-    }
-  };
-  const auto format = text("archive_format");
-  if (format != s::archive_format)
+}
+
+/// The bytes of record `name`, which the index must list.
+inline std::string record_text(const zip_index& zip, caffe2::serialize::PyTorchStreamReader& reader,
+                               const std::string& name) {
+  (void)zip.at(name);
+  try {
+    auto [ptr, size] = reader.getRecord(name);
+    return std::string(static_cast<const char*>(ptr.get()), size);
+  } catch (const c10::Error& e) {
+    throw load_error("xport.load.bad_record", "record '" + name + "': " + e.what_without_backtrace());
+  }
+}
+
+/// Fails unless the archive's archive_format and archive_version records are the ones xport reads.
+inline void check_archive_version(const zip_index& zip, caffe2::serialize::PyTorchStreamReader& reader) {
+  const auto format = record_text(zip, reader, "archive_format");
+  if (format != archive_format)
     throw load_error("xport.load.format", "record 'archive_format' says '" + format.substr(0, 64) + "', not 'pt2'");
-  const auto version = text("archive_version");
-  if (version != s::archive_version)
+  const auto version = record_text(zip, reader, "archive_version");
+  if (version != archive_version)
     throw load_error("xport.load.version", "archive version '" + version.substr(0, 64) +
                                                "' is not the PT2 archive version this xport reads (0)");
-  const std::string model = "models/" + options.model_name + ".json";
-  if (!zip.find(model)) {
-    std::string models;
-    for (const auto& [name, r] : zip.records())
-      if (name.rfind("models/", 0) == 0) models += (models.empty() ? "" : ", ") + name;
-    throw load_error("xport.load.missing_record", "record '" + model + "' is missing" +
-                                                      (models.empty() ? std::string(" (the archive has no models/)") : " (the archive has: " + models + ")"));
-  }
-  stage = "record '" + model + "'";
-  const auto doc = s::parse(text(model), model);
-  auto parts = s::program_of(doc, model);
-  tensor_dict state, constants;
-  stage = "data/weights/" + options.model_name + "_weights_config.json";
-  s::read_payloads(zip, "data/weights/", options.model_name + "_weights_config.json", state);
-  stage = "data/constants/" + options.model_name + "_constants_config.json";
-  s::read_payloads(zip, "data/constants/", options.model_name + "_constants_config.json", constants);
-  stage = "record '" + model + "'";
-  // every lifted input must have its tensor
-  for (const auto& spec : parts.sig.input_specs) {
+}
+
+/// Fails unless the archive has the record `model`, listing the models it has.
+inline void check_model_record(const zip_index& zip, const std::string& model) {
+  if (zip.find(model)) return;
+  std::string models;
+  for (const auto& [name, r] : zip.records())
+    if (name.rfind("models/", 0) == 0) models += (models.empty() ? "" : ", ") + name;
+  throw load_error("xport.load.missing_record", "record '" + model + "' is missing" +
+                                                    (models.empty() ? std::string(" (the archive has no models/)") : " (the archive has: " + models + ")"));
+}
+
+/// Fails unless every lifted input of `sig` has its tensor in `state` or `constants`.
+inline void check_lifted_tensors(const graph_signature& sig, const tensor_dict& state, const tensor_dict& constants,
+                                 const load_options& options) {
+  for (const auto& spec : sig.input_specs) {
     if (spec.kind == input_kind::user_input || spec.kind == input_kind::token) continue;
     const bool in_state = spec.kind == input_kind::parameter || (spec.kind == input_kind::buffer && spec.persistent.value_or(true));
     if (!spec.target) continue;
@@ -15019,24 +15746,50 @@ inline exported_program detail::serde::load_archive(caffe2::serialize::ReadAdapt
                                                         ": no tensor for " + std::string(to_string(spec.kind)) + " '" +
                                                         *spec.target + "' (input '" + spec.arg.name + "')");
   }
+}
+
+/// Sets the example inputs of `p` from the archive's sample inputs record, when it has a non-empty one.
+inline void read_sample_inputs(const zip_index& zip, caffe2::serialize::PyTorchStreamReader& reader,
+                               const load_options& options, std::string& stage, exported_program& p) {
+  const std::string rec = "data/sample_inputs/" + options.model_name + ".pt";
+  stage = "record '" + rec + "'";
+  if (const auto* r = zip.find(rec); r && r->size > 0) {
+    auto inputs = detail::unpickle_inputs(record_text(zip, reader, rec), rec, p.in_spec());
+    std::size_t want = 0;
+    for (const auto& s : p.signature().input_specs)
+      want += s.kind == input_kind::user_input && s.arg.type != argument_spec::kind::constant;
+    if (inputs.size() != want)
+      throw load_error("xport.load.sample_inputs", rec + ": holds " + std::to_string(inputs.size()) +
+                                                       " tensor(s), the program takes " + std::to_string(want));
+    p.set_example_inputs(std::move(inputs));
+  }
+}
+
+}  // namespace detail::serde
+
+inline exported_program detail::serde::load_archive(std::shared_ptr<caffe2::serialize::ReadAdapterInterface> in,
+                                                    const load_options& options, std::string& stage) {
+  namespace s = detail::serde;
+  const detail::zip_index zip(*in);
+  const auto reader = s::open_stream_reader(in);
+  s::check_archive_version(zip, *reader);
+  const std::string model = "models/" + options.model_name + ".json";
+  s::check_model_record(zip, model);
+  stage = "record '" + model + "'";
+  const auto doc = s::parse(s::record_text(zip, *reader, model), model);
+  auto parts = s::program_of(doc, model);
+  tensor_dict state, constants;
+  stage = "data/weights/" + options.model_name + "_weights_config.json";
+  s::read_payloads(zip, "data/weights/", options.model_name + "_weights_config.json", state);
+  stage = "data/constants/" + options.model_name + "_constants_config.json";
+  s::read_payloads(zip, "data/constants/", options.model_name + "_constants_config.json", constants);
+  stage = "record '" + model + "'";
+  s::check_lifted_tensors(parts.sig, state, constants, options);
   exported_program p(std::move(parts.g), std::move(parts.sig), std::move(state), std::move(constants),
                      std::move(parts.ranges), parts.dialect);
   p.set_call_spec(std::move(parts.in_spec), std::move(parts.out_spec));
   p.set_module_types(std::move(parts.module_types));
-  if (options.example_inputs) {
-    const std::string rec = "data/sample_inputs/" + options.model_name + ".pt";
-    stage = "record '" + rec + "'";
-    if (const auto* r = zip.find(rec); r && r->size > 0) {
-      auto inputs = detail::unpickle_inputs(text(rec), rec, p.in_spec());
-      std::size_t want = 0;
-      for (const auto& s : p.signature().input_specs)
-        want += s.kind == input_kind::user_input && s.arg.type != argument_spec::kind::constant;
-      if (inputs.size() != want)
-        throw load_error("xport.load.sample_inputs", rec + ": holds " + std::to_string(inputs.size()) +
-                                                         " tensor(s), the program takes " + std::to_string(want));
-      p.set_example_inputs(std::move(inputs));
-    }
-  }
+  if (options.example_inputs) s::read_sample_inputs(zip, *reader, options, stage, p);
   stage = "record '" + model + "'";
   if (options.verify) {
     try {
@@ -15077,5 +15830,5 @@ XPORT_END_NAMESPACE
 // header. XPORT_BEGIN_NAMESPACE / XPORT_END_NAMESPACE and the version macros stay: they are part
 // of the public surface (extensions declare into xport's namespace with them).
 
-#undef XPORT_LIKELY
-#undef XPORT_UNLIKELY
+#undef XPORT_TORCH_VERSION_AT_LEAST
+#undef XPORT_HAS_TORCH_FUNCTIONALIZATION

@@ -2,7 +2,7 @@
 #include <xport/xport.hpp>
 struct add_inplace_ops {
   static constexpr std::string_view name = "add_inplace_ops";
-  static constexpr bool breaks_functional = true;
+  static constexpr xport::passes::traits traits{.breaks_functional = true};
   xport::passes::pass_result run(xport::exported_program&) const { return {}; }
 };
 void f() { auto p = add_inplace_ops{} | xport::passes::functionalize | xport::passes::cse; }

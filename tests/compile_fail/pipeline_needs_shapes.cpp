@@ -2,7 +2,7 @@
 #include <xport/xport.hpp>
 struct retype_inputs {
   static constexpr std::string_view name = "retype_inputs";
-  static constexpr bool breaks_shapes = true;
+  static constexpr xport::passes::traits traits{.breaks_shapes = true};
   xport::passes::pass_result run(xport::exported_program&) const { return {}; }
 };
 void f() { auto p = retype_inputs{} | xport::passes::fold; }

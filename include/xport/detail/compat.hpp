@@ -1,6 +1,8 @@
-// xport/detail/compat.hpp: every difference between the LibTorch versions xport supports.
-// LibTorch 2.13 (the pip wheel) is the primary build; Debian's 1.13 (Debian 12) and 2.6
-// (Debian 13) are built and tested too. Version tests are the macros here.
+// xport/detail/compat.hpp: the version tests every LibTorch difference is written against.
+// LibTorch 2.13 (the pip wheel) is the primary build, Debian's 1.13 (Debian 12) the second;
+// Debian 13's 2.6 builds too. Code that differs by version tests these macros (never
+// TORCH_VERSION_* directly), so `grep XPORT_HAS_` and `grep XPORT_TORCH_VERSION` find every
+// difference. They are internal: the umbrella header undefines them at its end.
 #pragma once
 
 #include <string>  // std::string
@@ -15,7 +17,7 @@
 
 /// LibTorch's functionalization with view replay (FunctionalTensorWrapper, reapply_views), the
 /// `core` operator tag and the `_native_batch_norm_legit` family, which torch.export's own
-/// run_decompositions() is built on: xport lowers with them (trace/decompose.hpp). 1.13 has
+/// run_decompositions() is built on: xport lowers with them (lower/decompose.hpp). 1.13 has
 /// neither the tag nor functional BatchNorm statistics: xport's own functionalizer serves it.
 #define XPORT_HAS_TORCH_FUNCTIONALIZATION XPORT_TORCH_VERSION_AT_LEAST(2, 1)
 

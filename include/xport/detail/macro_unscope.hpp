@@ -3,5 +3,5 @@
 // of the public surface (extensions declare into xport's namespace with them).
 #pragma once
 
-#undef XPORT_LIKELY
-#undef XPORT_UNLIKELY
+#undef XPORT_TORCH_VERSION_AT_LEAST
+#undef XPORT_HAS_TORCH_FUNCTIONALIZATION

@@ -6,7 +6,7 @@
 #pragma once
 
 #include <cstdint>    // std::int64_t
-#include <memory>     // std::shared_ptr, std::unique_ptr
+#include <memory>     // std::shared_ptr
 #include <mutex>      // std::mutex
 #include <optional>   // std::optional
 #include <unordered_map>  // std::unordered_map
@@ -96,6 +96,39 @@ namespace detail {
 struct run_cache {
   virtual ~run_cache() = default;
 };
+
+/// The slot run/interpreter.hpp keeps its compiled interpreter in. It belongs to one program
+/// object: a moved-to or assigned program starts empty (what was compiled refers to the program
+/// it was built from), and every mutable access to the program empties it. Thread-safe.
+class run_cache_slot {
+ public:
+  run_cache_slot() = default;
+  run_cache_slot(run_cache_slot&&) noexcept {}
+  run_cache_slot& operator=(run_cache_slot&&) noexcept {
+    reset();
+    return *this;
+  }
+
+  [[nodiscard]] std::shared_ptr<run_cache> get() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cache_;
+  }
+  void set(std::shared_ptr<run_cache> c) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    cache_ = std::move(c);
+  }
+  void reset() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    cache_.reset();
+  }
+  /// Held while the interpreter is compiled, so that two first runs compile once.
+  [[nodiscard]] std::mutex& build_mutex() const { return build_mu_; }
+
+ private:
+  mutable std::shared_ptr<run_cache> cache_;
+  mutable std::mutex mu_;
+  mutable std::mutex build_mu_;
+};
 }  // namespace detail
 
 class exported_program {
@@ -113,31 +146,8 @@ class exported_program {
         range_constraints_(std::move(range_constraints)),
         dialect_(dialect) {}
 
-  exported_program(exported_program&& o) noexcept
-      : graph_(std::move(o.graph_)),
-        signature_(std::move(o.signature_)),
-        state_dict_(std::move(o.state_dict_)),
-        constants_(std::move(o.constants_)),
-        range_constraints_(std::move(o.range_constraints_)),
-        example_inputs_(std::move(o.example_inputs_)),
-        in_spec_(std::move(o.in_spec_)),
-        out_spec_(std::move(o.out_spec_)),
-        module_types_(std::move(o.module_types_)),
-        dialect_(o.dialect_) {}
-  exported_program& operator=(exported_program&& o) noexcept {
-    graph_ = std::move(o.graph_);
-    signature_ = std::move(o.signature_);
-    state_dict_ = std::move(o.state_dict_);
-    constants_ = std::move(o.constants_);
-    range_constraints_ = std::move(o.range_constraints_);
-    example_inputs_ = std::move(o.example_inputs_);
-    in_spec_ = std::move(o.in_spec_);
-    out_spec_ = std::move(o.out_spec_);
-    module_types_ = std::move(o.module_types_);
-    dialect_ = o.dialect_;
-    invalidate();
-    return *this;
-  }
+  exported_program(exported_program&&) noexcept = default;
+  exported_program& operator=(exported_program&&) noexcept = default;
   exported_program(const exported_program&) = delete;
   exported_program& operator=(const exported_program&) = delete;
 
@@ -278,16 +288,10 @@ class exported_program {
     return dict.at(*s.target);
   }
 
-  /// For run/interpreter.hpp: the cache slot; dropped on every mutable access.
-  [[nodiscard]] std::shared_ptr<detail::run_cache> run_cache_get() const {
-    std::lock_guard<std::mutex> lock(*cache_mu_);
-    return cache_;
-  }
-  void run_cache_set(std::shared_ptr<detail::run_cache> c) const {
-    std::lock_guard<std::mutex> lock(*cache_mu_);
-    cache_ = std::move(c);
-  }
-  [[nodiscard]] std::mutex& run_cache_mutex() const { return *build_mu_; }
+  /// For run/interpreter.hpp: the cache slot; emptied on every mutable access.
+  [[nodiscard]] std::shared_ptr<detail::run_cache> run_cache_get() const { return cache_.get(); }
+  void run_cache_set(std::shared_ptr<detail::run_cache> c) const { cache_.set(std::move(c)); }
+  [[nodiscard]] std::mutex& run_cache_mutex() const { return cache_.build_mutex(); }
 
  private:
   static std::vector<at::Tensor> values_of(const std::vector<std::pair<std::string, at::Tensor>>& xs) {
@@ -296,10 +300,7 @@ class exported_program {
     for (const auto& [k, v] : xs) out.push_back(v);
     return out;
   }
-  void invalidate() {
-    std::lock_guard<std::mutex> lock(*cache_mu_);
-    cache_.reset();
-  }
+  void invalidate() { cache_.reset(); }
 
   graph_type graph_;
   signature_type signature_;
@@ -311,9 +312,7 @@ class exported_program {
   std::optional<treespec> out_spec_;
   std::vector<std::pair<std::string, std::string>> module_types_;
   ir_dialect dialect_ = ir_dialect::training;
-  mutable std::shared_ptr<detail::run_cache> cache_;
-  std::unique_ptr<std::mutex> cache_mu_ = std::make_unique<std::mutex>();
-  std::unique_ptr<std::mutex> build_mu_ = std::make_unique<std::mutex>();
+  detail::run_cache_slot cache_;
 };
 
 XPORT_END_NAMESPACE

@@ -66,14 +66,6 @@ struct tensor_meta {
 
   [[nodiscard]] std::int64_t dim() const noexcept { return static_cast<std::int64_t>(sizes.size()); }
 
-  [[nodiscard]] bool is_static() const noexcept {
-    for (const auto& s : sizes)
-      if (s.is_symbolic()) return false;
-    for (const auto& s : strides)
-      if (s.is_symbolic()) return false;
-    return storage_offset.is_constant();
-  }
-
   /// Sizes as example values (hints for symbolic sizes).
   [[nodiscard]] std::vector<std::int64_t> size_hints() const {
     std::vector<std::int64_t> out;

@@ -13,7 +13,7 @@
 #include <vector>         // std::vector
 
 #include <xport/config.hpp>
-#include <xport/ir/builder.hpp>
+#include <xport/program/builder.hpp>
 #include <xport/ir/graph.hpp>
 #include <xport/passes/pass.hpp>
 
@@ -22,7 +22,7 @@ namespace passes {
 
 struct canonicalize_t : pass_base<canonicalize_t> {
   static constexpr std::string_view name = "canonicalize";
-  static constexpr bool transactional = true;  // builds the new program before replacing
+  static constexpr passes::traits traits{.transactional = true};  // builds the new program before replacing
 
   pass_result run(exported_program& p) const {
     const auto& g = p.graph();

@@ -99,8 +99,7 @@ namespace passes {
 
 struct cse_t : pass_base<cse_t> {
   static constexpr std::string_view name = "cse";
-  static constexpr bool needs_functional = true;
-  static constexpr bool transactional = true;  // it refuses before changing anything
+  static constexpr passes::traits traits{.needs_functional = true, .transactional = true};  // refuses first
   pass_result run(exported_program& p) const {
     for (auto n : p.graph().nodes())
       if (n.is_call() && n.op().is_mutable)

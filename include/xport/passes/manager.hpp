@@ -4,8 +4,8 @@
 //   pm.verify_each(true).print_to(std::cerr);
 //   auto r = pm.run(program);
 //
-// The same passes as the compile-time pipelines, type-erased; user passes can be registered by
-// name. verify_each runs verify() after every pass; print_to prints the program before and
+// The same passes as the compile-time pipelines (standard.hpp's builtin_passes()), type-erased;
+// user passes can be registered by name. verify_each runs verify() after every pass; print_to prints the program before and
 // after each one.
 #pragma once
 
@@ -15,6 +15,7 @@
 #include <ostream>        // std::ostream
 #include <string>         // std::string
 #include <string_view>    // std::string_view
+#include <tuple>          // std::apply
 #include <vector>         // std::vector
 
 #include <xport/config.hpp>
@@ -125,14 +126,8 @@ class pass_manager {
   static std::map<std::string, factory>& registry() {
     static std::map<std::string, factory> r = [] {
       std::map<std::string, factory> m;
-      m["dce"] = [] { return any_pass::of(dce); };
-      m["cse"] = [] { return any_pass::of(cse); };
-      m["fold"] = [] { return any_pass::of(fold); };
-      m["functionalize"] = [] { return any_pass::of(functionalize); };
-      m["decompose"] = [] { return any_pass::of(decompose); };
-      m["propagate_shapes"] = [] { return any_pass::of(propagate_shapes); };
-      m["canonicalize"] = [] { return any_pass::of(canonicalize); };
-      m["verify"] = [] { return any_pass::of(verify_stage); };
+      std::apply([&](const auto&... p) { ((m[std::string(p.name)] = [&p] { return any_pass::of(p); }), ...); },
+                 builtin_passes());
       return m;
     }();
     return r;

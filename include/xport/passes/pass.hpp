@@ -3,12 +3,14 @@
 //   auto p = xport::passes::dce | xport::passes::cse | xport::passes::fold;  // a pipeline type
 //   xport::passes::pass_result r = program | p;                           // or p(program)
 //
-// A pass is a type with `static constexpr std::string_view name` and
-// `pass_result run(exported_program&) const`. It never throws (the pipeline turns an exception
-// into a failure) and a failed pass leaves the program as it was. It may declare, as static
-// constexpr bools, what it needs and what it does to the IR:
+// A pass is any type with `static constexpr std::string_view name` and
+// `pass_result run(exported_program&) const` (the `pass` concept); no base class is needed for
+// `|` to compose it. It never throws (the pipeline turns an exception into a failure) and a
+// failed pass leaves the program as it was. What it needs and what it does to the IR, it says
+// in one place, `static constexpr xport::passes::traits traits{...}`:
 //   needs_functional / makes_functional / breaks_functional
 //   needs_shapes (valid tensor meta on every value) / makes_shapes / breaks_shapes
+//   transactional (it fails before changing anything, so the pipeline need not snapshot)
 // A pipeline checks those at compile time, stage by stage: a stage that needs functional IR (or
 // valid shapes) must not follow a stage that breaks it without one that makes it again in
 // between. Each violation is one compile error naming the rule; the stage is named by the
@@ -19,6 +21,7 @@
 //   invalid: dce | 42                                  (not a pass)
 //            my_rewrite_that_breaks_shapes | fold      (fold needs shapes)
 //            my_pass_that_breaks_functional | cse      (cse needs functional IR)
+//            export_program(f, args) | dce             (a temporary: nothing would see the result)
 #pragma once
 
 #include <concepts>     // std::derived_from, std::same_as
@@ -33,9 +36,9 @@
 #include <utility>      // std::move
 
 #include <xport/config.hpp>
-#include <xport/ir/print.hpp>
+#include <xport/program/print.hpp>
 #include <xport/ir/program.hpp>
-#include <xport/ir/verify.hpp>
+#include <xport/program/verify.hpp>
 
 XPORT_BEGIN_NAMESPACE
 namespace passes {
@@ -59,38 +62,38 @@ concept pass = requires(const P& p, exported_program& prog) {
   { p.run(prog) } -> std::same_as<pass_result>;
 };
 
-namespace impl {
+/// What a pass needs and does to the IR, declared by the pass as
+/// `static constexpr xport::passes::traits traits{.needs_shapes = true};` (all false if absent).
+struct traits {
+  bool needs_functional = false;   ///< needs functional IR (no in-place or out= calls)
+  bool makes_functional = false;   ///< leaves functional IR
+  bool breaks_functional = false;  ///< may leave in-place or out= calls
+  bool needs_shapes = false;       ///< needs valid tensor meta on every value
+  bool makes_shapes = false;       ///< leaves valid tensor meta
+  bool breaks_shapes = false;      ///< may leave stale tensor meta
+  bool transactional = false;      ///< fails before changing anything (no snapshot needed)
+};
 
+/// The traits `P` declares.
 template <class P>
-constexpr bool flag_needs_functional() {
-  if constexpr (requires { P::needs_functional; }) return P::needs_functional;
-  return false;
+constexpr traits traits_of() {
+  static_assert(!requires { P::needs_functional; } && !requires { P::makes_functional; } &&
+                    !requires { P::breaks_functional; } && !requires { P::needs_shapes; } &&
+                    !requires { P::makes_shapes; } && !requires { P::breaks_shapes; } &&
+                    !requires { P::transactional; },
+                "xport pass: declare what the pass needs and does in one member, "
+                "`static constexpr xport::passes::traits traits{.needs_shapes = true, ...};`, "
+                "not as separate bools");
+  if constexpr (requires { P::traits; }) {
+    static_assert(std::is_same_v<std::remove_cv_t<decltype(P::traits)>, traits>,
+                  "xport pass: `traits` must be `static constexpr xport::passes::traits traits{...}`");
+    return P::traits;
+  } else {
+    return {};
+  }
 }
-template <class P>
-constexpr bool flag_makes_functional() {
-  if constexpr (requires { P::makes_functional; }) return P::makes_functional;
-  return false;
-}
-template <class P>
-constexpr bool flag_breaks_functional() {
-  if constexpr (requires { P::breaks_functional; }) return P::breaks_functional;
-  return false;
-}
-template <class P>
-constexpr bool flag_needs_shapes() {
-  if constexpr (requires { P::needs_shapes; }) return P::needs_shapes;
-  return false;
-}
-template <class P>
-constexpr bool flag_makes_shapes() {
-  if constexpr (requires { P::makes_shapes; }) return P::makes_shapes;
-  return false;
-}
-template <class P>
-constexpr bool flag_breaks_shapes() {
-  if constexpr (requires { P::breaks_shapes; }) return P::breaks_shapes;
-  return false;
-}
+
+namespace impl {
 
 enum class rule : int { ok, not_a_pass, needs_functional, needs_shapes };
 
@@ -109,12 +112,13 @@ struct pipeline_check {
       if constexpr (!pass<P>) {
         res = {rule::not_a_pass, i};
       } else {
-        if (flag_needs_functional<P>() && functional_broken) res = {rule::needs_functional, i};
-        else if (flag_needs_shapes<P>() && shapes_broken) res = {rule::needs_shapes, i};
-        if (flag_makes_functional<P>()) functional_broken = false;
-        if (flag_breaks_functional<P>()) functional_broken = true;
-        if (flag_makes_shapes<P>()) shapes_broken = false;
-        if (flag_breaks_shapes<P>()) shapes_broken = true;
+        constexpr traits t = traits_of<P>();
+        if (t.needs_functional && functional_broken) res = {rule::needs_functional, i};
+        else if (t.needs_shapes && shapes_broken) res = {rule::needs_shapes, i};
+        if (t.makes_functional) functional_broken = false;
+        if (t.breaks_functional) functional_broken = true;
+        if (t.makes_shapes) shapes_broken = false;
+        if (t.breaks_shapes) shapes_broken = true;
       }
       ++i;
     };
@@ -161,8 +165,13 @@ consteval bool check_pipeline() {
 template <class... Ps>
 class pipeline;
 
-/// The tag of everything `|` composes (passes and pipelines). The two operators are hidden
-/// friends: only ADL finds them, so they never join unrelated overload sets.
+/// A stage of a pipeline: a pass, or a pipeline.
+template <class T>
+concept stage = pass<T> || requires { T::stages; };
+
+/// The tag of the built-in passes and of pipelines. Its two operators are hidden friends: only
+/// ADL finds them, so they never join unrelated overload sets. (A pass outside the tree
+/// composes too, without this base: see the operators at the end of this header.)
 struct pipe_base {
   /// stage | stage: a pipeline (nested pipelines flatten). Checked at compile time.
   template <class A, class B>
@@ -170,7 +179,7 @@ struct pipe_base {
               std::derived_from<std::remove_cvref_t<B>, pipe_base>) &&
              !std::same_as<std::remove_cvref_t<A>, exported_program>)
   friend constexpr auto operator|(A&& a, B&& b) {
-    return concat(std::forward<A>(a), std::forward<B>(b));
+    return compose(std::forward<A>(a), std::forward<B>(b));
   }
 
   /// program | stage: runs it.
@@ -180,16 +189,18 @@ struct pipe_base {
     return stage(program);
   }
 
+  /// a | b as a pipeline of a's stages, then b's.
+  template <class A, class B>
+  static constexpr auto compose(A&& a, B&& b) {
+    return std::apply([](auto&&... s) { return pipeline<std::remove_cvref_t<decltype(s)>...>(s...); },
+                      std::tuple_cat(as_tuple(std::forward<A>(a)), as_tuple(std::forward<B>(b))));
+  }
+
  private:
   template <class T>
   static constexpr auto as_tuple(T&& t) {
     if constexpr (requires { t.stages; }) return t.stages;
     else return std::tuple<std::remove_cvref_t<T>>(std::forward<T>(t));
-  }
-  template <class A, class B>
-  static constexpr auto concat(A&& a, B&& b) {
-    return std::apply([](auto&&... s) { return pipeline<std::remove_cvref_t<decltype(s)>...>(s...); },
-                      std::tuple_cat(as_tuple(std::forward<A>(a)), as_tuple(std::forward<B>(b))));
   }
 };
 
@@ -239,24 +250,16 @@ inline void sync_signature_names(exported_program& p) {
     if (outs[i].is_value() && specs[i].arg.type != argument_spec::kind::constant) specs[i].arg.name = outs[i].as_value().name();
 }
 
-namespace impl {
-template <class P>
-constexpr bool is_transactional() {
-  if constexpr (requires { P::transactional; }) return P::transactional;
-  return false;
-}
-}  // namespace impl
-
 /// Runs one pass: an exception becomes a failure, and a failure (of the pass, or of verify()
 /// after it when asked) leaves the program as it was; prints before/after when asked. Passes
-/// that declare `transactional` (they fail before changing anything) are not snapshotted.
+/// whose traits say `transactional` (they fail before changing anything) are not snapshotted.
 template <class P>
 pass_result run_pass(const P& p, exported_program& program, const pipeline_options& opts = {}) {
   if constexpr (requires { p.stages; }) {  // a nested pipeline runs its own stages
     return p.run(program, opts);
   } else {
     std::optional<exported_program> snapshot;
-    if (opts.verify_each || !impl::is_transactional<P>()) snapshot.emplace(program.clone());
+    if (opts.verify_each || !traits_of<P>().transactional) snapshot.emplace(program.clone());
     if (opts.print) *opts.print << "--- before " << P::name << " ---\n" << to_string(program);
     pass_result r;
     try {
@@ -301,4 +304,36 @@ struct pass_base : pipe_base {
 };
 
 }  // namespace passes
+
+/// program | pass, for a pass of any type (ADL finds this through exported_program).
+template <class P>
+  requires(passes::pass<P> && !std::derived_from<P, passes::pipe_base>)
+passes::pass_result operator|(exported_program& program, const P& stage) {
+  return passes::run_pass(stage, program);
+}
+
+/// A temporary program piped into a pass: the one designed error (the result would be lost).
+template <class P>
+  requires(passes::stage<P> || std::derived_from<P, passes::pipe_base>)
+passes::pass_result operator|(exported_program&& program, const P& stage) {
+  static_assert(sizeof(P) == 0,
+                "xport pipeline: `program | pass` changes the program in place, and this program is a "
+                "temporary that nothing would see again: name it first (auto p = xport::export_program(...); "
+                "p | pass;), or call the pass on a copy you keep");
+  (void)program;
+  (void)stage;
+  return {};
+}
+
 XPORT_END_NAMESPACE
+
+/// pass | pass for two passes written outside xport (neither derives from pipe_base, so no
+/// hidden friend applies and ADL cannot see into xport): constrained to types that model the
+/// pass concept, so it joins no other overload set.
+template <class A, class B>
+  requires(xport::passes::pass<std::remove_cvref_t<A>> && xport::passes::pass<std::remove_cvref_t<B>> &&
+           !std::derived_from<std::remove_cvref_t<A>, xport::passes::pipe_base> &&
+           !std::derived_from<std::remove_cvref_t<B>, xport::passes::pipe_base>)
+constexpr auto operator|(A&& a, B&& b) {
+  return xport::passes::pipe_base::compose(std::forward<A>(a), std::forward<B>(b));
+}

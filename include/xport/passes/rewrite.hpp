@@ -26,7 +26,7 @@
 #include <vector>         // std::vector
 
 #include <xport/config.hpp>
-#include <xport/detail/meta_infer.hpp>
+#include <xport/ops/meta_infer.hpp>
 #include <xport/ir/graph.hpp>
 #include <xport/ir/program.hpp>
 #include <xport/passes/pass.hpp>

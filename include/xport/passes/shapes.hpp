@@ -1,7 +1,9 @@
 // xport/passes/shapes.hpp: shape (meta) propagation.
 // Recomputes every call's output types from its inputs' (on meta tensors, the same inference
 // as the builder), in order: after a rewrite that left stale shapes, or after editing a
-// placeholder's type. All types are computed before any is replaced.
+// placeholder's type. Types are replaced in graph order (each call sees its inputs' new types);
+// the pass is not transactional, so a pipeline runs it on a snapshot and a failure (a call
+// whose output count changed) leaves the program as it was.
 #pragma once
 
 #include <string_view>  // std::string_view
@@ -9,7 +11,7 @@
 #include <vector>       // std::vector
 
 #include <xport/config.hpp>
-#include <xport/detail/meta_infer.hpp>
+#include <xport/ops/meta_infer.hpp>
 #include <xport/ir/graph.hpp>
 #include <xport/passes/pass.hpp>
 
@@ -18,7 +20,7 @@ namespace passes {
 
 struct propagate_shapes_t : pass_base<propagate_shapes_t> {
   static constexpr std::string_view name = "propagate_shapes";
-  static constexpr bool makes_shapes = true;
+  static constexpr passes::traits traits{.makes_shapes = true};
 
   pass_result run(exported_program& p) const {
     auto& g = p.graph_mut();

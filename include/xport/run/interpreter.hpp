@@ -1,6 +1,7 @@
 // xport/run/interpreter.hpp: running an exported program through the LibTorch dispatcher.
 // The program is compiled once into a flat instruction list: operator handles resolved,
-// constant arguments pre-boxed, one register per value; each value is moved into its last use
+// constant arguments pre-boxed (every argument passed as ops/call.hpp decides for all calls),
+// one register per value; each value is moved into its last use
 // (or dropped at once when nothing uses it), so memory is freed as early as in eager. Running checks the inputs
 // against the program's guards, then makes one boxed call per node; the dispatcher picks the
 // kernel (CPU or CUDA) from the tensors, and autograd records when parameters require grad.
@@ -26,7 +27,9 @@
 #include <c10/core/InferenceMode.h>
 
 #include <xport/config.hpp>
-#include <xport/detail/schema.hpp>
+#include <xport/ops/call.hpp>
+#include <xport/ops/op_sets.hpp>
+#include <xport/ops/schema.hpp>
 #include <xport/error.hpp>
 #include <xport/ir/graph.hpp>
 #include <xport/ir/program.hpp>
@@ -100,7 +103,6 @@ class interpreter {
     std::string node_name;
     std::vector<arg_op> args;
     std::vector<std::uint32_t> outputs;  // register per output; `dead` = unused, dropped at once
-    bool list_return = false;
   };
   struct mutation {
     std::size_t output;   // index among graph outputs
@@ -169,12 +171,28 @@ class interpreter {
     return written;
   }
 
+  using reg_map = std::unordered_map<const detail::value_impl*, std::uint32_t>;
+  using last_use_map = std::unordered_map<const detail::value_impl*, const detail::node_impl*>;
+
   void compile(const exported_program& p) {
     const auto& g = p.graph();
+    reg_map reg;
+    compile_inputs(p, reg);
+    last_use_map last_use;  // last use of every value, by node order
+    for (auto n : g.nodes())
+      for (std::size_t i = 0; i < n.num_inputs(); ++i) last_use[n.input(i).impl()] = n.impl();
+    for (auto n : g.nodes())
+      if (n.is_call()) compile_call(n, reg, last_use);
+    num_regs_ = reg.size();
+    compile_outputs(p, reg);
+    keep_output_registers();
+  }
+
+  // A register per placeholder: the user inputs' slots (and layouts), the state's tensors.
+  void compile_inputs(const exported_program& p, reg_map& reg) {
     const auto& sig = p.signature();
-    std::unordered_map<const detail::value_impl*, std::uint32_t> reg;
-    const auto phs = g.placeholders();
-    const auto written = written_placeholders(g);
+    const auto phs = p.graph().placeholders();
+    const auto written = written_placeholders(p.graph());
     for (std::size_t i = 0; i < phs.size(); ++i) {
       const auto r = static_cast<std::uint32_t>(reg.size());
       reg.emplace(phs[i].output(0).impl(), r);
@@ -183,130 +201,132 @@ class interpreter {
         continue;  // a specialized constant: nothing reads its placeholder
       } else if (spec.kind == input_kind::user_input) {
         user_slots_.push_back(r);
-        user_names_.push_back(spec.arg.name);
         input_layout_.push_back(written.count(phs[i].output(0).impl()) ? std::nullopt : exported_layout(phs[i].output(0)));
       } else {
         state_slots_.emplace_back(r, p.lifted_tensor(spec));
       }
     }
-    // last use of every value, by node order
-    std::unordered_map<const detail::value_impl*, const detail::node_impl*> last_use;
-    for (auto n : g.nodes())
-      for (std::size_t i = 0; i < n.num_inputs(); ++i) last_use[n.input(i).impl()] = n.impl();
-    const auto out_node = g.output_node();
+  }
 
-    for (auto n : g.nodes()) {
-      if (!n.is_call()) continue;
-      instr in;
-      in.info = &n.op();
-      in.op = &in.info->handle;
-      in.node_name = n.name();
-      in.list_return = in.info->returns_list;
-      const auto& params = in.info->schema().arguments();
-      const auto args = n.args();
-      // operands whose last use is this node are moved at their last occurrence here
-      std::unordered_map<const detail::value_impl*, std::size_t> remaining;
-      for (std::size_t i = 0; i < n.num_inputs(); ++i) ++remaining[n.input(i).impl()];
-      const auto reg_op = [&](const value& v) -> arg_op {
-        const auto r = reg.at(v.impl());
-        const bool last = last_use.at(v.impl()) == n.impl() && --remaining[v.impl()] == 0;
-        return {last ? arg_op::kind::reg_move : arg_op::kind::reg_copy, r};
-      };
-      for (std::size_t i = 0; i < params.size(); ++i) {
-        const auto& a = args[i];
-        const bool tensor_param = detail::unwrap_optional(params[i].real_type())->kind() == c10::TypeKind::TensorType;
-        if (a.is_value()) {
-          auto r = reg_op(a.as_value());
-          if (tensor_param && a.as_value().kind() != value_kind::tensor) r.type = arg_op::kind::reg_number;
-          in.args.push_back(r);
-          continue;
-        }
-        if (a.is_symbolic()) {
-          syms_.push_back(a.as_sym());
-          in.args.push_back({tensor_param ? arg_op::kind::symbolic_number : arg_op::kind::symbolic,
-                             static_cast<std::uint32_t>(syms_.size() - 1)});
-          continue;
-        }
-        bool has_value = false;
-        a.for_each_value([&](const value&) { has_value = true; });
-        if (a.is_list())
-          for (const auto& e : a.as_list()) has_value = has_value || e.is_symbolic();
-        if (!has_value) {
-          constants_.push_back(detail::to_ivalue(a, params[i].real_type(), [](const value&) { return c10::IValue(); }));
-          in.args.push_back({arg_op::kind::constant, static_cast<std::uint32_t>(constants_.size() - 1)});
-          continue;
-        }
-        // a list holding values: Tensor[], Tensor?[] or SymInt[]
-        const auto elem = detail::unwrap_optional(params[i].real_type())->castRaw<c10::ListType>()->getElementType();
-        list_op l;
-        for (const auto& e : a.as_list()) {
-          if (e.is_value()) {
-            l.elems.push_back(reg_op(e.as_value()));
-          } else if (e.is_symbolic()) {
-            syms_.push_back(e.as_sym());
-            l.elems.push_back({arg_op::kind::symbolic, static_cast<std::uint32_t>(syms_.size() - 1)});
-          } else {
-            constants_.push_back(e.is_int() ? c10::IValue(e.as_int()) : c10::IValue());
-            l.elems.push_back({arg_op::kind::constant, static_cast<std::uint32_t>(constants_.size() - 1)});
-          }
-        }
-        lists_.push_back(std::move(l));
-        const auto k = elem->kind() == c10::TypeKind::TensorType ? arg_op::kind::tensor_list
-                       : elem->kind() == c10::TypeKind::OptionalType ? arg_op::kind::opt_tensor_list
-                                                                       : arg_op::kind::int_list;
-        in.args.push_back({k, static_cast<std::uint32_t>(lists_.size() - 1)});
+  // The instruction of call node `n`: how each argument is pushed, a register per used output.
+  void compile_call(const node& n, reg_map& reg, const last_use_map& last_use) {
+    instr in;
+    in.info = &n.op();
+    in.op = &in.info->handle;
+    in.node_name = n.name();
+    // operands whose last use is this node are moved at their last occurrence here
+    std::unordered_map<const detail::value_impl*, std::size_t> remaining;
+    for (std::size_t i = 0; i < n.num_inputs(); ++i) ++remaining[n.input(i).impl()];
+    const auto reg_op = [&](const value& v) -> arg_op {
+      const auto r = reg.at(v.impl());
+      const bool last = last_use.at(v.impl()) == n.impl() && --remaining[v.impl()] == 0;
+      return {last ? arg_op::kind::reg_move : arg_op::kind::reg_copy, r};
+    };
+    const auto& params = in.info->schema().arguments();
+    const auto args = n.args();
+    for (std::size_t i = 0; i < params.size(); ++i) in.args.push_back(compile_argument(params[i], args[i], reg_op));
+    for (auto v : n.outputs()) {
+      if (v.num_uses() == 0) {
+        in.outputs.push_back(dead);
+      } else {
+        const auto r = static_cast<std::uint32_t>(reg.size());
+        reg.emplace(v.impl(), r);
+        in.outputs.push_back(r);
       }
-      for (auto v : n.outputs()) {
-        if (v.num_uses() == 0) {
-          in.outputs.push_back(dead);
-        } else {
-          const auto r = static_cast<std::uint32_t>(reg.size());
-          reg.emplace(v.impl(), r);
-          in.outputs.push_back(r);
-        }
-      }
-      run_views_as_reshape(in);
-      max_args_ = std::max(max_args_, in.args.size());
-      code_.push_back(std::move(in));
     }
-    num_regs_ = reg.size();
-    // outputs
-    const auto out_args = out_node.args();
+    run_views_as_reshape(in);
+    max_args_ = std::max(max_args_, in.args.size());
+    code_.push_back(std::move(in));
+  }
+
+  // How argument `a` of parameter `param` is pushed, as detail::form_of decides for every call;
+  // `reg_op(value)` is a value's register operand.
+  template <class RegOp>
+  arg_op compile_argument(const c10::Argument& param, const argument& a, RegOp&& reg_op) {
+    using form = detail::arg_form;
+    const auto f = detail::form_of(param, a);
+    switch (f) {
+      case form::constant:
+        constants_.push_back(detail::constant_ivalue(param, a));
+        return {arg_op::kind::constant, static_cast<std::uint32_t>(constants_.size() - 1)};
+      case form::value: return reg_op(a.as_value());
+      case form::value_number: return {arg_op::kind::reg_number, reg_op(a.as_value()).index};
+      case form::symbolic:
+      case form::symbolic_number:
+        syms_.push_back(a.as_sym());
+        return {f == form::symbolic ? arg_op::kind::symbolic : arg_op::kind::symbolic_number,
+                static_cast<std::uint32_t>(syms_.size() - 1)};
+      case form::tensor_list:
+      case form::optional_tensor_list:
+      case form::int_list: break;
+    }
+    // a list holding values: Tensor[], Tensor?[] or SymInt[]
+    list_op l;
+    for (const auto& e : a.as_list()) {
+      if (e.is_value()) {
+        l.elems.push_back(reg_op(e.as_value()));
+      } else if (e.is_symbolic()) {
+        syms_.push_back(e.as_sym());
+        l.elems.push_back({arg_op::kind::symbolic, static_cast<std::uint32_t>(syms_.size() - 1)});
+      } else {
+        constants_.push_back(e.is_int() ? c10::IValue(e.as_int()) : c10::IValue());
+        l.elems.push_back({arg_op::kind::constant, static_cast<std::uint32_t>(constants_.size() - 1)});
+      }
+    }
+    lists_.push_back(std::move(l));
+    const auto k = f == form::tensor_list            ? arg_op::kind::tensor_list
+                   : f == form::optional_tensor_list ? arg_op::kind::opt_tensor_list
+                                                     : arg_op::kind::int_list;
+    return {k, static_cast<std::uint32_t>(lists_.size() - 1)};
+  }
+
+  // Where each graph output comes from (a register, or a constant), and what it is to run().
+  void compile_outputs(const exported_program& p, const reg_map& reg) {
+    const auto out_args = p.graph().output_node().args();
     for (std::size_t i = 0; i < out_args.size(); ++i) {
       const auto& a = out_args[i];
       if (a.is_value()) {
         outputs_.push_back({true, reg.at(a.as_value().impl())});
       } else {
-        constants_.push_back(detail::to_ivalue(a, c10::AnyType::get(), [](const value&) { return c10::IValue(); }));
+        constants_.push_back(detail::constant_ivalue(a, c10::AnyType::get()));
         outputs_.push_back({false, static_cast<std::uint32_t>(constants_.size() - 1)});
       }
-      const auto& spec = sig.output_specs.at(i);
-      switch (spec.kind) {
-        case output_kind::user_output:
-        case output_kind::loss_output: user_outputs_.push_back(i); break;
-        case output_kind::buffer_mutation:
-        case output_kind::parameter_mutation: {
-          input_spec lookup;
-          lookup.kind = spec.kind == output_kind::buffer_mutation ? input_kind::buffer : input_kind::parameter;
-          for (const auto& s : sig.input_specs)
-            if (s.kind == lookup.kind && s.target == spec.target) lookup = s;
-          mutations_.push_back({i, -1, p.lifted_tensor(lookup)});
-          break;
-        }
-        case output_kind::user_input_mutation: {
-          int k = 0;
-          for (const auto& s : sig.input_specs) {
-            if (s.kind != input_kind::user_input || s.arg.type == argument_spec::kind::constant) continue;
-            if (s.arg.name == spec.target) break;
-            ++k;
-          }
-          mutations_.push_back({i, k, {}});
-          break;
-        }
-        default: break;
-      }
+      compile_output_kind(p, i);
     }
-    // A register read by the output node must survive to the end: never move out of it.
+  }
+
+  // Output `i` is a user output, or a mutation run() writes back (into state, or a user input).
+  void compile_output_kind(const exported_program& p, std::size_t i) {
+    const auto& sig = p.signature();
+    const auto& spec = sig.output_specs.at(i);
+    switch (spec.kind) {
+      case output_kind::user_output:
+      case output_kind::loss_output: user_outputs_.push_back(i); break;
+      case output_kind::buffer_mutation:
+      case output_kind::parameter_mutation: {
+        input_spec lookup;
+        lookup.kind = spec.kind == output_kind::buffer_mutation ? input_kind::buffer : input_kind::parameter;
+        for (const auto& s : sig.input_specs)
+          if (s.kind == lookup.kind && s.target == spec.target) lookup = s;
+        mutations_.push_back({i, -1, p.lifted_tensor(lookup)});
+        break;
+      }
+      case output_kind::user_input_mutation: {
+        int k = 0;
+        for (const auto& s : sig.input_specs) {
+          if (s.kind != input_kind::user_input || s.arg.type == argument_spec::kind::constant) continue;
+          if (s.arg.name == spec.target) break;
+          ++k;
+        }
+        mutations_.push_back({i, k, {}});
+        break;
+      }
+      default: break;
+    }
+  }
+
+  // A register read by the output node must survive to the end: never move out of it.
+  void keep_output_registers() {
     std::vector<bool> is_output_reg(num_regs_, false);
     for (const auto& o : outputs_)
       if (o.is_reg) is_output_reg[o.index] = true;
@@ -326,8 +346,7 @@ class interpreter {
   // (so aliasing is kept), a copy otherwise, the right values for every layout.
   static void run_views_as_reshape(instr& in) {
     const auto& name = in.info->name;
-    const bool plain_view = name == "aten::view" && in.info->overload.empty();
-    if (!plain_view && name != "aten::_unsafe_view" && name != "aten::_reshape_alias") return;
+    if (!detail::is_reshaping_view(name, in.info->overload)) return;
     static const op_info& reshape = find_op("aten::reshape");
     in.op = &reshape.handle;
     in.args.resize(2);  // self, size (`_reshape_alias`'s strides are the example's: dropped)
@@ -390,20 +409,13 @@ class interpreter {
           }
         }
       }
-      try {
-        in.op->callBoxed(stack);
-      } catch (const c10::Error& e) {
+      detail::call_op(*in.op, stack, [&](const c10::Error& e) {
         throw run_error("xport.run.op_failed", "node '" + in.node_name + "' (" + in.info->qualified +
                                                    ") failed: " + e.what_without_backtrace());
-      }
-      if (in.list_return) {
-        auto l = stack[0].toTensorVector();
-        for (std::size_t i = 0; i < in.outputs.size() && i < l.size(); ++i)
-          if (in.outputs[i] != dead) regs[in.outputs[i]] = std::move(l[i]);
-      } else {
-        for (std::size_t i = 0; i < in.outputs.size(); ++i)
-          if (in.outputs[i] != dead) regs[in.outputs[i]] = std::move(stack[i]);
-      }
+      });
+      detail::take_outputs(stack, [&](std::size_t k, c10::IValue&& r) {
+        if (k < in.outputs.size() && in.outputs[k] != dead) regs[in.outputs[k]] = std::move(r);
+      });
       stack.clear();
     }
     std::vector<c10::IValue> out;
@@ -423,7 +435,6 @@ class interpreter {
   std::vector<list_op> lists_;
   std::vector<sym_int> syms_;  // symbolic arguments, evaluated per call
   std::vector<std::uint32_t> user_slots_;
-  std::vector<std::string> user_names_;
   std::vector<std::optional<c10::MemoryFormat>> input_layout_;  // per user input (see in_exported_layout)
   std::vector<std::pair<std::uint32_t, at::Tensor>> state_slots_;
   std::vector<output_slot> outputs_;

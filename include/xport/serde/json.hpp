@@ -25,12 +25,12 @@
 
 #include <xport/config.hpp>
 #include <xport/detail/compat.hpp>
-#include <xport/detail/schema.hpp>
+#include <xport/ops/schema.hpp>
 #include <xport/ir/graph.hpp>
 #include <xport/ir/op.hpp>
 #include <xport/ir/program.hpp>
 #include <xport/ir/sym_expr.hpp>
-#include <xport/ir/verify.hpp>
+#include <xport/program/verify.hpp>
 #include <xport/serde/zip_index.hpp>
 
 XPORT_BEGIN_NAMESPACE

@@ -26,13 +26,14 @@
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/StringUtil.h>
-#include <torch/library.h>
 
 #include <xport/config.hpp>
-#include <xport/detail/meta_infer.hpp>
-#include <xport/detail/schema.hpp>
+#include <xport/ops/call.hpp>
+#include <xport/ops/meta_infer.hpp>
+#include <xport/ops/op_sets.hpp>
+#include <xport/ops/schema.hpp>
 #include <xport/error.hpp>
-#include <xport/ir/builder.hpp>
+#include <xport/program/builder.hpp>
 #include <xport/ir/graph.hpp>
 #include <xport/ir/op.hpp>
 #include <xport/ir/sym_expr.hpp>
@@ -55,8 +56,11 @@ void capture_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 inline void ensure_capture_fallback() {
   static const bool registered = [] {
     try {
-      static torch::Library lib(torch::Library::IMPL, "_", capture_key, __FILE__, __LINE__);
-      lib.fallback(torch::CppFunction::makeFromBoxedFunction<&capture_fallback>());
+      // the dispatcher's own registration (what torch::Library::fallback calls), kept for the
+      // process: <torch/library.h> is half a second of every TU's parse time
+      static const c10::RegistrationHandleRAII handle = c10::Dispatcher::singleton().registerFallback(
+          capture_key, c10::KernelFunction::makeFromBoxedFunction<&capture_fallback>(), "xport capture fallback");
+      (void)handle;
     } catch (const c10::Error& e) {
       throw export_error("xport.export.fallback",
                          "cannot register xport's capture fallback for dispatch key "
@@ -71,12 +75,8 @@ inline void ensure_capture_fallback() {
 
 /// What the traced C++ call was, for graph-break messages.
 inline std::string user_facing_call(std::string_view op) {
-  if (op == "aten::_local_scalar_dense" || op == "aten::item") return "Tensor::item()";
-  if (op == "aten::is_nonzero") return "using a tensor as a bool (Tensor::is_nonzero())";
-  if (op == "aten::nonzero") return "at::nonzero";
-  if (op == "aten::equal") return "at::equal";
-  if (op == "aten::allclose") return "at::allclose";
-  if (op == "aten::masked_select") return "at::masked_select";
+  for (const auto& [name, call] : data_reading_calls)
+    if (op == name) return std::string(call);
   return std::string(op);
 }
 
@@ -195,9 +195,6 @@ class capture {
   /// For the strict front end: keep value -> meta tensor (sym_tensor arguments are values).
   void keep_value_meta() { keep_value_meta_ = true; }
 
-  /// The meta tensor that stands for `v` (what ops run on).
-  [[nodiscard]] const at::Tensor& meta_of(value v) const { return meta_.at(v.impl()); }
-
   /// Records `op` called on graph values (the strict front end): arguments are bound to the
   /// schema and checked like program_builder::call; the op runs on the values' meta tensors.
   node call(const op_info& op, std::vector<argument> args, std::vector<kwarg> kwargs,
@@ -205,35 +202,17 @@ class capture {
     if (op.data_dependent) throw_graph_break(op);
     auto bound = bind_arguments(op, std::move(args), std::move(kwargs));
     check_mutations(op, bound);
-    const auto& params = op.schema().arguments();
-    std::vector<c10::IValue> meta_args;
-    meta_args.reserve(params.size());
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      if (bound[i].is_device() || (op.is_factory && static_cast<int>(i) == op.device_arg)) {
-        meta_args.emplace_back(c10::Device(c10::kMeta));
-        continue;
-      }
-      meta_args.push_back(to_ivalue(bound[i], params[i].real_type(), [&](const value& v) -> c10::IValue {
-        if (v.kind() == value_kind::tensor) return meta_.at(v.impl());
-        return v.type().scalar.hint();
-      }));
-    }
+    torch::jit::Stack meta_args;
+    push_meta_arguments(op, bound, [&](const value& v) -> const at::Tensor& { return meta_.at(v.impl()); }, meta_args);
     auto results = run_meta(op, std::move(meta_args), [&] { return describe_args(op, bound); });
     fill_python_defaults(op, bound);
     auto types = result_types(op, results, output_device(op, bound), any_requires_grad(bound));
     builder_.at(std::move(src));
     auto node = builder_.record(python_overload(op), std::move(bound), std::move(types));
     if (auto path = module_path_of(node); !path.empty()) node.set_module_path(std::move(path));
-    std::size_t out_index = 0;
-    for (auto& r : results) {
-      if (r.isTensorList()) {
-        for (auto& t : r.toTensorVector()) track(node.output(out_index++), t);
-      } else if (r.isTensor()) {
-        track(node.output(out_index++), r.toTensor());
-      } else {
-        ++out_index;
-      }
-    }
+    take_outputs(results, [&](std::size_t k, c10::IValue&& r) {
+      if (r.isTensor()) track(node.output(k), r.toTensor());
+    });
     return node;
   }
 
@@ -246,66 +225,83 @@ class capture {
 
   /// Records `op` with the arguments on `stack` and leaves its (meta) results there.
   void record_op(const op_info& op, torch::jit::Stack& stack) {
-    const auto& schema = op.schema();
-    const auto& params = schema.arguments();
-    const std::size_t n = params.size();
-    if (op.data_dependent && op.name == "aten::equal") {
-      // Decided without data: equal(x, x) is true whatever x holds (C++ MultiheadAttention asks
-      // this to detect self-attention); tensors whose sizes differ for every input the program
-      // accepts are never equal (cross-attention: query and key of other lengths). Any other
-      // comparison of contents is a graph break below.
-      const auto& a = stack[stack.size() - 2];
-      const auto& b = stack[stack.size() - 1];
-      const bool same = same_value(a, b);
-      if (same || sizes_always_differ(a, b)) {
-        torch::jit::drop(stack, 2);
-        stack.emplace_back(same);
-        return;
-      }
-      if (sizes_may_vary_ && a.isTensor() && b.isTensor() && a.toTensor().sizes() != b.toTensor().sizes())
-        throw graph_break("xport.export.graph_break",
-                          "graph break: aten::equal (at::equal) on tensors whose sizes differ at the example "
-                          "inputs but may be equal for other inputs of a dynamic program (" +
-                              c10::str(a.toTensor().sizes()) + " and " +
-                              c10::str(b.toTensor().sizes()) +
-                              "): then only their contents can answer. Way out: export the dims "
-                              "that make them differ as static, or compare sizes instead "
-                              "(a.sizes() == b.sizes())");
-    }
+    if (op.data_dependent && op.name == "aten::equal" && decided_equal(stack)) return;
     if (op.data_dependent) throw_graph_break(op);
     if (op.name == "aten::index" && has_mask_index(stack.back())) throw_mask_index_break(op);
-    auto& originals = originals_;  // reused buffers: no allocation per op
-    originals.assign(std::make_move_iterator(stack.end() - static_cast<std::ptrdiff_t>(n)),
-                     std::make_move_iterator(stack.end()));
-    torch::jit::drop(stack, n);
-
-    std::vector<argument> args(n);
-    auto& results = meta_stack_;
-    results.resize(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      convert(originals[i], params[i].real_type(), args[i], results[i]);
-      expand_fixed_list(args[i], params[i]);
-    }
-    if (op.is_factory && op.device_arg >= 0 && args[static_cast<std::size_t>(op.device_arg)].is_none())
-      results[static_cast<std::size_t>(op.device_arg)] = c10::Device(c10::kMeta);  // runs on meta
+    auto args = take_arguments(op, stack);
     if (python_frontend_) fill_python_defaults(op, args);
     check_mutations(op, args);
     const auto detached = detach_state_written_without_grad(op, args);
 
+    auto& results = meta_stack_;
     run_meta_in_place(op, results, [&] { return describe_args(op, args); });
     auto types = result_types(op, results, output_device(op, args), any_requires_grad(args));
     auto node = builder_.record(python_frontend_ ? python_overload(op) : op, std::move(args), std::move(types));
     if (auto path = module_path_of(node); !path.empty()) node.set_module_path(std::move(path));
+    hand_back_results(op, node, detached, stack);
+    results.clear();
+    originals_.clear();
+  }
 
-    // Hand results back: a return that writes to an argument (in-place, out=) is that argument
-    // object itself, now standing for the node's output.
+ private:
+  // aten::equal decided without data: equal(x, x) is true whatever x holds (C++
+  // MultiheadAttention asks this to detect self-attention); tensors whose sizes differ for every
+  // input the program accepts are never equal (cross-attention: query and key of other
+  // lengths). Leaves the answer on `stack` and returns true when decided; any other comparison
+  // of contents is a graph break (false: the caller's).
+  bool decided_equal(torch::jit::Stack& stack) {
+    const auto& a = stack[stack.size() - 2];
+    const auto& b = stack[stack.size() - 1];
+    const bool same = same_value(a, b);
+    if (same || sizes_always_differ(a, b)) {
+      torch::jit::drop(stack, 2);
+      stack.emplace_back(same);
+      return true;
+    }
+    if (sizes_may_vary_ && a.isTensor() && b.isTensor() && a.toTensor().sizes() != b.toTensor().sizes())
+      throw graph_break("xport.export.graph_break",
+                        "graph break: aten::equal (at::equal) on tensors whose sizes differ at the example "
+                        "inputs but may be equal for other inputs of a dynamic program (" +
+                            c10::str(a.toTensor().sizes()) + " and " + c10::str(b.toTensor().sizes()) +
+                            "): then only their contents can answer. Way out: export the dims "
+                            "that make them differ as static, or compare sizes instead "
+                            "(a.sizes() == b.sizes())");
+    return false;
+  }
+
+  // Takes `op`'s arguments off the dispatcher's `stack` into originals_ (as the traced code
+  // passed them) and meta_stack_ (what the meta run gets: see to_meta_run); returns them as the
+  // node records them. The two buffers are reused: no allocation per op.
+  std::vector<argument> take_arguments(const op_info& op, torch::jit::Stack& stack) {
+    const auto& params = op.schema().arguments();
+    const std::size_t n = params.size();
+    originals_.assign(std::make_move_iterator(stack.end() - static_cast<std::ptrdiff_t>(n)),
+                      std::make_move_iterator(stack.end()));
+    torch::jit::drop(stack, n);
+    std::vector<argument> args(n);
+    meta_stack_.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      convert(originals_[i], params[i].real_type(), args[i], meta_stack_[i]);
+      expand_fixed_list(args[i], params[i]);
+    }
+    to_meta_run(op, meta_stack_);
+    return args;
+  }
+
+  // Hands the meta results of `recorded` (in meta_stack_) back on `stack`: a return that writes to
+  // an argument (in-place, out=) is that argument object itself, now standing for the node's
+  // output; `detached` (see detach_state_written_without_grad) marks arguments written through
+  // a detached alias.
+  void hand_back_results(const op_info& op, const node& recorded, std::uint64_t detached, torch::jit::Stack& stack) {
+    const auto& schema = op.schema();
     const auto& rets = schema.returns();
+    auto& results = meta_stack_;
     std::size_t out_index = 0;
     for (std::size_t r = 0; r < results.size(); ++r) {
       auto& res = results[r];
       if (res.isTensorList()) {
         auto ts = res.toTensorVector();
-        for (auto& t : ts) track(node.output(out_index++), t);
+        for (auto& t : ts) track(recorded.output(out_index++), t);
         stack.emplace_back(c10::List<at::Tensor>(ts));
         continue;
       }
@@ -314,25 +310,22 @@ class capture {
         stack.push_back(std::move(res));
         continue;
       }
-      const auto v = node.output(out_index++);
+      const auto v = recorded.output(out_index++);
       if (r < rets.size() && rets[r].alias_info() && rets[r].alias_info()->isWrite()) {
         const auto a = aliased_argument(schema, r);
-        if (a && originals[*a].isTensor()) {
+        if (a && originals_[*a].isTensor()) {
           // written through a detached alias (no-grad update of module state): the state's
           // value is unchanged in the graph; its storage holds the update when it runs
-          if (!(detached >> *a & 1U)) bind(originals[*a].toTensor(), v, res.toTensor());
-          stack.push_back(originals[*a]);
+          if (!(detached >> *a & 1U)) bind(originals_[*a].toTensor(), v, res.toTensor());
+          stack.push_back(originals_[*a]);
           continue;
         }
       }
       track(v, res.toTensor());
       stack.push_back(std::move(res));
     }
-    results.clear();
-    originals.clear();
   }
 
- private:
   // Whether the two tensors' sizes differ for every input the program accepts: other ranks, or
   // a dim whose difference is a nonzero constant (two static sizes, `s0` against `s0 + 1`). A
   // dynamic export captures at concrete sizes: there only ranks decide.

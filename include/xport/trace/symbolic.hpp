@@ -30,7 +30,9 @@
 #include <c10/util/Exception.h>
 
 #include <xport/config.hpp>
-#include <xport/detail/schema.hpp>
+#include <xport/ops/op_sets.hpp>
+#include <xport/ops/schema.hpp>
+#include <xport/ops/shape_formulas.hpp>
 #include <xport/error.hpp>
 #include <xport/ir/graph.hpp>
 #include <xport/ir/program.hpp>
@@ -212,53 +214,6 @@ inline bool same_shape_args(const argument& a, const argument& b, std::vector<st
   return a == b;
 }
 
-/// Shape-rule candidates for sizes no linear form or product gives: the output window count of
-/// convolution and pooling, `((in + 2*pad - dil*(k-1) - 1)//stride) + 1`.
-inline void window_candidates(const node& n, const std::vector<sym_int>& in_sizes, std::vector<sym_int>& out) {
-  const auto& name = n.op().name;
-  const auto args = n.args();
-  auto ints = [&](std::size_t i) {
-    std::vector<std::int64_t> v;
-    if (i < args.size() && args[i].is_list())
-      for (const auto& e : args[i].as_list()) v.push_back(e.is_int() ? e.as_int() : 0);
-    return v;
-  };
-  std::vector<std::int64_t> kernel, stride, pad, dil;
-  if (name == "aten::convolution" || name == "aten::_convolution" || name == "aten::conv2d" ||
-      name == "aten::conv1d" || name == "aten::conv3d") {
-    if (args.size() < 4 || !args[1].is_value()) return;
-    const auto& w = args[1].as_value().meta().sizes;
-    for (std::size_t i = 2; i < w.size(); ++i) kernel.push_back(w[i].hint());
-    stride = ints(3), pad = ints(4), dil = ints(5);
-    if (name == "aten::convolution" || name == "aten::_convolution") {
-      const bool transposed = args.size() > 6 && args[6].is_bool() && args[6].as_bool();
-      if (transposed) return;
-    }
-  } else if (name == "aten::max_pool2d" || name == "aten::max_pool2d_with_indices" || name == "aten::max_pool1d" ||
-             name == "aten::max_pool3d" || name == "aten::max_pool3d_with_indices") {
-    kernel = ints(1), stride = ints(2), pad = ints(3), dil = ints(4);
-    if (args.size() > 5 && args[5].is_bool() && args[5].as_bool()) return;  // ceil_mode
-  } else if (name == "aten::avg_pool2d" || name == "aten::avg_pool1d" || name == "aten::avg_pool3d") {
-    kernel = ints(1), stride = ints(2), pad = ints(3);
-    if (args.size() > 4 && args[4].is_bool() && args[4].as_bool()) return;  // ceil_mode
-  } else {
-    return;
-  }
-  const auto nsp = kernel.size();
-  if (in_sizes.size() < nsp) return;
-  const std::size_t spatial0 = in_sizes.size() - nsp;
-  auto at = [](const std::vector<std::int64_t>& v, std::size_t i, std::int64_t dflt) {
-    return v.empty() ? dflt : v[std::min(i, v.size() - 1)];
-  };
-  for (std::size_t i = 0; i < nsp; ++i) {
-    const auto& in = in_sizes[spatial0 + i];
-    if (in.is_constant()) continue;
-    const auto k = kernel[i], s = at(stride, i, k), p = at(pad, i, 0), d = at(dil, i, 1);
-    if (s <= 0) continue;
-    out.push_back(sym::floordiv(in + (2 * p - d * (k - 1) - 1), sym_int(s)) + 1);
-  }
-}
-
 inline sym_shape contiguous_strides(const sym_shape& sizes) {
   sym_shape st(sizes.size());
   sym_int stride = 1;
@@ -306,7 +261,7 @@ inline std::string structure_difference(const exported_program& base, const expo
   auto keep = [&](const node& n) {
     if (!layout_only || !n.is_call()) return true;
     const auto& name = n.op().name;
-    return name != "aten::contiguous" && name != "aten::clone";
+    return !is_layout_only_op(name);
   };
   std::vector<node> a, b;
   for (auto n : base.graph().nodes())
@@ -338,48 +293,71 @@ inline void require_same_ops(const exported_program& base, const std::vector<con
       throw specialized_at(runs, r, why + ": the traced code takes a different path depending on the size");
 }
 
-/// Gives the base capture symbolic sizes and arguments from the captures at other sizes.
-/// `runs[r]` is the dims' values in capture r (0 = the example).
-inline void make_symbolic(exported_program& base, const std::vector<const exported_program*>& others,
-                          const sym_runs& runs, const std::vector<sym_shape>& user_input_sizes) {
-  symbolic_fitter fit(runs);
-  const std::size_t nruns = runs.values.size();
-  std::vector<std::vector<node>> nodes(nruns);
-  for (auto n : base.graph().nodes()) nodes[0].push_back(n);
-  for (std::size_t r = 1; r < nruns; ++r)
-    for (auto n : others[r - 1]->graph().nodes()) nodes[r].push_back(n);
+/// Gives a base capture symbolic sizes and arguments, node by node, from the captures at other
+/// sizes. `runs[r]` is the dims' values in capture r (0 = the example).
+class symbolic_maker {
+ public:
+  symbolic_maker(exported_program& base, const std::vector<const exported_program*>& others, const sym_runs& runs)
+      : runs_(runs), fit_(runs), nruns_(runs.values.size()), nodes_(nruns_) {
+    for (auto n : base.graph().nodes()) nodes_[0].push_back(n);
+    for (std::size_t r = 1; r < nruns_; ++r)
+      for (auto n : others[r - 1]->graph().nodes()) nodes_[r].push_back(n);
+  }
 
-  auto differs = [&](std::size_t r, const std::string& what) { throw specialized_at(runs, r, what); };
-  require_same_ops(base, others, runs);
-
-  std::size_t leaf = 0;
-  const auto& specs = base.signature().input_specs;
-  std::size_t ph = 0;
-  for (std::size_t i = 0; i < nodes[0].size(); ++i) {
-    const node n = nodes[0][i];
-    if (n.is_placeholder()) {
-      const auto& spec = specs.at(ph++);
-      if (spec.kind != input_kind::user_input) continue;
-      const auto v = n.out();
-      if (v.kind() != value_kind::tensor) continue;
-      auto m = v.meta();
-      const auto& sizes = user_input_sizes.at(leaf);
-      if (sizes.size() != m.sizes.size())
-        throw graph_error("xport.symbolic.inputs", "input " + v.name() + " changed rank while made symbolic");
-      m.sizes = sizes;
-      m.strides = contiguous_strides(m.sizes);
-      v.set_meta(std::move(m));
-      ++leaf;
-      continue;
+  /// Gives the user inputs (placeholders per `specs`) the sizes `user_input_sizes`, then fits every call node.
+  void run(const std::vector<input_spec>& specs, const std::vector<sym_shape>& user_input_sizes) {
+    std::size_t leaf = 0;
+    std::size_t ph = 0;
+    for (std::size_t i = 0; i < nodes_[0].size(); ++i) {
+      const node n = nodes_[0][i];
+      if (n.is_placeholder()) {
+        const auto& spec = specs.at(ph++);
+        if (spec.kind != input_kind::user_input) continue;
+        const auto v = n.out();
+        if (v.kind() != value_kind::tensor) continue;
+        auto m = v.meta();
+        const auto& sizes = user_input_sizes.at(leaf);
+        if (sizes.size() != m.sizes.size())
+          throw graph_error("xport.symbolic.inputs", "input " + v.name() + " changed rank while made symbolic");
+        m.sizes = sizes;
+        m.strides = contiguous_strides(m.sizes);
+        v.set_meta(std::move(m));
+        ++leaf;
+        continue;
+      }
+      if (n.is_output()) continue;
+      fit_node(i);
     }
-    if (n.is_output()) continue;
+  }
 
-    // arguments: integers that differ become symbolic, anything else that differs specializes
-    std::vector<argument> args(n.args().begin(), n.args().end());
-    std::vector<sym_int> basis;
+ private:
+  /// Fails with what capture `r` shows: the code fixed a dim.
+  [[noreturn]] void differs(std::size_t r, const std::string& what) const { throw specialized_at(runs_, r, what); }
+
+  /// Fits call node `i` of the base: its integer arguments, then the sizes of its outputs.
+  void fit_node(std::size_t i) {
+    const node n = nodes_[0][i];
     std::vector<std::vector<sym_int>> input_shapes;
     for (auto v : n.inputs())
       if (v.kind() == value_kind::tensor) input_shapes.emplace_back(v.meta().sizes.begin(), v.meta().sizes.end());
+    const auto basis = size_basis(input_shapes);
+    // arguments: integers that differ become symbolic, anything else that differs specializes
+    std::vector<argument> args(n.args().begin(), n.args().end());
+    bool changed = false;
+    for (std::size_t k = 0; k < args.size(); ++k) changed = fit_argument(i, k, basis, args[k]) || changed;
+    if (changed) n.set_args(std::move(args));
+    // sizes of every output
+    std::size_t out_i = 0;
+    for (auto v : n.outputs()) {
+      const std::size_t oi = out_i++;
+      if (v.kind() != value_kind::tensor) continue;
+      fit_output(i, oi, v, input_shapes, basis);
+    }
+  }
+
+  /// The products of trailing input dims from the first symbolic one on: what sizes are fitted in.
+  static std::vector<sym_int> size_basis(const std::vector<std::vector<sym_int>>& input_shapes) {
+    std::vector<sym_int> basis;
     for (const auto& s : input_shapes)
       for (std::size_t a = 0; a < s.size(); ++a) {
         sym_int p = 1;
@@ -390,91 +368,112 @@ inline void make_symbolic(exported_program& base, const std::vector<const export
           if (symbolic) basis.push_back(p);
         }
       }
+    return basis;
+  }
+
+  /// Makes each int of argument `k` of node `i` that differs between captures an expression in
+  /// `arg` (a copy of it); returns whether any did.
+  bool fit_argument(std::size_t i, std::size_t k, const std::vector<sym_int>& basis, argument& arg) const {
+    const node n = nodes_[0][i];
+    std::vector<std::vector<std::pair<const argument*, const argument*>>> diffs(nruns_);
+    for (std::size_t r = 1; r < nruns_; ++r)
+      if (!same_shape_args(n.args()[k], nodes_[r][i].args()[k], diffs[r])) {
+        const auto& param = n.op().schema().arguments()[k].name();
+        differs(r, "argument '" + param + "' of node " + node_text(n) + " is " + describe(nodes_[r][i].args()[k]) +
+                       " instead of " + describe(n.args()[k]) +
+                       ": the traced code computed it from the size (as a C++ number, which export cannot follow)");
+      }
+    // each differing int, by its address in the base argument
+    std::vector<const argument*> sites;
+    for (std::size_t r = 1; r < nruns_; ++r)
+      for (const auto& [pa, pb] : diffs[r])
+        if (std::find(sites.begin(), sites.end(), pa) == sites.end()) sites.push_back(pa);
     bool changed = false;
-    for (std::size_t k = 0; k < args.size(); ++k) {
-      std::vector<std::vector<std::pair<const argument*, const argument*>>> diffs(nruns);
-      for (std::size_t r = 1; r < nruns; ++r)
-        if (!same_shape_args(n.args()[k], nodes[r][i].args()[k], diffs[r])) {
-          const auto& param = n.op().schema().arguments()[k].name();
-          differs(r, "argument '" + param + "' of node " + node_text(n) + " is " + describe(nodes[r][i].args()[k]) +
-                         " instead of " + describe(n.args()[k]) +
-                         ": the traced code computed it from the size (as a C++ number, which export cannot follow)");
-        }
-      // each differing int, by its address in the base argument
-      std::vector<const argument*> sites;
-      for (std::size_t r = 1; r < nruns; ++r)
+    for (const auto* site : sites) {
+      std::vector<std::int64_t> obs(nruns_, site->as_int());
+      for (std::size_t r = 1; r < nruns_; ++r)
         for (const auto& [pa, pb] : diffs[r])
-          if (std::find(sites.begin(), sites.end(), pa) == sites.end()) sites.push_back(pa);
-      for (const auto* site : sites) {
-        std::vector<std::int64_t> obs(nruns, site->as_int());
-        for (std::size_t r = 1; r < nruns; ++r)
-          for (const auto& [pa, pb] : diffs[r])
-            if (pa == site) obs[r] = pb->as_int();
-        auto e = fit.fit(obs, basis);
-        if (!e) {
-          const auto& param = n.op().schema().arguments()[k].name();
-          throw dim_specialized{-1, "argument '" + param + "' of node " + node_text(n) + " is " + values_text(obs, runs) +
-                                        ": the traced code computed it from a dynamic size in a way xport cannot "
-                                        "express (only linear forms, products and window sizes are recovered)"};
-        }
-        replace_int(args[k], site, n.args()[k], *e);
-        changed = true;
+          if (pa == site) obs[r] = pb->as_int();
+      auto e = fit_.fit(obs, basis);
+      if (!e) {
+        const auto& param = n.op().schema().arguments()[k].name();
+        throw dim_specialized{-1, "argument '" + param + "' of node " + node_text(n) + " is " + values_text(obs, runs_) +
+                                      ": the traced code computed it from a dynamic size in a way xport cannot "
+                                      "express (only linear forms, products and window sizes are recovered)"};
+      }
+      replace_int(arg, site, n.args()[k], *e);
+      changed = true;
+    }
+    return changed;
+  }
+
+  /// Fits the sizes of output `oi` (value `v`) of node `i`, and its strides when a size is symbolic.
+  void fit_output(std::size_t i, std::size_t oi, value v, const std::vector<std::vector<sym_int>>& input_shapes,
+                  const std::vector<sym_int>& basis) const {
+    const node n = nodes_[0][i];
+    auto m = v.meta();
+    std::vector<const tensor_meta*> metas(nruns_);
+    for (std::size_t r = 1; r < nruns_; ++r) {
+      const auto w = nodes_[r][i].output(oi);
+      if (w.kind() != value_kind::tensor || w.meta().sizes.size() != m.sizes.size())
+        differs(r, "node " + node_text(n) + " returns a tensor of another rank");
+      metas[r] = &w.meta();
+    }
+    std::vector<sym_int> rules;
+    if (!input_shapes.empty()) window_candidates(n, input_shapes[0], rules);
+    bool symbolic = false;
+    for (std::size_t d = 0; d < m.sizes.size(); ++d) {
+      std::vector<std::int64_t> obs(nruns_, m.sizes[d].hint());
+      for (std::size_t r = 1; r < nruns_; ++r) obs[r] = metas[r]->sizes[d].hint();
+      auto e = fit_.fit(obs, basis, rules);
+      if (!e)
+        throw dim_specialized{-1, "size " + std::to_string(d) + " of node " + node_text(n) + " is " +
+                                      values_text(obs, runs_) +
+                                      ", which xport cannot express in the dynamic dims (no linear form, product "
+                                      "of input sizes or window rule gives it)"};
+      symbolic = symbolic || e->is_symbolic();
+      m.sizes[d] = *e;
+    }
+    if (!symbolic) return;
+    // strides: contiguous ones follow the sizes; others are fitted like sizes when they move
+    const bool contiguous = strides_contiguous(m);
+    if (contiguous) m.strides = contiguous_strides(m.sizes);
+    else fit_strides(m, metas);
+    v.set_meta(std::move(m));
+  }
+
+  /// Fits the strides of `m` (symbolic sizes, other strides) in the products of its trailing
+  /// sizes; `metas[r]` is the output in capture r.
+  void fit_strides(tensor_meta& m, const std::vector<const tensor_meta*>& metas) const {
+    std::vector<sym_int> own;
+    for (std::size_t a = 0; a < m.sizes.size(); ++a) {
+      sym_int p = 1;
+      for (std::size_t b = a; b < m.sizes.size(); ++b) {
+        p = p * m.sizes[b];
+        own.push_back(p);
       }
     }
-    if (changed) n.set_args(std::move(args));
-
-    // sizes of every output
-    std::size_t out_i = 0;
-    for (auto v : n.outputs()) {
-      const std::size_t oi = out_i++;
-      if (v.kind() != value_kind::tensor) continue;
-      auto m = v.meta();
-      std::vector<const tensor_meta*> metas(nruns);
-      for (std::size_t r = 1; r < nruns; ++r) {
-        const auto w = nodes[r][i].output(oi);
-        if (w.kind() != value_kind::tensor || w.meta().sizes.size() != m.sizes.size())
-          differs(r, "node " + node_text(n) + " returns a tensor of another rank");
-        metas[r] = &w.meta();
-      }
-      std::vector<sym_int> rules;
-      if (!input_shapes.empty()) window_candidates(n, input_shapes[0], rules);
-      bool symbolic = false;
-      for (std::size_t d = 0; d < m.sizes.size(); ++d) {
-        std::vector<std::int64_t> obs(nruns, m.sizes[d].hint());
-        for (std::size_t r = 1; r < nruns; ++r) obs[r] = metas[r]->sizes[d].hint();
-        auto e = fit.fit(obs, basis, rules);
-        if (!e)
-          throw dim_specialized{-1, "size " + std::to_string(d) + " of node " + node_text(n) + " is " +
-                                        values_text(obs, runs) +
-                                        ", which xport cannot express in the dynamic dims (no linear form, product "
-                                        "of input sizes or window rule gives it)"};
-        symbolic = symbolic || e->is_symbolic();
-        m.sizes[d] = *e;
-      }
-      if (!symbolic) continue;
-      // strides: contiguous ones follow the sizes; others are fitted like sizes when they move
-      const bool contiguous = strides_contiguous(m);
-      if (contiguous) {
-        m.strides = contiguous_strides(m.sizes);
-      } else {
-        std::vector<sym_int> own;
-        for (std::size_t a = 0; a < m.sizes.size(); ++a) {
-          sym_int p = 1;
-          for (std::size_t b = a; b < m.sizes.size(); ++b) {
-            p = p * m.sizes[b];
-            own.push_back(p);
-          }
-        }
-        for (std::size_t d = 0; d < m.strides.size(); ++d) {
-          std::vector<std::int64_t> obs(nruns, m.strides[d].hint());
-          for (std::size_t r = 1; r < nruns; ++r)
-            obs[r] = d < metas[r]->strides.size() ? metas[r]->strides[d].hint() : obs[0];
-          if (auto e = fit.fit(obs, own)) m.strides[d] = *e;
-        }
-      }
-      v.set_meta(std::move(m));
+    for (std::size_t d = 0; d < m.strides.size(); ++d) {
+      std::vector<std::int64_t> obs(nruns_, m.strides[d].hint());
+      for (std::size_t r = 1; r < nruns_; ++r)
+        obs[r] = d < metas[r]->strides.size() ? metas[r]->strides[d].hint() : obs[0];
+      if (auto e = fit_.fit(obs, own)) m.strides[d] = *e;
     }
   }
+
+  const sym_runs& runs_;
+  symbolic_fitter fit_;
+  std::size_t nruns_;
+  std::vector<std::vector<node>> nodes_;  // per capture, its nodes in order (0 = the base's)
+};
+
+/// Gives the base capture symbolic sizes and arguments from the captures at other sizes.
+/// `runs[r]` is the dims' values in capture r (0 = the example).
+inline void make_symbolic(exported_program& base, const std::vector<const exported_program*>& others,
+                          const sym_runs& runs, const std::vector<sym_shape>& user_input_sizes) {
+  symbolic_maker maker(base, others, runs);
+  require_same_ops(base, others, runs);
+  maker.run(base.signature().input_specs, user_input_sizes);
 }
 
 

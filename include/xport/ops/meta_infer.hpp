@@ -1,7 +1,8 @@
-// xport/detail/meta_infer.hpp: an op's output types, learned without computing anything.
-// The op runs on meta tensors (sizes and dtypes, no data) through the dispatcher; when
-// LibTorch has no meta kernel for it, a shape rule from meta_rules.hpp answers; otherwise the
-// op cannot be captured and missing_fake_kernel names it and the fix.
+// xport/ops/meta_infer.hpp: an op's output types, learned without computing anything.
+// The op runs on meta tensors (sizes and dtypes, no data) through the dispatcher, its arguments
+// boxed as every call's are (ops/call.hpp); when LibTorch has no meta kernel for it, a shape
+// rule from meta_rules.hpp answers; otherwise the op cannot be captured and missing_fake_kernel
+// names it and the fix.
 #pragma once
 
 #include <optional>     // std::optional
@@ -16,19 +17,15 @@
 #include <c10/util/Exception.h>
 
 #include <xport/config.hpp>
-#include <xport/detail/meta_rules.hpp>
-#include <xport/detail/schema.hpp>
+#include <xport/ops/call.hpp>
+#include <xport/ops/meta_rules.hpp>
+#include <xport/ops/schema.hpp>
 #include <xport/error.hpp>
 #include <xport/ir/graph.hpp>
 #include <xport/ir/op.hpp>
 
 XPORT_BEGIN_NAMESPACE
 namespace detail {
-
-inline std::string first_line(const std::string& s) {
-  const auto nl = s.find('\n');
-  return nl == std::string::npos ? s : s.substr(0, nl);
-}
 
 /// `self: f32[2, 3], other: f32[3]` for the tensor arguments of a call.
 inline std::string describe_args(const op_info& op, const std::vector<argument>& args) {
@@ -66,30 +63,6 @@ inline bool any_requires_grad(const std::vector<argument>& args) {
   return r;
 }
 
-/// The dispatcher stack for a meta run of `op`: tensors become meta tensors, devices meta.
-inline std::vector<c10::IValue> meta_stack_for(const op_info& op, const std::vector<argument>& args) {
-  const auto& params = op.schema().arguments();
-  std::vector<c10::IValue> stack;
-  stack.reserve(params.size());
-  const auto lookup = [](const value& v) -> c10::IValue {
-    switch (v.kind()) {
-      case value_kind::tensor: return v.meta().make_meta();
-      case value_kind::sym_int: return v.type().scalar.hint();
-      default: return {};
-    }
-  };
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    if (args[i].is_device()) {
-      stack.emplace_back(c10::Device(c10::kMeta));
-    } else if (params[i].name() == "pin_memory" && args[i].is_bool()) {
-      stack.emplace_back(false);
-    } else {
-      stack.push_back(to_ivalue(args[i], params[i].real_type(), lookup));
-    }
-  }
-  return stack;
-}
-
 /// Why a data-dependent op cannot be captured, and the way out.
 [[noreturn]] inline void throw_data_dependent(const op_info& op) {
   throw missing_fake_kernel(
@@ -112,7 +85,7 @@ std::vector<c10::IValue> run_meta(const op_info& op, std::vector<c10::IValue> in
 /// run_meta on `stack` itself: the arguments go in, the results come out (no allocation when
 /// the op is known to have a meta kernel).
 /// Meta runs skip autograd (and the view tracking above it) but make ordinary tensors, not
-/// inference tensors: functionalization (trace/decompose.hpp) updates them in place.
+/// inference tensors: functionalization (lower/decompose.hpp) updates them in place.
 using meta_run_guard = at::AutoDispatchBelowADInplaceOrView;
 
 /// Note [Shapes from zeros] (meta_rules.hpp), with the op's refusals reported as a meta run's.
@@ -185,7 +158,7 @@ void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Descr
           "xport.fake.missing_kernel",
           op.qualified + " has no meta (fake) kernel in LibTorch " + torch_version() +
               " and xport has no shape rule for it, so its output shapes cannot be inferred "
-              "without running it. Fix: add a shape rule for it (detail/meta_rules.hpp), register "
+              "without running it. Fix: add a shape rule for it (ops/meta_rules.hpp), register "
               "a Meta kernel for the op with torch::Library, or call a composite of ops that have "
               "one. LibTorch said: " +
               first_line(e.what_without_backtrace()));
@@ -223,10 +196,8 @@ inline std::vector<value_type> result_types(const op_info& op, const std::vector
     m.requires_grad = requires_grad && (c10::isFloatingType(m.dtype) || c10::isComplexType(m.dtype));
     out.push_back(value_type::of(std::move(m)));
   };
-  for (const auto& r : results) {
+  for_each_output(results, [&](std::size_t, const c10::IValue& r) {
     if (r.isTensor()) add_tensor(r.toTensor());
-    else if (r.isTensorList())
-      for (const auto& t : r.toTensorVector()) add_tensor(t);
     else if (r.isInt()) out.push_back(value_type::of_sym_int(r.toInt()));
     else if (r.isDouble()) out.push_back(value_type{value_kind::sym_float, {}, {}});
     else if (r.isBool()) out.push_back(value_type{value_kind::sym_bool, {}, {}});
@@ -235,14 +206,16 @@ inline std::vector<value_type> result_types(const op_info& op, const std::vector
       throw missing_fake_kernel("xport.fake.unsupported_return",
                                 op.qualified + " returns a " + r.tagKind() +
                                     ", which xport cannot represent in a graph yet");
-  }
+  });
   return out;
 }
 
 /// The types of `op`'s outputs for schema-bound `args`.
 inline std::vector<value_type> infer_outputs(const op_info& op, const std::vector<argument>& args) {
   if (op.data_dependent) throw_data_dependent(op);
-  const auto results = run_meta(op, meta_stack_for(op, args), [&] { return describe_args(op, args); });
+  torch::jit::Stack stack;
+  push_meta_arguments(op, args, [](const value& v) { return v.meta().make_meta(); }, stack);
+  const auto results = run_meta(op, std::move(stack), [&] { return describe_args(op, args); });
   return result_types(op, results, output_device(op, args), any_requires_grad(args));
 }
 

@@ -1,4 +1,4 @@
-// xport/passes/functionalize.hpp: the functional form of a program (torch's functionalization).
+// xport/lower/functionalize.hpp: the functional form of a program (torch's functionalization).
 // In-place ops become their out-of-place variants (`add_` -> `add`); a mutation through a view
 // is written back to its base with the matching scatter (`select_scatter`, `slice_scatter`, ...)
 // and views of a mutated base are regenerated before their next read; BatchNorm's running
@@ -19,10 +19,11 @@
 #include <xport/error.hpp>
 #include <ATen/core/dispatch/Dispatcher.h>
 
-#include <xport/ir/builder.hpp>
+#include <xport/program/builder.hpp>
 #include <xport/ir/graph.hpp>
 #include <xport/ir/op.hpp>
 #include <xport/ir/program.hpp>
+#include <xport/ops/op_sets.hpp>
 
 XPORT_BEGIN_NAMESPACE
 
@@ -35,17 +36,8 @@ class functionalize_error : public error {
 
 namespace detail {
 
-// Ops that return an alias of their input only sometimes (a copy otherwise): treated as copies.
-inline bool maybe_alias_op(std::string_view name) {
-  return name == "aten::reshape" || name == "aten::contiguous" || name == "aten::to" ||
-         name == "aten::flatten" || name == "aten::type_as" || name == "aten::unflatten" ||
-         name == "aten::dropout" || name == "aten::feature_dropout" || name == "aten::alpha_dropout" ||
-         name == "aten::_to_copy" || name == "aten::clone" || name == "aten::lift_fresh" ||
-         name == "aten::view_as";
-}
-
 inline bool is_view_op(const op_info& op) {
-  if (op.is_mutable || maybe_alias_op(op.name)) return false;
+  if (op.is_mutable || is_maybe_alias_op(op.name)) return false;
   const auto& rets = op.schema().returns();
   if (rets.empty()) return false;
   for (const auto& r : rets) {
@@ -62,7 +54,7 @@ inline bool is_view_op(const op_info& op) {
 
 inline bool is_batch_norm_with_stats(const node& n) {
   const auto& name = n.op().name;
-  if (name != "aten::batch_norm" && name != "aten::native_batch_norm") return false;
+  if (!is_batch_norm_op(name)) return false;
   const auto args = n.args();
   // (input, weight, bias, running_mean, running_var, training, momentum, eps, ...)
   return args.size() >= 8 && args[3].is_value() && args[4].is_value() && args[5].is_bool() && args[5].as_bool();

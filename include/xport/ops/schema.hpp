@@ -1,4 +1,4 @@
-// xport/detail/schema.hpp: arguments against an operator's schema.
+// xport/ops/schema.hpp: arguments against an operator's schema.
 // `bind_arguments` turns positional + keyword arguments into the full schema-ordered list
 // (defaults filled, ints widened to floats where the schema wants a float, `int[2]` from a
 // single int), or throws schema_error naming the op, the argument and the expected type.

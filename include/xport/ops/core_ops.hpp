@@ -1,4 +1,4 @@
-// xport/detail/core_ops.hpp: the core ATen operator set that run_decompositions() lowers to.
+// xport/ops/core_ops.hpp: the core ATen operator set that run_decompositions() lowers to.
 // LibTorch 1.13 has no `core` tag, so xport carries the set: every function of PyTorch's
 // native_functions.yaml tagged `core`, read from pytorch/pytorch@2e35e4846418c7623dd0863221af6c50e0d3ff1c torchgen/packaged/ATen/native/native_functions.yaml
 // (193 operators), plus `native_batch_norm`, which stands in for the `_native_batch_norm_legit*`

@@ -1,4 +1,4 @@
-// xport/ir/builder.hpp: building exported programs by hand, op by op.
+// xport/program/builder.hpp: building exported programs by hand, op by op.
 // program_builder adds user inputs, parameters, buffers and constants as placeholders (named as
 // torch.export names them: `x`, `p_fc_weight`, `b_bn_running_mean`, `c_scale`), calls any
 // registered operator by name with arguments checked against its schema, infers every output's
@@ -24,13 +24,13 @@
 #include <ATen/core/Tensor.h>
 
 #include <xport/config.hpp>
-#include <xport/detail/meta_infer.hpp>
-#include <xport/detail/schema.hpp>
+#include <xport/ops/meta_infer.hpp>
+#include <xport/ops/schema.hpp>
 #include <xport/error.hpp>
 #include <xport/ir/graph.hpp>
 #include <xport/ir/program.hpp>
 #include <xport/ir/signature.hpp>
-#include <xport/ir/verify.hpp>
+#include <xport/program/verify.hpp>
 
 XPORT_BEGIN_NAMESPACE
 
@@ -154,10 +154,6 @@ class program_builder {
   }
   /// Only the code text (`a = torch.sin(x)`) for the nodes created from now on.
   program_builder& code(std::string text) { return at(source_location{{}, 0, {}, std::move(text)}); }
-  program_builder& no_source() {
-    source_.reset();
-    return *this;
-  }
   /// Module path (FQN of the calling module) recorded on the nodes created from now on.
   program_builder& in_module(std::string path) {
     module_ = std::move(path);

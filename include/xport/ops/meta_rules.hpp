@@ -1,4 +1,4 @@
-// xport/detail/meta_rules.hpp: output shapes for ops whose meta kernel LibTorch lacks.
+// xport/ops/meta_rules.hpp: output shapes for ops whose meta kernel LibTorch lacks.
 // Each rule reads the op's arguments (tensors already on the meta device) and returns meta
 // tensors of the outputs' sizes and dtypes; nothing runs on data. The set covers the gaps that
 // real models hit (conv, batch/layer/group norm, relu, hardtanh, index_select/embedding, where,
@@ -20,6 +20,7 @@
 #include <ATen/ops/result_type.h>
 
 #include <xport/config.hpp>
+#include <xport/ops/shape_formulas.hpp>
 
 XPORT_BEGIN_NAMESPACE
 namespace detail {
@@ -87,7 +88,7 @@ inline std::vector<at::Tensor> rule_reduce_all_promote(const meta_stack& s) {
   const auto t = s[0].toTensor().scalar_type();
   return {meta_empty({}, c10::isIntegralType(t, /*includeBool=*/true) ? c10::kLong : t)};
 }
-inline std::vector<at::Tensor> rule_count_all(const meta_stack& s) {
+inline std::vector<at::Tensor> rule_count_all(const meta_stack&) {
   return {meta_empty({}, c10::kLong)};
 }
 
@@ -121,10 +122,8 @@ inline std::vector<std::int64_t> conv_out_sizes(const at::Tensor& input, const a
     const auto k = w[2 + i];
     const auto st = pick(stride, i, 1), pd = pick(padding, i, 0), dl = pick(dilation, i, 1);
     const auto x = in[off + i];
-    if (transposed)
-      out.push_back((x - 1) * st - 2 * pd + dl * (k - 1) + pick(output_padding, i, 0) + 1);
-    else
-      out.push_back((x + 2 * pd - dl * (k - 1) - 1) / st + 1);
+    out.push_back(transposed ? transposed_window_output_size(x, k, st, pd, dl, pick(output_padding, i, 0))
+                             : window_output_size(x, k, st, pd, dl));
   }
   return out;
 }

@@ -1,4 +1,4 @@
-// xport/trace/decompose.hpp: run_decompositions(), the functional core-ATen inference IR.
+// xport/lower/decompose.hpp: run_decompositions(), the functional core-ATen inference IR.
 // A decomposition table says, op by op, what happens to ops outside the core ATen set: kept,
 // decomposed by a C++ function written with at:: calls (the user's, or xport's counterpart of
 // torch's Python decomposition), or by the op's CompositeImplicitAutograd kernel. Decomposing
@@ -9,7 +9,7 @@
 // it (xport's capture key) and the functional calls it makes are recorded below it (the Fake
 // key), so the program holds the same ops, in the same order and with the same names as
 // torch's. On 1.13 the decomposed program is functionalized by xport's own pass
-// (passes/functionalize.hpp).
+// (lower/functionalize.hpp).
 #pragma once
 
 #include <functional>     // std::function
@@ -37,11 +37,13 @@
 
 #include <xport/config.hpp>
 #include <xport/detail/compat.hpp>
-#include <xport/detail/core_ops.hpp>
-#include <xport/detail/torch_decompositions.hpp>
+#include <xport/ops/call.hpp>
+#include <xport/ops/core_ops.hpp>
+#include <xport/ops/op_sets.hpp>
+#include <xport/ops/decompositions.hpp>
 #include <xport/ir/program.hpp>
-#include <xport/passes/dce.hpp>
-#include <xport/passes/functionalize.hpp>
+#include <xport/ir/dead_code.hpp>
+#include <xport/lower/functionalize.hpp>
 #include <xport/trace/capture.hpp>
 #include <xport/trace/symbolic.hpp>
 
@@ -189,11 +191,7 @@ inline bool maybe_aliasing_or_mutating(const op_info& op) {
 #if XPORT_TORCH_VERSION_AT_LEAST(2, 5)
   if (op.handle.hasTag(at::Tag::maybe_aliasing_or_mutating)) return true;
 #endif
-  static const std::unordered_set<std::string> ops{  // the tagged ops of LibTorch 2.13
-      "aten::_batch_norm_impl_index", "aten::alpha_dropout", "aten::atleast_1d", "aten::atleast_2d",
-      "aten::atleast_3d", "aten::batch_norm", "aten::cartesian_prod", "aten::conj_physical", "aten::dropout",
-      "aten::feature_alpha_dropout", "aten::feature_dropout", "aten::unsafe_chunk", "aten::native_batch_norm"};
-  return ops.count(op.qualified) > 0;
+  return in_set(op.qualified, maybe_aliasing_or_mutating_ops);
 }
 }  // namespace detail
 
@@ -241,23 +239,10 @@ namespace detail {
 /// Calls node `n` again, under the active capture, on what its operands hold now (`held`:
 /// source value -> IValue), and records what each of its outputs holds after the call.
 inline void recall(capture& cap, const node& n, std::unordered_map<const value_impl*, c10::IValue>& held) {
-  const auto& op = n.op();
-  const auto& params = op.schema().arguments();
-  torch::jit::Stack stack;
-  stack.reserve(params.size());
-  const auto args = n.args();
-  for (std::size_t i = 0; i < params.size(); ++i)
-    stack.push_back(to_ivalue(args[i], params[i].real_type(), [&](const value& v) { return held.at(v.impl()); }));
   cap.builder().at(n.source()).in_module(n.module_path());
-  op.handle.callBoxed(stack);
-  std::size_t k = 0;
-  for (auto& r : stack) {
-    if (r.isTensorList()) {
-      for (const auto& t : r.toTensorVector()) held[n.output(k++).impl()] = t;
-    } else {
-      held[n.output(k++).impl()] = r;
-    }
-  }
+  torch::jit::Stack stack;
+  call_node(n, [&](const value& v) -> const c10::IValue& { return held.at(v.impl()); }, stack);
+  take_outputs(stack, [&](std::size_t k, c10::IValue&& r) { held[n.output(k).impl()] = std::move(r); });
 }
 
 /// A decomposition that LibTorch refused on the program's shapes (a composite kernel that reads
@@ -380,8 +365,10 @@ inline void lowering_record_fallback(const c10::OperatorHandle& handle, torch::j
 inline void ensure_lowering_record_fallback() {
   static const bool registered = [] {
     try {
-      static torch::Library lib(torch::Library::IMPL, "_", lowering_record_key, __FILE__, __LINE__);
-      lib.fallback(torch::CppFunction::makeFromBoxedFunction<&lowering_record_fallback>());
+      static const c10::RegistrationHandleRAII handle = c10::Dispatcher::singleton().registerFallback(
+          lowering_record_key, c10::KernelFunction::makeFromBoxedFunction<&lowering_record_fallback>(),
+          "xport lowering fallback");
+      (void)handle;
     } catch (const c10::Error& e) {
       throw export_error("xport.decompose.fallback",
                          "cannot register xport's lowering fallback for dispatch key Fake: another library "
@@ -474,16 +461,12 @@ struct reapply_views_scope {
   reapply_views_scope& operator=(const reapply_views_scope&) = delete;
 };
 
-/// torch.export's lowering of `p` (one size): every node called again on functional meta
-/// tensors; `table` decides above functionalization, the functional calls are recorded below.
-inline exported_program lower_functional(const exported_program& p, const decomposition_table& table) {
-  namespace fz = at::functionalization::impl;
-  ensure_lowering_record_fallback();
-  capture cap;
-  cap.set_python_frontend(false);
-  grad_tracker grads;
-  bool below_autograd = false;  // inside a decomposition torch runs as an autograd kernel
-  cap.set_decompose_hook([&](const op_info& op, torch::jit::Stack& stack) {
+/// What the lowering's capture does with each op it sees above functionalization: `table`'s
+/// action, with what requires grad tracked in `grads` (`below_autograd`: inside a decomposition
+/// torch runs as an autograd kernel, where nothing is marked).
+inline capture::decompose_hook lowering_hook(capture& cap, const decomposition_table& table, grad_tracker& grads,
+                                             bool& below_autograd) {
+  return [&cap, &table, &grads, &below_autograd](const op_info& op, torch::jit::Stack& stack) {
     const auto a = table.lowering(op);
     const bool grad = !below_autograd && grads.any(stack, op.schema().arguments().size());
     if (a.kind == decomposition_table::action::functionalize) {
@@ -504,22 +487,16 @@ inline exported_program lower_functional(const exported_program& p, const decomp
     }
     if (grad) grads.mark_results(stack, op.schema().returns().size());
     return true;
-  });
-  const std::function<bool(const at::Tensor&)> grad_query = [&](const at::Tensor& t) { return grads.requires_grad(t); };
-  struct grad_scope {
-    const std::function<bool(const at::Tensor&)>* prev;
-    ~grad_scope() { torch_decomp::requires_grad_query = prev; }
-  } restore_grads{torch_decomp::requires_grad_query};
-  torch_decomp::requires_grad_query = &grad_query;
-  struct lowering_scope {
-    const decomposition_table* prev;
-    ~lowering_scope() { active_lowering = prev; }
-  } restore{active_lowering};
-  active_lowering = &table;
-  const auto& g = p.graph();
-  const auto phs = g.placeholders();
-  std::unordered_map<const value_impl*, c10::IValue> held;  // source value -> what the calls see
-  std::vector<at::Tensor> inputs(phs.size());              // placeholder -> its meta tensor
+  };
+}
+
+/// The placeholders of `p` in `cap`, each held as a functional tensor (parameters that require
+/// grad marked in `grads`); returns each placeholder's meta tensor (undefined where it has none).
+inline std::vector<at::Tensor> functional_placeholders(capture& cap, const exported_program& p, grad_tracker& grads,
+                                                       std::unordered_map<const value_impl*, c10::IValue>& held) {
+  namespace fz = at::functionalization::impl;
+  const auto phs = p.graph().placeholders();
+  std::vector<at::Tensor> inputs(phs.size());
   for (std::size_t i = 0; i < phs.size(); ++i) {
     const value v = phs[i].output(0);
     auto meta = cap.add_placeholder(p.signature().input_specs.at(i), v.type());
@@ -533,44 +510,62 @@ inline exported_program lower_functional(const exported_program& p, const decomp
     }
   }
   if (!phs.empty() && phs[0].output(0).kind() == value_kind::tensor) cap.set_fake_device(phs[0].output(0).meta().device);
-  std::vector<std::optional<value>> mutated(phs.size());
+  return inputs;
+}
+
+/// What replaying `p`'s calls under `cap` left: the new value of each placeholder it mutated
+/// (in placeholder order, empty where none), and the outputs.
+struct functional_replay {
+  std::vector<std::optional<value>> mutated;
   std::vector<argument> results;
-  {
-    c10::InferenceMode no_inference(false);
-    capture_scope scope(cap);
-    c10::impl::IncludeDispatchKeyGuard functionalize(c10::DispatchKey::Functionalize), record(lowering_record_key);
-    reapply_views_scope views;
-    for (auto n : g.nodes())
-      if (n.is_call()) recall(cap, n, held);
-    // What each input holds now, and the outputs: pending views are replayed (recorded below,
-    // not decomposed again, as in torch).
-    c10::impl::ExcludeDispatchKeyGuard below(capture_key);
-    const auto now = [&](const value& v) { return cap.value_of(unwrap_functional(held.at(v.impl())).toTensor()); };
-    for (std::size_t i = 0; i < phs.size(); ++i) {
-      if (!inputs[i].defined()) continue;
-      const value nv = now(phs[i].output(0));
-      if (nv != cap.value_of(inputs[i])) mutated[i] = nv;
-    }
-    for (const auto& a : g.output_node().args()) {
-      if (!a.is_value()) {  // a constant output (None): returned as it is
-        results.push_back(a);
-        continue;
-      }
-      if (a.as_value().kind() != value_kind::tensor)
-        throw error("xport.decompose.output", "run_decompositions: an output that is not a tensor value is not supported");
-      results.push_back(now(a.as_value()));
-    }
+};
+
+/// Calls every node of `p` again on functional tensors (`held`, from functional_placeholders),
+/// then reads what each input holds now and the outputs: pending views are replayed (recorded
+/// below, not decomposed again, as in torch).
+inline functional_replay replay_functional(capture& cap, const exported_program& p, const std::vector<at::Tensor>& inputs,
+                                           std::unordered_map<const value_impl*, c10::IValue>& held) {
+  const auto& g = p.graph();
+  const auto phs = g.placeholders();
+  functional_replay out{std::vector<std::optional<value>>(phs.size()), {}};
+  c10::InferenceMode no_inference(false);
+  capture_scope scope(cap);
+  c10::impl::IncludeDispatchKeyGuard functionalize(c10::DispatchKey::Functionalize), record(lowering_record_key);
+  reapply_views_scope views;
+  for (auto n : g.nodes())
+    if (n.is_call()) recall(cap, n, held);
+  c10::impl::ExcludeDispatchKeyGuard below(capture_key);
+  const auto now = [&](const value& v) { return cap.value_of(unwrap_functional(held.at(v.impl())).toTensor()); };
+  for (std::size_t i = 0; i < phs.size(); ++i) {
+    if (!inputs[i].defined()) continue;
+    const value nv = now(phs[i].output(0));
+    if (nv != cap.value_of(inputs[i])) out.mutated[i] = nv;
   }
-  // mutated inputs first (in input order), as torch orders them, then the other outputs
+  for (const auto& a : g.output_node().args()) {
+    if (!a.is_value()) {  // a constant output (None): returned as it is
+      out.results.push_back(a);
+      continue;
+    }
+    if (a.as_value().kind() != value_kind::tensor)
+      throw error("xport.decompose.output", "run_decompositions: an output that is not a tensor value is not supported");
+    out.results.push_back(now(a.as_value()));
+  }
+  return out;
+}
+
+/// The lowered program's outputs: mutated inputs first (in input order), as torch orders them,
+/// then the other outputs of `p`.
+inline void lowered_outputs(capture& cap, const exported_program& p, const functional_replay& replay) {
   const auto& specs = p.signature().input_specs;
   const auto& out_specs = p.signature().output_specs;
+  const auto& results = replay.results;
   const auto mutation_target = [](const output_spec& o) {
     return o.kind == output_kind::buffer_mutation || o.kind == output_kind::parameter_mutation ||
            o.kind == output_kind::user_input_mutation;
   };
-  for (std::size_t i = 0; i < phs.size(); ++i) {
+  for (std::size_t i = 0; i < replay.mutated.size(); ++i) {
     const auto& spec = specs[i];
-    std::optional<value> v = mutated[i];
+    std::optional<value> v = replay.mutated[i];
     for (std::size_t o = 0; !v && o < out_specs.size(); ++o)  // an already functional program's
       if (mutation_target(out_specs[o]) && results[o].is_value() &&
           out_specs[o].target == (spec.kind == input_kind::user_input ? std::optional(spec.arg.name) : spec.target))
@@ -588,6 +583,31 @@ inline exported_program lower_functional(const exported_program& p, const decomp
   }
   for (std::size_t o = 0; o < out_specs.size(); ++o)
     if (!mutation_target(out_specs[o])) cap.builder().output_arg(results[o], out_specs[o].kind, out_specs[o].target);
+}
+
+/// torch.export's lowering of `p` (one size): every node called again on functional meta
+/// tensors; `table` decides above functionalization, the functional calls are recorded below.
+inline exported_program lower_functional(const exported_program& p, const decomposition_table& table) {
+  ensure_lowering_record_fallback();
+  capture cap;
+  cap.set_python_frontend(false);
+  grad_tracker grads;
+  bool below_autograd = false;  // inside a decomposition torch runs as an autograd kernel
+  cap.set_decompose_hook(lowering_hook(cap, table, grads, below_autograd));
+  const std::function<bool(const at::Tensor&)> grad_query = [&](const at::Tensor& t) { return grads.requires_grad(t); };
+  struct grad_scope {
+    const std::function<bool(const at::Tensor&)>* prev;
+    ~grad_scope() { torch_decomp::requires_grad_query = prev; }
+  } restore_grads{torch_decomp::requires_grad_query};
+  torch_decomp::requires_grad_query = &grad_query;
+  struct lowering_scope {
+    const decomposition_table* prev;
+    ~lowering_scope() { active_lowering = prev; }
+  } restore{active_lowering};
+  active_lowering = &table;
+  std::unordered_map<const value_impl*, c10::IValue> held;  // source value -> what the calls see
+  const auto inputs = functional_placeholders(cap, p, grads, held);  // placeholder -> its meta tensor
+  lowered_outputs(cap, p, replay_functional(cap, p, inputs, held));
   cap.builder().set_state(p.state_dict(), p.constants());
   cap.builder().set_examples(p.example_inputs());
   auto q = std::move(cap.builder()).build(ir_dialect::aten, verify_options{.check_schemas = false});

@@ -1,9 +1,9 @@
-// xport/detail/torch_decompositions.hpp: C++ counterparts of the decompositions torch.export's
+// xport/ops/decompositions.hpp: C++ counterparts of the decompositions torch.export's
 // run_decompositions() takes from Python (torch._decomp, torch._refs) where they call other ATen
 // ops than the op's C++ CompositeImplicitAutograd kernel, or where the op has no such kernel.
 // Each records exactly the calls the Python one makes, so the lowered program prints as
 // torch's. Ops not listed here lower by their C++ kernel, as torch's do. LibTorch >= 2.1 only
-// (the 1.13 path keeps its own table in trace/decompose.hpp).
+// (the 1.13 path keeps its own table in lower/decompose.hpp).
 #pragma once
 
 #include <functional>  // std::function
@@ -75,7 +75,7 @@ namespace torch_decomp {
 
 using S = std::vector<c10::IValue>;
 
-/// What requires grad in torch's tracing (set by the lowering; trace/decompose.hpp).
+/// What requires grad in torch's tracing (set by the lowering; lower/decompose.hpp).
 inline thread_local const std::function<bool(const at::Tensor&)>* requires_grad_query = nullptr;
 inline bool requires_grad(const at::Tensor& t) {
   return requires_grad_query ? (*requires_grad_query)(t) : t.requires_grad();

@@ -1,4 +1,4 @@
-// xport/ir/print.hpp: programs as torch.export prints them, and graphs as Graphviz DOT.
+// xport/program/print.hpp: programs as torch.export prints them, and graphs as Graphviz DOT.
 // print_style::torch_export is `print(ep)` of current torch (torch.fx's verbose codegen:
 // annotated forward, `;  x = None` last-use lists, `# File: ... in forward, code: ...`
 // summaries, the compact `# inputs` / `# outputs` signature); print_style::seed is the layout of
@@ -15,14 +15,16 @@
 #include <string_view>    // std::string_view
 #include <unordered_map>  // std::unordered_map
 #include <unordered_set>  // std::unordered_set
+#include <utility>        // std::move
 #include <vector>         // std::vector
 
 #include <xport/config.hpp>
 #include <xport/detail/python_repr.hpp>
-#include <xport/detail/schema.hpp>
+#include <xport/ops/schema.hpp>
 #include <xport/ir/graph.hpp>
 #include <xport/ir/program.hpp>
 #include <xport/ir/signature.hpp>
+#include <xport/ir/sym_expr.hpp>
 
 XPORT_BEGIN_NAMESPACE
 
@@ -152,42 +154,71 @@ inline void walk_sizes(const argument& a, const std::function<void(const sym_int
     for (const auto& e : a.as_list()) walk_sizes(e, f);
 }
 
-inline size_nodes plan_size_nodes(const graph& g) {
-  size_nodes out;
-  std::vector<std::pair<node, sym_int>> uses;  // (first user, expression), in node order
-  std::unordered_set<std::string> seen;
-  for (auto n : g.nodes())
-    if (n.is_call())
-      for (const auto& a : n.args())
-        walk_sizes(a, [&](const sym_int& e) {
-          if (seen.insert(e.str()).second) uses.push_back({n, e});
-        });
-  if (uses.empty()) return out;
-  std::unordered_set<std::string> taken;
-  for (auto n : g.nodes()) {
-    taken.insert(n.name());
-    for (auto v : n.outputs()) taken.insert(v.name());
+/// Plans a graph's size nodes (Note [Sizes as torch prints them]): the `sym_size.int` reads of
+/// input dims, then the nodes of each linear form and of each product of input dims.
+class size_planner {
+ public:
+  explicit size_planner(const graph& g) : g_(g) {}
+
+  /// The size nodes of the graph.
+  size_nodes plan() {
+    collect_uses();
+    if (uses_.empty()) return std::move(out_);
+    take_graph_names();
+    collect_dim_symbols();
+    plan_reads(used_symbols());
+    for (const auto& [n, e] : uses_) {
+      if (out_.names.count(e.str())) continue;
+      if (const auto lin = sym::as_linear(e)) plan_linear(n, e, *lin);
+      else plan_product(n, e);
+    }
+    return std::move(out_);
   }
-  const auto fresh = [&](const std::string& base) {
+
+ private:
+  /// Records each size expression the calls pass, with its first user, in node order.
+  void collect_uses() {
+    std::unordered_set<std::string> seen;
+    for (auto n : g_.nodes())
+      if (n.is_call())
+        for (const auto& a : n.args())
+          walk_sizes(a, [&](const sym_int& e) {
+            if (seen.insert(e.str()).second) uses_.push_back({n, e});
+          });
+  }
+
+  /// Marks every node and value name of the graph as taken.
+  void take_graph_names() {
+    for (auto n : g_.nodes()) {
+      taken_.insert(n.name());
+      for (auto v : n.outputs()) taken_.insert(v.name());
+    }
+  }
+
+  /// `base`, or `base_<i>` for the first free i, marked taken.
+  std::string fresh(const std::string& base) {
     std::string name = base;
-    for (int i = 1; taken.count(name); ++i) name = base + "_" + std::to_string(i);
-    taken.insert(name);
+    for (int i = 1; taken_.count(name); ++i) name = base + "_" + std::to_string(i);
+    taken_.insert(name);
     return name;
-  };
-  // the symbols input dims give alone, in placeholder order
-  std::vector<std::pair<std::string, sym_int>> dim_symbols;
-  for (auto ph : g.placeholders())
-    if (ph.output(0).kind() == value_kind::tensor)
-      for (const auto& d : ph.output(0).meta().sizes)
-        if (d.is_symbolic() && sym::as_linear(d) && sym::as_linear(d)->a == 1 && sym::as_linear(d)->b == 0 &&
-            std::none_of(dim_symbols.begin(), dim_symbols.end(), [&](const auto& p) { return p.first == d.str(); }))
-          dim_symbols.push_back({d.str(), d});
-  // a product of input dims (`s27*s77`, a flattened batch; `s77**2`, attention scores): its
-  // factors in placeholder order, a symbol repeated for its power (up to the fourth)
-  const auto product_of = [&](const sym_int& e) -> std::optional<std::vector<std::string>> {
+  }
+
+  /// Records the symbols input dims give alone, in placeholder order.
+  void collect_dim_symbols() {
+    for (auto ph : g_.placeholders())
+      if (ph.output(0).kind() == value_kind::tensor)
+        for (const auto& d : ph.output(0).meta().sizes)
+          if (d.is_symbolic() && sym::as_linear(d) && sym::as_linear(d)->a == 1 && sym::as_linear(d)->b == 0 &&
+              std::none_of(dim_symbols_.begin(), dim_symbols_.end(), [&](const auto& p) { return p.first == d.str(); }))
+            dim_symbols_.push_back({d.str(), d});
+  }
+
+  /// A product of input dims (`s27*s77`, a flattened batch; `s77**2`, attention scores): its
+  /// factors in placeholder order, a symbol repeated for its power (up to the fourth).
+  std::optional<std::vector<std::string>> product_of(const sym_int& e) const {
     const auto fs = sym::free_symbols(e);
     std::vector<std::pair<std::string, sym_int>> syms;
-    for (const auto& [text, sym] : dim_symbols)
+    for (const auto& [text, sym] : dim_symbols_)
       if (std::find(fs.begin(), fs.end(), text) != fs.end()) syms.push_back({text, sym});
     if (fs.empty() || syms.size() != fs.size() || syms.size() > 3) return std::nullopt;
     const auto target = e.str();
@@ -206,71 +237,87 @@ inline size_nodes plan_size_nodes(const graph& g) {
       if (i == power.size()) return std::nullopt;
       ++power[i];
     }
-  };
-  // the symbols the linear forms and products use
-  std::vector<std::string> symbols;
-  const auto use_symbol = [&](const std::string& sym) {
-    if (std::find(symbols.begin(), symbols.end(), sym) == symbols.end()) symbols.push_back(sym);
-  };
-  for (const auto& [n, e] : uses) {
-    if (auto lin = sym::as_linear(e)) use_symbol(lin->symbol);
-    else if (auto factors = product_of(e))
-      for (const auto& f : *factors) use_symbol(f);
   }
-  std::size_t next = symbols.size();
-  std::unordered_map<std::string, sym_int> symbol_of;
-  for (auto ph : g.placeholders()) {
-    const auto v = ph.output(0);
-    if (v.kind() != value_kind::tensor) continue;
-    const auto& sizes = v.meta().sizes;
-    for (std::size_t d = 0; d < sizes.size(); ++d) {
-      const auto text = sizes[d].str();
-      if (!sizes[d].is_symbolic() || out.names.count(text) ||
-          std::find(symbols.begin(), symbols.end(), text) == symbols.end())
-        continue;
-      const auto name = fresh("sym_size_int_" + std::to_string(next++));
-      out.reads.push_back({name, "Sym(" + text + ")", "torch.ops.aten.sym_size.int(" + v.name() + ", " + std::to_string(d) + ")", {v.name()}});
-      out.names.emplace(text, name);
-      symbol_of.emplace(text, sizes[d]);
+
+  /// The symbols the linear forms and products use, in first-use order.
+  std::vector<std::string> used_symbols() const {
+    std::vector<std::string> symbols;
+    const auto use_symbol = [&](const std::string& sym) {
+      if (std::find(symbols.begin(), symbols.end(), sym) == symbols.end()) symbols.push_back(sym);
+    };
+    for (const auto& [n, e] : uses_) {
+      if (auto lin = sym::as_linear(e)) use_symbol(lin->symbol);
+      else if (auto factors = product_of(e))
+        for (const auto& f : *factors) use_symbol(f);
     }
+    return symbols;
   }
-  for (const auto& [n, e] : uses) {
-    if (out.names.count(e.str())) continue;
-    const auto lin = sym::as_linear(e);
-    if (!lin) {
-      const auto factors = product_of(e);
-      if (!factors || !std::all_of(factors->begin(), factors->end(), [&](const auto& f) { return out.names.count(f); }))
-        continue;
-      std::string cur = out.names.at((*factors)[0]);
-      sym_int expr = symbol_of.at((*factors)[0]);
-      auto& lines = out.before[n.impl()];
-      for (std::size_t i = 1; i < factors->size(); ++i) {
-        const auto name = fresh("mul");
-        expr = expr * symbol_of.at((*factors)[i]);
-        lines.push_back({name, "Sym(" + expr.str() + ")", cur + " * " + out.names.at((*factors)[i]),
-                         {cur, out.names.at((*factors)[i])}});
-        cur = name;
+
+  /// Plans a `sym_size.int` read, after the placeholders, of the first input dim that gives each of `symbols`.
+  void plan_reads(const std::vector<std::string>& symbols) {
+    std::size_t next = symbols.size();
+    for (auto ph : g_.placeholders()) {
+      const auto v = ph.output(0);
+      if (v.kind() != value_kind::tensor) continue;
+      const auto& sizes = v.meta().sizes;
+      for (std::size_t d = 0; d < sizes.size(); ++d) {
+        const auto text = sizes[d].str();
+        if (!sizes[d].is_symbolic() || out_.names.count(text) ||
+            std::find(symbols.begin(), symbols.end(), text) == symbols.end())
+          continue;
+        const auto name = fresh("sym_size_int_" + std::to_string(next++));
+        out_.reads.push_back({name, "Sym(" + text + ")", "torch.ops.aten.sym_size.int(" + v.name() + ", " + std::to_string(d) + ")", {v.name()}});
+        out_.names.emplace(text, name);
+        symbol_of_.emplace(text, sizes[d]);
       }
-      out.names.emplace(e.str(), cur);
-      continue;
     }
-    if (!out.names.count(lin->symbol)) continue;
-    std::string cur = out.names.at(lin->symbol);
-    sym_int expr = symbol_of.at(lin->symbol);
-    auto& lines = out.before[n.impl()];
+  }
+
+  /// Plans the `mul` nodes of product `e` before its first user `n`, when each factor has a read.
+  void plan_product(node n, const sym_int& e) {
+    const auto factors = product_of(e);
+    if (!factors || !std::all_of(factors->begin(), factors->end(), [&](const auto& f) { return out_.names.count(f); }))
+      return;
+    std::string cur = out_.names.at((*factors)[0]);
+    sym_int expr = symbol_of_.at((*factors)[0]);
+    auto& lines = out_.before[n.impl()];
+    for (std::size_t i = 1; i < factors->size(); ++i) {
+      const auto name = fresh("mul");
+      expr = expr * symbol_of_.at((*factors)[i]);
+      lines.push_back({name, "Sym(" + expr.str() + ")", cur + " * " + out_.names.at((*factors)[i]),
+                       {cur, out_.names.at((*factors)[i])}});
+      cur = name;
+    }
+    out_.names.emplace(e.str(), cur);
+  }
+
+  /// Plans the `mul` / `add` / `sub` nodes of linear form `e` before its first user `n`, when its symbol has a read.
+  void plan_linear(node n, const sym_int& e, const sym::linear_form& lin) {
+    if (!out_.names.count(lin.symbol)) return;
+    std::string cur = out_.names.at(lin.symbol);
+    sym_int expr = symbol_of_.at(lin.symbol);
+    auto& lines = out_.before[n.impl()];
     const auto step = [&](const char* base, const char* op, std::int64_t k, const sym_int& result) {
       const auto name = fresh(base);
       lines.push_back({name, "Sym(" + result.str() + ")", cur + " " + op + " " + std::to_string(k), {cur}});
       cur = name;
       expr = result;
     };
-    if (lin->a != 1) step("mul", "*", lin->a, expr * lin->a);
-    if (lin->b > 0) step("add", "+", lin->b, expr + lin->b);
-    if (lin->b < 0) step("sub", "-", -lin->b, expr - (-lin->b));
-    out.names.emplace(e.str(), cur);
+    if (lin.a != 1) step("mul", "*", lin.a, expr * lin.a);
+    if (lin.b > 0) step("add", "+", lin.b, expr + lin.b);
+    if (lin.b < 0) step("sub", "-", -lin.b, expr - (-lin.b));
+    out_.names.emplace(e.str(), cur);
   }
-  return out;
-}
+
+  const graph& g_;
+  size_nodes out_;
+  std::vector<std::pair<node, sym_int>> uses_;  // (first user, expression), in node order
+  std::unordered_set<std::string> taken_;
+  std::vector<std::pair<std::string, sym_int>> dim_symbols_;
+  std::unordered_map<std::string, sym_int> symbol_of_;
+};
+
+inline size_nodes plan_size_nodes(const graph& g) { return size_planner(g).plan(); }
 
 inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
   std::vector<fx_line> lines;

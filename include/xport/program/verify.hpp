@@ -1,0 +1,428 @@
+// xport/program/verify.hpp: every invariant of a graph and of an exported program, checked.
+// verify(graph) checks structure (Note [Topological invariant], Note [Use lists]), names and
+// each call against its operator's schema; verify(program) adds torch.export's verifier rules
+// for the graph signature, the state dict and the dialect. Each failure is a verify_error with a
+// stable id (`xport.verify.<rule>`), the offending node, and how to fix it.
+#pragma once
+
+#include <algorithm>      // std::sort, std::adjacent_find
+#include <string>         // std::string
+#include <string_view>    // std::string_view
+#include <unordered_map>  // std::unordered_map
+#include <unordered_set>  // std::unordered_set
+#include <vector>         // std::vector
+
+#include <xport/config.hpp>
+#include <xport/ops/schema.hpp>
+#include <xport/error.hpp>
+#include <xport/ir/graph.hpp>
+#include <xport/ir/program.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+namespace detail {
+
+[[noreturn]] inline void verify_fail(const std::string& rule, const std::string& msg,
+                                     const std::string& node_name = {}) {
+  throw verify_error("xport.verify." + rule, msg, node_name);
+}
+
+/// Whether a bound argument has schema type `t` (what coerce() produces; nothing is coerced).
+inline bool fits(const argument& a, const c10::TypePtr& t) {
+  using K = c10::TypeKind;
+  switch (t->kind()) {
+    case K::OptionalType: return a.is_none() || fits(a, t->castRaw<c10::OptionalType>()->getElementType());
+    case K::ListType: {
+      if (!a.is_list()) return false;
+      const auto& elem = t->castRaw<c10::ListType>()->getElementType();
+      for (const auto& e : a.as_list())
+        if (!fits(e, elem)) return false;
+      return true;
+    }
+    case K::FloatType: return a.is_double() || is_value_of(a, value_kind::sym_float);
+    default: {
+      if (a.is_list()) return false;
+      argument copy = a;  // scalars: the coercion rules, on a cheap copy
+      return coerce(copy, t, c10::nullopt) && copy == a;
+    }
+  }
+}
+
+}  // namespace detail
+
+struct verify_options {
+  /// Check every call against its operator's schema (argument count and types).
+  bool check_schemas = true;
+  /// Require functional ops only (torch's ATEN dialect).
+  bool functional = false;
+};
+
+namespace detail {
+
+/// Checks `n`'s place in the node list: its links, its owner, its order key, and that no node follows the output.
+inline void verify_position(const graph& g, node n, const node_impl* prev, bool seen_output) {
+  const auto* impl = n.impl();
+  if (impl->prev != prev)
+    verify_fail("links", "node '" + n.name() + "' has a broken prev link", n.name());
+  if (&n.owning_graph() != &g)
+    verify_fail("owner", "node '" + n.name() + "' belongs to another graph", n.name());
+  if (prev && prev->order >= impl->order)
+    verify_fail("order_keys", "node '" + n.name() + "' has an order key out of sequence", n.name());
+  if (seen_output)
+    verify_fail("output_not_last",
+                "node '" + n.name() + "' comes after the output node; the output node must be last",
+                n.name());
+}
+
+/// Checks the rules of `n`'s kind (placeholders first and bare, calls with an operator) and tracks where the walk is.
+inline void verify_kind(node n, bool& after_placeholders, bool& seen_output) {
+  const auto* impl = n.impl();
+  switch (n.kind()) {
+    case node_kind::placeholder:
+      if (after_placeholders)
+        verify_fail("placeholder_order",
+                    "placeholder '" + n.name() + "' comes after a call node; placeholders must "
+                    "come first (move it with graph::move_before)",
+                    n.name());
+      if (!impl->args.empty() || impl->outputs.size() != 1)
+        verify_fail("placeholder_shape", "placeholder '" + n.name() +
+                                             "' must have no arguments and exactly one output",
+                    n.name());
+      break;
+    case node_kind::call_function:
+      after_placeholders = true;
+      if (!impl->op)
+        verify_fail("missing_op", "call node '" + n.name() + "' has no operator", n.name());
+      break;
+    case node_kind::output:
+      after_placeholders = true;
+      seen_output = true;
+      break;
+  }
+}
+
+/// Claims the names `n` defines in `names`, and checks each output points back at `n` with consistent meta.
+inline void verify_names(node n, std::unordered_set<std::string_view>& names) {
+  const auto* impl = n.impl();
+  const auto claim = [&](std::string_view name) {
+    if (!names.insert(name).second)
+      verify_fail("duplicate_name", "the name '" + std::string(name) + "' is used twice", n.name());
+  };
+  if (n.kind() == node_kind::call_function && impl->tuple_output) claim(impl->name);
+  for (const auto* v : impl->outputs) {
+    claim(v->name);
+    if (v->producer != impl)
+      verify_fail("producer", "value '" + v->name + "' does not point back at its node", n.name());
+    if (v->type.kind == value_kind::tensor &&
+        !v->type.tensor.strides.empty() && v->type.tensor.strides.size() != v->type.tensor.sizes.size())
+      verify_fail("meta", "value '" + v->name + "' has " + std::to_string(v->type.tensor.sizes.size()) +
+                              " sizes but " + std::to_string(v->type.tensor.strides.size()) + " strides",
+                  n.name());
+  }
+}
+
+/// Checks `n`'s operands are non-null and defined earlier in `g`; returns how many operand slots it has.
+inline std::size_t verify_operands(const graph& g, node n) {
+  const auto* impl = n.impl();
+  for (std::size_t i = 0; i < impl->slots.size(); ++i) {
+    const value v = *impl->slots[i];
+    if (!v) verify_fail("null_operand", "operand " + std::to_string(i) + " of '" + n.name() + "' is null", n.name());
+    const auto* producer = v.impl()->producer;
+    // defined before use: in this graph, and earlier in the list (order keys are checked
+    // increasing above)
+    if (producer->owner != &g || producer->order >= impl->order)
+      verify_fail("use_before_def",
+                  "'" + n.name() + "' uses '" + v.name() + "' (operand " + std::to_string(i) +
+                      ") before it is defined, or '" + v.name() +
+                      "' is not in this graph; nodes must stay in topological order "
+                      "(Note [Topological invariant])",
+                  n.name());
+  }
+  return impl->slots.size();
+}
+
+/// Checks call node `n` against its operator's schema: argument count and types, output count, functionality.
+inline void verify_call(node n, const verify_options& opts) {
+  const auto* impl = n.impl();
+  const auto& op = *impl->op;
+  const auto& params = op.schema().arguments();
+  if (impl->args.size() != params.size())
+    verify_fail("arg_count", "'" + n.name() + "' calls " + op.qualified + " with " +
+                                 std::to_string(impl->args.size()) + " arguments; its schema has " +
+                                 std::to_string(params.size()) + "\n  schema: " +
+                                 schema_string(op.schema()),
+                n.name());
+  for (std::size_t i = 0; i < params.size(); ++i)
+    if (!fits(impl->args[i], params[i].real_type()))
+      verify_fail("arg_type", "'" + n.name() + "' passes " + describe(impl->args[i]) +
+                                  " as argument '" + params[i].name() + "' of " + op.qualified +
+                                  ", which must be " + params[i].real_type()->str(),
+                  n.name());
+  const auto& rets = op.schema().returns();
+  if (!op.returns_list && impl->outputs.size() != rets.size())
+    verify_fail("output_count", "'" + n.name() + "' has " + std::to_string(impl->outputs.size()) +
+                                    " outputs; " + op.qualified + " returns " +
+                                    std::to_string(rets.size()),
+                n.name());
+  if (opts.functional && op.is_mutable)
+    verify_fail("not_functional", "operator '" + op.qualified + "' (node '" + n.name() +
+                                      "') is not functional; the ATEN dialect allows no "
+                                      "in-place or out= ops (run_decompositions() removes them)",
+                n.name());
+}
+
+/// Checks every recorded use points at an operand slot holding the value, once; returns how many uses there are.
+inline std::size_t verify_recorded_uses(const graph& g) {
+  std::size_t total_uses = 0;
+  std::vector<std::pair<const node_impl*, std::uint32_t>> seen_uses;
+  for (auto n : g.nodes())
+    for (auto v : n.outputs()) {
+      const auto uses = v.uses();
+      total_uses += uses.size();
+      for (std::size_t k = 0; k < uses.size(); ++k) {
+        const auto& u = uses[k];
+        if (u.user_impl->owner != &g || u.index >= u.user_impl->slots.size() || *u.user_impl->slots[u.index] != v)
+          verify_fail("use_list", "'" + v.name() + "' records a use that no operand matches (Note [Use lists])",
+                      n.name());
+        if (u.user_impl->use_pos[u.index] != k)
+          verify_fail("use_list", "operand " + std::to_string(u.index) + " of '" + node(u.user_impl).name() +
+                                      "' has a stale position in the use list of '" + v.name() + "' (Note [Use lists])",
+                      node(u.user_impl).name());
+      }
+      if (uses.size() > 1) {
+        seen_uses.clear();
+        for (const auto& u : uses) seen_uses.emplace_back(u.user_impl, u.index);
+        std::sort(seen_uses.begin(), seen_uses.end());
+        if (std::adjacent_find(seen_uses.begin(), seen_uses.end()) != seen_uses.end())
+          verify_fail("use_list", "'" + v.name() + "' records a use that no operand matches (Note [Use lists])",
+                      n.name());
+      }
+    }
+  return total_uses;
+}
+
+/// Fails naming the first operand slot missing from its value's use list, if there is one.
+inline void verify_unrecorded_uses(const graph& g) {
+  for (auto n : g.nodes())
+    for (std::size_t i = 0; i < n.num_inputs(); ++i) {
+      const auto v = n.input(i);
+      bool found = false;
+      for (const auto& u : v.uses()) found = found || (u.user_impl == n.impl() && u.index == i);
+      if (!found)
+        verify_fail("use_list", "'" + v.name() + "' is operand " + std::to_string(i) + " of '" + n.name() +
+                                    "' but its use list does not record it (Note [Use lists])",
+                    n.name());
+    }
+}
+
+}  // namespace detail
+
+/// Checks the graph's invariants; throws verify_error on the first broken one.
+inline void verify(const graph& g, const verify_options& opts = {}) {
+  using detail::verify_fail;
+  std::unordered_set<std::string_view> names;
+  names.reserve(g.size() * 2);
+  std::size_t total_slots = 0;
+  const detail::node_impl* prev = nullptr;
+  bool after_placeholders = false;
+  bool seen_output = false;
+  std::size_t count = 0;
+  for (auto n : g.nodes()) {
+    ++count;
+    detail::verify_position(g, n, prev, seen_output);
+    detail::verify_kind(n, after_placeholders, seen_output);
+    detail::verify_names(n, names);
+    // operands: defined before use, and Note [Use lists] one way
+    total_slots += detail::verify_operands(g, n);
+    if (n.kind() == node_kind::call_function && opts.check_schemas) detail::verify_call(n, opts);
+    prev = n.impl();
+  }
+  if (count != g.size())
+    verify_fail("size", "the graph counts " + std::to_string(g.size()) + " nodes but holds " +
+                            std::to_string(count));
+  if (prev != g.last().impl()) verify_fail("links", "the graph's last node is not the end of its list");
+  if (!seen_output) verify_fail("no_output", "the graph has no output node; call graph::set_output");
+  // Note [Use lists], both ways, in linear time: every recorded use points at an operand slot that
+  // holds the value, and no value records a use twice; with as many uses as slots, every slot is
+  // then recorded exactly once.
+  if (detail::verify_recorded_uses(g) != total_slots) detail::verify_unrecorded_uses(g);
+}
+
+namespace detail {
+
+/// The FQNs a program's inputs name, by kind: what its mutation outputs may target.
+struct signature_targets {
+  std::unordered_set<std::string> user_inputs, buffers, parameters;
+};
+
+/// Checks a lifted state input (parameter, buffer, constant) `ph`: its target is in the state dict or the
+/// constants as its kind requires, with the placeholder's meta; records its target in `targets`.
+inline void verify_state_input(const exported_program& p, const input_spec& spec, node ph,
+                               signature_targets& targets) {
+  const auto& name = ph.name();
+  const auto kind_str = std::string(to_string(spec.kind));
+  if (!spec.target)
+    verify_fail("signature.missing_target", kind_str + " input '" + name + "' has no target FQN", name);
+  const auto& fqn = *spec.target;
+  const tensor_meta* ph_meta =
+      ph.output(0).kind() == value_kind::tensor ? &ph.output(0).meta() : nullptr;
+  const auto check_meta = [&](const at::Tensor& t) {
+    if (!ph_meta) return;
+    if (t.scalar_type() != ph_meta->dtype || t.sizes().vec() != ph_meta->size_hints())
+      verify_fail("signature.state_meta",
+                  kind_str + " '" + fqn + "' is " + tensor_meta::of(t).annotation() +
+                      " but placeholder '" + name + "' says " + ph_meta->annotation(),
+                  name);
+  };
+  switch (spec.kind) {
+    case input_kind::parameter: {
+      targets.parameters.insert(fqn);
+      const auto* t = p.state_dict().find(fqn);
+      if (!t)
+        verify_fail("signature.missing_parameter",
+                    "parameter '" + fqn + "' (input '" + name + "') is not in the state dict", name);
+      check_meta(*t);
+      break;
+    }
+    case input_kind::buffer: {
+      targets.buffers.insert(fqn);
+      if (!spec.persistent)
+        verify_fail("signature.persistent", "Failed to specify persistent flag on BUFFER. (buffer '" +
+                                                fqn + "', input '" + name + "')",
+                    name);
+      if (*spec.persistent) {
+        const auto* t = p.state_dict().find(fqn);
+        if (!t)
+          verify_fail("signature.missing_buffer",
+                      "persistent buffer '" + fqn + "' (input '" + name + "') is not in the state dict",
+                      name);
+        check_meta(*t);
+      } else {
+        if (p.state_dict().contains(fqn))
+          verify_fail("signature.non_persistent_in_state",
+                      "Non-persistent buffer " + fqn + " is in the state dict, it should not be.", name);
+        const auto* t = p.constants().find(fqn);
+        if (!t)
+          verify_fail("signature.missing_constant",
+                      "non-persistent buffer '" + fqn + "' (input '" + name + "') is not in the constants",
+                      name);
+        check_meta(*t);
+      }
+      break;
+    }
+    case input_kind::constant_tensor:
+    case input_kind::custom_obj: {
+      const auto* t = p.constants().find(fqn);
+      if (!t)
+        verify_fail("signature.missing_constant",
+                    kind_str + " '" + fqn + "' (input '" + name + "') is not in the constants", name);
+      if (spec.kind == input_kind::constant_tensor) check_meta(*t);
+      break;
+    }
+    default: break;
+  }
+}
+
+/// Checks the input specs against the placeholders (names, order, tokens, state); returns the targets they name.
+inline signature_targets verify_input_specs(const exported_program& p) {
+  const auto& sig = p.signature();
+  const auto phs = p.graph().placeholders();
+  if (phs.size() != sig.input_specs.size())
+    verify_fail("signature.input_count", "the graph has " + std::to_string(phs.size()) +
+                                             " placeholders but the signature has " +
+                                             std::to_string(sig.input_specs.size()) + " input specs");
+  bool user_seen = false;
+  signature_targets targets;
+  for (std::size_t i = 0; i < phs.size(); ++i) {
+    const auto& spec = sig.input_specs[i];
+    const auto& name = phs[i].name();
+    if (spec.arg.name != name)
+      verify_fail("signature.input_name", "input spec " + std::to_string(i) + " names '" +
+                                              spec.arg.name + "' but placeholder " +
+                                              std::to_string(i) + " is '" + name + "'",
+                  name);
+    if (spec.kind == input_kind::user_input) {
+      user_seen = true;
+      targets.user_inputs.insert(name);
+      if (spec.arg.type == argument_spec::kind::constant &&
+          (phs[i].output(0).kind() != value_kind::none || phs[i].output(0).num_uses() != 0))
+        verify_fail("signature.constant_input",
+                    "constant input '" + name + "' must be a placeholder of kind none that nothing uses (the "
+                    "program is specialized to its value)",
+                    name);
+      continue;
+    }
+    if (user_seen)
+      verify_fail("signature.input_order",
+                  "input '" + name + "' (" + std::string(to_string(spec.kind)) + ") comes after a user input; lifted "
+                  "parameters, buffers and constants must come first",
+                  name);
+    if (spec.kind == input_kind::token) {
+      if (spec.arg.type != argument_spec::kind::token)
+        verify_fail("signature.token", "token input '" + name + "' must be a TokenArgument", name);
+      continue;
+    }
+    verify_state_input(p, spec, phs[i], targets);
+  }
+  return targets;
+}
+
+/// Checks the output specs against the graph's outputs: names, kind order, and mutation targets in `targets`.
+inline void verify_output_specs(const exported_program& p, const signature_targets& targets) {
+  const auto& sig = p.signature();
+  const auto out_node = p.graph().output_node();
+  const auto out_args = out_node.args();
+  if (out_args.size() != sig.output_specs.size())
+    verify_fail("signature.output_count", "the graph returns " + std::to_string(out_args.size()) +
+                                              " values but the signature has " +
+                                              std::to_string(sig.output_specs.size()) + " output specs");
+  int stage = 0;  // 0: tokens, 1: mutations, 2: user outputs and the rest
+  for (std::size_t i = 0; i < out_args.size(); ++i) {
+    const auto& spec = sig.output_specs[i];
+    const auto& a = out_args[i];
+    const std::string got = a.is_value() ? a.as_value().name() : std::string("a constant");
+    if (spec.arg.type == argument_spec::kind::constant) {
+      if (a.is_value() || !(a == spec.arg.constant))
+        verify_fail("signature.output_name", "output " + std::to_string(i) +
+                                                 " should be the constant of its spec, got " + got);
+    } else if (!a.is_value() || a.as_value().name() != spec.arg.name) {
+      verify_fail("signature.output_name", "output spec " + std::to_string(i) + " names '" +
+                                               spec.arg.name + "' but the graph returns " + got);
+    }
+    const int s = spec.kind == output_kind::token ? 0
+                  : (spec.kind == output_kind::buffer_mutation ||
+                     spec.kind == output_kind::parameter_mutation ||
+                     spec.kind == output_kind::user_input_mutation)
+                      ? 1
+                      : 2;
+    if (s < stage)
+      verify_fail("signature.output_order",
+                  "output '" + spec.arg.name + "' (" + std::string(to_string(spec.kind)) +
+                      ") comes after a later kind of output; order is tokens, mutations, then user outputs");
+    stage = s;
+    const std::string tgt = spec.target.value_or("");
+    if (spec.kind == output_kind::buffer_mutation && !targets.buffers.count(tgt))
+      verify_fail("signature.mutation_target",
+                  "Mutation node " + spec.arg.name + " is neither a buffer nor a user input. "
+                  "Buffers to mutate: '" + tgt + "' is not a buffer of this program");
+    if (spec.kind == output_kind::parameter_mutation && !targets.parameters.count(tgt))
+      verify_fail("signature.mutation_target", "output '" + spec.arg.name + "' mutates '" + tgt +
+                                                   "', which is not a parameter of this program");
+    if (spec.kind == output_kind::user_input_mutation && !targets.user_inputs.count(tgt))
+      verify_fail("signature.mutation_target",
+                  "Mutation node " + spec.arg.name + " is neither a buffer nor a user input. "
+                  "'" + tgt + "' is not a user input of this program");
+  }
+}
+
+}  // namespace detail
+
+/// Checks the program: the graph, then torch.export's signature rules.
+inline void verify(const exported_program& p, verify_options opts = {}) {
+  opts.functional = opts.functional || p.dialect() == ir_dialect::aten;
+  verify(p.graph(), opts);
+  const auto targets = detail::verify_input_specs(p);
+  detail::verify_output_specs(p, targets);
+}
+
+XPORT_END_NAMESPACE
