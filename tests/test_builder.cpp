@@ -17,6 +17,16 @@ TEST_CASE("builder: arguments are bound to the schema with defaults filled") {
   CHECK(m.out().meta().annotation() == "f32[2, 1]");
 }
 
+TEST_CASE("builder: a factory's shapes are inferred on meta, without allocating") {
+  // 100000 x 100000 floats are 40 GB: inference must not make them on the CPU
+  program_builder b;
+  auto n = b.call("aten::ones", {std::vector<std::int64_t>{100000, 100000}});
+  CHECK(n.out().meta().annotation() == "f32[100000, 100000]");
+  CHECK(n.out().meta().device == c10::Device(c10::kCPU));
+  auto z = b.call("aten::zeros", {std::vector<std::int64_t>{100000, 100000}}, {{"pin_memory", false}});
+  CHECK(z.out().meta().annotation() == "f32[100000, 100000]");
+}
+
 TEST_CASE("builder: ints widen to floats and fixed-size lists accept one int") {
   program_builder b;
   auto x = b.input("x", at::randn({1, 3, 8, 8}));

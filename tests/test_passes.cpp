@@ -165,6 +165,22 @@ TEST_CASE("passes: the rewriter turns t + addmm into linear, on an exported mode
   CHECK(at::allclose(run(p, {in})[0], mlp->forward(in), 1e-5, 1e-6));
 }
 
+TEST_CASE("passes: fold never folds a call whose arguments hold a symbolic size") {
+  // `ones({n, 1})` has only constant inputs, but its size is the input's: folding it at the
+  // example size would fix the program to that size
+  auto p = run_decompositions(export_program(
+      [](const at::Tensor& x) { return x + at::ones({x.size(0), 1}); }, std::tuple{at::randn({4, 3})},
+      {.dynamic_shapes = dynamic_shapes::positional({shape(Dim("n", 2, 64), 3)})}));
+  auto r = ps::fold(p);
+  CHECK(r.ok());
+  verify(p);
+  for (const auto& s : p.signature().input_specs) CHECK_FALSE(s.target.value_or("").starts_with("_folded_"));
+  for (std::int64_t n : {4, 7, 64}) {
+    const auto x = at::randn({n, 3});
+    CHECK(at::allclose(run(p, {x})[0], x + 1));
+  }
+}
+
 TEST_CASE("passes: conv + batch_norm (eval) folds into one conv") {
   torch::manual_seed(0);
   auto net = torch::nn::Sequential(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 8, 3).padding(1)),
