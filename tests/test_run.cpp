@@ -458,3 +458,19 @@ TEST_CASE("run: a program with parameters moves to CUDA with its state" * doctes
   CHECK(gpu.is_cuda());
   CHECK(at::allclose(gpu.cpu(), cpu, 1e-4, 1e-5));
 }
+
+TEST_CASE("run: what the interpreter compiled belongs to one program object, through moves") {
+  static_assert(std::is_nothrow_move_constructible_v<exported_program>);
+  static_assert(std::is_nothrow_move_assignable_v<exported_program>);
+  const auto x = at::randn({3});
+  auto p = export_program([](const at::Tensor& a) { return a.sin(); }, std::tuple{at::randn({3})});
+  CHECK(at::allclose(run(p, {x})[0], x.sin()));  // compiled and cached
+  exported_program q = std::move(p);
+  CHECK(at::allclose(run(q, {x})[0], x.sin()));
+  auto r = export_program([](const at::Tensor& a) { return a.cos(); }, std::tuple{at::randn({3})});
+  CHECK(at::allclose(run(r, {x})[0], x.cos()));
+  r = std::move(q);  // r's compiled cos must not answer for the sin it now holds
+  CHECK(at::allclose(run(r, {x})[0], x.sin()));
+  callable<at::Tensor(at::Tensor)> f(r);
+  CHECK(at::allclose(f(x), x.sin()));
+}
