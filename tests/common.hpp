@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -21,6 +22,19 @@
 
 namespace xport_test {
 
+/// tests/ of the source tree: $XPORT_TEST_DIR (ctest sets it), else found from the executable's
+/// directory. The build passes only the relative path (XPORT_TEST_DIR_FROM_BINARY), so the
+/// compiler's command line names no absolute path and ccache hits across clones.
+inline const std::string& test_dir() {
+  static const std::string dir = [] {
+    if (const char* env = std::getenv("XPORT_TEST_DIR"); env && *env) return std::string(env);
+    std::error_code ec;
+    const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    return (exe.parent_path() / XPORT_TEST_DIR_FROM_BINARY).lexically_normal().string();
+  }();
+  return dir;
+}
+
 inline std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   std::stringstream ss;
@@ -32,11 +46,11 @@ inline std::string read_file(const std::string& path) {
 /// LibTorch 1.13 lowers with xport's own functionalizer: where its output differs, its golden is
 /// <stem>.torch1.<ext> (written on update only when it differs; removed when it agrees).
 inline void check_golden(const std::string& name, const std::string& actual) {
-  const std::string path = std::string(XPORT_TEST_DIR) + "/golden/" + name;
+  const std::string path = test_dir() + "/golden/" + name;
   std::string alt;
 #if !XPORT_TEST_TORCH_FUNCTIONALIZATION
   const auto dot = name.rfind('.');
-  alt = std::string(XPORT_TEST_DIR) + "/golden/" + name.substr(0, dot) + ".torch1" + name.substr(dot);
+  alt = test_dir() + "/golden/" + name.substr(0, dot) + ".torch1" + name.substr(dot);
 #endif
   if (std::getenv("XPORT_UPDATE_GOLDEN")) {
     if (alt.empty()) std::ofstream(path, std::ios::binary) << actual;

@@ -2,6 +2,8 @@
 // pipelines and the run-time pass manager, and each standard pass on hand-built graphs and on
 // exported real models, with the program still equal to eager afterwards.
 #include <algorithm>
+#include <memory_resource>
+#include <typeinfo>
 #include <sstream>
 
 #include <torch/torch.h>
@@ -305,7 +307,7 @@ TEST_CASE("passes: the pass manager knows every built-in pass, and the README na
   std::vector<std::string> builtin;
   std::apply([&](const auto&... pass) { (builtin.emplace_back(pass.name), ...); }, ps::builtin_passes());
   CHECK(builtin.size() == std::tuple_size_v<decltype(ps::builtin_passes())>);
-  const auto readme = xport_test::read_file(std::string(XPORT_TEST_DIR) + "/../README.md");
+  const auto readme = xport_test::read_file(xport_test::test_dir() + "/../README.md");
   REQUIRE_FALSE(readme.empty());
   for (const auto& name : builtin) {
     CHECK_MESSAGE(std::count(names.begin(), names.end(), name) == 1, "the pass manager does not know `", name, "`");
@@ -323,4 +325,154 @@ TEST_CASE("passes: ResNet-18's inference IR through dce | cse | fold stays equal
   verify(p);
   const auto x = at::randn({1, 3, 64, 64});
   CHECK(at::allclose(run(p, {x})[0], net->forward(x), 1e-4, 1e-5));
+}
+
+// ---- graph policies: basic_graph<Policy> / basic_exported_program<Policy> ----------------------
+
+namespace user {
+// What a pipeline-parallel placement pass attaches to each node (torch.fx users keep such data
+// in node.meta).
+struct placement {
+  int stage = -1;
+  std::string device;
+};
+// Counts what the graph asks of it, then forwards to new/delete.
+struct counting_resource final : std::pmr::memory_resource {
+  std::size_t bytes = 0;
+  void* do_allocate(std::size_t n, std::size_t align) override {
+    bytes += n;
+    return std::pmr::new_delete_resource()->allocate(n, align);
+  }
+  void do_deallocate(void* p, std::size_t n, std::size_t align) override {
+    std::pmr::new_delete_resource()->deallocate(p, n, align);
+  }
+  bool do_is_equal(const std::pmr::memory_resource& o) const noexcept override { return this == &o; }
+};
+struct placement_policy {
+  using node_meta = placement;
+  static counting_resource& resource() {
+    static counting_resource r;
+    return r;
+  }
+  static std::pmr::memory_resource* memory_resource() { return &resource(); }
+};
+using placed_program = basic_exported_program<placement_policy>;
+
+// Puts the first half of the calls on stage 0, the rest on stage 1, through the typed graph.
+struct assign_stages {
+  static constexpr std::string_view name = "assign_stages";
+  ps::pass_result run(exported_program& p) const {
+    auto& g = graph_cast<placement_policy>(p.graph_mut());
+    std::size_t calls = 0;
+    for (auto n : g.nodes()) calls += n.is_call();
+    std::size_t i = 0;
+    for (auto n : g.nodes()) {
+      if (!n.is_call()) continue;
+      auto& m = g.meta(n);
+      m.stage = 2 * i++ < calls ? 0 : 1;
+      m.device = "cpu:" + std::to_string(m.stage);
+    }
+    return ps::pass_result::modified(calls != 0);
+  }
+};
+}  // namespace user
+
+TEST_CASE("graph policy: typed node metadata from export through passes, lowering, print and run") {
+  using user::placement;
+  torch::manual_seed(0);
+  xport_models::MLP net;
+  const auto x = at::randn({2, 16});
+  user::placed_program p = export_program(net, std::tuple{x});
+  static_assert(std::is_same_v<decltype(p.graph()), const basic_graph<user::placement_policy>&>);
+  CHECK(p.graph().policy() == typeid(user::placement_policy));
+  const auto plain = export_program(net, std::tuple{x});
+  CHECK(to_string(p) == to_string(plain));  // metadata is not part of torch's text
+
+  REQUIRE((p | user::assign_stages{}).ok());
+  std::vector<int> stages;
+  for (auto n : p.graph().nodes())
+    if (n.is_call()) stages.push_back(p.graph().meta(n).stage);
+  REQUIRE(stages.size() >= 5);  // 3 linear, 2 relu
+  CHECK(std::is_sorted(stages.begin(), stages.end()));
+  CHECK(std::count(stages.begin(), stages.end(), 0) == static_cast<std::ptrdiff_t>((stages.size() + 1) / 2));
+  CHECK(std::count(stages.begin(), stages.end(), 1) == static_cast<std::ptrdiff_t>(stages.size() / 2));
+  CHECK(p.graph().placeholders().front().find_custom_meta<placement>() == nullptr);
+  CHECK(to_string(p) == to_string(plain));
+  for (const auto& [layout, xi] : xport_test::layouts_of(at::randn({2, 16}))) {
+    INFO("layout: " << layout);
+    CHECK(at::allclose(run(p, {xi})[0], net->forward(xi), 1e-5, 1e-6));
+  }
+
+  // copies and the built-in passes keep it; lowering gives each new node its origin's
+  auto q = p.clone();
+  CHECK(q.graph().policy() == typeid(user::placement_policy));
+  CHECK((q | (ps::dce | ps::cse | ps::fold)).ok());
+  user::placed_program low = run_decompositions(p);
+  std::size_t placed = 0, calls = 0;
+  for (auto n : low.graph().nodes()) {
+    if (!n.is_call()) continue;
+    ++calls;
+    const auto* m = n.find_custom_meta<placement>();
+    if (m && m->device == "cpu:" + std::to_string(m->stage)) ++placed;
+  }
+  CHECK(calls >= 5);  // permute + addmm per linear, relu
+  CHECK(placed == calls);
+  CHECK(at::allclose(run(low, {x})[0], net->forward(x), 1e-5, 1e-6));
+
+  // assigning through an exported_program& keeps the typed graph
+  exported_program& base = q;
+  base = run_decompositions(plain);
+  CHECK(q.graph().policy() == typeid(user::placement_policy));
+  CHECK((q | user::assign_stages{}).ok());
+  CHECK(at::allclose(run(q, {x})[0], net->forward(x), 1e-5, 1e-6));
+
+  // the errors: a pass for one policy on another's program, a second metadata type on a node,
+  // a moved-from program
+  auto other = plain.clone();
+  const auto refused = other | user::assign_stages{};  // a pass's error is its result
+  CHECK_FALSE(refused.ok());
+  CHECK(refused.error.find("this graph was made with policy xport::") != std::string::npos);
+  CHECK(refused.error.find("wrap the program first (`basic_exported_program<Policy> p = std::move(program);`)") !=
+        std::string::npos);
+  XPORT_CHECK_THROWS_MSG(graph_cast<user::placement_policy>(other.graph()), graph_error, "not user::placement_policy");
+  const node first_call = *std::find_if(p.graph().nodes().begin(), p.graph().nodes().end(),
+                                        [](node n) { return n.is_call(); });
+  XPORT_CHECK_THROWS_MSG(first_call.custom_meta<int>(), graph_error, "holds custom metadata of type user::placement, not int");
+  CHECK(p.graph().meta(first_call).stage == 0);  // the failed access changed nothing
+  user::placed_program moved = std::move(p);
+  XPORT_CHECK_THROWS_MSG((void)p.graph(), error, "was moved from and holds no graph");  // NOLINT(bugprone-use-after-move)
+  CHECK(moved.graph().meta(first_call).stage == 0);
+}
+
+TEST_CASE("graph policy: a policy graph's nodes come from its memory resource, and a dynamic export keeps the metadata") {
+  auto& counted = user::placement_policy::resource();
+  const auto before = counted.bytes;
+  {
+    basic_graph<user::placement_policy> g;
+    const value a = g.add_placeholder("a", value_type::of(tensor_meta::of(at::ones({2}))));
+    g.meta(a.producer()).device = "cpu";
+    CHECK(counted.bytes > before);
+    auto c = g.clone();
+    CHECK(c.meta(c.placeholders().front()).device == "cpu");
+    XPORT_CHECK_THROWS_MSG((void)g.meta(c.placeholders().front()), graph_error, "the node is not in this graph");
+  }
+  // a dynamic batch: lowering runs at several sizes and makes the sizes symbolic again
+  torch::manual_seed(0);
+  xport_models::MLP net;
+  const Dim batch("batch", 1, 64);
+  user::placed_program p = export_program(net, std::tuple{at::randn({4, 16})},
+                                          {.dynamic_shapes = dynamic_shapes::positional({shape(batch, 16)})});
+  REQUIRE((p | user::assign_stages{}).ok());
+  user::placed_program low = run_decompositions(p);
+  std::size_t calls = 0, placed = 0;
+  for (auto n : low.graph().nodes()) {
+    if (!n.is_call()) continue;
+    ++calls;
+    placed += n.find_custom_meta<user::placement>() != nullptr;
+  }
+  CHECK(placed == calls);
+  for (const auto n : {1, 7}) {
+    const auto xi = at::randn({n, 16});
+    CHECK(at::allclose(run(low, {xi})[0], net->forward(xi), 1e-5, 1e-6));
+  }
 }

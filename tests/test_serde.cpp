@@ -610,7 +610,7 @@ TEST_CASE("serde: what xport cannot represent is a load_error naming the kind") 
 
 TEST_CASE("serde: a weight that cannot require grad is a load_error (a user's file)") {
   // a bool parameter marked requires_grad: LibTorch's requires_grad_ would throw a c10::Error
-  XPORT_CHECK_THROWS_MSG(load(std::string(XPORT_TEST_DIR) + "/data/load-requires-grad-int.pt2"), load_error,
+  XPORT_CHECK_THROWS_MSG(load(xport_test::test_dir() + "/data/load-requires-grad-int.pt2"), load_error,
                          "[xport.load.schema] data/weights/model_weights_config.json: config.1.weight.tensor_meta.requires_grad: "
                          "a Bool tensor cannot require grad (only floating-point and complex tensors can)");
 }

@@ -16,13 +16,22 @@ struct tensor_meta;
 class argument;
 class value;
 class node;
-class graph;
+/// The default graph policy: no typed node metadata (node.custom_meta<T>() still holds any
+/// type), storage from new/delete. See basic_graph<Policy> in ir/graph.hpp.
+struct default_policy {
+  struct node_meta {};
+};
+template <class Policy = default_policy>
+class basic_graph;
+using graph = basic_graph<>;
 struct op_info;
 
 struct input_spec;
 struct output_spec;
 class graph_signature;
-class exported_program;
+template <class Policy = default_policy>
+class basic_exported_program;
+using exported_program = basic_exported_program<>;
 class program_builder;
 
 struct run_options;

@@ -161,13 +161,22 @@ struct tensor_meta;
 class argument;
 class value;
 class node;
-class graph;
+/// The default graph policy: no typed node metadata (node.custom_meta<T>() still holds any
+/// type), storage from new/delete. See basic_graph<Policy> in ir/graph.hpp.
+struct default_policy {
+  struct node_meta {};
+};
+template <class Policy = default_policy>
+class basic_graph;
+using graph = basic_graph<>;
 struct op_info;
 
 struct input_spec;
 struct output_spec;
 class graph_signature;
-class exported_program;
+template <class Policy = default_policy>
+class basic_exported_program;
+using exported_program = basic_exported_program<>;
 class program_builder;
 
 struct run_options;
@@ -1981,20 +1990,25 @@ XPORT_END_NAMESPACE
 // The graph owns every node and value; `node` and `value` are one-pointer handles with value
 // semantics (copyable, comparable, hashable). Node kinds follow torch.fx: placeholder,
 // call_function, output. A call node holds its operator (op_info), its arguments in schema
-// order (defaults filled), one value per output, and metadata (source location, module path).
-// Not here: building programs from op names (builder.hpp), checking (verify.hpp), printing.
+// order (defaults filled), one value per output, and metadata (source location, module path,
+// and one object of the user's own type: node.custom_meta<T>(), torch.fx's `node.meta`).
+// `graph` is `basic_graph<>`; `basic_graph<Policy>` (after the core class) names the node
+// metadata type and the memory resource of a user's graphs. Not here: building programs from op names (builder.hpp), checking (verify.hpp), printing.
 
 #include <cstddef>      // std::size_t
+#include <concepts>     // std::copy_constructible, std::default_initializable
 #include <cstdint>      // std::int64_t, std::uint32_t, std::uint64_t
 #include <functional>   // std::hash
 #include <initializer_list>  // std::initializer_list
 #include <iterator>     // std::forward_iterator_tag
 #include <memory>       // std::unique_ptr, std::shared_ptr
+#include <memory_resource>  // std::pmr::memory_resource
 #include <optional>     // std::optional, std::nullopt_t
 #include <span>         // std::span
 #include <string>       // std::string
 #include <string_view>  // std::string_view
 #include <type_traits>  // std::is_same_v
+#include <typeinfo>     // std::type_info
 #include <unordered_map>  // std::unordered_map
 #include <utility>      // std::move, std::exchange
 #include <variant>      // std::variant
@@ -2005,6 +2019,7 @@ XPORT_END_NAMESPACE
 #include <c10/core/MemoryFormat.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/SmallVector.h>
+#include <c10/util/Type.h>  // c10::demangle
 
 // #include <xport/config.hpp>
 // #include <xport/detail/names.hpp>
@@ -2186,13 +2201,15 @@ XPORT_END_NAMESPACE
 // xport/detail/pool.hpp: a typed object pool, the storage of a graph's nodes and values.
 // Objects are carved from chunks, so a graph's nodes sit close together in creation order
 // (passes walk them with few cache misses), creation costs no malloc most of the time, and
-// erased objects are reused through a free list. Objects never move.
+// erased objects are reused through a free list. Objects never move. Chunks come from a
+// std::pmr::memory_resource (a graph policy's, else new/delete); each chunk remembers the
+// resource it came from, so a graph that steals another's nodes frees every chunk correctly.
 
-#include <cstddef>  // std::byte, std::size_t
-#include <memory>   // std::unique_ptr
-#include <new>      // placement new
-#include <utility>  // std::forward, std::exchange
-#include <vector>   // std::vector
+#include <cstddef>          // std::byte, std::size_t
+#include <memory_resource>  // std::pmr::memory_resource, std::pmr::new_delete_resource
+#include <new>              // placement new
+#include <utility>          // std::forward, std::exchange
+#include <vector>           // std::vector
 
 // #include <xport/config.hpp>
 
@@ -2203,18 +2220,27 @@ template <class T, std::size_t ChunkObjects = 256>
 class object_pool {
  public:
   object_pool() = default;
+  explicit object_pool(std::pmr::memory_resource* r) noexcept : resource_(r) {}
   object_pool(const object_pool&) = delete;
   object_pool& operator=(const object_pool&) = delete;
   object_pool(object_pool&& o) noexcept
       : chunks_(std::move(o.chunks_)), free_(std::exchange(o.free_, nullptr)),
-        next_(std::exchange(o.next_, ChunkObjects)), live_(std::exchange(o.live_, 0)) {}
+        next_(std::exchange(o.next_, ChunkObjects)), live_(std::exchange(o.live_, 0)), resource_(o.resource_) {}
+  /// Takes `o`'s objects; the resource new chunks come from stays this pool's own.
   object_pool& operator=(object_pool&& o) noexcept {
+    if (this == &o) return *this;
+    release();
     chunks_ = std::move(o.chunks_);
     free_ = std::exchange(o.free_, nullptr);
     next_ = std::exchange(o.next_, ChunkObjects);
     live_ = std::exchange(o.live_, 0);
     return *this;
   }
+  ~object_pool() { release(); }
+
+  [[nodiscard]] std::pmr::memory_resource* resource() const noexcept { return resource_; }
+  /// Where chunks made from now on come from (those already made stay where they are).
+  void set_resource(std::pmr::memory_resource* r) noexcept { resource_ = r; }
 
   template <class... Args>
   T* create(Args&&... args) {
@@ -2223,10 +2249,12 @@ class object_pool {
       free_ = s->next;
     } else {
       if (next_ == ChunkObjects) {
-        chunks_.emplace_back(new slot[ChunkObjects]);
+        chunks_.reserve(chunks_.size() + 1);  // before allocating: nothing leaks if this throws
+        void* mem = resource_->allocate(sizeof(slot) * ChunkObjects, alignof(slot));
+        chunks_.push_back(chunk{static_cast<slot*>(mem), resource_});
         next_ = 0;
       }
-      s = &chunks_.back()[next_++];
+      s = &chunks_.back().slots[next_++];
     }
     ++live_;
     return ::new (static_cast<void*>(s->storage)) T(std::forward<Args>(args)...);
@@ -2242,6 +2270,7 @@ class object_pool {
 
   /// Drops all memory; the owner has destroyed every live object.
   void release() noexcept {
+    for (const auto& c : chunks_) c.from->deallocate(c.slots, sizeof(slot) * ChunkObjects, alignof(slot));
     chunks_.clear();
     free_ = nullptr;
     next_ = ChunkObjects;
@@ -2256,10 +2285,15 @@ class object_pool {
     slot* next;
     alignas(T) std::byte storage[sizeof(T)];
   };
-  std::vector<std::unique_ptr<slot[]>> chunks_;
+  struct chunk {
+    slot* slots;
+    std::pmr::memory_resource* from;
+  };
+  std::vector<chunk> chunks_;
   slot* free_ = nullptr;
   std::size_t next_ = ChunkObjects;
   std::size_t live_ = 0;
+  std::pmr::memory_resource* resource_ = std::pmr::new_delete_resource();
 };
 
 }  // namespace detail
@@ -2653,6 +2687,24 @@ class node {
   [[nodiscard]] const std::string& module_path() const;
   void set_module_path(std::string path) const;
 
+  /// The user's metadata on this node (torch.fx's `node.meta`): one object of any copyable type,
+  /// made by T's default constructor on first use. Passes that keep a node keep it, graph copies
+  /// copy it, and the nodes lowering makes from a node (functionalize, run_decompositions,
+  /// canonicalize, rewrite) start with a copy of it. Throws graph_error when the node holds an
+  /// object of another type.
+  template <class T>
+  T& custom_meta() const;
+  /// The metadata if the node holds some (nullptr otherwise); throws graph_error as above.
+  template <class T>
+  [[nodiscard]] T* find_custom_meta() const;
+  /// Replaces the node's metadata, whatever its type was.
+  template <class T>
+  void set_custom_meta(T meta) const;
+  [[nodiscard]] bool has_custom_meta() const;
+  void clear_custom_meta() const;
+  /// Makes this node's metadata a copy of `other`'s (none if it has none).
+  void copy_custom_meta_from(node other) const;
+
   friend bool operator==(node a, node b) noexcept { return a.p_ == b.p_; }
 
  private:
@@ -2662,6 +2714,25 @@ class node {
 inline argument::argument(const node& n) : v_(n.out()) {}
 
 namespace detail {
+
+// A node's user metadata, type-erased so that the graph stays one type for every policy.
+struct custom_meta_box {
+  custom_meta_box() = default;
+  custom_meta_box(const custom_meta_box&) = delete;
+  custom_meta_box& operator=(const custom_meta_box&) = delete;
+  virtual ~custom_meta_box() = default;
+  [[nodiscard]] virtual const std::type_info& type() const noexcept = 0;
+  [[nodiscard]] virtual std::unique_ptr<custom_meta_box> clone() const = 0;
+};
+template <class T>
+struct custom_meta_of final : custom_meta_box {
+  explicit custom_meta_of(T v) : value(std::move(v)) {}
+  [[nodiscard]] const std::type_info& type() const noexcept override { return typeid(T); }
+  [[nodiscard]] std::unique_ptr<custom_meta_box> clone() const override {
+    return std::make_unique<custom_meta_of>(value);
+  }
+  T value;
+};
 
 // Field order follows use: what a walk over the graph reads (links, op, outputs, uses) sits in
 // the first cache line of each object, the rest after it.
@@ -2695,6 +2766,7 @@ struct node_impl {
   std::string name;  // tuple name; single-output nodes use outputs[0]->name
   std::shared_ptr<const source_location> source;
   std::string module_path;
+  std::unique_ptr<custom_meta_box> custom;  // node.custom_meta<T>()
 };
 
 // O(1): the operand knows its use's position; the last use takes its place.
@@ -2758,20 +2830,35 @@ class node_range {
 /// the value it refers to, as (user, operand index); operand indices count the values met when
 /// walking the arguments depth first. Each operand also records where its use sits in that list,
 /// so removing a use is O(1) (use lists are unordered). verify() checks it all.
-class graph {
+template <>
+class basic_graph<default_policy> {
  public:
-  graph() = default;
-  graph(const graph&) = delete;
-  graph& operator=(const graph&) = delete;
-  graph(graph&& o) noexcept { steal(o); }
-  graph& operator=(graph&& o) noexcept {
+  using policy_type = default_policy;
+
+  basic_graph() = default;
+  /// A graph whose nodes and values are carved from `resource` (which must outlive it).
+  explicit basic_graph(std::pmr::memory_resource* resource) noexcept
+      : node_pool_(resource), value_pool_(resource) {}
+  basic_graph(const basic_graph&) = delete;
+  basic_graph& operator=(const basic_graph&) = delete;
+  /// Takes `o`'s nodes and memory resource; `o` is left empty.
+  basic_graph(basic_graph&& o) noexcept : node_pool_(o.node_pool_.resource()), value_pool_(o.value_pool_.resource()) {
+    steal(o);
+  }
+  /// Takes `o`'s nodes; the policy and the resource of new nodes stay this graph's.
+  basic_graph& operator=(basic_graph&& o) noexcept {
     if (this != &o) {
       clear();
       steal(o);
     }
     return *this;
   }
-  ~graph() { clear(); }
+  ~basic_graph() { clear(); }
+
+  /// Where this graph's node and value storage comes from.
+  [[nodiscard]] std::pmr::memory_resource* memory_resource() const noexcept { return node_pool_.resource(); }
+  /// The policy this graph object was made with (`default_policy` for a plain graph).
+  [[nodiscard]] const std::type_info& policy() const noexcept { return *policy_; }
 
   [[nodiscard]] node_range nodes() const { return node_range(first_); }
   [[nodiscard]] node first() const { return node(first_); }
@@ -2956,7 +3043,7 @@ class graph {
 
   /// A deep copy; `map` (if given) receives old value -> new value.
   graph clone(std::unordered_map<detail::value_impl*, value>* map = nullptr) const {
-    graph g;
+    graph g(memory_resource());
     std::unordered_map<detail::value_impl*, value> local;
     auto& m = map ? *map : local;
     const auto remap = [&](const c10::SmallVector<argument, 4>& from) {
@@ -2971,6 +3058,7 @@ class graph {
           m.emplace(n->outputs[0], v);
           v.producer().impl()->source = n->source;
           v.producer().impl()->module_path = n->module_path;
+          if (n->custom) v.producer().impl()->custom = n->custom->clone();
           break;
         }
         case node_kind::call_function: {
@@ -2990,6 +3078,7 @@ class graph {
           c->args.assign(std::make_move_iterator(args.begin()), std::make_move_iterator(args.end()));
           c->source = n->source;
           c->module_path = n->module_path;
+          if (n->custom) c->custom = n->custom->clone();
           g.link_after(c, g.last_);
           g.attach_args(c);
           break;
@@ -2998,6 +3087,14 @@ class graph {
       }
     }
     return g;
+  }
+
+ protected:
+  /// For basic_graph<Policy>: the policy its objects report.
+  void set_policy(const std::type_info& p, std::pmr::memory_resource* resource) noexcept {
+    policy_ = &p;
+    node_pool_.set_resource(resource);
+    value_pool_.set_resource(resource);
   }
 
  private:
@@ -3118,7 +3215,7 @@ class graph {
     size_ = 0;
     names_ = {};
   }
-  void steal(graph& o) noexcept {
+  void steal(basic_graph& o) noexcept {
     first_ = std::exchange(o.first_, nullptr);
     last_ = std::exchange(o.last_, nullptr);
     insert_point_ = std::exchange(o.insert_point_, nullptr);
@@ -3136,6 +3233,7 @@ class graph {
   detail::name_table names_;
   detail::object_pool<detail::node_impl> node_pool_;
   detail::object_pool<detail::value_impl> value_pool_;
+  const std::type_info* policy_ = &typeid(default_policy);  // of this object, never moved
 };
 
 // ---- value ----------------------------------------------------------------------------------
@@ -3243,6 +3341,108 @@ inline void node::set_source(std::shared_ptr<const source_location> s) const {
 }
 inline const std::string& node::module_path() const { return p_->module_path; }
 inline void node::set_module_path(std::string path) const { p_->module_path = std::move(path); }
+
+namespace detail {
+[[noreturn]] inline void custom_meta_mismatch(const node& n, const std::type_info& held, const std::type_info& asked) {
+  throw graph_error("xport.graph.custom_meta_type",
+                    "node '" + n.name() + "' holds custom metadata of type " + c10::demangle(held.name()) +
+                        ", not " + c10::demangle(asked.name()) +
+                        ": a node holds one metadata object, so passes that share nodes share its type (a struct "
+                        "with a field for each), or one replaces it with set_custom_meta()");
+}
+}  // namespace detail
+
+template <class T>
+T* node::find_custom_meta() const {
+  const auto& box = p_->custom;
+  if (!box) return nullptr;
+  if (box->type() != typeid(T)) detail::custom_meta_mismatch(*this, box->type(), typeid(T));
+  return &static_cast<detail::custom_meta_of<T>*>(box.get())->value;
+}
+template <class T>
+T& node::custom_meta() const {
+  if (T* m = find_custom_meta<T>()) return *m;
+  auto box = std::make_unique<detail::custom_meta_of<T>>(T{});
+  T& out = box->value;
+  p_->custom = std::move(box);
+  return out;
+}
+template <class T>
+void node::set_custom_meta(T meta) const {
+  p_->custom = std::make_unique<detail::custom_meta_of<T>>(std::move(meta));
+}
+inline bool node::has_custom_meta() const { return p_->custom != nullptr; }
+inline void node::clear_custom_meta() const { p_->custom.reset(); }
+inline void node::copy_custom_meta_from(node other) const {
+  if (other.p_ == p_) return;
+  p_->custom = other.p_->custom ? other.p_->custom->clone() : nullptr;
+}
+
+/// What a graph policy names: `node_meta`, the type of every node's custom metadata (copyable,
+/// default-constructible), and optionally `static std::pmr::memory_resource* memory_resource()`,
+/// where the graph's nodes and values are carved from (new/delete otherwise).
+template <class P>
+concept graph_policy = requires { typename P::node_meta; } && std::copy_constructible<typename P::node_meta> &&
+                       std::default_initializable<typename P::node_meta>;
+
+/// A graph whose nodes carry `Policy::node_meta` (the basic_json / json pattern: `graph` is
+/// `basic_graph<>`). It is a graph, so every pass, the verifier, the printer and the interpreter
+/// take it as one; what it adds is typed access to the metadata and its policy's memory resource.
+template <class Policy>
+class basic_graph : public basic_graph<default_policy> {
+  static_assert(graph_policy<Policy>,
+                "a graph policy names `using node_meta = T;` (T copyable and default-constructible) and "
+                "may name `static std::pmr::memory_resource* memory_resource()`");
+
+ public:
+  using policy_type = Policy;
+  using node_meta = typename Policy::node_meta;
+
+  basic_graph() : graph(policy_resource()) { set_policy(typeid(Policy), policy_resource()); }
+  /// Adopts a plain graph's nodes (their metadata stays; new nodes come from the policy's resource).
+  explicit basic_graph(graph&& g) noexcept : graph(std::move(g)) { set_policy(typeid(Policy), policy_resource()); }
+  basic_graph(basic_graph&& o) noexcept : graph(std::move(o)) { set_policy(typeid(Policy), policy_resource()); }
+  basic_graph& operator=(basic_graph&& o) noexcept {
+    graph::operator=(std::move(o));
+    return *this;
+  }
+
+  /// The node's metadata, default-made on first use; `n` must belong to this graph.
+  [[nodiscard]] node_meta& meta(node n) const {
+    if (!n || &n.owning_graph() != this)
+      throw graph_error("xport.graph.foreign_node", "meta(): the node is not in this graph");
+    return n.custom_meta<node_meta>();
+  }
+  /// A deep copy, metadata included.
+  [[nodiscard]] basic_graph clone(std::unordered_map<detail::value_impl*, value>* map = nullptr) const {
+    return basic_graph(graph::clone(map));
+  }
+
+  static std::pmr::memory_resource* policy_resource() noexcept {
+    if constexpr (requires { Policy::memory_resource(); }) return Policy::memory_resource();
+    else return std::pmr::new_delete_resource();
+  }
+};
+
+/// `g` as the basic_graph<Policy> it was made as; a typed error if it was made with another
+/// policy (a pass written for one policy run on another's program).
+template <class Policy>
+basic_graph<Policy>& graph_cast(graph& g) {
+  if constexpr (std::is_same_v<Policy, default_policy>) {
+    return g;
+  } else {
+    if (g.policy() != typeid(Policy))
+      throw graph_error("xport.graph.policy",
+                        "this graph was made with policy " + c10::demangle(g.policy().name()) + ", not " +
+                            c10::demangle(typeid(Policy).name()) +
+                            ": wrap the program first (`basic_exported_program<Policy> p = std::move(program);`)");
+    return static_cast<basic_graph<Policy>&>(g);
+  }
+}
+template <class Policy>
+const basic_graph<Policy>& graph_cast(const graph& g) {
+  return graph_cast<Policy>(const_cast<graph&>(g));
+}
 
 XPORT_END_NAMESPACE
 
@@ -3777,31 +3977,61 @@ class run_cache_slot {
   mutable std::mutex mu_;
   mutable std::mutex build_mu_;
 };
+// A program's graph, held by pointer so that a basic_exported_program<Policy> holds a
+// basic_graph<Policy>. Assigning one holder to another moves the graph's nodes into the graph
+// object already held, so a program's graph keeps the policy it was made with whatever is
+// assigned to the program (a pass writing `program = lowered(program)` through an
+// exported_program& keeps a policy program's typed graph).
+class graph_holder {
+ public:
+  explicit graph_holder(std::unique_ptr<graph> g) noexcept : g_(std::move(g)) {}
+  graph_holder(graph_holder&&) noexcept = default;
+  graph_holder& operator=(graph_holder&& o) noexcept {
+    if (this == &o) return *this;
+    if (g_ && o.g_) *g_ = std::move(*o.g_);
+    else g_ = std::move(o.g_);
+    return *this;
+  }
+  graph_holder(const graph_holder&) = delete;
+  graph_holder& operator=(const graph_holder&) = delete;
+  ~graph_holder() = default;
+  [[nodiscard]] graph* get() const noexcept { return g_.get(); }
+  void reset(std::unique_ptr<graph> g) noexcept { g_ = std::move(g); }
+
+ private:
+  std::unique_ptr<graph> g_;
+};
+
 }  // namespace detail
 
-class exported_program {
+template <>
+class basic_exported_program<default_policy> {
  public:
   using graph_type = xport::graph;
   using signature_type = xport::graph_signature;
 
-  exported_program(graph_type g, signature_type sig, tensor_dict state_dict = {},
-                   tensor_dict constants = {}, std::vector<range_constraint> range_constraints = {},
-                   ir_dialect dialect = ir_dialect::training)
-      : graph_(std::move(g)),
+  basic_exported_program(graph_type g, signature_type sig, tensor_dict state_dict = {},
+                         tensor_dict constants = {}, std::vector<range_constraint> range_constraints = {},
+                         ir_dialect dialect = ir_dialect::training)
+      : graph_(std::make_unique<graph_type>(std::move(g))),
         signature_(std::move(sig)),
         state_dict_(std::move(state_dict)),
         constants_(std::move(constants)),
         range_constraints_(std::move(range_constraints)),
         dialect_(dialect) {}
 
-  exported_program(exported_program&&) noexcept = default;
-  exported_program& operator=(exported_program&&) noexcept = default;
-  exported_program(const exported_program&) = delete;
-  exported_program& operator=(const exported_program&) = delete;
+  /// A moved-from program holds no graph: reading it is a typed error, assigning to it is fine.
+  /// Assigning keeps the graph object (and so the policy) this program was made with.
+  basic_exported_program(basic_exported_program&&) noexcept = default;
+  basic_exported_program& operator=(basic_exported_program&&) noexcept = default;
+  basic_exported_program(const basic_exported_program&) = delete;
+  basic_exported_program& operator=(const basic_exported_program&) = delete;
+  ~basic_exported_program() = default;
 
-  /// A deep copy of the graph and signature; tensors are shared, not copied.
+  /// A deep copy of the graph (custom node metadata included) and signature; tensors are
+  /// shared, not copied.
   [[nodiscard]] exported_program clone() const {
-    exported_program p(graph_.clone(), signature_, state_dict_, constants_, range_constraints_, dialect_);
+    exported_program p(checked_graph().clone(), signature_, state_dict_, constants_, range_constraints_, dialect_);
     p.example_inputs_ = example_inputs_;
     p.in_spec_ = in_spec_;
     p.out_spec_ = out_spec_;
@@ -3809,11 +4039,11 @@ class exported_program {
     return p;
   }
 
-  [[nodiscard]] const graph_type& graph() const noexcept { return graph_; }
+  [[nodiscard]] const graph_type& graph() const { return checked_graph(); }
   /// Mutable access; drops whatever the interpreter cached for this program.
   [[nodiscard]] graph_type& graph_mut() {
     invalidate();
-    return graph_;
+    return checked_graph();
   }
   [[nodiscard]] const signature_type& signature() const noexcept { return signature_; }
   [[nodiscard]] signature_type& signature_mut() {
@@ -3906,7 +4136,7 @@ class exported_program {
       else if (a.is_list())
         for (auto& e : a.as_list()) self(self, e);
     };
-    for (auto n : graph_.nodes()) {
+    for (auto n : checked_graph().nodes()) {
       for (auto v : n.outputs())
         if (v.kind() == value_kind::tensor) {
           auto m = v.meta();
@@ -3950,7 +4180,21 @@ class exported_program {
   }
   void invalidate() { cache_.reset(); }
 
-  graph_type graph_;
+ protected:
+  /// For basic_exported_program<Policy>: replaces the graph object by one made from it.
+  template <class G>
+  void adopt_graph_as() {
+    graph_.reset(std::make_unique<G>(std::move(checked_graph())));
+  }
+  [[nodiscard]] graph_type& checked_graph() const {
+    if (!graph_.get())
+      throw error("xport.program.moved_from",
+                  "this exported_program was moved from and holds no graph: use the program it was moved to");
+    return *graph_.get();
+  }
+
+ private:
+  detail::graph_holder graph_;
   signature_type signature_;
   tensor_dict state_dict_;
   tensor_dict constants_;
@@ -3961,6 +4205,29 @@ class exported_program {
   std::vector<std::pair<std::string, std::string>> module_types_;
   ir_dialect dialect_ = ir_dialect::training;
   detail::run_cache_slot cache_;
+};
+
+/// A program whose graph is a basic_graph<Policy> (its nodes carry `Policy::node_meta`). It is
+/// an exported_program: run, print, verify, save and every pass take it as one. Made from any
+/// program (`basic_exported_program<P> p = export_program(...);`): the nodes move, no copy.
+template <class Policy>
+class basic_exported_program : public exported_program {
+ public:
+  using policy_type = Policy;
+  using graph_type = basic_graph<Policy>;
+
+  basic_exported_program(exported_program&& p) : exported_program(std::move(p)) {  // NOLINT: by design
+    adopt_graph_as<graph_type>();
+  }
+  basic_exported_program(basic_exported_program&&) noexcept = default;
+  basic_exported_program& operator=(basic_exported_program&&) noexcept = default;
+  ~basic_exported_program() = default;
+
+  /// The typed graph (a typed error if a moved-from program was assigned a plain program's).
+  [[nodiscard]] const graph_type& graph() const { return graph_cast<Policy>(checked_graph()); }
+  [[nodiscard]] graph_type& graph_mut() { return graph_cast<Policy>(exported_program::graph_mut()); }
+  /// A deep copy, metadata included.
+  [[nodiscard]] basic_exported_program clone() const { return basic_exported_program(exported_program::clone()); }
 };
 
 XPORT_END_NAMESPACE
@@ -5218,6 +5485,13 @@ inline bool any_requires_grad(const std::vector<argument>& args) {
                      "aten::nonzero)");
 }
 
+/// An op's meta kernel (or its CPU kernel on zeros) refused the arguments: the one message.
+template <class Describe>
+[[noreturn]] void throw_op_rejected(const op_info& op, Describe&& describe, const char* why) {
+  throw graph_error("xport.fake.op_rejected",
+                    op.qualified + " rejected its arguments (" + describe() + "): " + first_line(why));
+}
+
 /// Runs `op` on a stack of meta arguments and returns its results (as the op returns them),
 /// falling back to xport's shape rules when LibTorch has no meta kernel for it.
 /// `describe` names the arguments in error messages.
@@ -5246,8 +5520,7 @@ std::vector<c10::IValue> shapes_from_zeros_checked(const op_info& op, const std:
     meta_run_guard guard;
     return shapes_from_zeros(op.handle, inputs);
   } catch (const c10::Error& e) {
-    throw graph_error("xport.fake.op_rejected", op.qualified + " rejected its arguments (" + describe() +
-                                                    "): " + first_line(e.what_without_backtrace()));
+    throw_op_rejected(op, describe, e.what_without_backtrace());
   }
 }
 
@@ -5259,13 +5532,11 @@ void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Descr
       op.handle.callBoxed(stack);
       return;
     } catch (const c10::Error& e) {
-      throw graph_error("xport.fake.op_rejected", op.qualified + " rejected its arguments (" + describe() +
-                                                      "): " + first_line(e.what_without_backtrace()));
+      throw_op_rejected(op, describe, e.what_without_backtrace());
     } catch (const error&) {
       throw;
     } catch (const std::runtime_error& e) {  // some 1.13 kernels throw these (view's size check)
-      throw graph_error("xport.fake.op_rejected",
-                        op.qualified + " rejected its arguments (" + describe() + "): " + first_line(e.what()));
+      throw_op_rejected(op, describe, e.what());
     }
   }
   const auto rule = find_meta_rule(op.qualified);  // exact overload: max.dim is not max
@@ -5316,14 +5587,12 @@ void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Descr
       return;
     }
     // The op has a meta kernel and it refused the arguments (shapes, dtypes, values).
-    throw graph_error("xport.fake.op_rejected", op.qualified + " rejected its arguments (" + describe() +
-                                                    "): " + first_line(e.what_without_backtrace()));
+    throw_op_rejected(op, describe, e.what_without_backtrace());
   } catch (const error&) {
     throw;
   } catch (const std::runtime_error& e) {
     op.meta_support.store(1, std::memory_order_relaxed);
-    throw graph_error("xport.fake.op_rejected",
-                      op.qualified + " rejected its arguments (" + describe() + "): " + first_line(e.what()));
+    throw_op_rejected(op, describe, e.what());
   }
 }
 
@@ -6516,8 +6785,7 @@ class program_builder {
     auto bound = detail::bind_arguments(op, std::move(args), std::move(kwargs));
     auto types = detail::infer_outputs(op, bound);
     auto n = graph_.create_call(op, std::move(bound), std::move(types));
-    n.set_source(source_);
-    n.set_module_path(module_);
+    stamp(n);
     return n;
   }
 
@@ -6536,8 +6804,7 @@ class program_builder {
   /// are known (what a tracer records). Only the graph's own checks apply.
   node record(const op_info& op, std::vector<argument> bound, std::vector<value_type> types) {
     auto n = graph_.create_call(op, std::move(bound), std::move(types));
-    n.set_source(source_);
-    n.set_module_path(module_);
+    stamp(n);
     return n;
   }
 
@@ -6551,6 +6818,16 @@ class program_builder {
   /// Module path (FQN of the calling module) recorded on the nodes created from now on.
   program_builder& in_module(std::string path) {
     module_ = std::move(path);
+    return *this;
+  }
+
+  /// The nodes created from now on take `origin`'s source location, module path and custom
+  /// metadata (a copy each), as torch keeps a node's meta on the nodes lowering makes from it.
+  program_builder& like(node origin) {
+    source_ = origin.source();
+    module_ = origin.module_path();
+    custom_ = origin.impl()->custom ? std::shared_ptr<const detail::custom_meta_box>(origin.impl()->custom->clone())
+                                    : nullptr;
     return *this;
   }
 
@@ -6664,8 +6941,15 @@ class program_builder {
   tensor_dict constants_;
   std::vector<at::Tensor> examples_;
   bool has_all_examples_ = true;
+  void stamp(node n) const {
+    n.set_source(source_);
+    n.set_module_path(module_);
+    if (custom_) n.impl()->custom = custom_->clone();
+  }
+
   std::shared_ptr<const source_location> source_;
   std::string module_;
+  std::shared_ptr<const detail::custom_meta_box> custom_;  // set by like()
 };
 
 XPORT_END_NAMESPACE
@@ -7920,12 +8204,12 @@ class capture {
     if (sizes_may_vary_) return a.toTensor().dim() != b.toTensor().dim();
     // sizes as the program knows them: symbolic for tracked tensors, exact for one captured
     // from outside (not lifted here: a false answer leaves it unused)
-    const auto sizes_of = [&](const at::Tensor& t) {
+    const auto known_sizes = [&](const at::Tensor& t) {
       if (auto it = by_impl_.find(t.unsafeGetTensorImpl()); it != by_impl_.end()) return it->second.v.type().tensor.sizes;
       return sym_shape(t.sizes().begin(), t.sizes().end());
     };
-    const auto sa = sizes_of(a.toTensor());
-    const auto sb = sizes_of(b.toTensor());
+    const auto sa = known_sizes(a.toTensor());
+    const auto sb = known_sizes(b.toTensor());
     if (sa.size() != sb.size()) return true;
     for (std::size_t i = 0; i < sa.size(); ++i) {
       const auto d = sa[i] - sb[i];
@@ -10443,12 +10727,13 @@ class functionalizer {
       const value pv = phs[i].output(0);
       const value nv = b_.placeholder(specs.at(i), pv.type());
       nv.producer().set_source(phs[i].source());
+      nv.producer().copy_custom_meta_from(phs[i]);
       base_of(pv);
       cur_[pv.impl()] = nv;
     }
     for (auto n : g.nodes()) {
       if (!n.is_call()) continue;
-      b_.at(n.source()).in_module(n.module_path());
+      b_.like(n);
       if (is_batch_norm_with_stats(n)) batch_norm(n);
       else if (n.op().inplace_view) inplace_view(n);
       else if (n.op().is_mutable) mutation(n);
@@ -10907,6 +11192,11 @@ inline const std::unordered_map<std::string, decomposition>& builtin_decompositi
   return table;
 }
 
+/// Whether the op has a CompositeImplicitAutograd kernel (torch decomposes those by default).
+inline bool has_composite_kernel(const op_info& op) {
+  return op.handle.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+}
+
 }  // namespace detail
 
 inline const decomposition* decomposition_table::find(const op_info& op) const {
@@ -10915,15 +11205,12 @@ inline const decomposition* decomposition_table::find(const op_info& op) const {
   const auto& builtin = detail::builtin_decompositions();
   if (auto it = builtin.find(op.qualified); it != builtin.end()) return &it->second;
   static const decomposition cia;  // empty: use the op's CompositeImplicitAutograd kernel
-  if (op.handle.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) return &cia;
+  if (detail::has_composite_kernel(op)) return &cia;
   return nullptr;  // no decomposition known: kept, as torch keeps it
 }
 
 #if XPORT_HAS_TORCH_FUNCTIONALIZATION
 namespace detail {
-inline bool has_composite_kernel(const op_info& op) {
-  return op.handle.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
-}
 inline bool maybe_aliasing_or_mutating(const op_info& op) {
 #if XPORT_TORCH_VERSION_AT_LEAST(2, 5)
   if (op.handle.hasTag(at::Tag::maybe_aliasing_or_mutating)) return true;
@@ -10976,7 +11263,7 @@ namespace detail {
 /// Calls node `n` again, under the active capture, on what its operands hold now (`held`:
 /// source value -> IValue), and records what each of its outputs holds after the call.
 inline void recall(capture& cap, const node& n, std::unordered_map<const value_impl*, c10::IValue>& held) {
-  cap.builder().at(n.source()).in_module(n.module_path());
+  cap.builder().like(n);
   torch::jit::Stack stack;
   call_node(n, [&](const value& v) -> const c10::IValue& { return held.at(v.impl()); }, stack);
   take_outputs(stack, [&](std::size_t k, c10::IValue&& r) { held[n.output(k).impl()] = std::move(r); });
@@ -11381,6 +11668,10 @@ inline exported_program run_decompositions(const exported_program& p,
 #endif
   });
   verify(q);
+  // the inputs are the same, in the same order: they keep their custom metadata
+  const auto from = p.graph().placeholders();
+  const auto to = q.graph().placeholders();
+  for (std::size_t i = 0; i < from.size() && i < to.size(); ++i) to[i].copy_custom_meta_from(from[i]);
   return q;
 }
 
@@ -11566,7 +11857,7 @@ struct pipe_base {
   template <class A, class B>
     requires((std::derived_from<std::remove_cvref_t<A>, pipe_base> ||
               std::derived_from<std::remove_cvref_t<B>, pipe_base>) &&
-             !std::same_as<std::remove_cvref_t<A>, exported_program>)
+             !std::derived_from<std::remove_cvref_t<A>, exported_program>)
   friend constexpr auto operator|(A&& a, B&& b) {
     return compose(std::forward<A>(a), std::forward<B>(b));
   }
@@ -11798,14 +12089,17 @@ struct canonicalize_t : pass_base<canonicalize_t> {
     program_builder b;
     std::unordered_map<const detail::value_impl*, value> map;
     const auto phs = g.placeholders();
-    for (std::size_t i = 0; i < phs.size(); ++i)
-      map.emplace(phs[i].output(0).impl(), b.placeholder(p.signature().input_specs.at(i), phs[i].output(0).type()));
+    for (std::size_t i = 0; i < phs.size(); ++i) {
+      const value v = b.placeholder(p.signature().input_specs.at(i), phs[i].output(0).type());
+      v.producer().copy_custom_meta_from(phs[i]);
+      map.emplace(phs[i].output(0).impl(), v);
+    }
     for (auto n : order) {
       std::vector<argument> args(n.args().begin(), n.args().end());
       for (auto& a : args) a.for_each_value([&](value& v) { v = map.at(v.impl()); });
       std::vector<value_type> types;
       for (auto v : n.outputs()) types.push_back(v.type());
-      b.at(n.source()).in_module(n.module_path());
+      b.like(n);
       const node m = b.record(n.op(), std::move(args), std::move(types));
       for (std::size_t i = 0; i < n.num_outputs(); ++i) map.emplace(n.output(i).impl(), m.output(i));
     }
@@ -12310,6 +12604,7 @@ struct rewrite_t : pass_base<rewrite_t> {
       const node made = g.create_call(rn.op(), std::move(args), std::move(types), anchor);
       made.set_source(anchor.source());
       made.set_module_path(anchor.module_path());
+      made.copy_custom_meta_from(anchor);
       for (std::size_t i = 0; i < rn.num_outputs(); ++i) map.emplace(rn.output(i).impl(), made.output(i));
     }
     anchor_out.replace_all_uses_with(map.at(replacement_out.impl()));

@@ -2,21 +2,26 @@
 // The graph owns every node and value; `node` and `value` are one-pointer handles with value
 // semantics (copyable, comparable, hashable). Node kinds follow torch.fx: placeholder,
 // call_function, output. A call node holds its operator (op_info), its arguments in schema
-// order (defaults filled), one value per output, and metadata (source location, module path).
-// Not here: building programs from op names (builder.hpp), checking (verify.hpp), printing.
+// order (defaults filled), one value per output, and metadata (source location, module path,
+// and one object of the user's own type: node.custom_meta<T>(), torch.fx's `node.meta`).
+// `graph` is `basic_graph<>`; `basic_graph<Policy>` (after the core class) names the node
+// metadata type and the memory resource of a user's graphs. Not here: building programs from op names (builder.hpp), checking (verify.hpp), printing.
 #pragma once
 
 #include <cstddef>      // std::size_t
+#include <concepts>     // std::copy_constructible, std::default_initializable
 #include <cstdint>      // std::int64_t, std::uint32_t, std::uint64_t
 #include <functional>   // std::hash
 #include <initializer_list>  // std::initializer_list
 #include <iterator>     // std::forward_iterator_tag
 #include <memory>       // std::unique_ptr, std::shared_ptr
+#include <memory_resource>  // std::pmr::memory_resource
 #include <optional>     // std::optional, std::nullopt_t
 #include <span>         // std::span
 #include <string>       // std::string
 #include <string_view>  // std::string_view
 #include <type_traits>  // std::is_same_v
+#include <typeinfo>     // std::type_info
 #include <unordered_map>  // std::unordered_map
 #include <utility>      // std::move, std::exchange
 #include <variant>      // std::variant
@@ -27,6 +32,7 @@
 #include <c10/core/MemoryFormat.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/SmallVector.h>
+#include <c10/util/Type.h>  // c10::demangle
 
 #include <xport/config.hpp>
 #include <xport/detail/names.hpp>
@@ -312,6 +318,24 @@ class node {
   [[nodiscard]] const std::string& module_path() const;
   void set_module_path(std::string path) const;
 
+  /// The user's metadata on this node (torch.fx's `node.meta`): one object of any copyable type,
+  /// made by T's default constructor on first use. Passes that keep a node keep it, graph copies
+  /// copy it, and the nodes lowering makes from a node (functionalize, run_decompositions,
+  /// canonicalize, rewrite) start with a copy of it. Throws graph_error when the node holds an
+  /// object of another type.
+  template <class T>
+  T& custom_meta() const;
+  /// The metadata if the node holds some (nullptr otherwise); throws graph_error as above.
+  template <class T>
+  [[nodiscard]] T* find_custom_meta() const;
+  /// Replaces the node's metadata, whatever its type was.
+  template <class T>
+  void set_custom_meta(T meta) const;
+  [[nodiscard]] bool has_custom_meta() const;
+  void clear_custom_meta() const;
+  /// Makes this node's metadata a copy of `other`'s (none if it has none).
+  void copy_custom_meta_from(node other) const;
+
   friend bool operator==(node a, node b) noexcept { return a.p_ == b.p_; }
 
  private:
@@ -321,6 +345,25 @@ class node {
 inline argument::argument(const node& n) : v_(n.out()) {}
 
 namespace detail {
+
+// A node's user metadata, type-erased so that the graph stays one type for every policy.
+struct custom_meta_box {
+  custom_meta_box() = default;
+  custom_meta_box(const custom_meta_box&) = delete;
+  custom_meta_box& operator=(const custom_meta_box&) = delete;
+  virtual ~custom_meta_box() = default;
+  [[nodiscard]] virtual const std::type_info& type() const noexcept = 0;
+  [[nodiscard]] virtual std::unique_ptr<custom_meta_box> clone() const = 0;
+};
+template <class T>
+struct custom_meta_of final : custom_meta_box {
+  explicit custom_meta_of(T v) : value(std::move(v)) {}
+  [[nodiscard]] const std::type_info& type() const noexcept override { return typeid(T); }
+  [[nodiscard]] std::unique_ptr<custom_meta_box> clone() const override {
+    return std::make_unique<custom_meta_of>(value);
+  }
+  T value;
+};
 
 // Field order follows use: what a walk over the graph reads (links, op, outputs, uses) sits in
 // the first cache line of each object, the rest after it.
@@ -354,6 +397,7 @@ struct node_impl {
   std::string name;  // tuple name; single-output nodes use outputs[0]->name
   std::shared_ptr<const source_location> source;
   std::string module_path;
+  std::unique_ptr<custom_meta_box> custom;  // node.custom_meta<T>()
 };
 
 // O(1): the operand knows its use's position; the last use takes its place.
@@ -417,20 +461,35 @@ class node_range {
 /// the value it refers to, as (user, operand index); operand indices count the values met when
 /// walking the arguments depth first. Each operand also records where its use sits in that list,
 /// so removing a use is O(1) (use lists are unordered). verify() checks it all.
-class graph {
+template <>
+class basic_graph<default_policy> {
  public:
-  graph() = default;
-  graph(const graph&) = delete;
-  graph& operator=(const graph&) = delete;
-  graph(graph&& o) noexcept { steal(o); }
-  graph& operator=(graph&& o) noexcept {
+  using policy_type = default_policy;
+
+  basic_graph() = default;
+  /// A graph whose nodes and values are carved from `resource` (which must outlive it).
+  explicit basic_graph(std::pmr::memory_resource* resource) noexcept
+      : node_pool_(resource), value_pool_(resource) {}
+  basic_graph(const basic_graph&) = delete;
+  basic_graph& operator=(const basic_graph&) = delete;
+  /// Takes `o`'s nodes and memory resource; `o` is left empty.
+  basic_graph(basic_graph&& o) noexcept : node_pool_(o.node_pool_.resource()), value_pool_(o.value_pool_.resource()) {
+    steal(o);
+  }
+  /// Takes `o`'s nodes; the policy and the resource of new nodes stay this graph's.
+  basic_graph& operator=(basic_graph&& o) noexcept {
     if (this != &o) {
       clear();
       steal(o);
     }
     return *this;
   }
-  ~graph() { clear(); }
+  ~basic_graph() { clear(); }
+
+  /// Where this graph's node and value storage comes from.
+  [[nodiscard]] std::pmr::memory_resource* memory_resource() const noexcept { return node_pool_.resource(); }
+  /// The policy this graph object was made with (`default_policy` for a plain graph).
+  [[nodiscard]] const std::type_info& policy() const noexcept { return *policy_; }
 
   [[nodiscard]] node_range nodes() const { return node_range(first_); }
   [[nodiscard]] node first() const { return node(first_); }
@@ -615,7 +674,7 @@ class graph {
 
   /// A deep copy; `map` (if given) receives old value -> new value.
   graph clone(std::unordered_map<detail::value_impl*, value>* map = nullptr) const {
-    graph g;
+    graph g(memory_resource());
     std::unordered_map<detail::value_impl*, value> local;
     auto& m = map ? *map : local;
     const auto remap = [&](const c10::SmallVector<argument, 4>& from) {
@@ -630,6 +689,7 @@ class graph {
           m.emplace(n->outputs[0], v);
           v.producer().impl()->source = n->source;
           v.producer().impl()->module_path = n->module_path;
+          if (n->custom) v.producer().impl()->custom = n->custom->clone();
           break;
         }
         case node_kind::call_function: {
@@ -649,6 +709,7 @@ class graph {
           c->args.assign(std::make_move_iterator(args.begin()), std::make_move_iterator(args.end()));
           c->source = n->source;
           c->module_path = n->module_path;
+          if (n->custom) c->custom = n->custom->clone();
           g.link_after(c, g.last_);
           g.attach_args(c);
           break;
@@ -657,6 +718,14 @@ class graph {
       }
     }
     return g;
+  }
+
+ protected:
+  /// For basic_graph<Policy>: the policy its objects report.
+  void set_policy(const std::type_info& p, std::pmr::memory_resource* resource) noexcept {
+    policy_ = &p;
+    node_pool_.set_resource(resource);
+    value_pool_.set_resource(resource);
   }
 
  private:
@@ -777,7 +846,7 @@ class graph {
     size_ = 0;
     names_ = {};
   }
-  void steal(graph& o) noexcept {
+  void steal(basic_graph& o) noexcept {
     first_ = std::exchange(o.first_, nullptr);
     last_ = std::exchange(o.last_, nullptr);
     insert_point_ = std::exchange(o.insert_point_, nullptr);
@@ -795,6 +864,7 @@ class graph {
   detail::name_table names_;
   detail::object_pool<detail::node_impl> node_pool_;
   detail::object_pool<detail::value_impl> value_pool_;
+  const std::type_info* policy_ = &typeid(default_policy);  // of this object, never moved
 };
 
 // ---- value ----------------------------------------------------------------------------------
@@ -902,6 +972,108 @@ inline void node::set_source(std::shared_ptr<const source_location> s) const {
 }
 inline const std::string& node::module_path() const { return p_->module_path; }
 inline void node::set_module_path(std::string path) const { p_->module_path = std::move(path); }
+
+namespace detail {
+[[noreturn]] inline void custom_meta_mismatch(const node& n, const std::type_info& held, const std::type_info& asked) {
+  throw graph_error("xport.graph.custom_meta_type",
+                    "node '" + n.name() + "' holds custom metadata of type " + c10::demangle(held.name()) +
+                        ", not " + c10::demangle(asked.name()) +
+                        ": a node holds one metadata object, so passes that share nodes share its type (a struct "
+                        "with a field for each), or one replaces it with set_custom_meta()");
+}
+}  // namespace detail
+
+template <class T>
+T* node::find_custom_meta() const {
+  const auto& box = p_->custom;
+  if (!box) return nullptr;
+  if (box->type() != typeid(T)) detail::custom_meta_mismatch(*this, box->type(), typeid(T));
+  return &static_cast<detail::custom_meta_of<T>*>(box.get())->value;
+}
+template <class T>
+T& node::custom_meta() const {
+  if (T* m = find_custom_meta<T>()) return *m;
+  auto box = std::make_unique<detail::custom_meta_of<T>>(T{});
+  T& out = box->value;
+  p_->custom = std::move(box);
+  return out;
+}
+template <class T>
+void node::set_custom_meta(T meta) const {
+  p_->custom = std::make_unique<detail::custom_meta_of<T>>(std::move(meta));
+}
+inline bool node::has_custom_meta() const { return p_->custom != nullptr; }
+inline void node::clear_custom_meta() const { p_->custom.reset(); }
+inline void node::copy_custom_meta_from(node other) const {
+  if (other.p_ == p_) return;
+  p_->custom = other.p_->custom ? other.p_->custom->clone() : nullptr;
+}
+
+/// What a graph policy names: `node_meta`, the type of every node's custom metadata (copyable,
+/// default-constructible), and optionally `static std::pmr::memory_resource* memory_resource()`,
+/// where the graph's nodes and values are carved from (new/delete otherwise).
+template <class P>
+concept graph_policy = requires { typename P::node_meta; } && std::copy_constructible<typename P::node_meta> &&
+                       std::default_initializable<typename P::node_meta>;
+
+/// A graph whose nodes carry `Policy::node_meta` (the basic_json / json pattern: `graph` is
+/// `basic_graph<>`). It is a graph, so every pass, the verifier, the printer and the interpreter
+/// take it as one; what it adds is typed access to the metadata and its policy's memory resource.
+template <class Policy>
+class basic_graph : public basic_graph<default_policy> {
+  static_assert(graph_policy<Policy>,
+                "a graph policy names `using node_meta = T;` (T copyable and default-constructible) and "
+                "may name `static std::pmr::memory_resource* memory_resource()`");
+
+ public:
+  using policy_type = Policy;
+  using node_meta = typename Policy::node_meta;
+
+  basic_graph() : graph(policy_resource()) { set_policy(typeid(Policy), policy_resource()); }
+  /// Adopts a plain graph's nodes (their metadata stays; new nodes come from the policy's resource).
+  explicit basic_graph(graph&& g) noexcept : graph(std::move(g)) { set_policy(typeid(Policy), policy_resource()); }
+  basic_graph(basic_graph&& o) noexcept : graph(std::move(o)) { set_policy(typeid(Policy), policy_resource()); }
+  basic_graph& operator=(basic_graph&& o) noexcept {
+    graph::operator=(std::move(o));
+    return *this;
+  }
+
+  /// The node's metadata, default-made on first use; `n` must belong to this graph.
+  [[nodiscard]] node_meta& meta(node n) const {
+    if (!n || &n.owning_graph() != this)
+      throw graph_error("xport.graph.foreign_node", "meta(): the node is not in this graph");
+    return n.custom_meta<node_meta>();
+  }
+  /// A deep copy, metadata included.
+  [[nodiscard]] basic_graph clone(std::unordered_map<detail::value_impl*, value>* map = nullptr) const {
+    return basic_graph(graph::clone(map));
+  }
+
+  static std::pmr::memory_resource* policy_resource() noexcept {
+    if constexpr (requires { Policy::memory_resource(); }) return Policy::memory_resource();
+    else return std::pmr::new_delete_resource();
+  }
+};
+
+/// `g` as the basic_graph<Policy> it was made as; a typed error if it was made with another
+/// policy (a pass written for one policy run on another's program).
+template <class Policy>
+basic_graph<Policy>& graph_cast(graph& g) {
+  if constexpr (std::is_same_v<Policy, default_policy>) {
+    return g;
+  } else {
+    if (g.policy() != typeid(Policy))
+      throw graph_error("xport.graph.policy",
+                        "this graph was made with policy " + c10::demangle(g.policy().name()) + ", not " +
+                            c10::demangle(typeid(Policy).name()) +
+                            ": wrap the program first (`basic_exported_program<Policy> p = std::move(program);`)");
+    return static_cast<basic_graph<Policy>&>(g);
+  }
+}
+template <class Policy>
+const basic_graph<Policy>& graph_cast(const graph& g) {
+  return graph_cast<Policy>(const_cast<graph&>(g));
+}
 
 XPORT_END_NAMESPACE
 

@@ -129,31 +129,61 @@ class run_cache_slot {
   mutable std::mutex mu_;
   mutable std::mutex build_mu_;
 };
+// A program's graph, held by pointer so that a basic_exported_program<Policy> holds a
+// basic_graph<Policy>. Assigning one holder to another moves the graph's nodes into the graph
+// object already held, so a program's graph keeps the policy it was made with whatever is
+// assigned to the program (a pass writing `program = lowered(program)` through an
+// exported_program& keeps a policy program's typed graph).
+class graph_holder {
+ public:
+  explicit graph_holder(std::unique_ptr<graph> g) noexcept : g_(std::move(g)) {}
+  graph_holder(graph_holder&&) noexcept = default;
+  graph_holder& operator=(graph_holder&& o) noexcept {
+    if (this == &o) return *this;
+    if (g_ && o.g_) *g_ = std::move(*o.g_);
+    else g_ = std::move(o.g_);
+    return *this;
+  }
+  graph_holder(const graph_holder&) = delete;
+  graph_holder& operator=(const graph_holder&) = delete;
+  ~graph_holder() = default;
+  [[nodiscard]] graph* get() const noexcept { return g_.get(); }
+  void reset(std::unique_ptr<graph> g) noexcept { g_ = std::move(g); }
+
+ private:
+  std::unique_ptr<graph> g_;
+};
+
 }  // namespace detail
 
-class exported_program {
+template <>
+class basic_exported_program<default_policy> {
  public:
   using graph_type = xport::graph;
   using signature_type = xport::graph_signature;
 
-  exported_program(graph_type g, signature_type sig, tensor_dict state_dict = {},
-                   tensor_dict constants = {}, std::vector<range_constraint> range_constraints = {},
-                   ir_dialect dialect = ir_dialect::training)
-      : graph_(std::move(g)),
+  basic_exported_program(graph_type g, signature_type sig, tensor_dict state_dict = {},
+                         tensor_dict constants = {}, std::vector<range_constraint> range_constraints = {},
+                         ir_dialect dialect = ir_dialect::training)
+      : graph_(std::make_unique<graph_type>(std::move(g))),
         signature_(std::move(sig)),
         state_dict_(std::move(state_dict)),
         constants_(std::move(constants)),
         range_constraints_(std::move(range_constraints)),
         dialect_(dialect) {}
 
-  exported_program(exported_program&&) noexcept = default;
-  exported_program& operator=(exported_program&&) noexcept = default;
-  exported_program(const exported_program&) = delete;
-  exported_program& operator=(const exported_program&) = delete;
+  /// A moved-from program holds no graph: reading it is a typed error, assigning to it is fine.
+  /// Assigning keeps the graph object (and so the policy) this program was made with.
+  basic_exported_program(basic_exported_program&&) noexcept = default;
+  basic_exported_program& operator=(basic_exported_program&&) noexcept = default;
+  basic_exported_program(const basic_exported_program&) = delete;
+  basic_exported_program& operator=(const basic_exported_program&) = delete;
+  ~basic_exported_program() = default;
 
-  /// A deep copy of the graph and signature; tensors are shared, not copied.
+  /// A deep copy of the graph (custom node metadata included) and signature; tensors are
+  /// shared, not copied.
   [[nodiscard]] exported_program clone() const {
-    exported_program p(graph_.clone(), signature_, state_dict_, constants_, range_constraints_, dialect_);
+    exported_program p(checked_graph().clone(), signature_, state_dict_, constants_, range_constraints_, dialect_);
     p.example_inputs_ = example_inputs_;
     p.in_spec_ = in_spec_;
     p.out_spec_ = out_spec_;
@@ -161,11 +191,11 @@ class exported_program {
     return p;
   }
 
-  [[nodiscard]] const graph_type& graph() const noexcept { return graph_; }
+  [[nodiscard]] const graph_type& graph() const { return checked_graph(); }
   /// Mutable access; drops whatever the interpreter cached for this program.
   [[nodiscard]] graph_type& graph_mut() {
     invalidate();
-    return graph_;
+    return checked_graph();
   }
   [[nodiscard]] const signature_type& signature() const noexcept { return signature_; }
   [[nodiscard]] signature_type& signature_mut() {
@@ -258,7 +288,7 @@ class exported_program {
       else if (a.is_list())
         for (auto& e : a.as_list()) self(self, e);
     };
-    for (auto n : graph_.nodes()) {
+    for (auto n : checked_graph().nodes()) {
       for (auto v : n.outputs())
         if (v.kind() == value_kind::tensor) {
           auto m = v.meta();
@@ -302,7 +332,21 @@ class exported_program {
   }
   void invalidate() { cache_.reset(); }
 
-  graph_type graph_;
+ protected:
+  /// For basic_exported_program<Policy>: replaces the graph object by one made from it.
+  template <class G>
+  void adopt_graph_as() {
+    graph_.reset(std::make_unique<G>(std::move(checked_graph())));
+  }
+  [[nodiscard]] graph_type& checked_graph() const {
+    if (!graph_.get())
+      throw error("xport.program.moved_from",
+                  "this exported_program was moved from and holds no graph: use the program it was moved to");
+    return *graph_.get();
+  }
+
+ private:
+  detail::graph_holder graph_;
   signature_type signature_;
   tensor_dict state_dict_;
   tensor_dict constants_;
@@ -313,6 +357,29 @@ class exported_program {
   std::vector<std::pair<std::string, std::string>> module_types_;
   ir_dialect dialect_ = ir_dialect::training;
   detail::run_cache_slot cache_;
+};
+
+/// A program whose graph is a basic_graph<Policy> (its nodes carry `Policy::node_meta`). It is
+/// an exported_program: run, print, verify, save and every pass take it as one. Made from any
+/// program (`basic_exported_program<P> p = export_program(...);`): the nodes move, no copy.
+template <class Policy>
+class basic_exported_program : public exported_program {
+ public:
+  using policy_type = Policy;
+  using graph_type = basic_graph<Policy>;
+
+  basic_exported_program(exported_program&& p) : exported_program(std::move(p)) {  // NOLINT: by design
+    adopt_graph_as<graph_type>();
+  }
+  basic_exported_program(basic_exported_program&&) noexcept = default;
+  basic_exported_program& operator=(basic_exported_program&&) noexcept = default;
+  ~basic_exported_program() = default;
+
+  /// The typed graph (a typed error if a moved-from program was assigned a plain program's).
+  [[nodiscard]] const graph_type& graph() const { return graph_cast<Policy>(checked_graph()); }
+  [[nodiscard]] graph_type& graph_mut() { return graph_cast<Policy>(exported_program::graph_mut()); }
+  /// A deep copy, metadata included.
+  [[nodiscard]] basic_exported_program clone() const { return basic_exported_program(exported_program::clone()); }
 };
 
 XPORT_END_NAMESPACE

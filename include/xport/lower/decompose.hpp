@@ -170,6 +170,11 @@ inline const std::unordered_map<std::string, decomposition>& builtin_decompositi
   return table;
 }
 
+/// Whether the op has a CompositeImplicitAutograd kernel (torch decomposes those by default).
+inline bool has_composite_kernel(const op_info& op) {
+  return op.handle.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+}
+
 }  // namespace detail
 
 inline const decomposition* decomposition_table::find(const op_info& op) const {
@@ -178,15 +183,12 @@ inline const decomposition* decomposition_table::find(const op_info& op) const {
   const auto& builtin = detail::builtin_decompositions();
   if (auto it = builtin.find(op.qualified); it != builtin.end()) return &it->second;
   static const decomposition cia;  // empty: use the op's CompositeImplicitAutograd kernel
-  if (op.handle.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) return &cia;
+  if (detail::has_composite_kernel(op)) return &cia;
   return nullptr;  // no decomposition known: kept, as torch keeps it
 }
 
 #if XPORT_HAS_TORCH_FUNCTIONALIZATION
 namespace detail {
-inline bool has_composite_kernel(const op_info& op) {
-  return op.handle.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
-}
 inline bool maybe_aliasing_or_mutating(const op_info& op) {
 #if XPORT_TORCH_VERSION_AT_LEAST(2, 5)
   if (op.handle.hasTag(at::Tag::maybe_aliasing_or_mutating)) return true;
@@ -239,7 +241,7 @@ namespace detail {
 /// Calls node `n` again, under the active capture, on what its operands hold now (`held`:
 /// source value -> IValue), and records what each of its outputs holds after the call.
 inline void recall(capture& cap, const node& n, std::unordered_map<const value_impl*, c10::IValue>& held) {
-  cap.builder().at(n.source()).in_module(n.module_path());
+  cap.builder().like(n);
   torch::jit::Stack stack;
   call_node(n, [&](const value& v) -> const c10::IValue& { return held.at(v.impl()); }, stack);
   take_outputs(stack, [&](std::size_t k, c10::IValue&& r) { held[n.output(k).impl()] = std::move(r); });
@@ -644,6 +646,10 @@ inline exported_program run_decompositions(const exported_program& p,
 #endif
   });
   verify(q);
+  // the inputs are the same, in the same order: they keep their custom metadata
+  const auto from = p.graph().placeholders();
+  const auto to = q.graph().placeholders();
+  for (std::size_t i = 0; i < from.size() && i < to.size(); ++i) to[i].copy_custom_meta_from(from[i]);
   return q;
 }
 

@@ -72,12 +72,13 @@ class functionalizer {
       const value pv = phs[i].output(0);
       const value nv = b_.placeholder(specs.at(i), pv.type());
       nv.producer().set_source(phs[i].source());
+      nv.producer().copy_custom_meta_from(phs[i]);
       base_of(pv);
       cur_[pv.impl()] = nv;
     }
     for (auto n : g.nodes()) {
       if (!n.is_call()) continue;
-      b_.at(n.source()).in_module(n.module_path());
+      b_.like(n);
       if (is_batch_norm_with_stats(n)) batch_norm(n);
       else if (n.op().inplace_view) inplace_view(n);
       else if (n.op().is_mutable) mutation(n);

@@ -73,6 +73,13 @@ inline bool any_requires_grad(const std::vector<argument>& args) {
                      "aten::nonzero)");
 }
 
+/// An op's meta kernel (or its CPU kernel on zeros) refused the arguments: the one message.
+template <class Describe>
+[[noreturn]] void throw_op_rejected(const op_info& op, Describe&& describe, const char* why) {
+  throw graph_error("xport.fake.op_rejected",
+                    op.qualified + " rejected its arguments (" + describe() + "): " + first_line(why));
+}
+
 /// Runs `op` on a stack of meta arguments and returns its results (as the op returns them),
 /// falling back to xport's shape rules when LibTorch has no meta kernel for it.
 /// `describe` names the arguments in error messages.
@@ -101,8 +108,7 @@ std::vector<c10::IValue> shapes_from_zeros_checked(const op_info& op, const std:
     meta_run_guard guard;
     return shapes_from_zeros(op.handle, inputs);
   } catch (const c10::Error& e) {
-    throw graph_error("xport.fake.op_rejected", op.qualified + " rejected its arguments (" + describe() +
-                                                    "): " + first_line(e.what_without_backtrace()));
+    throw_op_rejected(op, describe, e.what_without_backtrace());
   }
 }
 
@@ -114,13 +120,11 @@ void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Descr
       op.handle.callBoxed(stack);
       return;
     } catch (const c10::Error& e) {
-      throw graph_error("xport.fake.op_rejected", op.qualified + " rejected its arguments (" + describe() +
-                                                      "): " + first_line(e.what_without_backtrace()));
+      throw_op_rejected(op, describe, e.what_without_backtrace());
     } catch (const error&) {
       throw;
     } catch (const std::runtime_error& e) {  // some 1.13 kernels throw these (view's size check)
-      throw graph_error("xport.fake.op_rejected",
-                        op.qualified + " rejected its arguments (" + describe() + "): " + first_line(e.what()));
+      throw_op_rejected(op, describe, e.what());
     }
   }
   const auto rule = find_meta_rule(op.qualified);  // exact overload: max.dim is not max
@@ -171,14 +175,12 @@ void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Descr
       return;
     }
     // The op has a meta kernel and it refused the arguments (shapes, dtypes, values).
-    throw graph_error("xport.fake.op_rejected", op.qualified + " rejected its arguments (" + describe() +
-                                                    "): " + first_line(e.what_without_backtrace()));
+    throw_op_rejected(op, describe, e.what_without_backtrace());
   } catch (const error&) {
     throw;
   } catch (const std::runtime_error& e) {
     op.meta_support.store(1, std::memory_order_relaxed);
-    throw graph_error("xport.fake.op_rejected",
-                      op.qualified + " rejected its arguments (" + describe() + "): " + first_line(e.what()));
+    throw_op_rejected(op, describe, e.what());
   }
 }
 

@@ -58,14 +58,17 @@ struct canonicalize_t : pass_base<canonicalize_t> {
     program_builder b;
     std::unordered_map<const detail::value_impl*, value> map;
     const auto phs = g.placeholders();
-    for (std::size_t i = 0; i < phs.size(); ++i)
-      map.emplace(phs[i].output(0).impl(), b.placeholder(p.signature().input_specs.at(i), phs[i].output(0).type()));
+    for (std::size_t i = 0; i < phs.size(); ++i) {
+      const value v = b.placeholder(p.signature().input_specs.at(i), phs[i].output(0).type());
+      v.producer().copy_custom_meta_from(phs[i]);
+      map.emplace(phs[i].output(0).impl(), v);
+    }
     for (auto n : order) {
       std::vector<argument> args(n.args().begin(), n.args().end());
       for (auto& a : args) a.for_each_value([&](value& v) { v = map.at(v.impl()); });
       std::vector<value_type> types;
       for (auto v : n.outputs()) types.push_back(v.type());
-      b.at(n.source()).in_module(n.module_path());
+      b.like(n);
       const node m = b.record(n.op(), std::move(args), std::move(types));
       for (std::size_t i = 0; i < n.num_outputs(); ++i) map.emplace(n.output(i).impl(), m.output(i));
     }

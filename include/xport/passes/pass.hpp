@@ -177,7 +177,7 @@ struct pipe_base {
   template <class A, class B>
     requires((std::derived_from<std::remove_cvref_t<A>, pipe_base> ||
               std::derived_from<std::remove_cvref_t<B>, pipe_base>) &&
-             !std::same_as<std::remove_cvref_t<A>, exported_program>)
+             !std::derived_from<std::remove_cvref_t<A>, exported_program>)
   friend constexpr auto operator|(A&& a, B&& b) {
     return compose(std::forward<A>(a), std::forward<B>(b));
   }

@@ -158,6 +158,7 @@ struct rewrite_t : pass_base<rewrite_t> {
       const node made = g.create_call(rn.op(), std::move(args), std::move(types), anchor);
       made.set_source(anchor.source());
       made.set_module_path(anchor.module_path());
+      made.copy_custom_meta_from(anchor);
       for (std::size_t i = 0; i < rn.num_outputs(); ++i) map.emplace(rn.output(i).impl(), made.output(i));
     }
     anchor_out.replace_all_uses_with(map.at(replacement_out.impl()));

@@ -122,8 +122,7 @@ class program_builder {
     auto bound = detail::bind_arguments(op, std::move(args), std::move(kwargs));
     auto types = detail::infer_outputs(op, bound);
     auto n = graph_.create_call(op, std::move(bound), std::move(types));
-    n.set_source(source_);
-    n.set_module_path(module_);
+    stamp(n);
     return n;
   }
 
@@ -142,8 +141,7 @@ class program_builder {
   /// are known (what a tracer records). Only the graph's own checks apply.
   node record(const op_info& op, std::vector<argument> bound, std::vector<value_type> types) {
     auto n = graph_.create_call(op, std::move(bound), std::move(types));
-    n.set_source(source_);
-    n.set_module_path(module_);
+    stamp(n);
     return n;
   }
 
@@ -157,6 +155,16 @@ class program_builder {
   /// Module path (FQN of the calling module) recorded on the nodes created from now on.
   program_builder& in_module(std::string path) {
     module_ = std::move(path);
+    return *this;
+  }
+
+  /// The nodes created from now on take `origin`'s source location, module path and custom
+  /// metadata (a copy each), as torch keeps a node's meta on the nodes lowering makes from it.
+  program_builder& like(node origin) {
+    source_ = origin.source();
+    module_ = origin.module_path();
+    custom_ = origin.impl()->custom ? std::shared_ptr<const detail::custom_meta_box>(origin.impl()->custom->clone())
+                                    : nullptr;
     return *this;
   }
 
@@ -270,8 +278,15 @@ class program_builder {
   tensor_dict constants_;
   std::vector<at::Tensor> examples_;
   bool has_all_examples_ = true;
+  void stamp(node n) const {
+    n.set_source(source_);
+    n.set_module_path(module_);
+    if (custom_) n.impl()->custom = custom_->clone();
+  }
+
   std::shared_ptr<const source_location> source_;
   std::string module_;
+  std::shared_ptr<const detail::custom_meta_box> custom_;  // set by like()
 };
 
 XPORT_END_NAMESPACE

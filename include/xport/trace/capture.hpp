@@ -334,12 +334,12 @@ class capture {
     if (sizes_may_vary_) return a.toTensor().dim() != b.toTensor().dim();
     // sizes as the program knows them: symbolic for tracked tensors, exact for one captured
     // from outside (not lifted here: a false answer leaves it unused)
-    const auto sizes_of = [&](const at::Tensor& t) {
+    const auto known_sizes = [&](const at::Tensor& t) {
       if (auto it = by_impl_.find(t.unsafeGetTensorImpl()); it != by_impl_.end()) return it->second.v.type().tensor.sizes;
       return sym_shape(t.sizes().begin(), t.sizes().end());
     };
-    const auto sa = sizes_of(a.toTensor());
-    const auto sb = sizes_of(b.toTensor());
+    const auto sa = known_sizes(a.toTensor());
+    const auto sb = known_sizes(b.toTensor());
     if (sa.size() != sb.size()) return true;
     for (std::size_t i = 0; i < sa.size(); ++i) {
       const auto d = sa[i] - sb[i];
