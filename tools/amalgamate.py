@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Generates single_include/xport/xport.hpp from include/xport/.
+"""Generates single_include/xport/xport.hpp (and the opt-in engine.hpp) from include/xport/.
 
 Project headers (#include <xport/...>) are inlined in include order, each once, and leave a
 `// #include <xport/...>` marker behind; LibTorch and standard includes are kept as they are.
-`--check` regenerates in memory and fails, naming the command to run, when the file is stale.
+An opt-in entry (xport/engine.hpp) becomes a second file that includes the single header and
+inlines only what the umbrella does not hold.
+`--check` regenerates in memory and fails, naming the command to run, when a file is stale.
 """
 import argparse
 import pathlib
@@ -13,7 +15,8 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 INCLUDE = ROOT / "include"
 ENTRY = "xport/xport.hpp"
-OUTPUT = ROOT / "single_include" / "xport" / "xport.hpp"
+OPT_IN = ["xport/engine.hpp"]  # entries outside the umbrella: each includes it and adds its own headers
+OUTPUT_DIR = ROOT / "single_include"
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*[<"](xport/[^>"]+)[>"]')
 
 BANNER = """\
@@ -44,27 +47,39 @@ def inline(rel, seen, out):
 
 
 def generate():
+    """{path under single_include/: text} for the umbrella and each opt-in entry."""
+    seen = set()
     out = [BANNER.rstrip("\n"), "#pragma once", ""]
-    inline(ENTRY, set(), out)
-    return "\n".join(out) + "\n"
+    inline(ENTRY, seen, out)
+    files = {ENTRY: "\n".join(out) + "\n"}
+    for entry in OPT_IN:
+        extra = [BANNER.rstrip("\n"), "#pragma once", "", f"#include <{ENTRY}>"]
+        inline(entry, set(seen) | {ENTRY}, extra)
+        files[entry] = "\n".join(extra) + "\n"
+    return files
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="fail if the generated file is stale")
+    parser.add_argument("--check", action="store_true", help="fail if a generated file is stale")
     args = parser.parse_args()
-    text = generate()
-    if args.check:
-        current = OUTPUT.read_text(encoding="utf-8") if OUTPUT.exists() else ""
-        if current != text:
-            print(f"{OUTPUT.relative_to(ROOT)} is out of date with include/xport/.\n"
-                  f"Regenerate it with:\n    python3 tools/amalgamate.py", file=sys.stderr)
-            return 1
-        print(f"{OUTPUT.relative_to(ROOT)} is up to date")
-        return 0
-    OUTPUT.parent.mkdir(parents=True, exist_ok=True)
-    OUTPUT.write_text(text, encoding="utf-8")
-    print(f"wrote {OUTPUT.relative_to(ROOT)}")
+    stale = False
+    for rel, text in generate().items():
+        path = OUTPUT_DIR / rel
+        if args.check:
+            current = path.read_text(encoding="utf-8") if path.exists() else ""
+            if current != text:
+                print(f"{path.relative_to(ROOT)} is out of date with include/xport/.", file=sys.stderr)
+                stale = True
+            else:
+                print(f"{path.relative_to(ROOT)} is up to date")
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path.relative_to(ROOT)}")
+    if stale:
+        print("Regenerate with:\n    python3 tools/amalgamate.py", file=sys.stderr)
+        return 1
     return 0
 
 

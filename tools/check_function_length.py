@@ -69,6 +69,8 @@ def is_function_header(h):
         elif ch == "=" and depth == 0 and "operator" not in h[max(0, k - 10):k] \
                 and h[k - 1:k + 1] not in ("==", "<=", ">=", "!=") and h[k:k + 2] != "==":
             return None  # a variable's initializer
+    if first_paren is None:  # every "(" sits inside a bracket: no function header
+        return None
     head = h[:first_paren]
     if SCOPE_WORDS.search(re.sub(r"template\s*<.*?>", "", head)) and "operator" not in head:
         return None

@@ -45,6 +45,8 @@ struct run_options {
   bool inference_mode = false;
 };
 
+class engine;
+
 class interpreter {
  public:
   explicit interpreter(const exported_program& p) : guards_(p) { compile(p); }
@@ -58,19 +60,7 @@ class interpreter {
     std::optional<c10::InferenceMode> inference;
     if (opts.inference_mode) inference.emplace();
     std::vector<at::Tensor> relaid;
-    auto outs = execute(in_exported_layout(inputs, relaid), env);
-    std::vector<at::Tensor> user;
-    user.reserve(user_outputs_.size());
-    for (auto i : user_outputs_) user.push_back(outs[i].isTensor() ? outs[i].toTensor() : at::Tensor());
-    if (!mutations_.empty()) {
-      c10::NoGradGuard no_grad;
-      for (const auto& m : mutations_) {
-        auto& target = m.user_input >= 0 ? inputs[static_cast<std::size_t>(m.user_input)] : m.state;
-        const auto& fresh = outs[m.output].toTensor();
-        if (!target.is_same(fresh)) target.copy_(fresh);
-      }
-    }
-    return user;
+    return deliver(execute(in_exported_layout(inputs, relaid), env), inputs);
   }
 
   /// Runs and returns every graph output (mutations included) as IValues, without guards or
@@ -84,6 +74,8 @@ class interpreter {
   [[nodiscard]] const input_guards& guards() const noexcept { return guards_; }
 
  private:
+  friend class engine;  // run/engine.hpp runs the same compiled code with planned memory
+
   // How one argument is pushed: a pre-boxed constant, a register (copied, or moved when this is
   // its last use), or a list assembled from registers.
   struct arg_op {
@@ -140,6 +132,22 @@ class interpreter {
           t.is_contiguous(fmt))
         return fmt;
     return std::nullopt;
+  }
+
+  // The user outputs of a run's graph outputs `outs`, after writing its mutations back.
+  std::vector<at::Tensor> deliver(const std::vector<c10::IValue>& outs, const std::vector<at::Tensor>& inputs) const {
+    std::vector<at::Tensor> user;
+    user.reserve(user_outputs_.size());
+    for (auto i : user_outputs_) user.push_back(outs[i].isTensor() ? outs[i].toTensor() : at::Tensor());
+    if (!mutations_.empty()) {
+      c10::NoGradGuard no_grad;
+      for (const auto& m : mutations_) {
+        auto& target = m.user_input >= 0 ? inputs[static_cast<std::size_t>(m.user_input)] : m.state;
+        const auto& fresh = outs[m.output].toTensor();
+        if (!target.is_same(fresh)) target.copy_(fresh);
+      }
+    }
+    return user;
   }
 
   // Placeholders some in-place op writes to, directly or through a view.
@@ -365,63 +373,81 @@ class interpreter {
     }
   }
 
-  std::vector<c10::IValue> execute(const std::vector<at::Tensor>& inputs, const sym_env& env) const {
+  // The registers at the start of a run: the user inputs and the lifted state in their slots.
+  std::vector<c10::IValue> initial_registers(const std::vector<at::Tensor>& inputs) const {
     std::vector<c10::IValue> regs(num_regs_);
     for (std::size_t i = 0; i < user_slots_.size(); ++i) regs[user_slots_[i]] = inputs[i];
     for (const auto& [r, t] : state_slots_) regs[r] = t;
+    return regs;
+  }
+
+  // Pushes instruction `in`'s arguments onto `stack` (moving registers at their last use).
+  void push_arguments(const instr& in, std::vector<c10::IValue>& regs, const sym_env& env, torch::jit::Stack& stack) const {
+    for (const auto& a : in.args) {
+      switch (a.type) {
+        case arg_op::kind::constant:
+        case arg_op::kind::symbolic:
+        case arg_op::kind::symbolic_number:
+        case arg_op::kind::reg_number:
+        case arg_op::kind::reg_copy:
+        case arg_op::kind::reg_move: stack.push_back(take(regs, env, a)); break;
+        case arg_op::kind::tensor_list: {
+          const auto& l = lists_[a.index];
+          c10::List<at::Tensor> ts;
+          ts.reserve(l.elems.size());
+          for (const auto& e : l.elems) ts.push_back(take(regs, env, e).toTensor());
+          stack.emplace_back(std::move(ts));
+          break;
+        }
+        case arg_op::kind::opt_tensor_list: {
+          const auto& l = lists_[a.index];
+          c10::List<c10::optional<at::Tensor>> ts;
+          ts.reserve(l.elems.size());
+          for (const auto& e : l.elems) {
+            auto v = take(regs, env, e);
+            if (v.isNone()) ts.push_back(c10::nullopt);
+            else ts.push_back(v.toTensor());
+          }
+          stack.emplace_back(std::move(ts));
+          break;
+        }
+        case arg_op::kind::int_list: {
+          const auto& l = lists_[a.index];
+          c10::List<std::int64_t> is;
+          for (const auto& e : l.elems) is.push_back(take(regs, env, e).toInt());
+          stack.emplace_back(std::move(is));
+          break;
+        }
+      }
+    }
+  }
+
+  // The graph outputs, read from the registers at the end of a run.
+  std::vector<c10::IValue> graph_outputs(const std::vector<c10::IValue>& regs) const {
+    std::vector<c10::IValue> out;
+    out.reserve(outputs_.size());
+    for (const auto& o : outputs_) out.push_back(o.is_reg ? regs[o.index] : constants_[o.index]);
+    return out;
+  }
+
+  [[noreturn]] static void throw_op_failed(const instr& in, const c10::Error& e) {
+    throw run_error("xport.run.op_failed",
+                    "node '" + in.node_name + "' (" + in.info->qualified + ") failed: " + e.what_without_backtrace());
+  }
+
+  std::vector<c10::IValue> execute(const std::vector<at::Tensor>& inputs, const sym_env& env) const {
+    auto regs = initial_registers(inputs);
     torch::jit::Stack stack;
     stack.reserve(max_args_ + 4);
     for (const auto& in : code_) {
-      for (const auto& a : in.args) {
-        switch (a.type) {
-          case arg_op::kind::constant:
-          case arg_op::kind::symbolic:
-          case arg_op::kind::symbolic_number:
-          case arg_op::kind::reg_number:
-          case arg_op::kind::reg_copy:
-          case arg_op::kind::reg_move: stack.push_back(take(regs, env, a)); break;
-          case arg_op::kind::tensor_list: {
-            const auto& l = lists_[a.index];
-            c10::List<at::Tensor> ts;
-            ts.reserve(l.elems.size());
-            for (const auto& e : l.elems) ts.push_back(take(regs, env, e).toTensor());
-            stack.emplace_back(std::move(ts));
-            break;
-          }
-          case arg_op::kind::opt_tensor_list: {
-            const auto& l = lists_[a.index];
-            c10::List<c10::optional<at::Tensor>> ts;
-            ts.reserve(l.elems.size());
-            for (const auto& e : l.elems) {
-              auto v = take(regs, env, e);
-              if (v.isNone()) ts.push_back(c10::nullopt);
-              else ts.push_back(v.toTensor());
-            }
-            stack.emplace_back(std::move(ts));
-            break;
-          }
-          case arg_op::kind::int_list: {
-            const auto& l = lists_[a.index];
-            c10::List<std::int64_t> is;
-            for (const auto& e : l.elems) is.push_back(take(regs, env, e).toInt());
-            stack.emplace_back(std::move(is));
-            break;
-          }
-        }
-      }
-      detail::call_op(*in.op, stack, [&](const c10::Error& e) {
-        throw run_error("xport.run.op_failed", "node '" + in.node_name + "' (" + in.info->qualified +
-                                                   ") failed: " + e.what_without_backtrace());
-      });
+      push_arguments(in, regs, env, stack);
+      detail::call_op(*in.op, stack, [&](const c10::Error& e) { throw_op_failed(in, e); });
       detail::take_outputs(stack, [&](std::size_t k, c10::IValue&& r) {
         if (k < in.outputs.size() && in.outputs[k] != dead) regs[in.outputs[k]] = std::move(r);
       });
       stack.clear();
     }
-    std::vector<c10::IValue> out;
-    out.reserve(outputs_.size());
-    for (const auto& o : outputs_) out.push_back(o.is_reg ? regs[o.index] : constants_[o.index]);
-    return out;
+    return graph_outputs(regs);
   }
 
   struct output_slot {

@@ -1,0 +1,678 @@
+// xport: torch.export for C++, single-header edition.
+//
+// GENERATED FILE, DO NOT EDIT. It is made from include/xport/ by tools/amalgamate.py:
+//     python3 tools/amalgamate.py
+// Edit the headers under include/xport/ and regenerate.
+#pragma once
+
+#include <xport/xport.hpp>
+// xport/engine.hpp: the inference engine (run/engine.hpp), an opt-in entry beside the umbrella
+// header, so code that only exports, prints or saves does not parse it.
+
+// #include <xport/xport.hpp>
+// #include <xport/run/engine.hpp>
+// xport/run/engine.hpp: an inference engine for exported programs. It runs the interpreter's
+// compiled code (run/interpreter.hpp: same arguments, same kernels, same guards) and adds what a
+// program known ahead of time allows and eager cannot do:
+//   * planned memory: every node whose op has an out= kernel of its own for the device writes its
+//     result into a slot of an arena; a lifetime analysis over the graph (views extend the life of
+//     what they view) lets results that are never alive together share a buffer. Results that
+//     leave the run (outputs, and everything they view) are never planned, so a result the caller
+//     keeps is never overwritten by the next run.
+//   * in-place reuse: a functional op whose first argument is a fresh result used nowhere after it
+//     (relu of a matmul's result) runs as its in-place overload (relu_) when the result has that
+//     argument's size and dtype, so it allocates nothing; the two then share one lifetime.
+//   * hoisted views: a view of the program's state (the `permute` of a weight in the inference IR)
+//     is made once, when the engine is built, not on every run.
+//   * resolved dispatch: the dispatch key set of each node is computed on the first run of a plan
+//     and the kernel is called with it directly on later runs (redispatch), under InferenceMode,
+//     so neither autograd nor ADInplaceOrView is visited.
+// A plan is made per input signature (sizes, strides, dtype, device of every input) on its first
+// run, which runs as the interpreter does and records each result's metadata; a dynamic program
+// gets one plan per shape it sees, the last `max_plans` signatures kept. Runs from many threads
+// are safe: each run takes a plan of its own (another instance is made when all are busy).
+
+#include <algorithm>  // std::max
+#include <cstddef>    // std::size_t
+#include <cstdint>    // std::int64_t, std::uint8_t
+#include <list>       // std::list
+#include <memory>     // std::unique_ptr
+#include <mutex>      // std::mutex, std::lock_guard
+#include <optional>   // std::optional
+#include <string>     // std::string
+#include <unordered_map>  // std::unordered_map
+#include <utility>    // std::move
+#include <vector>     // std::vector
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/core/stack.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+// #include <xport/config.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ir/program.hpp>
+// #include <xport/run/interpreter.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+struct engine_options {
+  /// Check inputs against the program's guards before running (count, dtype, device, shape).
+  bool check_inputs = true;
+  /// Write the results of ops with an out= kernel into a per-signature arena reused across runs.
+  bool plan_memory = true;
+  /// Run a functional op in place on its first argument when nothing else uses that result.
+  bool in_place = true;
+  /// Call each node's kernel with the dispatch key set its plan resolved (no key computation).
+  bool resolve_dispatch = true;
+  /// Input signatures whose plans are kept (the least recently used goes first).
+  std::size_t max_plans = 4;
+};
+
+/// What one plan does (engine::plan_info).
+struct engine_plan_info {
+  std::size_t nodes = 0;              ///< call nodes in the program
+  std::size_t out_variant_nodes = 0;  ///< nodes that write into the arena through an out= kernel
+  std::size_t in_place_nodes = 0;     ///< nodes run in place on a result nothing else uses
+  std::size_t hoisted_nodes = 0;      ///< views of the program's state, made once per engine
+  std::size_t resolved_nodes = 0;     ///< nodes called with a resolved dispatch key set
+  std::size_t arena_buffers = 0;      ///< buffers the arena holds
+  std::size_t arena_bytes = 0;        ///< their bytes
+  std::size_t planned_bytes = 0;      ///< bytes of all planned results (what eager allocates for them)
+};
+
+class engine {
+ public:
+  explicit engine(const exported_program& p, engine_options opts = {}) : interp_(p), opts_(opts) { analyze(); }
+
+  engine(const engine&) = delete;
+  engine& operator=(const engine&) = delete;
+
+  /// Runs on the user inputs and returns the user outputs, as interpreter::run does (mutations the
+  /// program returns are written back); results are inference tensors.
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) const {
+    const sym_env env = opts_.check_inputs ? interp_.guards_.check_and_bind(inputs) : interp_.guards_.bind(inputs);
+    c10::InferenceMode inference;
+    std::vector<at::Tensor> relaid;
+    const auto& in = interp_.in_exported_layout(inputs, relaid);
+    thread_local std::vector<std::int64_t> key;
+    signature_of(in, key);
+    auto p = checkout(key);
+    std::vector<c10::IValue> outs;
+    if (!p) {
+      p = std::make_unique<plan>();
+      p->key = key;
+      std::vector<std::uint32_t> alias;
+      outs = record(in, env, *p, alias);
+      make_arena(*p, alias);
+      checkin(std::move(p), true);
+    } else {
+      outs = execute(in, env, *p);
+      checkin(std::move(p), false);
+    }
+    return interp_.deliver(outs, inputs);
+  }
+
+  std::vector<at::Tensor> operator()(const std::vector<at::Tensor>& inputs) const { return run(inputs); }
+
+  /// The plan for `inputs`' signature (made by running once when there is none).
+  [[nodiscard]] engine_plan_info plan_info(const std::vector<at::Tensor>& inputs) const {
+    const auto find = [&]() -> std::optional<engine_plan_info> {
+      c10::InferenceMode inference;  // the state run() computes signatures in
+      std::vector<at::Tensor> relaid;
+      std::vector<std::int64_t> key;
+      signature_of(interp_.in_exported_layout(inputs, relaid), key);
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (const auto& p : idle_)
+        if (p->key == key) return p->info;
+      return std::nullopt;
+    };
+    if (auto info = find()) return *info;
+    (void)run(inputs);
+    if (auto info = find()) return *info;
+    throw run_error("xport.engine.no_plan", "no plan was kept for these inputs (max_plans is 0?)");
+  }
+
+  /// Plans kept now (instances for concurrent runs included).
+  [[nodiscard]] std::size_t num_plans() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return idle_.size();
+  }
+
+  [[nodiscard]] const interpreter& code() const noexcept { return interp_; }
+
+  /// Whether this LibTorch gets planned memory (in place, out=): LibTorch 2.x. On 1.13 the
+  /// LSTM and GRU inference IRs (xport's own functionalizer there) ran wrong with it, not yet
+  /// explained, so there the engine only resolves dispatch and hoists views.
+  [[nodiscard]] static bool memory_planning_supported() {
+    static const bool ok = detail::torch_version().rfind("1.", 0) != 0;
+    return ok;
+  }
+
+ private:
+  using instr = interpreter::instr;
+  using arg_kind = interpreter::arg_op::kind;
+  static constexpr std::uint32_t none = 0xffffffffu;
+
+  // A result's metadata, recorded on a plan's first run.
+  struct result_meta {
+    std::vector<std::int64_t> sizes, strides;
+    c10::ScalarType dtype = c10::ScalarType::Undefined;
+    c10::Device device = c10::kCPU;
+    std::size_t bytes = 0;
+    bool dense = false;  // its kernel is a dense CPU or CUDA one (see resolve_keys)
+  };
+
+  static bool same_layout(const c10::IValue& a, const c10::IValue& b) {
+    if (!a.isTensor() || !b.isTensor()) return false;
+    const auto &x = a.toTensor(), &y = b.toTensor();
+    return x.defined() && y.defined() && x.layout() == c10::kStrided && y.layout() == c10::kStrided &&
+           x.scalar_type() == y.scalar_type() && x.device() == y.device() && x.sizes() == y.sizes() &&
+           x.strides() == y.strides() && x.is_non_overlapping_and_dense();
+  }
+
+  struct plan {
+    std::vector<std::int64_t> key;
+    std::vector<c10::DispatchKeySet> keys;  // per instruction, valid where `resolved`
+    std::vector<std::uint8_t> resolved;
+    std::vector<result_meta> meta;  // per instruction, for out= candidates
+    std::vector<at::Tensor> out;    // per instruction: the slot its out= kernel writes (or undefined)
+    std::vector<std::uint8_t> in_place;  // per instruction: runs as its in-place overload
+    bool unplannable = false;            // an alias the plan cannot follow was seen: plain calls
+    std::vector<at::Tensor> buffers;
+    std::vector<c10::IValue> regs;  // the registers, kept between runs (empty after each)
+    torch::jit::Stack stack;
+    engine_plan_info info;
+  };
+
+  // ---- analysis, once per program ------------------------------------------------------------
+
+  // Every out= overload of the operators named like `op`, by operator name (built once).
+  static const std::vector<c10::OperatorName>& overloads_of(const std::string& name) {
+    static const auto table = [] {
+      std::unordered_map<std::string, std::vector<c10::OperatorName>> t;
+      for (const auto& n : c10::Dispatcher::singleton().getAllOpNames()) t[n.name].push_back(n);
+      return t;
+    }();
+    static const std::vector<c10::OperatorName> empty;
+    const auto it = table.find(name);
+    return it == table.end() ? empty : it->second;
+  }
+
+  // Whether `op` is functional: no argument or return aliased, one Tensor returned.
+  static bool is_functional(const op_info& op) {
+    const auto& f = op.schema();
+    if (op.is_mutable || op.is_view || op.returns_list || f.returns().size() != 1 ||
+        f.returns()[0].type()->kind() != c10::TypeKind::TensorType || f.returns()[0].alias_info())
+      return false;
+    for (const auto& a : f.arguments())
+      if (a.alias_info()) return false;
+    return true;
+  }
+
+  static bool same_arguments(const std::vector<c10::Argument>& a, const std::vector<c10::Argument>& b, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i)
+      if (a[i].name() != b[i].name() || !(*a[i].type() == *b[i].type())) return false;
+    return true;
+  }
+
+  // The out= overload of functional op `op`: the same arguments (names and types), then one
+  // keyword-only `Tensor(a!) out`, returning it. Null when there is none.
+  static const c10::OperatorHandle* out_overload(const op_info& op) {
+    if (!is_functional(op)) return nullptr;
+    const auto& f = op.schema().arguments();
+    for (const auto& name : overloads_of(op.name)) {
+      const auto* info = try_find_op(name.overload_name.empty() ? name.name : name.name + "." + name.overload_name);
+      if (!info || info == &op) continue;
+      const auto& s = info->schema();
+      const auto& args = s.arguments();
+      if (args.size() != f.size() + 1 || s.returns().size() != 1 || !same_arguments(args, f, f.size())) continue;
+      const auto& out = args.back();
+      if (out.kwarg_only() && out.alias_info() && out.alias_info()->isWrite() &&
+          out.type()->kind() == c10::TypeKind::TensorType && s.returns()[0].alias_info())
+        return &info->handle;
+    }
+    return nullptr;
+  }
+
+  // The in-place overload of functional op `op` (relu -> relu_, add.Tensor -> add_.Tensor): the
+  // same arguments, the first written (`Tensor(a!) self`) and returned. Null when there is none.
+  static const c10::OperatorHandle* in_place_overload(const op_info& op) {
+    if (!is_functional(op) || op.schema().arguments().empty()) return nullptr;
+    const auto* info = try_find_op(op.name + "_" + (op.overload.empty() ? "" : "." + op.overload));
+    if (!info) return nullptr;
+    const auto& s = info->schema();
+    const auto& f = op.schema().arguments();
+    const auto& args = s.arguments();
+    if (args.size() != f.size() || s.returns().size() != 1 || !s.returns()[0].alias_info()) return nullptr;
+    const auto* self = args[0].alias_info();
+    if (!self || !self->isWrite() || args[0].type()->kind() != c10::TypeKind::TensorType) return nullptr;
+    for (std::size_t i = 1; i < args.size(); ++i)
+      if (args[i].alias_info()) return nullptr;
+    return same_arguments(args, f, f.size()) ? &info->handle : nullptr;
+  }
+
+  template <class F>
+  void for_each_register_use(const instr& in, F&& f) const {
+    const auto visit = [&](const interpreter::arg_op& a) {
+      if (a.type == arg_kind::reg_copy || a.type == arg_kind::reg_move || a.type == arg_kind::reg_number) f(a.index);
+    };
+    for (const auto& a : in.args) {
+      if (a.type == arg_kind::tensor_list || a.type == arg_kind::opt_tensor_list || a.type == arg_kind::int_list) {
+        for (const auto& e : interp_.lists_[a.index].elems) visit(e);
+      } else {
+        visit(a);
+      }
+    }
+  }
+
+  // Roots and lifetimes: a view's (or an in-place op's) result has the root of what it aliases, a
+  // root lives until the last use of any alias (`last`), and a root some graph output or in-place
+  // op of the graph reaches is `pinned`: never planned. `in_place[i]`: instruction i's result
+  // aliases its first argument too.
+  struct lifetimes {
+    std::vector<std::uint32_t> root, def, last;
+    std::vector<std::uint8_t> pinned;
+    bool data_dependent = false;
+  };
+
+  // `in_place[i]`: instruction i runs in place; `alias[i]`: the register instruction i's result
+  // was seen to alias on the plan's first run (a functional op may return its argument itself,
+  // as dropout does in eval mode), or `none`.
+  lifetimes trace_lifetimes(const std::vector<std::uint8_t>& in_place, const std::vector<std::uint32_t>& alias) const {
+    const auto& code = interp_.code_;
+    lifetimes l;
+    l.root.resize(interp_.num_regs_);
+    for (std::uint32_t r = 0; r < l.root.size(); ++r) l.root[r] = r;
+    l.def.assign(interp_.num_regs_, none);
+    l.last.assign(interp_.num_regs_, 0);
+    l.pinned.assign(interp_.num_regs_, 0);
+    for (std::size_t i = 0; i < code.size(); ++i) {
+      const auto& in = code[i];
+      const auto& op = *in.info;
+      std::uint32_t aliased = none;
+      if (alias[i] != none) {
+        aliased = l.root[alias[i]];
+      } else if (op.is_view || op.is_mutable || op.inplace_view || in.op != &op.handle || in_place[i]) {
+        // the first argument with an alias annotation (reshape, run for a view, aliases its self)
+        const auto& params = op.schema().arguments();
+        for (std::size_t k = 0; k < in.args.size() && k < params.size() && aliased == none; ++k) {
+          const auto& a = in.args[k];
+          if ((params[k].alias_info() || k == 0) && (a.type == arg_kind::reg_copy || a.type == arg_kind::reg_move))
+            aliased = l.root[a.index];
+        }
+        if (op.is_mutable)
+          for_each_register_use(in, [&](std::uint32_t r) { l.pinned[l.root[r]] = 1; });
+      }
+      for_each_register_use(in, [&](std::uint32_t r) { l.last[l.root[r]] = static_cast<std::uint32_t>(i); });
+      for (auto r : in.outputs) {
+        if (r == interpreter::dead) continue;
+        if (aliased != none) l.root[r] = aliased;
+        else l.def[r] = static_cast<std::uint32_t>(i);
+      }
+      l.data_dependent = l.data_dependent || op.data_dependent;
+    }
+    for (const auto& o : interp_.outputs_)
+      if (o.is_reg) l.pinned[l.root[o.index]] = 1;
+    return l;
+  }
+
+  // What each instruction may become (per plan, see make_plan): hoisted, an out= call, an in-place
+  // call. A program with a data-dependent size gets neither of the last two.
+  void analyze() {
+    const auto& code = interp_.code_;
+    const std::size_t n = code.size();
+    out_ops_.assign(n, nullptr);
+    in_place_ops_.assign(n, nullptr);
+    hoist();
+    bool data_dependent = false;
+    for (const auto& in : code) data_dependent = data_dependent || in.info->data_dependent;
+    if (data_dependent || !opts_.plan_memory || !memory_planning_supported()) return;
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto& in = code[i];
+      if (hoisted_[i] || in.op != &in.info->handle || in.outputs.size() != 1) continue;
+      out_ops_[i] = out_overload(*in.info);
+      const bool self_reg = !in.args.empty() && (in.args[0].type == arg_kind::reg_move || in.args[0].type == arg_kind::reg_copy);
+      if (opts_.in_place && self_reg) in_place_ops_[i] = in_place_overload(*in.info);
+    }
+  }
+
+  // Which candidates of plan `p` run in place: the first argument is a result of an earlier call,
+  // no view of anything, nothing uses it (or a view of it) later, it is no output, it occurs once
+  // among the arguments, and the result has its size, strides and dtype.
+  void choose_in_place(plan& p, const std::vector<std::uint32_t>& alias) const {
+    const auto& code = interp_.code_;
+    const auto plain = trace_lifetimes(std::vector<std::uint8_t>(code.size(), 0), alias);
+    for (std::size_t i = 0; i < code.size(); ++i) {
+      if (!p.in_place[i]) continue;
+      const auto& in = code[i];
+      const auto r = in.args[0].index;
+      std::size_t uses = 0;
+      for_each_register_use(in, [&](std::uint32_t u) { uses += u == r ? 1 : 0; });
+      const bool ok = uses == 1 && plain.root[r] == r && plain.def[r] != none && plain.last[r] == i && !plain.pinned[r];
+      p.in_place[i] = ok ? 1 : 0;
+    }
+  }
+
+  // Views of the program's state (and of such views) with constant arguments: made once, here.
+  void hoist() {
+    const auto& code = interp_.code_;
+    hoisted_.assign(code.size(), 0);
+    std::vector<std::uint8_t> constant(interp_.num_regs_, 0);
+    for (const auto& [r, t] : interp_.state_slots_) constant[r] = 1;
+    c10::InferenceMode inference;
+    std::vector<c10::IValue> regs(interp_.num_regs_);
+    for (const auto& [r, t] : interp_.state_slots_) regs[r] = t;
+    torch::jit::Stack stack;
+    for (std::size_t i = 0; i < code.size(); ++i) {
+      const auto& in = code[i];
+      const auto& op = *in.info;
+      if (!op.is_view || op.is_mutable || op.inplace_view || in.op != &op.handle || in.outputs.size() != 1) continue;
+      bool ok = true;
+      for (const auto& a : in.args)
+        ok = ok && (a.type == arg_kind::constant ||
+                    ((a.type == arg_kind::reg_copy || a.type == arg_kind::reg_move) && constant[a.index]));
+      if (!ok) continue;
+      for (const auto& a : in.args) {  // push without moving: the state stays in its register
+        if (a.type == arg_kind::constant) stack.push_back(interp_.constants_[a.index]);
+        else stack.push_back(regs[a.index]);
+      }
+      try {
+        in.op->callBoxed(stack);
+      } catch (const c10::Error&) {
+        stack.clear();
+        continue;  // left to run
+      }
+      hoisted_[i] = 1;
+      if (in.outputs[0] != interpreter::dead) {
+        constant[in.outputs[0]] = 1;
+        regs[in.outputs[0]] = stack[0];
+        preset_.emplace_back(in.outputs[0], stack[0]);
+      }
+      stack.clear();
+    }
+  }
+
+  // ---- plans, per input signature ------------------------------------------------------------
+
+  static void add_tensor_key(std::vector<std::int64_t>& key, const at::Tensor& t) {
+    if (!t.defined()) {
+      key.push_back(-1);
+      return;
+    }
+    key.push_back(t.dim());
+    key.insert(key.end(), t.sizes().begin(), t.sizes().end());
+    if (t.layout() == c10::kStrided) key.insert(key.end(), t.strides().begin(), t.strides().end());
+    key.push_back(static_cast<std::int64_t>(t.scalar_type()));
+    key.push_back(static_cast<std::int64_t>(t.device().type()) * 1024 + t.device().index());
+    key.push_back(static_cast<std::int64_t>(t.layout()) * 2 + (t.requires_grad() ? 1 : 0));
+  }
+
+  // What a plan depends on: each input's sizes, strides, dtype, device and layout, and the
+  // thread's dispatch state (autocast, ...), which resolved key sets include.
+  static void signature_of(const std::vector<at::Tensor>& inputs, std::vector<std::int64_t>& key) {
+    key.clear();
+    auto tls = c10::impl::tls_local_dispatch_key_set();  // (raw_repr is not const in LibTorch 1.13)
+    key.push_back(static_cast<std::int64_t>(tls.included_.raw_repr()));
+    key.push_back(static_cast<std::int64_t>(tls.excluded_.raw_repr()));
+    for (const auto& t : inputs) add_tensor_key(key, t);
+  }
+
+  std::unique_ptr<plan> checkout(const std::vector<std::int64_t>& key) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = idle_.begin(); it != idle_.end(); ++it) {
+      if ((*it)->key != key) continue;
+      auto p = std::move(*it);
+      idle_.erase(it);
+      return p;
+    }
+    return nullptr;
+  }
+
+  // Returns a plan to the pool, first in line; a new one drops the plans of signatures beyond
+  // `max_plans` (the least recently used).
+  void checkin(std::unique_ptr<plan> p, bool fresh) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    idle_.push_front(std::move(p));
+    if (!fresh) return;
+    std::vector<const std::vector<std::int64_t>*> seen;
+    for (auto it = idle_.begin(); it != idle_.end();) {
+      bool known = false;
+      for (const auto* k : seen) known = known || *k == (*it)->key;
+      if (!known) seen.push_back(&(*it)->key);
+      if (!known && seen.size() > std::max<std::size_t>(opts_.max_plans, 1)) {
+        it = idle_.erase(it);
+        seen.pop_back();
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  // The key set the dispatcher computes for a functional op's arguments on `stack`: the tensors'
+  // keys with the thread's included keys added and excluded ones removed, less BackendSelect and
+  // ADInplaceOrView, which only factories and in-place or view ops have kernels for (the
+  // dispatcher skips them for the others). Resolved only where that leaves a dense CPU or CUDA
+  // kernel; anything else (a factory, a view, sparse, ...) is dispatched on every call.
+  static bool resolve_keys(const op_info& op, const torch::jit::Stack& stack, c10::DispatchKeySet& ks) {
+    if (op.is_factory || op.is_view || op.is_mutable || op.inplace_view || op.device_arg >= 0) return false;
+    c10::DispatchKeySet seen;
+    bool any = false;
+    const auto add = [&](const c10::IValue& v) {
+      if (v.isTensor() && v.toTensor().defined()) {
+        seen = seen | v.toTensor().key_set();
+        any = true;
+      }
+    };
+    for (const auto& v : stack) {
+      if (v.isTensorList()) {
+        for (const auto& t : v.toTensorVector()) add(c10::IValue(t));
+      } else if (v.isList()) {
+        for (const auto& e : v.toListRef()) add(e);
+      } else {
+        add(v);
+      }
+    }
+    if (!any) return false;
+    const auto tls = c10::impl::tls_local_dispatch_key_set();
+    ks = ((seen | tls.included_) - tls.excluded_).remove(c10::DispatchKey::BackendSelect).remove(c10::DispatchKey::ADInplaceOrView);
+    const auto top = ks.highestPriorityTypeId();
+    return top == c10::DispatchKey::CPU || top == c10::DispatchKey::CUDA;
+  }
+
+  static result_meta meta_of(const c10::IValue& v) {
+    result_meta m;
+    if (!v.isTensor()) return m;
+    const auto& t = v.toTensor();
+    if (!t.defined() || t.layout() != c10::kStrided || t.is_quantized()) return m;
+    m.sizes = t.sizes().vec();
+    m.strides = t.strides().vec();
+    m.dtype = t.scalar_type();
+    m.device = t.device();
+    std::size_t extent = 1;
+    for (std::size_t d = 0; d < m.sizes.size(); ++d) {
+      if (m.sizes[d] == 0) return result_meta{};  // nothing to plan
+      extent += static_cast<std::size_t>((m.sizes[d] - 1) * m.strides[d]);
+    }
+    m.bytes = extent * t.element_size();
+    return m;
+  }
+
+  // The registers at the start of a run: the user inputs, the state, the hoisted views.
+  void load_registers(plan& p, const std::vector<at::Tensor>& inputs) const {
+    p.regs.resize(interp_.num_regs_);
+    for (std::size_t i = 0; i < interp_.user_slots_.size(); ++i) p.regs[interp_.user_slots_[i]] = inputs[i];
+    for (const auto& [r, t] : interp_.state_slots_) p.regs[r] = t;
+    for (const auto& [r, v] : preset_) p.regs[r] = v;
+  }
+
+  // The graph outputs; the registers are emptied (nothing is held between runs).
+  std::vector<c10::IValue> unload_registers(plan& p) const {
+    auto outs = interp_.graph_outputs(p.regs);
+    for (auto& r : p.regs) r = c10::IValue();
+    return outs;
+  }
+
+  void store_results(const instr& in, plan& p) const {
+    detail::take_outputs(p.stack, [&](std::size_t k, c10::IValue&& r) {
+      if (k < in.outputs.size() && in.outputs[k] != interpreter::dead) p.regs[in.outputs[k]] = std::move(r);
+    });
+    p.stack.clear();
+  }
+
+  // Whether the result of functional instruction i shares storage with one of its tensor
+  // arguments: then it is a view of that argument's register for this plan; one of an argument
+  // that is no register (inside a list) turns planning off for the plan.
+  void note_alias(plan& p, std::size_t i, const std::vector<std::pair<const c10::StorageImpl*, std::uint32_t>>& args,
+                  std::vector<std::uint32_t>& alias) const {
+    for (const auto& r : p.stack) {
+      if (!r.isTensor() || !r.toTensor().defined() || !r.toTensor().has_storage()) continue;
+      const auto* st = r.toTensor().storage().unsafeGetStorageImpl();
+      for (const auto& [arg, reg] : args) {
+        if (arg != st) continue;
+        if (reg == none) p.unplannable = true;
+        else alias[i] = reg;
+      }
+    }
+  }
+
+  // A plan's first run: the interpreter's functional calls, recording each instruction's key set,
+  // each candidate's result metadata, and whether an in-place candidate's result is laid out as
+  // its first argument.
+  std::vector<c10::IValue> record(const std::vector<at::Tensor>& inputs, const sym_env& env, plan& p,
+                                 std::vector<std::uint32_t>& alias) const {
+    const auto& code = interp_.code_;
+    p.keys.assign(code.size(), c10::DispatchKeySet());
+    p.resolved.assign(code.size(), 0);
+    p.in_place.assign(code.size(), 0);
+    p.meta.assign(code.size(), result_meta{});
+    alias.assign(code.size(), none);
+    load_registers(p, inputs);
+    p.stack.reserve(interp_.max_args_ + 4);
+    for (std::size_t i = 0; i < code.size(); ++i) {
+      if (hoisted_[i]) continue;
+      const auto& in = code[i];
+      interp_.push_arguments(in, p.regs, env, p.stack);
+      const bool dense = resolve_keys(*in.info, p.stack, p.keys[i]);
+      p.resolved[i] = dense && opts_.resolve_dispatch ? 1 : 0;
+      const c10::IValue self = in_place_ops_[i] && dense ? p.stack[0] : c10::IValue();
+      std::vector<std::pair<const c10::StorageImpl*, std::uint32_t>> arg_storage;  // tensor arguments
+      for (std::size_t k = 0; k < p.stack.size() && k < in.args.size(); ++k)
+        if (p.stack[k].isTensor() && p.stack[k].toTensor().defined() && p.stack[k].toTensor().has_storage())
+          arg_storage.emplace_back(p.stack[k].toTensor().storage().unsafeGetStorageImpl(),
+                                   in.args[k].type == arg_kind::reg_copy || in.args[k].type == arg_kind::reg_move ? in.args[k].index : none);
+      detail::call_op(*in.op, p.stack, [&](const c10::Error& e) { interpreter::throw_op_failed(in, e); });
+      if (!in.info->is_view && !in.info->is_mutable && in.op == &in.info->handle)
+        note_alias(p, i, arg_storage, alias);
+      if (out_ops_[i] && dense && p.stack.size() == 1) p.meta[i] = meta_of(p.stack[0]);
+      if (!self.isNone() && p.stack.size() == 1 && same_layout(p.stack[0], self) &&
+          in_place_ops_[i]->hasKernelForDispatchKey(p.keys[i].highestPriorityTypeId()))
+        p.in_place[i] = 1;
+      store_results(in, p);
+    }
+    return unload_registers(p);
+  }
+
+  // Gives every recorded candidate a slot: a buffer no result alive at the same time uses (the
+  // smallest free one that fits, else the largest free one grown, else a new one), on its device.
+  void make_arena(plan& p, const std::vector<std::uint32_t>& alias) const {
+    const auto& code = interp_.code_;
+    if (p.unplannable) {
+      p.in_place.assign(code.size(), 0);
+      p.meta.assign(code.size(), result_meta{});
+    }
+    choose_in_place(p, alias);
+    const auto l = trace_lifetimes(p.in_place, alias);
+    struct buffer {
+      std::size_t bytes;
+      c10::Device device;
+      std::uint32_t busy_until;
+    };
+    std::vector<buffer> bufs;
+    std::vector<std::uint32_t> slot(code.size(), none);
+    for (std::size_t i = 0; i < code.size(); ++i) {
+      const auto& m = p.meta[i];
+      const auto r = code[i].outputs.empty() ? interpreter::dead : code[i].outputs[0];
+      if (!out_ops_[i] || p.in_place[i] || m.bytes == 0 || alias[i] != none ||
+          !out_ops_[i]->hasKernelForDispatchKey(p.keys[i].highestPriorityTypeId()) ||
+          (r != interpreter::dead && (l.pinned[r] || l.root[r] != r || l.def[r] != i)))
+        continue;
+      const auto last_use = r == interpreter::dead ? static_cast<std::uint32_t>(i) : std::max(l.last[r], static_cast<std::uint32_t>(i));
+      std::uint32_t best = none, largest = none;
+      for (std::uint32_t b = 0; b < bufs.size(); ++b) {
+        if (bufs[b].device != m.device || bufs[b].busy_until >= i) continue;
+        if (bufs[b].bytes >= m.bytes && (best == none || bufs[b].bytes < bufs[best].bytes)) best = b;
+        if (largest == none || bufs[b].bytes > bufs[largest].bytes) largest = b;
+      }
+      if (best == none && largest != none) best = largest;
+      if (best == none) {
+        best = static_cast<std::uint32_t>(bufs.size());
+        bufs.push_back({0, m.device, 0});
+      }
+      bufs[best].bytes = std::max(bufs[best].bytes, m.bytes);
+      bufs[best].busy_until = last_use;
+      slot[i] = best;
+      p.info.planned_bytes += m.bytes;
+    }
+    for (const auto& b : bufs) {
+      p.buffers.push_back(at::empty({static_cast<std::int64_t>(b.bytes)}, at::TensorOptions().dtype(at::kByte).device(b.device)));
+      p.info.arena_bytes += b.bytes;
+    }
+    p.out.assign(code.size(), at::Tensor());
+    for (std::size_t i = 0; i < code.size(); ++i) {
+      if (slot[i] == none) continue;
+      const auto& m = p.meta[i];
+      p.out[i] = at::empty({0}, at::TensorOptions().dtype(m.dtype).device(m.device));
+      p.out[i].set_(p.buffers[slot[i]].storage(), 0, m.sizes, m.strides);
+      ++p.info.out_variant_nodes;
+    }
+    p.meta.clear();
+    p.info.nodes = code.size();
+    p.info.arena_buffers = bufs.size();
+    for (auto r : p.resolved) p.info.resolved_nodes += r;
+    for (auto r : p.in_place) p.info.in_place_nodes += r;
+    for (auto h : hoisted_) p.info.hoisted_nodes += h;
+  }
+
+  // A planned run: out= kernels into the arena, in-place overloads, resolved key sets.
+  std::vector<c10::IValue> execute(const std::vector<at::Tensor>& inputs, const sym_env& env, plan& p) const {
+    const auto& code = interp_.code_;
+    load_registers(p, inputs);
+    for (std::size_t i = 0; i < code.size(); ++i) {
+      if (hoisted_[i]) continue;
+      const auto& in = code[i];
+      interp_.push_arguments(in, p.regs, env, p.stack);
+      const c10::OperatorHandle* op = in.op;
+      if (p.out[i].defined()) {
+        p.stack.emplace_back(p.out[i]);
+        op = out_ops_[i];
+      } else if (p.in_place[i]) {
+        op = in_place_ops_[i];
+      }
+      try {
+        if (p.resolved[i]) op->redispatchBoxed(p.keys[i], &p.stack);
+        else op->callBoxed(p.stack);
+      } catch (const c10::Error& e) {
+        p.stack.clear();
+        for (auto& r : p.regs) r = c10::IValue();
+        interpreter::throw_op_failed(in, e);
+      }
+      store_results(in, p);
+    }
+    return unload_registers(p);
+  }
+
+  interpreter interp_;
+  engine_options opts_;
+  std::vector<const c10::OperatorHandle*> out_ops_;       // per instruction: its out= overload, when plannable
+  std::vector<const c10::OperatorHandle*> in_place_ops_;  // per instruction: its in-place overload, when it may run so
+  std::vector<std::uint8_t> hoisted_;                     // per instruction: made once, in hoist()
+  std::vector<std::pair<std::uint32_t, c10::IValue>> preset_;  // registers hoist() filled
+  mutable std::mutex mutex_;
+  mutable std::list<std::unique_ptr<plan>> idle_;  // plans not running now, most recent first
+};
+
+XPORT_END_NAMESPACE

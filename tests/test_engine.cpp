@@ -1,0 +1,345 @@
+// The inference engine (xport/engine.hpp) against eager LibTorch and the interpreter: every real
+// model in both IRs and every input layout, first (recording) and planned runs; results the caller
+// keeps are never overwritten; buffers are shared by results that are never alive together;
+// dynamic shapes get a plan per signature; eight threads at once; the program's state is unchanged.
+#include <thread>
+
+#include <xport/engine.hpp>
+
+#include "models.hpp"
+
+#include "common.hpp"
+
+using namespace xport;
+namespace m = xport_models;
+
+namespace {
+
+template <class Module>
+std::vector<at::Tensor> eager_outputs(Module& mod, const at::Tensor& x) {
+  c10::InferenceMode guard;
+  std::vector<at::Tensor> leaves;
+  flatten(mod->forward(x), leaves);
+  return leaves;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> snapshot(const exported_program& p) {
+  std::vector<std::pair<std::string, at::Tensor>> s;
+  for (const auto& [name, t] : p.state_dict()) s.emplace_back(name, t.clone());
+  return s;
+}
+
+void check_same_state(const exported_program& p, const std::vector<std::pair<std::string, at::Tensor>>& before) {
+  std::size_t i = 0;
+  for (const auto& [name, t] : p.state_dict()) {
+    INFO("state " << name);
+    REQUIRE(i < before.size());
+    CHECK(at::equal(t, before[i++].second));
+  }
+}
+
+// Runs `p` through a fresh engine on every layout of three inputs (the first run of a signature
+// records, the others run planned) and checks each result: equal to the interpreter's (the same
+// kernels; at::equal) and close to eager's. Returns the plan of the contiguous input.
+template <class Module, class Input>
+engine_plan_info check_program(const exported_program& p, Module& eager, Input make_input) {
+  const auto before = snapshot(p);
+  engine e(p);
+  interpreter interp(p);
+  run_options inference;
+  inference.inference_mode = true;
+  for (int k = 0; k < 3; ++k) {
+    const auto x = make_input();
+    for (const auto& [layout, xl] : xport_test::layouts_of(x)) {
+      INFO("input " << k << ", layout " << layout);
+      const auto want = eager_outputs(eager, x);
+      for (int rep = 0; rep < 2; ++rep) {  // the signature's first run records; the second is planned
+        const auto got = e.run({xl});
+        const auto same_kernels = interp.run({xl}, inference);
+        REQUIRE(got.size() == want.size());
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          INFO("output " << i << ", run " << rep);
+          CHECK(at::equal(got[i], same_kernels[i]));
+          CHECK((got[i].sizes() == want[i].sizes()));
+          CHECK(at::allclose(got[i], want[i], 1e-4, 1e-5));
+        }
+      }
+    }
+  }
+  check_same_state(p, before);
+  return e.plan_info({make_input()});
+}
+
+template <class Module, class Make, class Input>
+// `min_planned_lowered`: nodes of the inference IR that write into the arena or run in place, as
+// the engine plans them today (a regression check: fewer means planning stopped applying).
+void check_model(Make make, Input make_input, std::size_t min_planned_lowered) {
+  torch::manual_seed(0);
+  Module exported = make();
+  torch::manual_seed(0);
+  Module eager = make();
+  exported->eval();
+  eager->eval();
+  const auto trained = export_program(exported, std::tuple{make_input()});
+  {
+    INFO("training IR");
+    (void)check_program(trained, eager, make_input);
+  }
+  {
+    INFO("inference IR");
+    const auto lowered = run_decompositions(trained);
+    const auto info = check_program(lowered, eager, make_input);
+    if (engine::memory_planning_supported()) CHECK(info.out_variant_nodes + info.in_place_nodes >= min_planned_lowered);
+    else CHECK(info.out_variant_nodes + info.in_place_nodes == 0);
+    CHECK(info.arena_bytes <= info.planned_bytes);
+    CHECK(info.resolved_nodes > 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("engine: MLP") {
+  check_model<m::MLP>([] { return m::MLP(); }, [] { return at::randn({5, 16}); }, 4);
+  torch::manual_seed(0);
+  m::MLP net;
+  net->eval();
+  const auto p = run_decompositions(export_program(net, std::tuple{at::randn({5, 16})}));
+  CHECK(engine(p).plan_info({at::randn({5, 16})}).hoisted_nodes == 3);  // the weights' permutes, made once
+}
+
+TEST_CASE("engine: LeNet") {
+  check_model<m::LeNet>([] { return m::LeNet(); }, [] { return at::randn({2, 1, 28, 28}); }, 7);
+}
+
+TEST_CASE("engine: DCGAN generator and discriminator") {
+  check_model<m::Generator>([] { return m::Generator(); }, [] { return at::randn({2, 16, 1, 1}); }, 3);
+  check_model<m::Discriminator>([] { return m::Discriminator(); }, [] { return at::randn({2, 3, 16, 16}); }, 3);
+}
+
+TEST_CASE("engine: ResNet-18") {
+  check_model<m::ResNet18>([] { return m::ResNet18(); }, [] { return at::randn({1, 3, 64, 64}); }, 26);
+}
+
+TEST_CASE("engine: Transformer encoder layer") {
+  check_model<m::Encoder>([] { return m::Encoder(); }, [] { return at::randn({5, 2, 32}); }, 15);
+}
+
+TEST_CASE("engine: LSTM, GRU and an embedding classifier") {
+  check_model<m::LSTMNet>([] { return m::LSTMNet(); }, [] { return at::randn({2, 5, 8}); }, 116);
+  check_model<m::GRUNet>([] { return m::GRUNet(); }, [] { return at::randn({2, 5, 8}); }, 58);
+  check_model<m::EmbeddingClassifier>([] { return m::EmbeddingClassifier(); },
+                                      [] { return at::randint(100, {4, 7}, at::kLong); }, 1);
+}
+
+namespace {
+
+// x -> sin -> +y -> *y -> sin -> ... (n ops), the benchmark's chain: each result dies at its next use.
+exported_program chain(int n, const at::Tensor& x, const at::Tensor& y) {
+  program_builder b;
+  auto vx = b.input("x", x);
+  auto vy = b.input("y", y);
+  value v = vx;
+  for (int i = 0; i < n; ++i)
+    v = b.call(i % 3 == 0 ? "aten::sin" : i % 3 == 1 ? "aten::add.Tensor" : "aten::mul.Tensor",
+               i % 3 == 0 ? std::vector<argument>{v} : std::vector<argument>{v, vy});
+  b.output(v);
+  return std::move(b).build();
+}
+
+at::Tensor chain_eager(int n, at::Tensor x, const at::Tensor& y) {
+  for (int i = 0; i < n; ++i) x = i % 3 == 0 ? at::sin(x) : i % 3 == 1 ? at::add(x, y) : at::mul(x, y);
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("engine: results that are never alive together share one buffer") {
+  const auto x = at::randn({4, 8}), y = at::randn({4, 8});
+  const auto p = chain(30, x, y);
+  engine e(p);
+  const auto info = e.plan_info({x, y});
+  CHECK(info.nodes == 30);
+  // the first sin reads the input (not the program's to overwrite): a fresh result every run;
+  // every later op runs in place on it, and nothing is planned into the arena
+  const bool plans = engine::memory_planning_supported();
+  CHECK(info.in_place_nodes == (plans ? 29 : 0));
+  CHECK(info.out_variant_nodes == 0);
+  CHECK(info.arena_bytes == 0);
+  CHECK(info.resolved_nodes == 30);
+  engine_options no_reuse;
+  no_reuse.plan_memory = true;
+  no_reuse.in_place = false;
+  engine arena(p, no_reuse);
+  const auto ai = arena.plan_info({x, y});
+  CHECK(ai.in_place_nodes == 0);
+  CHECK(ai.out_variant_nodes == (plans ? 29 : 0));  // all but the last: the output leaves the run
+  CHECK(ai.arena_buffers == (plans ? 2 : 0));       // each result dies at the next op: two buffers ping-pong
+  CHECK(ai.arena_bytes == (plans ? 2 : 0) * 4 * 8 * sizeof(float));
+  CHECK(ai.planned_bytes == (plans ? 29 : 0) * 4 * 8 * sizeof(float));
+  for (int k = 0; k < 3; ++k) {
+    const auto a = at::randn({4, 8}), b = at::randn({4, 8});
+    CHECK(at::equal(arena.run({a, b})[0], chain_eager(30, a, b)));
+  }
+  for (int k = 0; k < 3; ++k) {
+    const auto a = at::randn({4, 8}), b = at::randn({4, 8});
+    CHECK(at::equal(e.run({a, b})[0], chain_eager(30, a, b)));
+  }
+  engine_options plain;
+  plain.plan_memory = false;
+  plain.resolve_dispatch = false;
+  engine unplanned(p, plain);
+  const auto none = unplanned.plan_info({x, y});
+  CHECK(none.out_variant_nodes == 0);
+  CHECK(none.resolved_nodes == 0);
+  CHECK(at::equal(unplanned.run({x, y})[0], chain_eager(30, x, y)));
+}
+
+TEST_CASE("engine: a result the caller keeps is never overwritten by the next run") {
+  // outputs: an intermediate itself, a view of one, and a view of a view; and a result that is
+  // used after a view of it was taken
+  program_builder b;
+  auto x = b.input("x", at::randn({4, 6}));
+  auto s = b.call("aten::sin", {x});
+  auto c = b.call("aten::cos", {s});
+  auto t = b.call("aten::t", {c});
+  auto e1 = b.call("aten::exp", {s});
+  auto sl = b.call("aten::slice.Tensor", {e1, 0, 1, 3});
+  auto u = b.call("aten::unsqueeze", {sl, 0});
+  auto m = b.call("aten::mul.Tensor", {c, s});
+  b.output(s);
+  b.output(t);
+  b.output(u);
+  b.output(m);
+  const auto p = std::move(b).build();
+  engine e(p);
+  const auto eager = [](const at::Tensor& in) {
+    const auto si = at::sin(in), co = at::cos(si);
+    return std::vector<at::Tensor>{si, co.t(), at::exp(si).slice(0, 1, 3).unsqueeze(0), co * si};
+  };
+  std::vector<std::vector<at::Tensor>> kept, want;
+  for (int k = 0; k < 4; ++k) {
+    const auto in = at::randn({4, 6});
+    kept.push_back(e.run({in}));
+    want.push_back(eager(in));
+  }
+  for (std::size_t k = 0; k < kept.size(); ++k)
+    for (std::size_t i = 0; i < 4; ++i) {
+      INFO("run " << k << ", output " << i);
+      CHECK(at::equal(kept[k][i], want[k][i]));
+    }
+  // nothing above may be planned: every result is an output or is viewed by one
+  CHECK(e.plan_info({at::randn({4, 6})}).out_variant_nodes == 0);
+}
+
+TEST_CASE("engine: dynamic shapes get a plan per signature, the last max_plans kept") {
+  const auto batch = Dim("batch", 1, 64);
+  const auto f = [](const at::Tensor& a, const at::Tensor& w) { return at::relu(at::matmul(at::tanh(a), w) + 1); };
+  const auto w = at::randn({8, 3});
+  auto p = export_program(f, std::tuple{at::randn({4, 8}), w},
+                          {.input_names = {"a", "w"}, .dynamic_shapes = {{"a", {{0, batch}}}, {"w", {}}}});
+  for (const bool lowered : {false, true}) {
+    INFO((lowered ? "inference IR" : "training IR"));
+    const auto q = lowered ? run_decompositions(p) : p.clone();
+    engine_options o;
+    o.max_plans = 2;
+    engine e(q, o);
+    for (const int n : {2, 5, 2, 7, 5, 1, 2, 2}) {
+      INFO("batch " << n);
+      const auto a = at::randn({n, 8});
+      const auto got = e.run({a, w});
+      c10::InferenceMode guard;
+      CHECK(at::allclose(got[0], f(a, w), 1e-5, 1e-6));
+      CHECK(e.num_plans() <= 2);
+    }
+    CHECK_THROWS_WITH_AS(e.run({at::randn({65, 8}), w}),
+                         "[xport.guard.range] input a: dim 0 (batch) must be in [1, 64], got 65; the program was exported "
+                         "for this range (widen the Dim's min/max and export again for other sizes)", guard_error);
+  }
+}
+
+TEST_CASE("engine: eight threads at once give the results of one") {
+  torch::manual_seed(0);
+  m::ResNet18 net;
+  net->eval();
+  const auto p = run_decompositions(export_program(net, std::tuple{at::randn({1, 3, 32, 32})}));
+  const auto before = snapshot(p);
+  engine e(p);
+  std::vector<at::Tensor> ins, want;
+  for (int i = 0; i < 4; ++i) {
+    ins.push_back(at::randn({1, 3, 32, 32}));
+    want.push_back(e.run({ins.back()})[0]);
+  }
+  std::vector<int> ok(8, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      int good = 0;
+      for (int k = 0; k < 6; ++k) {
+        const auto i = static_cast<std::size_t>((t + k) % 4);
+        good += at::equal(e.run({ins[i]})[0], want[i]) ? 1 : 0;
+      }
+      ok[static_cast<std::size_t>(t)] = good;
+    });
+  for (auto& t : threads) t.join();
+  for (int t = 0; t < 8; ++t) CHECK(ok[static_cast<std::size_t>(t)] == 6);
+  check_same_state(p, before);
+}
+
+TEST_CASE("engine: inputs are checked, and mutations written back, as the interpreter does") {
+  const auto x = at::randn({4, 8}), y = at::randn({4, 8});
+  const auto p = chain(6, x, y);
+  engine e(p);
+  CHECK_THROWS_WITH_AS(e.run({x}), "[xport.guard.count] expected 2 input(s) (x, y), got 1", guard_error);
+  CHECK_THROWS_WITH_AS(e.run({at::randn({5, 8}), y}),
+                       "[xport.guard.shape] input x: dim 0 must be 4, got 5 (the program was exported "
+                       "with a static size here; export with a dynamic Dim for this dimension to accept "
+                       "other sizes)",
+                       guard_error);
+  engine_options unchecked;
+  unchecked.check_inputs = false;
+  engine u(p, unchecked);
+  XPORT_CHECK_THROWS_MSG(u.run({at::randn({5, 8}), y}), run_error,
+                         "[xport.run.op_failed] node 'add' (aten::add.Tensor) failed: The size of tensor a (5) "
+                         "must match the size of tensor b (4)");
+  // a buffer the program updates (a running count): written back after every run, planned or not
+  program_builder b;
+  auto in = b.input("x", at::randn({3}));
+  auto count = b.buffer("count", at::zeros({3}));
+  auto next = b.call("aten::add.Tensor", {count, in});
+  auto out = b.call("aten::mul.Tensor", {b.call("aten::sin", {next}), 2});
+  b.output(next, output_kind::buffer_mutation, "count");
+  b.output(out);
+  auto q = std::move(b).build();
+  engine eq(q);
+  auto total = at::zeros({3});
+  for (int k = 0; k < 3; ++k) {
+    const auto v = at::randn({3});
+    total = total + v;
+    CHECK(at::allclose(eq.run({v})[0], at::sin(total) * 2));
+    CHECK(at::allclose(q.state_dict().at("count"), total));
+  }
+}
+
+TEST_CASE("engine: an op that returns its argument itself is followed as a view; inputs are never written") {
+  // dropout in eval mode returns its input tensor (its schema says nothing of it): relu of it may
+  // not run in place, or it would write the caller's input; exp's result dies at dropout, so its
+  // buffer is the one relu_1 reads through the alias
+  program_builder b;
+  auto x = b.input("x", at::randn({3, 5}));
+  auto d = b.call("aten::dropout", {x, 0.5, false});
+  auto r = b.call("aten::relu", {d});
+  auto e = b.call("aten::exp", {r});
+  auto d1 = b.call("aten::dropout", {e, 0.5, false});
+  auto r1 = b.call("aten::relu", {d1});
+  auto s = b.call("aten::add.Tensor", {r1, r});
+  b.output(s);
+  const auto p = std::move(b).build();
+  engine en(p);
+  for (int k = 0; k < 3; ++k) {
+    const auto in = at::randn({3, 5});
+    const auto copy = in.clone();
+    const auto got = en.run({in});
+    CHECK(at::equal(in, copy));
+    CHECK(at::equal(got[0], at::relu(at::exp(at::relu(copy))) + at::relu(copy)));
+  }
+}
