@@ -132,14 +132,6 @@ class engine {
 
   [[nodiscard]] const interpreter& code() const noexcept { return interp_; }
 
-  /// Whether this LibTorch gets planned memory (in place, out=): LibTorch 2.x. On 1.13 the
-  /// LSTM and GRU inference IRs (xport's own functionalizer there) ran wrong with it, not yet
-  /// explained, so there the engine only resolves dispatch and hoists views.
-  [[nodiscard]] static bool memory_planning_supported() {
-    static const bool ok = detail::torch_version().rfind("1.", 0) != 0;
-    return ok;
-  }
-
  private:
   using instr = interpreter::instr;
   using arg_kind = interpreter::arg_op::kind;
@@ -318,7 +310,7 @@ class engine {
     hoist();
     bool data_dependent = false;
     for (const auto& in : code) data_dependent = data_dependent || in.info->data_dependent;
-    if (data_dependent || !opts_.plan_memory || !memory_planning_supported()) return;
+    if (data_dependent || !opts_.plan_memory) return;
     for (std::size_t i = 0; i < n; ++i) {
       const auto& in = code[i];
       if (hoisted_[i] || in.op != &in.info->handle || in.outputs.size() != 1) continue;
@@ -511,19 +503,25 @@ class engine {
     p.stack.clear();
   }
 
-  // Whether the result of functional instruction i shares storage with one of its tensor
-  // arguments: then it is a view of that argument's register for this plan; one of an argument
-  // that is no register (inside a list) turns planning off for the plan.
+  // Whether a result of instruction i (no view by its schema) shares storage with one of its
+  // tensor arguments: then it is a view of that argument's register for this plan (dropout in
+  // eval mode returns its argument, unsafe_split views of it); one of an argument that is no
+  // register (inside a list) turns planning off for the plan.
   void note_alias(plan& p, std::size_t i, const std::vector<std::pair<const c10::StorageImpl*, std::uint32_t>>& args,
                   std::vector<std::uint32_t>& alias) const {
-    for (const auto& r : p.stack) {
-      if (!r.isTensor() || !r.toTensor().defined() || !r.toTensor().has_storage()) continue;
-      const auto* st = r.toTensor().storage().unsafeGetStorageImpl();
+    const auto check = [&](const at::Tensor& t) {
+      if (!t.defined() || !t.has_storage()) return;
+      const auto* st = t.storage().unsafeGetStorageImpl();
       for (const auto& [arg, reg] : args) {
         if (arg != st) continue;
         if (reg == none) p.unplannable = true;
         else alias[i] = reg;
       }
+    };
+    for (const auto& r : p.stack) {  // (unsafe_split returns views of its argument in a list)
+      if (r.isTensor()) check(r.toTensor());
+      else if (r.isTensorList())
+        for (const auto& t : r.toTensorVector()) check(t);
     }
   }
 
