@@ -244,9 +244,12 @@ TEST_CASE("engine: dynamic shapes get a plan per signature, the last max_plans k
     for (const int n : {2, 5, 2, 7, 5, 1, 2, 2}) {
       INFO("batch " << n);
       const auto a = at::randn({n, 8});
+      const auto at_ = at::randn({8, n}).t();  // transposed: put in the exported layout, then the same plan
       const auto got = e.run({a, w});
+      const auto got_t = e.run({at_, w});
       c10::InferenceMode guard;
       CHECK(at::allclose(got[0], f(a, w), 1e-5, 1e-6));
+      CHECK(at::allclose(got_t[0], f(at_, w), 1e-5, 1e-6));
       CHECK(e.num_plans() <= 2);
     }
     CHECK_THROWS_WITH_AS(e.run({at::randn({65, 8}), w}),

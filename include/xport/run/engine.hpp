@@ -143,7 +143,6 @@ class engine {
     c10::ScalarType dtype = c10::ScalarType::Undefined;
     c10::Device device = c10::kCPU;
     std::size_t bytes = 0;
-    bool dense = false;  // its kernel is a dense CPU or CUDA one (see resolve_keys)
   };
 
   static bool same_layout(const c10::IValue& a, const c10::IValue& b) {
@@ -256,7 +255,6 @@ class engine {
   struct lifetimes {
     std::vector<std::uint32_t> root, def, last;
     std::vector<std::uint8_t> pinned;
-    bool data_dependent = false;
   };
 
   // `in_place[i]`: instruction i runs in place; `alias[i]`: the register instruction i's result
@@ -293,7 +291,6 @@ class engine {
         if (aliased != none) l.root[r] = aliased;
         else l.def[r] = static_cast<std::uint32_t>(i);
       }
-      l.data_dependent = l.data_dependent || op.data_dependent;
     }
     for (const auto& o : interp_.outputs_)
       if (o.is_reg) l.pinned[l.root[o.index]] = 1;
@@ -642,9 +639,7 @@ class engine {
         if (p.resolved[i]) op->redispatchBoxed(p.keys[i], &p.stack);
         else op->callBoxed(p.stack);
       } catch (const c10::Error& e) {
-        p.stack.clear();
-        for (auto& r : p.regs) r = c10::IValue();
-        interpreter::throw_op_failed(in, e);
+        interpreter::throw_op_failed(in, e);  // (the plan is dropped with what it held)
       }
       store_results(in, p);
     }
