@@ -4,11 +4,19 @@
 //   (a) chain-N: x, y of shape [1, 8]; op i is x = sin(x) | x + y | x * y for i % 3 == 0 | 1 | 2
 //   (b) an MLP of 8 x (linear(64, 64) + relu) at batch 1;
 // and, for xport against eager, on real torch::nn models (tests/models.hpp) at batch 1, inference IR:
-//   (c) ResNet-18 on 224 x 224, (d) a Transformer encoder layer, (e) an LSTM.
+//   (c) ResNet-18 on 224 x 224, (d) a Transformer encoder layer, (e) an LSTM,
+//   (f) an Inception network (tests/models_branches.hpp: GoogLeNet's modules 3a and 3b) on
+//       56 x 56, whose four towers per module the engine runs at once with `threads`/2 (the
+//       argument: engine_options::threads; run it with OMP_NUM_THREADS=1 to see branch parallelism
+//       alone). ResNet-18 and the Inception network report wall time (a parallel run's work is
+//       on several threads): give those runs two cores, not `taskset -c 1`.
+// The engine's models also take `training_ir` = 1: the training IR, which keeps fused ops
+// (aten::lstm) that the inference IR decomposes.
 // Every variant reports `per_op` (seconds per executed op) and `peak_kB`, the activation memory of
 // one steady-state run (the CPU allocator's peak above what was held before it, plus the engine's
 // arena, which it holds between runs), in a run with XPORT_BENCH_PEAK=1. nativert is no peer: the wheel ships its header, not its
 // symbols. Compare variants of one run (the machine is noisy).
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -29,6 +37,7 @@
 #include <xport/engine.hpp>
 
 #include "../tests/models.hpp"
+#include "../tests/models_branches.hpp"
 
 namespace {
 
@@ -396,6 +405,10 @@ struct lstm {
   static auto make() { return xport_models::LSTMNet(); }
   static at::Tensor input() { return at::randn({1, 32, 8}); }
 };
+struct inception {
+  static auto make() { return xport_models::InceptionNet(); }
+  static at::Tensor input() { return at::randn({1, 3, 56, 56}); }
+};
 
 template <class M>
 auto eval_model() {
@@ -419,9 +432,11 @@ void BM_model_eager(benchmark::State& state) {
 }
 
 template <class M>
-xport::exported_program model_program() {
+xport::exported_program model_program(bool training_ir = false) {
   auto net = eval_model<M>();
-  return xport::run_decompositions(xport::export_program(net, std::tuple{M::input()}));
+  auto p = xport::export_program(net, std::tuple{M::input()});
+  if (training_ir) return p;
+  return xport::run_decompositions(p);
 }
 
 void set_nodes(benchmark::State& state, const xport::exported_program& p) {
@@ -444,14 +459,19 @@ void BM_model_xport(benchmark::State& state) {
 
 template <class M>
 void BM_model_engine(benchmark::State& state) {
-  const auto p = model_program<M>();
-  xport::engine e(p);
+  // range(1) == 1: the training IR (an eval-mode model's is functional too, and keeps fused ops
+  // such as aten::lstm that the inference IR decomposes)
+  const auto p = model_program<M>(state.range(1) == 1);
+  xport::engine_options o;
+  o.threads = static_cast<std::size_t>(std::max<std::int64_t>(state.range(0), 1));
+  xport::engine e(p, o);
   const std::vector<at::Tensor> in{M::input()};
   benchmark::DoNotOptimize(e.run(in));
   for (auto _ : state) benchmark::DoNotOptimize(e.run(in));
   set_nodes(state, p);
   const auto info = e.plan_info(in);
   state.counters["planned"] = static_cast<double>(info.out_variant_nodes);
+  if (o.threads > 1) state.counters["width"] = static_cast<double>(info.parallel_width);
   set_peak(state, allocator().peak_of([&] { benchmark::DoNotOptimize(e.run(in)); }) + info.arena_bytes);
 }
 
@@ -474,15 +494,18 @@ BENCHMARK(BM_mlp_torchscript_interpreter);
 BENCHMARK(BM_mlp_static_runtime);
 BENCHMARK(BM_mlp_xport)->ArgName("inference_ir")->Arg(0)->Arg(1);
 BENCHMARK(BM_mlp_engine)->ArgName("inference_ir")->Arg(0)->Arg(1);
-BENCHMARK(BM_model_eager<resnet18>)->Name("BM_resnet18_eager")->ArgName("mode")->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_model_xport<resnet18>)->Name("BM_resnet18_xport")->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_model_engine<resnet18>)->Name("BM_resnet18_engine")->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_model_eager<resnet18>)->Name("BM_resnet18_eager")->ArgName("mode")->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_model_xport<resnet18>)->Name("BM_resnet18_xport")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_model_engine<resnet18>)->Name("BM_resnet18_engine")->ArgNames({"threads", "training_ir"})->Args({1, 0})->Args({2, 0})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_model_eager<transformer>)->Name("BM_transformer_eager")->ArgName("mode")->Arg(0)->Arg(1)->Arg(2);
 BENCHMARK(BM_model_xport<transformer>)->Name("BM_transformer_xport");
-BENCHMARK(BM_model_engine<transformer>)->Name("BM_transformer_engine");
+BENCHMARK(BM_model_engine<transformer>)->Name("BM_transformer_engine")->ArgNames({"threads", "training_ir"})->Args({1, 0});
 BENCHMARK(BM_model_eager<lstm>)->Name("BM_lstm_eager")->ArgName("mode")->Arg(0)->Arg(1)->Arg(2);
 BENCHMARK(BM_model_xport<lstm>)->Name("BM_lstm_xport");
-BENCHMARK(BM_model_engine<lstm>)->Name("BM_lstm_engine");
+BENCHMARK(BM_model_engine<lstm>)->Name("BM_lstm_engine")->ArgNames({"threads", "training_ir"})->Args({1, 0})->Args({1, 1});
+BENCHMARK(BM_model_eager<inception>)->Name("BM_inception_eager")->ArgName("mode")->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_model_xport<inception>)->Name("BM_inception_xport")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_model_engine<inception>)->Name("BM_inception_engine")->ArgNames({"threads", "training_ir"})->Args({1, 0})->Args({2, 0})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // XPORT_BENCH_PEAK=1: measure peak_kB too. It is a run of its own: with the counting allocator in
 // place the program-running variants get slower on ResNet-18 (seen here, not explained), so the

@@ -2,11 +2,16 @@
 // model in both IRs and every input layout, first (recording) and planned runs; results the caller
 // keeps are never overwritten; buffers are shared by results that are never alive together;
 // dynamic shapes get a plan per signature; eight threads at once; the program's state is unchanged.
+// Everything runs sequentially and with parallel branches (engine_options::threads = 3), whose
+// results must equal the sequential ones bit for bit.
+#include <cstdio>
+#include <filesystem>
 #include <thread>
 
 #include <xport/engine.hpp>
 
 #include "models.hpp"
+#include "models_branches.hpp"
 
 #include "common.hpp"
 
@@ -38,13 +43,19 @@ void check_same_state(const exported_program& p, const std::vector<std::pair<std
   }
 }
 
+engine_options with_threads(std::size_t threads, engine_options o = {}) {
+  o.threads = threads;
+  return o;
+}
+
 // Runs `p` through a fresh engine on every layout of three inputs (the first run of a signature
 // records, the others run planned) and checks each result: equal to the interpreter's (the same
 // kernels; at::equal) and close to eager's. Returns the plan of the contiguous input.
 template <class Module, class Input>
-engine_plan_info check_program(const exported_program& p, Module& eager, Input make_input) {
+engine_plan_info check_program(const exported_program& p, Module& eager, Input make_input, std::size_t threads) {
+  INFO("threads " << threads);
   const auto before = snapshot(p);
-  engine e(p);
+  engine e(p, with_threads(threads));
   interpreter interp(p);
   run_options inference;
   inference.inference_mode = true;
@@ -83,15 +94,21 @@ void check_model(Make make, Input make_input, std::size_t min_planned_lowered) {
   const auto trained = export_program(exported, std::tuple{make_input()});
   {
     INFO("training IR");
-    (void)check_program(trained, eager, make_input);
+    (void)check_program(trained, eager, make_input, 1);
+    CHECK(check_program(trained, eager, make_input, 3).parallel_width >= 1);
   }
   {
     INFO("inference IR");
     const auto lowered = run_decompositions(trained);
-    const auto info = check_program(lowered, eager, make_input);
+    const auto info = check_program(lowered, eager, make_input, 1);
     CHECK(info.out_variant_nodes + info.in_place_nodes >= min_planned_lowered);
     CHECK(info.arena_bytes <= info.planned_bytes);
     CHECK(info.resolved_nodes > 0);
+    CHECK(info.parallel_width == 0);
+    const auto parallel = check_program(lowered, eager, make_input, 3);
+    CHECK(parallel.out_variant_nodes == info.out_variant_nodes);
+    CHECK(parallel.in_place_nodes == info.in_place_nodes);
+    CHECK(parallel.parallel_width >= 1);
   }
 }
 
@@ -182,6 +199,15 @@ TEST_CASE("engine: results that are never alive together share one buffer") {
     const auto a = at::randn({4, 8}), b = at::randn({4, 8});
     CHECK(at::equal(e.run({a, b})[0], chain_eager(30, a, b)));
   }
+  // a chain has no two nodes to run at once; its buffers and in-place runs are the same
+  engine pe(p, with_threads(3)), parena(p, with_threads(3, no_reuse));
+  CHECK(pe.plan_info({x, y}).parallel_width == 1);
+  CHECK(parena.plan_info({x, y}).arena_buffers == 2);
+  for (int k = 0; k < 3; ++k) {
+    const auto a = at::randn({4, 8}), b = at::randn({4, 8});
+    CHECK(at::equal(pe.run({a, b})[0], chain_eager(30, a, b)));
+    CHECK(at::equal(parena.run({a, b})[0], chain_eager(30, a, b)));
+  }
   engine_options plain;
   plain.plan_memory = false;
   plain.resolve_dispatch = false;
@@ -209,7 +235,9 @@ TEST_CASE("engine: a result the caller keeps is never overwritten by the next ru
   b.output(u);
   b.output(m);
   const auto p = std::move(b).build();
-  engine e(p);
+  for (const std::size_t threads : {1, 3}) {
+  CAPTURE(threads);
+  engine e(p, with_threads(threads));
   const auto eager = [](const at::Tensor& in) {
     const auto si = at::sin(in), co = at::cos(si);
     return std::vector<at::Tensor>{si, co.t(), at::exp(si).slice(0, 1, 3).unsqueeze(0), co * si};
@@ -227,6 +255,7 @@ TEST_CASE("engine: a result the caller keeps is never overwritten by the next ru
     }
   // nothing above may be planned: every result is an output or is viewed by one
   CHECK(e.plan_info({at::randn({4, 6})}).out_variant_nodes == 0);
+  }
 }
 
 TEST_CASE("engine: dynamic shapes get a plan per signature, the last max_plans kept") {
@@ -311,13 +340,16 @@ TEST_CASE("engine: inputs are checked, and mutations written back, as the interp
   b.output(next, output_kind::buffer_mutation, "count");
   b.output(out);
   auto q = std::move(b).build();
-  engine eq(q);
   auto total = at::zeros({3});
-  for (int k = 0; k < 3; ++k) {
-    const auto v = at::randn({3});
-    total = total + v;
-    CHECK(at::allclose(eq.run({v})[0], at::sin(total) * 2));
-    CHECK(at::allclose(q.state_dict().at("count"), total));
+  for (const std::size_t threads : {1, 3}) {
+    CAPTURE(threads);
+    engine eq(q, with_threads(threads));
+    for (int k = 0; k < 3; ++k) {
+      const auto v = at::randn({3});
+      total = total + v;
+      CHECK(at::allclose(eq.run({v})[0], at::sin(total) * 2));
+      CHECK(at::allclose(q.state_dict().at("count"), total));
+    }
   }
 }
 
@@ -335,12 +367,15 @@ TEST_CASE("engine: views a schema does not declare (unsafe_split) keep their bas
   auto out = b.call("aten::add.Tensor", {t, parts.output(2)});
   b.output(out);
   const auto p = std::move(b).build();
-  engine en(p);
+  for (const std::size_t threads : {1, 3}) {
+  CAPTURE(threads);
+  engine en(p, with_threads(threads));
   for (int k = 0; k < 3; ++k) {
     const auto in = at::randn({4, 6});
     const auto ex = at::exp(in);
     const auto want = at::tanh(ex.slice(1, 2, 4) * at::cos(at::sigmoid(ex.slice(1, 0, 2)))) + ex.slice(1, 4, 6);
     CHECK(at::equal(en.run({in})[0], want));
+  }
   }
 }
 
@@ -358,7 +393,9 @@ TEST_CASE("engine: an op that returns its argument itself is followed as a view;
   auto s = b.call("aten::add.Tensor", {r1, r});
   b.output(s);
   const auto p = std::move(b).build();
-  engine en(p);
+  for (const std::size_t threads : {1, 3}) {
+  CAPTURE(threads);
+  engine en(p, with_threads(threads));
   for (int k = 0; k < 3; ++k) {
     const auto in = at::randn({3, 5});
     const auto copy = in.clone();
@@ -366,4 +403,126 @@ TEST_CASE("engine: an op that returns its argument itself is followed as a view;
     CHECK(at::equal(in, copy));
     CHECK(at::equal(got[0], at::relu(at::exp(at::relu(copy))) + at::relu(copy)));
   }
+  }
+}
+
+// ---- parallel branches --------------------------------------------------------------------
+
+TEST_CASE("engine: an Inception network runs its four towers at once, with the sequential results") {
+  check_model<m::InceptionNet>([] { return m::InceptionNet(32); }, [] { return at::randn({2, 3, 12, 12}); }, 10);
+  torch::manual_seed(0);
+  m::InceptionNet net(32);
+  net->eval();
+  const auto x = at::randn({1, 3, 12, 12});
+  const auto p = run_decompositions(export_program(net, std::tuple{x}));
+  // the widest level: the towers' first convolutions and the max pool of both modules' inputs
+  CHECK(engine(p, with_threads(2)).plan_info({x}).parallel_width >= 4);
+}
+
+TEST_CASE("engine: parallel engines called from many threads at once, and a failing node") {
+  torch::manual_seed(0);
+  m::InceptionNet net(32);
+  net->eval();
+  const auto p = run_decompositions(export_program(net, std::tuple{at::randn({1, 3, 12, 12})}));
+  const auto before = snapshot(p);
+  engine seq(p), par(p, with_threads(3));
+  std::vector<at::Tensor> ins, want;
+  for (int i = 0; i < 4; ++i) {
+    ins.push_back(at::randn({1, 3, 12, 12}));
+    want.push_back(seq.run({ins.back()})[0]);
+  }
+  std::vector<int> ok(4, 0);
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t)
+    callers.emplace_back([&, t] {
+      for (int k = 0; k < 5; ++k) {
+        const auto i = static_cast<std::size_t>((t + k) % 4);
+        ok[static_cast<std::size_t>(t)] += at::equal(par.run({ins[i]})[0], want[i]) ? 1 : 0;
+      }
+    });
+  for (auto& t : callers) t.join();
+  for (int t = 0; t < 4; ++t) CHECK(ok[static_cast<std::size_t>(t)] == 5);
+  check_same_state(p, before);
+
+  // two branches, one of which fails on the second (planned) run: the error names the node, and
+  // the engine runs again afterwards
+  program_builder b;
+  auto v = b.input("x", at::randn({5, 3}));
+  auto idx = b.input("i", at::zeros({2}, at::kLong));
+  auto left = b.call("aten::index_select", {b.call("aten::sin", {v}), 0, idx});
+  auto right = b.call("aten::cos", {b.call("aten::exp", {v})});
+  b.output(b.call("aten::add.Tensor", {b.call("aten::sum", {left}), b.call("aten::sum", {right})}));
+  const auto q = std::move(b).build();
+  engine e(q, with_threads(3));
+  const auto a = at::randn({5, 3});
+  const auto good = at::tensor({4, 1}, at::kLong);
+  const auto want_q = at::sin(a).index_select(0, good).sum() + at::cos(at::exp(a)).sum();
+  CHECK(at::equal(e.run({a, good})[0], want_q));
+  XPORT_CHECK_THROWS_MSG(e.run({a, at::tensor({1, 7}, at::kLong)}), run_error,
+                         "[xport.run.op_failed] node 'index_select' (aten::index_select) failed: ");
+  CHECK(at::equal(e.run({a, good})[0], want_q));
+  CHECK(at::equal(e.run({a, good})[0], want_q));
+}
+
+TEST_CASE("engine: a program loaded with mmap runs on its mapped weights, sequentially and in parallel") {
+  torch::manual_seed(0);
+  m::InceptionNet net(32);
+  net->eval();
+  const auto x = at::randn({1, 3, 12, 12});
+  const auto p = run_decompositions(export_program(net, std::tuple{x}));
+  const auto path = (std::filesystem::temp_directory_path() / "xport_test_engine_mapped.pt2").string();
+  save(p, path);
+  load_options lo;
+  lo.mmap = true;
+  const auto q = load(path, lo);
+  std::remove(path.c_str());
+  for (const auto& [k, t] : q.state_dict()) CHECK(is_mapped(t));
+  engine want(p);
+  for (const std::size_t threads : {1, 3}) {
+    CAPTURE(threads);
+    engine e(q, with_threads(threads));
+    for (int k = 0; k < 3; ++k) {
+      const auto in = at::randn({1, 3, 12, 12});
+      CHECK(at::equal(e.run({in})[0], want.run({in})[0]));
+    }
+    CHECK(e.plan_info({x}).hoisted_nodes == engine(p).plan_info({x}).hoisted_nodes);
+  }
+}
+
+// ---- CUDA (skipped without a GPU; tools/gpu-check.sh runs these on a lent one) ------------------
+
+TEST_CASE("engine: on CUDA the same engine plans, runs in place and in parallel" * doctest::skip(!at::hasCUDA())) {
+  const c10::Device gpu(c10::kCUDA);
+  torch::manual_seed(0);
+  m::ResNet18 resnet;
+  m::InceptionNet inception(32);
+  m::MLP mlp;
+  const auto check = [&](auto& net, const at::Tensor& x, bool planned) {
+    net->eval();
+    auto p = run_decompositions(export_program(net, std::tuple{x}));
+    p.to(gpu);
+    net->to(gpu);
+    const auto xg = x.to(gpu);
+    const auto want = eager_outputs(net, xg);
+    interpreter interp(p);
+    run_options inference;
+    inference.inference_mode = true;
+    for (const std::size_t threads : {1, 3}) {
+      CAPTURE(threads);
+      engine e(p, with_threads(threads));
+      for (int k = 0; k < 3; ++k) {
+        const auto got = e.run({xg});
+        REQUIRE(got.size() == want.size());
+        CHECK(got[0].is_cuda());
+        CHECK(at::allclose(got[0], interp.run({xg}, inference)[0], 1e-5, 1e-6));
+        CHECK(at::allclose(got[0], want[0], 1e-3, 1e-4));
+      }
+      const auto info = e.plan_info({xg});
+      CHECK(info.resolved_nodes > 0);
+      if (planned) CHECK(info.out_variant_nodes + info.in_place_nodes > 0);
+    }
+  };
+  check(resnet, at::randn({2, 3, 64, 64}), true);
+  check(inception, at::randn({2, 3, 12, 12}), true);
+  check(mlp, at::randn({5, 16}), true);
 }

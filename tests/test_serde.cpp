@@ -1,7 +1,14 @@
 // Save and load: .pt2 round trips of real programs, and bad files rejected with load_error.
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <random>
+#include <set>
+
+#include <csignal>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <caffe2/serialize/in_memory_adapter.h>
 #include <caffe2/serialize/inline_container.h>
@@ -613,4 +620,152 @@ TEST_CASE("serde: a weight that cannot require grad is a load_error (a user's fi
   XPORT_CHECK_THROWS_MSG(load(xport_test::test_dir() + "/data/load-requires-grad-int.pt2"), load_error,
                          "[xport.load.schema] data/weights/model_weights_config.json: config.1.weight.tensor_meta.requires_grad: "
                          "a Bool tensor cannot require grad (only floating-point and complex tensors can)");
+}
+
+// ---- mapped weights ---------------------------------------------------------------------------
+
+namespace {
+
+/// The address ranges of `path` in this process's mappings (/proc/self/maps).
+std::vector<std::pair<std::uintptr_t, std::uintptr_t>> mappings_of(const std::string& path) {
+  std::ifstream maps("/proc/self/maps");
+  std::vector<std::pair<std::uintptr_t, std::uintptr_t>> out;
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.size() < path.size() || line.compare(line.size() - path.size(), path.size(), path) != 0) continue;
+    const auto dash = line.find('-');
+    out.emplace_back(std::stoull(line.substr(0, dash), nullptr, 16), std::stoull(line.substr(dash + 1), nullptr, 16));
+  }
+  return out;
+}
+
+bool inside(const at::Tensor& t, const std::vector<std::pair<std::uintptr_t, std::uintptr_t>>& ranges) {
+  const auto a = reinterpret_cast<std::uintptr_t>(static_cast<const void*>(t.storage().data()));
+  for (const auto& [lo, hi] : ranges)
+    if (a >= lo && a + t.storage().nbytes() <= hi) return true;
+  return false;
+}
+
+std::string temp_path(const std::string& name) { return (std::filesystem::temp_directory_path() / name).string(); }
+
+/// `p` saved, loaded with mmap: every state tensor but the ones it writes is a read-only view of
+/// the file, equal to p's; runs equal p's runs bit for bit, twice (mutations written back).
+template <class Module>
+void check_mapped(Module model, const at::Tensor& x) {
+  for (const auto& [train, decomposed] : {std::pair{false, false}, {false, true}, {true, false}, {true, true}}) {
+    CAPTURE(train);
+    CAPTURE(decomposed);
+    model->train(train);
+    auto p = export_program(model, std::tuple{x});
+    if (decomposed) p = run_decompositions(p);
+    const auto path = temp_path("xport_test_mapped.pt2");
+    save(p, path);
+    load_options lo;
+    lo.mmap = true;
+    auto q = load(path, lo);
+    const auto ranges = mappings_of(path);
+    REQUIRE_FALSE(ranges.empty());
+    std::remove(path.c_str());  // the mapping keeps the file's pages
+    CHECK(to_string(q) == to_string(p));
+    std::set<std::string> mutated;  // BatchNorm's statistics in training mode: read into memory
+    for (const auto& [k, t] : p.state_dict())
+      for (const char* stat : {"running_mean", "running_var", "num_batches_tracked"})
+        if (train && k.size() > std::strlen(stat) && k.compare(k.size() - std::strlen(stat), std::string::npos, stat) == 0)
+          mutated.insert(k);
+    for (const auto& [k, t] : p.state_dict()) {
+      CAPTURE(k);
+      const auto& u = q.state_dict().at(k);
+      CHECK(is_mapped(u) == !mutated.count(k));
+      CHECK(inside(u, ranges) == !mutated.count(k));
+      CHECK(u.requires_grad() == t.requires_grad());
+      CHECK(at::equal(u, t));
+    }
+    for (const auto& [k, t] : p.constants()) CHECK(is_mapped(q.constants().at(k)));
+    auto pp = p.clone();
+    for (int i = 0; i < 2; ++i) {
+      torch::manual_seed(7);
+      const auto a = run(pp, {x});
+      torch::manual_seed(7);
+      const auto b = run(q, {x});
+      REQUIRE(a.size() == b.size());
+      for (std::size_t j = 0; j < a.size(); ++j) CHECK(at::equal(a[j], b[j]));
+    }
+    for (const auto& [k, t] : pp.state_dict()) CHECK(at::equal(q.state_dict().at(k), t));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("serde: load with mmap maps every weight read-only, on real models in both IRs") {
+  torch::manual_seed(0);
+  SUBCASE("MLP") { check_mapped(m::MLP(), at::randn({5, 16})); }
+  SUBCASE("LeNet") { check_mapped(m::LeNet(), at::randn({2, 1, 28, 28})); }
+  SUBCASE("ResNet-18") { check_mapped(m::ResNet18(), at::randn({2, 3, 32, 32})); }
+  SUBCASE("Transformer") { check_mapped(m::Encoder(), at::randn({5, 2, 32})); }
+  SUBCASE("LSTM") { check_mapped(m::LSTMNet(), at::randn({2, 5, 8})); }
+  SUBCASE("GRU") { check_mapped(m::GRUNet(), at::randn({2, 5, 8})); }
+  SUBCASE("embedding") { check_mapped(m::EmbeddingClassifier(), at::randint(100, {4, 7}, at::kLong)); }
+}
+
+TEST_CASE("serde: a mapped weight refuses writes, and the mapping lives as long as its tensors") {
+  auto p = small_program();
+  const auto path = temp_path("xport_test_mapped_small.pt2");
+  save(p, path);
+  load_options lo;
+  lo.mmap = true;
+  at::Tensor kept;
+  {
+    auto q = load(path, lo);
+    auto w = q.state_dict().at("0.weight");
+    REQUIRE(is_mapped(w));
+    const auto before = w.clone();
+    {  // the pages refuse the write: the child process that writes dies, the parent's weights stay
+      c10::NoGradGuard no_grad;  // as a user writes weights
+      std::fflush(nullptr);
+      const pid_t child = fork();
+      REQUIRE(child >= 0);
+      if (child == 0) {
+        std::signal(SIGSEGV, SIG_DFL);  // not the test framework's crash report
+        w.add_(1);
+        _exit(0);
+      }
+      int status = 0;
+      REQUIRE(waitpid(child, &status, 0) == child);
+      INFO("child status " << status);
+      CHECK_FALSE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+      if (WIFSIGNALED(status)) CHECK(WTERMSIG(status) == SIGSEGV);
+    }
+    CHECK(at::equal(w, before));
+    // reading works everywhere: views, copies, saving, passes, running
+    CHECK(at::equal(w.t().contiguous().t(), w));
+    const auto x = at::randn({2, 4});
+    CHECK(at::allclose(run(q, {x})[0], run(p, {x})[0]));
+    const auto again = save_to_string(q);
+    CHECK(to_string(load_from_memory(again.data(), again.size())) == to_string(p));
+    auto d = run_decompositions(q);
+    CHECK(is_mapped(d.state_dict().at("0.weight")));
+    CHECK(at::allclose(run(d, {x})[0], run(p, {x})[0]));
+    kept = q.state_dict().at("1.running_var");
+  }
+  std::remove(path.c_str());
+  CHECK(mappings_of(path + " (deleted)").size() == 1);  // one tensor keeps the mapping
+  CHECK(at::equal(kept, p.state_dict().at("1.running_var")));
+  kept = at::Tensor();
+  CHECK(mappings_of(path + " (deleted)").empty());
+}
+
+TEST_CASE("serde: mmap needs a file, and says so") {
+  auto p = small_program();
+  const auto bytes = save_to_string(p);
+  load_options lo;
+  lo.mmap = true;
+  std::stringstream ss(bytes);
+  XPORT_CHECK_THROWS_MSG(load(ss, lo), load_error, "[xport.load.mmap] load_options::mmap maps a file: call load(path, options)");
+  XPORT_CHECK_THROWS_MSG(load_from_memory(bytes.data(), bytes.size(), lo), load_error, "[xport.load.mmap]");
+  XPORT_CHECK_THROWS_MSG(load(temp_path("xport_test_no_such.pt2"), lo), load_error,
+                         "[xport.load.open] cannot open '");
+  const auto path = temp_path("xport_test_mapped_bad.pt2");
+  { std::ofstream(path, std::ios::binary) << bytes.substr(0, bytes.size() / 2); }
+  XPORT_CHECK_THROWS_MSG(load(path, lo), load_error, "[xport.load.");
+  std::remove(path.c_str());
 }

@@ -27,23 +27,37 @@
 //   * resolved dispatch: the dispatch key set of each node is computed on the first run of a plan
 //     and the kernel is called with it directly on later runs (redispatch), under InferenceMode,
 //     so neither autograd nor ADInplaceOrView is visited.
+//   * parallel branches (`threads` > 1, off by default): a planned run hands the nodes whose
+//     inputs are ready to a small pool of threads, so independent branches (an Inception block's
+//     four towers) run at once. Every hazard is an edge of the schedule: a node waits for the
+//     nodes that made its arguments, a write (in place, into an arena buffer, an op of the graph
+//     that mutates) waits for every earlier reader and writer of that memory, and random or
+//     effectful ops keep their order; results are identical to a sequential run's.
 // A plan is made per input signature (sizes, strides, dtype, device of every input) on its first
 // run, which runs as the interpreter does and records each result's metadata; a dynamic program
 // gets one plan per shape it sees, the last `max_plans` signatures kept. Runs from many threads
 // are safe: each run takes a plan of its own (another instance is made when all are busy).
 
 #include <algorithm>  // std::max
+#include <atomic>     // std::atomic
+#include <condition_variable>  // std::condition_variable
 #include <cstddef>    // std::size_t
 #include <cstdint>    // std::int64_t, std::uint8_t
+#include <deque>      // std::deque
+#include <exception>  // std::exception_ptr
+#include <functional>  // std::function
 #include <list>       // std::list
-#include <memory>     // std::unique_ptr
+#include <memory>     // std::unique_ptr, std::shared_ptr
 #include <mutex>      // std::mutex, std::lock_guard
+#include <thread>     // std::thread
 #include <optional>   // std::optional
 #include <string>     // std::string
 #include <unordered_map>  // std::unordered_map
 #include <utility>    // std::move
 #include <vector>     // std::vector
 
+#include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
@@ -70,6 +84,10 @@ struct engine_options {
   bool resolve_dispatch = true;
   /// Input signatures whose plans are kept (the least recently used goes first).
   std::size_t max_plans = 4;
+  /// Threads that run a planned run's independent nodes at once, the caller's included (1: one
+  /// node after the other). Each takes LibTorch's intra-op thread count, so set OMP_NUM_THREADS
+  /// (or at::set_num_threads) low enough that the two kinds together fit the cores.
+  std::size_t threads = 1;
 };
 
 /// What one plan does (engine::plan_info).
@@ -82,11 +100,77 @@ struct engine_plan_info {
   std::size_t arena_buffers = 0;      ///< buffers the arena holds
   std::size_t arena_bytes = 0;        ///< their bytes
   std::size_t planned_bytes = 0;      ///< bytes of all planned results (what eager allocates for them)
+  std::size_t parallel_width = 0;     ///< most nodes the schedule can run at once (`threads` > 1), else 0
 };
+
+namespace detail {
+
+/// A fixed set of threads running posted jobs (the engine's parallel branches). Each thread takes
+/// LibTorch's intra-op thread count as its own, as LibTorch's own pools do.
+class branch_pool {
+ public:
+  explicit branch_pool(std::size_t workers) {
+    for (std::size_t i = 0; i < workers; ++i)
+      threads_.emplace_back([this] {
+        at::init_num_threads();
+        for (;;) {
+          std::function<void()> job;
+          {
+            std::unique_lock<std::mutex> lock(mutex_);
+            cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+            if (jobs_.empty()) return;  // stopping
+            job = std::move(jobs_.front());
+            jobs_.pop_front();
+          }
+          job();
+        }
+      });
+  }
+  branch_pool(const branch_pool&) = delete;
+  branch_pool& operator=(const branch_pool&) = delete;
+  ~branch_pool() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+  void post(std::function<void()> job) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      jobs_.push_back(std::move(job));
+    }
+    cv_.notify_one();
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return threads_.size(); }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace detail
 
 class engine {
  public:
-  explicit engine(const exported_program& p, engine_options opts = {}) : interp_(p), opts_(opts) { analyze(); }
+  explicit engine(const exported_program& p, engine_options opts = {}) : interp_(p), opts_(opts) {
+    analyze();
+    if (opts_.threads > 1) {
+      copying_.emplace(interp_);
+      for (auto& in : copying_->code_)
+        for (auto& a : in.args)
+          if (a.type == arg_kind::reg_move) a.type = arg_kind::reg_copy;
+      for (auto& l : copying_->lists_)
+        for (auto& e : l.elems)
+          if (e.type == arg_kind::reg_move) e.type = arg_kind::reg_copy;
+      pool_ = std::make_unique<detail::branch_pool>(opts_.threads - 1);
+    }
+  }
 
   engine(const engine&) = delete;
   engine& operator=(const engine&) = delete;
@@ -177,6 +261,13 @@ class engine {
     std::vector<c10::IValue> regs;  // the registers, kept between runs (empty after each)
     torch::jit::Stack stack;
     engine_plan_info info;
+    // the schedule of parallel runs (threads > 1): per instruction its predecessor count and its
+    // successors, per register how many argument uses read it (cleared after the last; `keep`:
+    // an output, never cleared), and the instructions nothing waits for at the start
+    std::vector<std::uint32_t> deps, reads;
+    std::vector<std::vector<std::uint32_t>> succ;
+    std::vector<std::uint8_t> keep;
+    std::vector<std::uint32_t> roots;
   };
 
   // ---- analysis, once per program ------------------------------------------------------------
@@ -563,12 +654,20 @@ class engine {
       if (!in.info->is_view && !in.info->is_mutable && in.op == &in.info->handle)
         note_alias(p, i, arg_storage, alias);
       if (out_ops_[i] && dense && p.stack.size() == 1) p.meta[i] = meta_of(p.stack[0]);
-      if (!self.isNone() && p.stack.size() == 1 && same_layout(p.stack[0], self) &&
-          in_place_ops_[i]->hasKernelForDispatchKey(p.keys[i].highestPriorityTypeId()))
+      if (!self.isNone() && p.stack.size() == 1 && same_layout(p.stack[0], self) && own_kernels(i, in_place_ops_[i], p))
         p.in_place[i] = 1;
       store_results(in, p);
     }
     return unload_registers(p);
+  }
+
+  // Whether instruction i's op and its overload `other` (out= or in-place) both have a kernel of
+  // their own for the plan's backend: then they are one kernel (a structured kernel's functional,
+  // out= and in-place forms), and the overload computes the same bits. A composite functional op
+  // is not: adaptive_avg_pool2d is a mean for a 1x1 output, its out= form a pooling kernel.
+  bool own_kernels(std::size_t i, const c10::OperatorHandle* other, const plan& p) const {
+    const auto key = p.keys[i].highestPriorityTypeId();
+    return interp_.code_[i].info->handle.hasKernelForDispatchKey(key) && other->hasKernelForDispatchKey(key);
   }
 
   // Gives every recorded candidate a slot: a buffer no result alive at the same time uses (the
@@ -591,8 +690,7 @@ class engine {
     for (std::size_t i = 0; i < code.size(); ++i) {
       const auto& m = p.meta[i];
       const auto r = code[i].outputs.empty() ? interpreter::dead : code[i].outputs[0];
-      if (!out_ops_[i] || p.in_place[i] || m.bytes == 0 || alias[i] != none ||
-          !out_ops_[i]->hasKernelForDispatchKey(p.keys[i].highestPriorityTypeId()) ||
+      if (!out_ops_[i] || p.in_place[i] || m.bytes == 0 || alias[i] != none || !own_kernels(i, out_ops_[i], p) ||
           (r != interpreter::dead && (l.pinned[r] || l.root[r] != r || l.def[r] != i)))
         continue;
       const auto last_use = r == interpreter::dead ? static_cast<std::uint32_t>(i) : std::max(l.last[r], static_cast<std::uint32_t>(i));
@@ -630,30 +728,203 @@ class engine {
     for (auto r : p.resolved) p.info.resolved_nodes += r;
     for (auto r : p.in_place) p.info.in_place_nodes += r;
     for (auto h : hoisted_) p.info.hoisted_nodes += h;
+    if (pool_) schedule(p, l, slot, static_cast<std::uint32_t>(bufs.size()));
+  }
+
+  // The hazards of a planned run as edges between instructions. Memory is tracked per resource:
+  // the arena buffer a planned root lives in, else the root itself (views and in-place results
+  // share their base's); one more resource orders random and effectful ops. An instruction
+  // follows the makers of its arguments and the last writer of each resource it reads; one that
+  // writes a resource (a fresh result, an in-place or out= call, a mutating op) follows every
+  // earlier reader and writer of it.
+  void schedule(plan& p, const lifetimes& l, const std::vector<std::uint32_t>& slot, std::uint32_t buffers) const {
+    const auto& code = interp_.code_;
+    const auto nregs = static_cast<std::uint32_t>(interp_.num_regs_);
+    const std::uint32_t effects = nregs + buffers;
+    const auto resource = [&](std::uint32_t r) {
+      const auto root = l.root[r];
+      const auto d = l.def[root];
+      return d != none && slot[d] != none ? nregs + slot[d] : root;
+    };
+    struct use {
+      std::uint32_t writer = none;
+      std::vector<std::uint32_t> readers;
+    };
+    std::vector<use> uses(effects + 1);
+    std::vector<std::uint32_t> maker(nregs, none);
+    p.deps.assign(code.size(), 0);
+    p.succ.assign(code.size(), {});
+    p.reads.assign(nregs, 0);
+    p.keep.assign(nregs, 0);
+    for (const auto& o : interp_.outputs_)
+      if (o.is_reg) p.keep[o.index] = 1;
+    std::vector<std::uint32_t> preds, reads, writes;
+    for (std::uint32_t i = 0; i < code.size(); ++i) {
+      if (hoisted_[i]) continue;
+      const auto& in = code[i];
+      const auto& op = *in.info;
+      preds.clear();
+      reads.clear();
+      writes.clear();
+      for_each_register_use(in, [&](std::uint32_t r) {
+        ++p.reads[r];
+        if (maker[r] != none) preds.push_back(maker[r]);
+        reads.push_back(resource(r));
+      });
+      if (p.in_place[i]) writes.push_back(resource(in.args[0].index));
+      if (op.is_mutable || op.inplace_view) writes.insert(writes.end(), reads.begin(), reads.end());
+      if (op.nondeterministic || in.outputs.empty() || op.data_dependent) writes.push_back(effects);
+      for (auto r : in.outputs)
+        if (r != interpreter::dead && l.def[r] == i) writes.push_back(resource(r));
+      for (auto res : reads)
+        if (uses[res].writer != none) preds.push_back(uses[res].writer);
+      for (auto res : writes) {
+        if (uses[res].writer != none) preds.push_back(uses[res].writer);
+        preds.insert(preds.end(), uses[res].readers.begin(), uses[res].readers.end());
+      }
+      for (auto res : reads) uses[res].readers.push_back(i);
+      for (auto res : writes) {
+        uses[res].writer = i;
+        uses[res].readers.clear();
+      }
+      for (auto r : in.outputs)
+        if (r != interpreter::dead) maker[r] = i;
+      std::sort(preds.begin(), preds.end());
+      preds.erase(std::unique(preds.begin(), preds.end()), preds.end());
+      for (auto q : preds) {
+        if (q == i) continue;
+        p.succ[q].push_back(i);
+        ++p.deps[i];
+      }
+    }
+    p.roots.clear();
+    for (std::uint32_t i = 0; i < code.size(); ++i)
+      if (!hoisted_[i] && p.deps[i] == 0) p.roots.push_back(i);
+    p.info.parallel_width = parallel_width(p);
+  }
+
+  // The most instructions at one depth of the schedule (a level is one more than its deepest predecessor).
+  std::size_t parallel_width(const plan& p) const {
+    std::vector<std::uint32_t> level(p.deps.size(), 0), count;
+    std::size_t widest = 0;
+    for (std::uint32_t i = 0; i < p.deps.size(); ++i) {  // predecessors come first in code order
+      if (hoisted_[i]) continue;
+      if (level[i] >= count.size()) count.resize(level[i] + 1, 0);
+      widest = std::max<std::size_t>(widest, ++count[level[i]]);
+      for (auto s : p.succ[i]) level[s] = std::max(level[s], level[i] + 1);
+    }
+    return widest;
   }
 
   // A planned run: out= kernels into the arena, in-place overloads, resolved key sets.
   std::vector<c10::IValue> execute(const std::vector<at::Tensor>& inputs, const sym_env& env, plan& p) const {
+    if (pool_ && p.info.parallel_width > 1) return execute_parallel(inputs, env, p);  // (a chain: one by one)
     const auto& code = interp_.code_;
     load_registers(p, inputs);
-    for (std::size_t i = 0; i < code.size(); ++i) {
-      if (hoisted_[i]) continue;
-      const auto& in = code[i];
-      interp_.push_arguments(in, p.regs, env, p.stack);
-      const c10::OperatorHandle* op = in.op;
-      if (p.out[i].defined()) {
-        p.stack.emplace_back(p.out[i]);
-        op = out_ops_[i];
-      } else if (p.in_place[i]) {
-        op = in_place_ops_[i];
-      }
+    for (std::size_t i = 0; i < code.size(); ++i)
+      if (!hoisted_[i]) call_planned(interp_, i, env, p, p.stack);
+    return unload_registers(p);
+  }
+
+  // Instruction i as plan `p` runs it, its arguments pushed by `code` (the interpreter, or its
+  // copy that never moves out of a register), its results stored.
+  void call_planned(const interpreter& code, std::size_t i, const sym_env& env, plan& p, torch::jit::Stack& stack) const {
+    const auto& in = code.code_[i];
+    code.push_arguments(in, p.regs, env, stack);
+    const c10::OperatorHandle* op = in.op;
+    if (p.out[i].defined()) {
+      stack.emplace_back(p.out[i]);
+      op = out_ops_[i];
+    } else if (p.in_place[i]) {
+      op = in_place_ops_[i];
+    }
+    try {
+      if (p.resolved[i]) op->redispatchBoxed(p.keys[i], &stack);
+      else op->callBoxed(stack);
+    } catch (const c10::Error& e) {
+      stack.clear();
+      interpreter::throw_op_failed(in, e);  // (the plan is dropped with what it held)
+    }
+    detail::take_outputs(stack, [&](std::size_t k, c10::IValue&& r) {
+      if (k < in.outputs.size() && in.outputs[k] != interpreter::dead) p.regs[in.outputs[k]] = std::move(r);
+    });
+    stack.clear();
+  }
+
+  // One parallel run's progress, shared by the caller and the pool's threads that help it.
+  struct parallel_run {
+    const engine* self;
+    plan* p;
+    const sym_env* env;
+    at::ThreadLocalState tls;  // the caller's dispatch state (InferenceMode, ...), for the helpers
+    std::unique_ptr<std::atomic<std::uint32_t>[]> deps, reads;
+    std::mutex mutex;
+    std::condition_variable cv;
+    std::vector<std::uint32_t> ready;
+    std::size_t left = 0, busy = 0;
+    std::exception_ptr error;
+  };
+
+  // Takes ready instructions of `run` until none is left (or one failed), making their successors
+  // ready; returns when there is nothing more this thread can do.
+  void help(parallel_run& run) const {
+    torch::jit::Stack stack;
+    std::unique_lock<std::mutex> lock(run.mutex);
+    for (;;) {
+      run.cv.wait(lock, [&] { return !run.ready.empty() || run.left == 0 || run.error; });
+      if (run.left == 0 || run.error) return;
+      const auto i = run.ready.back();
+      run.ready.pop_back();
+      ++run.busy;
+      lock.unlock();
+      std::exception_ptr failed;
       try {
-        if (p.resolved[i]) op->redispatchBoxed(p.keys[i], &p.stack);
-        else op->callBoxed(p.stack);
-      } catch (const c10::Error& e) {
-        interpreter::throw_op_failed(in, e);  // (the plan is dropped with what it held)
+        call_planned(*copying_, i, *run.env, *run.p, stack);
+      } catch (...) {
+        failed = std::current_exception();
       }
-      store_results(in, p);
+      for_each_register_use(interp_.code_[i], [&](std::uint32_t r) {
+        if (run.reads[r].fetch_sub(1) == 1 && !run.p->keep[r]) run.p->regs[r] = c10::IValue();
+      });
+      std::size_t woke = 0;
+      lock.lock();
+      --run.busy;
+      if (failed && !run.error) run.error = failed;
+      for (auto s : run.p->succ[i])
+        if (run.deps[s].fetch_sub(1) == 1) {
+          run.ready.push_back(s);
+          ++woke;
+        }
+      --run.left;
+      if (run.left == 0 || run.error || woke > 1 || run.busy == 0) run.cv.notify_all();
+    }
+  }
+
+  std::vector<c10::IValue> execute_parallel(const std::vector<at::Tensor>& inputs, const sym_env& env, plan& p) const {
+    load_registers(p, inputs);
+    auto run = std::make_shared<parallel_run>();
+    run->self = this;
+    run->p = &p;
+    run->env = &env;
+    run->deps = std::make_unique<std::atomic<std::uint32_t>[]>(p.deps.size());
+    for (std::size_t i = 0; i < p.deps.size(); ++i) run->deps[i] = p.deps[i];
+    run->reads = std::make_unique<std::atomic<std::uint32_t>[]>(p.reads.size());
+    for (std::size_t r = 0; r < p.reads.size(); ++r) run->reads[r] = p.reads[r];
+    run->ready.assign(p.roots.rbegin(), p.roots.rend());
+    for (std::size_t i = 0; i < p.deps.size(); ++i) run->left += hoisted_[i] ? 0 : 1;
+    for (std::size_t t = 0; t < pool_->size(); ++t)
+      pool_->post([run] {  // the run outlives every helper (shared), and the plan every running one
+        at::ThreadLocalStateGuard guard(run->tls);
+        run->self->help(*run);
+      });
+    help(*run);
+    {  // every helper that took an instruction has finished it
+      std::unique_lock<std::mutex> lock(run->mutex);
+      run->cv.wait(lock, [&] { return run->busy == 0; });
+    }
+    if (run->error) {
+      for (auto& r : p.regs) r = c10::IValue();
+      std::rethrow_exception(run->error);
     }
     return unload_registers(p);
   }
@@ -666,6 +937,8 @@ class engine {
   std::vector<std::pair<std::uint32_t, c10::IValue>> preset_;  // registers hoist() filled
   mutable std::mutex mutex_;
   mutable std::list<std::unique_ptr<plan>> idle_;  // plans not running now, most recent first
+  std::optional<interpreter> copying_;             // threads > 1: the code, copying every register it reads
+  std::unique_ptr<detail::branch_pool> pool_;      // threads > 1: the helpers (threads - 1)
 };
 
 XPORT_END_NAMESPACE

@@ -12,7 +12,8 @@
 // The zip is written by LibTorch's PyTorchStreamWriter (records stored, 64-byte aligned, under
 // an `archive/` root folder, which torch's reader strips as it strips its own) and read with its
 // PyTorchStreamReader after xport's own bounds check of the central directory; weights are read
-// straight into fresh tensor storage. Loading never runs anything from the file.
+// straight into fresh tensor storage, or, with `load_options::mmap`, are read-only views of the
+// mapped file (serde/mapped_file.hpp). Loading never runs anything from the file.
 #pragma once
 
 #include <algorithm>    // std::find, std::stable_sort
@@ -21,6 +22,7 @@
 #include <functional>   // std::function
 #include <istream>      // std::istream
 #include <map>          // std::map
+#include <set>          // std::set
 #include <memory>       // std::shared_ptr
 #include <ostream>      // std::ostream
 #include <string>       // std::string
@@ -39,6 +41,8 @@
 #include <torch/csrc/jit/serialization/pickler.h>
 
 #include <xport/config.hpp>
+#include <xport/ops/op_sets.hpp>
+#include <xport/serde/mapped_file.hpp>
 #include <xport/serde/program_json.hpp>
 
 // LibTorch's unpickler (torch/csrc/jit/serialization/pickle.h, same in 1.13 and 2.x), declared
@@ -66,6 +70,14 @@ struct load_options {
   bool example_inputs = false;
   /// Check the rebuilt program with verify() (on by default; a failure is a load_error).
   bool verify = true;
+  /// Map the file instead of reading it (`load(path, ...)` only): parameters, buffers and
+  /// constants become read-only views of the file's pages (is_mapped() is true for them), so
+  /// loading copies no weights and every process that maps one file shares them. The pages are
+  /// read-only: a write to a mapped tensor kills the process with SIGSEGV (it never reaches the
+  /// file or another process; check is_mapped() first). State the program writes (mutated buffers, BatchNorm's running statistics
+  /// in a training-mode program) and records not 64-byte aligned in the file are read into
+  /// memory as without mmap. For inference: load without it to train the weights.
+  bool mmap = false;
 };
 
 namespace detail {
@@ -271,15 +283,82 @@ struct payload_writer {
   }
 };
 
+/// Where read_payloads puts a record's bytes: fresh memory, or a view of the mapped file for
+/// records aligned for it unless an fqn in `copy` (state the program writes) uses it.
+struct payload_source {
+  std::shared_ptr<const mapped_file> map;  ///< null: read every record into memory
+  std::set<std::string> copy;
+
+  [[nodiscard]] bool maps(const zip_record& r) const { return map && r.data_offset % 64 == 0; }
+};
+
+/// The fqns of the parameters and buffers the program of `g` and `sig` writes: a mutation output,
+/// or (in the training IR) an in-place op on the tensor or on a view of it. Never mapped.
+inline std::set<std::string> written_state(const graph& g, const graph_signature& sig) {
+  std::set<std::string> out;
+  for (const auto& spec : sig.output_specs)
+    if ((spec.kind == output_kind::buffer_mutation || spec.kind == output_kind::parameter_mutation) && spec.target)
+      out.insert(*spec.target);
+  std::map<const void*, std::string> state_of;  // value -> the state tensor it aliases
+  const auto phs = g.placeholders();
+  for (std::size_t i = 0; i < phs.size() && i < sig.input_specs.size(); ++i) {
+    const auto& spec = sig.input_specs[i];
+    if ((spec.kind == input_kind::parameter || spec.kind == input_kind::buffer) && spec.target)
+      state_of[phs[i].output(0).impl()] = *spec.target;
+  }
+  for (auto n : g.nodes()) {
+    if (!n.is_call()) continue;
+    const auto args = n.args();
+    // batch_norm(input, weight, bias, running_mean, running_var, training, ...) writes the
+    // statistics in training without saying so in its schema
+    if (is_batch_norm_op(n.op().name) && args.size() > 5 && args[5].is_bool() && args[5].as_bool())
+      for (std::size_t i : {3, 4})
+        args[i].for_each_value([&](const value& v) {
+          if (const auto it = state_of.find(v.impl()); it != state_of.end()) out.insert(it->second);
+        });
+    if (!(n.op().is_mutable || n.op().is_view)) continue;
+    const auto& params = n.op().schema().arguments();
+    for (std::size_t i = 0; i < args.size() && i < params.size(); ++i) {
+      const auto* alias = params[i].alias_info();
+      if (!alias) continue;
+      args[i].for_each_value([&](const value& v) {
+        const auto it = state_of.find(v.impl());
+        if (it == state_of.end()) return;
+        const std::string fqn = it->second;
+        if (alias->isWrite()) out.insert(fqn);
+        for (const auto& r : n.outputs()) state_of[r.impl()] = fqn;  // a view or the written tensor
+      });
+    }
+  }
+  return out;
+}
+
+/// The bytes of record `rec` as a flat byte tensor: a view of the mapping or a fresh copy.
+inline at::Tensor record_bytes(const zip_index& zip, const zip_record& r, const std::string& rec, bool mapped,
+                               const payload_source& source) {
+  if (mapped)
+    return at::empty({0}, at::TensorOptions().dtype(c10::kByte))
+        .set_(mapped_storage(source.map, r.data_offset, r.size), 0, {static_cast<std::int64_t>(r.size)}, {1});
+  at::Tensor bytes = at::empty({static_cast<std::int64_t>(r.size)}, at::TensorOptions().dtype(c10::kByte));
+  zip.read_exact(r.data_offset, bytes.data_ptr(), static_cast<std::size_t>(r.size), rec);
+  return bytes;
+}
+
 /// Reads `{"config": {fqn: PayloadMeta}}` and the records it names into `out`.
 inline void read_payloads(const zip_index& zip, const std::string& dir, const std::string& config_name,
-                          tensor_dict& out) {
+                          const payload_source& source, tensor_dict& out) {
   const std::string record = dir + config_name;
   if (!zip.find(record)) return;
   const auto doc = parse(zip.read(record), record);
   const at_path root{doc, "", record};
   const auto& config = root["config"].object();
   std::map<std::string, at::Tensor> storages;  // record -> flat byte tensor
+  std::set<std::string> copied;                // records of state the program writes: read, not mapped
+  if (source.map)
+    for (auto it = config.begin(); it != config.end(); ++it)
+      if (source.copy.count(it.key()) && it.value().is_object() && it.value().contains("path_name") &&
+          it.value()["path_name"].is_string())
+        copied.insert(dir + it.value()["path_name"].get<std::string>());
   for (auto it = config.begin(); it != config.end(); ++it) {
     const at_path entry{it.value(), "config." + it.key(), record};
     const std::string fqn = it.key();
@@ -306,11 +385,8 @@ inline void read_payloads(const zip_index& zip, const std::string& dir, const st
     at::Tensor t;
     try {
       auto st = storages.find(rec);
-      if (st == storages.end()) {
-        at::Tensor bytes = at::empty({static_cast<std::int64_t>(r->size)}, at::TensorOptions().dtype(c10::kByte));
-        zip.read_exact(r->data_offset, bytes.data_ptr(), static_cast<std::size_t>(r->size), rec);
-        st = storages.emplace(rec, std::move(bytes)).first;
-      }
+      if (st == storages.end())
+        st = storages.emplace(rec, record_bytes(zip, *r, rec, source.maps(*r) && !copied.count(rec), source)).first;
       t = at::empty({0}, at::TensorOptions().dtype(meta.dtype));
       t.set_(st->second.storage(), meta.storage_offset.hint(), meta.size_hints(), meta.stride_hints());
       if (meta.requires_grad) t.requires_grad_(true);
@@ -367,7 +443,8 @@ inline void save(const exported_program& p, const std::string& path, const save_
   if (!f) throw error("xport.save.open", "cannot open '" + tmp + "' for writing");
   std::setvbuf(f, nullptr, _IOFBF, 1 << 20);
   try {
-    save(p, [&](const void* data, std::size_t n) { return std::fwrite(data, 1, n, f); }, options);
+    // (the zip writer passes a null pointer for empty writes, which fwrite may not take)
+    save(p, [&](const void* data, std::size_t n) { return n == 0 ? std::size_t{0} : std::fwrite(data, 1, n, f); }, options);
   } catch (...) {
     std::fclose(f);
     std::remove(tmp.c_str());
@@ -401,16 +478,17 @@ inline std::string save_to_string(const exported_program& p, const save_options&
 /// problem for any file that is not a valid archive of a program this LibTorch can run.
 namespace detail::serde {
 inline exported_program load_archive(std::shared_ptr<caffe2::serialize::ReadAdapterInterface> in,
-                                     const load_options& options, std::string& stage);
-}  // namespace detail::serde
+                                     std::shared_ptr<const mapped_file> map, const load_options& options,
+                                     std::string& stage);
 
-inline exported_program load(std::shared_ptr<caffe2::serialize::ReadAdapterInterface> in, const load_options& options = {}) {
-  // Every exception that leaves load() is a load_error: the readers check what they read, and
-  // anything LibTorch still refuses (building the graph, its tensors, the sample inputs) is
-  // reported with the part of the archive being read.
+/// load_archive with every exception that leaves it a load_error: the readers check what they
+/// read, and anything LibTorch still refuses (building the graph, its tensors, the sample inputs)
+/// is reported with the part of the archive being read.
+inline exported_program load_checked(std::shared_ptr<caffe2::serialize::ReadAdapterInterface> in,
+                                     std::shared_ptr<const mapped_file> map, const load_options& options) {
   std::string stage = "the archive";
   try {
-    return detail::serde::load_archive(std::move(in), options, stage);
+    return load_archive(std::move(in), std::move(map), options, stage);
   } catch (const load_error&) {
     throw;
   } catch (const error& e) {
@@ -420,6 +498,14 @@ inline exported_program load(std::shared_ptr<caffe2::serialize::ReadAdapterInter
   } catch (const std::exception& e) {
     throw load_error("xport.load.refused", stage + ": " + detail::first_line(e.what()));
   }
+}
+}  // namespace detail::serde
+
+inline exported_program load(std::shared_ptr<caffe2::serialize::ReadAdapterInterface> in, const load_options& options = {}) {
+  if (options.mmap)
+    throw load_error("xport.load.mmap", "load_options::mmap maps a file: call load(path, options) with the file's "
+                                        "path (a reader or a stream is read into memory)");
+  return detail::serde::load_checked(std::move(in), nullptr, options);
 }
 
 namespace detail::serde {
@@ -502,6 +588,7 @@ inline void read_sample_inputs(const zip_index& zip, caffe2::serialize::PyTorchS
 }  // namespace detail::serde
 
 inline exported_program detail::serde::load_archive(std::shared_ptr<caffe2::serialize::ReadAdapterInterface> in,
+                                                    std::shared_ptr<const mapped_file> map,
                                                     const load_options& options, std::string& stage) {
   namespace s = detail::serde;
   const detail::zip_index zip(*in);
@@ -513,10 +600,12 @@ inline exported_program detail::serde::load_archive(std::shared_ptr<caffe2::seri
   const auto doc = s::parse(s::record_text(zip, *reader, model), model);
   auto parts = s::program_of(doc, model);
   tensor_dict state, constants;
+  auto copy = map ? s::written_state(parts.g, parts.sig) : std::set<std::string>{};
+  const s::payload_source source{std::move(map), std::move(copy)};
   stage = "data/weights/" + options.model_name + "_weights_config.json";
-  s::read_payloads(zip, "data/weights/", options.model_name + "_weights_config.json", state);
+  s::read_payloads(zip, "data/weights/", options.model_name + "_weights_config.json", source, state);
   stage = "data/constants/" + options.model_name + "_constants_config.json";
-  s::read_payloads(zip, "data/constants/", options.model_name + "_constants_config.json", constants);
+  s::read_payloads(zip, "data/constants/", options.model_name + "_constants_config.json", source, constants);
   stage = "record '" + model + "'";
   s::check_lifted_tensors(parts.sig, state, constants, options);
   exported_program p(std::move(parts.g), std::move(parts.sig), std::move(state), std::move(constants),
@@ -535,8 +624,13 @@ inline exported_program detail::serde::load_archive(std::shared_ptr<caffe2::seri
   return p;
 }
 
-/// Reads a program from a .pt2 file.
+/// Reads a program from a .pt2 file (maps it with `options.mmap`).
 inline exported_program load(const std::string& path, const load_options& options = {}) {
+  if (options.mmap) {
+    auto map = std::make_shared<const detail::mapped_file>(path);
+    auto in = std::make_shared<caffe2::serialize::MemoryReadAdapter>(map->data(), static_cast<off_t>(map->size()));
+    return detail::serde::load_checked(std::move(in), std::move(map), options);
+  }
   std::shared_ptr<caffe2::serialize::ReadAdapterInterface> in;
   try {
     in = std::make_shared<caffe2::serialize::FileAdapter>(path);
