@@ -22,6 +22,7 @@
 
 #include <torch/torch.h>
 
+#include "custom_ops.hpp"
 #include "models.hpp"
 
 #include "common.hpp"
@@ -114,6 +115,7 @@ const std::map<std::string, std::string>& unsupported_fixtures() {
 }  // namespace
 
 TEST_CASE("interop: xport loads, runs and describes every program torch.export saved" * doctest::test_suite("oracle")) {
+  xport_test::load_custom_ops();  // programs call xport_ops operators: their library is loaded first
   const auto dir = oracle_dir("py"), saved = oracle_dir("xport_saved");
   const auto index = read_index(dir);
   json saved_index = json::array();
@@ -370,6 +372,7 @@ TEST_CASE("interop: xport writes an archive of every kind of program for torch.e
   model("lstm", m::LSTMNet(), at::randn({2, 5, 8}));
   model("gru", m::GRUNet(), at::randn({2, 5, 8}));
   model("embedding", m::EmbeddingClassifier(), at::randint(100, {4, 7}, at::kLong));
+  model("custom_ops_block", xport_test::GatedBlock(), at::randn({2, 5, 32}));  // the suite's xport_ops operators
 
   {  // dynamic shapes: a Dim, a derived dim, sizes the code computes
     torch::manual_seed(0);
@@ -391,6 +394,11 @@ TEST_CASE("interop: xport writes an archive of every kind of program for torch.e
     auto dd = export_program(cat2, T2{at::randn({3, 2}), at::randn({6, 2})},
                              {.input_names = {"a", "b"}, .dynamic_shapes = {{"a", {{0, batch}}}, {"b", {{0, 2 * batch}}}}});
     w.add("derived_dims", dd, T2{at::randn({3, 2}), at::randn({6, 2})}, {T2{at::randn({5, 2}), at::randn({10, 2})}});
+    xport_test::GatedBlock block;
+    block->eval();
+    auto bd = export_program(block, std::tuple{at::randn({2, 6, 32})},
+                             {.dynamic_shapes = {{"x", {{0, Dim("batch", 1, 16)}, {1, Dim("seq", 2, 64)}}}}});
+    w.add("custom_ops_block_dynamic", bd, T1{at::randn({2, 6, 32})}, {T1{at::randn({5, 9, 32})}, T1{at::randn({1, 64, 32})}});
   }
   {  // structure: dict / list / int / float / bool / string inputs, tuple / list / dict outputs
     const auto c = at::randn({3});
@@ -456,12 +464,13 @@ TEST_CASE("interop: xport writes an archive of every kind of program for torch.e
     w.add("hand_built", std::move(b).build(), T{at::randn({2, 3})});
   }
   MESSAGE("archives written for torch: " << w.size());
-  CHECK(w.size() == 36 + 4 + 2 + 2 + 4 + 2 + 2);
+  CHECK(w.size() == 40 + 5 + 2 + 2 + 4 + 2 + 2);
 }
 
 // ---- C++ -> Python -> C++ -----------------------------------------------------------------------
 
 TEST_CASE("interop: the archives torch.export.save wrote again are the programs xport wrote" * doctest::test_suite("oracle_resaved")) {
+  xport_test::load_custom_ops();  // programs call xport_ops operators: their library is loaded first
   const auto cpp = oracle_dir("cpp"), resaved = oracle_dir("resaved");
   const auto index = read_index(cpp);
   std::size_t checked = 0;

@@ -14,6 +14,7 @@
 #include <caffe2/serialize/inline_container.h>
 #include <torch/torch.h>
 
+#include "custom_ops.hpp"
 #include "models.hpp"
 
 #include "common.hpp"
@@ -566,6 +567,38 @@ TEST_CASE("serde: archives of xport before schema 8.20 keep their structure in t
   REQUIRE(q.in_spec().has_value());
   CHECK(q.in_spec()->str() == "(*, 2)");
   CHECK(at::equal(run(q, {at::ones({3})})[0], at::full({3}, 2.0)));
+}
+
+TEST_CASE("serde: a model with custom operators round-trips; an unloaded operator library is a load_error naming it") {
+  SUBCASE("GatedBlock, both IRs") { check_model(xport_test::GatedBlock(), at::randn({2, 5, 32})); }
+  torch::manual_seed(0);
+  xport_test::GatedBlock net;
+  net->eval();
+  const auto bytes = save_to_string(export_program(net, std::tuple{at::randn({2, 5, 32})}));
+  auto j = model_json(bytes);
+  auto& nodes = j["graph_module"]["graph"]["nodes"];
+  std::size_t gate = 0;
+  while (gate < nodes.size() && nodes[gate]["target"] != "torch.ops.xport_ops.top_k_gate.default") ++gate;
+  REQUIRE(gate < nodes.size());
+  const std::string where = "[xport.load.schema] models/model.json: graph_module.graph.nodes[" + std::to_string(gate) + "].target: ";
+  SUBCASE("a library the process has not loaded") {
+    nodes[gate]["target"] = "torch.ops.xport_router.top_k_gate.default";
+    check_bad(with_model(bytes, j), where + "custom operator xport_router::top_k_gate ('torch.ops.xport_router.top_k_gate.default') "
+                                            "is not registered in this process: no operator of library 'xport_router' is. Fix: "
+                                            "load the library that defines it before load() (link it, or dlopen its shared library: "
+                                            "its TORCH_LIBRARY(xport_router, m) block registers the schema");
+  }
+  SUBCASE("a library without that operator (another version of it)") {
+    nodes[gate]["target"] = "torch.ops.xport_ops.top_k_gate.v2";
+    check_bad(with_model(bytes, j), where + "custom operator xport_ops::top_k_gate.v2 ('torch.ops.xport_ops.top_k_gate.v2') is not "
+                                            "registered in this process: library 'xport_ops' is loaded but defines no such operator "
+                                            "(it has: ");
+    check_bad(with_model(bytes, j), " xport_ops::top_k_gate ");
+  }
+  SUBCASE("arguments the schema does not have") {
+    nodes[gate]["inputs"].push_back({{"name", "temperature"}, {"arg", {{"as_float", 0.5}}}, {"kind", 1}});
+    check_bad(with_model(bytes, j), "has no argument named 'temperature'");
+  }
 }
 
 TEST_CASE("serde: what xport cannot represent is a load_error naming the kind") {

@@ -5485,6 +5485,28 @@ inline bool any_requires_grad(const std::vector<argument>& args) {
                      "aten::nonzero)");
 }
 
+/// The op has no meta kernel and xport no shape rule: what to write. A user's operator (any
+/// namespace but LibTorch's own) gets the C++ registration of a Meta kernel, spelled out for it.
+[[noreturn]] inline void throw_missing_meta_kernel(const op_info& op, const char* libtorch_said) {
+  const auto ns = op.name.substr(0, op.name.find("::"));
+  const bool libtorch_op = ns == "aten" || ns == "prims" || ns == "quantized" || ns == "_quantized";
+  std::string fix;
+  if (libtorch_op) {
+    fix = "Fix: add a shape rule for it (ops/meta_rules.hpp), or call a composite of ops that have one.";
+  } else {
+    const auto bare = op.name.substr(ns.size() + 2);
+    fix = "Fix: register a Meta kernel next to its other kernels, one that makes outputs of the right "
+          "sizes and dtypes without reading data:\n  TORCH_LIBRARY_IMPL(" + ns + ", Meta, m) { m.impl(\"" +
+          bare + "\", " + bare + "_meta); }\nwhere " + bare + "_meta takes the op's arguments (" +
+          schema_string(op.schema()) + ") and returns e.g. at::empty(sizes, x.options()) (torch.export "
+          "calls this the fake kernel: torch.library.register_fake in Python).";
+  }
+  throw missing_fake_kernel("xport.fake.missing_kernel",
+                            op.qualified + " has no meta (fake) kernel in LibTorch " + torch_version() +
+                                " and xport has no shape rule for it, so its output shapes cannot be "
+                                "inferred without running it. " + fix + " LibTorch said: " + first_line(libtorch_said));
+}
+
 /// An op's meta kernel (or its CPU kernel on zeros) refused the arguments: the one message.
 template <class Describe>
 [[noreturn]] void throw_op_rejected(const op_info& op, Describe&& describe, const char* why) {
@@ -5569,15 +5591,7 @@ void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Descr
       stack = shapes_from_zeros_checked(op, inputs, describe);
       return;
     }
-    if (!rule)
-      throw missing_fake_kernel(
-          "xport.fake.missing_kernel",
-          op.qualified + " has no meta (fake) kernel in LibTorch " + torch_version() +
-              " and xport has no shape rule for it, so its output shapes cannot be inferred "
-              "without running it. Fix: add a shape rule for it (ops/meta_rules.hpp), register "
-              "a Meta kernel for the op with torch::Library, or call a composite of ops that have "
-              "one. LibTorch said: " +
-              first_line(e.what_without_backtrace()));
+    if (!rule) throw_missing_meta_kernel(op, e.what_without_backtrace());
     apply_rule(inputs);
     return;
   } catch (const c10::Error& e) {
@@ -14741,6 +14755,7 @@ XPORT_END_NAMESPACE
 #include <utility>        // std::pair
 #include <vector>         // std::vector
 
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <caffe2/serialize/versions.h>
 
 // #include <xport/config.hpp>
@@ -15327,6 +15342,31 @@ inline call_outputs read_call_outputs(const at_path& outs, const op_info& op, co
   return r;
 }
 
+/// Why `target` cannot be read, and the fix: LibTorch's own operators need another LibTorch; a
+/// user's operator needs the library that registers it loaded into the process first.
+inline std::string unregistered_operator(const std::string& target) {
+  const auto parts = detail::split_op_name(target);
+  const std::string name = parts.ns + "::" + parts.name + (parts.overload.empty() ? "" : "." + parts.overload);
+  if (parts.ns == "aten" || parts.ns == "prims")
+    return "operator '" + target + "' is not registered in this LibTorch (" + torch_version() +
+           "): the program needs a LibTorch that has " + name;
+  std::vector<std::string> known;  // the library is loaded, but has no such operator (a version mismatch)
+  for (const auto& n : c10::Dispatcher::singleton().getAllOpNames())
+    if (n.name.rfind(parts.ns + "::", 0) == 0 && known.size() < 8)
+      known.push_back(n.overload_name.empty() ? n.name : n.name + "." + n.overload_name);
+  std::string msg = "custom operator " + name + " ('" + target + "') is not registered in this process: ";
+  if (known.empty())
+    msg += "no operator of library '" + parts.ns + "' is. Fix: load the library that defines it before load() "
+           "(link it, or dlopen its shared library: its TORCH_LIBRARY(" + parts.ns + ", m) block registers " +
+           "the schema, its TORCH_LIBRARY_IMPL blocks the kernels)";
+  else {
+    msg += "library '" + parts.ns + "' is loaded but defines no such operator (it has:";
+    for (const auto& k : known) msg += " " + k;
+    msg += "). Fix: load the version of the library the program was exported with";
+  }
+  return msg;
+}
+
 /// Reads call node `nj` (of operator `target`) into `g`, its outputs into the scope; `module_types`
 /// gets the modules its stack names.
 inline void read_call_node(const at_path& nj, const std::string& target, const value_types& type_of, graph& g,
@@ -15335,9 +15375,7 @@ inline void read_call_node(const at_path& nj, const std::string& target, const v
     nj["target"].fail("higher-order operator '" + target + "' (torch." + target.substr(23) +
                       ", with its subgraphs as as_graph arguments) is not supported by xport");
   const auto* op = try_find_op(target);
-  if (!op)
-    nj["target"].fail("operator '" + target + "' is not registered in this LibTorch (" + torch_version() +
-                      "): the program needs a LibTorch that has it (or a library that registers it)");
+  if (!op) nj["target"].fail(unregistered_operator(target));
   std::vector<kwarg> kwargs;
   const auto ins = nj["inputs"];
   for (std::size_t a = 0, n = ins.size_of_array(); a < n; ++a)

@@ -8,6 +8,8 @@ Exports and torch.export.save's, into <dir>:
   - programs for what the .pt2 format carries: dynamic dims (Dim, 2*batch, size arithmetic with
     floordiv and sym_max), buffer and user-input mutation, lifted constants, dict / list / int /
     float / str inputs, kwargs, an unused input, a -inf mask, nested outputs;
+  - a model calling custom operators (xport_ops.py's GatedBlock, its ops registered in Python with
+    the schemas tests/custom_ops.hpp registers in C++), with dynamic batch and sequence;
   - programs with content xport does not read (torch.cond, a complex scalar, a custom object, a
     tensor subclass weight), whose load_errors tests/test_interop.cpp checks.
 Each <name>.pt2 comes with <name>.io.pt (torch.save'd; the layout is in tests/test_interop.cpp):
@@ -27,6 +29,7 @@ from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import twins  # noqa: E402  (owned by the twins' author: imported, never edited here)
+import xport_ops  # noqa: E402  (registers the suite's custom operators, as tests/custom_ops.hpp does in C++)
 
 Dim = torch.export.Dim
 SEED = 5
@@ -256,6 +259,15 @@ def main():
     w.export("scalars", Scalars(), (torch.randn(3), 3, 0.25, "add", torch.randn(2)))
     w.export("keywords", Keywords(), (torch.randn(3),), {"scale": torch.randn(3), "bias": torch.randn(3)})
     w.export("nested_modules", Nested(), (torch.randn(2, 3),))
+
+    torch.manual_seed(0)
+    block = xport_ops.GatedBlock().eval()
+    w.export("custom_ops_block", block, (torch.randn(2, 6, 32),),
+             dynamic_shapes={"x": {0: Dim("batch", max=16), 1: Dim("seq", min=2, max=64)}},
+             extra=[((torch.randn(5, 9, 32),), {}), ((torch.randn(1, 64, 32),), {})])
+    w.export("custom_ops_block_core_aten", block, (torch.randn(3, 5, 32),), decompose=True)
+    block.train(True)
+    w.export("custom_ops_block_train", block, (torch.randn(2, 4, 32),))
 
     w.export("unsupported_cond", Cond(), (torch.randn(3),))
     w.export("unsupported_complex", Complex(), (torch.randn(3, dtype=torch.cfloat),))

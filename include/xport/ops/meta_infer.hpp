@@ -73,6 +73,28 @@ inline bool any_requires_grad(const std::vector<argument>& args) {
                      "aten::nonzero)");
 }
 
+/// The op has no meta kernel and xport no shape rule: what to write. A user's operator (any
+/// namespace but LibTorch's own) gets the C++ registration of a Meta kernel, spelled out for it.
+[[noreturn]] inline void throw_missing_meta_kernel(const op_info& op, const char* libtorch_said) {
+  const auto ns = op.name.substr(0, op.name.find("::"));
+  const bool libtorch_op = ns == "aten" || ns == "prims" || ns == "quantized" || ns == "_quantized";
+  std::string fix;
+  if (libtorch_op) {
+    fix = "Fix: add a shape rule for it (ops/meta_rules.hpp), or call a composite of ops that have one.";
+  } else {
+    const auto bare = op.name.substr(ns.size() + 2);
+    fix = "Fix: register a Meta kernel next to its other kernels, one that makes outputs of the right "
+          "sizes and dtypes without reading data:\n  TORCH_LIBRARY_IMPL(" + ns + ", Meta, m) { m.impl(\"" +
+          bare + "\", " + bare + "_meta); }\nwhere " + bare + "_meta takes the op's arguments (" +
+          schema_string(op.schema()) + ") and returns e.g. at::empty(sizes, x.options()) (torch.export "
+          "calls this the fake kernel: torch.library.register_fake in Python).";
+  }
+  throw missing_fake_kernel("xport.fake.missing_kernel",
+                            op.qualified + " has no meta (fake) kernel in LibTorch " + torch_version() +
+                                " and xport has no shape rule for it, so its output shapes cannot be "
+                                "inferred without running it. " + fix + " LibTorch said: " + first_line(libtorch_said));
+}
+
 /// An op's meta kernel (or its CPU kernel on zeros) refused the arguments: the one message.
 template <class Describe>
 [[noreturn]] void throw_op_rejected(const op_info& op, Describe&& describe, const char* why) {
@@ -157,15 +179,7 @@ void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Descr
       stack = shapes_from_zeros_checked(op, inputs, describe);
       return;
     }
-    if (!rule)
-      throw missing_fake_kernel(
-          "xport.fake.missing_kernel",
-          op.qualified + " has no meta (fake) kernel in LibTorch " + torch_version() +
-              " and xport has no shape rule for it, so its output shapes cannot be inferred "
-              "without running it. Fix: add a shape rule for it (ops/meta_rules.hpp), register "
-              "a Meta kernel for the op with torch::Library, or call a composite of ops that have "
-              "one. LibTorch said: " +
-              first_line(e.what_without_backtrace()));
+    if (!rule) throw_missing_meta_kernel(op, e.what_without_backtrace());
     apply_rule(inputs);
     return;
   } catch (const c10::Error& e) {

@@ -18,6 +18,7 @@
 #include <utility>        // std::pair
 #include <vector>         // std::vector
 
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <caffe2/serialize/versions.h>
 
 #include <xport/config.hpp>
@@ -604,6 +605,31 @@ inline call_outputs read_call_outputs(const at_path& outs, const op_info& op, co
   return r;
 }
 
+/// Why `target` cannot be read, and the fix: LibTorch's own operators need another LibTorch; a
+/// user's operator needs the library that registers it loaded into the process first.
+inline std::string unregistered_operator(const std::string& target) {
+  const auto parts = detail::split_op_name(target);
+  const std::string name = parts.ns + "::" + parts.name + (parts.overload.empty() ? "" : "." + parts.overload);
+  if (parts.ns == "aten" || parts.ns == "prims")
+    return "operator '" + target + "' is not registered in this LibTorch (" + torch_version() +
+           "): the program needs a LibTorch that has " + name;
+  std::vector<std::string> known;  // the library is loaded, but has no such operator (a version mismatch)
+  for (const auto& n : c10::Dispatcher::singleton().getAllOpNames())
+    if (n.name.rfind(parts.ns + "::", 0) == 0 && known.size() < 8)
+      known.push_back(n.overload_name.empty() ? n.name : n.name + "." + n.overload_name);
+  std::string msg = "custom operator " + name + " ('" + target + "') is not registered in this process: ";
+  if (known.empty())
+    msg += "no operator of library '" + parts.ns + "' is. Fix: load the library that defines it before load() "
+           "(link it, or dlopen its shared library: its TORCH_LIBRARY(" + parts.ns + ", m) block registers " +
+           "the schema, its TORCH_LIBRARY_IMPL blocks the kernels)";
+  else {
+    msg += "library '" + parts.ns + "' is loaded but defines no such operator (it has:";
+    for (const auto& k : known) msg += " " + k;
+    msg += "). Fix: load the version of the library the program was exported with";
+  }
+  return msg;
+}
+
 /// Reads call node `nj` (of operator `target`) into `g`, its outputs into the scope; `module_types`
 /// gets the modules its stack names.
 inline void read_call_node(const at_path& nj, const std::string& target, const value_types& type_of, graph& g,
@@ -612,9 +638,7 @@ inline void read_call_node(const at_path& nj, const std::string& target, const v
     nj["target"].fail("higher-order operator '" + target + "' (torch." + target.substr(23) +
                       ", with its subgraphs as as_graph arguments) is not supported by xport");
   const auto* op = try_find_op(target);
-  if (!op)
-    nj["target"].fail("operator '" + target + "' is not registered in this LibTorch (" + torch_version() +
-                      "): the program needs a LibTorch that has it (or a library that registers it)");
+  if (!op) nj["target"].fail(unregistered_operator(target));
   std::vector<kwarg> kwargs;
   const auto ins = nj["inputs"];
   for (std::size_t a = 0, n = ins.size_of_array(); a < n; ++a)

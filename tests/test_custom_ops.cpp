@@ -1,0 +1,181 @@
+// Custom operators (tests/custom_ops.hpp's `xport_ops` library, registered from C++ with Meta
+// kernels): captured as torch.ops.xport_ops.<op>.<overload> by both tracing policies, printed,
+// verified against their schemas, kept by run_decompositions and every pass, run by the
+// interpreter and the engine, saved and loaded (tests/test_serde.cpp: the load errors; and
+// tests/test_interop.cpp: both ways with torch 2.13), on a real model, GatedBlock.
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <torch/torch.h>
+#include <xport/engine.hpp>
+
+#include "common.hpp"
+#include "custom_ops.hpp"
+
+using namespace xport;
+namespace ps = xport::passes;
+using xport_test::GatedBlock;
+namespace custom = xport_test::custom;
+
+namespace {
+
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+GatedBlock gated_block() {
+  torch::manual_seed(0);
+  GatedBlock net;
+  net->eval();
+  return net;
+}
+
+/// The inputs a user may pass: contiguous, a transposed view, a slice with a stride.
+std::vector<at::Tensor> layouts(std::int64_t b, std::int64_t t) {
+  return {at::randn({b, t, 32}), at::randn({t, b, 32}).transpose(0, 1), at::randn({b, 2 * t, 32}).slice(1, 0, 2 * t, 2)};
+}
+
+}  // namespace
+
+TEST_CASE("custom ops: GatedBlock exports its operators as torch.ops.xport_ops.* and runs as eager") {
+  auto net = gated_block();
+  const auto x = at::randn({2, 6, 32});
+  auto p = export_program(net, std::tuple{x});
+  verify(p);
+  const auto text = to_string(p);
+  INFO(text);
+  CHECK(count(text, "= torch.ops.xport_ops.rms_norm.default(") == 2);
+  CHECK(count(text, "= torch.ops.xport_ops.fused_bias_gelu.default(") == 4);
+  CHECK(count(text, "= torch.ops.xport_ops.top_k_gate.default(") == 1);
+  // a two-output operator is unpacked by getitem, as torch.fx prints it; k = 2 is its default
+  CHECK(text.find("top_k_gate = torch.ops.xport_ops.top_k_gate.default(matmul_4);") != std::string::npos);
+  CHECK(text.find("getitem: \"f32[2, 6, 2]\" = top_k_gate[0]") != std::string::npos);
+  CHECK(text.find("getitem_1: \"i64[2, 6, 2]\" = top_k_gate[1]") != std::string::npos);
+  CHECK(text.find("fused_bias_gelu: \"f32[2, 6, 64]\" = torch.ops.xport_ops.fused_bias_gelu.default(matmul_5, p_experts_0_up_bias)") !=
+        std::string::npos);
+  c10::NoGradGuard no_grad;
+  for (const auto& in : layouts(2, 6)) CHECK(at::allclose(run(p, {in})[0], net->forward(in), 1e-5, 1e-6));
+}
+
+TEST_CASE("custom ops: dynamic batch and sequence through the operators' Meta kernels") {
+  auto net = gated_block();
+  const auto x = at::randn({2, 6, 32});
+  auto p = export_program(net, std::tuple{x}, {.dynamic_shapes = {{"x", {{0, Dim("batch", 1, 16)}, {1, Dim("seq", 2, 64)}}}}});
+  verify(p);
+  const auto text = to_string(p);
+  INFO(text);
+  CHECK(text.find("rms_norm: \"f32[s77, s27, 32]\" = torch.ops.xport_ops.rms_norm.default(x, p_norm1)") != std::string::npos);
+  CHECK(text.find("getitem_1: \"i64[s77, s27, 2]\" = top_k_gate[1]") != std::string::npos);
+  c10::NoGradGuard no_grad;
+  for (auto [b, t] : {std::pair{1, 2}, std::pair{5, 9}, std::pair{16, 64}})
+    for (const auto& in : layouts(b, t)) CHECK(at::allclose(run(p, {in})[0], net->forward(in), 1e-5, 1e-6));
+  XPORT_CHECK_THROWS_MSG(run(p, {at::randn({2, 1, 32})}), guard_error, "input x: dim 1 (seq) must be in [2, 64], got 1");
+}
+
+TEST_CASE("custom ops: kept by run_decompositions and by every pass, run by the engine") {
+  auto net = gated_block();
+  const auto x = at::randn({3, 5, 32});
+  auto p = export_program(net, std::tuple{x});
+  auto core = run_decompositions(p);
+  verify(core);
+  const auto text = to_string(core);
+  INFO(text);
+  CHECK(count(text, "torch.ops.xport_ops.rms_norm.default(") == 2);
+  CHECK(count(text, "torch.ops.xport_ops.fused_bias_gelu.default(") == 4);
+  CHECK(text.find("torch.ops.aten.linear.default") == std::string::npos);  // the rest is core ATen
+  auto r = core | (ps::dce | ps::cse | ps::fold | ps::canonicalize);
+  CHECK(r.ok());
+  verify(core);
+  CHECK(count(to_string(core), "torch.ops.xport_ops.") == 2 + 4 + 1);
+  c10::NoGradGuard no_grad;
+  const auto want = net->forward(x);
+  CHECK(at::allclose(run(core, {x})[0], want, 1e-5, 1e-6));
+  for (std::size_t threads : {1, 3}) {
+    engine_options o;
+    o.threads = threads;
+    engine e(core, o);
+    for (const auto& in : layouts(3, 5)) CHECK(at::allclose(e.run({in})[0], net->forward(in), 1e-5, 1e-6));
+  }
+}
+
+TEST_CASE("custom ops: the training IR keeps them, with autograd through the parameters around them") {
+  auto net = gated_block();
+  net->train(true);
+  const auto x = at::randn({2, 4, 32});
+  auto p = export_program(net, std::tuple{x});
+  verify(p);
+  CHECK(count(to_string(p), "torch.ops.xport_ops.") == 2 + 4 + 1);
+  const auto out = run(p, {x})[0];
+  CHECK(at::allclose(out, net->forward(x), 1e-5, 1e-6));
+  // the router and the attention are ATen ops: their parameters get gradients through the program
+  out.sum().backward();
+  const auto* qkv = p.state_dict().find("qkv.weight");
+  REQUIRE(qkv != nullptr);
+  CHECK(qkv->grad().defined());
+}
+
+TEST_CASE("custom ops: the strict front end calls them by name, with the C++ line") {
+  xport_test::load_custom_ops();
+  const auto x = at::randn({4, 8}), w = at::randn({8}), bias = at::randn({8});
+  auto p = export_program<strict>([](sym_tensor a, sym_tensor weight, sym_tensor b) {
+    auto h = a.wrap(call("xport_ops::rms_norm", a, {a, weight, 1e-5}));
+    return a.wrap(call("xport_ops::fused_bias_gelu", a, {h, b}));
+  }, std::tuple{x, w, bias}, {.input_names = {"x", "w", "b"}});
+  verify(p);
+  const auto text = to_string(p);
+  INFO(text);
+  CHECK(text.find("rms_norm: \"f32[4, 8]\" = torch.ops.xport_ops.rms_norm.default(x, w, 1e-05);  x = w = None") !=
+        std::string::npos);
+  CHECK(text.find("in forward, code: auto h = a.wrap(call(\"xport_ops::rms_norm\", a, {a, weight, 1e-5}));") != std::string::npos);
+  CHECK(at::allclose(run(p, {x, w, bias})[0], custom::fused_bias_gelu(custom::rms_norm(x, w, 1e-5), bias)));
+}
+
+TEST_CASE("custom ops: calls are checked against the operator's schema") {
+  xport_test::load_custom_ops();
+  program_builder b;
+  auto x = b.input("x", at::randn({4, 8}));
+  auto w = b.input("w", at::randn({8}));
+  XPORT_CHECK_THROWS_MSG(b.call("xport_ops::rms_norm", {x, w, "eps"}), schema_error,
+                         "xport_ops::rms_norm: argument 'eps' (position 2) must be float, got ");
+  XPORT_CHECK_THROWS_MSG(b.call("xport_ops::top_k_gate", {x, 2, 3}), schema_error, "xport_ops::top_k_gate");
+  // the Meta kernel's own checks refuse shapes, before anything runs
+  XPORT_CHECK_THROWS_MSG(b.call("xport_ops::top_k_gate", {x, 9}), graph_error,
+                         "xport_ops::top_k_gate: k = 9 is not in [1, 8]");
+  auto y = b.call("xport_ops::rms_norm", {x, w});  // the default eps
+  b.output(y);
+  auto p = std::move(b).build();
+  verify(p);
+  CHECK(to_string(p).find("torch.ops.xport_ops.rms_norm.default(x, w)") != std::string::npos);
+}
+
+TEST_CASE("custom ops: an operator without a Meta kernel is an export error that shows the registration") {
+  xport_test::load_custom_ops();
+  XPORT_CHECK_THROWS_MSG(export_program([](const at::Tensor& t) { return custom::cpu_only_scale(t, 2.0).relu(); },
+                                        std::tuple{at::randn({3})}),
+                         missing_fake_kernel,
+                         "[xport.fake.missing_kernel] xport_ops::cpu_only_scale has no meta (fake) kernel in LibTorch ");
+  XPORT_CHECK_THROWS_MSG(export_program([](const at::Tensor& t) { return custom::cpu_only_scale(t, 2.0); },
+                                        std::tuple{at::randn({3})}),
+                         missing_fake_kernel,
+                         "Fix: register a Meta kernel next to its other kernels, one that makes outputs of the right "
+                         "sizes and dtypes without reading data:\n"
+                         "  TORCH_LIBRARY_IMPL(xport_ops, Meta, m) { m.impl(\"cpu_only_scale\", cpu_only_scale_meta); }\n"
+                         "where cpu_only_scale_meta takes the op's arguments (xport_ops::cpu_only_scale(Tensor x, float s) -> Tensor)");
+  // eager still works afterwards
+  CHECK(at::allclose(custom::cpu_only_scale(at::ones({2}), 2.0), at::full({2}, 2.0)));
+}
+
+TEST_CASE("custom ops: CUDA kernels run by dispatch" * doctest::skip(!at::hasCUDA())) {
+  auto net = gated_block();
+  const auto x = at::randn({2, 6, 32});
+  auto p = export_program(net, std::tuple{x});
+  const auto want = net->forward(x);
+  p.to(c10::Device(c10::kCUDA));
+  c10::NoGradGuard no_grad;
+  const auto got = run(p, {x.cuda()})[0];
+  CHECK(got.is_cuda());
+  CHECK(at::allclose(got.cpu(), want, 1e-4, 1e-5));
+}
