@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <thread>
 
+#include <unistd.h>
+
 #include <xport/engine.hpp>
 
 #include "models.hpp"
@@ -470,7 +472,8 @@ TEST_CASE("engine: a program loaded with mmap runs on its mapped weights, sequen
   net->eval();
   const auto x = at::randn({1, 3, 12, 12});
   const auto p = run_decompositions(export_program(net, std::tuple{x}));
-  const auto path = (std::filesystem::temp_directory_path() / "xport_test_engine_mapped.pt2").string();
+  // one file per process: ctest runs both header trees' suites at once
+  const auto path = (std::filesystem::temp_directory_path() / (std::to_string(::getpid()) + "_xport_test_engine_mapped.pt2")).string();
   save(p, path);
   load_options lo;
   lo.mmap = true;

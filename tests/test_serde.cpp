@@ -25,6 +25,12 @@ using json = nlohmann::json;
 
 namespace {
 
+/// A file in the temporary directory, one per process: ctest runs the suite's executables (both
+/// header trees, the sanitized serde tests) at once, and they must not share files.
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / (std::to_string(::getpid()) + "_" + name)).string();
+}
+
 /// Every record of an archive (root folder stripped), in file order.
 std::vector<std::pair<std::string, std::string>> records_of(const std::string& bytes) {
   caffe2::serialize::MemoryReadAdapter in(bytes.data(), static_cast<off_t>(bytes.size()));
@@ -224,7 +230,7 @@ TEST_CASE("serde: files, streams and example inputs") {
   const auto x = at::randn({1, 1, 28, 28});
   auto p = export_program(net, std::tuple{x});
   p.set_example_inputs(std::vector<at::Tensor>{x});
-  const auto path = (std::filesystem::temp_directory_path() / "xport_test_lenet.pt2").string();
+  const auto path = temp_path("xport_test_lenet.pt2");
   save_options so;
   so.example_inputs = true;
   save(p, path, so);
@@ -679,7 +685,6 @@ bool inside(const at::Tensor& t, const std::vector<std::pair<std::uintptr_t, std
   return false;
 }
 
-std::string temp_path(const std::string& name) { return (std::filesystem::temp_directory_path() / name).string(); }
 
 /// `p` saved, loaded with mmap: every state tensor but the ones it writes is a read-only view of
 /// the file, equal to p's; runs equal p's runs bit for bit, twice (mutations written back).
