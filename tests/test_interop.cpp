@@ -105,6 +105,11 @@ int check_outputs(const exported_program& p, const call& c, std::int64_t seed, c
 const std::map<std::string, std::string>& unsupported_fixtures() {
   static const std::map<std::string, std::string> m{
       {"unsupported_cond", "higher-order operator 'torch.ops.higher_order.cond' (torch.cond, with its subgraphs as as_graph arguments) is not supported by xport"},
+      {"unsupported_while_loop", "higher-order operator 'torch.ops.higher_order.while_loop' (torch.while_loop, with its subgraphs as as_graph arguments) is not supported by xport"},
+      {"unsupported_map", "higher-order operator 'torch.ops.higher_order.map_impl'"},
+      {"unsupported_scan", "higher-order operator 'torch.ops.higher_order.scan'"},
+      // a data-dependent size: torch asserts u0's range with SymBool nodes, which xport does not read
+      {"unsupported_masked_sum", "operator '_operator.ge' computes a SymBool, which xport does not represent"},
       {"unsupported_complex", "argument kind 'as_complex' (a complex number) is not supported by xport"},
       {"unsupported_custom_obj", "is a custom object (a TorchBind class instance), which xport does not support"},
       {"unsupported_pickled_weight", "pickled payloads are not read by xport (custom objects, tensor subclasses)"},

@@ -167,6 +167,28 @@ class Cond(nn.Module):
         return torch.cond(x.sum() > 0, lambda x: x.sin(), lambda x: x.cos(), (x,))
 
 
+class WhileLoop(nn.Module):
+    def forward(self, it, x):
+        return torch.while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, x.cos()), (it, x))
+
+
+class MapRows(nn.Module):
+    def forward(self, xs, y):
+        return torch._higher_order_ops.map(lambda x, y: x.sin() + y, xs, y)
+
+
+class ScanSum(nn.Module):
+    def forward(self, init, xs):
+        return torch._higher_order_ops.scan(lambda c, x: (c + x, (c * x).clone()), init, xs)
+
+
+class MaskedSum(nn.Module):
+    """Boolean-mask indexing: a size only the data knows (unbacked u0, with _assert_scalar nodes)."""
+
+    def forward(self, x):
+        return x[x > 0].sum() * 2
+
+
 class Complex(nn.Module):
     def forward(self, x):
         return x * (1 + 2j)
@@ -270,6 +292,10 @@ def main():
     w.export("custom_ops_block_train", block, (torch.randn(2, 4, 32),))
 
     w.export("unsupported_cond", Cond(), (torch.randn(3),))
+    w.export("unsupported_while_loop", WhileLoop(), (torch.tensor(0), torch.randn(3)))
+    w.export("unsupported_map", MapRows(), (torch.randn(2, 3), torch.randn(3)))
+    w.export("unsupported_scan", ScanSum(), (torch.randn(3), torch.randn(4, 3)))
+    w.export("unsupported_masked_sum", MaskedSum(), (torch.randn(5, 3),))
     w.export("unsupported_complex", Complex(), (torch.randn(3, dtype=torch.cfloat),))
     w.add("unsupported_custom_obj", custom_object_program(), (), runs=False)
     w.add("unsupported_pickled_weight", subclass_weight_program(), (), runs=False)
