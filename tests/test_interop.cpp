@@ -104,7 +104,6 @@ int check_outputs(const exported_program& p, const call& c, std::int64_t seed, c
 /// What xport says about each fixture holding content it does not support (test the messages).
 const std::map<std::string, std::string>& unsupported_fixtures() {
   static const std::map<std::string, std::string> m{
-      {"unsupported_cond", "higher-order operator 'torch.ops.higher_order.cond' (torch.cond, with its subgraphs as as_graph arguments) is not supported by xport"},
       {"unsupported_while_loop", "higher-order operator 'torch.ops.higher_order.while_loop' (torch.while_loop, with its subgraphs as as_graph arguments) is not supported by xport"},
       {"unsupported_map", "higher-order operator 'torch.ops.higher_order.map_impl'"},
       {"unsupported_scan", "higher-order operator 'torch.ops.higher_order.scan'"},
@@ -133,6 +132,7 @@ TEST_CASE("interop: xport loads, runs and describes every program torch.export s
     load_options lo;
     lo.example_inputs = true;
     exported_program p = load((dir / (name + ".pt2")).string(), lo);
+    if (entry.contains("printed")) CHECK(to_string(p) == entry["printed"].get<std::string>());  // as torch prints it
     auto io = read_pickle(dir / (name + ".io.pt")).toGenericDict();
     const auto seed = field(io, "seed").toInt();
     // saved again by xport, for torch to load (with the state as loaded, for the weights check)

@@ -1746,7 +1746,9 @@ XPORT_END_NAMESPACE
 // An op_info is resolved once per operator overload (name -> c10::OperatorHandle + schema) and
 // interned for the life of the process; nodes hold a pointer to it. Lookup accepts
 // `aten::add.Tensor`, `aten::add` (the default overload), `aten.add.Tensor`,
-// `torch.ops.aten.add.Tensor` and `aten::add.default`.
+// `torch.ops.aten.add.Tensor` and `aten::add.default`. The control-flow operators torch calls
+// higher-order (`torch.ops.higher_order.cond`) are registered with the dispatcher here, on first
+// lookup, so that every part of xport treats them as operators.
 
 #include <atomic>         // std::atomic
 #include <cstddef>        // std::size_t
@@ -1758,8 +1760,11 @@ XPORT_END_NAMESPACE
 #include <unordered_map>  // std::unordered_map
 #include <vector>         // std::vector
 
+#include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/function_schema.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/core/stack.h>
 
 // #include <xport/config.hpp>
 // #include <xport/detail/compat.hpp>
@@ -1823,6 +1828,8 @@ struct op_info {
   int pin_memory_arg = -1;
   /// No argument is a tensor (or a list of them): a factory like `ones`, `arange`.
   bool is_factory = false;
+  /// A control-flow operator (`torch.ops.higher_order.cond`): some arguments are subgraphs.
+  bool higher_order = false;
   /// Whether running the op on meta tensors works (0: not tried, 1: works, 2: no meta kernel, use
   /// a shape rule). Learned once: a failed meta run costs a C++ exception with a backtrace.
   mutable std::atomic<std::uint8_t> meta_support{0};
@@ -1880,63 +1887,134 @@ class op_registry {
     return r;
   }
 
-  const op_info* find(std::string_view text) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = by_text_.find(std::string(text)); it != by_text_.end()) return it->second;
-    auto parts = split_op_name(text);
-    if (parts.ns.empty() || parts.name.empty()) return nullptr;
-    std::string key = parts.ns + "::" + parts.name + "." + parts.overload;
-    const op_info* info = nullptr;
-    if (auto it = by_key_.find(key); it != by_key_.end()) {
-      info = it->second.get();
-    } else {
-      auto handle = c10::Dispatcher::singleton().findSchema(
-          {parts.ns + "::" + parts.name, parts.overload});
-      if (!handle) return nullptr;
-      std::unique_ptr<op_info> op(new op_info{*handle, {}, {}, {}, {}, {}, false, false, false, false, false, false, -1, -1, false, {0}});
-      fill(*op, parts);
-      info = op.get();
-      by_key_.emplace(std::move(key), std::move(op));
-    }
-    by_text_.emplace(std::string(text), info);
-    return info;
-  }
+  const op_info* find(std::string_view text);
 
  private:
-  static void fill(op_info& op, const op_name_parts& p) {
-    const auto& schema = op.handle.schema();
-    op.name = p.ns + "::" + p.name;
-    op.overload = p.overload;
-    op.qualified = p.overload.empty() ? op.name : op.name + "." + p.overload;
-    op.target = "torch.ops." + p.ns + "." + p.name + "." + (p.overload.empty() ? "default" : p.overload);
-    op.packet = p.name;
-    op.is_mutable = schema.is_mutable();
-    const auto& rets = schema.returns();
-    op.returns_list = rets.size() == 1 && rets[0].type()->kind() == c10::TypeKind::ListType;
-    for (const auto& r : rets)
-      if (r.alias_info() && !r.alias_info()->isWrite()) op.is_view = true;
-    op.data_dependent = is_data_dependent_op(op.name);
-    // the tag, and the dropout family (composite ops the tag misses in LibTorch 1.13)
-    op.nondeterministic = op.handle.hasTag(at::Tag::nondeterministic_seeded) || p.name.find("dropout") != std::string::npos ||
-                          p.name == "rrelu" || p.name == "rrelu_with_noise";
-    op.inplace_view = op.handle.hasTag(at::Tag::inplace_view);
-    const auto& params = schema.arguments();
-    op.is_factory = true;
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      if (params[i].name() == "device") op.device_arg = static_cast<int>(i);
-      if (params[i].name() == "pin_memory") op.pin_memory_arg = static_cast<int>(i);
-      auto t = params[i].real_type();
-      if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
-      if (t->kind() == c10::TypeKind::ListType) t = t->castRaw<c10::ListType>()->getElementType();
-      if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
-      if (t->kind() == c10::TypeKind::TensorType) op.is_factory = false;
-    }
-  }
+  static void fill(op_info& op, const op_name_parts& p);
 
   std::mutex mu_;
   std::unordered_map<std::string, std::unique_ptr<op_info>> by_key_;
   std::unordered_map<std::string, const op_info*> by_text_;
 };
+
+/// A compiled subgraph, as a control-flow operator's kernel receives it: a pure function of its
+/// operands (run/interpreter.hpp makes them). Passed through the dispatcher inside a capsule.
+struct subgraph_fn : torch::CustomClassHolder {
+  [[nodiscard]] virtual std::vector<at::Tensor> call(std::vector<at::Tensor> operands) const = 0;
+  [[nodiscard]] virtual const std::string& name() const = 0;
+};
+
+inline const subgraph_fn& subgraph_fn_of(const c10::IValue& v, const char* role) {
+  const auto* fn = v.isCapsule() ? dynamic_cast<const subgraph_fn*>(v.toCapsule().get()) : nullptr;
+  if (!fn)
+    throw run_error("xport.run.subgraph", std::string("higher_order::cond was called with a ") + role +
+                                              " that is not a compiled subgraph: run the program with xport's "
+                                              "interpreter or engine, which pass its branches");
+  return *fn;
+}
+
+/// torch.cond's predicate: a bool, or a tensor with one element (any dtype: nonzero is true).
+inline bool cond_predicate(const c10::IValue& pred) {
+  if (pred.isBool()) return pred.toBool();
+  if (pred.isInt()) return pred.toInt() != 0;
+  if (!pred.isTensor() || pred.toTensor().numel() != 1) {
+    std::string got = pred.isTensor() ? "a tensor of " + std::to_string(pred.toTensor().numel()) + " elements"
+                                      : pred.tagKind();
+    throw run_error("xport.run.cond_pred", "torch.cond: Expected pred to be bool or single-element tensor, but got " + got);
+  }
+  return pred.toTensor().item().toBool();
+}
+
+// higher_order::cond(Any pred, Any true_fn, Any false_fn, Tensor[] operands) -> Tensor[]: runs
+// the branch pred selects on the operands. Registered as CompositeImplicitAutograd, so the
+// branch's calls dispatch (and autograd records them) as if the user had made them.
+inline void cond_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  auto operands = s.back().toTensorVector();
+  const bool taken = cond_predicate(s[s.size() - 4]);
+  const auto& fn = subgraph_fn_of(s[s.size() - (taken ? 3 : 2)], taken ? "true_fn" : "false_fn");
+  torch::jit::drop(s, 4);
+  s.emplace_back(c10::List<at::Tensor>(fn.call(std::move(operands))));
+}
+
+/// Registers the control-flow operators with the dispatcher, once per process (at run time: a
+/// static registration in a header would run once per translation unit and throw).
+inline void ensure_higher_order_ops() {
+  static const bool registered = [] {
+    auto& d = c10::Dispatcher::singleton();
+    const auto any = c10::AnyType::get();
+    const auto tensors = c10::ListType::create(c10::TensorType::get());
+    c10::FunctionSchema cond("higher_order::cond", "",
+                             {c10::Argument("pred", any), c10::Argument("true_fn", any),
+                              c10::Argument("false_fn", any), c10::Argument("operands", tensors)},
+                             {c10::Argument("", tensors)});
+    // the handles live as long as the process: never deregistered
+    new c10::RegistrationHandleRAII(d.registerDef(std::move(cond), "xport: torch.ops.higher_order.cond"));
+    new c10::RegistrationHandleRAII(d.registerImpl(c10::OperatorName("higher_order::cond", ""),
+                                                   c10::DispatchKey::CompositeImplicitAutograd,
+                                                   c10::KernelFunction::makeFromBoxedFunction<&cond_kernel>(),
+                                                   c10::nullopt, nullptr, "xport: cond kernel"));
+    return true;
+  }();
+  (void)registered;
+}
+
+inline const op_info* op_registry::find(std::string_view text) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = by_text_.find(std::string(text)); it != by_text_.end()) return it->second;
+  auto parts = split_op_name(text);
+  if (parts.ns.empty() || parts.name.empty()) return nullptr;
+  if (parts.ns == "higher_order") ensure_higher_order_ops();
+  std::string key = parts.ns + "::" + parts.name + "." + parts.overload;
+  const op_info* info = nullptr;
+  if (auto it = by_key_.find(key); it != by_key_.end()) {
+    info = it->second.get();
+  } else {
+    auto handle = c10::Dispatcher::singleton().findSchema(
+        {parts.ns + "::" + parts.name, parts.overload});
+    if (!handle) return nullptr;
+    std::unique_ptr<op_info> op(new op_info{*handle, {}, {}, {}, {}, {}, false, false, false, false, false, false, -1, -1, false, false, {0}});
+    fill(*op, parts);
+    info = op.get();
+    by_key_.emplace(std::move(key), std::move(op));
+  }
+  by_text_.emplace(std::string(text), info);
+  return info;
+}
+
+inline void op_registry::fill(op_info& op, const op_name_parts& p) {
+  const auto& schema = op.handle.schema();
+  op.name = p.ns + "::" + p.name;
+  op.overload = p.overload;
+  op.qualified = p.overload.empty() ? op.name : op.name + "." + p.overload;
+  op.target = "torch.ops." + p.ns + "." + p.name + "." + (p.overload.empty() ? "default" : p.overload);
+  op.packet = p.name;
+  op.is_mutable = schema.is_mutable();
+  const auto& rets = schema.returns();
+  op.returns_list = rets.size() == 1 && rets[0].type()->kind() == c10::TypeKind::ListType;
+  for (const auto& r : rets)
+    if (r.alias_info() && !r.alias_info()->isWrite()) op.is_view = true;
+  op.data_dependent = is_data_dependent_op(op.name);
+  // the tag, and the dropout family (composite ops the tag misses in LibTorch 1.13)
+  op.nondeterministic = op.handle.hasTag(at::Tag::nondeterministic_seeded) || p.name.find("dropout") != std::string::npos ||
+                        p.name == "rrelu" || p.name == "rrelu_with_noise";
+  op.inplace_view = op.handle.hasTag(at::Tag::inplace_view);
+  const auto& params = schema.arguments();
+  op.is_factory = true;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (params[i].name() == "device") op.device_arg = static_cast<int>(i);
+    if (params[i].name() == "pin_memory") op.pin_memory_arg = static_cast<int>(i);
+    auto t = params[i].real_type();
+    if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
+    if (t->kind() == c10::TypeKind::ListType) t = t->castRaw<c10::ListType>()->getElementType();
+    if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
+    if (t->kind() == c10::TypeKind::TensorType) op.is_factory = false;
+  }
+  if (p.ns == "higher_order") {  // torch names them without an overload
+    op.higher_order = true;
+    op.target = "torch.ops.higher_order." + p.name;
+  }
+}
 
 }  // namespace detail
 
@@ -2463,6 +2541,7 @@ struct source_location {
 
 class node;
 struct use;
+struct subgraph;
 
 /// A value: a placeholder, or one output of a call node. One pointer; compare and hash freely.
 class value {
@@ -2510,13 +2589,14 @@ struct none_t {
 inline constexpr none_t none{};
 
 /// A call argument: a constant (None, bool, int, float, str, dtype, device, layout, memory
-/// format), a graph value, or a list of arguments. Lists keep no element type of their own:
-/// the operator's schema says whether `[1, 2]` is an `int[]` or a `float[]`.
+/// format), a graph value, a list of arguments, or a subgraph (a branch or body of a
+/// control-flow operator). Lists keep no element type of their own: the operator's schema says
+/// whether `[1, 2]` is an `int[]` or a `float[]`.
 class argument {
  public:
   using list_type = std::vector<argument>;
   enum class kind : std::uint8_t {
-    none, boolean, integer, floating, string, dtype, device, layout, memory_format, value, list, symbolic
+    none, boolean, integer, floating, string, dtype, device, layout, memory_format, value, list, symbolic, graph
   };
 
   argument() noexcept = default;
@@ -2546,6 +2626,8 @@ class argument {
     else v_ = s;
   }
   argument(std::initializer_list<argument> l) : v_(list_type(l)) {}  // NOLINT
+  /// A subgraph (`true_graph_0` of a cond): shared, never changed once made (see subgraph).
+  argument(std::shared_ptr<const subgraph> g) noexcept : v_(std::move(g)) {}  // NOLINT
   template <class T>
     requires(!std::is_same_v<T, argument> && std::is_constructible_v<argument, const T&>)
   argument(const std::vector<T>& xs) : v_(list_type(xs.begin(), xs.end())) {}  // NOLINT
@@ -2565,6 +2647,7 @@ class argument {
   [[nodiscard]] bool is_value() const noexcept { return type() == kind::value; }
   [[nodiscard]] bool is_list() const noexcept { return type() == kind::list; }
   [[nodiscard]] bool is_symbolic() const noexcept { return type() == kind::symbolic; }
+  [[nodiscard]] bool is_graph() const noexcept { return type() == kind::graph; }
 
   [[nodiscard]] bool as_bool() const { return get<bool>(); }
   [[nodiscard]] std::int64_t as_int() const { return get<std::int64_t>(); }
@@ -2577,6 +2660,7 @@ class argument {
   [[nodiscard]] value as_value() const { return get<value>(); }
   [[nodiscard]] const sym_int& as_sym() const { return get<sym_int>(); }
   [[nodiscard]] const list_type& as_list() const { return get<list_type>(); }
+  [[nodiscard]] const std::shared_ptr<const subgraph>& as_graph() const { return get<std::shared_ptr<const subgraph>>(); }
   [[nodiscard]] list_type& as_list() { return std::get<list_type>(v_); }
   [[nodiscard]] value* value_slot() noexcept { return std::get_if<value>(&v_); }
 
@@ -2596,7 +2680,8 @@ class argument {
 
   [[nodiscard]] std::string_view type_name() const noexcept {
     constexpr std::string_view names[] = {"None", "bool", "int", "float", "str", "dtype",
-                                          "device", "layout", "memory_format", "value", "list", "SymInt"};
+                                          "device", "layout", "memory_format", "value", "list", "SymInt",
+                                          "GraphModule"};
     return names[v_.index()];
   }
 
@@ -2611,7 +2696,7 @@ class argument {
   }
 
   std::variant<none_t, bool, std::int64_t, double, std::string, c10::ScalarType, c10::Device,
-               c10::Layout, c10::MemoryFormat, value, list_type, sym_int>
+               c10::Layout, c10::MemoryFormat, value, list_type, sym_int, std::shared_ptr<const subgraph>>
       v_;
 };
 
@@ -3444,6 +3529,23 @@ const basic_graph<Policy>& graph_cast(const graph& g) {
   return graph_cast<Policy>(const_cast<graph&>(g));
 }
 
+/// A subgraph: the branch of a `cond` (`true_graph_0`), the body of a loop. Its placeholders are
+/// the operands the operator passes it, its outputs what it returns; its values are its own (no
+/// operand of an inner node is a value of the graph that calls it). Once attached to a node it
+/// is never changed: copies of the calling graph share it, and a pass that rewrites a branch
+/// builds a new subgraph and swaps the argument, so a failed pass leaves the caller's intact.
+struct subgraph {
+  std::string name;  ///< the attribute torch names it by: `true_graph_0`, `body_graph_0`
+  graph body;
+};
+
+/// Calls `f(const subgraph&)` for every subgraph node `n` passes (directly, not nested ones).
+template <class F>
+void for_each_subgraph(const node& n, F&& f) {
+  for (const auto& a : n.args())
+    if (a.is_graph()) f(*a.as_graph());
+}
+
 XPORT_END_NAMESPACE
 
 template <>
@@ -4230,6 +4332,27 @@ class basic_exported_program : public exported_program {
   [[nodiscard]] basic_exported_program clone() const { return basic_exported_program(exported_program::clone()); }
 };
 
+/// A subgraph as a program of its own: every placeholder a user input, every output a user
+/// output, no state (what the interpreter compiles, and what lowering and passes transform).
+inline exported_program subgraph_program(const subgraph& s, ir_dialect dialect = ir_dialect::training) {
+  graph_signature sig;
+  for (auto ph : s.body.placeholders())
+    sig.input_specs.push_back(input_spec{input_kind::user_input, argument_spec::tensor(ph.name()), {}, {}});
+  for (const auto& a : s.body.output_node().args())
+    sig.output_specs.push_back(output_spec{output_kind::user_output,
+                                           a.is_value() ? argument_spec::tensor(a.as_value().name())
+                                                        : argument_spec::constant_value("", a),
+                                           {}});
+  return exported_program(s.body.clone(), std::move(sig), {}, {}, {}, dialect);
+}
+
+/// Whether any node of `g` calls a control-flow operator (so passes must visit its subgraphs).
+inline bool has_subgraphs(const graph& g) {
+  for (auto n : g.nodes())
+    if (n.is_call() && n.op().higher_order) return true;
+  return false;
+}
+
 XPORT_END_NAMESPACE
 
 // what xport knows about ATen operators
@@ -4466,6 +4589,7 @@ inline std::string describe(const argument& a) {
     }
     case argument::kind::list: return "a list of " + std::to_string(a.as_list().size());
     case argument::kind::symbolic: return "SymInt " + a.as_sym().str();
+    case argument::kind::graph: return "subgraph '" + a.as_graph()->name + "'";
   }
   return "?";
 }
@@ -4502,6 +4626,7 @@ inline bool coerce(argument& a, const c10::TypePtr& t, const c10::optional<int32
     case K::MemoryFormatType: return a.is_memory_format();
     case K::DeviceObjType: return a.is_device();
     case K::GeneratorType: return a.is_none();
+    case K::AnyType: return true;  // a control-flow operator's branch, or its predicate
     case K::ListType: {
       const auto& elem = t->castRaw<c10::ListType>()->getElementType();
       if (!a.is_list()) {
@@ -4591,6 +4716,18 @@ inline argument default_argument(const c10::Argument& param) {
   return a;
 }
 
+/// Compiles a subgraph into the capsule a control-flow kernel receives (set by
+/// run/interpreter.hpp, which every build of xport includes).
+inline c10::IValue (*subgraph_compiler)(const subgraph&) = nullptr;
+
+/// The IValue a subgraph argument is passed as: its compiled form (see subgraph_fn).
+inline c10::IValue subgraph_ivalue(const subgraph& g) {
+  if (!subgraph_compiler)
+    throw graph_error("xport.argument.subgraph", "subgraph '" + g.name + "' cannot be called: include "
+                                                 "<xport/run/interpreter.hpp>, which compiles subgraphs");
+  return subgraph_compiler(g);
+}
+
 /// A bound constant argument as the IValue the dispatcher expects for schema type `t`.
 /// Values (graph operands) are looked up with `lookup(value) -> c10::IValue`.
 template <class Lookup>
@@ -4612,6 +4749,7 @@ c10::IValue to_ivalue(const argument& a, const c10::TypePtr& t, Lookup&& lookup)
     case argument::kind::memory_format: return a.as_memory_format();
     case argument::kind::value: return lookup(a.as_value());
     case argument::kind::symbolic: return a.as_sym().hint();  // the example value (meta runs)
+    case argument::kind::graph: return subgraph_ivalue(*a.as_graph());
     case argument::kind::list: break;
   }
   const auto lt = unwrap_optional(t);
@@ -5639,7 +5777,27 @@ inline std::vector<value_type> result_types(const op_info& op, const std::vector
 }
 
 /// The types of `op`'s outputs for schema-bound `args`.
+/// A control-flow call's outputs: those of its first subgraph (verify checks that the others
+/// agree), with requires_grad where any operand requires it.
+inline std::vector<value_type> subgraph_outputs(const op_info& op, const std::vector<argument>& args) {
+  for (const auto& a : args) {
+    if (!a.is_graph()) continue;
+    std::vector<value_type> types;
+    for (const auto& o : a.as_graph()->body.output_node().args()) {
+      if (!o.is_value())
+        throw graph_error("xport.graph.subgraph_output", op.qualified + ": subgraph '" + a.as_graph()->name +
+                                                             "' returns a constant; its outputs must be tensors");
+      auto t = o.as_value().type();
+      if (t.kind == value_kind::tensor) t.tensor.requires_grad = t.tensor.requires_grad || any_requires_grad(args);
+      types.push_back(std::move(t));
+    }
+    return types;
+  }
+  throw graph_error("xport.graph.subgraph_missing", op.qualified + " was called without a subgraph");
+}
+
 inline std::vector<value_type> infer_outputs(const op_info& op, const std::vector<argument>& args) {
+  if (op.higher_order) return subgraph_outputs(op, args);
   if (op.data_dependent) throw_data_dependent(op);
   torch::jit::Stack stack;
   push_meta_arguments(op, args, [](const value& v) { return v.meta().make_meta(); }, stack);
@@ -6262,6 +6420,7 @@ XPORT_END_NAMESPACE
 #include <vector>         // std::vector
 
 // #include <xport/config.hpp>
+// #include <xport/ir/dtype.hpp>
 // #include <xport/ops/schema.hpp>
 // #include <xport/error.hpp>
 // #include <xport/ir/graph.hpp>
@@ -6420,6 +6579,92 @@ inline void verify_call(node n, const verify_options& opts) {
                 n.name());
 }
 
+}  // namespace detail
+inline void verify(const graph& g, const verify_options& opts);
+namespace detail {
+
+/// Checks a torch.cond call: its two branches take the operands and agree on what they return
+/// (torch.cond's rules, with its texts), mutate nothing and return no operand itself.
+inline void verify_higher_order(node n, const verify_options& opts) {
+  const auto args = n.args();
+  if (args.size() != 4 || !args[1].is_graph() || !args[2].is_graph() || !args[3].is_list())
+    verify_fail("cond_args", "'" + n.name() + "' calls torch.cond without (pred, true_graph, false_graph, operands)", n.name());
+  const auto one_element = [](const tensor_meta& m) {
+    for (const auto& d : m.sizes)
+      if (d.is_symbolic() || d.hint() != 1) return false;
+    return true;
+  };
+  if (args[0].is_value() && args[0].as_value().kind() == value_kind::tensor && !one_element(args[0].as_value().meta()))
+    verify_fail("cond_pred", "Expected pred to be bool or single-element tensor, but got " +
+                                 args[0].as_value().meta().annotation() + " ('" + args[0].as_value().name() +
+                                 "', the predicate of '" + n.name() + "')",
+                n.name());
+  const auto& operands = args[3].as_list();
+  const subgraph* branches[2] = {args[1].as_graph().get(), args[2].as_graph().get()};
+  for (const auto* s : branches) {
+    const auto phs = s->body.placeholders();
+    if (phs.size() != operands.size())
+      verify_fail("cond_operands", "'" + n.name() + "': subgraph '" + s->name + "' takes " + std::to_string(phs.size()) +
+                                       " inputs, torch.cond passes it " + std::to_string(operands.size()) + " operands",
+                  n.name());
+    for (std::size_t i = 0; i < phs.size(); ++i) {
+      // what the branch computes with: dtype, sizes, device (requires_grad and strides may differ:
+      // torch records a parameter's placeholder in a branch without its grad flag)
+      const auto fits_input = [&](const argument& a, const value& ph) {
+        if (!a.is_value() || a.as_value().kind() != ph.kind()) return false;
+        if (ph.kind() != value_kind::tensor) return true;
+        const auto &m = a.as_value().meta(), &q = ph.meta();
+        return m.dtype == q.dtype && m.sizes == q.sizes && m.device == q.device;
+      };
+      if (!fits_input(operands[i], phs[i].output(0)))
+        verify_fail("cond_operands", "'" + n.name() + "': operand " + std::to_string(i) + " of torch.cond does not match input '" +
+                                         phs[i].name() + "' of subgraph '" + s->name + "' (" + phs[i].output(0).meta().annotation() + ")",
+                    n.name());
+    }
+    for (auto inner : s->body.nodes()) {
+      if (inner.is_call() && inner.op().is_mutable)
+        verify_fail("cond_mutation", "Higher order ops do not support input mutation: node '" + inner.name() + "' of subgraph '" +
+                                         s->name + "' calls " + inner.op().qualified + "; compute a new tensor and return it instead",
+                    n.name());
+    }
+    for (const auto& o : s->body.output_node().args())
+      if (o.is_value() && o.as_value().producer().is_placeholder())
+        verify_fail("cond_aliasing", "Higher order ops do not support aliasing: subgraph '" + s->name + "' of '" + n.name() +
+                                         "' returns its input '" + o.as_value().name() +
+                                         "'. Replace `return input` with `return input.clone()`",
+                    n.name());
+    verify(s->body, opts);
+  }
+  const auto outs0 = branches[0]->body.output_node().args(), outs1 = branches[1]->body.output_node().args();
+  if (outs0.size() != outs1.size() || outs0.size() != n.num_outputs())
+    verify_fail("cond_outputs", "Unmatched output spec from torch.cond branches: '" + branches[0]->name + "' returns " +
+                                    std::to_string(outs0.size()) + " values, '" + branches[1]->name + "' " +
+                                    std::to_string(outs1.size()) + " ('" + n.name() + "' has " +
+                                    std::to_string(n.num_outputs()) + " outputs)",
+                n.name());
+  for (std::size_t i = 0; i < outs0.size(); ++i) {
+    if (!outs0[i].is_value() || !outs1[i].is_value())
+      verify_fail("cond_outputs", "'" + n.name() + "': torch.cond's branches must return tensors (output " + std::to_string(i) + ")", n.name());
+    const auto& a = outs0[i].as_value().meta();
+    const auto& b = outs1[i].as_value().meta();
+    if (a.dtype != b.dtype)
+      verify_fail("cond_outputs", "When merging two branches' output in torch.cond,  expected same dtype but got " +
+                                      python_repr(a.dtype) + " and " + python_repr(b.dtype) + " (output " + std::to_string(i) +
+                                      " of '" + n.name() + "')",
+                  n.name());
+    if (a.sizes != b.sizes)
+      verify_fail("cond_outputs", "torch.cond's branches return output " + std::to_string(i) + " in different shapes (" +
+                                      a.annotation() + " and " + b.annotation() + ") at '" + n.name() +
+                                      "': torch makes its size data-dependent (unbacked), which xport does not support; "
+                                      "return the same shape from both branches",
+                  n.name());
+    if (n.output(i).meta().dtype != a.dtype || n.output(i).meta().sizes != a.sizes)
+      verify_fail("cond_outputs", "'" + n.name() + "' output " + std::to_string(i) + " (" + n.output(i).meta().annotation() +
+                                      ") is not what its branches return (" + a.annotation() + ")",
+                  n.name());
+  }
+}
+
 /// Checks every recorded use points at an operand slot holding the value, once; returns how many uses there are.
 inline std::size_t verify_recorded_uses(const graph& g) {
   std::size_t total_uses = 0;
@@ -6484,6 +6729,7 @@ inline void verify(const graph& g, const verify_options& opts = {}) {
     // operands: defined before use, and Note [Use lists] one way
     total_slots += detail::verify_operands(g, n);
     if (n.kind() == node_kind::call_function && opts.check_schemas) detail::verify_call(n, opts);
+    if (n.kind() == node_kind::call_function && n.op().higher_order) detail::verify_higher_order(n, opts);
     prev = n.impl();
   }
   if (count != g.size())
@@ -7027,6 +7273,7 @@ inline std::string arg_repr(const argument& a, const sym_names& syms = {}) {
     case argument::kind::layout: return python_repr(a.as_layout());
     case argument::kind::memory_format: return python_repr(a.as_memory_format());
     case argument::kind::value: return a.as_value().name();
+    case argument::kind::graph: return a.as_graph()->name;
     case argument::kind::symbolic: {
       const auto text = a.as_sym().str();
       const auto it = syms.find(text);
@@ -7304,6 +7551,8 @@ inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
           names.push_back(it->second);
       } else if (a.is_list()) {
         for (const auto& e : a.as_list()) visit(e);
+      } else if (a.is_graph()) {
+        if (seen.insert(a.as_graph()->name).second) names.push_back(a.as_graph()->name);
       }
     };
     for (const auto& a : n.args()) visit(a);
@@ -7326,6 +7575,13 @@ inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
       case node_kind::call_function: {
         const auto* src = n.source().get();
         fx_line l{fx_line::kind::call, n.name(), {}, {}, inputs_of(n), 0, src};
+        if (n.op().higher_order) {
+          // `true_graph_0 = self.true_graph_0` before the call (the operands print as a list, as
+          // torch prints a program it loaded)
+          for_each_subgraph(n, [&](const subgraph& s) {
+            lines.push_back({fx_line::kind::call, s.name, {}, "self." + s.name, {}, 0, src});
+          });
+        }
         l.rhs = n.op().target + "(" + call_args_repr(n.op(), n.args(), sizes.names) + ")";
         if (!n.has_tuple_output()) l.annotation = value_annotation(n.output(0), o);
         lines.push_back(std::move(l));
@@ -7394,7 +7650,8 @@ inline std::string replace_all(std::string s, std::string_view from, std::string
 
 /// `class GraphModule(torch.nn.Module):\n    def forward(...):\n        ...` (torch.fx
 /// `print_readable`, verbose).
-inline std::string graph_module_code(const graph& g, const print_options& o) {
+inline std::string graph_module_code(const graph& g, const print_options& o,
+                                     std::string_view class_name = "GraphModule") {
   const auto lines = fx_lines(g, o);
   const bool seed = o.style == print_style::seed;
   // last uses, scanning backwards (torch.fx `register_last_uses`)
@@ -7452,8 +7709,15 @@ inline std::string graph_module_code(const graph& g, const print_options& o) {
   std::string code = indent_lines(std::string_view(body).substr(k), "    ", /*first_too=*/true);
   std::string params;
   for (std::size_t i = 0; i < free_vars.size(); ++i) params += (i ? ", " : "") + free_vars[i];
-  std::string module = "class GraphModule(torch.nn.Module):\ndef forward(" + params + "):\n" + code;
-  return indent_lines(module, "    ");
+  std::string module = "class " + std::string(class_name) + "(torch.nn.Module):\ndef forward(" + params + "):\n" + code;
+  auto text = indent_lines(module, "    ");
+  // the subgraphs, as nested classes after forward (torch.fx prints submodules so)
+  for (auto n : g.nodes())
+    if (n.is_call() && n.op().higher_order)
+      for_each_subgraph(n, [&](const subgraph& s) {
+        text += "\n" + indent_lines(graph_module_code(s.body, o, s.name), "    ", /*first_too=*/true);
+      });
+  return text;
 }
 
 inline std::string spec_arg_repr(const argument_spec& a) {
@@ -8098,6 +8362,27 @@ class capture {
       if (r.isTensor()) track(node.output(k), r.toTensor());
     });
     return node;
+  }
+
+  /// Records a call whose arguments are already graph values and whose output types are known
+  /// (a lowering re-recording a control-flow call with its branches lowered); returns the meta
+  /// tensor each output is tracked by.
+  std::vector<at::Tensor> record_values(const op_info& op, std::vector<argument> bound, std::vector<value_type> types) {
+    auto node = builder_.record(op, std::move(bound), std::move(types));
+    std::vector<at::Tensor> metas;
+    for (auto v : node.outputs()) {
+      if (v.kind() != value_kind::tensor) {
+        metas.emplace_back();
+        continue;
+      }
+      auto meta = [&] {  // a plain meta tensor, whatever the lowering has switched on
+        c10::impl::ExcludeDispatchKeyGuard plain(
+            c10::DispatchKeySet({capture_key, c10::DispatchKey::Functionalize, c10::DispatchKey::Fake}));
+        return v.meta().make_meta();
+      }();
+      metas.push_back(track(v, meta));
+    }
+    return metas;
   }
 
   /// Records one op call from the dispatcher fallback (see capture_fallback).
@@ -11274,10 +11559,52 @@ inline bool decomposition_table::decomposes(const op_info& op) const { return fi
 
 namespace detail {
 
+/// How the running lowering treats a control-flow call (set while run_decompositions lowers):
+/// each subgraph is lowered as a program of its own, and the call recorded again on the lowered
+/// subgraphs (its kernel is not run: the branch taken depends on data).
+struct subgraph_lowering {
+  std::unordered_map<const subgraph*, std::shared_ptr<const subgraph>> lowered;  ///< lowered first, on their own
+  std::function<c10::IValue(const at::Tensor&)> hold;    ///< a tracked meta tensor -> what the calls see
+  std::function<at::Tensor(const c10::IValue&)> unhold;  ///< what the calls see -> the tracked tensor
+};
+inline thread_local const subgraph_lowering* active_subgraph_lowering = nullptr;
+
+inline void recall_higher_order(capture& cap, const node& n, std::unordered_map<const value_impl*, c10::IValue>& held) {
+  if (!active_subgraph_lowering)
+    throw export_error("xport.decompose.higher_order",
+                       "run_decompositions: " + n.op().qualified + " (node '" + n.name() + "') is lowered only with "
+                       "LibTorch's functionalization (LibTorch 2.x); this LibTorch (" + torch_version() + ") has none");
+  const auto& lowering = *active_subgraph_lowering;
+  const std::function<argument(const argument&)> now = [&](const argument& a) -> argument {
+    if (a.is_graph()) {
+      const auto it = lowering.lowered.find(a.as_graph().get());
+      if (it == lowering.lowered.end())
+        throw export_error("xport.decompose.higher_order", "run_decompositions: subgraph '" + a.as_graph()->name +
+                                                               "' of node '" + n.name() + "' was not lowered");
+      return it->second;
+    }
+    if (a.is_list()) {
+      argument::list_type l;
+      for (const auto& e : a.as_list()) l.push_back(now(e));
+      return l;
+    }
+    if (!a.is_value()) return a;
+    const auto& iv = held.at(a.as_value().impl());
+    if (iv.isBool()) return iv.toBool();
+    return cap.value_of(lowering.unhold(iv));
+  };
+  std::vector<argument> args;
+  for (const auto& a : n.args()) args.push_back(now(a));
+  auto types = subgraph_outputs(n.op(), args);
+  const auto metas = cap.record_values(n.op(), std::move(args), std::move(types));
+  for (std::size_t k = 0; k < metas.size(); ++k) held[n.output(k).impl()] = lowering.hold(metas[k]);
+}
+
 /// Calls node `n` again, under the active capture, on what its operands hold now (`held`:
 /// source value -> IValue), and records what each of its outputs holds after the call.
 inline void recall(capture& cap, const node& n, std::unordered_map<const value_impl*, c10::IValue>& held) {
   cap.builder().like(n);
+  if (n.op().higher_order) return recall_higher_order(cap, n, held);
   torch::jit::Stack stack;
   call_node(n, [&](const value& v) -> const c10::IValue& { return held.at(v.impl()); }, stack);
   take_outputs(stack, [&](std::size_t k, c10::IValue&& r) { held[n.output(k).impl()] = std::move(r); });
@@ -11665,6 +11992,28 @@ inline exported_program lower_functional(const exported_program& p, const decomp
 inline exported_program run_decompositions(const exported_program& p,
                                            const decomposition_table& table = decomposition_table::core_aten()) {
   // dynamic dims: decomposed at several sizes and made symbolic again (trace/symbolic.hpp)
+#if XPORT_HAS_TORCH_FUNCTIONALIZATION
+  detail::subgraph_lowering lowering{
+      {},
+      [](const at::Tensor& meta) -> c10::IValue { return at::functionalization::impl::to_functional_tensor(meta); },
+      [](const c10::IValue& v) { return detail::unwrap_functional(v).toTensor(); }};
+  for (auto n : p.graph().nodes())
+    if (n.is_call() && n.op().higher_order) {
+      if (!p.range_constraints().empty())
+        throw export_error("xport.decompose.higher_order",
+                           "run_decompositions: a program with dynamic dims and a control-flow call (node '" +
+                               n.name() + "') is not lowered by xport yet; export it with static shapes");
+      for_each_subgraph(n, [&](const subgraph& g) {
+        auto q = run_decompositions(subgraph_program(g), table);
+        lowering.lowered.emplace(&g, std::make_shared<const subgraph>(subgraph{g.name, q.graph().clone()}));
+      });
+    }
+  struct lowering_scope {
+    const detail::subgraph_lowering* prev = detail::active_subgraph_lowering;
+    ~lowering_scope() { detail::active_subgraph_lowering = prev; }
+  } restore;
+  detail::active_subgraph_lowering = &lowering;
+#endif
   auto q = detail::transform_symbolic(p, "run_decompositions", [&](const exported_program& s) {
 #if XPORT_HAS_TORCH_FUNCTIONALIZATION
     try {
@@ -12208,6 +12557,7 @@ inline std::size_t hash_argument(const argument& a) {
     case argument::kind::memory_format: return hash_combine(h, static_cast<std::size_t>(a.as_memory_format()));
     case argument::kind::value: return hash_combine(h, std::hash<value>{}(a.as_value()));
     case argument::kind::symbolic: return hash_combine(h, a.as_sym().expr()->hash());
+    case argument::kind::graph: return hash_combine(h, std::hash<const void*>{}(a.as_graph().get()));
     case argument::kind::list:
       for (const auto& e : a.as_list()) h = hash_combine(h, hash_argument(e));
       return h;
@@ -13625,6 +13975,36 @@ class interpreter {
 };
 
 namespace detail {
+
+// Note [Subgraphs as capsules]: a control-flow node's subgraph argument reaches its kernel
+// (ir/op.hpp, cond_kernel) as a constant: a capsule holding the subgraph compiled once into an
+// interpreter of its own, run without guards (the operands are what the calling program made).
+// The interpreter and the engine push it like any other constant, so a cond runs, records
+// autograd and plans memory around it as any call does.
+class compiled_subgraph final : public subgraph_fn {
+ public:
+  explicit compiled_subgraph(const subgraph& s) : name_(s.name), program_(subgraph_program(s)), code_(program_) {}
+
+  [[nodiscard]] std::vector<at::Tensor> call(std::vector<at::Tensor> operands) const override {
+    const auto outs = code_.run_all(operands);
+    std::vector<at::Tensor> r;
+    r.reserve(outs.size());
+    for (const auto& o : outs) r.push_back(o.isTensor() ? o.toTensor() : at::Tensor());
+    return r;
+  }
+  [[nodiscard]] const std::string& name() const override { return name_; }
+
+ private:
+  std::string name_;
+  exported_program program_;
+  interpreter code_;
+};
+
+inline c10::IValue compile_subgraph(const subgraph& s) {
+  return c10::IValue::make_capsule(c10::make_intrusive<compiled_subgraph>(s));
+}
+inline const bool subgraph_compiler_installed = (subgraph_compiler = &compile_subgraph, true);
+
 struct interpreter_cache : run_cache {
   explicit interpreter_cache(const exported_program& p) : interp(p) {}
   interpreter interp;
@@ -14291,6 +14671,7 @@ inline json argument_json(const argument& a, const c10::TypePtr& type, const sym
     case K::memory_format: return {{"as_memory_format", memory_format_number(a.as_memory_format())}};
     case K::value: return value_ref(a.as_value());
     case K::symbolic: return {{"as_sym_int", {{"as_name", name_sym(a.as_sym())}}}};
+    case K::graph: throw graph_error("xport.serde.subgraph", "subgraph '" + a.as_graph()->name + "' is written by graph_json, not as an argument");
     case K::list: break;
   }
   const auto& l = a.as_list();
@@ -15024,12 +15405,17 @@ inline json graph_json(const exported_program& p) {
     const auto& params = op.schema().arguments();
     json in = json::array();
     const auto args = n.args();
-    for (std::size_t i = 0; i < params.size() && i < args.size(); ++i)
-      in.push_back({{"name", params[i].name()},
-                    {"arg", argument_json(args[i], params[i].real_type(), namer)},
+    for (std::size_t i = 0; i < params.size() && i < args.size(); ++i) {
+      // a control-flow call's arguments are positional and unnamed, its subgraphs written whole
+      json arg = args[i].is_graph() ? json{{"as_graph", {{"name", args[i].as_graph()->name},
+                                                         {"graph", graph_json(subgraph_program(*args[i].as_graph()))}}}}
+                                    : argument_json(args[i], op.higher_order ? nullptr : params[i].real_type(), namer);
+      in.push_back({{"name", op.higher_order ? std::string() : params[i].name()},
+                    {"arg", std::move(arg)},
                     {"kind", params[i].kwarg_only() ? 2 : 1}});
+    }
     json out = json::array();
-    if (op.returns_list) {
+    if (op.returns_list && !op.higher_order) {
       json list = json::array();
       for (auto v : n.outputs()) list.push_back({{"name", name_of(n, v)}});
       out.push_back({{"as_tensors", std::move(list)}});
@@ -15046,6 +15432,7 @@ inline json graph_json(const exported_program& p) {
     meta["nn_module_stack"] = nn_module_stack_of(n.module_path(), types);
     nodes.push_back({{"target", op.target}, {"inputs", std::move(in)}, {"outputs", std::move(out)},
                      {"metadata", std::move(meta)}, {"name", n.name()}});
+    if (op.higher_order) nodes.back()["is_hop_single_tensor_return"] = false;
   }
   return {{"inputs", std::move(inputs)},   {"outputs", std::move(outputs)},
           {"nodes", std::move(nodes)},     {"tensor_values", std::move(tensor_values)},
@@ -15367,13 +15754,70 @@ inline std::string unregistered_operator(const std::string& target) {
   return msg;
 }
 
+/// Reads a subgraph (an as_graph argument): its inputs become placeholders, its values a scope of
+/// their own.
+inline std::shared_ptr<const subgraph> subgraph_of(const at_path& aj,
+                                                   std::vector<std::pair<std::string, std::string>>& module_types);
+
+/// Reads the source, module path and stack of call node `nj` onto `created`.
+inline void read_node_metadata(const at_path& nj, node created,
+                               std::vector<std::pair<std::string, std::string>>& module_types) {
+  const auto meta = nj["metadata"];
+  (void)meta.object();
+  if (auto st = meta.get("stack_trace")) created.set_source(source_of(st->str()));
+  if (auto ms = meta.get("nn_module_stack")) created.set_module_path(module_path_of_stack(ms->str(), &module_types));
+}
+
+/// Reads a call of a control-flow operator (torch.cond): positional arguments, subgraphs as
+/// as_graph, one as_tensor output per result.
+inline void read_higher_order_node(const at_path& nj, const std::string& target, const value_types& type_of,
+                                   graph& g, value_scope& scope,
+                                   std::vector<std::pair<std::string, std::string>>& module_types) {
+  const auto& op = find_op(target);
+  const auto ins = nj["inputs"];
+  std::vector<argument> args;
+  for (std::size_t a = 0, n = ins.size_of_array(); a < n; ++a) {
+    const auto aj = ins[a]["arg"];
+    args.push_back(aj.object().contains("as_graph") ? argument(subgraph_of(aj["as_graph"], module_types))
+                                                   : argument_of(aj, scope));
+  }
+  if (args.size() != op.schema().arguments().size())
+    ins.fail(op.qualified + " takes " + std::to_string(op.schema().arguments().size()) + " arguments, the node has " +
+             std::to_string(args.size()));
+  if (!args[1].is_graph() || !args[2].is_graph() || !args[3].is_list())
+    ins.fail("torch.cond's arguments are (pred, true_graph, false_graph, operands): expected two as_graph "
+             "arguments and a list of operands");
+  std::vector<value_type> types;
+  std::vector<std::string> names;
+  const auto outs = nj["outputs"];
+  for (std::size_t o = 0, n = outs.size_of_array(); o < n; ++o)
+    each_output_name(outs[o], [&](const at_path& where, const std::string& name) {
+      types.push_back(type_of(where, name));
+      names.push_back(name);
+    });
+  const auto node_name = nj.get("name") ? nj["name"].str() : std::string("cond");
+  node created;
+  try {
+    created = g.create_call_named(op, std::move(args), std::move(types), node_name, names);
+  } catch (const graph_error& e) {
+    nj.fail(e.what());
+  }
+  for (auto v : created.outputs()) scope.defined.emplace(v.name(), v);
+  read_node_metadata(nj, created, module_types);
+}
+
 /// Reads call node `nj` (of operator `target`) into `g`, its outputs into the scope; `module_types`
 /// gets the modules its stack names.
 inline void read_call_node(const at_path& nj, const std::string& target, const value_types& type_of, graph& g,
                            value_scope& scope, std::vector<std::pair<std::string, std::string>>& module_types) {
-  if (target.rfind("torch.ops.higher_order.", 0) == 0)
-    nj["target"].fail("higher-order operator '" + target + "' (torch." + target.substr(23) +
-                      ", with its subgraphs as as_graph arguments) is not supported by xport");
+  if (target.rfind("torch.ops.higher_order.", 0) == 0) {
+    if (target != "torch.ops.higher_order.cond")
+      nj["target"].fail("higher-order operator '" + target + "' (torch." + target.substr(23) +
+                        ", with its subgraphs as as_graph arguments) is not supported by xport: of torch's "
+                        "control-flow operators it reads torch.cond");
+    read_higher_order_node(nj, target, type_of, g, scope, module_types);
+    return;
+  }
   const auto* op = try_find_op(target);
   if (!op) nj["target"].fail(unregistered_operator(target));
   std::vector<kwarg> kwargs;
@@ -15400,14 +15844,13 @@ inline void read_call_node(const at_path& nj, const std::string& target, const v
     scope.defined.emplace(v.name(), v);
     if (v.name() == created.name() + "_unused_" + std::to_string(v.index())) v.set_unpacked(false);
   }
-  const auto meta = nj["metadata"];
-  (void)meta.object();
-  if (auto st = meta.get("stack_trace")) created.set_source(source_of(st->str()));
-  if (auto ms = meta.get("nn_module_stack")) created.set_module_path(module_path_of_stack(ms->str(), &module_types));
+  read_node_metadata(nj, created, module_types);
 }
 
-/// Reads the graph; `module_types` gets the (path, type) of every module its nodes' stacks name.
-inline graph graph_of(const at_path& gj, const graph_signature& sig, std::vector<std::pair<std::string, std::string>>& module_types) {
+/// Reads graph `gj`; its inputs are read by `read_inputs(type_of, g, scope)`.
+template <class ReadInputs>
+graph graph_body_of(const at_path& gj, std::vector<std::pair<std::string, std::string>>& module_types,
+                    ReadInputs&& read_inputs) {
   graph g;
   const auto type_of = value_types_of(gj);
   value_scope scope;
@@ -15418,7 +15861,7 @@ inline graph graph_of(const at_path& gj, const graph_signature& sig, std::vector
     for (std::size_t o = 0, n = outs.size_of_array(); o < n; ++o)
       each_output_name(outs[o], [&](const at_path&, const std::string& name) { scope.later.insert(name); });
   }
-  read_graph_inputs(gj["inputs"], sig, type_of, g, scope);
+  read_inputs(type_of, g, scope);
   for (std::size_t i = 0; i < n_nodes; ++i) {
     const auto nj = nodes[i];
     const auto target = nj["target"].str();
@@ -15433,6 +15876,34 @@ inline graph graph_of(const at_path& gj, const graph_signature& sig, std::vector
   for (std::size_t i = 0, n = outputs.size_of_array(); i < n; ++i) results.push_back(argument_of(outputs[i], scope));
   g.set_output(std::move(results));
   return g;
+}
+
+/// Reads the program's graph; `module_types` gets the (path, type) of every module its nodes' stacks name.
+inline graph graph_of(const at_path& gj, const graph_signature& sig, std::vector<std::pair<std::string, std::string>>& module_types) {
+  return graph_body_of(gj, module_types, [&](const value_types& type_of, graph& g, value_scope& scope) {
+    read_graph_inputs(gj["inputs"], sig, type_of, g, scope);
+  });
+}
+
+inline std::shared_ptr<const subgraph> subgraph_of(const at_path& aj,
+                                                   std::vector<std::pair<std::string, std::string>>& module_types) {
+  auto name = aj["name"].str();
+  const auto gj = aj["graph"];
+  auto body = graph_body_of(gj, module_types, [&](const value_types& type_of, graph& g, value_scope& scope) {
+    const auto inputs = gj["inputs"];
+    for (std::size_t i = 0, n = inputs.size_of_array(); i < n; ++i) {
+      auto [k, v] = inputs[i].one_of();
+      if (k != "as_tensor" && k != "as_sym_int")
+        inputs[i].fail("an input of subgraph '" + name + "' must be a tensor or a SymInt, got '" + k + "'");
+      const auto input_name = k == "as_tensor" ? v["name"].str() : v["as_name"].str();
+      try {
+        scope.defined.emplace(input_name, g.add_placeholder(input_name, type_of(inputs[i], input_name)));
+      } catch (const graph_error& e) {
+        inputs[i].fail(e.what());
+      }
+    }
+  });
+  return std::make_shared<const subgraph>(subgraph{std::move(name), std::move(body)});
 }
 
 struct loaded_json {

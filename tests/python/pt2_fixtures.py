@@ -10,7 +10,8 @@ Exports and torch.export.save's, into <dir>:
     float / str inputs, kwargs, an unused input, a -inf mask, nested outputs;
   - a model calling custom operators (xport_ops.py's GatedBlock, its ops registered in Python with
     the schemas tests/custom_ops.hpp registers in C++), with dynamic batch and sequence;
-  - programs with content xport does not read (torch.cond, a complex scalar, a custom object, a
+  - programs with torch.cond (loaded, run on both branches, printed as torch prints them);
+  - programs with content xport does not read (torch.while_loop, map, scan, a complex scalar, a custom object, a
     tensor subclass weight), whose load_errors tests/test_interop.cpp checks.
 Each <name>.pt2 comes with <name>.io.pt (torch.save'd; the layout is in tests/test_interop.cpp):
 the call, the outputs torch.export.load(<name>.pt2).module() gives for it (one thread, autograd
@@ -56,7 +57,7 @@ class Writer:
         self.index = []
         os.makedirs(out, exist_ok=True)
 
-    def add(self, name, ep, args, kwargs=None, extra=(), runs=True):
+    def add(self, name, ep, args, kwargs=None, extra=(), runs=True, printed=False):
         kwargs = kwargs or {}
         path = os.path.join(self.out, name + ".pt2")
         torch.export.save(ep, path)
@@ -76,14 +77,16 @@ class Writer:
             entry.update(forward_arg_names=list(sig.forward_arg_names or []),
                          num_kwargs=sig.in_spec.child(1).num_children,
                          num_inputs=len(ep.graph_signature.input_specs))
+        if printed:  # what print(ep) writes for the program torch loads back: xport's must match
+            entry["printed"] = str(torch.export.load(path))
         self.index.append(entry)
         print(name, flush=True)
 
-    def export(self, name, module, args, kwargs=None, dynamic_shapes=None, extra=(), decompose=False):
+    def export(self, name, module, args, kwargs=None, dynamic_shapes=None, extra=(), decompose=False, printed=False):
         ep = torch.export.export(module, tuple(args), kwargs or {}, dynamic_shapes=dynamic_shapes)
         if decompose:
             ep = ep.run_decompositions()
-        self.add(name, ep, args, kwargs, extra)
+        self.add(name, ep, args, kwargs, extra, printed=printed)
 
     def close(self):
         with open(os.path.join(self.out, "index.json"), "w") as f:
@@ -160,11 +163,43 @@ class Nested(nn.Module):
         return self.inner(x) + 1
 
 
-# ---- content xport does not read ------------------------------------------------------------------
+# ---- torch.cond ---------------------------------------------------------------------------------
 
 class Cond(nn.Module):
     def forward(self, x):
         return torch.cond(x.sum() > 0, lambda x: x.sin(), lambda x: x.cos(), (x,))
+
+
+class CondLinear(nn.Module):
+    """A branch that closes over the module's parameters (torch lifts them as operands), two
+    operands, a result used after the cond."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x, y):
+        def true_fn(x, y):
+            return (self.lin(x).cos() + y,)
+
+        def false_fn(x, y):
+            return (x.sin() - y,)
+
+        return torch.cond(x.amax() > 0, true_fn, false_fn, (x, y))[0] * 2
+
+
+class CondDynamic(nn.Module):
+    """A cond on a dynamic batch: the branches' sizes are symbolic, one reads its batch size."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda x: (self.lin(x).cos(),), lambda x: (x.sin() * x.shape[0],), (x,))[0] + 1
+
+
+# ---- content xport does not read ------------------------------------------------------------------
 
 
 class WhileLoop(nn.Module):
@@ -291,7 +326,13 @@ def main():
     block.train(True)
     w.export("custom_ops_block_train", block, (torch.randn(2, 4, 32),))
 
-    w.export("unsupported_cond", Cond(), (torch.randn(3),))
+    x = torch.randn(3)
+    w.export("cond", Cond(), (x,), extra=[((x.abs() + 0.1,), {}), ((-x.abs() - 0.1,), {})], printed=True)
+    x, y = torch.randn(2, 3), torch.randn(2, 3)
+    w.export("cond_linear", CondLinear(), (x, y), extra=[((x.abs(), y), {}), ((-x.abs(), y), {})], printed=True)
+    w.export("cond_dynamic", CondDynamic(), (torch.randn(4, 3),), dynamic_shapes={"x": {0: Dim("n", max=64)}},
+             extra=[((torch.randn(7, 3).abs(),), {}), ((-torch.randn(9, 3).abs(),), {})], printed=True)
+    w.export("cond_linear_core_aten", CondLinear(), (x, y), extra=[((-x.abs(), y), {})], decompose=True, printed=True)
     w.export("unsupported_while_loop", WhileLoop(), (torch.tensor(0), torch.randn(3)))
     w.export("unsupported_map", MapRows(), (torch.randn(2, 3), torch.randn(3)))
     w.export("unsupported_scan", ScanSum(), (torch.randn(3), torch.randn(4, 3)))

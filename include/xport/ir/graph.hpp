@@ -94,6 +94,7 @@ struct source_location {
 
 class node;
 struct use;
+struct subgraph;
 
 /// A value: a placeholder, or one output of a call node. One pointer; compare and hash freely.
 class value {
@@ -141,13 +142,14 @@ struct none_t {
 inline constexpr none_t none{};
 
 /// A call argument: a constant (None, bool, int, float, str, dtype, device, layout, memory
-/// format), a graph value, or a list of arguments. Lists keep no element type of their own:
-/// the operator's schema says whether `[1, 2]` is an `int[]` or a `float[]`.
+/// format), a graph value, a list of arguments, or a subgraph (a branch or body of a
+/// control-flow operator). Lists keep no element type of their own: the operator's schema says
+/// whether `[1, 2]` is an `int[]` or a `float[]`.
 class argument {
  public:
   using list_type = std::vector<argument>;
   enum class kind : std::uint8_t {
-    none, boolean, integer, floating, string, dtype, device, layout, memory_format, value, list, symbolic
+    none, boolean, integer, floating, string, dtype, device, layout, memory_format, value, list, symbolic, graph
   };
 
   argument() noexcept = default;
@@ -177,6 +179,8 @@ class argument {
     else v_ = s;
   }
   argument(std::initializer_list<argument> l) : v_(list_type(l)) {}  // NOLINT
+  /// A subgraph (`true_graph_0` of a cond): shared, never changed once made (see subgraph).
+  argument(std::shared_ptr<const subgraph> g) noexcept : v_(std::move(g)) {}  // NOLINT
   template <class T>
     requires(!std::is_same_v<T, argument> && std::is_constructible_v<argument, const T&>)
   argument(const std::vector<T>& xs) : v_(list_type(xs.begin(), xs.end())) {}  // NOLINT
@@ -196,6 +200,7 @@ class argument {
   [[nodiscard]] bool is_value() const noexcept { return type() == kind::value; }
   [[nodiscard]] bool is_list() const noexcept { return type() == kind::list; }
   [[nodiscard]] bool is_symbolic() const noexcept { return type() == kind::symbolic; }
+  [[nodiscard]] bool is_graph() const noexcept { return type() == kind::graph; }
 
   [[nodiscard]] bool as_bool() const { return get<bool>(); }
   [[nodiscard]] std::int64_t as_int() const { return get<std::int64_t>(); }
@@ -208,6 +213,7 @@ class argument {
   [[nodiscard]] value as_value() const { return get<value>(); }
   [[nodiscard]] const sym_int& as_sym() const { return get<sym_int>(); }
   [[nodiscard]] const list_type& as_list() const { return get<list_type>(); }
+  [[nodiscard]] const std::shared_ptr<const subgraph>& as_graph() const { return get<std::shared_ptr<const subgraph>>(); }
   [[nodiscard]] list_type& as_list() { return std::get<list_type>(v_); }
   [[nodiscard]] value* value_slot() noexcept { return std::get_if<value>(&v_); }
 
@@ -227,7 +233,8 @@ class argument {
 
   [[nodiscard]] std::string_view type_name() const noexcept {
     constexpr std::string_view names[] = {"None", "bool", "int", "float", "str", "dtype",
-                                          "device", "layout", "memory_format", "value", "list", "SymInt"};
+                                          "device", "layout", "memory_format", "value", "list", "SymInt",
+                                          "GraphModule"};
     return names[v_.index()];
   }
 
@@ -242,7 +249,7 @@ class argument {
   }
 
   std::variant<none_t, bool, std::int64_t, double, std::string, c10::ScalarType, c10::Device,
-               c10::Layout, c10::MemoryFormat, value, list_type, sym_int>
+               c10::Layout, c10::MemoryFormat, value, list_type, sym_int, std::shared_ptr<const subgraph>>
       v_;
 };
 
@@ -1073,6 +1080,23 @@ basic_graph<Policy>& graph_cast(graph& g) {
 template <class Policy>
 const basic_graph<Policy>& graph_cast(const graph& g) {
   return graph_cast<Policy>(const_cast<graph&>(g));
+}
+
+/// A subgraph: the branch of a `cond` (`true_graph_0`), the body of a loop. Its placeholders are
+/// the operands the operator passes it, its outputs what it returns; its values are its own (no
+/// operand of an inner node is a value of the graph that calls it). Once attached to a node it
+/// is never changed: copies of the calling graph share it, and a pass that rewrites a branch
+/// builds a new subgraph and swaps the argument, so a failed pass leaves the caller's intact.
+struct subgraph {
+  std::string name;  ///< the attribute torch names it by: `true_graph_0`, `body_graph_0`
+  graph body;
+};
+
+/// Calls `f(const subgraph&)` for every subgraph node `n` passes (directly, not nested ones).
+template <class F>
+void for_each_subgraph(const node& n, F&& f) {
+  for (const auto& a : n.args())
+    if (a.is_graph()) f(*a.as_graph());
 }
 
 XPORT_END_NAMESPACE

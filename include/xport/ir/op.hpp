@@ -2,7 +2,9 @@
 // An op_info is resolved once per operator overload (name -> c10::OperatorHandle + schema) and
 // interned for the life of the process; nodes hold a pointer to it. Lookup accepts
 // `aten::add.Tensor`, `aten::add` (the default overload), `aten.add.Tensor`,
-// `torch.ops.aten.add.Tensor` and `aten::add.default`.
+// `torch.ops.aten.add.Tensor` and `aten::add.default`. The control-flow operators torch calls
+// higher-order (`torch.ops.higher_order.cond`) are registered with the dispatcher here, on first
+// lookup, so that every part of xport treats them as operators.
 #pragma once
 
 #include <atomic>         // std::atomic
@@ -15,8 +17,11 @@
 #include <unordered_map>  // std::unordered_map
 #include <vector>         // std::vector
 
+#include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/function_schema.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/core/stack.h>
 
 #include <xport/config.hpp>
 #include <xport/detail/compat.hpp>
@@ -47,6 +52,8 @@ struct op_info {
   int pin_memory_arg = -1;
   /// No argument is a tensor (or a list of them): a factory like `ones`, `arange`.
   bool is_factory = false;
+  /// A control-flow operator (`torch.ops.higher_order.cond`): some arguments are subgraphs.
+  bool higher_order = false;
   /// Whether running the op on meta tensors works (0: not tried, 1: works, 2: no meta kernel, use
   /// a shape rule). Learned once: a failed meta run costs a C++ exception with a backtrace.
   mutable std::atomic<std::uint8_t> meta_support{0};
@@ -104,63 +111,134 @@ class op_registry {
     return r;
   }
 
-  const op_info* find(std::string_view text) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = by_text_.find(std::string(text)); it != by_text_.end()) return it->second;
-    auto parts = split_op_name(text);
-    if (parts.ns.empty() || parts.name.empty()) return nullptr;
-    std::string key = parts.ns + "::" + parts.name + "." + parts.overload;
-    const op_info* info = nullptr;
-    if (auto it = by_key_.find(key); it != by_key_.end()) {
-      info = it->second.get();
-    } else {
-      auto handle = c10::Dispatcher::singleton().findSchema(
-          {parts.ns + "::" + parts.name, parts.overload});
-      if (!handle) return nullptr;
-      std::unique_ptr<op_info> op(new op_info{*handle, {}, {}, {}, {}, {}, false, false, false, false, false, false, -1, -1, false, {0}});
-      fill(*op, parts);
-      info = op.get();
-      by_key_.emplace(std::move(key), std::move(op));
-    }
-    by_text_.emplace(std::string(text), info);
-    return info;
-  }
+  const op_info* find(std::string_view text);
 
  private:
-  static void fill(op_info& op, const op_name_parts& p) {
-    const auto& schema = op.handle.schema();
-    op.name = p.ns + "::" + p.name;
-    op.overload = p.overload;
-    op.qualified = p.overload.empty() ? op.name : op.name + "." + p.overload;
-    op.target = "torch.ops." + p.ns + "." + p.name + "." + (p.overload.empty() ? "default" : p.overload);
-    op.packet = p.name;
-    op.is_mutable = schema.is_mutable();
-    const auto& rets = schema.returns();
-    op.returns_list = rets.size() == 1 && rets[0].type()->kind() == c10::TypeKind::ListType;
-    for (const auto& r : rets)
-      if (r.alias_info() && !r.alias_info()->isWrite()) op.is_view = true;
-    op.data_dependent = is_data_dependent_op(op.name);
-    // the tag, and the dropout family (composite ops the tag misses in LibTorch 1.13)
-    op.nondeterministic = op.handle.hasTag(at::Tag::nondeterministic_seeded) || p.name.find("dropout") != std::string::npos ||
-                          p.name == "rrelu" || p.name == "rrelu_with_noise";
-    op.inplace_view = op.handle.hasTag(at::Tag::inplace_view);
-    const auto& params = schema.arguments();
-    op.is_factory = true;
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      if (params[i].name() == "device") op.device_arg = static_cast<int>(i);
-      if (params[i].name() == "pin_memory") op.pin_memory_arg = static_cast<int>(i);
-      auto t = params[i].real_type();
-      if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
-      if (t->kind() == c10::TypeKind::ListType) t = t->castRaw<c10::ListType>()->getElementType();
-      if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
-      if (t->kind() == c10::TypeKind::TensorType) op.is_factory = false;
-    }
-  }
+  static void fill(op_info& op, const op_name_parts& p);
 
   std::mutex mu_;
   std::unordered_map<std::string, std::unique_ptr<op_info>> by_key_;
   std::unordered_map<std::string, const op_info*> by_text_;
 };
+
+/// A compiled subgraph, as a control-flow operator's kernel receives it: a pure function of its
+/// operands (run/interpreter.hpp makes them). Passed through the dispatcher inside a capsule.
+struct subgraph_fn : torch::CustomClassHolder {
+  [[nodiscard]] virtual std::vector<at::Tensor> call(std::vector<at::Tensor> operands) const = 0;
+  [[nodiscard]] virtual const std::string& name() const = 0;
+};
+
+inline const subgraph_fn& subgraph_fn_of(const c10::IValue& v, const char* role) {
+  const auto* fn = v.isCapsule() ? dynamic_cast<const subgraph_fn*>(v.toCapsule().get()) : nullptr;
+  if (!fn)
+    throw run_error("xport.run.subgraph", std::string("higher_order::cond was called with a ") + role +
+                                              " that is not a compiled subgraph: run the program with xport's "
+                                              "interpreter or engine, which pass its branches");
+  return *fn;
+}
+
+/// torch.cond's predicate: a bool, or a tensor with one element (any dtype: nonzero is true).
+inline bool cond_predicate(const c10::IValue& pred) {
+  if (pred.isBool()) return pred.toBool();
+  if (pred.isInt()) return pred.toInt() != 0;
+  if (!pred.isTensor() || pred.toTensor().numel() != 1) {
+    std::string got = pred.isTensor() ? "a tensor of " + std::to_string(pred.toTensor().numel()) + " elements"
+                                      : pred.tagKind();
+    throw run_error("xport.run.cond_pred", "torch.cond: Expected pred to be bool or single-element tensor, but got " + got);
+  }
+  return pred.toTensor().item().toBool();
+}
+
+// higher_order::cond(Any pred, Any true_fn, Any false_fn, Tensor[] operands) -> Tensor[]: runs
+// the branch pred selects on the operands. Registered as CompositeImplicitAutograd, so the
+// branch's calls dispatch (and autograd records them) as if the user had made them.
+inline void cond_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  auto operands = s.back().toTensorVector();
+  const bool taken = cond_predicate(s[s.size() - 4]);
+  const auto& fn = subgraph_fn_of(s[s.size() - (taken ? 3 : 2)], taken ? "true_fn" : "false_fn");
+  torch::jit::drop(s, 4);
+  s.emplace_back(c10::List<at::Tensor>(fn.call(std::move(operands))));
+}
+
+/// Registers the control-flow operators with the dispatcher, once per process (at run time: a
+/// static registration in a header would run once per translation unit and throw).
+inline void ensure_higher_order_ops() {
+  static const bool registered = [] {
+    auto& d = c10::Dispatcher::singleton();
+    const auto any = c10::AnyType::get();
+    const auto tensors = c10::ListType::create(c10::TensorType::get());
+    c10::FunctionSchema cond("higher_order::cond", "",
+                             {c10::Argument("pred", any), c10::Argument("true_fn", any),
+                              c10::Argument("false_fn", any), c10::Argument("operands", tensors)},
+                             {c10::Argument("", tensors)});
+    // the handles live as long as the process: never deregistered
+    new c10::RegistrationHandleRAII(d.registerDef(std::move(cond), "xport: torch.ops.higher_order.cond"));
+    new c10::RegistrationHandleRAII(d.registerImpl(c10::OperatorName("higher_order::cond", ""),
+                                                   c10::DispatchKey::CompositeImplicitAutograd,
+                                                   c10::KernelFunction::makeFromBoxedFunction<&cond_kernel>(),
+                                                   c10::nullopt, nullptr, "xport: cond kernel"));
+    return true;
+  }();
+  (void)registered;
+}
+
+inline const op_info* op_registry::find(std::string_view text) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = by_text_.find(std::string(text)); it != by_text_.end()) return it->second;
+  auto parts = split_op_name(text);
+  if (parts.ns.empty() || parts.name.empty()) return nullptr;
+  if (parts.ns == "higher_order") ensure_higher_order_ops();
+  std::string key = parts.ns + "::" + parts.name + "." + parts.overload;
+  const op_info* info = nullptr;
+  if (auto it = by_key_.find(key); it != by_key_.end()) {
+    info = it->second.get();
+  } else {
+    auto handle = c10::Dispatcher::singleton().findSchema(
+        {parts.ns + "::" + parts.name, parts.overload});
+    if (!handle) return nullptr;
+    std::unique_ptr<op_info> op(new op_info{*handle, {}, {}, {}, {}, {}, false, false, false, false, false, false, -1, -1, false, false, {0}});
+    fill(*op, parts);
+    info = op.get();
+    by_key_.emplace(std::move(key), std::move(op));
+  }
+  by_text_.emplace(std::string(text), info);
+  return info;
+}
+
+inline void op_registry::fill(op_info& op, const op_name_parts& p) {
+  const auto& schema = op.handle.schema();
+  op.name = p.ns + "::" + p.name;
+  op.overload = p.overload;
+  op.qualified = p.overload.empty() ? op.name : op.name + "." + p.overload;
+  op.target = "torch.ops." + p.ns + "." + p.name + "." + (p.overload.empty() ? "default" : p.overload);
+  op.packet = p.name;
+  op.is_mutable = schema.is_mutable();
+  const auto& rets = schema.returns();
+  op.returns_list = rets.size() == 1 && rets[0].type()->kind() == c10::TypeKind::ListType;
+  for (const auto& r : rets)
+    if (r.alias_info() && !r.alias_info()->isWrite()) op.is_view = true;
+  op.data_dependent = is_data_dependent_op(op.name);
+  // the tag, and the dropout family (composite ops the tag misses in LibTorch 1.13)
+  op.nondeterministic = op.handle.hasTag(at::Tag::nondeterministic_seeded) || p.name.find("dropout") != std::string::npos ||
+                        p.name == "rrelu" || p.name == "rrelu_with_noise";
+  op.inplace_view = op.handle.hasTag(at::Tag::inplace_view);
+  const auto& params = schema.arguments();
+  op.is_factory = true;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (params[i].name() == "device") op.device_arg = static_cast<int>(i);
+    if (params[i].name() == "pin_memory") op.pin_memory_arg = static_cast<int>(i);
+    auto t = params[i].real_type();
+    if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
+    if (t->kind() == c10::TypeKind::ListType) t = t->castRaw<c10::ListType>()->getElementType();
+    if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
+    if (t->kind() == c10::TypeKind::TensorType) op.is_factory = false;
+  }
+  if (p.ns == "higher_order") {  // torch names them without an overload
+    op.higher_order = true;
+    op.target = "torch.ops.higher_order." + p.name;
+  }
+}
 
 }  // namespace detail
 

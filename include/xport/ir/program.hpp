@@ -382,4 +382,25 @@ class basic_exported_program : public exported_program {
   [[nodiscard]] basic_exported_program clone() const { return basic_exported_program(exported_program::clone()); }
 };
 
+/// A subgraph as a program of its own: every placeholder a user input, every output a user
+/// output, no state (what the interpreter compiles, and what lowering and passes transform).
+inline exported_program subgraph_program(const subgraph& s, ir_dialect dialect = ir_dialect::training) {
+  graph_signature sig;
+  for (auto ph : s.body.placeholders())
+    sig.input_specs.push_back(input_spec{input_kind::user_input, argument_spec::tensor(ph.name()), {}, {}});
+  for (const auto& a : s.body.output_node().args())
+    sig.output_specs.push_back(output_spec{output_kind::user_output,
+                                           a.is_value() ? argument_spec::tensor(a.as_value().name())
+                                                        : argument_spec::constant_value("", a),
+                                           {}});
+  return exported_program(s.body.clone(), std::move(sig), {}, {}, {}, dialect);
+}
+
+/// Whether any node of `g` calls a control-flow operator (so passes must visit its subgraphs).
+inline bool has_subgraphs(const graph& g) {
+  for (auto n : g.nodes())
+    if (n.is_call() && n.op().higher_order) return true;
+  return false;
+}
+
 XPORT_END_NAMESPACE

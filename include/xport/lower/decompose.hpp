@@ -238,10 +238,52 @@ inline bool decomposition_table::decomposes(const op_info& op) const { return fi
 
 namespace detail {
 
+/// How the running lowering treats a control-flow call (set while run_decompositions lowers):
+/// each subgraph is lowered as a program of its own, and the call recorded again on the lowered
+/// subgraphs (its kernel is not run: the branch taken depends on data).
+struct subgraph_lowering {
+  std::unordered_map<const subgraph*, std::shared_ptr<const subgraph>> lowered;  ///< lowered first, on their own
+  std::function<c10::IValue(const at::Tensor&)> hold;    ///< a tracked meta tensor -> what the calls see
+  std::function<at::Tensor(const c10::IValue&)> unhold;  ///< what the calls see -> the tracked tensor
+};
+inline thread_local const subgraph_lowering* active_subgraph_lowering = nullptr;
+
+inline void recall_higher_order(capture& cap, const node& n, std::unordered_map<const value_impl*, c10::IValue>& held) {
+  if (!active_subgraph_lowering)
+    throw export_error("xport.decompose.higher_order",
+                       "run_decompositions: " + n.op().qualified + " (node '" + n.name() + "') is lowered only with "
+                       "LibTorch's functionalization (LibTorch 2.x); this LibTorch (" + torch_version() + ") has none");
+  const auto& lowering = *active_subgraph_lowering;
+  const std::function<argument(const argument&)> now = [&](const argument& a) -> argument {
+    if (a.is_graph()) {
+      const auto it = lowering.lowered.find(a.as_graph().get());
+      if (it == lowering.lowered.end())
+        throw export_error("xport.decompose.higher_order", "run_decompositions: subgraph '" + a.as_graph()->name +
+                                                               "' of node '" + n.name() + "' was not lowered");
+      return it->second;
+    }
+    if (a.is_list()) {
+      argument::list_type l;
+      for (const auto& e : a.as_list()) l.push_back(now(e));
+      return l;
+    }
+    if (!a.is_value()) return a;
+    const auto& iv = held.at(a.as_value().impl());
+    if (iv.isBool()) return iv.toBool();
+    return cap.value_of(lowering.unhold(iv));
+  };
+  std::vector<argument> args;
+  for (const auto& a : n.args()) args.push_back(now(a));
+  auto types = subgraph_outputs(n.op(), args);
+  const auto metas = cap.record_values(n.op(), std::move(args), std::move(types));
+  for (std::size_t k = 0; k < metas.size(); ++k) held[n.output(k).impl()] = lowering.hold(metas[k]);
+}
+
 /// Calls node `n` again, under the active capture, on what its operands hold now (`held`:
 /// source value -> IValue), and records what each of its outputs holds after the call.
 inline void recall(capture& cap, const node& n, std::unordered_map<const value_impl*, c10::IValue>& held) {
   cap.builder().like(n);
+  if (n.op().higher_order) return recall_higher_order(cap, n, held);
   torch::jit::Stack stack;
   call_node(n, [&](const value& v) -> const c10::IValue& { return held.at(v.impl()); }, stack);
   take_outputs(stack, [&](std::size_t k, c10::IValue&& r) { held[n.output(k).impl()] = std::move(r); });
@@ -629,6 +671,28 @@ inline exported_program lower_functional(const exported_program& p, const decomp
 inline exported_program run_decompositions(const exported_program& p,
                                            const decomposition_table& table = decomposition_table::core_aten()) {
   // dynamic dims: decomposed at several sizes and made symbolic again (trace/symbolic.hpp)
+#if XPORT_HAS_TORCH_FUNCTIONALIZATION
+  detail::subgraph_lowering lowering{
+      {},
+      [](const at::Tensor& meta) -> c10::IValue { return at::functionalization::impl::to_functional_tensor(meta); },
+      [](const c10::IValue& v) { return detail::unwrap_functional(v).toTensor(); }};
+  for (auto n : p.graph().nodes())
+    if (n.is_call() && n.op().higher_order) {
+      if (!p.range_constraints().empty())
+        throw export_error("xport.decompose.higher_order",
+                           "run_decompositions: a program with dynamic dims and a control-flow call (node '" +
+                               n.name() + "') is not lowered by xport yet; export it with static shapes");
+      for_each_subgraph(n, [&](const subgraph& g) {
+        auto q = run_decompositions(subgraph_program(g), table);
+        lowering.lowered.emplace(&g, std::make_shared<const subgraph>(subgraph{g.name, q.graph().clone()}));
+      });
+    }
+  struct lowering_scope {
+    const detail::subgraph_lowering* prev = detail::active_subgraph_lowering;
+    ~lowering_scope() { detail::active_subgraph_lowering = prev; }
+  } restore;
+  detail::active_subgraph_lowering = &lowering;
+#endif
   auto q = detail::transform_symbolic(p, "run_decompositions", [&](const exported_program& s) {
 #if XPORT_HAS_TORCH_FUNCTIONALIZATION
     try {

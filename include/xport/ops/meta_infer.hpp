@@ -227,7 +227,27 @@ inline std::vector<value_type> result_types(const op_info& op, const std::vector
 }
 
 /// The types of `op`'s outputs for schema-bound `args`.
+/// A control-flow call's outputs: those of its first subgraph (verify checks that the others
+/// agree), with requires_grad where any operand requires it.
+inline std::vector<value_type> subgraph_outputs(const op_info& op, const std::vector<argument>& args) {
+  for (const auto& a : args) {
+    if (!a.is_graph()) continue;
+    std::vector<value_type> types;
+    for (const auto& o : a.as_graph()->body.output_node().args()) {
+      if (!o.is_value())
+        throw graph_error("xport.graph.subgraph_output", op.qualified + ": subgraph '" + a.as_graph()->name +
+                                                             "' returns a constant; its outputs must be tensors");
+      auto t = o.as_value().type();
+      if (t.kind == value_kind::tensor) t.tensor.requires_grad = t.tensor.requires_grad || any_requires_grad(args);
+      types.push_back(std::move(t));
+    }
+    return types;
+  }
+  throw graph_error("xport.graph.subgraph_missing", op.qualified + " was called without a subgraph");
+}
+
 inline std::vector<value_type> infer_outputs(const op_info& op, const std::vector<argument>& args) {
+  if (op.higher_order) return subgraph_outputs(op, args);
   if (op.data_dependent) throw_data_dependent(op);
   torch::jit::Stack stack;
   push_meta_arguments(op, args, [](const value& v) { return v.meta().make_meta(); }, stack);

@@ -57,6 +57,7 @@ inline std::string describe(const argument& a) {
     }
     case argument::kind::list: return "a list of " + std::to_string(a.as_list().size());
     case argument::kind::symbolic: return "SymInt " + a.as_sym().str();
+    case argument::kind::graph: return "subgraph '" + a.as_graph()->name + "'";
   }
   return "?";
 }
@@ -93,6 +94,7 @@ inline bool coerce(argument& a, const c10::TypePtr& t, const c10::optional<int32
     case K::MemoryFormatType: return a.is_memory_format();
     case K::DeviceObjType: return a.is_device();
     case K::GeneratorType: return a.is_none();
+    case K::AnyType: return true;  // a control-flow operator's branch, or its predicate
     case K::ListType: {
       const auto& elem = t->castRaw<c10::ListType>()->getElementType();
       if (!a.is_list()) {
@@ -182,6 +184,18 @@ inline argument default_argument(const c10::Argument& param) {
   return a;
 }
 
+/// Compiles a subgraph into the capsule a control-flow kernel receives (set by
+/// run/interpreter.hpp, which every build of xport includes).
+inline c10::IValue (*subgraph_compiler)(const subgraph&) = nullptr;
+
+/// The IValue a subgraph argument is passed as: its compiled form (see subgraph_fn).
+inline c10::IValue subgraph_ivalue(const subgraph& g) {
+  if (!subgraph_compiler)
+    throw graph_error("xport.argument.subgraph", "subgraph '" + g.name + "' cannot be called: include "
+                                                 "<xport/run/interpreter.hpp>, which compiles subgraphs");
+  return subgraph_compiler(g);
+}
+
 /// A bound constant argument as the IValue the dispatcher expects for schema type `t`.
 /// Values (graph operands) are looked up with `lookup(value) -> c10::IValue`.
 template <class Lookup>
@@ -203,6 +217,7 @@ c10::IValue to_ivalue(const argument& a, const c10::TypePtr& t, Lookup&& lookup)
     case argument::kind::memory_format: return a.as_memory_format();
     case argument::kind::value: return lookup(a.as_value());
     case argument::kind::symbolic: return a.as_sym().hint();  // the example value (meta runs)
+    case argument::kind::graph: return subgraph_ivalue(*a.as_graph());
     case argument::kind::list: break;
   }
   const auto lt = unwrap_optional(t);

@@ -58,6 +58,7 @@ inline std::string arg_repr(const argument& a, const sym_names& syms = {}) {
     case argument::kind::layout: return python_repr(a.as_layout());
     case argument::kind::memory_format: return python_repr(a.as_memory_format());
     case argument::kind::value: return a.as_value().name();
+    case argument::kind::graph: return a.as_graph()->name;
     case argument::kind::symbolic: {
       const auto text = a.as_sym().str();
       const auto it = syms.find(text);
@@ -335,6 +336,8 @@ inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
           names.push_back(it->second);
       } else if (a.is_list()) {
         for (const auto& e : a.as_list()) visit(e);
+      } else if (a.is_graph()) {
+        if (seen.insert(a.as_graph()->name).second) names.push_back(a.as_graph()->name);
       }
     };
     for (const auto& a : n.args()) visit(a);
@@ -357,6 +360,13 @@ inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
       case node_kind::call_function: {
         const auto* src = n.source().get();
         fx_line l{fx_line::kind::call, n.name(), {}, {}, inputs_of(n), 0, src};
+        if (n.op().higher_order) {
+          // `true_graph_0 = self.true_graph_0` before the call (the operands print as a list, as
+          // torch prints a program it loaded)
+          for_each_subgraph(n, [&](const subgraph& s) {
+            lines.push_back({fx_line::kind::call, s.name, {}, "self." + s.name, {}, 0, src});
+          });
+        }
         l.rhs = n.op().target + "(" + call_args_repr(n.op(), n.args(), sizes.names) + ")";
         if (!n.has_tuple_output()) l.annotation = value_annotation(n.output(0), o);
         lines.push_back(std::move(l));
@@ -425,7 +435,8 @@ inline std::string replace_all(std::string s, std::string_view from, std::string
 
 /// `class GraphModule(torch.nn.Module):\n    def forward(...):\n        ...` (torch.fx
 /// `print_readable`, verbose).
-inline std::string graph_module_code(const graph& g, const print_options& o) {
+inline std::string graph_module_code(const graph& g, const print_options& o,
+                                     std::string_view class_name = "GraphModule") {
   const auto lines = fx_lines(g, o);
   const bool seed = o.style == print_style::seed;
   // last uses, scanning backwards (torch.fx `register_last_uses`)
@@ -483,8 +494,15 @@ inline std::string graph_module_code(const graph& g, const print_options& o) {
   std::string code = indent_lines(std::string_view(body).substr(k), "    ", /*first_too=*/true);
   std::string params;
   for (std::size_t i = 0; i < free_vars.size(); ++i) params += (i ? ", " : "") + free_vars[i];
-  std::string module = "class GraphModule(torch.nn.Module):\ndef forward(" + params + "):\n" + code;
-  return indent_lines(module, "    ");
+  std::string module = "class " + std::string(class_name) + "(torch.nn.Module):\ndef forward(" + params + "):\n" + code;
+  auto text = indent_lines(module, "    ");
+  // the subgraphs, as nested classes after forward (torch.fx prints submodules so)
+  for (auto n : g.nodes())
+    if (n.is_call() && n.op().higher_order)
+      for_each_subgraph(n, [&](const subgraph& s) {
+        text += "\n" + indent_lines(graph_module_code(s.body, o, s.name), "    ", /*first_too=*/true);
+      });
+  return text;
 }
 
 inline std::string spec_arg_repr(const argument_spec& a) {

@@ -13,6 +13,7 @@
 #include <vector>         // std::vector
 
 #include <xport/config.hpp>
+#include <xport/ir/dtype.hpp>
 #include <xport/ops/schema.hpp>
 #include <xport/error.hpp>
 #include <xport/ir/graph.hpp>
@@ -171,6 +172,92 @@ inline void verify_call(node n, const verify_options& opts) {
                 n.name());
 }
 
+}  // namespace detail
+inline void verify(const graph& g, const verify_options& opts);
+namespace detail {
+
+/// Checks a torch.cond call: its two branches take the operands and agree on what they return
+/// (torch.cond's rules, with its texts), mutate nothing and return no operand itself.
+inline void verify_higher_order(node n, const verify_options& opts) {
+  const auto args = n.args();
+  if (args.size() != 4 || !args[1].is_graph() || !args[2].is_graph() || !args[3].is_list())
+    verify_fail("cond_args", "'" + n.name() + "' calls torch.cond without (pred, true_graph, false_graph, operands)", n.name());
+  const auto one_element = [](const tensor_meta& m) {
+    for (const auto& d : m.sizes)
+      if (d.is_symbolic() || d.hint() != 1) return false;
+    return true;
+  };
+  if (args[0].is_value() && args[0].as_value().kind() == value_kind::tensor && !one_element(args[0].as_value().meta()))
+    verify_fail("cond_pred", "Expected pred to be bool or single-element tensor, but got " +
+                                 args[0].as_value().meta().annotation() + " ('" + args[0].as_value().name() +
+                                 "', the predicate of '" + n.name() + "')",
+                n.name());
+  const auto& operands = args[3].as_list();
+  const subgraph* branches[2] = {args[1].as_graph().get(), args[2].as_graph().get()};
+  for (const auto* s : branches) {
+    const auto phs = s->body.placeholders();
+    if (phs.size() != operands.size())
+      verify_fail("cond_operands", "'" + n.name() + "': subgraph '" + s->name + "' takes " + std::to_string(phs.size()) +
+                                       " inputs, torch.cond passes it " + std::to_string(operands.size()) + " operands",
+                  n.name());
+    for (std::size_t i = 0; i < phs.size(); ++i) {
+      // what the branch computes with: dtype, sizes, device (requires_grad and strides may differ:
+      // torch records a parameter's placeholder in a branch without its grad flag)
+      const auto fits_input = [&](const argument& a, const value& ph) {
+        if (!a.is_value() || a.as_value().kind() != ph.kind()) return false;
+        if (ph.kind() != value_kind::tensor) return true;
+        const auto &m = a.as_value().meta(), &q = ph.meta();
+        return m.dtype == q.dtype && m.sizes == q.sizes && m.device == q.device;
+      };
+      if (!fits_input(operands[i], phs[i].output(0)))
+        verify_fail("cond_operands", "'" + n.name() + "': operand " + std::to_string(i) + " of torch.cond does not match input '" +
+                                         phs[i].name() + "' of subgraph '" + s->name + "' (" + phs[i].output(0).meta().annotation() + ")",
+                    n.name());
+    }
+    for (auto inner : s->body.nodes()) {
+      if (inner.is_call() && inner.op().is_mutable)
+        verify_fail("cond_mutation", "Higher order ops do not support input mutation: node '" + inner.name() + "' of subgraph '" +
+                                         s->name + "' calls " + inner.op().qualified + "; compute a new tensor and return it instead",
+                    n.name());
+    }
+    for (const auto& o : s->body.output_node().args())
+      if (o.is_value() && o.as_value().producer().is_placeholder())
+        verify_fail("cond_aliasing", "Higher order ops do not support aliasing: subgraph '" + s->name + "' of '" + n.name() +
+                                         "' returns its input '" + o.as_value().name() +
+                                         "'. Replace `return input` with `return input.clone()`",
+                    n.name());
+    verify(s->body, opts);
+  }
+  const auto outs0 = branches[0]->body.output_node().args(), outs1 = branches[1]->body.output_node().args();
+  if (outs0.size() != outs1.size() || outs0.size() != n.num_outputs())
+    verify_fail("cond_outputs", "Unmatched output spec from torch.cond branches: '" + branches[0]->name + "' returns " +
+                                    std::to_string(outs0.size()) + " values, '" + branches[1]->name + "' " +
+                                    std::to_string(outs1.size()) + " ('" + n.name() + "' has " +
+                                    std::to_string(n.num_outputs()) + " outputs)",
+                n.name());
+  for (std::size_t i = 0; i < outs0.size(); ++i) {
+    if (!outs0[i].is_value() || !outs1[i].is_value())
+      verify_fail("cond_outputs", "'" + n.name() + "': torch.cond's branches must return tensors (output " + std::to_string(i) + ")", n.name());
+    const auto& a = outs0[i].as_value().meta();
+    const auto& b = outs1[i].as_value().meta();
+    if (a.dtype != b.dtype)
+      verify_fail("cond_outputs", "When merging two branches' output in torch.cond,  expected same dtype but got " +
+                                      python_repr(a.dtype) + " and " + python_repr(b.dtype) + " (output " + std::to_string(i) +
+                                      " of '" + n.name() + "')",
+                  n.name());
+    if (a.sizes != b.sizes)
+      verify_fail("cond_outputs", "torch.cond's branches return output " + std::to_string(i) + " in different shapes (" +
+                                      a.annotation() + " and " + b.annotation() + ") at '" + n.name() +
+                                      "': torch makes its size data-dependent (unbacked), which xport does not support; "
+                                      "return the same shape from both branches",
+                  n.name());
+    if (n.output(i).meta().dtype != a.dtype || n.output(i).meta().sizes != a.sizes)
+      verify_fail("cond_outputs", "'" + n.name() + "' output " + std::to_string(i) + " (" + n.output(i).meta().annotation() +
+                                      ") is not what its branches return (" + a.annotation() + ")",
+                  n.name());
+  }
+}
+
 /// Checks every recorded use points at an operand slot holding the value, once; returns how many uses there are.
 inline std::size_t verify_recorded_uses(const graph& g) {
   std::size_t total_uses = 0;
@@ -235,6 +322,7 @@ inline void verify(const graph& g, const verify_options& opts = {}) {
     // operands: defined before use, and Note [Use lists] one way
     total_slots += detail::verify_operands(g, n);
     if (n.kind() == node_kind::call_function && opts.check_schemas) detail::verify_call(n, opts);
+    if (n.kind() == node_kind::call_function && n.op().higher_order) detail::verify_higher_order(n, opts);
     prev = n.impl();
   }
   if (count != g.size())

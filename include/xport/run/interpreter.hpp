@@ -471,6 +471,36 @@ class interpreter {
 };
 
 namespace detail {
+
+// Note [Subgraphs as capsules]: a control-flow node's subgraph argument reaches its kernel
+// (ir/op.hpp, cond_kernel) as a constant: a capsule holding the subgraph compiled once into an
+// interpreter of its own, run without guards (the operands are what the calling program made).
+// The interpreter and the engine push it like any other constant, so a cond runs, records
+// autograd and plans memory around it as any call does.
+class compiled_subgraph final : public subgraph_fn {
+ public:
+  explicit compiled_subgraph(const subgraph& s) : name_(s.name), program_(subgraph_program(s)), code_(program_) {}
+
+  [[nodiscard]] std::vector<at::Tensor> call(std::vector<at::Tensor> operands) const override {
+    const auto outs = code_.run_all(operands);
+    std::vector<at::Tensor> r;
+    r.reserve(outs.size());
+    for (const auto& o : outs) r.push_back(o.isTensor() ? o.toTensor() : at::Tensor());
+    return r;
+  }
+  [[nodiscard]] const std::string& name() const override { return name_; }
+
+ private:
+  std::string name_;
+  exported_program program_;
+  interpreter code_;
+};
+
+inline c10::IValue compile_subgraph(const subgraph& s) {
+  return c10::IValue::make_capsule(c10::make_intrusive<compiled_subgraph>(s));
+}
+inline const bool subgraph_compiler_installed = (subgraph_compiler = &compile_subgraph, true);
+
 struct interpreter_cache : run_cache {
   explicit interpreter_cache(const exported_program& p) : interp(p) {}
   interpreter interp;

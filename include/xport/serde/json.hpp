@@ -380,6 +380,7 @@ inline json argument_json(const argument& a, const c10::TypePtr& type, const sym
     case K::memory_format: return {{"as_memory_format", memory_format_number(a.as_memory_format())}};
     case K::value: return value_ref(a.as_value());
     case K::symbolic: return {{"as_sym_int", {{"as_name", name_sym(a.as_sym())}}}};
+    case K::graph: throw graph_error("xport.serde.subgraph", "subgraph '" + a.as_graph()->name + "' is written by graph_json, not as an argument");
     case K::list: break;
   }
   const auto& l = a.as_list();

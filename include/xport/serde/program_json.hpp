@@ -287,12 +287,17 @@ inline json graph_json(const exported_program& p) {
     const auto& params = op.schema().arguments();
     json in = json::array();
     const auto args = n.args();
-    for (std::size_t i = 0; i < params.size() && i < args.size(); ++i)
-      in.push_back({{"name", params[i].name()},
-                    {"arg", argument_json(args[i], params[i].real_type(), namer)},
+    for (std::size_t i = 0; i < params.size() && i < args.size(); ++i) {
+      // a control-flow call's arguments are positional and unnamed, its subgraphs written whole
+      json arg = args[i].is_graph() ? json{{"as_graph", {{"name", args[i].as_graph()->name},
+                                                         {"graph", graph_json(subgraph_program(*args[i].as_graph()))}}}}
+                                    : argument_json(args[i], op.higher_order ? nullptr : params[i].real_type(), namer);
+      in.push_back({{"name", op.higher_order ? std::string() : params[i].name()},
+                    {"arg", std::move(arg)},
                     {"kind", params[i].kwarg_only() ? 2 : 1}});
+    }
     json out = json::array();
-    if (op.returns_list) {
+    if (op.returns_list && !op.higher_order) {
       json list = json::array();
       for (auto v : n.outputs()) list.push_back({{"name", name_of(n, v)}});
       out.push_back({{"as_tensors", std::move(list)}});
@@ -309,6 +314,7 @@ inline json graph_json(const exported_program& p) {
     meta["nn_module_stack"] = nn_module_stack_of(n.module_path(), types);
     nodes.push_back({{"target", op.target}, {"inputs", std::move(in)}, {"outputs", std::move(out)},
                      {"metadata", std::move(meta)}, {"name", n.name()}});
+    if (op.higher_order) nodes.back()["is_hop_single_tensor_return"] = false;
   }
   return {{"inputs", std::move(inputs)},   {"outputs", std::move(outputs)},
           {"nodes", std::move(nodes)},     {"tensor_values", std::move(tensor_values)},
@@ -630,13 +636,70 @@ inline std::string unregistered_operator(const std::string& target) {
   return msg;
 }
 
+/// Reads a subgraph (an as_graph argument): its inputs become placeholders, its values a scope of
+/// their own.
+inline std::shared_ptr<const subgraph> subgraph_of(const at_path& aj,
+                                                   std::vector<std::pair<std::string, std::string>>& module_types);
+
+/// Reads the source, module path and stack of call node `nj` onto `created`.
+inline void read_node_metadata(const at_path& nj, node created,
+                               std::vector<std::pair<std::string, std::string>>& module_types) {
+  const auto meta = nj["metadata"];
+  (void)meta.object();
+  if (auto st = meta.get("stack_trace")) created.set_source(source_of(st->str()));
+  if (auto ms = meta.get("nn_module_stack")) created.set_module_path(module_path_of_stack(ms->str(), &module_types));
+}
+
+/// Reads a call of a control-flow operator (torch.cond): positional arguments, subgraphs as
+/// as_graph, one as_tensor output per result.
+inline void read_higher_order_node(const at_path& nj, const std::string& target, const value_types& type_of,
+                                   graph& g, value_scope& scope,
+                                   std::vector<std::pair<std::string, std::string>>& module_types) {
+  const auto& op = find_op(target);
+  const auto ins = nj["inputs"];
+  std::vector<argument> args;
+  for (std::size_t a = 0, n = ins.size_of_array(); a < n; ++a) {
+    const auto aj = ins[a]["arg"];
+    args.push_back(aj.object().contains("as_graph") ? argument(subgraph_of(aj["as_graph"], module_types))
+                                                   : argument_of(aj, scope));
+  }
+  if (args.size() != op.schema().arguments().size())
+    ins.fail(op.qualified + " takes " + std::to_string(op.schema().arguments().size()) + " arguments, the node has " +
+             std::to_string(args.size()));
+  if (!args[1].is_graph() || !args[2].is_graph() || !args[3].is_list())
+    ins.fail("torch.cond's arguments are (pred, true_graph, false_graph, operands): expected two as_graph "
+             "arguments and a list of operands");
+  std::vector<value_type> types;
+  std::vector<std::string> names;
+  const auto outs = nj["outputs"];
+  for (std::size_t o = 0, n = outs.size_of_array(); o < n; ++o)
+    each_output_name(outs[o], [&](const at_path& where, const std::string& name) {
+      types.push_back(type_of(where, name));
+      names.push_back(name);
+    });
+  const auto node_name = nj.get("name") ? nj["name"].str() : std::string("cond");
+  node created;
+  try {
+    created = g.create_call_named(op, std::move(args), std::move(types), node_name, names);
+  } catch (const graph_error& e) {
+    nj.fail(e.what());
+  }
+  for (auto v : created.outputs()) scope.defined.emplace(v.name(), v);
+  read_node_metadata(nj, created, module_types);
+}
+
 /// Reads call node `nj` (of operator `target`) into `g`, its outputs into the scope; `module_types`
 /// gets the modules its stack names.
 inline void read_call_node(const at_path& nj, const std::string& target, const value_types& type_of, graph& g,
                            value_scope& scope, std::vector<std::pair<std::string, std::string>>& module_types) {
-  if (target.rfind("torch.ops.higher_order.", 0) == 0)
-    nj["target"].fail("higher-order operator '" + target + "' (torch." + target.substr(23) +
-                      ", with its subgraphs as as_graph arguments) is not supported by xport");
+  if (target.rfind("torch.ops.higher_order.", 0) == 0) {
+    if (target != "torch.ops.higher_order.cond")
+      nj["target"].fail("higher-order operator '" + target + "' (torch." + target.substr(23) +
+                        ", with its subgraphs as as_graph arguments) is not supported by xport: of torch's "
+                        "control-flow operators it reads torch.cond");
+    read_higher_order_node(nj, target, type_of, g, scope, module_types);
+    return;
+  }
   const auto* op = try_find_op(target);
   if (!op) nj["target"].fail(unregistered_operator(target));
   std::vector<kwarg> kwargs;
@@ -663,14 +726,13 @@ inline void read_call_node(const at_path& nj, const std::string& target, const v
     scope.defined.emplace(v.name(), v);
     if (v.name() == created.name() + "_unused_" + std::to_string(v.index())) v.set_unpacked(false);
   }
-  const auto meta = nj["metadata"];
-  (void)meta.object();
-  if (auto st = meta.get("stack_trace")) created.set_source(source_of(st->str()));
-  if (auto ms = meta.get("nn_module_stack")) created.set_module_path(module_path_of_stack(ms->str(), &module_types));
+  read_node_metadata(nj, created, module_types);
 }
 
-/// Reads the graph; `module_types` gets the (path, type) of every module its nodes' stacks name.
-inline graph graph_of(const at_path& gj, const graph_signature& sig, std::vector<std::pair<std::string, std::string>>& module_types) {
+/// Reads graph `gj`; its inputs are read by `read_inputs(type_of, g, scope)`.
+template <class ReadInputs>
+graph graph_body_of(const at_path& gj, std::vector<std::pair<std::string, std::string>>& module_types,
+                    ReadInputs&& read_inputs) {
   graph g;
   const auto type_of = value_types_of(gj);
   value_scope scope;
@@ -681,7 +743,7 @@ inline graph graph_of(const at_path& gj, const graph_signature& sig, std::vector
     for (std::size_t o = 0, n = outs.size_of_array(); o < n; ++o)
       each_output_name(outs[o], [&](const at_path&, const std::string& name) { scope.later.insert(name); });
   }
-  read_graph_inputs(gj["inputs"], sig, type_of, g, scope);
+  read_inputs(type_of, g, scope);
   for (std::size_t i = 0; i < n_nodes; ++i) {
     const auto nj = nodes[i];
     const auto target = nj["target"].str();
@@ -696,6 +758,34 @@ inline graph graph_of(const at_path& gj, const graph_signature& sig, std::vector
   for (std::size_t i = 0, n = outputs.size_of_array(); i < n; ++i) results.push_back(argument_of(outputs[i], scope));
   g.set_output(std::move(results));
   return g;
+}
+
+/// Reads the program's graph; `module_types` gets the (path, type) of every module its nodes' stacks name.
+inline graph graph_of(const at_path& gj, const graph_signature& sig, std::vector<std::pair<std::string, std::string>>& module_types) {
+  return graph_body_of(gj, module_types, [&](const value_types& type_of, graph& g, value_scope& scope) {
+    read_graph_inputs(gj["inputs"], sig, type_of, g, scope);
+  });
+}
+
+inline std::shared_ptr<const subgraph> subgraph_of(const at_path& aj,
+                                                   std::vector<std::pair<std::string, std::string>>& module_types) {
+  auto name = aj["name"].str();
+  const auto gj = aj["graph"];
+  auto body = graph_body_of(gj, module_types, [&](const value_types& type_of, graph& g, value_scope& scope) {
+    const auto inputs = gj["inputs"];
+    for (std::size_t i = 0, n = inputs.size_of_array(); i < n; ++i) {
+      auto [k, v] = inputs[i].one_of();
+      if (k != "as_tensor" && k != "as_sym_int")
+        inputs[i].fail("an input of subgraph '" + name + "' must be a tensor or a SymInt, got '" + k + "'");
+      const auto input_name = k == "as_tensor" ? v["name"].str() : v["as_name"].str();
+      try {
+        scope.defined.emplace(input_name, g.add_placeholder(input_name, type_of(inputs[i], input_name)));
+      } catch (const graph_error& e) {
+        inputs[i].fail(e.what());
+      }
+    }
+  });
+  return std::make_shared<const subgraph>(subgraph{std::move(name), std::move(body)});
 }
 
 struct loaded_json {

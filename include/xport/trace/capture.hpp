@@ -216,6 +216,27 @@ class capture {
     return node;
   }
 
+  /// Records a call whose arguments are already graph values and whose output types are known
+  /// (a lowering re-recording a control-flow call with its branches lowered); returns the meta
+  /// tensor each output is tracked by.
+  std::vector<at::Tensor> record_values(const op_info& op, std::vector<argument> bound, std::vector<value_type> types) {
+    auto node = builder_.record(op, std::move(bound), std::move(types));
+    std::vector<at::Tensor> metas;
+    for (auto v : node.outputs()) {
+      if (v.kind() != value_kind::tensor) {
+        metas.emplace_back();
+        continue;
+      }
+      auto meta = [&] {  // a plain meta tensor, whatever the lowering has switched on
+        c10::impl::ExcludeDispatchKeyGuard plain(
+            c10::DispatchKeySet({capture_key, c10::DispatchKey::Functionalize, c10::DispatchKey::Fake}));
+        return v.meta().make_meta();
+      }();
+      metas.push_back(track(v, meta));
+    }
+    return metas;
+  }
+
   /// Records one op call from the dispatcher fallback (see capture_fallback).
   void record(const c10::OperatorHandle& handle, torch::jit::Stack& stack) {
     const op_info& op = op_for(handle);
