@@ -1901,7 +1901,6 @@ class op_registry {
 /// operands (run/interpreter.hpp makes them). Passed through the dispatcher inside a capsule.
 struct subgraph_fn : torch::CustomClassHolder {
   [[nodiscard]] virtual std::vector<at::Tensor> call(std::vector<at::Tensor> operands) const = 0;
-  [[nodiscard]] virtual const std::string& name() const = 0;
 };
 
 inline const subgraph_fn& subgraph_fn_of(const c10::IValue& v, const char* role) {
@@ -4346,13 +4345,6 @@ inline exported_program subgraph_program(const subgraph& s, ir_dialect dialect =
   return exported_program(s.body.clone(), std::move(sig), {}, {}, {}, dialect);
 }
 
-/// Whether any node of `g` calls a control-flow operator (so passes must visit its subgraphs).
-inline bool has_subgraphs(const graph& g) {
-  for (auto n : g.nodes())
-    if (n.is_call() && n.op().higher_order) return true;
-  return false;
-}
-
 XPORT_END_NAMESPACE
 
 // what xport knows about ATen operators
@@ -6599,6 +6591,14 @@ inline void verify_higher_order(node n, const verify_options& opts) {
                                  args[0].as_value().meta().annotation() + " ('" + args[0].as_value().name() +
                                  "', the predicate of '" + n.name() + "')",
                 n.name());
+  // what a branch computes with: dtype, sizes, device (requires_grad and strides may differ:
+  // torch records a parameter's placeholder in a branch without its grad flag)
+  const auto fits_input = [](const argument& a, const value& ph) {
+    if (!a.is_value() || a.as_value().kind() != ph.kind()) return false;
+    if (ph.kind() != value_kind::tensor) return true;
+    const auto &m = a.as_value().meta(), &q = ph.meta();
+    return m.dtype == q.dtype && m.sizes == q.sizes && m.device == q.device;
+  };
   const auto& operands = args[3].as_list();
   const subgraph* branches[2] = {args[1].as_graph().get(), args[2].as_graph().get()};
   for (const auto* s : branches) {
@@ -6607,20 +6607,11 @@ inline void verify_higher_order(node n, const verify_options& opts) {
       verify_fail("cond_operands", "'" + n.name() + "': subgraph '" + s->name + "' takes " + std::to_string(phs.size()) +
                                        " inputs, torch.cond passes it " + std::to_string(operands.size()) + " operands",
                   n.name());
-    for (std::size_t i = 0; i < phs.size(); ++i) {
-      // what the branch computes with: dtype, sizes, device (requires_grad and strides may differ:
-      // torch records a parameter's placeholder in a branch without its grad flag)
-      const auto fits_input = [&](const argument& a, const value& ph) {
-        if (!a.is_value() || a.as_value().kind() != ph.kind()) return false;
-        if (ph.kind() != value_kind::tensor) return true;
-        const auto &m = a.as_value().meta(), &q = ph.meta();
-        return m.dtype == q.dtype && m.sizes == q.sizes && m.device == q.device;
-      };
+    for (std::size_t i = 0; i < phs.size(); ++i)
       if (!fits_input(operands[i], phs[i].output(0)))
         verify_fail("cond_operands", "'" + n.name() + "': operand " + std::to_string(i) + " of torch.cond does not match input '" +
                                          phs[i].name() + "' of subgraph '" + s->name + "' (" + phs[i].output(0).meta().annotation() + ")",
                     n.name());
-    }
     for (auto inner : s->body.nodes()) {
       if (inner.is_call() && inner.op().is_mutable)
         verify_fail("cond_mutation", "Higher order ops do not support input mutation: node '" + inner.name() + "' of subgraph '" +
@@ -13983,7 +13974,7 @@ namespace detail {
 // autograd and plans memory around it as any call does.
 class compiled_subgraph final : public subgraph_fn {
  public:
-  explicit compiled_subgraph(const subgraph& s) : name_(s.name), program_(subgraph_program(s)), code_(program_) {}
+  explicit compiled_subgraph(const subgraph& s) : program_(subgraph_program(s)), code_(program_) {}
 
   [[nodiscard]] std::vector<at::Tensor> call(std::vector<at::Tensor> operands) const override {
     const auto outs = code_.run_all(operands);
@@ -13992,10 +13983,8 @@ class compiled_subgraph final : public subgraph_fn {
     for (const auto& o : outs) r.push_back(o.isTensor() ? o.toTensor() : at::Tensor());
     return r;
   }
-  [[nodiscard]] const std::string& name() const override { return name_; }
 
  private:
-  std::string name_;
   exported_program program_;
   interpreter code_;
 };

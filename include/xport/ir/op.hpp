@@ -125,7 +125,6 @@ class op_registry {
 /// operands (run/interpreter.hpp makes them). Passed through the dispatcher inside a capsule.
 struct subgraph_fn : torch::CustomClassHolder {
   [[nodiscard]] virtual std::vector<at::Tensor> call(std::vector<at::Tensor> operands) const = 0;
-  [[nodiscard]] virtual const std::string& name() const = 0;
 };
 
 inline const subgraph_fn& subgraph_fn_of(const c10::IValue& v, const char* role) {

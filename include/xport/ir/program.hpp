@@ -396,11 +396,4 @@ inline exported_program subgraph_program(const subgraph& s, ir_dialect dialect =
   return exported_program(s.body.clone(), std::move(sig), {}, {}, {}, dialect);
 }
 
-/// Whether any node of `g` calls a control-flow operator (so passes must visit its subgraphs).
-inline bool has_subgraphs(const graph& g) {
-  for (auto n : g.nodes())
-    if (n.is_call() && n.op().higher_order) return true;
-  return false;
-}
-
 XPORT_END_NAMESPACE

@@ -192,6 +192,14 @@ inline void verify_higher_order(node n, const verify_options& opts) {
                                  args[0].as_value().meta().annotation() + " ('" + args[0].as_value().name() +
                                  "', the predicate of '" + n.name() + "')",
                 n.name());
+  // what a branch computes with: dtype, sizes, device (requires_grad and strides may differ:
+  // torch records a parameter's placeholder in a branch without its grad flag)
+  const auto fits_input = [](const argument& a, const value& ph) {
+    if (!a.is_value() || a.as_value().kind() != ph.kind()) return false;
+    if (ph.kind() != value_kind::tensor) return true;
+    const auto &m = a.as_value().meta(), &q = ph.meta();
+    return m.dtype == q.dtype && m.sizes == q.sizes && m.device == q.device;
+  };
   const auto& operands = args[3].as_list();
   const subgraph* branches[2] = {args[1].as_graph().get(), args[2].as_graph().get()};
   for (const auto* s : branches) {
@@ -200,20 +208,11 @@ inline void verify_higher_order(node n, const verify_options& opts) {
       verify_fail("cond_operands", "'" + n.name() + "': subgraph '" + s->name + "' takes " + std::to_string(phs.size()) +
                                        " inputs, torch.cond passes it " + std::to_string(operands.size()) + " operands",
                   n.name());
-    for (std::size_t i = 0; i < phs.size(); ++i) {
-      // what the branch computes with: dtype, sizes, device (requires_grad and strides may differ:
-      // torch records a parameter's placeholder in a branch without its grad flag)
-      const auto fits_input = [&](const argument& a, const value& ph) {
-        if (!a.is_value() || a.as_value().kind() != ph.kind()) return false;
-        if (ph.kind() != value_kind::tensor) return true;
-        const auto &m = a.as_value().meta(), &q = ph.meta();
-        return m.dtype == q.dtype && m.sizes == q.sizes && m.device == q.device;
-      };
+    for (std::size_t i = 0; i < phs.size(); ++i)
       if (!fits_input(operands[i], phs[i].output(0)))
         verify_fail("cond_operands", "'" + n.name() + "': operand " + std::to_string(i) + " of torch.cond does not match input '" +
                                          phs[i].name() + "' of subgraph '" + s->name + "' (" + phs[i].output(0).meta().annotation() + ")",
                     n.name());
-    }
     for (auto inner : s->body.nodes()) {
       if (inner.is_call() && inner.op().is_mutable)
         verify_fail("cond_mutation", "Higher order ops do not support input mutation: node '" + inner.name() + "' of subgraph '" +

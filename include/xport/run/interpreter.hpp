@@ -479,7 +479,7 @@ namespace detail {
 // autograd and plans memory around it as any call does.
 class compiled_subgraph final : public subgraph_fn {
  public:
-  explicit compiled_subgraph(const subgraph& s) : name_(s.name), program_(subgraph_program(s)), code_(program_) {}
+  explicit compiled_subgraph(const subgraph& s) : program_(subgraph_program(s)), code_(program_) {}
 
   [[nodiscard]] std::vector<at::Tensor> call(std::vector<at::Tensor> operands) const override {
     const auto outs = code_.run_all(operands);
@@ -488,10 +488,8 @@ class compiled_subgraph final : public subgraph_fn {
     for (const auto& o : outs) r.push_back(o.isTensor() ? o.toTensor() : at::Tensor());
     return r;
   }
-  [[nodiscard]] const std::string& name() const override { return name_; }
 
  private:
-  std::string name_;
   exported_program program_;
   interpreter code_;
 };
