@@ -1,13 +1,16 @@
 // Real architectures written with the C++ torch::nn API, the way LibTorch users write them:
 // an MLP, LeNet-5, a DCGAN generator and discriminator, ResNet-18, a Transformer encoder layer,
-// an LSTM and a GRU, and an embedding + mean-pool text classifier. Shared by the tests and the
-// benchmarks. Each comes with an example input (small sizes, so tests stay fast).
+// an LSTM and a GRU, an embedding + mean-pool text classifier, and a gated pair of experts that
+// picks one with xport::cond (torch.cond). Shared by the tests and the benchmarks. Each comes
+// with an example input (small sizes, so tests stay fast).
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include <torch/torch.h>
+
+#include <xport/xport.hpp>
 
 namespace xport_models {
 
@@ -180,5 +183,26 @@ struct EmbeddingClassifierImpl : nn::Module {
   torch::Tensor forward(torch::Tensor tokens) { return fc(emb(tokens).mean(1)); }
 };
 TORCH_MODULE(EmbeddingClassifier);
+
+/// A gate scores the batch and xport::cond runs one of two experts on it (torch.cond): the
+/// branches read the experts' parameters without being passed them, as a Python model's
+/// lambdas close over `self`.
+struct CondGateImpl : nn::Module {
+  nn::Linear gate{16, 1}, expert_a{16, 16}, expert_b{16, 16}, head{16, 4};
+  CondGateImpl() {
+    register_module("gate", gate);
+    register_module("expert_a", expert_a);
+    register_module("expert_b", expert_b);
+    register_module("head", head);
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    auto score = gate(x).mean();
+    auto h = xport::cond(
+        score > 0, [this](const torch::Tensor& x) { return torch::relu(expert_a(x)); },
+        [this](const torch::Tensor& x) { return torch::tanh(expert_b(x)) * 2; }, std::tuple{x});
+    return head(h);
+  }
+};
+TORCH_MODULE(CondGate);
 
 }  // namespace xport_models

@@ -1,8 +1,10 @@
 // Control flow: torch.cond as xport represents it (a higher_order::cond call whose branches are
 // subgraphs), built by hand, verified, run by the interpreter and the engine, printed, saved and
-// loaded, lowered. Programs torch.export wrote with torch.cond are checked against torch itself
+// loaded, lowered; then xport::cond captured from C++ code by both tracers (CondGate of
+// models.hpp, closures, nested conds, passes inside the branches). Programs torch.export wrote with torch.cond are checked against torch itself
 // in test_interop.cpp (the cond* fixtures).
 #include "common.hpp"
+#include "models.hpp"
 
 #include <xport/engine.hpp>
 
@@ -104,7 +106,7 @@ TEST_CASE("cond: saved and loaded with its branches; run_decompositions lowers i
   const auto x = at::randn({4, 3});
   CHECK(at::equal(run(q, {x})[0], run(p, {x})[0]));
   CHECK(at::equal(run(q, {-x})[0], run(p, {-x})[0]));
-#if XPORT_HAS_TORCH_FUNCTIONALIZATION
+#if XPORT_TEST_TORCH_FUNCTIONALIZATION
   const auto core = run_decompositions(p);
   const auto printed = to_string(core);
   CHECK(printed.find("torch.ops.aten.addmm.default(b, x, permute)") != std::string::npos);  // linear, lowered in the branch
@@ -163,4 +165,233 @@ TEST_CASE("cond: the predicate is one element, checked when built and when run")
   torch::jit::Stack stack{at::ones({2}), c10::IValue(), c10::IValue(), c10::List<at::Tensor>()};
   XPORT_CHECK_THROWS_MSG(op.handle.callBoxed(stack), run_error,
                          "torch.cond: Expected pred to be bool or single-element tensor, but got a tensor of 2 elements");
+}
+
+// ---- xport::cond: capturing C++ code (both tracing policies) -------------------------------------
+
+namespace {
+
+/// Inputs of CondGate that take each branch: x scaled up, and its negation (the gate's score
+/// flips sign with it when the bias is small against w.x).
+std::pair<at::Tensor, at::Tensor> both_branches(xport_models::CondGate& net, std::int64_t batch) {
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    const auto x = at::randn({batch, 16}) * 10;
+    const bool a = net->gate(x).mean().item<float>() > 0, b = net->gate(-x).mean().item<float>() > 0;
+    if (a != b) return a ? std::pair{x, -x} : std::pair{-x, x};
+  }
+  FAIL("no input found that takes each branch");
+  return {};
+}
+
+std::size_t calls_in(const subgraph& s, std::string_view op) {
+  std::size_t n = 0;
+  for (auto node : s.body.nodes()) n += node.is_call() && node.op().name == op;
+  return n;
+}
+
+const node& cond_node(const exported_program& p) {
+  static node found;
+  found = node();
+  for (auto n : p.graph().nodes())
+    if (n.is_call() && n.op().higher_order) found = n;
+  REQUIRE(found);
+  return found;
+}
+
+}  // namespace
+
+TEST_CASE("xport::cond (non-strict): a module's cond is captured, both branches, and runs as eager does") {
+  torch::manual_seed(0);
+  xport_models::CondGate net;
+  net->eval();
+  const auto [pos, neg] = both_branches(net, 5);
+  const auto p = export_program(net, std::tuple{pos});
+  // the branches read the experts' parameters: lifted to operands, module state by FQN
+  const auto printed = to_string(p);
+  // the operands a tuple, as torch.export records them (a loaded program holds a list)
+  CHECK(printed.find("cond = torch.ops.higher_order.cond(gt, true_graph_0, false_graph_0, (x, p_expert_a_bias, "
+                     "p_expert_a_weight, p_expert_b_bias, p_expert_b_weight))") != std::string::npos);
+  CHECK(printed.find("class true_graph_0(torch.nn.Module):") != std::string::npos);
+  const auto args = cond_node(p).args();
+  CHECK(calls_in(*args[1].as_graph(), "aten::relu") == 1);
+  CHECK(calls_in(*args[2].as_graph(), "aten::tanh") == 1);
+  CHECK(calls_in(*args[1].as_graph(), "aten::tanh") == 0);
+  engine e(p);
+  for (const auto& x : {pos, neg})
+    for (const auto& [layout, in] : xport_test::layouts_of(x)) {
+      INFO(layout);
+      const auto want = net->forward(in);
+      CHECK(at::equal(run(p, {in})[0], want));
+      CHECK(at::equal(e.run({in})[0], want));
+    }
+  // eagerly, outside an export, xport::cond runs the branch the predicate picks
+  CHECK(at::equal(net->forward(neg), net->head(torch::tanh(net->expert_b(neg)) * 2)));
+}
+
+TEST_CASE("xport::cond (non-strict): a dynamic batch, guarded; saved, loaded and lowered with its branches") {
+  torch::manual_seed(0);
+  xport_models::CondGate net;
+  net->eval();
+  const auto [pos, neg] = both_branches(net, 5);
+  const auto p = export_program(net, std::tuple{pos}, {.dynamic_shapes = {{"x", {{0, Dim("batch", 1, 64)}}}}});
+  CHECK(to_string(p).find("relu: \"f32[s77, 16]\"") != std::string::npos);  // symbolic inside the branch too
+  const auto bytes = save_to_string(p);
+  const auto q = load_from_memory(bytes.data(), bytes.size());
+  // loaded, the operands are a list (as torch.export.load gives them); nothing else differs
+  const std::string tuple = "(x, p_expert_a_bias, p_expert_a_weight, p_expert_b_bias, p_expert_b_weight)";
+  auto as_loaded = to_string(p);
+  REQUIRE(as_loaded.find(tuple) != std::string::npos);
+  as_loaded.replace(as_loaded.find(tuple), tuple.size(), "[" + tuple.substr(1, tuple.size() - 2) + "]");
+  CHECK(to_string(q) == as_loaded);
+#if XPORT_TEST_TORCH_FUNCTIONALIZATION
+  const auto core = run_decompositions(p);
+  CHECK(to_string(core).find(tuple) != std::string::npos);
+  CHECK(to_string(core).find("torch.ops.aten.permute.default(p_expert_a_weight, [1, 0])") != std::string::npos);
+#endif
+  for (std::int64_t batch : {1, 7, 64}) {
+    const auto [a, b] = both_branches(net, batch);
+    for (const auto& x : {a, b}) {
+      const auto want = net->forward(x);
+      CHECK(at::equal(run(p, {x})[0], want));
+      CHECK(at::equal(run(q, {x})[0], want));
+#if XPORT_TEST_TORCH_FUNCTIONALIZATION
+      CHECK(at::allclose(run(core, {x})[0], want, 1e-5, 1e-6));
+#endif
+    }
+  }
+  XPORT_CHECK_THROWS_MSG(run(p, {at::randn({65, 16})}), guard_error, "x");
+}
+
+TEST_CASE("xport::cond (non-strict): gradients flow through the branch taken, to the input and the experts") {
+  torch::manual_seed(0);
+  xport_models::CondGate net;
+  const auto [pos, neg] = both_branches(net, 4);
+  const auto p = export_program(net, std::tuple{pos});
+  for (const auto& x : {pos, neg}) {
+    auto xa = x.clone().requires_grad_(true), xb = x.clone().requires_grad_(true);
+    run(p, {xa})[0].sum().backward();
+    net->forward(xb).sum().backward();
+    CHECK(at::allclose(xa.grad(), xb.grad()));
+  }
+}
+
+TEST_CASE("xport::cond (non-strict): closures over computed and outside tensors are lifted; nested conds; bool preds") {
+  const auto c = at::randn({3});  // captured from outside: a constant of the program
+  auto fn = [&](const at::Tensor& x, const at::Tensor& y) {
+    auto z = x * 2;
+    return xport::cond(
+        x.sum() > 0,
+        [&](const at::Tensor& a) {
+          return xport::cond(y.mean() > 0, [&](const at::Tensor& b) { return b + z; },
+                             [&](const at::Tensor& b) { return b * c; }, std::tuple{a});
+        },
+        [&](const at::Tensor& a) { return a.cos() - y; }, std::tuple{x});
+  };
+  const auto p = export_program(fn, std::tuple{at::randn({2, 3}), at::randn({2, 3})}, {.input_names = {"x", "y"}});
+  const auto printed = to_string(p);
+  CHECK(printed.find("torch.ops.higher_order.cond(gt, true_graph_0, false_graph_0, (x, y, mul, c_lifted_tensor_0))") !=
+        std::string::npos);
+  CHECK(printed.find("class true_graph_0(torch.nn.Module):") != std::string::npos);
+  // the inner cond sits in the outer true branch, with its own numbering
+  const auto& inner = *cond_node(p).args()[1].as_graph();
+  CHECK(calls_in(inner, "higher_order::cond") == 1);
+  engine e(p);
+  for (float sx : {1.f, -1.f})
+    for (float sy : {1.f, -1.f}) {
+      const auto x = at::rand({2, 3}) * sx + 0.01 * sx, y = at::rand({2, 3}) * sy + 0.01 * sy;
+      const auto want = fn(x, y);
+      CHECK(at::equal(run(p, {x, y})[0], want));
+      CHECK(at::equal(e.run({x, y})[0], want));
+    }
+  // a C++ bool is a constant: only the branch it picks is traced
+  auto fixed = [](const at::Tensor& x) {
+    return xport::cond(x.size(0) > 1, [](const at::Tensor& a) { return a.sin(); }, [](const at::Tensor& a) { return a.cos(); },
+                       std::tuple{x});
+  };
+  const auto q = export_program(fixed, std::tuple{at::randn({2, 3})});
+  CHECK(to_string(q).find("higher_order") == std::string::npos);
+  CHECK(to_string(q).find("aten.sin.default") != std::string::npos);
+}
+
+TEST_CASE("xport::cond: branches that disagree, mutate or alias are refused at export, with torch's texts") {
+  const auto x = at::randn({5, 3});
+  const auto check = [&](auto true_fn, auto false_fn, const std::string& fragment) {
+    auto fn = [&](const at::Tensor& a) { return xport::cond(a.sum() > 0, true_fn, false_fn, std::tuple{a}); };
+    XPORT_CHECK_THROWS_MSG(export_program(fn, std::tuple{x}), xport::error, fragment);
+  };
+  const auto sin = [](const at::Tensor& a) { return a.sin(); };
+  check(sin, [](const at::Tensor& a) { return a.to(at::kInt); },
+        "When merging two branches' output in torch.cond,  expected same dtype but got torch.float32 and torch.int32");
+  check([](const at::Tensor& a) { return a; }, sin,
+        "Higher order ops do not support aliasing: subgraph 'true_graph_0' of 'cond' returns its input 'x'");
+  check(
+      [](const at::Tensor& a) {
+        auto b = a.clone();
+        a.add_(1);
+        return b;
+      },
+      sin, "Higher order ops do not support input mutation: node 'add_' of subgraph 'true_graph_0'");
+  check(sin, [](const at::Tensor& a) { return a.sum(0); }, "torch.cond's branches return output 0 in different shapes");
+  const auto one = [](const at::Tensor& a) { return std::vector<at::Tensor>{a.sin()}; };
+  const auto two = [](const at::Tensor& a) { return std::vector<at::Tensor>{a.sin(), a.cos()}; };
+  check(one, two, "Unmatched output spec from torch.cond branches: 'true_graph_0' returns 1 values, 'false_graph_0' 2");
+  auto vector_pred = [](const at::Tensor& a) { return xport::cond(a > 0, [](const at::Tensor& b) { return b.sin(); },
+                                                                  [](const at::Tensor& b) { return b.cos(); }, std::tuple{a}); };
+  XPORT_CHECK_THROWS_MSG(export_program(vector_pred, std::tuple{x}), xport::error,
+                         "Expected pred to be bool or single-element tensor, but got a tensor of sizes [5, 3]");
+  XPORT_CHECK_THROWS_MSG(vector_pred(x), xport::error, "Expected pred to be bool or single-element tensor");  // eagerly too
+}
+
+TEST_CASE("xport::cond (strict): branches are traced on sym_tensors, every node with its C++ line") {
+  auto fn = [](const sym_tensor& x, const sym_tensor& w) {
+    auto h = relu(x);
+    auto r = cond(x.sum() > 0.0,
+                  [&](const sym_tensor& a) { return std::tuple{matmul(a, w), a * 2.0}; },  // reads w: lifted
+                  [&](const sym_tensor& a) { return std::tuple{matmul(h, w), a - 1.0}; }, std::tuple{x});
+    return std::get<0>(r) + std::get<1>(r).sum();
+  };
+  const auto x0 = at::randn({3, 3}), w0 = at::randn({3, 3});
+  const auto p = export_program<xport::strict>(fn, std::tuple{x0, w0}, {.input_names = {"x", "w"}});
+  const auto printed = to_string(p);
+  CHECK(printed.find("torch.ops.higher_order.cond(gt, true_graph_0, false_graph_0, (x, w, relu))") != std::string::npos);
+  CHECK(printed.find("code: [&](const sym_tensor& a) { return std::tuple{matmul(a, w), a * 2.0}; },  // reads w: lifted") !=
+        std::string::npos);
+  CHECK(printed.find("in forward, code: auto r = cond(x.sum() > 0.0,") != std::string::npos);
+  auto eager = [](const at::Tensor& x, const at::Tensor& w) {
+    const bool t = x.sum().item<double>() > 0;
+    auto a = t ? at::matmul(x, w) : at::matmul(at::relu(x), w);
+    auto b = t ? x * 2.0 : x - 1.0;
+    return a + b.sum();
+  };
+  for (const auto& x : {x0.abs(), -x0.abs()}) CHECK(at::equal(run(p, {x, w0})[0], eager(x, w0)));
+}
+
+TEST_CASE("xport::cond: every pass works inside the branches (cse, dce), a failed one leaves them as they were") {
+  auto fn = [](const at::Tensor& x) {
+    return xport::cond(
+        x.sum() > 0,
+        [](const at::Tensor& a) {
+          auto unused = a.exp();
+          (void)unused;
+          return a.sin() + a.sin();
+        },
+        [](const at::Tensor& a) { return a.cos(); }, std::tuple{x});
+  };
+  auto p = export_program(fn, std::tuple{at::randn({2, 3})});
+  const auto before = to_string(p);
+  const auto& branch = [&]() -> const subgraph& { return *cond_node(p).args()[1].as_graph(); };
+  CHECK(calls_in(branch(), "aten::sin") == 2);
+  CHECK(calls_in(branch(), "aten::exp") == 1);
+  const auto kept = cond_node(p).args()[1].as_graph();  // shared by copies: never changed in place
+  const auto copy = p.clone();
+  const auto r = p | (passes::cse | passes::dce);
+  REQUIRE(r.ok());
+  CHECK(r.changed);
+  CHECK(calls_in(branch(), "aten::sin") == 1);
+  CHECK(calls_in(branch(), "aten::exp") == 0);
+  CHECK(calls_in(*kept, "aten::sin") == 2);
+  CHECK(to_string(copy) == before);
+  const auto x = at::randn({2, 3}).abs();
+  CHECK(at::equal(run(p, {x})[0], fn(x)));
+  CHECK(at::equal(run(p, {-x})[0], fn(-x)));
 }

@@ -101,6 +101,18 @@ TEST_CASE("export: strict records the C++ line of every node") {
     if (n.is_call()) CHECK(n.source() != nullptr);
 }
 
+TEST_CASE("export: the leaves of a tuple or pair argument reach the traced code in order") {
+  // same shapes: a swap would go unnoticed by every shape check
+  auto fn = [](const std::pair<at::Tensor, at::Tensor>& p, const std::tuple<at::Tensor, at::Tensor, at::Tensor>& t) {
+    return p.first * 2 - p.second + std::get<0>(t) * 3 - std::get<2>(t) * std::get<1>(t);
+  };
+  const auto make = [] { return at::randn({2, 3}); };
+  const std::pair<at::Tensor, at::Tensor> pa{make(), make()};
+  const std::tuple<at::Tensor, at::Tensor, at::Tensor> tu{make(), make(), make()};
+  const auto p = export_program(fn, std::tuple{pa, tu}, {.input_names = {"p", "t"}});
+  CHECK(at::allclose(run(p, {pa.first, pa.second, std::get<0>(tu), std::get<1>(tu), std::get<2>(tu)})[0], fn(pa, tu)));
+}
+
 TEST_CASE("export: nested inputs and outputs keep their C++ structure") {
   using in_t = std::tuple<at::Tensor, std::vector<at::Tensor>, std::map<std::string, at::Tensor>,
                           std::optional<at::Tensor>, std::optional<at::Tensor>, std::int64_t, double, bool>;

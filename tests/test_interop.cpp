@@ -378,6 +378,8 @@ TEST_CASE("interop: xport writes an archive of every kind of program for torch.e
   model("gru", m::GRUNet(), at::randn({2, 5, 8}));
   model("embedding", m::EmbeddingClassifier(), at::randint(100, {4, 7}, at::kLong));
   model("custom_ops_block", xport_test::GatedBlock(), at::randn({2, 5, 32}));  // the suite's xport_ops operators
+  model("cond_gate", m::CondGate(), at::randn({5, 16}));                      // xport::cond, captured
+
 
   {  // dynamic shapes: a Dim, a derived dim, sizes the code computes
     torch::manual_seed(0);
@@ -404,6 +406,14 @@ TEST_CASE("interop: xport writes an archive of every kind of program for torch.e
     auto bd = export_program(block, std::tuple{at::randn({2, 6, 32})},
                              {.dynamic_shapes = {{"x", {{0, Dim("batch", 1, 16)}, {1, Dim("seq", 2, 64)}}}}});
     w.add("custom_ops_block_dynamic", bd, T1{at::randn({2, 6, 32})}, {T1{at::randn({5, 9, 32})}, T1{at::randn({1, 64, 32})}});
+    // xport::cond with a dynamic batch: the calls take both branches (x and -x flip the gate's sign)
+    m::CondGate gate;
+    gate->eval();
+    const auto g = at::randn({5, 16}) * 10;
+    auto gd = export_program(gate, std::tuple{g}, {.dynamic_shapes = {{"x", {{0, Dim("batch", 1, 64)}}}}});
+    const auto g2 = at::randn({9, 16}) * 10;
+    w.add("cond_gate_dynamic", gd, T1{g}, {T1{-g}, T1{g2}, T1{-g2}});
+    w.add("cond_gate_dynamic_core_aten", run_decompositions(gd), T1{g}, {T1{-g}, T1{g2}, T1{-g2}});
   }
   {  // structure: dict / list / int / float / bool / string inputs, tuple / list / dict outputs
     const auto c = at::randn({3});
@@ -469,7 +479,7 @@ TEST_CASE("interop: xport writes an archive of every kind of program for torch.e
     w.add("hand_built", std::move(b).build(), T{at::randn({2, 3})});
   }
   MESSAGE("archives written for torch: " << w.size());
-  CHECK(w.size() == 40 + 5 + 2 + 2 + 4 + 2 + 2);
+  CHECK(w.size() == 44 + 7 + 2 + 2 + 4 + 2 + 2);
 }
 
 // ---- C++ -> Python -> C++ -----------------------------------------------------------------------

@@ -67,6 +67,7 @@ TEST_CASE("oracle: xport's prints of the real models, for the diff against torch
   print_model<m::LSTMNet>("lstm", [] { return at::randn({2, 5, 8}); }, true);
   print_model<m::GRUNet>("gru", [] { return at::randn({2, 5, 8}); }, true);
   print_model<m::EmbeddingClassifier>("embedding", [] { return at::randint(100, {4, 7}, at::kLong); }, false);
+  print_model<m::CondGate>("cond_gate", [] { return at::randn({5, 16}); }, false);
   // dynamic variants (twins.py DYNAMIC gives the same specs)
   using xport::Dim;
   const auto batch = Dim("batch", 1, 1024), small_batch = Dim("batch", 1, 64), seq = Dim("seq", 1, 64);
@@ -80,6 +81,7 @@ TEST_CASE("oracle: xport's prints of the real models, for the diff against torch
   print_case<m::GRUNet>("gru.dynamic", [] { return at::randn({2, 5, 8}); }, false, {{"x", {{0, small_batch}}}});
   print_case<m::EmbeddingClassifier>("embedding.dynamic", [] { return at::randint(100, {4, 7}, at::kLong); }, false,
                                      {{"x", {{0, small_batch}, {1, seq}}}});
+  print_case<m::CondGate>("cond_gate.dynamic", [] { return at::randn({5, 16}); }, false, {{"x", {{0, batch}}}});
   print_model<RenormedEmbedding>("embedding_max_norm", [] { return at::randint(100, {4, 7}, at::kLong); }, false);
   print_model<NoneOutput>("none_output", [] { return at::randn({2, 3}); }, false);
   std::size_t files = 0;

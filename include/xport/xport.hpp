@@ -40,6 +40,7 @@
 #include <xport/trace/tree.hpp>
 #include <xport/trace/capture.hpp>
 #include <xport/trace/strict.hpp>
+#include <xport/trace/control_flow.hpp>
 #include <xport/trace/dynamic.hpp>
 #include <xport/trace/symbolic.hpp>
 #include <xport/trace/export.hpp>

@@ -2757,6 +2757,10 @@ class node {
   value operator[](std::size_t i) const { return output(i); }
   /// Whether the outputs form a tuple (or Tensor[]) rather than a single value.
   [[nodiscard]] bool has_tuple_output() const;
+  /// Whether its list argument (a torch.cond's operands) is a Python tuple, as torch.export
+  /// records it in a program it traced; a program it loaded holds a list (printed so).
+  [[nodiscard]] bool has_tuple_operands() const;
+  void set_tuple_operands(bool on) const;
 
   [[nodiscard]] node next() const;
   [[nodiscard]] node prev() const;
@@ -2842,6 +2846,7 @@ struct node_impl {
   const op_info* op = nullptr;
   node_kind kind = node_kind::call_function;
   bool tuple_output = false;
+  bool tuple_operands = false;
   c10::SmallVector<value_impl*, 1> outputs;
   c10::SmallVector<value*, 4> slots;  // each operand's `value` inside args (Note [Use lists])
   c10::SmallVector<std::uint32_t, 4> use_pos;  // where each operand's use sits in its value's list
@@ -3150,6 +3155,7 @@ class basic_graph<default_policy> {
           c->kind = n->kind;
           c->op = n->op;
           c->tuple_output = n->tuple_output;
+          c->tuple_operands = n->tuple_operands;
           c->name = n->name;
           if (!c->name.empty()) g.names_.claim(c->name);
           for (auto* o : n->outputs) {
@@ -3415,6 +3421,8 @@ inline value node::out() const {
   return value(p_->outputs[0]);
 }
 inline bool node::has_tuple_output() const { return p_->tuple_output; }
+inline bool node::has_tuple_operands() const { return p_->tuple_operands; }
+inline void node::set_tuple_operands(bool on) const { p_->tuple_operands = on; }
 inline node node::next() const { return node(p_->next); }
 inline node node::prev() const { return node(p_->prev); }
 inline std::uint64_t node::order() const { return p_->order; }
@@ -7308,6 +7316,23 @@ inline std::string call_args_repr(const op_info& op, std::span<const argument> a
   return s;
 }
 
+/// The arguments of a control-flow call whose operands are a tuple (`(x, w)`, `(x,)`), as torch
+/// prints a program it traced (a loaded one holds a list: call_args_repr prints that).
+inline std::string tuple_operands_repr(std::span<const argument> args, const sym_names& syms = {}) {
+  std::string s;
+  for (const auto& a : args) {
+    if (!s.empty()) s += ", ";
+    if (!a.is_list()) {
+      s += arg_repr(a, syms);
+      continue;
+    }
+    s += '(';
+    for (std::size_t i = 0; i < a.as_list().size(); ++i) s += (i ? ", " : "") + arg_repr(a.as_list()[i], syms);
+    s += a.as_list().size() == 1 ? ",)" : ")";
+  }
+  return s;
+}
+
 inline std::string value_annotation(const value& v, const print_options& o) {
   const auto& t = v.type();
   switch (t.kind) {
@@ -7567,13 +7592,15 @@ inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
         const auto* src = n.source().get();
         fx_line l{fx_line::kind::call, n.name(), {}, {}, inputs_of(n), 0, src};
         if (n.op().higher_order) {
-          // `true_graph_0 = self.true_graph_0` before the call (the operands print as a list, as
-          // torch prints a program it loaded)
+          // `true_graph_0 = self.true_graph_0` before the call
           for_each_subgraph(n, [&](const subgraph& s) {
             lines.push_back({fx_line::kind::call, s.name, {}, "self." + s.name, {}, 0, src});
           });
         }
-        l.rhs = n.op().target + "(" + call_args_repr(n.op(), n.args(), sizes.names) + ")";
+        l.rhs = n.op().target + "(" +
+                (n.has_tuple_operands() ? tuple_operands_repr(n.args(), sizes.names)
+                                        : call_args_repr(n.op(), n.args(), sizes.names)) +
+                ")";
         if (!n.has_tuple_output()) l.annotation = value_annotation(n.output(0), o);
         lines.push_back(std::move(l));
         if (n.has_tuple_output())
@@ -8000,7 +8027,7 @@ treespec flatten_into(const T& x, F& on_tensor) {
 /// A copy of `x` with every tensor leaf replaced by f(leaf).
 template <class T, class F>
 T map_tensors(const T& x, F& f) {
-  if constexpr (std::is_same_v<T, at::Tensor>) {
+  if constexpr (tensor_leaf<T>) {
     return f(x);
   } else if constexpr (is_scalar_leaf<T> || std::is_same_v<T, std::string>) {
     return x;
@@ -8017,7 +8044,8 @@ T map_tensors(const T& x, F& f) {
     for (std::size_t i = 0; i < x.size(); ++i) out[i] = map_tensors(x[i], f);
     return out;
   } else if constexpr (is_tuple_like<T>::value) {
-    return std::apply([&](const auto&... es) { return T(map_tensors(es, f)...); }, x);
+    // braces: the leaves are mapped in order (f may count them)
+    return std::apply([&](const auto&... es) { return T{map_tensors(es, f)...}; }, x);
   } else if constexpr (is_string_map<T>::value) {
     T out;
     for (const auto& [k, v] : x) out.emplace(k, map_tensors(v, f));
@@ -8261,6 +8289,15 @@ class capture_reenabled {
 class capture {
  public:
   explicit capture(c10::Device fake_device = c10::Device(c10::kCPU)) : fake_device_(fake_device) {}
+  /// The capture of a subgraph (a branch of xport::cond) called from `outer`: a tensor or value
+  /// of an enclosing capture that the subgraph reads becomes an input of its own, lifted as
+  /// torch lifts a branch's free variables to operands (see lifted()).
+  explicit capture(capture& outer)
+      : fake_device_(outer.fake_device_),
+        keep_value_meta_(outer.keep_value_meta_),
+        python_frontend_(outer.python_frontend_),
+        sizes_may_vary_(outer.sizes_may_vary_),
+        outer_(&outer) {}
   capture(const capture&) = delete;
   capture& operator=(const capture&) = delete;
 
@@ -8301,6 +8338,39 @@ class capture {
     return meta;
   }
 
+  /// An input of this subgraph for `outer`, an operand the enclosing capture passes it; returns
+  /// it and the meta tensor the subgraph's code receives for it.
+  std::pair<value, at::Tensor> add_operand(const value& outer) {
+    auto v = builder_.input(outer.name(), outer.meta(), /*exact_name=*/false);
+    auto meta = plain_meta(outer.meta());
+    bind(meta, v, meta);
+    return {v, meta};
+  }
+  /// Values of the enclosing capture that this subgraph reads without being passed them, in the
+  /// order it first read them; each has an input here, after the operands'.
+  [[nodiscard]] const std::vector<value>& lifted() const noexcept { return lifted_; }
+  /// The input standing for `outer` (a lifted value); null when it was not lifted.
+  [[nodiscard]] value input_for(const value& outer) const {
+    const auto it = from_outer_.find(outer.impl());
+    return it == from_outer_.end() ? value() : it->second.first;
+  }
+  /// The value `v` is in this capture: `v` itself, or the input standing for a value of an
+  /// enclosing capture (lifted on first use). The strict front end's values carry no capture.
+  value local_value(const value& v) {
+    if (!outer_ || meta_.count(v.impl())) return v;
+    if (auto it = from_outer_.find(v.impl()); it != from_outer_.end()) return it->second.first;
+    auto in = lifted_input(outer_->local_value(v));
+    from_outer_.emplace(v.impl(), in);
+    return in.first;
+  }
+  /// The FQN of the parameter or buffer `v` stands for (here or, lifted, in an enclosing
+  /// capture); empty for any other value.
+  [[nodiscard]] std::string state_name(const value& v) const {
+    const auto it = state_fqn_.find(v.impl());
+    return it == state_fqn_.end() ? std::string() : it->second;
+  }
+  /// The index the next subgraph pair called from this capture gets (`true_graph_<i>`).
+  [[nodiscard]] int next_subgraph_index() noexcept { return subgraphs_++; }
   /// Called for every recorded op first: returns true when it has handled the op (decomposed
   /// it: the results are on the stack, its ATen calls recorded instead).
   using decompose_hook = std::function<bool(const op_info&, torch::jit::Stack&)>;
@@ -8340,6 +8410,8 @@ class capture {
             std::shared_ptr<const source_location> src) {
     if (op.data_dependent) throw_graph_break(op);
     auto bound = bind_arguments(op, std::move(args), std::move(kwargs));
+    if (outer_)
+      for (auto& a : bound) a = localized(a);
     check_mutations(op, bound);
     torch::jit::Stack meta_args;
     push_meta_arguments(op, bound, [&](const value& v) -> const at::Tensor& { return meta_.at(v.impl()); }, meta_args);
@@ -8358,20 +8430,17 @@ class capture {
   /// Records a call whose arguments are already graph values and whose output types are known
   /// (a lowering re-recording a control-flow call with its branches lowered); returns the meta
   /// tensor each output is tracked by.
-  std::vector<at::Tensor> record_values(const op_info& op, std::vector<argument> bound, std::vector<value_type> types) {
+  std::vector<at::Tensor> record_values(const op_info& op, std::vector<argument> bound, std::vector<value_type> types,
+                                        xport::node* recorded = nullptr) {
     auto node = builder_.record(op, std::move(bound), std::move(types));
+    if (recorded) *recorded = node;
     std::vector<at::Tensor> metas;
     for (auto v : node.outputs()) {
       if (v.kind() != value_kind::tensor) {
         metas.emplace_back();
         continue;
       }
-      auto meta = [&] {  // a plain meta tensor, whatever the lowering has switched on
-        c10::impl::ExcludeDispatchKeyGuard plain(
-            c10::DispatchKeySet({capture_key, c10::DispatchKey::Functionalize, c10::DispatchKey::Fake}));
-        return v.meta().make_meta();
-      }();
-      metas.push_back(track(v, meta));
+      metas.push_back(track(v, plain_meta(v.meta())));
     }
     return metas;
   }
@@ -8565,6 +8634,31 @@ class capture {
     return {v, m.make_meta()};
   }
 
+  // A plain meta tensor, whatever a lowering has switched on.
+  static at::Tensor plain_meta(const tensor_meta& m) {
+    c10::impl::ExcludeDispatchKeyGuard plain(
+        c10::DispatchKeySet({capture_key, c10::DispatchKey::Functionalize, c10::DispatchKey::Fake}));
+    return m.make_meta();
+  }
+
+  // The input of this subgraph standing for `outer` (a value of the enclosing capture), made on
+  // first use.
+  std::pair<value, at::Tensor> lifted_input(const value& outer) {
+    if (auto it = from_outer_.find(outer.impl()); it != from_outer_.end()) return it->second;
+    auto in = add_operand(outer);
+    if (auto fqn = outer_->state_name(outer); !fqn.empty()) state_fqn_.emplace(in.first.impl(), std::move(fqn));
+    lifted_.push_back(outer);
+    from_outer_.emplace(outer.impl(), in);
+    return in;
+  }
+  argument localized(const argument& a) {
+    if (a.is_value()) return local_value(a.as_value());
+    if (!a.is_list()) return a;
+    argument::list_type l;
+    for (const auto& e : a.as_list()) l.push_back(localized(e));
+    return l;
+  }
+
   static at::Tensor meta_like(const at::Tensor& t) {
     c10::impl::ExcludeDispatchKeyGuard no_capture(capture_key);
     return tensor_meta::of(t).make_meta();
@@ -8586,6 +8680,12 @@ class capture {
     bind(meta, v, meta);
     return meta;
   }
+  // A tensor of an enclosing capture that this subgraph's code reads: an input of its own.
+  const tracked& lifted_from_outer(const at::Tensor& t) {
+    auto [in, meta] = lifted_input(outer_->tracked_of(t).v);
+    bind(t, in, meta);
+    return by_impl_.at(t.unsafeGetTensorImpl());
+  }
   const tracked& tracked_of(const at::Tensor& t) {
     if (auto it = by_impl_.find(t.unsafeGetTensorImpl()); it != by_impl_.end()) return it->second;
     if (t.is_meta()) {
@@ -8593,6 +8693,9 @@ class capture {
         bind(t, tr->v, tr->meta);
         return by_impl_.at(t.unsafeGetTensorImpl());
       }
+    }
+    if (outer_) return lifted_from_outer(t);
+    if (t.is_meta()) {
       throw export_error("xport.export.unknown_tensor",
                          "the traced code returned or used a meta tensor that export did not "
                          "create (made outside the traced function?); pass it as an input instead");
@@ -8619,7 +8722,7 @@ class capture {
   }
 
   value lift_constant(const at::Tensor& t) {
-    const std::string target = "lifted_tensor_" + std::to_string(lifted_++);
+    const std::string target = "lifted_tensor_" + std::to_string(lifted_constants_count_++);
     auto v = builder_.constant(target, t);
     lifted_constants_.emplace(v.impl(), target);
     bind(t, v, meta_like(t));
@@ -8756,10 +8859,14 @@ class capture {
   std::unordered_map<const value_impl*, std::string> state_fqn_;
   std::unordered_map<const value_impl*, std::string> lifted_constants_;
   std::unordered_map<const c10::FunctionSchema*, const op_info*> ops_;
-  int lifted_ = 0;
+  int lifted_constants_count_ = 0;
   std::vector<std::vector<std::int64_t>> input_sizes_;
   std::size_t next_input_ = 0;
   bool sizes_may_vary_ = false;
+  capture* outer_ = nullptr;  // the enclosing capture of a subgraph's
+  std::vector<value> lifted_;
+  std::unordered_map<const value_impl*, std::pair<value, at::Tensor>> from_outer_;  // enclosing capture's value -> input here
+  int subgraphs_ = 0;
 };
 
 inline void capture_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -8866,6 +8973,12 @@ struct sym_slot {
   capture* cap;
 };
 
+/// The capture of the xport::cond branch being traced on this thread (strict policy): every op
+/// the branch's code calls is recorded there, whichever capture its tensors come from (those of
+/// an enclosing one become inputs of the branch).
+inline thread_local capture* strict_branch = nullptr;
+inline capture& recording_capture(capture& own) noexcept { return strict_branch ? *strict_branch : own; }
+
 }  // namespace detail
 
 class sym_tensor;
@@ -8932,7 +9045,8 @@ class sym_tensor {
   node record(std::string_view op, std::vector<argument> args, std::vector<kwarg> kwargs,
               const std::source_location& loc) const {
     try {
-      return s_->cap->call(find_op(op), std::move(args), std::move(kwargs), detail::make_source(loc));
+      return detail::recording_capture(*s_->cap).call(find_op(op), std::move(args), std::move(kwargs),
+                                                    detail::make_source(loc));
     } catch (const graph_error& e) {  // name the C++ line: the strict front end knows it
       if (e.id() != "xport.fake.op_rejected") throw;
       throw graph_error(e.id(), std::string(e.what()).substr(e.id().size() + 3) + " (at " + loc.file_name() + ":" +
@@ -8940,7 +9054,7 @@ class sym_tensor {
     }
   }
   /// Wraps an output value of this trace.
-  [[nodiscard]] sym_tensor wrap(value v) const { return sym_tensor(v, s_->cap); }
+  [[nodiscard]] sym_tensor wrap(value v) const { return sym_tensor(v, &detail::recording_capture(*s_->cap)); }
   /// After an in-place op: this tensor (and every copy of it) now stands for `v`.
   void rebind(value v) const { s_->v = v; }
 
@@ -9204,6 +9318,280 @@ auto to_sym(const T& x, F& make) {
 }
 
 }  // namespace detail
+
+XPORT_END_NAMESPACE
+// #include <xport/trace/control_flow.hpp>
+// xport/trace/control_flow.hpp: xport::cond, torch.cond for C++ code. The same call runs eagerly
+// (the branch the predicate picks), under non-strict export (at::Tensor code) and under strict
+// export (xport::sym_tensor code); exported, both branches are captured as subgraphs
+// (`true_graph_0`, `false_graph_0`) of one `torch.ops.higher_order.cond` node.
+//
+//   auto y = xport::cond(x.sum() > 0,
+//                        [&](const at::Tensor& x) { return lin(x).relu(); },  // may read module state
+//                        [](const at::Tensor& x) { return x.cos(); },
+//                        std::tuple{x});
+//
+// torch's rules: the predicate is a bool tensor of one element (a C++ bool is a constant: the
+// branch it picks is traced alone, as torch specializes a Python bool); both branches take the
+// operands and return the same structure of tensors with the same dtypes and shapes; a branch
+// mutates nothing and returns no input as it is. Tensors a branch reads without being passed
+// them (module parameters and buffers, tensors computed before the call) become operands, as
+// torch lifts a branch's free variables, after the operands given (module state by FQN, then
+// the rest in the order first read); operands neither branch reads are dropped, as torch does.
+
+#include <algorithm>    // std::find
+#include <cstddef>      // std::size_t
+#include <functional>   // std::function
+#include <memory>       // std::shared_ptr
+#include <optional>     // std::optional
+#include <source_location>  // std::source_location
+#include <string>       // std::string
+#include <tuple>        // std::tuple, std::apply
+#include <type_traits>  // std::is_same_v
+#include <unordered_map>  // std::unordered_map
+#include <utility>      // std::move
+#include <vector>       // std::vector
+
+#include <ATen/core/Tensor.h>
+
+// #include <xport/config.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ir/graph.hpp>
+// #include <xport/ir/op.hpp>
+// #include <xport/ops/meta_infer.hpp>
+// #include <xport/program/verify.hpp>
+// #include <xport/trace/capture.hpp>
+// #include <xport/trace/strict.hpp>
+// #include <xport/trace/tree.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+/// Traces one branch in a subgraph capture: gets the capture, its inputs for the operands and
+/// their meta tensors; returns the values it returns.
+using branch_tracer = std::function<std::vector<value>(capture&, const std::vector<value>&, const std::vector<at::Tensor>&)>;
+
+struct traced_branch {
+  graph body;
+  std::vector<value> lifted;  ///< values of the enclosing capture it reads, in the order it first read them
+  std::vector<value> inputs;  ///< its placeholder for each of `lifted`, in the same order
+};
+
+inline traced_branch trace_branch(capture& outer, const std::vector<value>& operands, const branch_tracer& trace) {
+  capture c(outer);
+  std::vector<value> ins;
+  std::vector<at::Tensor> metas;
+  for (const auto& o : operands) {
+    auto [v, m] = c.add_operand(o);
+    ins.push_back(v);
+    metas.push_back(std::move(m));
+  }
+  for (auto v : trace(c, ins, metas)) c.builder().output(v);
+  traced_branch b;
+  // torch orders a branch's free variables by their Python names (a module's state by its
+  // path): module state first, by FQN, then the other tensors in the order first read
+  std::vector<std::pair<std::string, value>> lifted;
+  for (const auto& o : c.lifted()) lifted.emplace_back(outer.state_name(o), o);
+  std::stable_sort(lifted.begin(), lifted.end(), [](const auto& x, const auto& y) {
+    if (x.first.empty() != y.first.empty()) return !x.first.empty();
+    return x.first < y.first;
+  });
+  // the inputs keep their graph identity through build (placeholders are moved, not copied)
+  for (const auto& [fqn, o] : lifted) {
+    b.lifted.push_back(o);
+    b.inputs.push_back(c.input_for(o));
+  }
+  auto p = std::move(c.builder()).build(ir_dialect::training, verify_options{.check_schemas = false});
+  std::unordered_map<value_impl*, value> map;
+  b.body = p.graph().clone(&map);
+  for (auto& v : b.inputs) v = map.at(v.impl());
+  return b;
+}
+
+/// Gives branch `b` one input per value of `all` after the first `n_operands` (in that order):
+/// those it lifted keep theirs, the others (lifted by the other branch) get an unused one.
+inline void align_inputs(traced_branch& b, std::size_t n_operands, const std::vector<value>& all) {
+  auto& g = b.body;
+  const auto phs = g.placeholders();
+  std::vector<node> order(phs.begin(), phs.begin() + static_cast<std::ptrdiff_t>(n_operands));
+  for (std::size_t i = n_operands; i < all.size(); ++i) {
+    value in;
+    for (std::size_t j = 0; j < b.lifted.size(); ++j)
+      if (b.lifted[j] == all[i]) in = b.inputs[j];
+    if (!in) in = g.add_placeholder_fresh(all[i].name(), all[i].type());
+    order.push_back(in.producer());
+  }
+  const node first = g.placeholders().back().next();
+  for (auto& ph : order) g.move_before(ph, first);
+}
+
+/// Drops the operands neither branch reads (torch.cond passes only what a branch uses).
+inline void drop_unused_operands(graph& t, graph& f, std::vector<value>& operands) {
+  const auto pt = t.placeholders(), pf = f.placeholders();
+  std::vector<value> kept;
+  for (std::size_t i = 0; i < operands.size(); ++i) {
+    if (pt[i].output(0).num_uses() || pf[i].output(0).num_uses()) {
+      kept.push_back(operands[i]);
+      continue;
+    }
+    t.erase(pt[i]);
+    f.erase(pf[i]);
+  }
+  operands = std::move(kept);
+}
+
+struct traced_cond {
+  node n;
+  std::vector<at::Tensor> metas;  ///< the meta tensor tracking each output
+};
+
+/// Records `higher_order::cond(pred, true_graph_<i>, false_graph_<i>, operands + lifted)` in
+/// `outer` after tracing both branches, at `src` (strict) and checks it as torch.cond does.
+inline traced_cond trace_cond(capture& outer, argument pred, std::vector<value> operands, const branch_tracer& on_true,
+                              const branch_tracer& on_false, std::shared_ptr<const source_location> src = nullptr) {
+  auto t = trace_branch(outer, operands, on_true);
+  auto f = trace_branch(outer, operands, on_false);
+  const std::size_t n = operands.size();
+  for (const auto* b : {&t, &f})
+    for (const auto& v : b->lifted)
+      if (std::find(operands.begin() + static_cast<std::ptrdiff_t>(n), operands.end(), v) == operands.end())
+        operands.push_back(v);
+  align_inputs(t, n, operands);
+  align_inputs(f, n, operands);
+  drop_unused_operands(t.body, f.body, operands);
+  const auto index = std::to_string(outer.next_subgraph_index());
+  argument::list_type list(operands.begin(), operands.end());
+  std::vector<argument> args{std::move(pred),
+                             std::make_shared<const subgraph>(subgraph{"true_graph_" + index, std::move(t.body)}),
+                             std::make_shared<const subgraph>(subgraph{"false_graph_" + index, std::move(f.body)}),
+                             std::move(list)};
+  const auto& op = find_op("higher_order::cond");
+  auto types = subgraph_outputs(op, args);
+  if (src) outer.builder().at(std::move(src));
+  traced_cond r;
+  r.metas = outer.record_values(op, std::move(args), std::move(types), &r.n);
+  r.n.set_tuple_operands(true);  // as torch.export records a cond it traced
+  verify_higher_order(r.n, verify_options{.check_schemas = false});
+  return r;
+}
+
+/// Makes the strict front end record into a branch's capture for the guard's lifetime.
+class strict_branch_scope {
+ public:
+  explicit strict_branch_scope(capture& c) : prev_(strict_branch) { strict_branch = &c; }
+  ~strict_branch_scope() { strict_branch = prev_; }
+  strict_branch_scope(const strict_branch_scope&) = delete;
+  strict_branch_scope& operator=(const strict_branch_scope&) = delete;
+
+ private:
+  capture* prev_;
+};
+
+template <class T>
+inline constexpr bool is_std_tuple = false;
+template <class... Ts>
+inline constexpr bool is_std_tuple<std::tuple<Ts...>> = true;
+
+template <class TrueFn, class FalseFn, class Operands>
+void check_branches() {
+  static_assert(is_std_tuple<Operands>,
+                "xport::cond: pass the operands as a std::tuple (std::tuple{x, y}); each branch is called "
+                "with them as its arguments, as torch.cond calls true_fn(*operands)");
+  using R = decltype(std::apply(std::declval<TrueFn&>(), std::declval<const Operands&>()));
+  static_assert(std::is_same_v<R, decltype(std::apply(std::declval<FalseFn&>(), std::declval<const Operands&>()))>,
+                "xport::cond: both branches must return the same type (torch.cond: the branches return the "
+                "same structure of tensors)");
+}
+
+[[noreturn]] inline void throw_pred_shape(const std::string& got) {
+  throw error("xport.cond.pred", "Expected pred to be bool or single-element tensor, but got " + got +
+                                     ": xport::cond takes a bool tensor of one element (x.sum() > 0) or a C++ bool");
+}
+
+}  // namespace detail
+
+/// torch.cond for at::Tensor code: `true_fn(operands...)` if `pred` holds true, else
+/// `false_fn(operands...)`. Eagerly it runs the branch `pred` picks; under export (non-strict) it
+/// records both as subgraphs of one torch.ops.higher_order.cond node.
+template <class TrueFn, class FalseFn, class Operands>
+auto cond(const at::Tensor& pred, TrueFn&& true_fn, FalseFn&& false_fn, const Operands& operands) {
+  detail::check_branches<TrueFn, FalseFn, Operands>();
+  using R = decltype(std::apply(true_fn, operands));
+  if (!pred.defined() || pred.numel() != 1)
+    detail::throw_pred_shape(pred.defined() ? "a tensor of sizes " + c10::str(pred.sizes()) : "an undefined tensor");
+  auto* outer = detail::active_capture;
+  if (!outer) return pred.item<bool>() ? std::apply(true_fn, operands) : std::apply(false_fn, operands);
+  std::vector<value> operand_values;
+  auto of = [&](const at::Tensor& t) { operand_values.push_back(outer->value_of(t)); };
+  (void)detail::flatten_into(operands, of);
+  std::optional<R> result;
+  const auto tracer = [&](auto& fn, bool keep) -> detail::branch_tracer {
+    return [&fn, &operands, &result, keep](detail::capture& c, const std::vector<value>&,
+                                           const std::vector<at::Tensor>& metas) {
+      std::size_t k = 0;
+      auto to_meta = [&](const at::Tensor&) { return metas.at(k++); };
+      const auto args = detail::map_tensors(operands, to_meta);
+      std::optional<R> r;
+      {
+        detail::capture_scope scope(c);
+        r.emplace(std::apply(fn, args));
+      }
+      std::vector<value> outs;
+      auto out = [&](const at::Tensor& t) { outs.push_back(c.value_of(t)); };
+      (void)detail::flatten_into(*r, out);
+      if (keep) result = std::move(r);
+      return outs;
+    };
+  };
+  const auto c = detail::trace_cond(*outer, outer->value_of(pred), std::move(operand_values), tracer(true_fn, true),
+                                    tracer(false_fn, false));
+  std::size_t k = 0;
+  auto from_node = [&](const at::Tensor&) { return c.metas.at(k++); };
+  return detail::map_tensors(*result, from_node);
+}
+
+/// torch.cond for strict code (xport::sym_tensor): both branches are traced, and the node
+/// records the C++ line of the call.
+template <class TrueFn, class FalseFn, class Operands>
+auto cond(const sym_tensor& pred, TrueFn&& true_fn, FalseFn&& false_fn, const Operands& operands,
+          const std::source_location& loc = std::source_location::current()) {
+  detail::check_branches<TrueFn, FalseFn, Operands>();
+  using R = decltype(std::apply(true_fn, operands));
+  auto& outer = detail::recording_capture(pred.owner());
+  std::vector<value> operand_values;
+  auto of = [&](const sym_tensor& t) { operand_values.push_back(outer.local_value(t.graph_value())); };
+  (void)detail::flatten_into(operands, of);
+  std::optional<R> result;
+  const auto tracer = [&](auto& fn, bool keep) -> detail::branch_tracer {
+    return [&fn, &operands, &result, keep](detail::capture& c, const std::vector<value>& ins,
+                                           const std::vector<at::Tensor>&) {
+      detail::strict_branch_scope scope(c);
+      std::size_t k = 0;
+      auto to_sym = [&](const sym_tensor&) { return sym_tensor(ins.at(k++), &c); };
+      const auto args = detail::map_tensors(operands, to_sym);
+      std::optional<R> r(std::apply(fn, args));
+      std::vector<value> outs;
+      auto out = [&](const sym_tensor& t) { outs.push_back(c.local_value(t.graph_value())); };
+      (void)detail::flatten_into(*r, out);
+      if (keep) result = std::move(r);
+      return outs;
+    };
+  };
+  const auto c = detail::trace_cond(outer, outer.local_value(pred.graph_value()), std::move(operand_values),
+                                    tracer(true_fn, true), tracer(false_fn, false), detail::make_source(loc));
+  std::size_t k = 0;
+  auto from_node = [&](const sym_tensor&) { return sym_tensor(c.n.output(k++), &outer); };
+  return detail::map_tensors(*result, from_node);
+}
+
+/// torch.cond with a C++ bool: a constant, so only the branch it picks runs (and is traced),
+/// as torch specializes a Python bool predicate.
+template <class Pred, class TrueFn, class FalseFn, class Operands>
+  requires std::is_same_v<Pred, bool>
+auto cond(Pred pred, TrueFn&& true_fn, FalseFn&& false_fn, const Operands& operands) {
+  detail::check_branches<TrueFn, FalseFn, Operands>();
+  return pred ? std::apply(true_fn, operands) : std::apply(false_fn, operands);
+}
 
 XPORT_END_NAMESPACE
 // #include <xport/trace/dynamic.hpp>
@@ -9992,6 +10380,7 @@ inline bool same_shape_args(const argument& a, const argument& b, std::vector<st
     return true;
   }
   if (a.is_value()) return a.as_value().name() == b.as_value().name();
+  if (a.is_graph()) return a.as_graph()->name == b.as_graph()->name;  // their nodes are compared on their own
   if (a.is_list()) {
     if (a.as_list().size() != b.as_list().size()) return false;
     for (std::size_t i = 0; i < a.as_list().size(); ++i)
@@ -10039,6 +10428,43 @@ inline bool replace_int(argument& out, const argument* site, const argument& bas
   return false;
 }
 
+/// A node of a program or of one of its subgraphs, in the order the symbolic passes visit them:
+/// a control-flow call's subgraphs come just before it, each right after its operands.
+struct flat_node {
+  node n;
+  value source;  ///< for a subgraph's placeholder: the operand the call passes it
+};
+
+inline void flatten_nodes(const graph& g, std::vector<flat_node>& out, bool skip_placeholders = false) {
+  for (auto n : g.nodes()) {
+    if (skip_placeholders && n.is_placeholder()) continue;
+    if (n.is_call() && n.op().higher_order) {
+      const auto args = n.args();
+      const argument::list_type* operands = nullptr;
+      for (const auto& a : args)
+        if (a.is_list()) operands = &a.as_list();
+      for (const auto& a : args) {
+        if (!a.is_graph()) continue;
+        std::size_t i = 0;
+        for (auto inner : a.as_graph()->body.nodes()) {
+          if (!inner.is_placeholder()) break;
+          const auto& op = operands && i < operands->size() ? (*operands)[i] : argument();
+          out.push_back({inner, op.is_value() ? op.as_value() : value()});
+          ++i;
+        }
+        flatten_nodes(a.as_graph()->body, out, /*skip_placeholders=*/true);
+      }
+    }
+    out.push_back({n, value()});
+  }
+}
+
+inline std::vector<flat_node> flat_nodes(const graph& g) {
+  std::vector<flat_node> out;
+  flatten_nodes(g, out);
+  return out;
+}
+
 /// The first difference between the ops two captures record ("" when they record the same).
 /// With `layout_only`, ops that only change memory layout (`contiguous`, `clone`) are skipped
 /// on both sides: `contiguous()` records nothing on a tensor that already is, which size-1 dims
@@ -10051,10 +10477,10 @@ inline std::string structure_difference(const exported_program& base, const expo
     return !is_layout_only_op(name);
   };
   std::vector<node> a, b;
-  for (auto n : base.graph().nodes())
-    if (keep(n)) a.push_back(n);
-  for (auto n : probe.graph().nodes())
-    if (keep(n)) b.push_back(n);
+  for (const auto& f : flat_nodes(base.graph()))
+    if (keep(f.n)) a.push_back(f.n);
+  for (const auto& f : flat_nodes(probe.graph()))
+    if (keep(f.n)) b.push_back(f.n);
   std::size_t i = 0;
   while (i < a.size() && i < b.size() && a[i].kind() == b[i].kind() && (!a[i].is_call() || a[i].op_ptr() == b[i].op_ptr()))
     ++i;
@@ -10086,9 +10512,10 @@ class symbolic_maker {
  public:
   symbolic_maker(exported_program& base, const std::vector<const exported_program*>& others, const sym_runs& runs)
       : runs_(runs), fit_(runs), nruns_(runs.values.size()), nodes_(nruns_) {
-    for (auto n : base.graph().nodes()) nodes_[0].push_back(n);
+    base_ = flat_nodes(base.graph());
+    for (const auto& f : base_) nodes_[0].push_back(f.n);
     for (std::size_t r = 1; r < nruns_; ++r)
-      for (auto n : others[r - 1]->graph().nodes()) nodes_[r].push_back(n);
+      for (const auto& f : flat_nodes(others[r - 1]->graph())) nodes_[r].push_back(f.n);
   }
 
   /// Gives the user inputs (placeholders per `specs`) the sizes `user_input_sizes`, then fits every call node.
@@ -10097,6 +10524,17 @@ class symbolic_maker {
     std::size_t ph = 0;
     for (std::size_t i = 0; i < nodes_[0].size(); ++i) {
       const node n = nodes_[0][i];
+      if (n.is_placeholder() && base_[i].source) {  // a subgraph's: typed as its operand is now
+        const auto v = n.out();
+        if (v.kind() != value_kind::tensor) continue;
+        auto m = v.meta();
+        const auto& from = base_[i].source.meta();
+        m.sizes = from.sizes;
+        m.strides = from.strides;
+        m.storage_offset = from.storage_offset;
+        v.set_meta(std::move(m));
+        continue;
+      }
       if (n.is_placeholder()) {
         const auto& spec = specs.at(ph++);
         if (spec.kind != input_kind::user_input) continue;
@@ -10252,6 +10690,7 @@ class symbolic_maker {
   symbolic_fitter fit_;
   std::size_t nruns_;
   std::vector<std::vector<node>> nodes_;  // per capture, its nodes in order (0 = the base's)
+  std::vector<flat_node> base_;           // the base's, with the operand of each subgraph placeholder
 };
 
 /// Gives the base capture symbolic sizes and arguments from the captures at other sizes.
@@ -10314,11 +10753,10 @@ inline argument specialize_argument(const argument& a, const symbolic_fitter& fi
   return a;
 }
 
-/// `p` with its dims at their values in capture `run`: a static program.
-inline exported_program specialize(const exported_program& p, const sym_runs& runs, std::size_t run) {
-  symbolic_fitter fit(runs);
-  auto q = p.clone();
-  for (auto n : q.graph().nodes()) {
+/// Gives every value of `g` (and of its subgraphs, copied: they are shared) its sizes and
+/// arguments at their values in capture `run`.
+inline void specialize_graph(graph& g, const symbolic_fitter& fit, std::size_t run) {
+  for (auto n : g.nodes()) {
     for (auto v : n.outputs()) {
       if (v.kind() != value_kind::tensor) continue;
       auto m = v.meta();
@@ -10334,15 +10772,30 @@ inline exported_program specialize(const exported_program& p, const sym_runs& ru
     if (!n.is_call()) continue;
     bool symbolic = false;
     for (const auto& a : n.args()) {
-      symbolic = symbolic || a.is_symbolic();
+      symbolic = symbolic || a.is_symbolic() || a.is_graph();
       if (a.is_list())
         for (const auto& e : a.as_list()) symbolic = symbolic || e.is_symbolic();
     }
     if (!symbolic) continue;
     std::vector<argument> args;
-    for (const auto& a : n.args()) args.push_back(specialize_argument(a, fit, run));
+    for (const auto& a : n.args()) {
+      if (!a.is_graph()) {
+        args.push_back(specialize_argument(a, fit, run));
+        continue;
+      }
+      auto body = a.as_graph()->body.clone();
+      specialize_graph(body, fit, run);
+      args.emplace_back(std::make_shared<const subgraph>(subgraph{a.as_graph()->name, std::move(body)}));
+    }
     n.set_args(std::move(args));
   }
+}
+
+/// `p` with its dims at their values in capture `run`: a static program.
+inline exported_program specialize(const exported_program& p, const sym_runs& runs, std::size_t run) {
+  symbolic_fitter fit(runs);
+  auto q = p.clone();
+  specialize_graph(q.graph_mut(), fit, run);
   q.range_constraints_mut().clear();
   return q;
 }
@@ -11587,7 +12040,9 @@ inline void recall_higher_order(capture& cap, const node& n, std::unordered_map<
   std::vector<argument> args;
   for (const auto& a : n.args()) args.push_back(now(a));
   auto types = subgraph_outputs(n.op(), args);
-  const auto metas = cap.record_values(n.op(), std::move(args), std::move(types));
+  node recorded;
+  const auto metas = cap.record_values(n.op(), std::move(args), std::move(types), &recorded);
+  recorded.set_tuple_operands(n.has_tuple_operands());
   for (std::size_t k = 0; k < metas.size(); ++k) held[n.output(k).impl()] = lowering.hold(metas[k]);
 }
 
@@ -11983,30 +12438,24 @@ inline exported_program lower_functional(const exported_program& p, const decomp
 inline exported_program run_decompositions(const exported_program& p,
                                            const decomposition_table& table = decomposition_table::core_aten()) {
   // dynamic dims: decomposed at several sizes and made symbolic again (trace/symbolic.hpp)
-#if XPORT_HAS_TORCH_FUNCTIONALIZATION
-  detail::subgraph_lowering lowering{
-      {},
-      [](const at::Tensor& meta) -> c10::IValue { return at::functionalization::impl::to_functional_tensor(meta); },
-      [](const c10::IValue& v) { return detail::unwrap_functional(v).toTensor(); }};
-  for (auto n : p.graph().nodes())
-    if (n.is_call() && n.op().higher_order) {
-      if (!p.range_constraints().empty())
-        throw export_error("xport.decompose.higher_order",
-                           "run_decompositions: a program with dynamic dims and a control-flow call (node '" +
-                               n.name() + "') is not lowered by xport yet; export it with static shapes");
-      for_each_subgraph(n, [&](const subgraph& g) {
-        auto q = run_decompositions(subgraph_program(g), table);
-        lowering.lowered.emplace(&g, std::make_shared<const subgraph>(subgraph{g.name, q.graph().clone()}));
-      });
-    }
-  struct lowering_scope {
-    const detail::subgraph_lowering* prev = detail::active_subgraph_lowering;
-    ~lowering_scope() { detail::active_subgraph_lowering = prev; }
-  } restore;
-  detail::active_subgraph_lowering = &lowering;
-#endif
   auto q = detail::transform_symbolic(p, "run_decompositions", [&](const exported_program& s) {
 #if XPORT_HAS_TORCH_FUNCTIONALIZATION
+    // control flow: each subgraph is lowered first, on its own (at these sizes)
+    detail::subgraph_lowering lowering{
+        {},
+        [](const at::Tensor& meta) -> c10::IValue { return at::functionalization::impl::to_functional_tensor(meta); },
+        [](const c10::IValue& v) { return detail::unwrap_functional(v).toTensor(); }};
+    for (auto n : s.graph().nodes())
+      if (n.is_call() && n.op().higher_order)
+        for_each_subgraph(n, [&](const subgraph& g) {
+          auto lowered = run_decompositions(subgraph_program(g), table);
+          lowering.lowered.emplace(&g, std::make_shared<const subgraph>(subgraph{g.name, lowered.graph().clone()}));
+        });
+    struct lowering_scope {
+      const detail::subgraph_lowering* prev = detail::active_subgraph_lowering;
+      ~lowering_scope() { detail::active_subgraph_lowering = prev; }
+    } restore;
+    detail::active_subgraph_lowering = &lowering;
     try {
       return detail::lower_functional(s, table);
     } catch (const c10::Error& e) {
@@ -12061,13 +12510,16 @@ XPORT_END_NAMESPACE
 #include <concepts>     // std::derived_from, std::same_as
 #include <cstddef>      // std::size_t
 #include <exception>    // std::exception
+#include <memory>       // std::make_shared
 #include <optional>     // std::optional
+#include <stdexcept>    // std::runtime_error
 #include <ostream>      // std::ostream
 #include <string>       // std::string
 #include <string_view>  // std::string_view
 #include <tuple>        // std::tuple
 #include <type_traits>  // std::remove_cvref_t
 #include <utility>      // std::move
+#include <vector>       // std::vector
 
 // #include <xport/config.hpp>
 // #include <xport/program/print.hpp>
@@ -12284,6 +12736,45 @@ inline void sync_signature_names(exported_program& p) {
     if (outs[i].is_value() && specs[i].arg.type != argument_spec::kind::constant) specs[i].arg.name = outs[i].as_value().name();
 }
 
+/// Whether `g` calls a control-flow operator (its subgraphs are passed over too).
+inline bool has_subgraphs(const graph& g) {
+  for (auto n : g.nodes())
+    if (n.is_call() && n.op().higher_order) return true;
+  return false;
+}
+
+/// Runs `p` inside every subgraph `g` calls (the branches of a cond), as a program of its own,
+/// nested ones first. A subgraph where the pass would change the inputs or outputs (fold lifting
+/// a constant: a branch has only the operands it is passed) is left as it was; the others are
+/// replaced by new subgraphs (the old may be shared by copies of the program).
+template <class P>
+bool run_in_subgraphs(const P& p, graph& g, ir_dialect dialect) {
+  bool changed = false;
+  for (auto n : g.nodes()) {
+    if (!n.is_call() || !n.op().higher_order) continue;
+    std::vector<argument> args(n.args().begin(), n.args().end());
+    bool any = false;
+    for (auto& a : args) {
+      if (!a.is_graph()) continue;
+      auto q = subgraph_program(*a.as_graph(), dialect);
+      const auto ins = q.signature().input_specs.size(), outs = q.signature().output_specs.size();
+      const bool inner = run_in_subgraphs(p, q.graph_mut(), dialect);
+      const auto r = p.run(q);
+      if (!r.ok()) throw std::runtime_error("in subgraph '" + a.as_graph()->name + "' of '" + n.name() + "': " + r.error);
+      if (!(inner || r.changed)) continue;
+      const auto& sig = q.signature();
+      if (sig.input_specs.size() != ins || sig.output_specs.size() != outs || q.graph().placeholders().size() != ins) continue;
+      a = std::make_shared<const subgraph>(subgraph{a.as_graph()->name, q.graph().clone()});
+      any = true;
+    }
+    if (any) {
+      n.set_args(std::move(args));
+      changed = true;
+    }
+  }
+  return changed;
+}
+
 /// Runs one pass: an exception becomes a failure, and a failure (of the pass, or of verify()
 /// after it when asked) leaves the program as it was; prints before/after when asked. Passes
 /// whose traits say `transactional` (they fail before changing anything) are not snapshotted.
@@ -12293,11 +12784,14 @@ pass_result run_pass(const P& p, exported_program& program, const pipeline_optio
     return p.run(program, opts);
   } else {
     std::optional<exported_program> snapshot;
-    if (opts.verify_each || !traits_of<P>().transactional) snapshot.emplace(program.clone());
+    // with subgraphs even a transactional pass changes the program before a branch can fail
+    const bool subgraphs = has_subgraphs(program.graph());
+    if (opts.verify_each || !traits_of<P>().transactional || subgraphs) snapshot.emplace(program.clone());
     if (opts.print) *opts.print << "--- before " << P::name << " ---\n" << to_string(program);
     pass_result r;
     try {
       r = p.run(program);
+      if (r.ok() && subgraphs && run_in_subgraphs(p, program.graph_mut(), program.dialect())) r.changed = true;
       if (r.ok() && r.changed) sync_signature_names(program);
     } catch (const std::exception& e) {
       r = pass_result::failure(e.what());
@@ -12742,7 +13236,7 @@ struct fold_t : pass_base<fold_t> {
         if (is_constant_input(s, mutated)) known.remember(n.output(0), p.lifted_tensor(s).detach());
         continue;
       }
-      if (!n.is_call() || has_side_effects(n) || n.num_outputs() == 0) continue;
+      if (!n.is_call() || n.op().higher_order || has_side_effects(n) || n.num_outputs() == 0) continue;
       bool all_known = true;
       for (std::size_t i = 0; i < n.num_inputs() && all_known; ++i) all_known = n.input(i).scratch() != 0;
       if (all_known && fold_call(n, known)) folded.push_back(n);

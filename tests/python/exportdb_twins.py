@@ -151,10 +151,61 @@ def strict_template():
     return [export(scores, args, ("q", "k")), export(scores, args, ("q", "k"), strict=True)]
 
 
+def cond_closed_over_variable():
+    def f(pred, x):
+        return torch.cond(pred, lambda val: x * 2, lambda val: x - 2, (x + 1,))
+    return [export(f, (torch.tensor(True), torch.randn(3, 2)), ("pred", "x"))]
+
+
+def cond_operands():
+    def f(x, y):
+        return torch.cond(x.sum() > 0, lambda a, b: a + b, lambda a, b: a - b, (x, y))
+    return [export(f, (torch.randn(3, 2), torch.randn(2)), ("x", "y"),
+                   dynamic_shapes={"x": {0: Dim("dim0_x")}, "y": None})]
+
+
+def cond_predicate():
+    def f(x):
+        pred = x.dim() > 2 and x.shape[2] > 10
+        return torch.cond(pred, lambda a: a.cos(), lambda a: a.sin(), (x,))
+    return [export(f, (torch.randn(6, 4, 3),))]
+
+
+def cond_branch_nested_function():
+    def true_fn(a):
+        def inner(b):
+            return a + b
+        return inner(a)
+
+    def false_fn(a):
+        def inner(b):
+            return a - b
+        return inner(a)
+    return [export(lambda x: torch.cond(x.sum() > 0, true_fn, false_fn, (x,)), (torch.randn(3),))]
+
+
+class _Branches(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("scale", torch.full((3,), 2.0))
+
+    def bar(self, x):
+        return x.sin() * self.scale
+
+    def forward(self, x):
+        return torch.cond(x.mean() > 0, lambda a: a.cos(), self.bar, (x,))
+
+
+def cond_branch_class_method():
+    return [export(_Branches(), (torch.randn(3),))]
+
+
 CASES = {f.__name__: f for f in (static_if, static_for_loop, nested_function, dictionary, list_input, optional_input,
                                  scalar_input, scalar_output, buffer_mutation, user_input_mutation,
                                  specialized_attribute, constant_tensor, decompositions, dynamic_shape_view,
-                                 dynamic_shape_slicing, dynamic_shape_constructor, strict_template)}
+                                 dynamic_shape_slicing, dynamic_shape_constructor, strict_template,
+                                 cond_closed_over_variable, cond_operands, cond_predicate, cond_branch_nested_function,
+                                 cond_branch_class_method)}
 
 # cases whose programs print with source lines on the C++ side (strict): compared without them
 STRICT = {"strict_template"}

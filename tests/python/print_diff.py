@@ -37,8 +37,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def text(ep):
     """print(ep) without stack traces (what torch prints for nodes that have none)."""
-    for n in ep.graph.nodes:
-        n.meta.pop("stack_trace", None)
+    for m in ep.graph_module.modules():  # the branches of a torch.cond too
+        if isinstance(m, torch.fx.GraphModule):
+            for n in m.graph.nodes:
+                n.meta.pop("stack_trace", None)
     return str(ep)
 
 

@@ -178,6 +178,21 @@ def _model(cls, *shape, train=False, dtype=torch.float32, dynamic=None):
     return make
 
 
+class CondGate(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gate = cpp_nn.Linear(16, 1)
+        self.expert_a = cpp_nn.Linear(16, 16)
+        self.expert_b = cpp_nn.Linear(16, 16)
+        self.head = cpp_nn.Linear(16, 4)
+
+    def forward(self, x):
+        score = self.gate(x).mean()
+        h = torch.cond(score > 0, lambda x: torch.relu(self.expert_a(x)), lambda x: torch.tanh(self.expert_b(x)) * 2,
+                       (x,))
+        return self.head(h)
+
+
 MODELS = {
     "mlp": _model(MLP, 5, 16),
     "lenet": _model(LeNet, 2, 1, 28, 28),
@@ -188,6 +203,7 @@ MODELS = {
     "lstm": _model(LSTMNet, 2, 5, 8),
     "gru": _model(GRUNet, 2, 5, 8),
     "embedding": _model(EmbeddingClassifier, 4, 7, dtype=torch.int64),
+    "cond_gate": _model(CondGate, 5, 16),
 }
 
 # the train-mode variants of models whose modules behave differently in training (BatchNorm
@@ -205,6 +221,7 @@ DYNAMIC = {
     "lstm": ((2, 5, 8), {"x": {0: Dim("batch", min=1, max=64)}}),
     "gru": ((2, 5, 8), {"x": {0: Dim("batch", min=1, max=64)}}),
     "embedding": ((4, 7), {"x": {0: Dim("batch", min=1, max=64), 1: Dim("seq", min=1, max=64)}}),
+    "cond_gate": ((5, 16), {"x": {0: _batch}}),
 }
 
 CASES = dict(MODELS)

@@ -311,6 +311,10 @@ class node {
   value operator[](std::size_t i) const { return output(i); }
   /// Whether the outputs form a tuple (or Tensor[]) rather than a single value.
   [[nodiscard]] bool has_tuple_output() const;
+  /// Whether its list argument (a torch.cond's operands) is a Python tuple, as torch.export
+  /// records it in a program it traced; a program it loaded holds a list (printed so).
+  [[nodiscard]] bool has_tuple_operands() const;
+  void set_tuple_operands(bool on) const;
 
   [[nodiscard]] node next() const;
   [[nodiscard]] node prev() const;
@@ -396,6 +400,7 @@ struct node_impl {
   const op_info* op = nullptr;
   node_kind kind = node_kind::call_function;
   bool tuple_output = false;
+  bool tuple_operands = false;
   c10::SmallVector<value_impl*, 1> outputs;
   c10::SmallVector<value*, 4> slots;  // each operand's `value` inside args (Note [Use lists])
   c10::SmallVector<std::uint32_t, 4> use_pos;  // where each operand's use sits in its value's list
@@ -704,6 +709,7 @@ class basic_graph<default_policy> {
           c->kind = n->kind;
           c->op = n->op;
           c->tuple_output = n->tuple_output;
+          c->tuple_operands = n->tuple_operands;
           c->name = n->name;
           if (!c->name.empty()) g.names_.claim(c->name);
           for (auto* o : n->outputs) {
@@ -969,6 +975,8 @@ inline value node::out() const {
   return value(p_->outputs[0]);
 }
 inline bool node::has_tuple_output() const { return p_->tuple_output; }
+inline bool node::has_tuple_operands() const { return p_->tuple_operands; }
+inline void node::set_tuple_operands(bool on) const { p_->tuple_operands = on; }
 inline node node::next() const { return node(p_->next); }
 inline node node::prev() const { return node(p_->prev); }
 inline std::uint64_t node::order() const { return p_->order; }

@@ -275,7 +275,9 @@ inline void recall_higher_order(capture& cap, const node& n, std::unordered_map<
   std::vector<argument> args;
   for (const auto& a : n.args()) args.push_back(now(a));
   auto types = subgraph_outputs(n.op(), args);
-  const auto metas = cap.record_values(n.op(), std::move(args), std::move(types));
+  node recorded;
+  const auto metas = cap.record_values(n.op(), std::move(args), std::move(types), &recorded);
+  recorded.set_tuple_operands(n.has_tuple_operands());
   for (std::size_t k = 0; k < metas.size(); ++k) held[n.output(k).impl()] = lowering.hold(metas[k]);
 }
 
@@ -671,30 +673,24 @@ inline exported_program lower_functional(const exported_program& p, const decomp
 inline exported_program run_decompositions(const exported_program& p,
                                            const decomposition_table& table = decomposition_table::core_aten()) {
   // dynamic dims: decomposed at several sizes and made symbolic again (trace/symbolic.hpp)
-#if XPORT_HAS_TORCH_FUNCTIONALIZATION
-  detail::subgraph_lowering lowering{
-      {},
-      [](const at::Tensor& meta) -> c10::IValue { return at::functionalization::impl::to_functional_tensor(meta); },
-      [](const c10::IValue& v) { return detail::unwrap_functional(v).toTensor(); }};
-  for (auto n : p.graph().nodes())
-    if (n.is_call() && n.op().higher_order) {
-      if (!p.range_constraints().empty())
-        throw export_error("xport.decompose.higher_order",
-                           "run_decompositions: a program with dynamic dims and a control-flow call (node '" +
-                               n.name() + "') is not lowered by xport yet; export it with static shapes");
-      for_each_subgraph(n, [&](const subgraph& g) {
-        auto q = run_decompositions(subgraph_program(g), table);
-        lowering.lowered.emplace(&g, std::make_shared<const subgraph>(subgraph{g.name, q.graph().clone()}));
-      });
-    }
-  struct lowering_scope {
-    const detail::subgraph_lowering* prev = detail::active_subgraph_lowering;
-    ~lowering_scope() { detail::active_subgraph_lowering = prev; }
-  } restore;
-  detail::active_subgraph_lowering = &lowering;
-#endif
   auto q = detail::transform_symbolic(p, "run_decompositions", [&](const exported_program& s) {
 #if XPORT_HAS_TORCH_FUNCTIONALIZATION
+    // control flow: each subgraph is lowered first, on its own (at these sizes)
+    detail::subgraph_lowering lowering{
+        {},
+        [](const at::Tensor& meta) -> c10::IValue { return at::functionalization::impl::to_functional_tensor(meta); },
+        [](const c10::IValue& v) { return detail::unwrap_functional(v).toTensor(); }};
+    for (auto n : s.graph().nodes())
+      if (n.is_call() && n.op().higher_order)
+        for_each_subgraph(n, [&](const subgraph& g) {
+          auto lowered = run_decompositions(subgraph_program(g), table);
+          lowering.lowered.emplace(&g, std::make_shared<const subgraph>(subgraph{g.name, lowered.graph().clone()}));
+        });
+    struct lowering_scope {
+      const detail::subgraph_lowering* prev = detail::active_subgraph_lowering;
+      ~lowering_scope() { detail::active_subgraph_lowering = prev; }
+    } restore;
+    detail::active_subgraph_lowering = &lowering;
     try {
       return detail::lower_functional(s, table);
     } catch (const c10::Error& e) {

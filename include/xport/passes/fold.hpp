@@ -122,7 +122,7 @@ struct fold_t : pass_base<fold_t> {
         if (is_constant_input(s, mutated)) known.remember(n.output(0), p.lifted_tensor(s).detach());
         continue;
       }
-      if (!n.is_call() || has_side_effects(n) || n.num_outputs() == 0) continue;
+      if (!n.is_call() || n.op().higher_order || has_side_effects(n) || n.num_outputs() == 0) continue;
       bool all_known = true;
       for (std::size_t i = 0; i < n.num_inputs() && all_known; ++i) all_known = n.input(i).scratch() != 0;
       if (all_known && fold_call(n, known)) folded.push_back(n);

@@ -27,13 +27,16 @@
 #include <concepts>     // std::derived_from, std::same_as
 #include <cstddef>      // std::size_t
 #include <exception>    // std::exception
+#include <memory>       // std::make_shared
 #include <optional>     // std::optional
+#include <stdexcept>    // std::runtime_error
 #include <ostream>      // std::ostream
 #include <string>       // std::string
 #include <string_view>  // std::string_view
 #include <tuple>        // std::tuple
 #include <type_traits>  // std::remove_cvref_t
 #include <utility>      // std::move
+#include <vector>       // std::vector
 
 #include <xport/config.hpp>
 #include <xport/program/print.hpp>
@@ -250,6 +253,45 @@ inline void sync_signature_names(exported_program& p) {
     if (outs[i].is_value() && specs[i].arg.type != argument_spec::kind::constant) specs[i].arg.name = outs[i].as_value().name();
 }
 
+/// Whether `g` calls a control-flow operator (its subgraphs are passed over too).
+inline bool has_subgraphs(const graph& g) {
+  for (auto n : g.nodes())
+    if (n.is_call() && n.op().higher_order) return true;
+  return false;
+}
+
+/// Runs `p` inside every subgraph `g` calls (the branches of a cond), as a program of its own,
+/// nested ones first. A subgraph where the pass would change the inputs or outputs (fold lifting
+/// a constant: a branch has only the operands it is passed) is left as it was; the others are
+/// replaced by new subgraphs (the old may be shared by copies of the program).
+template <class P>
+bool run_in_subgraphs(const P& p, graph& g, ir_dialect dialect) {
+  bool changed = false;
+  for (auto n : g.nodes()) {
+    if (!n.is_call() || !n.op().higher_order) continue;
+    std::vector<argument> args(n.args().begin(), n.args().end());
+    bool any = false;
+    for (auto& a : args) {
+      if (!a.is_graph()) continue;
+      auto q = subgraph_program(*a.as_graph(), dialect);
+      const auto ins = q.signature().input_specs.size(), outs = q.signature().output_specs.size();
+      const bool inner = run_in_subgraphs(p, q.graph_mut(), dialect);
+      const auto r = p.run(q);
+      if (!r.ok()) throw std::runtime_error("in subgraph '" + a.as_graph()->name + "' of '" + n.name() + "': " + r.error);
+      if (!(inner || r.changed)) continue;
+      const auto& sig = q.signature();
+      if (sig.input_specs.size() != ins || sig.output_specs.size() != outs || q.graph().placeholders().size() != ins) continue;
+      a = std::make_shared<const subgraph>(subgraph{a.as_graph()->name, q.graph().clone()});
+      any = true;
+    }
+    if (any) {
+      n.set_args(std::move(args));
+      changed = true;
+    }
+  }
+  return changed;
+}
+
 /// Runs one pass: an exception becomes a failure, and a failure (of the pass, or of verify()
 /// after it when asked) leaves the program as it was; prints before/after when asked. Passes
 /// whose traits say `transactional` (they fail before changing anything) are not snapshotted.
@@ -259,11 +301,14 @@ pass_result run_pass(const P& p, exported_program& program, const pipeline_optio
     return p.run(program, opts);
   } else {
     std::optional<exported_program> snapshot;
-    if (opts.verify_each || !traits_of<P>().transactional) snapshot.emplace(program.clone());
+    // with subgraphs even a transactional pass changes the program before a branch can fail
+    const bool subgraphs = has_subgraphs(program.graph());
+    if (opts.verify_each || !traits_of<P>().transactional || subgraphs) snapshot.emplace(program.clone());
     if (opts.print) *opts.print << "--- before " << P::name << " ---\n" << to_string(program);
     pass_result r;
     try {
       r = p.run(program);
+      if (r.ok() && subgraphs && run_in_subgraphs(p, program.graph_mut(), program.dialect())) r.changed = true;
       if (r.ok() && r.changed) sync_signature_names(program);
     } catch (const std::exception& e) {
       r = pass_result::failure(e.what());

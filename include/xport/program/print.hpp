@@ -102,6 +102,23 @@ inline std::string call_args_repr(const op_info& op, std::span<const argument> a
   return s;
 }
 
+/// The arguments of a control-flow call whose operands are a tuple (`(x, w)`, `(x,)`), as torch
+/// prints a program it traced (a loaded one holds a list: call_args_repr prints that).
+inline std::string tuple_operands_repr(std::span<const argument> args, const sym_names& syms = {}) {
+  std::string s;
+  for (const auto& a : args) {
+    if (!s.empty()) s += ", ";
+    if (!a.is_list()) {
+      s += arg_repr(a, syms);
+      continue;
+    }
+    s += '(';
+    for (std::size_t i = 0; i < a.as_list().size(); ++i) s += (i ? ", " : "") + arg_repr(a.as_list()[i], syms);
+    s += a.as_list().size() == 1 ? ",)" : ")";
+  }
+  return s;
+}
+
 inline std::string value_annotation(const value& v, const print_options& o) {
   const auto& t = v.type();
   switch (t.kind) {
@@ -361,13 +378,15 @@ inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
         const auto* src = n.source().get();
         fx_line l{fx_line::kind::call, n.name(), {}, {}, inputs_of(n), 0, src};
         if (n.op().higher_order) {
-          // `true_graph_0 = self.true_graph_0` before the call (the operands print as a list, as
-          // torch prints a program it loaded)
+          // `true_graph_0 = self.true_graph_0` before the call
           for_each_subgraph(n, [&](const subgraph& s) {
             lines.push_back({fx_line::kind::call, s.name, {}, "self." + s.name, {}, 0, src});
           });
         }
-        l.rhs = n.op().target + "(" + call_args_repr(n.op(), n.args(), sizes.names) + ")";
+        l.rhs = n.op().target + "(" +
+                (n.has_tuple_operands() ? tuple_operands_repr(n.args(), sizes.names)
+                                        : call_args_repr(n.op(), n.args(), sizes.names)) +
+                ")";
         if (!n.has_tuple_output()) l.annotation = value_annotation(n.output(0), o);
         lines.push_back(std::move(l));
         if (n.has_tuple_output())

@@ -122,6 +122,15 @@ class capture_reenabled {
 class capture {
  public:
   explicit capture(c10::Device fake_device = c10::Device(c10::kCPU)) : fake_device_(fake_device) {}
+  /// The capture of a subgraph (a branch of xport::cond) called from `outer`: a tensor or value
+  /// of an enclosing capture that the subgraph reads becomes an input of its own, lifted as
+  /// torch lifts a branch's free variables to operands (see lifted()).
+  explicit capture(capture& outer)
+      : fake_device_(outer.fake_device_),
+        keep_value_meta_(outer.keep_value_meta_),
+        python_frontend_(outer.python_frontend_),
+        sizes_may_vary_(outer.sizes_may_vary_),
+        outer_(&outer) {}
   capture(const capture&) = delete;
   capture& operator=(const capture&) = delete;
 
@@ -162,6 +171,39 @@ class capture {
     return meta;
   }
 
+  /// An input of this subgraph for `outer`, an operand the enclosing capture passes it; returns
+  /// it and the meta tensor the subgraph's code receives for it.
+  std::pair<value, at::Tensor> add_operand(const value& outer) {
+    auto v = builder_.input(outer.name(), outer.meta(), /*exact_name=*/false);
+    auto meta = plain_meta(outer.meta());
+    bind(meta, v, meta);
+    return {v, meta};
+  }
+  /// Values of the enclosing capture that this subgraph reads without being passed them, in the
+  /// order it first read them; each has an input here, after the operands'.
+  [[nodiscard]] const std::vector<value>& lifted() const noexcept { return lifted_; }
+  /// The input standing for `outer` (a lifted value); null when it was not lifted.
+  [[nodiscard]] value input_for(const value& outer) const {
+    const auto it = from_outer_.find(outer.impl());
+    return it == from_outer_.end() ? value() : it->second.first;
+  }
+  /// The value `v` is in this capture: `v` itself, or the input standing for a value of an
+  /// enclosing capture (lifted on first use). The strict front end's values carry no capture.
+  value local_value(const value& v) {
+    if (!outer_ || meta_.count(v.impl())) return v;
+    if (auto it = from_outer_.find(v.impl()); it != from_outer_.end()) return it->second.first;
+    auto in = lifted_input(outer_->local_value(v));
+    from_outer_.emplace(v.impl(), in);
+    return in.first;
+  }
+  /// The FQN of the parameter or buffer `v` stands for (here or, lifted, in an enclosing
+  /// capture); empty for any other value.
+  [[nodiscard]] std::string state_name(const value& v) const {
+    const auto it = state_fqn_.find(v.impl());
+    return it == state_fqn_.end() ? std::string() : it->second;
+  }
+  /// The index the next subgraph pair called from this capture gets (`true_graph_<i>`).
+  [[nodiscard]] int next_subgraph_index() noexcept { return subgraphs_++; }
   /// Called for every recorded op first: returns true when it has handled the op (decomposed
   /// it: the results are on the stack, its ATen calls recorded instead).
   using decompose_hook = std::function<bool(const op_info&, torch::jit::Stack&)>;
@@ -201,6 +243,8 @@ class capture {
             std::shared_ptr<const source_location> src) {
     if (op.data_dependent) throw_graph_break(op);
     auto bound = bind_arguments(op, std::move(args), std::move(kwargs));
+    if (outer_)
+      for (auto& a : bound) a = localized(a);
     check_mutations(op, bound);
     torch::jit::Stack meta_args;
     push_meta_arguments(op, bound, [&](const value& v) -> const at::Tensor& { return meta_.at(v.impl()); }, meta_args);
@@ -219,20 +263,17 @@ class capture {
   /// Records a call whose arguments are already graph values and whose output types are known
   /// (a lowering re-recording a control-flow call with its branches lowered); returns the meta
   /// tensor each output is tracked by.
-  std::vector<at::Tensor> record_values(const op_info& op, std::vector<argument> bound, std::vector<value_type> types) {
+  std::vector<at::Tensor> record_values(const op_info& op, std::vector<argument> bound, std::vector<value_type> types,
+                                        xport::node* recorded = nullptr) {
     auto node = builder_.record(op, std::move(bound), std::move(types));
+    if (recorded) *recorded = node;
     std::vector<at::Tensor> metas;
     for (auto v : node.outputs()) {
       if (v.kind() != value_kind::tensor) {
         metas.emplace_back();
         continue;
       }
-      auto meta = [&] {  // a plain meta tensor, whatever the lowering has switched on
-        c10::impl::ExcludeDispatchKeyGuard plain(
-            c10::DispatchKeySet({capture_key, c10::DispatchKey::Functionalize, c10::DispatchKey::Fake}));
-        return v.meta().make_meta();
-      }();
-      metas.push_back(track(v, meta));
+      metas.push_back(track(v, plain_meta(v.meta())));
     }
     return metas;
   }
@@ -426,6 +467,31 @@ class capture {
     return {v, m.make_meta()};
   }
 
+  // A plain meta tensor, whatever a lowering has switched on.
+  static at::Tensor plain_meta(const tensor_meta& m) {
+    c10::impl::ExcludeDispatchKeyGuard plain(
+        c10::DispatchKeySet({capture_key, c10::DispatchKey::Functionalize, c10::DispatchKey::Fake}));
+    return m.make_meta();
+  }
+
+  // The input of this subgraph standing for `outer` (a value of the enclosing capture), made on
+  // first use.
+  std::pair<value, at::Tensor> lifted_input(const value& outer) {
+    if (auto it = from_outer_.find(outer.impl()); it != from_outer_.end()) return it->second;
+    auto in = add_operand(outer);
+    if (auto fqn = outer_->state_name(outer); !fqn.empty()) state_fqn_.emplace(in.first.impl(), std::move(fqn));
+    lifted_.push_back(outer);
+    from_outer_.emplace(outer.impl(), in);
+    return in;
+  }
+  argument localized(const argument& a) {
+    if (a.is_value()) return local_value(a.as_value());
+    if (!a.is_list()) return a;
+    argument::list_type l;
+    for (const auto& e : a.as_list()) l.push_back(localized(e));
+    return l;
+  }
+
   static at::Tensor meta_like(const at::Tensor& t) {
     c10::impl::ExcludeDispatchKeyGuard no_capture(capture_key);
     return tensor_meta::of(t).make_meta();
@@ -447,6 +513,12 @@ class capture {
     bind(meta, v, meta);
     return meta;
   }
+  // A tensor of an enclosing capture that this subgraph's code reads: an input of its own.
+  const tracked& lifted_from_outer(const at::Tensor& t) {
+    auto [in, meta] = lifted_input(outer_->tracked_of(t).v);
+    bind(t, in, meta);
+    return by_impl_.at(t.unsafeGetTensorImpl());
+  }
   const tracked& tracked_of(const at::Tensor& t) {
     if (auto it = by_impl_.find(t.unsafeGetTensorImpl()); it != by_impl_.end()) return it->second;
     if (t.is_meta()) {
@@ -454,6 +526,9 @@ class capture {
         bind(t, tr->v, tr->meta);
         return by_impl_.at(t.unsafeGetTensorImpl());
       }
+    }
+    if (outer_) return lifted_from_outer(t);
+    if (t.is_meta()) {
       throw export_error("xport.export.unknown_tensor",
                          "the traced code returned or used a meta tensor that export did not "
                          "create (made outside the traced function?); pass it as an input instead");
@@ -480,7 +555,7 @@ class capture {
   }
 
   value lift_constant(const at::Tensor& t) {
-    const std::string target = "lifted_tensor_" + std::to_string(lifted_++);
+    const std::string target = "lifted_tensor_" + std::to_string(lifted_constants_count_++);
     auto v = builder_.constant(target, t);
     lifted_constants_.emplace(v.impl(), target);
     bind(t, v, meta_like(t));
@@ -617,10 +692,14 @@ class capture {
   std::unordered_map<const value_impl*, std::string> state_fqn_;
   std::unordered_map<const value_impl*, std::string> lifted_constants_;
   std::unordered_map<const c10::FunctionSchema*, const op_info*> ops_;
-  int lifted_ = 0;
+  int lifted_constants_count_ = 0;
   std::vector<std::vector<std::int64_t>> input_sizes_;
   std::size_t next_input_ = 0;
   bool sizes_may_vary_ = false;
+  capture* outer_ = nullptr;  // the enclosing capture of a subgraph's
+  std::vector<value> lifted_;
+  std::unordered_map<const value_impl*, std::pair<value, at::Tensor>> from_outer_;  // enclosing capture's value -> input here
+  int subgraphs_ = 0;
 };
 
 inline void capture_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {

@@ -75,6 +75,12 @@ struct sym_slot {
   capture* cap;
 };
 
+/// The capture of the xport::cond branch being traced on this thread (strict policy): every op
+/// the branch's code calls is recorded there, whichever capture its tensors come from (those of
+/// an enclosing one become inputs of the branch).
+inline thread_local capture* strict_branch = nullptr;
+inline capture& recording_capture(capture& own) noexcept { return strict_branch ? *strict_branch : own; }
+
 }  // namespace detail
 
 class sym_tensor;
@@ -141,7 +147,8 @@ class sym_tensor {
   node record(std::string_view op, std::vector<argument> args, std::vector<kwarg> kwargs,
               const std::source_location& loc) const {
     try {
-      return s_->cap->call(find_op(op), std::move(args), std::move(kwargs), detail::make_source(loc));
+      return detail::recording_capture(*s_->cap).call(find_op(op), std::move(args), std::move(kwargs),
+                                                    detail::make_source(loc));
     } catch (const graph_error& e) {  // name the C++ line: the strict front end knows it
       if (e.id() != "xport.fake.op_rejected") throw;
       throw graph_error(e.id(), std::string(e.what()).substr(e.id().size() + 3) + " (at " + loc.file_name() + ":" +
@@ -149,7 +156,7 @@ class sym_tensor {
     }
   }
   /// Wraps an output value of this trace.
-  [[nodiscard]] sym_tensor wrap(value v) const { return sym_tensor(v, s_->cap); }
+  [[nodiscard]] sym_tensor wrap(value v) const { return sym_tensor(v, &detail::recording_capture(*s_->cap)); }
   /// After an in-place op: this tensor (and every copy of it) now stands for `v`.
   void rebind(value v) const { s_->v = v; }
 

@@ -205,6 +205,7 @@ inline bool same_shape_args(const argument& a, const argument& b, std::vector<st
     return true;
   }
   if (a.is_value()) return a.as_value().name() == b.as_value().name();
+  if (a.is_graph()) return a.as_graph()->name == b.as_graph()->name;  // their nodes are compared on their own
   if (a.is_list()) {
     if (a.as_list().size() != b.as_list().size()) return false;
     for (std::size_t i = 0; i < a.as_list().size(); ++i)
@@ -252,6 +253,43 @@ inline bool replace_int(argument& out, const argument* site, const argument& bas
   return false;
 }
 
+/// A node of a program or of one of its subgraphs, in the order the symbolic passes visit them:
+/// a control-flow call's subgraphs come just before it, each right after its operands.
+struct flat_node {
+  node n;
+  value source;  ///< for a subgraph's placeholder: the operand the call passes it
+};
+
+inline void flatten_nodes(const graph& g, std::vector<flat_node>& out, bool skip_placeholders = false) {
+  for (auto n : g.nodes()) {
+    if (skip_placeholders && n.is_placeholder()) continue;
+    if (n.is_call() && n.op().higher_order) {
+      const auto args = n.args();
+      const argument::list_type* operands = nullptr;
+      for (const auto& a : args)
+        if (a.is_list()) operands = &a.as_list();
+      for (const auto& a : args) {
+        if (!a.is_graph()) continue;
+        std::size_t i = 0;
+        for (auto inner : a.as_graph()->body.nodes()) {
+          if (!inner.is_placeholder()) break;
+          const auto& op = operands && i < operands->size() ? (*operands)[i] : argument();
+          out.push_back({inner, op.is_value() ? op.as_value() : value()});
+          ++i;
+        }
+        flatten_nodes(a.as_graph()->body, out, /*skip_placeholders=*/true);
+      }
+    }
+    out.push_back({n, value()});
+  }
+}
+
+inline std::vector<flat_node> flat_nodes(const graph& g) {
+  std::vector<flat_node> out;
+  flatten_nodes(g, out);
+  return out;
+}
+
 /// The first difference between the ops two captures record ("" when they record the same).
 /// With `layout_only`, ops that only change memory layout (`contiguous`, `clone`) are skipped
 /// on both sides: `contiguous()` records nothing on a tensor that already is, which size-1 dims
@@ -264,10 +302,10 @@ inline std::string structure_difference(const exported_program& base, const expo
     return !is_layout_only_op(name);
   };
   std::vector<node> a, b;
-  for (auto n : base.graph().nodes())
-    if (keep(n)) a.push_back(n);
-  for (auto n : probe.graph().nodes())
-    if (keep(n)) b.push_back(n);
+  for (const auto& f : flat_nodes(base.graph()))
+    if (keep(f.n)) a.push_back(f.n);
+  for (const auto& f : flat_nodes(probe.graph()))
+    if (keep(f.n)) b.push_back(f.n);
   std::size_t i = 0;
   while (i < a.size() && i < b.size() && a[i].kind() == b[i].kind() && (!a[i].is_call() || a[i].op_ptr() == b[i].op_ptr()))
     ++i;
@@ -299,9 +337,10 @@ class symbolic_maker {
  public:
   symbolic_maker(exported_program& base, const std::vector<const exported_program*>& others, const sym_runs& runs)
       : runs_(runs), fit_(runs), nruns_(runs.values.size()), nodes_(nruns_) {
-    for (auto n : base.graph().nodes()) nodes_[0].push_back(n);
+    base_ = flat_nodes(base.graph());
+    for (const auto& f : base_) nodes_[0].push_back(f.n);
     for (std::size_t r = 1; r < nruns_; ++r)
-      for (auto n : others[r - 1]->graph().nodes()) nodes_[r].push_back(n);
+      for (const auto& f : flat_nodes(others[r - 1]->graph())) nodes_[r].push_back(f.n);
   }
 
   /// Gives the user inputs (placeholders per `specs`) the sizes `user_input_sizes`, then fits every call node.
@@ -310,6 +349,17 @@ class symbolic_maker {
     std::size_t ph = 0;
     for (std::size_t i = 0; i < nodes_[0].size(); ++i) {
       const node n = nodes_[0][i];
+      if (n.is_placeholder() && base_[i].source) {  // a subgraph's: typed as its operand is now
+        const auto v = n.out();
+        if (v.kind() != value_kind::tensor) continue;
+        auto m = v.meta();
+        const auto& from = base_[i].source.meta();
+        m.sizes = from.sizes;
+        m.strides = from.strides;
+        m.storage_offset = from.storage_offset;
+        v.set_meta(std::move(m));
+        continue;
+      }
       if (n.is_placeholder()) {
         const auto& spec = specs.at(ph++);
         if (spec.kind != input_kind::user_input) continue;
@@ -465,6 +515,7 @@ class symbolic_maker {
   symbolic_fitter fit_;
   std::size_t nruns_;
   std::vector<std::vector<node>> nodes_;  // per capture, its nodes in order (0 = the base's)
+  std::vector<flat_node> base_;           // the base's, with the operand of each subgraph placeholder
 };
 
 /// Gives the base capture symbolic sizes and arguments from the captures at other sizes.
@@ -527,11 +578,10 @@ inline argument specialize_argument(const argument& a, const symbolic_fitter& fi
   return a;
 }
 
-/// `p` with its dims at their values in capture `run`: a static program.
-inline exported_program specialize(const exported_program& p, const sym_runs& runs, std::size_t run) {
-  symbolic_fitter fit(runs);
-  auto q = p.clone();
-  for (auto n : q.graph().nodes()) {
+/// Gives every value of `g` (and of its subgraphs, copied: they are shared) its sizes and
+/// arguments at their values in capture `run`.
+inline void specialize_graph(graph& g, const symbolic_fitter& fit, std::size_t run) {
+  for (auto n : g.nodes()) {
     for (auto v : n.outputs()) {
       if (v.kind() != value_kind::tensor) continue;
       auto m = v.meta();
@@ -547,15 +597,30 @@ inline exported_program specialize(const exported_program& p, const sym_runs& ru
     if (!n.is_call()) continue;
     bool symbolic = false;
     for (const auto& a : n.args()) {
-      symbolic = symbolic || a.is_symbolic();
+      symbolic = symbolic || a.is_symbolic() || a.is_graph();
       if (a.is_list())
         for (const auto& e : a.as_list()) symbolic = symbolic || e.is_symbolic();
     }
     if (!symbolic) continue;
     std::vector<argument> args;
-    for (const auto& a : n.args()) args.push_back(specialize_argument(a, fit, run));
+    for (const auto& a : n.args()) {
+      if (!a.is_graph()) {
+        args.push_back(specialize_argument(a, fit, run));
+        continue;
+      }
+      auto body = a.as_graph()->body.clone();
+      specialize_graph(body, fit, run);
+      args.emplace_back(std::make_shared<const subgraph>(subgraph{a.as_graph()->name, std::move(body)}));
+    }
     n.set_args(std::move(args));
   }
+}
+
+/// `p` with its dims at their values in capture `run`: a static program.
+inline exported_program specialize(const exported_program& p, const sym_runs& runs, std::size_t run) {
+  symbolic_fitter fit(runs);
+  auto q = p.clone();
+  specialize_graph(q.graph_mut(), fit, run);
   q.range_constraints_mut().clear();
   return q;
 }

@@ -144,7 +144,7 @@ treespec flatten_into(const T& x, F& on_tensor) {
 /// A copy of `x` with every tensor leaf replaced by f(leaf).
 template <class T, class F>
 T map_tensors(const T& x, F& f) {
-  if constexpr (std::is_same_v<T, at::Tensor>) {
+  if constexpr (tensor_leaf<T>) {
     return f(x);
   } else if constexpr (is_scalar_leaf<T> || std::is_same_v<T, std::string>) {
     return x;
@@ -161,7 +161,8 @@ T map_tensors(const T& x, F& f) {
     for (std::size_t i = 0; i < x.size(); ++i) out[i] = map_tensors(x[i], f);
     return out;
   } else if constexpr (is_tuple_like<T>::value) {
-    return std::apply([&](const auto&... es) { return T(map_tensors(es, f)...); }, x);
+    // braces: the leaves are mapped in order (f may count them)
+    return std::apply([&](const auto&... es) { return T{map_tensors(es, f)...}; }, x);
   } else if constexpr (is_string_map<T>::value) {
     T out;
     for (const auto& [k, v] : x) out.emplace(k, map_tensors(v, f));

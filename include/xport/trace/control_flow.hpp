@@ -1,0 +1,274 @@
+// xport/trace/control_flow.hpp: xport::cond, torch.cond for C++ code. The same call runs eagerly
+// (the branch the predicate picks), under non-strict export (at::Tensor code) and under strict
+// export (xport::sym_tensor code); exported, both branches are captured as subgraphs
+// (`true_graph_0`, `false_graph_0`) of one `torch.ops.higher_order.cond` node.
+//
+//   auto y = xport::cond(x.sum() > 0,
+//                        [&](const at::Tensor& x) { return lin(x).relu(); },  // may read module state
+//                        [](const at::Tensor& x) { return x.cos(); },
+//                        std::tuple{x});
+//
+// torch's rules: the predicate is a bool tensor of one element (a C++ bool is a constant: the
+// branch it picks is traced alone, as torch specializes a Python bool); both branches take the
+// operands and return the same structure of tensors with the same dtypes and shapes; a branch
+// mutates nothing and returns no input as it is. Tensors a branch reads without being passed
+// them (module parameters and buffers, tensors computed before the call) become operands, as
+// torch lifts a branch's free variables, after the operands given (module state by FQN, then
+// the rest in the order first read); operands neither branch reads are dropped, as torch does.
+#pragma once
+
+#include <algorithm>    // std::find
+#include <cstddef>      // std::size_t
+#include <functional>   // std::function
+#include <memory>       // std::shared_ptr
+#include <optional>     // std::optional
+#include <source_location>  // std::source_location
+#include <string>       // std::string
+#include <tuple>        // std::tuple, std::apply
+#include <type_traits>  // std::is_same_v
+#include <unordered_map>  // std::unordered_map
+#include <utility>      // std::move
+#include <vector>       // std::vector
+
+#include <ATen/core/Tensor.h>
+
+#include <xport/config.hpp>
+#include <xport/error.hpp>
+#include <xport/ir/graph.hpp>
+#include <xport/ir/op.hpp>
+#include <xport/ops/meta_infer.hpp>
+#include <xport/program/verify.hpp>
+#include <xport/trace/capture.hpp>
+#include <xport/trace/strict.hpp>
+#include <xport/trace/tree.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+/// Traces one branch in a subgraph capture: gets the capture, its inputs for the operands and
+/// their meta tensors; returns the values it returns.
+using branch_tracer = std::function<std::vector<value>(capture&, const std::vector<value>&, const std::vector<at::Tensor>&)>;
+
+struct traced_branch {
+  graph body;
+  std::vector<value> lifted;  ///< values of the enclosing capture it reads, in the order it first read them
+  std::vector<value> inputs;  ///< its placeholder for each of `lifted`, in the same order
+};
+
+inline traced_branch trace_branch(capture& outer, const std::vector<value>& operands, const branch_tracer& trace) {
+  capture c(outer);
+  std::vector<value> ins;
+  std::vector<at::Tensor> metas;
+  for (const auto& o : operands) {
+    auto [v, m] = c.add_operand(o);
+    ins.push_back(v);
+    metas.push_back(std::move(m));
+  }
+  for (auto v : trace(c, ins, metas)) c.builder().output(v);
+  traced_branch b;
+  // torch orders a branch's free variables by their Python names (a module's state by its
+  // path): module state first, by FQN, then the other tensors in the order first read
+  std::vector<std::pair<std::string, value>> lifted;
+  for (const auto& o : c.lifted()) lifted.emplace_back(outer.state_name(o), o);
+  std::stable_sort(lifted.begin(), lifted.end(), [](const auto& x, const auto& y) {
+    if (x.first.empty() != y.first.empty()) return !x.first.empty();
+    return x.first < y.first;
+  });
+  // the inputs keep their graph identity through build (placeholders are moved, not copied)
+  for (const auto& [fqn, o] : lifted) {
+    b.lifted.push_back(o);
+    b.inputs.push_back(c.input_for(o));
+  }
+  auto p = std::move(c.builder()).build(ir_dialect::training, verify_options{.check_schemas = false});
+  std::unordered_map<value_impl*, value> map;
+  b.body = p.graph().clone(&map);
+  for (auto& v : b.inputs) v = map.at(v.impl());
+  return b;
+}
+
+/// Gives branch `b` one input per value of `all` after the first `n_operands` (in that order):
+/// those it lifted keep theirs, the others (lifted by the other branch) get an unused one.
+inline void align_inputs(traced_branch& b, std::size_t n_operands, const std::vector<value>& all) {
+  auto& g = b.body;
+  const auto phs = g.placeholders();
+  std::vector<node> order(phs.begin(), phs.begin() + static_cast<std::ptrdiff_t>(n_operands));
+  for (std::size_t i = n_operands; i < all.size(); ++i) {
+    value in;
+    for (std::size_t j = 0; j < b.lifted.size(); ++j)
+      if (b.lifted[j] == all[i]) in = b.inputs[j];
+    if (!in) in = g.add_placeholder_fresh(all[i].name(), all[i].type());
+    order.push_back(in.producer());
+  }
+  const node first = g.placeholders().back().next();
+  for (auto& ph : order) g.move_before(ph, first);
+}
+
+/// Drops the operands neither branch reads (torch.cond passes only what a branch uses).
+inline void drop_unused_operands(graph& t, graph& f, std::vector<value>& operands) {
+  const auto pt = t.placeholders(), pf = f.placeholders();
+  std::vector<value> kept;
+  for (std::size_t i = 0; i < operands.size(); ++i) {
+    if (pt[i].output(0).num_uses() || pf[i].output(0).num_uses()) {
+      kept.push_back(operands[i]);
+      continue;
+    }
+    t.erase(pt[i]);
+    f.erase(pf[i]);
+  }
+  operands = std::move(kept);
+}
+
+struct traced_cond {
+  node n;
+  std::vector<at::Tensor> metas;  ///< the meta tensor tracking each output
+};
+
+/// Records `higher_order::cond(pred, true_graph_<i>, false_graph_<i>, operands + lifted)` in
+/// `outer` after tracing both branches, at `src` (strict) and checks it as torch.cond does.
+inline traced_cond trace_cond(capture& outer, argument pred, std::vector<value> operands, const branch_tracer& on_true,
+                              const branch_tracer& on_false, std::shared_ptr<const source_location> src = nullptr) {
+  auto t = trace_branch(outer, operands, on_true);
+  auto f = trace_branch(outer, operands, on_false);
+  const std::size_t n = operands.size();
+  for (const auto* b : {&t, &f})
+    for (const auto& v : b->lifted)
+      if (std::find(operands.begin() + static_cast<std::ptrdiff_t>(n), operands.end(), v) == operands.end())
+        operands.push_back(v);
+  align_inputs(t, n, operands);
+  align_inputs(f, n, operands);
+  drop_unused_operands(t.body, f.body, operands);
+  const auto index = std::to_string(outer.next_subgraph_index());
+  argument::list_type list(operands.begin(), operands.end());
+  std::vector<argument> args{std::move(pred),
+                             std::make_shared<const subgraph>(subgraph{"true_graph_" + index, std::move(t.body)}),
+                             std::make_shared<const subgraph>(subgraph{"false_graph_" + index, std::move(f.body)}),
+                             std::move(list)};
+  const auto& op = find_op("higher_order::cond");
+  auto types = subgraph_outputs(op, args);
+  if (src) outer.builder().at(std::move(src));
+  traced_cond r;
+  r.metas = outer.record_values(op, std::move(args), std::move(types), &r.n);
+  r.n.set_tuple_operands(true);  // as torch.export records a cond it traced
+  verify_higher_order(r.n, verify_options{.check_schemas = false});
+  return r;
+}
+
+/// Makes the strict front end record into a branch's capture for the guard's lifetime.
+class strict_branch_scope {
+ public:
+  explicit strict_branch_scope(capture& c) : prev_(strict_branch) { strict_branch = &c; }
+  ~strict_branch_scope() { strict_branch = prev_; }
+  strict_branch_scope(const strict_branch_scope&) = delete;
+  strict_branch_scope& operator=(const strict_branch_scope&) = delete;
+
+ private:
+  capture* prev_;
+};
+
+template <class T>
+inline constexpr bool is_std_tuple = false;
+template <class... Ts>
+inline constexpr bool is_std_tuple<std::tuple<Ts...>> = true;
+
+template <class TrueFn, class FalseFn, class Operands>
+void check_branches() {
+  static_assert(is_std_tuple<Operands>,
+                "xport::cond: pass the operands as a std::tuple (std::tuple{x, y}); each branch is called "
+                "with them as its arguments, as torch.cond calls true_fn(*operands)");
+  using R = decltype(std::apply(std::declval<TrueFn&>(), std::declval<const Operands&>()));
+  static_assert(std::is_same_v<R, decltype(std::apply(std::declval<FalseFn&>(), std::declval<const Operands&>()))>,
+                "xport::cond: both branches must return the same type (torch.cond: the branches return the "
+                "same structure of tensors)");
+}
+
+[[noreturn]] inline void throw_pred_shape(const std::string& got) {
+  throw error("xport.cond.pred", "Expected pred to be bool or single-element tensor, but got " + got +
+                                     ": xport::cond takes a bool tensor of one element (x.sum() > 0) or a C++ bool");
+}
+
+}  // namespace detail
+
+/// torch.cond for at::Tensor code: `true_fn(operands...)` if `pred` holds true, else
+/// `false_fn(operands...)`. Eagerly it runs the branch `pred` picks; under export (non-strict) it
+/// records both as subgraphs of one torch.ops.higher_order.cond node.
+template <class TrueFn, class FalseFn, class Operands>
+auto cond(const at::Tensor& pred, TrueFn&& true_fn, FalseFn&& false_fn, const Operands& operands) {
+  detail::check_branches<TrueFn, FalseFn, Operands>();
+  using R = decltype(std::apply(true_fn, operands));
+  if (!pred.defined() || pred.numel() != 1)
+    detail::throw_pred_shape(pred.defined() ? "a tensor of sizes " + c10::str(pred.sizes()) : "an undefined tensor");
+  auto* outer = detail::active_capture;
+  if (!outer) return pred.item<bool>() ? std::apply(true_fn, operands) : std::apply(false_fn, operands);
+  std::vector<value> operand_values;
+  auto of = [&](const at::Tensor& t) { operand_values.push_back(outer->value_of(t)); };
+  (void)detail::flatten_into(operands, of);
+  std::optional<R> result;
+  const auto tracer = [&](auto& fn, bool keep) -> detail::branch_tracer {
+    return [&fn, &operands, &result, keep](detail::capture& c, const std::vector<value>&,
+                                           const std::vector<at::Tensor>& metas) {
+      std::size_t k = 0;
+      auto to_meta = [&](const at::Tensor&) { return metas.at(k++); };
+      const auto args = detail::map_tensors(operands, to_meta);
+      std::optional<R> r;
+      {
+        detail::capture_scope scope(c);
+        r.emplace(std::apply(fn, args));
+      }
+      std::vector<value> outs;
+      auto out = [&](const at::Tensor& t) { outs.push_back(c.value_of(t)); };
+      (void)detail::flatten_into(*r, out);
+      if (keep) result = std::move(r);
+      return outs;
+    };
+  };
+  const auto c = detail::trace_cond(*outer, outer->value_of(pred), std::move(operand_values), tracer(true_fn, true),
+                                    tracer(false_fn, false));
+  std::size_t k = 0;
+  auto from_node = [&](const at::Tensor&) { return c.metas.at(k++); };
+  return detail::map_tensors(*result, from_node);
+}
+
+/// torch.cond for strict code (xport::sym_tensor): both branches are traced, and the node
+/// records the C++ line of the call.
+template <class TrueFn, class FalseFn, class Operands>
+auto cond(const sym_tensor& pred, TrueFn&& true_fn, FalseFn&& false_fn, const Operands& operands,
+          const std::source_location& loc = std::source_location::current()) {
+  detail::check_branches<TrueFn, FalseFn, Operands>();
+  using R = decltype(std::apply(true_fn, operands));
+  auto& outer = detail::recording_capture(pred.owner());
+  std::vector<value> operand_values;
+  auto of = [&](const sym_tensor& t) { operand_values.push_back(outer.local_value(t.graph_value())); };
+  (void)detail::flatten_into(operands, of);
+  std::optional<R> result;
+  const auto tracer = [&](auto& fn, bool keep) -> detail::branch_tracer {
+    return [&fn, &operands, &result, keep](detail::capture& c, const std::vector<value>& ins,
+                                           const std::vector<at::Tensor>&) {
+      detail::strict_branch_scope scope(c);
+      std::size_t k = 0;
+      auto to_sym = [&](const sym_tensor&) { return sym_tensor(ins.at(k++), &c); };
+      const auto args = detail::map_tensors(operands, to_sym);
+      std::optional<R> r(std::apply(fn, args));
+      std::vector<value> outs;
+      auto out = [&](const sym_tensor& t) { outs.push_back(c.local_value(t.graph_value())); };
+      (void)detail::flatten_into(*r, out);
+      if (keep) result = std::move(r);
+      return outs;
+    };
+  };
+  const auto c = detail::trace_cond(outer, outer.local_value(pred.graph_value()), std::move(operand_values),
+                                    tracer(true_fn, true), tracer(false_fn, false), detail::make_source(loc));
+  std::size_t k = 0;
+  auto from_node = [&](const sym_tensor&) { return sym_tensor(c.n.output(k++), &outer); };
+  return detail::map_tensors(*result, from_node);
+}
+
+/// torch.cond with a C++ bool: a constant, so only the branch it picks runs (and is traced),
+/// as torch specializes a Python bool predicate.
+template <class Pred, class TrueFn, class FalseFn, class Operands>
+  requires std::is_same_v<Pred, bool>
+auto cond(Pred pred, TrueFn&& true_fn, FalseFn&& false_fn, const Operands& operands) {
+  detail::check_branches<TrueFn, FalseFn, Operands>();
+  return pred ? std::apply(true_fn, operands) : std::apply(false_fn, operands);
+}
+
+XPORT_END_NAMESPACE
