@@ -9373,7 +9373,7 @@ using branch_tracer = std::function<std::vector<value>(capture&, const std::vect
 
 struct traced_branch {
   graph body;
-  std::vector<value> lifted;  ///< values of the enclosing capture it reads, in the order it first read them
+  std::vector<value> lifted;  ///< enclosing capture's values it reads: module state by FQN, then first read
   std::vector<value> inputs;  ///< its placeholder for each of `lifted`, in the same order
 };
 
