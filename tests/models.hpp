@@ -205,4 +205,20 @@ struct CondGateImpl : nn::Module {
 };
 TORCH_MODULE(CondGate);
 
+/// A recurrent refinement run for as many steps as the input `steps` asks (xport::while_loop, as
+/// tests/python/pt2_fixtures.py WhileLoopRefine does in Python): the loop carries a count and
+/// the state; its body reads the module's parameters and the input, lifted to additional inputs.
+struct LoopRefinerImpl : nn::Module {
+  nn::Linear lin{4, 4};
+  LoopRefinerImpl() { register_module("lin", lin); }
+  torch::Tensor forward(torch::Tensor x, torch::Tensor steps) {
+    auto [i, h] = xport::while_loop(
+        [&](const torch::Tensor& i, const torch::Tensor&) { return i < steps; },
+        [&](const torch::Tensor& i, const torch::Tensor& h) { return std::tuple{i + 1, torch::tanh(lin(h)) + x}; },
+        std::tuple{torch::zeros({}, torch::kLong), torch::zeros_like(x)});
+    return h * 2;
+  }
+};
+TORCH_MODULE(LoopRefiner);
+
 }  // namespace xport_models

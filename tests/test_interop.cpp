@@ -104,7 +104,6 @@ int check_outputs(const exported_program& p, const call& c, std::int64_t seed, c
 /// What xport says about each fixture holding content it does not support (test the messages).
 const std::map<std::string, std::string>& unsupported_fixtures() {
   static const std::map<std::string, std::string> m{
-      {"unsupported_while_loop", "higher-order operator 'torch.ops.higher_order.while_loop' (torch.while_loop, with its subgraphs as as_graph arguments) is not supported by xport"},
       {"unsupported_map", "higher-order operator 'torch.ops.higher_order.map_impl'"},
       {"unsupported_scan", "higher-order operator 'torch.ops.higher_order.scan'"},
       // a data-dependent size: torch asserts u0's range with SymBool nodes, which xport does not read
@@ -414,6 +413,14 @@ TEST_CASE("interop: xport writes an archive of every kind of program for torch.e
     const auto g2 = at::randn({9, 16}) * 10;
     w.add("cond_gate_dynamic", gd, T1{g}, {T1{-g}, T1{g2}, T1{-g2}});
     w.add("cond_gate_dynamic_core_aten", run_decompositions(gd), T1{g}, {T1{-g}, T1{g2}, T1{-g2}});
+    // xport::while_loop: the calls loop zero, three and seven times
+    m::LoopRefiner refiner;
+    refiner->eval();
+    const auto r = at::randn({2, 4});
+    auto rp = export_program(refiner, T2{r, at::tensor(3L).squeeze()}, {.input_names = {"x", "steps"}});
+    const std::vector<T2> loops{T2{r, at::tensor(0L).squeeze()}, T2{-r, at::tensor(7L).squeeze()}};
+    w.add("loop_refiner", rp, T2{r, at::tensor(3L).squeeze()}, loops);
+    w.add("loop_refiner_core_aten", run_decompositions(rp), T2{r, at::tensor(3L).squeeze()}, loops);
   }
   {  // structure: dict / list / int / float / bool / string inputs, tuple / list / dict outputs
     const auto c = at::randn({3});

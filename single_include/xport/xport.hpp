@@ -1747,7 +1747,7 @@ XPORT_END_NAMESPACE
 // interned for the life of the process; nodes hold a pointer to it. Lookup accepts
 // `aten::add.Tensor`, `aten::add` (the default overload), `aten.add.Tensor`,
 // `torch.ops.aten.add.Tensor` and `aten::add.default`. The control-flow operators torch calls
-// higher-order (`torch.ops.higher_order.cond`) are registered with the dispatcher here, on first
+// higher-order (`torch.ops.higher_order.cond`, `.while_loop`) are registered with the dispatcher here, on first
 // lookup, so that every part of xport treats them as operators.
 
 #include <atomic>         // std::atomic
@@ -1903,10 +1903,10 @@ struct subgraph_fn : torch::CustomClassHolder {
   [[nodiscard]] virtual std::vector<at::Tensor> call(std::vector<at::Tensor> operands) const = 0;
 };
 
-inline const subgraph_fn& subgraph_fn_of(const c10::IValue& v, const char* role) {
+inline const subgraph_fn& subgraph_fn_of(const c10::IValue& v, const char* op, const char* role) {
   const auto* fn = v.isCapsule() ? dynamic_cast<const subgraph_fn*>(v.toCapsule().get()) : nullptr;
   if (!fn)
-    throw run_error("xport.run.subgraph", std::string("higher_order::cond was called with a ") + role +
+    throw run_error("xport.run.subgraph", std::string("higher_order::") + op + " was called with a " + role +
                                               " that is not a compiled subgraph: run the program with xport's "
                                               "interpreter or engine, which pass its branches");
   return *fn;
@@ -1931,9 +1931,51 @@ inline void cond_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
   auto& s = *stack;
   auto operands = s.back().toTensorVector();
   const bool taken = cond_predicate(s[s.size() - 4]);
-  const auto& fn = subgraph_fn_of(s[s.size() - (taken ? 3 : 2)], taken ? "true_fn" : "false_fn");
+  const auto& fn = subgraph_fn_of(s[s.size() - (taken ? 3 : 2)], "cond", taken ? "true_fn" : "false_fn");
   torch::jit::drop(s, 4);
   s.emplace_back(c10::List<at::Tensor>(fn.call(std::move(operands))));
+}
+
+/// What torch.while_loop's cond_fn returned, as a bool (torch's rule: a bool scalar tensor).
+inline bool while_loop_predicate(const std::vector<at::Tensor>& out) {
+  if (out.size() != 1 || !out[0].defined() || out[0].dim() != 0 || out[0].scalar_type() != at::kBool) {
+    std::string got = out.size() != 1  ? std::to_string(out.size()) + " values"
+                      : out[0].defined() ? "a tensor of sizes " + c10::str(out[0].sizes()) + " and dtype " +
+                                               std::string(c10::toString(out[0].scalar_type()))
+                                         : "an undefined tensor";
+    throw run_error("xport.run.while_loop_pred", "cond_fn must return a boolean scalar tensor or a boolean but got " + got);
+  }
+  return out[0].item<bool>();
+}
+
+// higher_order::while_loop(Any cond_fn, Any body_fn, Tensor[] carried_inputs, Tensor[]
+// additional_inputs) -> Tensor[]: while cond_fn(carried, additional) holds, carried =
+// body_fn(carried, additional); returns carried (copies when the body never ran, as torch does:
+// an output never aliases an input).
+inline void while_loop_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  const auto additional = s.back().toTensorVector();
+  auto carried = s[s.size() - 2].toTensorVector();
+  const auto& cond_fn = subgraph_fn_of(s[s.size() - 4], "while_loop", "cond_fn");
+  const auto& body_fn = subgraph_fn_of(s[s.size() - 3], "while_loop", "body_fn");
+  const auto operands = [&] {
+    auto all = carried;
+    all.insert(all.end(), additional.begin(), additional.end());
+    return all;
+  };
+  bool again = while_loop_predicate(cond_fn.call(operands()));
+  if (!again)
+    for (auto& t : carried) t = t.clone();
+  while (again) {
+    auto out = body_fn.call(operands());
+    if (out.size() != carried.size())
+      throw run_error("xport.run.while_loop_body", "body_fn should return the same number of elements as carried_inputs, got " +
+                                                       std::to_string(out.size()) + " vs " + std::to_string(carried.size()));
+    carried = std::move(out);
+    again = while_loop_predicate(cond_fn.call(operands()));
+  }
+  torch::jit::drop(s, 4);
+  s.emplace_back(c10::List<at::Tensor>(std::move(carried)));
 }
 
 /// Registers the control-flow operators with the dispatcher, once per process (at run time: a
@@ -1953,6 +1995,15 @@ inline void ensure_higher_order_ops() {
                                                    c10::DispatchKey::CompositeImplicitAutograd,
                                                    c10::KernelFunction::makeFromBoxedFunction<&cond_kernel>(),
                                                    c10::nullopt, nullptr, "xport: cond kernel"));
+    c10::FunctionSchema loop("higher_order::while_loop", "",
+                             {c10::Argument("cond_fn", any), c10::Argument("body_fn", any),
+                              c10::Argument("carried_inputs", tensors), c10::Argument("additional_inputs", tensors)},
+                             {c10::Argument("", tensors)});
+    new c10::RegistrationHandleRAII(d.registerDef(std::move(loop), "xport: torch.ops.higher_order.while_loop"));
+    new c10::RegistrationHandleRAII(d.registerImpl(c10::OperatorName("higher_order::while_loop", ""),
+                                                   c10::DispatchKey::CompositeImplicitAutograd,
+                                                   c10::KernelFunction::makeFromBoxedFunction<&while_loop_kernel>(),
+                                                   c10::nullopt, nullptr, "xport: while_loop kernel"));
     return true;
   }();
   (void)registered;
@@ -3551,6 +3602,16 @@ template <class F>
 void for_each_subgraph(const node& n, F&& f) {
   for (const auto& a : n.args())
     if (a.is_graph()) f(*a.as_graph());
+}
+
+/// What a control-flow call passes its subgraphs' placeholders, in their order: its list
+/// arguments one after the other (torch.cond's operands; while_loop's carried_inputs, then its
+/// additional_inputs).
+inline argument::list_type subgraph_operands(const node& n) {
+  argument::list_type all;
+  for (const auto& a : n.args())
+    if (a.is_list()) all.insert(all.end(), a.as_list().begin(), a.as_list().end());
+  return all;
 }
 
 XPORT_END_NAMESPACE
@@ -5777,10 +5838,13 @@ inline std::vector<value_type> result_types(const op_info& op, const std::vector
 }
 
 /// The types of `op`'s outputs for schema-bound `args`.
-/// A control-flow call's outputs: those of its first subgraph (verify checks that the others
-/// agree), with requires_grad where any operand requires it.
+/// A control-flow call's outputs: those of its first subgraph (torch.cond's true branch; verify
+/// checks that the other agrees) or, for while_loop, of its body (its last), with requires_grad
+/// where any operand requires it.
 inline std::vector<value_type> subgraph_outputs(const op_info& op, const std::vector<argument>& args) {
-  for (const auto& a : args) {
+  const bool loop = op.qualified == "higher_order::while_loop";
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const auto& a = args[loop ? args.size() - 1 - i : i];
     if (!a.is_graph()) continue;
     std::vector<value_type> types;
     for (const auto& o : a.as_graph()->body.output_node().args()) {
@@ -6583,9 +6647,46 @@ inline void verify_call(node n, const verify_options& opts) {
 inline void verify(const graph& g, const verify_options& opts);
 namespace detail {
 
+/// Checks subgraph `s` of control-flow call `n` (torch.`hop`) as torch checks every higher-order
+/// operator's: it takes the operands (dtype, sizes, device: requires_grad and strides may
+/// differ, torch records a parameter's placeholder in a branch without its grad flag), mutates
+/// nothing and returns no input itself.
+inline void verify_subgraph_of(const node& n, const std::string& hop, const subgraph& s,
+                               const argument::list_type& operands, const verify_options& opts) {
+  const auto fits_input = [](const argument& a, const value& ph) {
+    if (!a.is_value() || a.as_value().kind() != ph.kind()) return false;
+    if (ph.kind() != value_kind::tensor) return true;
+    const auto &m = a.as_value().meta(), &q = ph.meta();
+    return m.dtype == q.dtype && m.sizes == q.sizes && m.device == q.device;
+  };
+  const auto phs = s.body.placeholders();
+  if (phs.size() != operands.size())
+    verify_fail(hop + "_operands", "'" + n.name() + "': subgraph '" + s.name + "' takes " + std::to_string(phs.size()) +
+                                       " inputs, torch." + hop + " passes it " + std::to_string(operands.size()) + " operands",
+                n.name());
+  for (std::size_t i = 0; i < phs.size(); ++i)
+    if (!fits_input(operands[i], phs[i].output(0)))
+      verify_fail(hop + "_operands", "'" + n.name() + "': operand " + std::to_string(i) + " of torch." + hop +
+                                         " does not match input '" + phs[i].name() + "' of subgraph '" + s.name + "' (" +
+                                         phs[i].output(0).meta().annotation() + ")",
+                  n.name());
+  for (auto inner : s.body.nodes())
+    if (inner.is_call() && inner.op().is_mutable)
+      verify_fail(hop + "_mutation", "Higher order ops do not support input mutation: node '" + inner.name() + "' of subgraph '" +
+                                         s.name + "' calls " + inner.op().qualified + "; compute a new tensor and return it instead",
+                  n.name());
+  for (const auto& o : s.body.output_node().args())
+    if (o.is_value() && o.as_value().producer().is_placeholder())
+      verify_fail(hop + "_aliasing", "Higher order ops do not support aliasing: subgraph '" + s.name + "' of '" + n.name() +
+                                         "' returns its input '" + o.as_value().name() +
+                                         "'. Replace `return input` with `return input.clone()`",
+                  n.name());
+  verify(s.body, opts);
+}
+
 /// Checks a torch.cond call: its two branches take the operands and agree on what they return
 /// (torch.cond's rules, with its texts), mutate nothing and return no operand itself.
-inline void verify_higher_order(node n, const verify_options& opts) {
+inline void verify_cond(node n, const verify_options& opts) {
   const auto args = n.args();
   if (args.size() != 4 || !args[1].is_graph() || !args[2].is_graph() || !args[3].is_list())
     verify_fail("cond_args", "'" + n.name() + "' calls torch.cond without (pred, true_graph, false_graph, operands)", n.name());
@@ -6599,41 +6700,8 @@ inline void verify_higher_order(node n, const verify_options& opts) {
                                  args[0].as_value().meta().annotation() + " ('" + args[0].as_value().name() +
                                  "', the predicate of '" + n.name() + "')",
                 n.name());
-  // what a branch computes with: dtype, sizes, device (requires_grad and strides may differ:
-  // torch records a parameter's placeholder in a branch without its grad flag)
-  const auto fits_input = [](const argument& a, const value& ph) {
-    if (!a.is_value() || a.as_value().kind() != ph.kind()) return false;
-    if (ph.kind() != value_kind::tensor) return true;
-    const auto &m = a.as_value().meta(), &q = ph.meta();
-    return m.dtype == q.dtype && m.sizes == q.sizes && m.device == q.device;
-  };
-  const auto& operands = args[3].as_list();
   const subgraph* branches[2] = {args[1].as_graph().get(), args[2].as_graph().get()};
-  for (const auto* s : branches) {
-    const auto phs = s->body.placeholders();
-    if (phs.size() != operands.size())
-      verify_fail("cond_operands", "'" + n.name() + "': subgraph '" + s->name + "' takes " + std::to_string(phs.size()) +
-                                       " inputs, torch.cond passes it " + std::to_string(operands.size()) + " operands",
-                  n.name());
-    for (std::size_t i = 0; i < phs.size(); ++i)
-      if (!fits_input(operands[i], phs[i].output(0)))
-        verify_fail("cond_operands", "'" + n.name() + "': operand " + std::to_string(i) + " of torch.cond does not match input '" +
-                                         phs[i].name() + "' of subgraph '" + s->name + "' (" + phs[i].output(0).meta().annotation() + ")",
-                    n.name());
-    for (auto inner : s->body.nodes()) {
-      if (inner.is_call() && inner.op().is_mutable)
-        verify_fail("cond_mutation", "Higher order ops do not support input mutation: node '" + inner.name() + "' of subgraph '" +
-                                         s->name + "' calls " + inner.op().qualified + "; compute a new tensor and return it instead",
-                    n.name());
-    }
-    for (const auto& o : s->body.output_node().args())
-      if (o.is_value() && o.as_value().producer().is_placeholder())
-        verify_fail("cond_aliasing", "Higher order ops do not support aliasing: subgraph '" + s->name + "' of '" + n.name() +
-                                         "' returns its input '" + o.as_value().name() +
-                                         "'. Replace `return input` with `return input.clone()`",
-                    n.name());
-    verify(s->body, opts);
-  }
+  for (const auto* s : branches) verify_subgraph_of(n, "cond", *s, args[3].as_list(), opts);
   const auto outs0 = branches[0]->body.output_node().args(), outs1 = branches[1]->body.output_node().args();
   if (outs0.size() != outs1.size() || outs0.size() != n.num_outputs())
     verify_fail("cond_outputs", "Unmatched output spec from torch.cond branches: '" + branches[0]->name + "' returns " +
@@ -6662,6 +6730,62 @@ inline void verify_higher_order(node n, const verify_options& opts) {
                                       ") is not what its branches return (" + a.annotation() + ")",
                   n.name());
   }
+}
+
+/// Checks a torch.while_loop call (torch's rules, with its texts): cond_fn returns a bool scalar
+/// tensor, body_fn returns what is carried (same count, dtypes, shapes and devices), both take
+/// the carried and the additional inputs, mutate nothing and return no input itself.
+inline void verify_while_loop(node n, const verify_options& opts) {
+  const auto args = n.args();
+  if (args.size() != 4 || !args[0].is_graph() || !args[1].is_graph() || !args[2].is_list() || !args[3].is_list())
+    verify_fail("while_loop_args", "'" + n.name() + "' calls torch.while_loop without (cond_graph, body_graph, "
+                                   "carried_inputs, additional_inputs)", n.name());
+  const auto operands = subgraph_operands(n);
+  const auto& cond_g = *args[0].as_graph();
+  const auto& body_g = *args[1].as_graph();
+  verify_subgraph_of(n, "while_loop", cond_g, operands, opts);
+  verify_subgraph_of(n, "while_loop", body_g, operands, opts);
+  const auto pred = cond_g.body.output_node().args();
+  const auto is_bool_scalar = [](const argument& a) {
+    return a.is_value() && a.as_value().kind() == value_kind::tensor && a.as_value().meta().dtype == at::kBool &&
+           a.as_value().meta().sizes.empty();
+  };
+  if (pred.size() != 1 || !is_bool_scalar(pred[0]))
+    verify_fail("while_loop_pred", "cond_fn must return a boolean scalar tensor or a boolean but got " +
+                                       (pred.size() == 1 && pred[0].is_value() ? pred[0].as_value().meta().annotation()
+                                                                               : std::to_string(pred.size()) + " values") +
+                                       " (subgraph '" + cond_g.name + "' of '" + n.name() + "')",
+                n.name());
+  const auto& carried = args[2].as_list();
+  const auto outs = body_g.body.output_node().args();
+  if (outs.size() != carried.size() || carried.size() != n.num_outputs())
+    verify_fail("while_loop_outputs", "Expected body_fn_output and carried_inputs to have same number of outputs but got " +
+                                          std::to_string(outs.size()) + " and " + std::to_string(carried.size()) +
+                                          " (subgraph '" + body_g.name + "' of '" + n.name() + "', which has " +
+                                          std::to_string(n.num_outputs()) + " outputs)",
+                n.name());
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    const auto& c = carried[i].as_value().meta();
+    if (!outs[i].is_value() || outs[i].as_value().kind() != value_kind::tensor)
+      verify_fail("while_loop_outputs", "'" + n.name() + "': body_fn must return tensors (output " + std::to_string(i) + ")", n.name());
+    const auto& b = outs[i].as_value().meta();
+    if (b.dtype != c.dtype || b.sizes != c.sizes || b.device != c.device)
+      verify_fail("while_loop_outputs", "Expected body_fn_output and carried_inputs to have same metadata but found: pair[" +
+                                            std::to_string(i) + "] differ, where body_fn returns " + b.annotation() +
+                                            " and carried_inputs[" + std::to_string(i) + "] is " + c.annotation() +
+                                            " (subgraph '" + body_g.name + "' of '" + n.name() + "')",
+                  n.name());
+    if (n.output(i).meta().dtype != c.dtype || n.output(i).meta().sizes != c.sizes)
+      verify_fail("while_loop_outputs", "'" + n.name() + "' output " + std::to_string(i) + " (" + n.output(i).meta().annotation() +
+                                            ") is not what it carries (" + c.annotation() + ")",
+                  n.name());
+  }
+}
+
+/// Checks a control-flow call by the rules of its operator.
+inline void verify_higher_order(node n, const verify_options& opts) {
+  if (n.op().qualified == "higher_order::while_loop") return verify_while_loop(n, opts);
+  verify_cond(n, opts);
 }
 
 /// Checks every recorded use points at an operand slot holding the value, once; returns how many uses there are.
@@ -8369,8 +8493,9 @@ class capture {
     const auto it = state_fqn_.find(v.impl());
     return it == state_fqn_.end() ? std::string() : it->second;
   }
-  /// The index the next subgraph pair called from this capture gets (`true_graph_<i>`).
-  [[nodiscard]] int next_subgraph_index() noexcept { return subgraphs_++; }
+  /// The index the next subgraph pair of `kind` called from this capture gets (`true_graph_<i>`,
+  /// `while_loop_body_graph_<i>`: torch counts each kind apart).
+  [[nodiscard]] int next_subgraph_index(const std::string& kind) { return subgraphs_[kind]++; }
   /// Called for every recorded op first: returns true when it has handled the op (decomposed
   /// it: the results are on the stack, its ATen calls recorded instead).
   using decompose_hook = std::function<bool(const op_info&, torch::jit::Stack&)>;
@@ -8866,7 +8991,7 @@ class capture {
   capture* outer_ = nullptr;  // the enclosing capture of a subgraph's
   std::vector<value> lifted_;
   std::unordered_map<const value_impl*, std::pair<value, at::Tensor>> from_outer_;  // enclosing capture's value -> input here
-  int subgraphs_ = 0;
+  std::unordered_map<std::string, int> subgraphs_;  // kind ("cond", "while_loop") -> subgraphs so far
 };
 
 inline void capture_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -9321,7 +9446,8 @@ auto to_sym(const T& x, F& make) {
 
 XPORT_END_NAMESPACE
 // #include <xport/trace/control_flow.hpp>
-// xport/trace/control_flow.hpp: xport::cond, torch.cond for C++ code. The same call runs eagerly
+// xport/trace/control_flow.hpp: xport::cond and xport::while_loop, torch.cond and
+// torch.while_loop for C++ code. The same call runs eagerly
 // (the branch the predicate picks), under non-strict export (at::Tensor code) and under strict
 // export (xport::sym_tensor code); exported, both branches are captured as subgraphs
 // (`true_graph_0`, `false_graph_0`) of one `torch.ops.higher_order.cond` node.
@@ -9338,6 +9464,8 @@ XPORT_END_NAMESPACE
 // them (module parameters and buffers, tensors computed before the call) become operands, as
 // torch lifts a branch's free variables, after the operands given (module state by FQN, then
 // the rest in the order first read); operands neither branch reads are dropped, as torch does.
+// xport::while_loop follows the same rules for its cond_fn and body_fn: what they lift becomes
+// the node's additional_inputs.
 
 #include <algorithm>    // std::find
 #include <cstddef>      // std::size_t
@@ -9425,12 +9553,13 @@ inline void align_inputs(traced_branch& b, std::size_t n_operands, const std::ve
   for (auto& ph : order) g.move_before(ph, first);
 }
 
-/// Drops the operands neither branch reads (torch.cond passes only what a branch uses).
-inline void drop_unused_operands(graph& t, graph& f, std::vector<value>& operands) {
+/// Drops the operands from the `first` on that neither subgraph reads (torch passes only what
+/// a subgraph uses; while_loop keeps every carried input).
+inline void drop_unused_operands(graph& t, graph& f, std::vector<value>& operands, std::size_t first = 0) {
   const auto pt = t.placeholders(), pf = f.placeholders();
   std::vector<value> kept;
   for (std::size_t i = 0; i < operands.size(); ++i) {
-    if (pt[i].output(0).num_uses() || pf[i].output(0).num_uses()) {
+    if (i < first || pt[i].output(0).num_uses() || pf[i].output(0).num_uses()) {
       kept.push_back(operands[i]);
       continue;
     }
@@ -9438,6 +9567,18 @@ inline void drop_unused_operands(graph& t, graph& f, std::vector<value>& operand
     f.erase(pf[i]);
   }
   operands = std::move(kept);
+}
+
+/// Appends to `operands` the values two subgraphs lift (the first's, then the second's new
+/// ones) and gives both one input for each, in that order.
+inline void lift_free_values(traced_branch& a, traced_branch& b, std::vector<value>& operands) {
+  const std::size_t n = operands.size();
+  for (const auto* s : {&a, &b})
+    for (const auto& v : s->lifted)
+      if (std::find(operands.begin() + static_cast<std::ptrdiff_t>(n), operands.end(), v) == operands.end())
+        operands.push_back(v);
+  align_inputs(a, n, operands);
+  align_inputs(b, n, operands);
 }
 
 struct traced_cond {
@@ -9451,15 +9592,9 @@ inline traced_cond trace_cond(capture& outer, argument pred, std::vector<value> 
                               const branch_tracer& on_false, std::shared_ptr<const source_location> src = nullptr) {
   auto t = trace_branch(outer, operands, on_true);
   auto f = trace_branch(outer, operands, on_false);
-  const std::size_t n = operands.size();
-  for (const auto* b : {&t, &f})
-    for (const auto& v : b->lifted)
-      if (std::find(operands.begin() + static_cast<std::ptrdiff_t>(n), operands.end(), v) == operands.end())
-        operands.push_back(v);
-  align_inputs(t, n, operands);
-  align_inputs(f, n, operands);
+  lift_free_values(t, f, operands);
   drop_unused_operands(t.body, f.body, operands);
-  const auto index = std::to_string(outer.next_subgraph_index());
+  const auto index = std::to_string(outer.next_subgraph_index("cond"));
   argument::list_type list(operands.begin(), operands.end());
   std::vector<argument> args{std::move(pred),
                              std::make_shared<const subgraph>(subgraph{"true_graph_" + index, std::move(t.body)}),
@@ -9471,6 +9606,38 @@ inline traced_cond trace_cond(capture& outer, argument pred, std::vector<value> 
   traced_cond r;
   r.metas = outer.record_values(op, std::move(args), std::move(types), &r.n);
   r.n.set_tuple_operands(true);  // as torch.export records a cond it traced
+  verify_higher_order(r.n, verify_options{.check_schemas = false});
+  return r;
+}
+
+/// Records `higher_order::while_loop(while_loop_cond_graph_<i>, while_loop_body_graph_<i>,
+/// carried, additional)` in `outer` after tracing cond_fn and body_fn on the carried values (the
+/// values they lift become the additional inputs), at `src` (strict), and checks it as
+/// torch.while_loop does.
+inline traced_cond trace_while_loop(capture& outer, std::vector<value> carried, const branch_tracer& cond_fn,
+                                    const branch_tracer& body_fn, std::shared_ptr<const source_location> src = nullptr) {
+  auto c = trace_branch(outer, carried, cond_fn);
+  auto b = trace_branch(outer, carried, body_fn);
+  const std::size_t n = carried.size();
+  lift_free_values(c, b, carried);
+  drop_unused_operands(c.body, b.body, carried, n);
+  for (auto* g : {&c.body, &b.body}) {  // torch's while_loop names its subgraphs' inputs arg<i>_1
+    const auto phs = g->placeholders();
+    for (std::size_t i = 0; i < phs.size(); ++i) g->rename(phs[i].output(0), "arg" + std::to_string(i) + "_1");
+  }
+  const auto index = std::to_string(outer.next_subgraph_index("while_loop"));
+  argument::list_type additional(carried.begin() + static_cast<std::ptrdiff_t>(n), carried.end());
+  carried.resize(n);
+  std::vector<argument> args{
+      std::make_shared<const subgraph>(subgraph{"while_loop_cond_graph_" + index, std::move(c.body)}),
+      std::make_shared<const subgraph>(subgraph{"while_loop_body_graph_" + index, std::move(b.body)}),
+      argument::list_type(carried.begin(), carried.end()), std::move(additional)};
+  const auto& op = find_op("higher_order::while_loop");
+  auto types = subgraph_outputs(op, args);
+  if (src) outer.builder().at(std::move(src));
+  traced_cond r;
+  r.metas = outer.record_values(op, std::move(args), std::move(types), &r.n);
+  r.n.set_tuple_operands(true);
   verify_higher_order(r.n, verify_options{.check_schemas = false});
   return r;
 }
@@ -9501,6 +9668,39 @@ void check_branches() {
   static_assert(std::is_same_v<R, decltype(std::apply(std::declval<FalseFn&>(), std::declval<const Operands&>()))>,
                 "xport::cond: both branches must return the same type (torch.cond: the branches return the "
                 "same structure of tensors)");
+}
+
+/// Whether `Carried` is a std::tuple of `Tensor`s (and not empty).
+template <class Carried, class Tensor>
+struct carries : std::false_type {};
+template <class Tensor, class T, class... Ts>
+struct carries<std::tuple<T, Ts...>, Tensor>
+    : std::bool_constant<std::is_same_v<T, Tensor> && (std::is_same_v<Ts, Tensor> && ...)> {};
+
+template <class CondFn, class BodyFn, class Carried, class Tensor>
+void check_loop_fns() {
+  static_assert(is_std_tuple<Carried>,
+                "xport::while_loop: pass the carried values as a std::tuple (std::tuple{i, x}); cond_fn and body_fn "
+                "are called with them as their arguments, as torch.while_loop calls body_fn(*carried_inputs)");
+  static_assert(carries<Carried, Tensor>::value,
+                "xport::while_loop: the carried values are tensors (carry a count as a 0-d tensor: "
+                "at::zeros({}, at::kLong)); torch would carry an int as an unbacked SymInt");
+  static_assert(std::is_same_v<decltype(std::apply(std::declval<CondFn&>(), std::declval<const Carried&>())), Tensor>,
+                "xport::while_loop: cond_fn returns a bool tensor of one element (i < n), as torch.while_loop's does");
+  static_assert(std::is_same_v<decltype(std::apply(std::declval<BodyFn&>(), std::declval<const Carried&>())), Carried>,
+                "xport::while_loop: body_fn returns what is carried, the same std::tuple type (torch.while_loop: "
+                "body_fn returns the same structure as carried_inputs)");
+}
+
+/// torch.while_loop's rule for what cond_fn returns, checked eagerly.
+inline bool loop_predicate(const at::Tensor& p) {
+  if (!p.defined() || p.dim() != 0 || p.scalar_type() != at::kBool)
+    throw error("xport.while_loop.pred", "cond_fn must return a boolean scalar tensor or a boolean but got " +
+                                             (p.defined() ? "a tensor of sizes " + c10::str(p.sizes()) + " and dtype " +
+                                                                std::string(c10::toString(p.scalar_type()))
+                                                          : std::string("an undefined tensor")) +
+                                             ": return a comparison of a 0-d tensor (i.lt(n)), or reduce one (x.sum() < 10)");
+  return p.item<bool>();
 }
 
 [[noreturn]] inline void throw_pred_shape(const std::string& got) {
@@ -9591,6 +9791,91 @@ template <class Pred, class TrueFn, class FalseFn, class Operands>
 auto cond(Pred pred, TrueFn&& true_fn, FalseFn&& false_fn, const Operands& operands) {
   detail::check_branches<TrueFn, FalseFn, Operands>();
   return pred ? std::apply(true_fn, operands) : std::apply(false_fn, operands);
+}
+
+/// torch.while_loop for at::Tensor code: while `cond_fn(carried...)` holds, `carried =
+/// body_fn(carried...)`; returns the last carried values. Eagerly it loops; under export
+/// (non-strict) it records cond_fn and body_fn, traced once on the carried values, as the
+/// subgraphs of one torch.ops.higher_order.while_loop node. body_fn returns the carried tuple's
+/// type with the same dtypes and shapes (torch's rule); tensors either reads without being passed
+/// them become its additional inputs.
+///
+///   auto [i, h] = xport::while_loop([](const at::Tensor& i, const at::Tensor& h) { return i < 4; },
+///                                   [&](const at::Tensor& i, const at::Tensor& h) {
+///                                     return std::tuple{i + 1, cell(h).tanh()};
+///                                   },
+///                                   std::tuple{at::zeros({}, at::kLong), h0});
+template <class CondFn, class BodyFn, class Carried>
+  requires(!detail::carries<Carried, sym_tensor>::value)
+Carried while_loop(CondFn&& cond_fn, BodyFn&& body_fn, const Carried& carried) {
+  detail::check_loop_fns<CondFn, BodyFn, Carried, at::Tensor>();
+  auto* outer = detail::active_capture;
+  if (!outer) {
+    bool again = detail::loop_predicate(std::apply(cond_fn, carried));
+    auto copy = [](const at::Tensor& t) { return t.clone(); };
+    if (!again) return detail::map_tensors(carried, copy);
+    Carried now = carried;
+    while (again) {
+      now = std::apply(body_fn, now);
+      again = detail::loop_predicate(std::apply(cond_fn, now));
+    }
+    return now;
+  }
+  std::vector<value> carried_values;
+  auto of = [&](const at::Tensor& t) { carried_values.push_back(outer->value_of(t)); };
+  (void)detail::flatten_into(carried, of);
+  const auto tracer = [&carried](auto& fn) -> detail::branch_tracer {
+    return [&fn, &carried](detail::capture& c, const std::vector<value>&, const std::vector<at::Tensor>& metas) {
+      std::size_t k = 0;
+      auto to_meta = [&](const at::Tensor&) { return metas.at(k++); };
+      const auto args = detail::map_tensors(carried, to_meta);
+      std::optional<decltype(std::apply(fn, args))> r;
+      {
+        detail::capture_scope scope(c);
+        r.emplace(std::apply(fn, args));
+      }
+      std::vector<value> outs;
+      auto out = [&](const at::Tensor& t) { outs.push_back(c.value_of(t)); };
+      (void)detail::flatten_into(*r, out);
+      return outs;
+    };
+  };
+  const auto w = detail::trace_while_loop(*outer, std::move(carried_values), tracer(cond_fn), tracer(body_fn));
+  std::size_t k = 0;
+  auto from_node = [&](const at::Tensor&) { return w.metas.at(k++); };
+  return detail::map_tensors(carried, from_node);
+}
+
+/// torch.while_loop for strict code (xport::sym_tensor): cond_fn and body_fn are traced once,
+/// and the node records the C++ line of the call.
+template <class CondFn, class BodyFn, class Carried>
+  requires detail::carries<Carried, sym_tensor>::value
+Carried while_loop(CondFn&& cond_fn, BodyFn&& body_fn, const Carried& carried,
+                   const std::source_location& loc = std::source_location::current()) {
+  detail::check_loop_fns<CondFn, BodyFn, Carried, sym_tensor>();
+  const sym_tensor& first = std::get<0>(carried);
+  auto& outer = detail::recording_capture(first.owner());
+  std::vector<value> carried_values;
+  auto of = [&](const sym_tensor& t) { carried_values.push_back(outer.local_value(t.graph_value())); };
+  (void)detail::flatten_into(carried, of);
+  const auto tracer = [&carried](auto& fn) -> detail::branch_tracer {
+    return [&fn, &carried](detail::capture& c, const std::vector<value>& ins, const std::vector<at::Tensor>&) {
+      detail::strict_branch_scope scope(c);
+      std::size_t k = 0;
+      auto to_sym = [&](const sym_tensor&) { return sym_tensor(ins.at(k++), &c); };
+      const auto args = detail::map_tensors(carried, to_sym);
+      const auto r = std::apply(fn, args);
+      std::vector<value> outs;
+      auto out = [&](const sym_tensor& t) { outs.push_back(c.local_value(t.graph_value())); };
+      (void)detail::flatten_into(r, out);
+      return outs;
+    };
+  };
+  const auto w = detail::trace_while_loop(outer, std::move(carried_values), tracer(cond_fn), tracer(body_fn),
+                                          detail::make_source(loc));
+  std::size_t k = 0;
+  auto from_node = [&](const sym_tensor&) { return sym_tensor(w.n.output(k++), &outer); };
+  return detail::map_tensors(carried, from_node);
 }
 
 XPORT_END_NAMESPACE
@@ -10439,16 +10724,13 @@ inline void flatten_nodes(const graph& g, std::vector<flat_node>& out, bool skip
   for (auto n : g.nodes()) {
     if (skip_placeholders && n.is_placeholder()) continue;
     if (n.is_call() && n.op().higher_order) {
-      const auto args = n.args();
-      const argument::list_type* operands = nullptr;
-      for (const auto& a : args)
-        if (a.is_list()) operands = &a.as_list();
-      for (const auto& a : args) {
+      const auto operands = subgraph_operands(n);
+      for (const auto& a : n.args()) {
         if (!a.is_graph()) continue;
         std::size_t i = 0;
         for (auto inner : a.as_graph()->body.nodes()) {
           if (!inner.is_placeholder()) break;
-          const auto& op = operands && i < operands->size() ? (*operands)[i] : argument();
+          const auto& op = i < operands.size() ? operands[i] : argument();
           out.push_back({inner, op.is_value() ? op.as_value() : value()});
           ++i;
         }
@@ -15893,6 +16175,9 @@ inline json graph_json(const exported_program& p) {
       json arg = args[i].is_graph() ? json{{"as_graph", {{"name", args[i].as_graph()->name},
                                                          {"graph", graph_json(subgraph_program(*args[i].as_graph()))}}}}
                                     : argument_json(args[i], op.higher_order ? nullptr : params[i].real_type(), namer);
+      // torch's while_loop runs its cond graph as a function returning one tensor, not a tuple
+      if (i == 0 && op.qualified == "higher_order::while_loop" && args[i].is_graph())
+        arg["as_graph"]["graph"]["is_single_tensor_return"] = true;
       in.push_back({{"name", op.higher_order ? std::string() : params[i].name()},
                     {"arg", std::move(arg)},
                     {"kind", params[i].kwarg_only() ? 2 : 1}});
@@ -16267,9 +16552,19 @@ inline void read_higher_order_node(const at_path& nj, const std::string& target,
   if (args.size() != op.schema().arguments().size())
     ins.fail(op.qualified + " takes " + std::to_string(op.schema().arguments().size()) + " arguments, the node has " +
              std::to_string(args.size()));
-  if (!args[1].is_graph() || !args[2].is_graph() || !args[3].is_list())
+  const bool loop = op.qualified == "higher_order::while_loop";
+  if (!loop && (!args[1].is_graph() || !args[2].is_graph() || !args[3].is_list()))
     ins.fail("torch.cond's arguments are (pred, true_graph, false_graph, operands): expected two as_graph "
              "arguments and a list of operands");
+  if (loop && (!args[0].is_graph() || !args[1].is_graph() || !args[2].is_list() || !args[3].is_list()))
+    ins.fail("torch.while_loop's arguments are (cond_graph, body_graph, carried_inputs, additional_inputs): "
+             "expected two as_graph arguments and two lists");
+  for (std::size_t a = loop ? 2 : 3; a < 4; ++a)
+    for (std::size_t i = 0; i < args[a].as_list().size(); ++i)
+      if (!args[a].as_list()[i].is_value() || args[a].as_list()[i].as_value().kind() != value_kind::tensor)
+        ins[a]["arg"].fail("operand " + std::to_string(i) + " of " + op.qualified + " is not a tensor: xport's "
+                           "control-flow operators pass tensors only (torch carries an int as an unbacked SymInt; "
+                           "carry it as a 0-d tensor, torch.tensor(n), instead)");
   std::vector<value_type> types;
   std::vector<std::string> names;
   const auto outs = nj["outputs"];
@@ -16278,7 +16573,7 @@ inline void read_higher_order_node(const at_path& nj, const std::string& target,
       types.push_back(type_of(where, name));
       names.push_back(name);
     });
-  const auto node_name = nj.get("name") ? nj["name"].str() : std::string("cond");
+  const auto node_name = nj.get("name") ? nj["name"].str() : std::string(loop ? "while_loop" : "cond");
   node created;
   try {
     created = g.create_call_named(op, std::move(args), std::move(types), node_name, names);
@@ -16294,10 +16589,10 @@ inline void read_higher_order_node(const at_path& nj, const std::string& target,
 inline void read_call_node(const at_path& nj, const std::string& target, const value_types& type_of, graph& g,
                            value_scope& scope, std::vector<std::pair<std::string, std::string>>& module_types) {
   if (target.rfind("torch.ops.higher_order.", 0) == 0) {
-    if (target != "torch.ops.higher_order.cond")
+    if (target != "torch.ops.higher_order.cond" && target != "torch.ops.higher_order.while_loop")
       nj["target"].fail("higher-order operator '" + target + "' (torch." + target.substr(23) +
                         ", with its subgraphs as as_graph arguments) is not supported by xport: of torch's "
-                        "control-flow operators it reads torch.cond");
+                        "control-flow operators it reads torch.cond and torch.while_loop");
     read_higher_order_node(nj, target, type_of, g, scope, module_types);
     return;
   }

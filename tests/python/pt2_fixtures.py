@@ -10,7 +10,8 @@ Exports and torch.export.save's, into <dir>:
     float / str inputs, kwargs, an unused input, a -inf mask, nested outputs;
   - a model calling custom operators (xport_ops.py's GatedBlock, its ops registered in Python with
     the schemas tests/custom_ops.hpp registers in C++), with dynamic batch and sequence;
-  - programs with torch.cond (loaded, run on both branches, printed as torch prints them);
+  - programs with torch.cond (loaded, run on both branches, printed as torch prints them) and
+    torch.while_loop (run for zero, one and many iterations);
   - programs with content xport does not read (torch.while_loop, map, scan, a complex scalar, a custom object, a
     tensor subclass weight), whose load_errors tests/test_interop.cpp checks.
 Each <name>.pt2 comes with <name>.io.pt (torch.save'd; the layout is in tests/test_interop.cpp):
@@ -199,12 +200,32 @@ class CondDynamic(nn.Module):
         return torch.cond(x.sum() > 0, lambda x: (self.lin(x).cos(),), lambda x: (x.sin() * x.shape[0],), (x,))[0] + 1
 
 
-# ---- content xport does not read ------------------------------------------------------------------
-
+# ---- torch.while_loop ---------------------------------------------------------------------------
 
 class WhileLoop(nn.Module):
     def forward(self, it, x):
         return torch.while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, x.cos()), (it, x))
+
+
+class WhileLoopRefine(nn.Module):
+    """A recurrent refinement run as many steps as the input `steps` asks: the body closes over
+    the module's parameters and an input (torch lifts them to additional_inputs)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x, steps):
+        def cond_fn(i, h):
+            return i < steps
+
+        def body_fn(i, h):
+            return i + 1, torch.tanh(self.lin(h)) + x
+
+        return torch.while_loop(cond_fn, body_fn, (torch.zeros((), dtype=torch.int64), torch.zeros_like(x)))[1] * 2
+
+
+# ---- content xport does not read ------------------------------------------------------------------
 
 
 class MapRows(nn.Module):
@@ -333,7 +354,13 @@ def main():
     w.export("cond_dynamic", CondDynamic(), (torch.randn(4, 3),), dynamic_shapes={"x": {0: Dim("n", max=64)}},
              extra=[((torch.randn(7, 3).abs(),), {}), ((-torch.randn(9, 3).abs(),), {})], printed=True)
     w.export("cond_linear_core_aten", CondLinear(), (x, y), extra=[((-x.abs(), y), {})], decompose=True, printed=True)
-    w.export("unsupported_while_loop", WhileLoop(), (torch.tensor(0), torch.randn(3)))
+    x = torch.randn(3)
+    w.export("while_loop", WhileLoop(), (torch.tensor(0), x), extra=[((torch.tensor(5), x), {}), ((torch.tensor(-4), x), {})])
+    torch.manual_seed(0)
+    refine, x = WhileLoopRefine().eval(), torch.randn(2, 4)
+    w.export("while_loop_refine", refine, (x, torch.tensor(3)), extra=[((x, torch.tensor(0)), {}), ((-x, torch.tensor(7)), {})])
+    w.export("while_loop_refine_core_aten", refine, (x, torch.tensor(3)), extra=[((x.t().contiguous().t(), torch.tensor(5)), {})],
+             decompose=True)
     w.export("unsupported_map", MapRows(), (torch.randn(2, 3), torch.randn(3)))
     w.export("unsupported_scan", ScanSum(), (torch.randn(3), torch.randn(4, 3)))
     w.export("unsupported_masked_sum", MaskedSum(), (torch.randn(5, 3),))

@@ -1107,6 +1107,16 @@ void for_each_subgraph(const node& n, F&& f) {
     if (a.is_graph()) f(*a.as_graph());
 }
 
+/// What a control-flow call passes its subgraphs' placeholders, in their order: its list
+/// arguments one after the other (torch.cond's operands; while_loop's carried_inputs, then its
+/// additional_inputs).
+inline argument::list_type subgraph_operands(const node& n) {
+  argument::list_type all;
+  for (const auto& a : n.args())
+    if (a.is_list()) all.insert(all.end(), a.as_list().begin(), a.as_list().end());
+  return all;
+}
+
 XPORT_END_NAMESPACE
 
 template <>

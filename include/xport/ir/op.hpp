@@ -3,7 +3,7 @@
 // interned for the life of the process; nodes hold a pointer to it. Lookup accepts
 // `aten::add.Tensor`, `aten::add` (the default overload), `aten.add.Tensor`,
 // `torch.ops.aten.add.Tensor` and `aten::add.default`. The control-flow operators torch calls
-// higher-order (`torch.ops.higher_order.cond`) are registered with the dispatcher here, on first
+// higher-order (`torch.ops.higher_order.cond`, `.while_loop`) are registered with the dispatcher here, on first
 // lookup, so that every part of xport treats them as operators.
 #pragma once
 
@@ -127,10 +127,10 @@ struct subgraph_fn : torch::CustomClassHolder {
   [[nodiscard]] virtual std::vector<at::Tensor> call(std::vector<at::Tensor> operands) const = 0;
 };
 
-inline const subgraph_fn& subgraph_fn_of(const c10::IValue& v, const char* role) {
+inline const subgraph_fn& subgraph_fn_of(const c10::IValue& v, const char* op, const char* role) {
   const auto* fn = v.isCapsule() ? dynamic_cast<const subgraph_fn*>(v.toCapsule().get()) : nullptr;
   if (!fn)
-    throw run_error("xport.run.subgraph", std::string("higher_order::cond was called with a ") + role +
+    throw run_error("xport.run.subgraph", std::string("higher_order::") + op + " was called with a " + role +
                                               " that is not a compiled subgraph: run the program with xport's "
                                               "interpreter or engine, which pass its branches");
   return *fn;
@@ -155,9 +155,51 @@ inline void cond_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
   auto& s = *stack;
   auto operands = s.back().toTensorVector();
   const bool taken = cond_predicate(s[s.size() - 4]);
-  const auto& fn = subgraph_fn_of(s[s.size() - (taken ? 3 : 2)], taken ? "true_fn" : "false_fn");
+  const auto& fn = subgraph_fn_of(s[s.size() - (taken ? 3 : 2)], "cond", taken ? "true_fn" : "false_fn");
   torch::jit::drop(s, 4);
   s.emplace_back(c10::List<at::Tensor>(fn.call(std::move(operands))));
+}
+
+/// What torch.while_loop's cond_fn returned, as a bool (torch's rule: a bool scalar tensor).
+inline bool while_loop_predicate(const std::vector<at::Tensor>& out) {
+  if (out.size() != 1 || !out[0].defined() || out[0].dim() != 0 || out[0].scalar_type() != at::kBool) {
+    std::string got = out.size() != 1  ? std::to_string(out.size()) + " values"
+                      : out[0].defined() ? "a tensor of sizes " + c10::str(out[0].sizes()) + " and dtype " +
+                                               std::string(c10::toString(out[0].scalar_type()))
+                                         : "an undefined tensor";
+    throw run_error("xport.run.while_loop_pred", "cond_fn must return a boolean scalar tensor or a boolean but got " + got);
+  }
+  return out[0].item<bool>();
+}
+
+// higher_order::while_loop(Any cond_fn, Any body_fn, Tensor[] carried_inputs, Tensor[]
+// additional_inputs) -> Tensor[]: while cond_fn(carried, additional) holds, carried =
+// body_fn(carried, additional); returns carried (copies when the body never ran, as torch does:
+// an output never aliases an input).
+inline void while_loop_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  const auto additional = s.back().toTensorVector();
+  auto carried = s[s.size() - 2].toTensorVector();
+  const auto& cond_fn = subgraph_fn_of(s[s.size() - 4], "while_loop", "cond_fn");
+  const auto& body_fn = subgraph_fn_of(s[s.size() - 3], "while_loop", "body_fn");
+  const auto operands = [&] {
+    auto all = carried;
+    all.insert(all.end(), additional.begin(), additional.end());
+    return all;
+  };
+  bool again = while_loop_predicate(cond_fn.call(operands()));
+  if (!again)
+    for (auto& t : carried) t = t.clone();
+  while (again) {
+    auto out = body_fn.call(operands());
+    if (out.size() != carried.size())
+      throw run_error("xport.run.while_loop_body", "body_fn should return the same number of elements as carried_inputs, got " +
+                                                       std::to_string(out.size()) + " vs " + std::to_string(carried.size()));
+    carried = std::move(out);
+    again = while_loop_predicate(cond_fn.call(operands()));
+  }
+  torch::jit::drop(s, 4);
+  s.emplace_back(c10::List<at::Tensor>(std::move(carried)));
 }
 
 /// Registers the control-flow operators with the dispatcher, once per process (at run time: a
@@ -177,6 +219,15 @@ inline void ensure_higher_order_ops() {
                                                    c10::DispatchKey::CompositeImplicitAutograd,
                                                    c10::KernelFunction::makeFromBoxedFunction<&cond_kernel>(),
                                                    c10::nullopt, nullptr, "xport: cond kernel"));
+    c10::FunctionSchema loop("higher_order::while_loop", "",
+                             {c10::Argument("cond_fn", any), c10::Argument("body_fn", any),
+                              c10::Argument("carried_inputs", tensors), c10::Argument("additional_inputs", tensors)},
+                             {c10::Argument("", tensors)});
+    new c10::RegistrationHandleRAII(d.registerDef(std::move(loop), "xport: torch.ops.higher_order.while_loop"));
+    new c10::RegistrationHandleRAII(d.registerImpl(c10::OperatorName("higher_order::while_loop", ""),
+                                                   c10::DispatchKey::CompositeImplicitAutograd,
+                                                   c10::KernelFunction::makeFromBoxedFunction<&while_loop_kernel>(),
+                                                   c10::nullopt, nullptr, "xport: while_loop kernel"));
     return true;
   }();
   (void)registered;

@@ -227,10 +227,13 @@ inline std::vector<value_type> result_types(const op_info& op, const std::vector
 }
 
 /// The types of `op`'s outputs for schema-bound `args`.
-/// A control-flow call's outputs: those of its first subgraph (verify checks that the others
-/// agree), with requires_grad where any operand requires it.
+/// A control-flow call's outputs: those of its first subgraph (torch.cond's true branch; verify
+/// checks that the other agrees) or, for while_loop, of its body (its last), with requires_grad
+/// where any operand requires it.
 inline std::vector<value_type> subgraph_outputs(const op_info& op, const std::vector<argument>& args) {
-  for (const auto& a : args) {
+  const bool loop = op.qualified == "higher_order::while_loop";
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const auto& a = args[loop ? args.size() - 1 - i : i];
     if (!a.is_graph()) continue;
     std::vector<value_type> types;
     for (const auto& o : a.as_graph()->body.output_node().args()) {

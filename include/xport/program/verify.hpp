@@ -176,9 +176,46 @@ inline void verify_call(node n, const verify_options& opts) {
 inline void verify(const graph& g, const verify_options& opts);
 namespace detail {
 
+/// Checks subgraph `s` of control-flow call `n` (torch.`hop`) as torch checks every higher-order
+/// operator's: it takes the operands (dtype, sizes, device: requires_grad and strides may
+/// differ, torch records a parameter's placeholder in a branch without its grad flag), mutates
+/// nothing and returns no input itself.
+inline void verify_subgraph_of(const node& n, const std::string& hop, const subgraph& s,
+                               const argument::list_type& operands, const verify_options& opts) {
+  const auto fits_input = [](const argument& a, const value& ph) {
+    if (!a.is_value() || a.as_value().kind() != ph.kind()) return false;
+    if (ph.kind() != value_kind::tensor) return true;
+    const auto &m = a.as_value().meta(), &q = ph.meta();
+    return m.dtype == q.dtype && m.sizes == q.sizes && m.device == q.device;
+  };
+  const auto phs = s.body.placeholders();
+  if (phs.size() != operands.size())
+    verify_fail(hop + "_operands", "'" + n.name() + "': subgraph '" + s.name + "' takes " + std::to_string(phs.size()) +
+                                       " inputs, torch." + hop + " passes it " + std::to_string(operands.size()) + " operands",
+                n.name());
+  for (std::size_t i = 0; i < phs.size(); ++i)
+    if (!fits_input(operands[i], phs[i].output(0)))
+      verify_fail(hop + "_operands", "'" + n.name() + "': operand " + std::to_string(i) + " of torch." + hop +
+                                         " does not match input '" + phs[i].name() + "' of subgraph '" + s.name + "' (" +
+                                         phs[i].output(0).meta().annotation() + ")",
+                  n.name());
+  for (auto inner : s.body.nodes())
+    if (inner.is_call() && inner.op().is_mutable)
+      verify_fail(hop + "_mutation", "Higher order ops do not support input mutation: node '" + inner.name() + "' of subgraph '" +
+                                         s.name + "' calls " + inner.op().qualified + "; compute a new tensor and return it instead",
+                  n.name());
+  for (const auto& o : s.body.output_node().args())
+    if (o.is_value() && o.as_value().producer().is_placeholder())
+      verify_fail(hop + "_aliasing", "Higher order ops do not support aliasing: subgraph '" + s.name + "' of '" + n.name() +
+                                         "' returns its input '" + o.as_value().name() +
+                                         "'. Replace `return input` with `return input.clone()`",
+                  n.name());
+  verify(s.body, opts);
+}
+
 /// Checks a torch.cond call: its two branches take the operands and agree on what they return
 /// (torch.cond's rules, with its texts), mutate nothing and return no operand itself.
-inline void verify_higher_order(node n, const verify_options& opts) {
+inline void verify_cond(node n, const verify_options& opts) {
   const auto args = n.args();
   if (args.size() != 4 || !args[1].is_graph() || !args[2].is_graph() || !args[3].is_list())
     verify_fail("cond_args", "'" + n.name() + "' calls torch.cond without (pred, true_graph, false_graph, operands)", n.name());
@@ -192,41 +229,8 @@ inline void verify_higher_order(node n, const verify_options& opts) {
                                  args[0].as_value().meta().annotation() + " ('" + args[0].as_value().name() +
                                  "', the predicate of '" + n.name() + "')",
                 n.name());
-  // what a branch computes with: dtype, sizes, device (requires_grad and strides may differ:
-  // torch records a parameter's placeholder in a branch without its grad flag)
-  const auto fits_input = [](const argument& a, const value& ph) {
-    if (!a.is_value() || a.as_value().kind() != ph.kind()) return false;
-    if (ph.kind() != value_kind::tensor) return true;
-    const auto &m = a.as_value().meta(), &q = ph.meta();
-    return m.dtype == q.dtype && m.sizes == q.sizes && m.device == q.device;
-  };
-  const auto& operands = args[3].as_list();
   const subgraph* branches[2] = {args[1].as_graph().get(), args[2].as_graph().get()};
-  for (const auto* s : branches) {
-    const auto phs = s->body.placeholders();
-    if (phs.size() != operands.size())
-      verify_fail("cond_operands", "'" + n.name() + "': subgraph '" + s->name + "' takes " + std::to_string(phs.size()) +
-                                       " inputs, torch.cond passes it " + std::to_string(operands.size()) + " operands",
-                  n.name());
-    for (std::size_t i = 0; i < phs.size(); ++i)
-      if (!fits_input(operands[i], phs[i].output(0)))
-        verify_fail("cond_operands", "'" + n.name() + "': operand " + std::to_string(i) + " of torch.cond does not match input '" +
-                                         phs[i].name() + "' of subgraph '" + s->name + "' (" + phs[i].output(0).meta().annotation() + ")",
-                    n.name());
-    for (auto inner : s->body.nodes()) {
-      if (inner.is_call() && inner.op().is_mutable)
-        verify_fail("cond_mutation", "Higher order ops do not support input mutation: node '" + inner.name() + "' of subgraph '" +
-                                         s->name + "' calls " + inner.op().qualified + "; compute a new tensor and return it instead",
-                    n.name());
-    }
-    for (const auto& o : s->body.output_node().args())
-      if (o.is_value() && o.as_value().producer().is_placeholder())
-        verify_fail("cond_aliasing", "Higher order ops do not support aliasing: subgraph '" + s->name + "' of '" + n.name() +
-                                         "' returns its input '" + o.as_value().name() +
-                                         "'. Replace `return input` with `return input.clone()`",
-                    n.name());
-    verify(s->body, opts);
-  }
+  for (const auto* s : branches) verify_subgraph_of(n, "cond", *s, args[3].as_list(), opts);
   const auto outs0 = branches[0]->body.output_node().args(), outs1 = branches[1]->body.output_node().args();
   if (outs0.size() != outs1.size() || outs0.size() != n.num_outputs())
     verify_fail("cond_outputs", "Unmatched output spec from torch.cond branches: '" + branches[0]->name + "' returns " +
@@ -255,6 +259,62 @@ inline void verify_higher_order(node n, const verify_options& opts) {
                                       ") is not what its branches return (" + a.annotation() + ")",
                   n.name());
   }
+}
+
+/// Checks a torch.while_loop call (torch's rules, with its texts): cond_fn returns a bool scalar
+/// tensor, body_fn returns what is carried (same count, dtypes, shapes and devices), both take
+/// the carried and the additional inputs, mutate nothing and return no input itself.
+inline void verify_while_loop(node n, const verify_options& opts) {
+  const auto args = n.args();
+  if (args.size() != 4 || !args[0].is_graph() || !args[1].is_graph() || !args[2].is_list() || !args[3].is_list())
+    verify_fail("while_loop_args", "'" + n.name() + "' calls torch.while_loop without (cond_graph, body_graph, "
+                                   "carried_inputs, additional_inputs)", n.name());
+  const auto operands = subgraph_operands(n);
+  const auto& cond_g = *args[0].as_graph();
+  const auto& body_g = *args[1].as_graph();
+  verify_subgraph_of(n, "while_loop", cond_g, operands, opts);
+  verify_subgraph_of(n, "while_loop", body_g, operands, opts);
+  const auto pred = cond_g.body.output_node().args();
+  const auto is_bool_scalar = [](const argument& a) {
+    return a.is_value() && a.as_value().kind() == value_kind::tensor && a.as_value().meta().dtype == at::kBool &&
+           a.as_value().meta().sizes.empty();
+  };
+  if (pred.size() != 1 || !is_bool_scalar(pred[0]))
+    verify_fail("while_loop_pred", "cond_fn must return a boolean scalar tensor or a boolean but got " +
+                                       (pred.size() == 1 && pred[0].is_value() ? pred[0].as_value().meta().annotation()
+                                                                               : std::to_string(pred.size()) + " values") +
+                                       " (subgraph '" + cond_g.name + "' of '" + n.name() + "')",
+                n.name());
+  const auto& carried = args[2].as_list();
+  const auto outs = body_g.body.output_node().args();
+  if (outs.size() != carried.size() || carried.size() != n.num_outputs())
+    verify_fail("while_loop_outputs", "Expected body_fn_output and carried_inputs to have same number of outputs but got " +
+                                          std::to_string(outs.size()) + " and " + std::to_string(carried.size()) +
+                                          " (subgraph '" + body_g.name + "' of '" + n.name() + "', which has " +
+                                          std::to_string(n.num_outputs()) + " outputs)",
+                n.name());
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    const auto& c = carried[i].as_value().meta();
+    if (!outs[i].is_value() || outs[i].as_value().kind() != value_kind::tensor)
+      verify_fail("while_loop_outputs", "'" + n.name() + "': body_fn must return tensors (output " + std::to_string(i) + ")", n.name());
+    const auto& b = outs[i].as_value().meta();
+    if (b.dtype != c.dtype || b.sizes != c.sizes || b.device != c.device)
+      verify_fail("while_loop_outputs", "Expected body_fn_output and carried_inputs to have same metadata but found: pair[" +
+                                            std::to_string(i) + "] differ, where body_fn returns " + b.annotation() +
+                                            " and carried_inputs[" + std::to_string(i) + "] is " + c.annotation() +
+                                            " (subgraph '" + body_g.name + "' of '" + n.name() + "')",
+                  n.name());
+    if (n.output(i).meta().dtype != c.dtype || n.output(i).meta().sizes != c.sizes)
+      verify_fail("while_loop_outputs", "'" + n.name() + "' output " + std::to_string(i) + " (" + n.output(i).meta().annotation() +
+                                            ") is not what it carries (" + c.annotation() + ")",
+                  n.name());
+  }
+}
+
+/// Checks a control-flow call by the rules of its operator.
+inline void verify_higher_order(node n, const verify_options& opts) {
+  if (n.op().qualified == "higher_order::while_loop") return verify_while_loop(n, opts);
+  verify_cond(n, opts);
 }
 
 /// Checks every recorded use points at an operand slot holding the value, once; returns how many uses there are.

@@ -292,6 +292,9 @@ inline json graph_json(const exported_program& p) {
       json arg = args[i].is_graph() ? json{{"as_graph", {{"name", args[i].as_graph()->name},
                                                          {"graph", graph_json(subgraph_program(*args[i].as_graph()))}}}}
                                     : argument_json(args[i], op.higher_order ? nullptr : params[i].real_type(), namer);
+      // torch's while_loop runs its cond graph as a function returning one tensor, not a tuple
+      if (i == 0 && op.qualified == "higher_order::while_loop" && args[i].is_graph())
+        arg["as_graph"]["graph"]["is_single_tensor_return"] = true;
       in.push_back({{"name", op.higher_order ? std::string() : params[i].name()},
                     {"arg", std::move(arg)},
                     {"kind", params[i].kwarg_only() ? 2 : 1}});
@@ -666,9 +669,19 @@ inline void read_higher_order_node(const at_path& nj, const std::string& target,
   if (args.size() != op.schema().arguments().size())
     ins.fail(op.qualified + " takes " + std::to_string(op.schema().arguments().size()) + " arguments, the node has " +
              std::to_string(args.size()));
-  if (!args[1].is_graph() || !args[2].is_graph() || !args[3].is_list())
+  const bool loop = op.qualified == "higher_order::while_loop";
+  if (!loop && (!args[1].is_graph() || !args[2].is_graph() || !args[3].is_list()))
     ins.fail("torch.cond's arguments are (pred, true_graph, false_graph, operands): expected two as_graph "
              "arguments and a list of operands");
+  if (loop && (!args[0].is_graph() || !args[1].is_graph() || !args[2].is_list() || !args[3].is_list()))
+    ins.fail("torch.while_loop's arguments are (cond_graph, body_graph, carried_inputs, additional_inputs): "
+             "expected two as_graph arguments and two lists");
+  for (std::size_t a = loop ? 2 : 3; a < 4; ++a)
+    for (std::size_t i = 0; i < args[a].as_list().size(); ++i)
+      if (!args[a].as_list()[i].is_value() || args[a].as_list()[i].as_value().kind() != value_kind::tensor)
+        ins[a]["arg"].fail("operand " + std::to_string(i) + " of " + op.qualified + " is not a tensor: xport's "
+                           "control-flow operators pass tensors only (torch carries an int as an unbacked SymInt; "
+                           "carry it as a 0-d tensor, torch.tensor(n), instead)");
   std::vector<value_type> types;
   std::vector<std::string> names;
   const auto outs = nj["outputs"];
@@ -677,7 +690,7 @@ inline void read_higher_order_node(const at_path& nj, const std::string& target,
       types.push_back(type_of(where, name));
       names.push_back(name);
     });
-  const auto node_name = nj.get("name") ? nj["name"].str() : std::string("cond");
+  const auto node_name = nj.get("name") ? nj["name"].str() : std::string(loop ? "while_loop" : "cond");
   node created;
   try {
     created = g.create_call_named(op, std::move(args), std::move(types), node_name, names);
@@ -693,10 +706,10 @@ inline void read_higher_order_node(const at_path& nj, const std::string& target,
 inline void read_call_node(const at_path& nj, const std::string& target, const value_types& type_of, graph& g,
                            value_scope& scope, std::vector<std::pair<std::string, std::string>>& module_types) {
   if (target.rfind("torch.ops.higher_order.", 0) == 0) {
-    if (target != "torch.ops.higher_order.cond")
+    if (target != "torch.ops.higher_order.cond" && target != "torch.ops.higher_order.while_loop")
       nj["target"].fail("higher-order operator '" + target + "' (torch." + target.substr(23) +
                         ", with its subgraphs as as_graph arguments) is not supported by xport: of torch's "
-                        "control-flow operators it reads torch.cond");
+                        "control-flow operators it reads torch.cond and torch.while_loop");
     read_higher_order_node(nj, target, type_of, g, scope, module_types);
     return;
   }

@@ -202,8 +202,9 @@ class capture {
     const auto it = state_fqn_.find(v.impl());
     return it == state_fqn_.end() ? std::string() : it->second;
   }
-  /// The index the next subgraph pair called from this capture gets (`true_graph_<i>`).
-  [[nodiscard]] int next_subgraph_index() noexcept { return subgraphs_++; }
+  /// The index the next subgraph pair of `kind` called from this capture gets (`true_graph_<i>`,
+  /// `while_loop_body_graph_<i>`: torch counts each kind apart).
+  [[nodiscard]] int next_subgraph_index(const std::string& kind) { return subgraphs_[kind]++; }
   /// Called for every recorded op first: returns true when it has handled the op (decomposed
   /// it: the results are on the stack, its ATen calls recorded instead).
   using decompose_hook = std::function<bool(const op_info&, torch::jit::Stack&)>;
@@ -699,7 +700,7 @@ class capture {
   capture* outer_ = nullptr;  // the enclosing capture of a subgraph's
   std::vector<value> lifted_;
   std::unordered_map<const value_impl*, std::pair<value, at::Tensor>> from_outer_;  // enclosing capture's value -> input here
-  int subgraphs_ = 0;
+  std::unordered_map<std::string, int> subgraphs_;  // kind ("cond", "while_loop") -> subgraphs so far
 };
 
 inline void capture_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {

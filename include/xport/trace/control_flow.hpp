@@ -1,4 +1,5 @@
-// xport/trace/control_flow.hpp: xport::cond, torch.cond for C++ code. The same call runs eagerly
+// xport/trace/control_flow.hpp: xport::cond and xport::while_loop, torch.cond and
+// torch.while_loop for C++ code. The same call runs eagerly
 // (the branch the predicate picks), under non-strict export (at::Tensor code) and under strict
 // export (xport::sym_tensor code); exported, both branches are captured as subgraphs
 // (`true_graph_0`, `false_graph_0`) of one `torch.ops.higher_order.cond` node.
@@ -15,6 +16,8 @@
 // them (module parameters and buffers, tensors computed before the call) become operands, as
 // torch lifts a branch's free variables, after the operands given (module state by FQN, then
 // the rest in the order first read); operands neither branch reads are dropped, as torch does.
+// xport::while_loop follows the same rules for its cond_fn and body_fn: what they lift becomes
+// the node's additional_inputs.
 #pragma once
 
 #include <algorithm>    // std::find
@@ -103,12 +106,13 @@ inline void align_inputs(traced_branch& b, std::size_t n_operands, const std::ve
   for (auto& ph : order) g.move_before(ph, first);
 }
 
-/// Drops the operands neither branch reads (torch.cond passes only what a branch uses).
-inline void drop_unused_operands(graph& t, graph& f, std::vector<value>& operands) {
+/// Drops the operands from the `first` on that neither subgraph reads (torch passes only what
+/// a subgraph uses; while_loop keeps every carried input).
+inline void drop_unused_operands(graph& t, graph& f, std::vector<value>& operands, std::size_t first = 0) {
   const auto pt = t.placeholders(), pf = f.placeholders();
   std::vector<value> kept;
   for (std::size_t i = 0; i < operands.size(); ++i) {
-    if (pt[i].output(0).num_uses() || pf[i].output(0).num_uses()) {
+    if (i < first || pt[i].output(0).num_uses() || pf[i].output(0).num_uses()) {
       kept.push_back(operands[i]);
       continue;
     }
@@ -116,6 +120,18 @@ inline void drop_unused_operands(graph& t, graph& f, std::vector<value>& operand
     f.erase(pf[i]);
   }
   operands = std::move(kept);
+}
+
+/// Appends to `operands` the values two subgraphs lift (the first's, then the second's new
+/// ones) and gives both one input for each, in that order.
+inline void lift_free_values(traced_branch& a, traced_branch& b, std::vector<value>& operands) {
+  const std::size_t n = operands.size();
+  for (const auto* s : {&a, &b})
+    for (const auto& v : s->lifted)
+      if (std::find(operands.begin() + static_cast<std::ptrdiff_t>(n), operands.end(), v) == operands.end())
+        operands.push_back(v);
+  align_inputs(a, n, operands);
+  align_inputs(b, n, operands);
 }
 
 struct traced_cond {
@@ -129,15 +145,9 @@ inline traced_cond trace_cond(capture& outer, argument pred, std::vector<value> 
                               const branch_tracer& on_false, std::shared_ptr<const source_location> src = nullptr) {
   auto t = trace_branch(outer, operands, on_true);
   auto f = trace_branch(outer, operands, on_false);
-  const std::size_t n = operands.size();
-  for (const auto* b : {&t, &f})
-    for (const auto& v : b->lifted)
-      if (std::find(operands.begin() + static_cast<std::ptrdiff_t>(n), operands.end(), v) == operands.end())
-        operands.push_back(v);
-  align_inputs(t, n, operands);
-  align_inputs(f, n, operands);
+  lift_free_values(t, f, operands);
   drop_unused_operands(t.body, f.body, operands);
-  const auto index = std::to_string(outer.next_subgraph_index());
+  const auto index = std::to_string(outer.next_subgraph_index("cond"));
   argument::list_type list(operands.begin(), operands.end());
   std::vector<argument> args{std::move(pred),
                              std::make_shared<const subgraph>(subgraph{"true_graph_" + index, std::move(t.body)}),
@@ -149,6 +159,38 @@ inline traced_cond trace_cond(capture& outer, argument pred, std::vector<value> 
   traced_cond r;
   r.metas = outer.record_values(op, std::move(args), std::move(types), &r.n);
   r.n.set_tuple_operands(true);  // as torch.export records a cond it traced
+  verify_higher_order(r.n, verify_options{.check_schemas = false});
+  return r;
+}
+
+/// Records `higher_order::while_loop(while_loop_cond_graph_<i>, while_loop_body_graph_<i>,
+/// carried, additional)` in `outer` after tracing cond_fn and body_fn on the carried values (the
+/// values they lift become the additional inputs), at `src` (strict), and checks it as
+/// torch.while_loop does.
+inline traced_cond trace_while_loop(capture& outer, std::vector<value> carried, const branch_tracer& cond_fn,
+                                    const branch_tracer& body_fn, std::shared_ptr<const source_location> src = nullptr) {
+  auto c = trace_branch(outer, carried, cond_fn);
+  auto b = trace_branch(outer, carried, body_fn);
+  const std::size_t n = carried.size();
+  lift_free_values(c, b, carried);
+  drop_unused_operands(c.body, b.body, carried, n);
+  for (auto* g : {&c.body, &b.body}) {  // torch's while_loop names its subgraphs' inputs arg<i>_1
+    const auto phs = g->placeholders();
+    for (std::size_t i = 0; i < phs.size(); ++i) g->rename(phs[i].output(0), "arg" + std::to_string(i) + "_1");
+  }
+  const auto index = std::to_string(outer.next_subgraph_index("while_loop"));
+  argument::list_type additional(carried.begin() + static_cast<std::ptrdiff_t>(n), carried.end());
+  carried.resize(n);
+  std::vector<argument> args{
+      std::make_shared<const subgraph>(subgraph{"while_loop_cond_graph_" + index, std::move(c.body)}),
+      std::make_shared<const subgraph>(subgraph{"while_loop_body_graph_" + index, std::move(b.body)}),
+      argument::list_type(carried.begin(), carried.end()), std::move(additional)};
+  const auto& op = find_op("higher_order::while_loop");
+  auto types = subgraph_outputs(op, args);
+  if (src) outer.builder().at(std::move(src));
+  traced_cond r;
+  r.metas = outer.record_values(op, std::move(args), std::move(types), &r.n);
+  r.n.set_tuple_operands(true);
   verify_higher_order(r.n, verify_options{.check_schemas = false});
   return r;
 }
@@ -179,6 +221,39 @@ void check_branches() {
   static_assert(std::is_same_v<R, decltype(std::apply(std::declval<FalseFn&>(), std::declval<const Operands&>()))>,
                 "xport::cond: both branches must return the same type (torch.cond: the branches return the "
                 "same structure of tensors)");
+}
+
+/// Whether `Carried` is a std::tuple of `Tensor`s (and not empty).
+template <class Carried, class Tensor>
+struct carries : std::false_type {};
+template <class Tensor, class T, class... Ts>
+struct carries<std::tuple<T, Ts...>, Tensor>
+    : std::bool_constant<std::is_same_v<T, Tensor> && (std::is_same_v<Ts, Tensor> && ...)> {};
+
+template <class CondFn, class BodyFn, class Carried, class Tensor>
+void check_loop_fns() {
+  static_assert(is_std_tuple<Carried>,
+                "xport::while_loop: pass the carried values as a std::tuple (std::tuple{i, x}); cond_fn and body_fn "
+                "are called with them as their arguments, as torch.while_loop calls body_fn(*carried_inputs)");
+  static_assert(carries<Carried, Tensor>::value,
+                "xport::while_loop: the carried values are tensors (carry a count as a 0-d tensor: "
+                "at::zeros({}, at::kLong)); torch would carry an int as an unbacked SymInt");
+  static_assert(std::is_same_v<decltype(std::apply(std::declval<CondFn&>(), std::declval<const Carried&>())), Tensor>,
+                "xport::while_loop: cond_fn returns a bool tensor of one element (i < n), as torch.while_loop's does");
+  static_assert(std::is_same_v<decltype(std::apply(std::declval<BodyFn&>(), std::declval<const Carried&>())), Carried>,
+                "xport::while_loop: body_fn returns what is carried, the same std::tuple type (torch.while_loop: "
+                "body_fn returns the same structure as carried_inputs)");
+}
+
+/// torch.while_loop's rule for what cond_fn returns, checked eagerly.
+inline bool loop_predicate(const at::Tensor& p) {
+  if (!p.defined() || p.dim() != 0 || p.scalar_type() != at::kBool)
+    throw error("xport.while_loop.pred", "cond_fn must return a boolean scalar tensor or a boolean but got " +
+                                             (p.defined() ? "a tensor of sizes " + c10::str(p.sizes()) + " and dtype " +
+                                                                std::string(c10::toString(p.scalar_type()))
+                                                          : std::string("an undefined tensor")) +
+                                             ": return a comparison of a 0-d tensor (i.lt(n)), or reduce one (x.sum() < 10)");
+  return p.item<bool>();
 }
 
 [[noreturn]] inline void throw_pred_shape(const std::string& got) {
@@ -269,6 +344,91 @@ template <class Pred, class TrueFn, class FalseFn, class Operands>
 auto cond(Pred pred, TrueFn&& true_fn, FalseFn&& false_fn, const Operands& operands) {
   detail::check_branches<TrueFn, FalseFn, Operands>();
   return pred ? std::apply(true_fn, operands) : std::apply(false_fn, operands);
+}
+
+/// torch.while_loop for at::Tensor code: while `cond_fn(carried...)` holds, `carried =
+/// body_fn(carried...)`; returns the last carried values. Eagerly it loops; under export
+/// (non-strict) it records cond_fn and body_fn, traced once on the carried values, as the
+/// subgraphs of one torch.ops.higher_order.while_loop node. body_fn returns the carried tuple's
+/// type with the same dtypes and shapes (torch's rule); tensors either reads without being passed
+/// them become its additional inputs.
+///
+///   auto [i, h] = xport::while_loop([](const at::Tensor& i, const at::Tensor& h) { return i < 4; },
+///                                   [&](const at::Tensor& i, const at::Tensor& h) {
+///                                     return std::tuple{i + 1, cell(h).tanh()};
+///                                   },
+///                                   std::tuple{at::zeros({}, at::kLong), h0});
+template <class CondFn, class BodyFn, class Carried>
+  requires(!detail::carries<Carried, sym_tensor>::value)
+Carried while_loop(CondFn&& cond_fn, BodyFn&& body_fn, const Carried& carried) {
+  detail::check_loop_fns<CondFn, BodyFn, Carried, at::Tensor>();
+  auto* outer = detail::active_capture;
+  if (!outer) {
+    bool again = detail::loop_predicate(std::apply(cond_fn, carried));
+    auto copy = [](const at::Tensor& t) { return t.clone(); };
+    if (!again) return detail::map_tensors(carried, copy);
+    Carried now = carried;
+    while (again) {
+      now = std::apply(body_fn, now);
+      again = detail::loop_predicate(std::apply(cond_fn, now));
+    }
+    return now;
+  }
+  std::vector<value> carried_values;
+  auto of = [&](const at::Tensor& t) { carried_values.push_back(outer->value_of(t)); };
+  (void)detail::flatten_into(carried, of);
+  const auto tracer = [&carried](auto& fn) -> detail::branch_tracer {
+    return [&fn, &carried](detail::capture& c, const std::vector<value>&, const std::vector<at::Tensor>& metas) {
+      std::size_t k = 0;
+      auto to_meta = [&](const at::Tensor&) { return metas.at(k++); };
+      const auto args = detail::map_tensors(carried, to_meta);
+      std::optional<decltype(std::apply(fn, args))> r;
+      {
+        detail::capture_scope scope(c);
+        r.emplace(std::apply(fn, args));
+      }
+      std::vector<value> outs;
+      auto out = [&](const at::Tensor& t) { outs.push_back(c.value_of(t)); };
+      (void)detail::flatten_into(*r, out);
+      return outs;
+    };
+  };
+  const auto w = detail::trace_while_loop(*outer, std::move(carried_values), tracer(cond_fn), tracer(body_fn));
+  std::size_t k = 0;
+  auto from_node = [&](const at::Tensor&) { return w.metas.at(k++); };
+  return detail::map_tensors(carried, from_node);
+}
+
+/// torch.while_loop for strict code (xport::sym_tensor): cond_fn and body_fn are traced once,
+/// and the node records the C++ line of the call.
+template <class CondFn, class BodyFn, class Carried>
+  requires detail::carries<Carried, sym_tensor>::value
+Carried while_loop(CondFn&& cond_fn, BodyFn&& body_fn, const Carried& carried,
+                   const std::source_location& loc = std::source_location::current()) {
+  detail::check_loop_fns<CondFn, BodyFn, Carried, sym_tensor>();
+  const sym_tensor& first = std::get<0>(carried);
+  auto& outer = detail::recording_capture(first.owner());
+  std::vector<value> carried_values;
+  auto of = [&](const sym_tensor& t) { carried_values.push_back(outer.local_value(t.graph_value())); };
+  (void)detail::flatten_into(carried, of);
+  const auto tracer = [&carried](auto& fn) -> detail::branch_tracer {
+    return [&fn, &carried](detail::capture& c, const std::vector<value>& ins, const std::vector<at::Tensor>&) {
+      detail::strict_branch_scope scope(c);
+      std::size_t k = 0;
+      auto to_sym = [&](const sym_tensor&) { return sym_tensor(ins.at(k++), &c); };
+      const auto args = detail::map_tensors(carried, to_sym);
+      const auto r = std::apply(fn, args);
+      std::vector<value> outs;
+      auto out = [&](const sym_tensor& t) { outs.push_back(c.local_value(t.graph_value())); };
+      (void)detail::flatten_into(r, out);
+      return outs;
+    };
+  };
+  const auto w = detail::trace_while_loop(outer, std::move(carried_values), tracer(cond_fn), tracer(body_fn),
+                                          detail::make_source(loc));
+  std::size_t k = 0;
+  auto from_node = [&](const sym_tensor&) { return sym_tensor(w.n.output(k++), &outer); };
+  return detail::map_tensors(carried, from_node);
 }
 
 XPORT_END_NAMESPACE

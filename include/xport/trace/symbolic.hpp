@@ -264,16 +264,13 @@ inline void flatten_nodes(const graph& g, std::vector<flat_node>& out, bool skip
   for (auto n : g.nodes()) {
     if (skip_placeholders && n.is_placeholder()) continue;
     if (n.is_call() && n.op().higher_order) {
-      const auto args = n.args();
-      const argument::list_type* operands = nullptr;
-      for (const auto& a : args)
-        if (a.is_list()) operands = &a.as_list();
-      for (const auto& a : args) {
+      const auto operands = subgraph_operands(n);
+      for (const auto& a : n.args()) {
         if (!a.is_graph()) continue;
         std::size_t i = 0;
         for (auto inner : a.as_graph()->body.nodes()) {
           if (!inner.is_placeholder()) break;
-          const auto& op = operands && i < operands->size() ? (*operands)[i] : argument();
+          const auto& op = i < operands.size() ? operands[i] : argument();
           out.push_back({inner, op.is_value() ? op.as_value() : value()});
           ++i;
         }
