@@ -1,7 +1,8 @@
 // Control flow: torch.cond as xport represents it (a higher_order::cond call whose branches are
 // subgraphs), built by hand, verified, run by the interpreter and the engine, printed, saved and
 // loaded, lowered; then xport::cond captured from C++ code by both tracers (CondGate of
-// models.hpp, closures, nested conds, passes inside the branches). Programs torch.export wrote with torch.cond are checked against torch itself
+// models.hpp, closures, nested conds, passes inside the branches); xport::while_loop
+// (LoopRefiner) and xport::map, both tracers, with torch's rules and texts. Programs torch.export wrote with torch.cond are checked against torch itself
 // in test_interop.cpp (the cond* fixtures).
 #include "common.hpp"
 #include "models.hpp"
@@ -137,9 +138,16 @@ TEST_CASE("cond: verify refuses branches that disagree, mutate or alias, with to
   XPORT_CHECK_THROWS_MSG(cond_program(nullptr, two), verify_error,
                          "Unmatched output spec from torch.cond branches: 'true_graph_0' returns 1 values, 'false_graph_0' 2");
   const auto mutates = branch("false_graph_0", {x0, w0, b0}, [](program_builder& b, const std::vector<value>& v) {
-    auto lin = b.call("aten::linear", {v[0], v[1], v[2]});
-    return std::vector<value>{b.call("aten::cos_", {lin.out()}).out()};
+    auto row = b.call("aten::select.int", {v[0], 0, 0});  // a write through a view of an input is one to it
+    b.call("aten::cos_", {row.out()});
+    return std::vector<value>{b.call("aten::linear", {v[0], v[1], v[2]}).out()};
   });
+  const auto writes_own = branch("false_graph_0", {x0, w0, b0}, [](program_builder& b, const std::vector<value>& v) {
+    auto lin = b.call("aten::linear", {v[0], v[1], v[2]});
+    b.call("aten::cos_", {lin.out()});  // its own tensor: allowed, as torch allows it
+    return std::vector<value>{lin.out()};
+  });
+  CHECK_NOTHROW(cond_program(nullptr, writes_own));
   XPORT_CHECK_THROWS_MSG(cond_program(nullptr, mutates), verify_error,
                          "Higher order ops do not support input mutation: node 'cos_' of subgraph 'false_graph_0' calls aten::cos_");
   const auto one_input = branch("false_graph_0", {x0}, [](program_builder& b, const std::vector<value>& v) {
@@ -430,6 +438,7 @@ TEST_CASE("xport::while_loop (non-strict): a refiner loops as many steps as its 
   CHECK(printed.find("class while_loop_cond_graph_0(torch.nn.Module):") != std::string::npos);
   // the subgraphs' inputs named as torch's while_loop names them (arg<i>_1)
   CHECK(printed.find("lt: \"b8[]\" = torch.ops.aten.lt.Tensor(arg0_1, arg2_1)") != std::string::npos);
+  CHECK(printed.find("return lt\n") != std::string::npos);  // cond_fn's bool returned bare, as torch prints it
   CHECK(calls_in(*cond_node(p).args()[1].as_graph(), "aten::tanh") == 1);
   engine e(p);
   for (std::int64_t steps : {0, 1, 3, 9})
@@ -512,4 +521,88 @@ TEST_CASE("xport::while_loop (strict): traced on sym_tensors, every node with it
       INFO(layout << " i " << i);
       CHECK(at::allclose(run(p, {at::full({}, i), xl})[0], eager(i, xl * 1.0, xl)));
     }
+}
+
+// ---- xport::map ----------------------------------------------------------------------------
+
+TEST_CASE("xport::map (non-strict): a row-wise block over the batch, captured as torch.map, runs as eager does") {
+  torch::manual_seed(0);
+  torch::nn::Linear lin(3, 3);
+  auto fn = [&](const at::Tensor& xs, const at::Tensor& y) {
+    return xport::map([&](const at::Tensor& row, const at::Tensor& b) { return torch::relu(lin(row)) + b; }, xs,
+                      std::tuple{y});
+  };
+  const auto xs = at::randn({4, 3}), y = at::randn({3});
+  const auto p = export_program(fn, std::tuple{xs, y}, {.input_names = {"xs", "y"}});
+  const auto printed = to_string(p);
+  INFO(printed);
+  // as torch.export records a map: lists, the body's inputs a row of xs and the pos_args
+  CHECK(printed.find("map_impl = torch.ops.higher_order.map_impl(body_graph_0, [xs], [y, c_lifted_tensor_0, "
+                     "c_lifted_tensor_1])") != std::string::npos);
+  CHECK(printed.find("def forward(self, xs: \"f32[3]\", y: \"f32[3]\"") != std::string::npos);
+  CHECK(printed.find("getitem: \"f32[4, 3]\" = map_impl[0]") != std::string::npos);
+  engine e(p);
+  for (const auto& [layout, in] : xport_test::layouts_of(xs)) {
+    INFO(layout);
+    const auto want = at::relu(lin(in)) + y;  // what mapping each row computes, batched
+    CHECK(at::allclose(fn(in, y), want, 1e-5, 1e-6));
+    CHECK(at::allclose(run(p, {in, y})[0], want, 1e-5, 1e-6));
+    CHECK(at::allclose(e.run({in, y})[0], want, 1e-5, 1e-6));
+  }
+  const auto bytes = save_to_string(p);
+  const auto q = load_from_memory(bytes.data(), bytes.size());
+  CHECK(to_string(q) == printed);
+  CHECK(at::allclose(run(q, {xs * 2, y})[0], fn(xs * 2, y)));
+#if XPORT_TEST_TORCH_FUNCTIONALIZATION
+  const auto core = run_decompositions(p);
+  CHECK(at::allclose(run(core, {xs, y})[0], fn(xs, y), 1e-5, 1e-6));
+#endif
+  // gradients flow through every row
+  auto xa = xs.clone().requires_grad_(true), xb = xs.clone().requires_grad_(true);
+  run(p, {xa, y})[0].pow(2).sum().backward();
+  fn(xb, y).pow(2).sum().backward();
+  CHECK(at::allclose(xa.grad(), xb.grad(), 1e-5, 1e-6));
+}
+
+TEST_CASE("xport::map: several results stacked, a dynamic number of rows, torch's errors") {
+  auto fn = [](const at::Tensor& xs) {
+    return xport::map([](const at::Tensor& row) { return std::tuple{row.sin(), row.sum()}; }, xs);
+  };
+  const auto xs = at::randn({5, 2});
+  const auto p = export_program(fn, std::tuple{xs}, {.input_names = {"xs"}, .dynamic_shapes = {{"xs", {{0, Dim("rows", 1, 64)}}}}});
+  const auto printed = to_string(p);
+  INFO(printed);
+  CHECK(printed.find("getitem_1: \"f32[s") != std::string::npos);  // stacked over the symbolic rows
+  for (std::int64_t rows : {1, 5, 17}) {
+    const auto x = at::randn({rows, 2});
+    const auto outs = run(p, {x});
+    REQUIRE(outs.size() == 2);
+    CHECK(at::equal(outs[0], x.sin()));
+    CHECK(at::allclose(outs[1], x.sum(1)));
+  }
+  XPORT_CHECK_THROWS_MSG(fn(at::randn({0, 2})), xport::error, "Leading dimensions of mapped xs cannot be 0.");
+  XPORT_CHECK_THROWS_MSG(export_program(fn, std::tuple{at::randn({0, 2})}), xport::error,
+                         "Leading dimensions of mapped xs cannot be 0.");
+  auto mutate = [](const at::Tensor& x) {
+    return xport::map([](const at::Tensor& row) { return row.mul_(2).clone(); }, x);
+  };
+  XPORT_CHECK_THROWS_MSG(export_program(mutate, std::tuple{xs}), xport::error,
+                         "Higher order ops do not support input mutation: node 'mul_' of subgraph 'body_graph_0'");
+}
+
+TEST_CASE("xport::map (strict): the body is traced on a row of sym_tensors, with its C++ lines") {
+  auto fn = [](const sym_tensor& xs, const sym_tensor& w) {
+    return xport::map([](const sym_tensor& row, const sym_tensor& v) { return relu(row * v) - 1.0; }, xs, std::tuple{w});
+  };
+  const auto xs = at::randn({3, 4}), w = at::randn({4});
+  const auto p = export_program<xport::strict>(fn, std::tuple{xs, w}, {.input_names = {"xs", "w"}});
+  const auto printed = to_string(p);
+  INFO(printed);
+  CHECK(printed.find("torch.ops.higher_order.map_impl(body_graph_0, [xs], [w])") != std::string::npos);
+  CHECK(printed.find("code: return xport::map([](const sym_tensor& row, const sym_tensor& v) { return relu(row * v) - 1.0; }, "
+                     "xs, std::tuple{w});") != std::string::npos);
+  for (const auto& [layout, in] : xport_test::layouts_of(xs)) {
+    INFO(layout);
+    CHECK(at::allclose(run(p, {in, w})[0], at::relu(in * w) - 1.0));
+  }
 }

@@ -104,7 +104,6 @@ int check_outputs(const exported_program& p, const call& c, std::int64_t seed, c
 /// What xport says about each fixture holding content it does not support (test the messages).
 const std::map<std::string, std::string>& unsupported_fixtures() {
   static const std::map<std::string, std::string> m{
-      {"unsupported_map", "higher-order operator 'torch.ops.higher_order.map_impl'"},
       {"unsupported_scan", "higher-order operator 'torch.ops.higher_order.scan'"},
       // a data-dependent size: torch asserts u0's range with SymBool nodes, which xport does not read
       {"unsupported_masked_sum", "operator '_operator.ge' computes a SymBool, which xport does not represent"},
@@ -421,6 +420,16 @@ TEST_CASE("interop: xport writes an archive of every kind of program for torch.e
     const std::vector<T2> loops{T2{r, at::tensor(0L).squeeze()}, T2{-r, at::tensor(7L).squeeze()}};
     w.add("loop_refiner", rp, T2{r, at::tensor(3L).squeeze()}, loops);
     w.add("loop_refiner_core_aten", run_decompositions(rp), T2{r, at::tensor(3L).squeeze()}, loops);
+    // xport::map: a row-wise block, with a dynamic number of rows
+    torch::nn::Linear row_lin(3, 3);
+    auto rows = [&](const at::Tensor& xs, const at::Tensor& y) {
+      return xport::map([&](const at::Tensor& row, const at::Tensor& b) { return std::tuple{torch::relu(row_lin(row)) + b, row.sum()}; },
+                        xs, std::tuple{y});
+    };
+    const auto xs = at::randn({4, 3}), yb = at::randn({3});
+    auto mp = export_program(rows, T2{xs, yb}, {.input_names = {"xs", "y"}, .dynamic_shapes = {{"xs", {{0, Dim("rows", 1, 64)}}}, {"y", {}}}});
+    w.add("map_rows_dynamic", mp, T2{xs, yb}, {T2{at::randn({9, 3}), yb}, T2{at::randn({1, 3}), -yb}});
+    w.add("map_rows_dynamic_core_aten", run_decompositions(mp), T2{xs, yb}, {T2{at::randn({6, 3}), yb}});
   }
   {  // structure: dict / list / int / float / bool / string inputs, tuple / list / dict outputs
     const auto c = at::randn({3});
@@ -486,7 +495,7 @@ TEST_CASE("interop: xport writes an archive of every kind of program for torch.e
     w.add("hand_built", std::move(b).build(), T{at::randn({2, 3})});
   }
   MESSAGE("archives written for torch: " << w.size());
-  CHECK(w.size() == 44 + 7 + 2 + 2 + 4 + 2 + 2);
+  CHECK(w.size() == 44 + 7 + 2 + 2 + 4 + 2 + 2 + 2 + 2);  // ..., loop_refiner*, map_rows_dynamic*
 }
 
 // ---- C++ -> Python -> C++ -----------------------------------------------------------------------

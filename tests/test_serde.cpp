@@ -634,8 +634,8 @@ TEST_CASE("serde: what xport cannot represent is a load_error naming the kind") 
   check_bad(arg({{"as_int_lists", json::array({json::array({1, 2})})}}), "[xport.schema.arg_type]");  // read, but mul takes no int[][]
   check_bad(edit([&](json& j) { node_of(j, "torch.ops.aten.mul.")["target"] = "torch.ops.higher_order.scan"; }),
             "higher-order operator 'torch.ops.higher_order.scan' (torch.scan, with its subgraphs as as_graph "
-            "arguments) is not supported by xport: of torch's control-flow operators it reads torch.cond and "
-            "torch.while_loop");
+            "arguments) is not supported by xport: of torch's control-flow operators it reads torch.cond, "
+            "torch.while_loop and torch.map");
   check_bad(edit([&](json& j) { node_of(j, "torch.ops.aten.mul.")["target"] = "torch.ops.higher_order.while_loop"; }),
             "higher_order::while_loop takes 4 arguments, the node has 2");
   check_bad(edit([&](json& j) { node_of(j, "torch.ops.aten.mul.")["target"] = "torch.ops.higher_order.cond"; }),

@@ -1747,7 +1747,7 @@ XPORT_END_NAMESPACE
 // interned for the life of the process; nodes hold a pointer to it. Lookup accepts
 // `aten::add.Tensor`, `aten::add` (the default overload), `aten.add.Tensor`,
 // `torch.ops.aten.add.Tensor` and `aten::add.default`. The control-flow operators torch calls
-// higher-order (`torch.ops.higher_order.cond`, `.while_loop`) are registered with the dispatcher here, on first
+// higher-order (`torch.ops.higher_order.cond`, `.while_loop`, `.map_impl`) are registered with the dispatcher here, on first
 // lookup, so that every part of xport treats them as operators.
 
 #include <atomic>         // std::atomic
@@ -1765,6 +1765,7 @@ XPORT_END_NAMESPACE
 #include <ATen/core/function_schema.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/core/stack.h>
+#include <ATen/ops/stack.h>
 
 // #include <xport/config.hpp>
 // #include <xport/detail/compat.hpp>
@@ -1978,6 +1979,46 @@ inline void while_loop_kernel(const c10::OperatorHandle&, torch::jit::Stack* sta
   s.emplace_back(c10::List<at::Tensor>(std::move(carried)));
 }
 
+/// torch.map's rules for what it maps over: tensors with the same leading dim, not 0.
+inline std::int64_t mapped_length(const std::vector<at::Tensor>& xs) {
+  if (xs.empty()) throw run_error("xport.run.map_xs", "torch.map: Mapped xs can only consist of tensors, and at least one");
+  std::string shapes;
+  bool consistent = true;
+  for (const auto& x : xs) {
+    if (x.dim() == 0) throw run_error("xport.run.map_xs", "torch.map: a mapped tensor has no leading dim to map over (0-d)");
+    consistent = consistent && x.size(0) == xs[0].size(0);
+    shapes += (shapes.empty() ? "" : ", ") + c10::str(x.sizes());
+  }
+  if (xs[0].size(0) == 0) throw run_error("xport.run.map_xs", "Leading dimensions of mapped xs cannot be 0.");
+  if (!consistent)
+    throw run_error("xport.run.map_xs", "Leading dimensions of mapped xs must be consistent. Got shapes [" + shapes + "].");
+  return xs[0].size(0);
+}
+
+// higher_order::map_impl(Any f, Tensor[] xs, Tensor[] pos_args) -> Tensor[]: f on each slice
+// i of the xs (with pos_args), its results stacked along a new leading dim, as torch's map.
+inline void map_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  const auto pos = s.back().toTensorVector();
+  const auto xs = s[s.size() - 2].toTensorVector();
+  const auto& fn = subgraph_fn_of(s[s.size() - 3], "map_impl", "body_fn");
+  const auto n = mapped_length(xs);
+  std::vector<std::vector<at::Tensor>> per_output;
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::vector<at::Tensor> operands;
+    operands.reserve(xs.size() + pos.size());
+    for (const auto& x : xs) operands.push_back(x.select(0, i));
+    operands.insert(operands.end(), pos.begin(), pos.end());
+    auto out = fn.call(std::move(operands));
+    per_output.resize(out.size());
+    for (std::size_t k = 0; k < out.size(); ++k) per_output[k].push_back(std::move(out[k]));
+  }
+  std::vector<at::Tensor> stacked;
+  for (const auto& slices : per_output) stacked.push_back(at::stack(slices, 0));
+  torch::jit::drop(s, 3);
+  s.emplace_back(c10::List<at::Tensor>(std::move(stacked)));
+}
+
 /// Registers the control-flow operators with the dispatcher, once per process (at run time: a
 /// static registration in a header would run once per translation unit and throw).
 inline void ensure_higher_order_ops() {
@@ -2004,6 +2045,14 @@ inline void ensure_higher_order_ops() {
                                                    c10::DispatchKey::CompositeImplicitAutograd,
                                                    c10::KernelFunction::makeFromBoxedFunction<&while_loop_kernel>(),
                                                    c10::nullopt, nullptr, "xport: while_loop kernel"));
+    c10::FunctionSchema map("higher_order::map_impl", "",
+                            {c10::Argument("f", any), c10::Argument("xs", tensors), c10::Argument("pos_args", tensors)},
+                            {c10::Argument("", tensors)});
+    new c10::RegistrationHandleRAII(d.registerDef(std::move(map), "xport: torch.ops.higher_order.map_impl"));
+    new c10::RegistrationHandleRAII(d.registerImpl(c10::OperatorName("higher_order::map_impl", ""),
+                                                   c10::DispatchKey::CompositeImplicitAutograd,
+                                                   c10::KernelFunction::makeFromBoxedFunction<&map_kernel>(),
+                                                   c10::nullopt, nullptr, "xport: map kernel"));
     return true;
   }();
   (void)registered;
@@ -2898,6 +2947,7 @@ struct node_impl {
   node_kind kind = node_kind::call_function;
   bool tuple_output = false;
   bool tuple_operands = false;
+  bool bare_return = false;  // the output node of a graph returning its one value bare
   c10::SmallVector<value_impl*, 1> outputs;
   c10::SmallVector<value*, 4> slots;  // each operand's `value` inside args (Note [Use lists])
   c10::SmallVector<std::uint32_t, 4> use_pos;  // where each operand's use sits in its value's list
@@ -3014,6 +3064,14 @@ class basic_graph<default_policy> {
   /// The output node, or a null node when the graph has none yet.
   [[nodiscard]] node output_node() const {
     return last_ && last_->kind == node_kind::output ? node(last_) : node();
+  }
+  /// Whether the graph returns its one value bare (`return lt`), not as a 1-tuple, as torch's
+  /// while_loop cond graph does (`is_single_tensor_return` in a .pt2). Kept by clone().
+  [[nodiscard]] bool returns_bare() const noexcept { return last_ && last_->kind == node_kind::output && last_->bare_return; }
+  void set_returns_bare(bool on) {
+    if (!last_ || last_->kind != node_kind::output)
+      throw graph_error("xport.graph.no_output", "set_returns_bare: the graph has no output node yet");
+    last_->bare_return = on;
   }
   /// Values the graph returns (operands of the output node).
   [[nodiscard]] std::vector<value> outputs() const {
@@ -3224,7 +3282,10 @@ class basic_graph<default_policy> {
           g.attach_args(c);
           break;
         }
-        case node_kind::output: g.set_output(remap(n->args)); break;
+        case node_kind::output:
+          g.set_output(remap(n->args));
+          g.last_->bare_return = n->bare_return;
+          break;
       }
     }
     return g;
@@ -5838,9 +5899,23 @@ inline std::vector<value_type> result_types(const op_info& op, const std::vector
 }
 
 /// The types of `op`'s outputs for schema-bound `args`.
+/// What torch.map makes of one slice `slice` its body returns: the slices stacked along a new
+/// leading dim of the mapped xs' length (contiguous, as torch.stack gives them).
+inline tensor_meta mapped_output(const tensor_meta& slice, const std::vector<argument>& args) {
+  if (args.size() != 3 || !args[1].is_list() || args[1].as_list().empty() || !args[1].as_list()[0].is_value() ||
+      args[1].as_list()[0].as_value().kind() != value_kind::tensor || args[1].as_list()[0].as_value().meta().sizes.empty())
+    throw graph_error("xport.graph.map_xs", "higher_order::map_impl takes (body_graph, xs, pos_args) with at least "
+                                            "one tensor of one dim or more in xs");
+  sym_shape sizes{args[1].as_list()[0].as_value().meta().sizes[0]};
+  sizes.append(slice.sizes.begin(), slice.sizes.end());
+  auto m = tensor_meta::contiguous(slice.dtype, std::move(sizes), slice.device);
+  m.requires_grad = slice.requires_grad;
+  return m;
+}
+
 /// A control-flow call's outputs: those of its first subgraph (torch.cond's true branch; verify
-/// checks that the other agrees) or, for while_loop, of its body (its last), with requires_grad
-/// where any operand requires it.
+/// checks that the other agrees) or, for while_loop, of its body (its last); map's stacked
+/// (mapped_output); with requires_grad where any operand requires it.
 inline std::vector<value_type> subgraph_outputs(const op_info& op, const std::vector<argument>& args) {
   const bool loop = op.qualified == "higher_order::while_loop";
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -5852,7 +5927,11 @@ inline std::vector<value_type> subgraph_outputs(const op_info& op, const std::ve
         throw graph_error("xport.graph.subgraph_output", op.qualified + ": subgraph '" + a.as_graph()->name +
                                                              "' returns a constant; its outputs must be tensors");
       auto t = o.as_value().type();
-      if (t.kind == value_kind::tensor) t.tensor.requires_grad = t.tensor.requires_grad || any_requires_grad(args);
+      if (t.kind == value_kind::tensor && op.qualified == "higher_order::map_impl")
+        t.tensor = mapped_output(t.tensor, args);
+      if (t.kind == value_kind::tensor)  // only a float or complex tensor can require grad (a loop's count cannot)
+        t.tensor.requires_grad = (c10::isFloatingType(t.tensor.dtype) || c10::isComplexType(t.tensor.dtype)) &&
+                                 (t.tensor.requires_grad || any_requires_grad(args));
       types.push_back(std::move(t));
     }
     return types;
@@ -6649,15 +6728,20 @@ namespace detail {
 
 /// Checks subgraph `s` of control-flow call `n` (torch.`hop`) as torch checks every higher-order
 /// operator's: it takes the operands (dtype, sizes, device: requires_grad and strides may
-/// differ, torch records a parameter's placeholder in a branch without its grad flag), mutates
-/// nothing and returns no input itself.
+/// differ, torch records a parameter's placeholder in a branch without its grad flag), writes to
+/// no input and returns no input itself.
+/// The first `mapped` operands are torch.map's xs: the subgraph takes one slice of each (its
+/// sizes without the leading dim).
 inline void verify_subgraph_of(const node& n, const std::string& hop, const subgraph& s,
-                               const argument::list_type& operands, const verify_options& opts) {
-  const auto fits_input = [](const argument& a, const value& ph) {
+                               const argument::list_type& operands, const verify_options& opts,
+                               std::size_t mapped = 0) {
+  const auto fits_input = [](const argument& a, const value& ph, bool slice) {
     if (!a.is_value() || a.as_value().kind() != ph.kind()) return false;
     if (ph.kind() != value_kind::tensor) return true;
     const auto &m = a.as_value().meta(), &q = ph.meta();
-    return m.dtype == q.dtype && m.sizes == q.sizes && m.device == q.device;
+    if (slice && m.sizes.empty()) return false;
+    const auto sizes = slice ? sym_shape(m.sizes.begin() + 1, m.sizes.end()) : m.sizes;
+    return m.dtype == q.dtype && sizes == q.sizes && m.device == q.device;
   };
   const auto phs = s.body.placeholders();
   if (phs.size() != operands.size())
@@ -6665,13 +6749,28 @@ inline void verify_subgraph_of(const node& n, const std::string& hop, const subg
                                        " inputs, torch." + hop + " passes it " + std::to_string(operands.size()) + " operands",
                 n.name());
   for (std::size_t i = 0; i < phs.size(); ++i)
-    if (!fits_input(operands[i], phs[i].output(0)))
+    if (!fits_input(operands[i], phs[i].output(0), i < mapped))
       verify_fail(hop + "_operands", "'" + n.name() + "': operand " + std::to_string(i) + " of torch." + hop +
                                          " does not match input '" + phs[i].name() + "' of subgraph '" + s.name + "' (" +
                                          phs[i].output(0).meta().annotation() + ")",
                   n.name());
+  // what an op writes to, traced back through views: torch refuses a write to an input (a
+  // tensor the subgraph makes itself may be written to, as LibTorch's linear does to its bias add)
+  const auto writes_input = [](const node& inner) {
+    const auto& params = inner.op().schema().arguments();
+    const auto args = inner.args();
+    for (std::size_t j = 0; j < params.size() && j < args.size(); ++j) {
+      if (!params[j].alias_info() || !params[j].alias_info()->isWrite() || !args[j].is_value()) continue;
+      auto v = args[j].as_value();
+      while (v.producer().is_call() && v.producer().op().is_view && !v.producer().args().empty() &&
+             v.producer().args()[0].is_value())
+        v = v.producer().args()[0].as_value();
+      if (v.producer().is_placeholder()) return true;
+    }
+    return false;
+  };
   for (auto inner : s.body.nodes())
-    if (inner.is_call() && inner.op().is_mutable)
+    if (inner.is_call() && inner.op().is_mutable && writes_input(inner))
       verify_fail(hop + "_mutation", "Higher order ops do not support input mutation: node '" + inner.name() + "' of subgraph '" +
                                          s.name + "' calls " + inner.op().qualified + "; compute a new tensor and return it instead",
                   n.name());
@@ -6782,9 +6881,44 @@ inline void verify_while_loop(node n, const verify_options& opts) {
   }
 }
 
+/// Checks a torch.map call (`map_impl(body_graph, xs, pos_args)`): the xs share a leading dim,
+/// the body takes a slice of each and the pos_args, and the outputs are its results stacked.
+inline void verify_map(node n, const verify_options& opts) {
+  const auto args = n.args();
+  if (args.size() != 3 || !args[0].is_graph() || !args[1].is_list() || !args[2].is_list() || args[1].as_list().empty())
+    verify_fail("map_args", "'" + n.name() + "' calls torch.map without (body_graph, xs, pos_args), xs not empty", n.name());
+  const auto& xs = args[1].as_list();
+  for (const auto& x : xs)
+    if (!x.is_value() || x.as_value().kind() != value_kind::tensor || x.as_value().meta().sizes.empty() ||
+        x.as_value().meta().sizes[0] != xs[0].as_value().meta().sizes[0])
+      verify_fail("map_xs", "'" + n.name() + "': Leading dimensions of mapped xs must be consistent (" +
+                                (x.is_value() ? "'" + x.as_value().name() + "'" : std::string("an xs")) +
+                                " does not have the first's)",
+                  n.name());
+  const auto& body = *args[0].as_graph();
+  verify_subgraph_of(n, "map", body, subgraph_operands(n), opts, xs.size());
+  const auto outs = body.body.output_node().args();
+  if (outs.size() != n.num_outputs())
+    verify_fail("map_outputs", "'" + n.name() + "' has " + std::to_string(n.num_outputs()) + " outputs, its body '" +
+                                   body.name + "' returns " + std::to_string(outs.size()),
+                n.name());
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    if (!outs[i].is_value() || outs[i].as_value().kind() != value_kind::tensor)
+      verify_fail("map_outputs", "'" + n.name() + "': torch.map's body must return tensors (output " + std::to_string(i) + ")", n.name());
+    const auto& slice = outs[i].as_value().meta();
+    const auto& m = n.output(i).meta();
+    if (m.dtype != slice.dtype || m.sizes.empty() || m.sizes[0] != xs[0].as_value().meta().sizes[0] ||
+        sym_shape(m.sizes.begin() + 1, m.sizes.end()) != slice.sizes)
+      verify_fail("map_outputs", "'" + n.name() + "' output " + std::to_string(i) + " (" + m.annotation() +
+                                     ") is not its body's " + slice.annotation() + " stacked over the mapped dim",
+                  n.name());
+  }
+}
+
 /// Checks a control-flow call by the rules of its operator.
 inline void verify_higher_order(node n, const verify_options& opts) {
   if (n.op().qualified == "higher_order::while_loop") return verify_while_loop(n, opts);
+  if (n.op().qualified == "higher_order::map_impl") return verify_map(n, opts);
   verify_cond(n, opts);
 }
 
@@ -7744,6 +7878,7 @@ inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
           r += arg_repr(args[i]);
         }
         r += args.size() == 1 ? ",)" : ")";
+        if (g.returns_bare() && args.size() == 1) r = arg_repr(args[0]);  // `return lt`, as torch prints it
         lines.push_back({fx_line::kind::output, "output", {}, "return " + r, inputs_of(n), 0, nullptr});
         break;
       }
@@ -8467,6 +8602,17 @@ class capture {
   std::pair<value, at::Tensor> add_operand(const value& outer) {
     auto v = builder_.input(outer.name(), outer.meta(), /*exact_name=*/false);
     auto meta = plain_meta(outer.meta());
+    bind(meta, v, meta);
+    return {v, meta};
+  }
+  /// An input of this subgraph for one row of `outer` (torch.map's xs: a contiguous slice, its
+  /// sizes without the leading dim); returns it and the meta tensor the code receives for it.
+  std::pair<value, at::Tensor> add_row_operand(const value& outer) {
+    const auto& m = outer.meta();
+    auto row = tensor_meta::contiguous(m.dtype, sym_shape(m.sizes.begin() + 1, m.sizes.end()), m.device);
+    row.requires_grad = m.requires_grad;
+    auto v = builder_.input(outer.name(), row, /*exact_name=*/false);
+    auto meta = plain_meta(row);
     bind(meta, v, meta);
     return {v, meta};
   }
@@ -9446,8 +9592,8 @@ auto to_sym(const T& x, F& make) {
 
 XPORT_END_NAMESPACE
 // #include <xport/trace/control_flow.hpp>
-// xport/trace/control_flow.hpp: xport::cond and xport::while_loop, torch.cond and
-// torch.while_loop for C++ code. The same call runs eagerly
+// xport/trace/control_flow.hpp: xport::cond, xport::while_loop and xport::map: torch.cond,
+// torch.while_loop and torch.map for C++ code. The same call runs eagerly
 // (the branch the predicate picks), under non-strict export (at::Tensor code) and under strict
 // export (xport::sym_tensor code); exported, both branches are captured as subgraphs
 // (`true_graph_0`, `false_graph_0`) of one `torch.ops.higher_order.cond` node.
@@ -9465,10 +9611,12 @@ XPORT_END_NAMESPACE
 // torch lifts a branch's free variables, after the operands given (module state by FQN, then
 // the rest in the order first read); operands neither branch reads are dropped, as torch does.
 // xport::while_loop follows the same rules for its cond_fn and body_fn: what they lift becomes
-// the node's additional_inputs.
+// the node's additional_inputs; xport::map's body gets one row of xs, and what it lifts joins
+// its pos_args.
 
 #include <algorithm>    // std::find
 #include <cstddef>      // std::size_t
+#include <cstdint>      // std::int64_t
 #include <functional>   // std::function
 #include <memory>       // std::shared_ptr
 #include <optional>     // std::optional
@@ -9481,6 +9629,7 @@ XPORT_END_NAMESPACE
 #include <vector>       // std::vector
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/stack.h>
 
 // #include <xport/config.hpp>
 // #include <xport/error.hpp>
@@ -9505,12 +9654,14 @@ struct traced_branch {
   std::vector<value> inputs;  ///< its placeholder for each of `lifted`, in the same order
 };
 
-inline traced_branch trace_branch(capture& outer, const std::vector<value>& operands, const branch_tracer& trace) {
+/// The first `rows` operands are torch.map's xs: the branch gets one row of each.
+inline traced_branch trace_branch(capture& outer, const std::vector<value>& operands, const branch_tracer& trace,
+                                  std::size_t rows = 0) {
   capture c(outer);
   std::vector<value> ins;
   std::vector<at::Tensor> metas;
   for (const auto& o : operands) {
-    auto [v, m] = c.add_operand(o);
+    auto [v, m] = ins.size() < rows ? c.add_row_operand(o) : c.add_operand(o);
     ins.push_back(v);
     metas.push_back(std::move(m));
   }
@@ -9625,6 +9776,7 @@ inline traced_cond trace_while_loop(capture& outer, std::vector<value> carried, 
     const auto phs = g->placeholders();
     for (std::size_t i = 0; i < phs.size(); ++i) g->rename(phs[i].output(0), "arg" + std::to_string(i) + "_1");
   }
+  c.body.set_returns_bare(true);  // torch's cond_fn returns its bool tensor bare
   const auto index = std::to_string(outer.next_subgraph_index("while_loop"));
   argument::list_type additional(carried.begin() + static_cast<std::ptrdiff_t>(n), carried.end());
   carried.resize(n);
@@ -9638,6 +9790,32 @@ inline traced_cond trace_while_loop(capture& outer, std::vector<value> carried, 
   traced_cond r;
   r.metas = outer.record_values(op, std::move(args), std::move(types), &r.n);
   r.n.set_tuple_operands(true);
+  verify_higher_order(r.n, verify_options{.check_schemas = false});
+  return r;
+}
+
+/// Records `higher_order::map_impl(body_graph_<i>, xs, pos_args)` in `outer` after tracing the
+/// body on one row of each of the `xs` and on `pos_args` (what it lifts is appended to them),
+/// at `src` (strict), and checks it as torch.map does.
+inline traced_cond trace_map(capture& outer, std::vector<value> xs, std::vector<value> pos_args, const branch_tracer& body_fn,
+                             std::shared_ptr<const source_location> src = nullptr) {
+  std::vector<value> operands = xs;
+  operands.insert(operands.end(), pos_args.begin(), pos_args.end());
+  auto b = trace_branch(outer, operands, body_fn, xs.size());
+  const std::size_t n = operands.size();
+  for (const auto& v : b.lifted)
+    if (std::find(operands.begin() + static_cast<std::ptrdiff_t>(n), operands.end(), v) == operands.end())
+      operands.push_back(v);
+  align_inputs(b, n, operands);
+  const auto index = std::to_string(outer.next_subgraph_index("map"));
+  std::vector<argument> args{std::make_shared<const subgraph>(subgraph{"body_graph_" + index, std::move(b.body)}),
+                             argument::list_type(xs.begin(), xs.end()),
+                             argument::list_type(operands.begin() + static_cast<std::ptrdiff_t>(xs.size()), operands.end())};
+  const auto& op = find_op("higher_order::map_impl");
+  auto types = subgraph_outputs(op, args);
+  if (src) outer.builder().at(std::move(src));
+  traced_cond r;
+  r.metas = outer.record_values(op, std::move(args), std::move(types), &r.n);  // torch prints map's lists as lists
   verify_higher_order(r.n, verify_options{.check_schemas = false});
   return r;
 }
@@ -9701,6 +9879,19 @@ inline bool loop_predicate(const at::Tensor& p) {
                                                           : std::string("an undefined tensor")) +
                                              ": return a comparison of a 0-d tensor (i.lt(n)), or reduce one (x.sum() < 10)");
   return p.item<bool>();
+}
+
+/// What xport::map's function returns: a tensor, or a std::tuple of them.
+template <class R, class Tensor>
+inline constexpr bool map_result = std::is_same_v<R, Tensor> || carries<R, Tensor>::value;
+
+template <class Fn, class Tensor, class Args>
+void check_map_fn() {
+  static_assert(is_std_tuple<Args>, "xport::map: pass the other arguments as a std::tuple (std::tuple{y}); fn is "
+                                    "called with a row of xs and them, as torch.map calls f(x, *args)");
+  using R = decltype(std::apply(std::declval<Fn&>(), std::tuple_cat(std::declval<std::tuple<Tensor>>(), std::declval<const Args&>())));
+  static_assert(map_result<R, Tensor>, "xport::map: fn returns a tensor or a std::tuple of tensors (torch.map stacks "
+                                       "each along a new leading dim)");
 }
 
 [[noreturn]] inline void throw_pred_shape(const std::string& got) {
@@ -9876,6 +10067,91 @@ Carried while_loop(CondFn&& cond_fn, BodyFn&& body_fn, const Carried& carried,
   std::size_t k = 0;
   auto from_node = [&](const sym_tensor&) { return sym_tensor(w.n.output(k++), &outer); };
   return detail::map_tensors(carried, from_node);
+}
+
+/// torch.map for at::Tensor code: `fn(xs[i], args...)` for every row i of `xs`, the results
+/// (a tensor or a std::tuple of them) stacked along a new leading dim. Eagerly it loops; under
+/// export (non-strict) it records `fn`, traced once on a row, as the body of one
+/// torch.ops.higher_order.map_impl node; tensors `fn` reads without being passed them are
+/// appended to its pos_args.
+///
+///   auto ys = xport::map([&](const at::Tensor& row, const at::Tensor& w) { return lin(row) * w; },
+///                        xs, std::tuple{w});
+template <class Fn, class Args = std::tuple<>>
+auto map(Fn&& fn, const at::Tensor& xs, const Args& args = {}) {
+  detail::check_map_fn<Fn, at::Tensor, Args>();
+  using R = decltype(std::apply(fn, std::tuple_cat(std::tuple<at::Tensor>(xs), args)));
+  auto* outer = detail::active_capture;
+  if (!outer) {
+    const auto n = detail::mapped_length({xs});
+    std::optional<R> first;
+    std::vector<std::vector<at::Tensor>> rows;
+    for (std::int64_t i = 0; i < n; ++i) {
+      R r = std::apply(fn, std::tuple_cat(std::tuple<at::Tensor>(xs.select(0, i)), args));
+      std::size_t k = 0;
+      auto collect = [&](const at::Tensor& t) {
+        if (rows.size() <= k) rows.emplace_back();
+        rows[k++].push_back(t);
+      };
+      (void)detail::flatten_into(r, collect);
+      if (!first) first.emplace(std::move(r));
+    }
+    std::size_t k = 0;
+    auto stacked = [&](const at::Tensor&) { return at::stack(rows.at(k++), 0); };
+    return detail::map_tensors(*first, stacked);
+  }
+  if (xs.dim() == 0) throw error("xport.map.xs", "torch.map: a mapped tensor has no leading dim to map over (0-d)");
+  if (xs.size(0) == 0) throw error("xport.map.xs", "Leading dimensions of mapped xs cannot be 0.");
+  std::vector<value> pos;
+  auto of = [&](const at::Tensor& t) { pos.push_back(outer->value_of(t)); };
+  (void)detail::flatten_into(args, of);
+  std::optional<R> result;
+  const detail::branch_tracer tracer = [&](detail::capture& c, const std::vector<value>&, const std::vector<at::Tensor>& metas) {
+    std::size_t k = 1;
+    auto to_meta = [&](const at::Tensor&) { return metas.at(k++); };
+    const auto rest = detail::map_tensors(args, to_meta);
+    {
+      detail::capture_scope scope(c);
+      result.emplace(std::apply(fn, std::tuple_cat(std::tuple<at::Tensor>(metas.at(0)), rest)));
+    }
+    std::vector<value> outs;
+    auto out = [&](const at::Tensor& t) { outs.push_back(c.value_of(t)); };
+    (void)detail::flatten_into(*result, out);
+    return outs;
+  };
+  const auto m = detail::trace_map(*outer, {outer->value_of(xs)}, std::move(pos), tracer);
+  std::size_t k = 0;
+  auto from_node = [&](const at::Tensor&) { return m.metas.at(k++); };
+  return detail::map_tensors(*result, from_node);
+}
+
+/// torch.map for strict code (xport::sym_tensor): the body is traced once, on a row, and the
+/// node records the C++ line of the call.
+template <class Fn, class Args = std::tuple<>>
+auto map(Fn&& fn, const sym_tensor& xs, const Args& args = {},
+         const std::source_location& loc = std::source_location::current()) {
+  detail::check_map_fn<Fn, sym_tensor, Args>();
+  using R = decltype(std::apply(fn, std::tuple_cat(std::tuple<sym_tensor>(xs), args)));
+  auto& outer = detail::recording_capture(xs.owner());
+  std::vector<value> pos;
+  auto of = [&](const sym_tensor& t) { pos.push_back(outer.local_value(t.graph_value())); };
+  (void)detail::flatten_into(args, of);
+  std::optional<R> result;
+  const detail::branch_tracer tracer = [&](detail::capture& c, const std::vector<value>& ins, const std::vector<at::Tensor>&) {
+    detail::strict_branch_scope scope(c);
+    std::size_t k = 1;
+    auto to_sym = [&](const sym_tensor&) { return sym_tensor(ins.at(k++), &c); };
+    const auto rest = detail::map_tensors(args, to_sym);
+    result.emplace(std::apply(fn, std::tuple_cat(std::tuple<sym_tensor>(sym_tensor(ins.at(0), &c)), rest)));
+    std::vector<value> outs;
+    auto out = [&](const sym_tensor& t) { outs.push_back(c.local_value(t.graph_value())); };
+    (void)detail::flatten_into(*result, out);
+    return outs;
+  };
+  const auto m = detail::trace_map(outer, {outer.local_value(xs.graph_value())}, std::move(pos), tracer, detail::make_source(loc));
+  std::size_t k = 0;
+  auto from_node = [&](const sym_tensor&) { return sym_tensor(m.n.output(k++), &outer); };
+  return detail::map_tensors(*result, from_node);
 }
 
 XPORT_END_NAMESPACE
@@ -10717,7 +10993,8 @@ inline bool replace_int(argument& out, const argument* site, const argument& bas
 /// a control-flow call's subgraphs come just before it, each right after its operands.
 struct flat_node {
   node n;
-  value source;  ///< for a subgraph's placeholder: the operand the call passes it
+  value source;         ///< for a subgraph's placeholder: the operand the call passes it
+  bool slice = false;   ///< ... one slice of it (torch.map's xs: sizes without the leading dim)
 };
 
 inline void flatten_nodes(const graph& g, std::vector<flat_node>& out, bool skip_placeholders = false) {
@@ -10725,13 +11002,14 @@ inline void flatten_nodes(const graph& g, std::vector<flat_node>& out, bool skip
     if (skip_placeholders && n.is_placeholder()) continue;
     if (n.is_call() && n.op().higher_order) {
       const auto operands = subgraph_operands(n);
+      const std::size_t mapped = n.op().qualified == "higher_order::map_impl" ? n.args()[1].as_list().size() : 0;
       for (const auto& a : n.args()) {
         if (!a.is_graph()) continue;
         std::size_t i = 0;
         for (auto inner : a.as_graph()->body.nodes()) {
           if (!inner.is_placeholder()) break;
           const auto& op = i < operands.size() ? operands[i] : argument();
-          out.push_back({inner, op.is_value() ? op.as_value() : value()});
+          out.push_back({inner, op.is_value() ? op.as_value() : value(), i < mapped});
           ++i;
         }
         flatten_nodes(a.as_graph()->body, out, /*skip_placeholders=*/true);
@@ -10811,9 +11089,15 @@ class symbolic_maker {
         if (v.kind() != value_kind::tensor) continue;
         auto m = v.meta();
         const auto& from = base_[i].source.meta();
-        m.sizes = from.sizes;
-        m.strides = from.strides;
-        m.storage_offset = from.storage_offset;
+        if (base_[i].slice && !from.sizes.empty()) {  // torch.map's slice: a contiguous copy of one row
+          m.sizes.assign(from.sizes.begin() + 1, from.sizes.end());
+          m.strides = contiguous_strides(m.sizes);
+          m.storage_offset = 0;
+        } else {
+          m.sizes = from.sizes;
+          m.strides = from.strides;
+          m.storage_offset = from.storage_offset;
+        }
         v.set_meta(std::move(m));
         continue;
       }
@@ -12731,7 +13015,9 @@ inline exported_program run_decompositions(const exported_program& p,
       if (n.is_call() && n.op().higher_order)
         for_each_subgraph(n, [&](const subgraph& g) {
           auto lowered = run_decompositions(subgraph_program(g), table);
-          lowering.lowered.emplace(&g, std::make_shared<const subgraph>(subgraph{g.name, lowered.graph().clone()}));
+          auto body = lowered.graph().clone();
+          if (g.body.returns_bare()) body.set_returns_bare(true);
+          lowering.lowered.emplace(&g, std::make_shared<const subgraph>(subgraph{g.name, std::move(body)}));
         });
     struct lowering_scope {
       const detail::subgraph_lowering* prev = detail::active_subgraph_lowering;
@@ -16135,6 +16421,13 @@ inline std::string module_path_of_stack(const std::string& stack, std::vector<st
   return path;
 }
 
+/// Subgraph `s` of `p` as a program of its own, its nodes' modules typed as `p`'s are.
+inline exported_program subgraph_program_of(const exported_program& p, const subgraph& s) {
+  auto q = subgraph_program(s);
+  q.set_module_types(p.module_types());
+  return q;
+}
+
 inline json graph_json(const exported_program& p) {
   const graph& g = p.graph();
   json inputs = json::array(), nodes = json::array(), outputs = json::array();
@@ -16173,11 +16466,8 @@ inline json graph_json(const exported_program& p) {
     for (std::size_t i = 0; i < params.size() && i < args.size(); ++i) {
       // a control-flow call's arguments are positional and unnamed, its subgraphs written whole
       json arg = args[i].is_graph() ? json{{"as_graph", {{"name", args[i].as_graph()->name},
-                                                         {"graph", graph_json(subgraph_program(*args[i].as_graph()))}}}}
+                                                         {"graph", graph_json(subgraph_program_of(p, *args[i].as_graph()))}}}}
                                     : argument_json(args[i], op.higher_order ? nullptr : params[i].real_type(), namer);
-      // torch's while_loop runs its cond graph as a function returning one tensor, not a tuple
-      if (i == 0 && op.qualified == "higher_order::while_loop" && args[i].is_graph())
-        arg["as_graph"]["graph"]["is_single_tensor_return"] = true;
       in.push_back({{"name", op.higher_order ? std::string() : params[i].name()},
                     {"arg", std::move(arg)},
                     {"kind", params[i].kwarg_only() ? 2 : 1}});
@@ -16205,7 +16495,7 @@ inline json graph_json(const exported_program& p) {
   return {{"inputs", std::move(inputs)},   {"outputs", std::move(outputs)},
           {"nodes", std::move(nodes)},     {"tensor_values", std::move(tensor_values)},
           {"sym_int_values", std::move(sym_int_values)}, {"sym_bool_values", json::object()},
-          {"is_single_tensor_return", false}, {"custom_obj_values", json::object()},
+          {"is_single_tensor_return", g.returns_bare()}, {"custom_obj_values", json::object()},
           {"sym_float_values", json::object()}};
 }
 
@@ -16536,7 +16826,7 @@ inline void read_node_metadata(const at_path& nj, node created,
   if (auto ms = meta.get("nn_module_stack")) created.set_module_path(module_path_of_stack(ms->str(), &module_types));
 }
 
-/// Reads a call of a control-flow operator (torch.cond): positional arguments, subgraphs as
+/// Reads a call of a control-flow operator (torch.cond, while_loop, map): positional arguments, subgraphs as
 /// as_graph, one as_tensor output per result.
 inline void read_higher_order_node(const at_path& nj, const std::string& target, const value_types& type_of,
                                    graph& g, value_scope& scope,
@@ -16552,14 +16842,16 @@ inline void read_higher_order_node(const at_path& nj, const std::string& target,
   if (args.size() != op.schema().arguments().size())
     ins.fail(op.qualified + " takes " + std::to_string(op.schema().arguments().size()) + " arguments, the node has " +
              std::to_string(args.size()));
-  const bool loop = op.qualified == "higher_order::while_loop";
-  if (!loop && (!args[1].is_graph() || !args[2].is_graph() || !args[3].is_list()))
+  const bool loop = op.qualified == "higher_order::while_loop", map = op.qualified == "higher_order::map_impl";
+  if (map && (!args[0].is_graph() || !args[1].is_list() || !args[2].is_list()))
+    ins.fail("torch.map's arguments are (body_graph, xs, pos_args): expected an as_graph argument and two lists");
+  if (!loop && !map && (!args[1].is_graph() || !args[2].is_graph() || !args[3].is_list()))
     ins.fail("torch.cond's arguments are (pred, true_graph, false_graph, operands): expected two as_graph "
              "arguments and a list of operands");
   if (loop && (!args[0].is_graph() || !args[1].is_graph() || !args[2].is_list() || !args[3].is_list()))
     ins.fail("torch.while_loop's arguments are (cond_graph, body_graph, carried_inputs, additional_inputs): "
              "expected two as_graph arguments and two lists");
-  for (std::size_t a = loop ? 2 : 3; a < 4; ++a)
+  for (std::size_t a = map ? 1 : loop ? 2 : 3; a < args.size(); ++a)
     for (std::size_t i = 0; i < args[a].as_list().size(); ++i)
       if (!args[a].as_list()[i].is_value() || args[a].as_list()[i].as_value().kind() != value_kind::tensor)
         ins[a]["arg"].fail("operand " + std::to_string(i) + " of " + op.qualified + " is not a tensor: xport's "
@@ -16573,7 +16865,7 @@ inline void read_higher_order_node(const at_path& nj, const std::string& target,
       types.push_back(type_of(where, name));
       names.push_back(name);
     });
-  const auto node_name = nj.get("name") ? nj["name"].str() : std::string(loop ? "while_loop" : "cond");
+  const auto node_name = nj.get("name") ? nj["name"].str() : std::string(map ? "map_impl" : loop ? "while_loop" : "cond");
   node created;
   try {
     created = g.create_call_named(op, std::move(args), std::move(types), node_name, names);
@@ -16589,10 +16881,11 @@ inline void read_higher_order_node(const at_path& nj, const std::string& target,
 inline void read_call_node(const at_path& nj, const std::string& target, const value_types& type_of, graph& g,
                            value_scope& scope, std::vector<std::pair<std::string, std::string>>& module_types) {
   if (target.rfind("torch.ops.higher_order.", 0) == 0) {
-    if (target != "torch.ops.higher_order.cond" && target != "torch.ops.higher_order.while_loop")
+    if (target != "torch.ops.higher_order.cond" && target != "torch.ops.higher_order.while_loop" &&
+        target != "torch.ops.higher_order.map_impl")
       nj["target"].fail("higher-order operator '" + target + "' (torch." + target.substr(23) +
                         ", with its subgraphs as as_graph arguments) is not supported by xport: of torch's "
-                        "control-flow operators it reads torch.cond and torch.while_loop");
+                        "control-flow operators it reads torch.cond, torch.while_loop and torch.map");
     read_higher_order_node(nj, target, type_of, g, scope, module_types);
     return;
   }
@@ -16681,6 +16974,9 @@ inline std::shared_ptr<const subgraph> subgraph_of(const at_path& aj,
       }
     }
   });
+  if (const auto bare = gj.get("is_single_tensor_return"); bare && bare->boolean() &&
+      body.outputs().size() == 1)
+    body.set_returns_bare(true);  // a while_loop's cond graph: `return lt`
   return std::make_shared<const subgraph>(subgraph{std::move(name), std::move(body)});
 }
 

@@ -200,12 +200,22 @@ def cond_branch_class_method():
     return [export(_Branches(), (torch.randn(3),))]
 
 
+def dynamic_shape_map():
+    return [export(lambda xs, y: torch._higher_order_ops.map(lambda x, b: x + b, xs, y),
+                   (torch.randn(3, 2), torch.randn(2)), ("xs", "y"))]
+
+
+def while_loop():
+    return [export(lambda it, x: torch.while_loop(lambda i, h: i < 3, lambda i, h: (i + 1, h.cos()), (it, x)),
+                   (torch.zeros((), dtype=torch.int64), torch.randn(3)), ("it", "x"))]
+
+
 CASES = {f.__name__: f for f in (static_if, static_for_loop, nested_function, dictionary, list_input, optional_input,
                                  scalar_input, scalar_output, buffer_mutation, user_input_mutation,
                                  specialized_attribute, constant_tensor, decompositions, dynamic_shape_view,
                                  dynamic_shape_slicing, dynamic_shape_constructor, strict_template,
                                  cond_closed_over_variable, cond_operands, cond_predicate, cond_branch_nested_function,
-                                 cond_branch_class_method)}
+                                 cond_branch_class_method, dynamic_shape_map, while_loop)}
 
 # cases whose programs print with source lines on the C++ side (strict): compared without them
 STRICT = {"strict_template"}

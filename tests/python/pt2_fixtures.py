@@ -11,8 +11,8 @@ Exports and torch.export.save's, into <dir>:
   - a model calling custom operators (xport_ops.py's GatedBlock, its ops registered in Python with
     the schemas tests/custom_ops.hpp registers in C++), with dynamic batch and sequence;
   - programs with torch.cond (loaded, run on both branches, printed as torch prints them) and
-    torch.while_loop (run for zero, one and many iterations);
-  - programs with content xport does not read (torch.while_loop, map, scan, a complex scalar, a custom object, a
+    torch.while_loop (run for zero, one and many iterations) and torch.map;
+  - programs with content xport does not read (torch.scan, a complex scalar, a custom object, a
     tensor subclass weight), whose load_errors tests/test_interop.cpp checks.
 Each <name>.pt2 comes with <name>.io.pt (torch.save'd; the layout is in tests/test_interop.cpp):
 the call, the outputs torch.export.load(<name>.pt2).module() gives for it (one thread, autograd
@@ -225,12 +225,26 @@ class WhileLoopRefine(nn.Module):
         return torch.while_loop(cond_fn, body_fn, (torch.zeros((), dtype=torch.int64), torch.zeros_like(x)))[1] * 2
 
 
-# ---- content xport does not read ------------------------------------------------------------------
-
+# ---- torch.map -----------------------------------------------------------------------------------
 
 class MapRows(nn.Module):
     def forward(self, xs, y):
         return torch._higher_order_ops.map(lambda x, y: x.sin() + y, xs, y)
+
+
+class MapLinear(nn.Module):
+    """A row-wise block over the batch: the body closes over the module's parameters (torch
+    appends them to pos_args) and returns two results, each stacked."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, xs, y):
+        return torch._higher_order_ops.map(lambda row, y: (torch.relu(self.lin(row)) + y, row.sum()), xs, y)
+
+
+# ---- content xport does not read ------------------------------------------------------------------
 
 
 class ScanSum(nn.Module):
@@ -355,13 +369,20 @@ def main():
              extra=[((torch.randn(7, 3).abs(),), {}), ((-torch.randn(9, 3).abs(),), {})], printed=True)
     w.export("cond_linear_core_aten", CondLinear(), (x, y), extra=[((-x.abs(), y), {})], decompose=True, printed=True)
     x = torch.randn(3)
-    w.export("while_loop", WhileLoop(), (torch.tensor(0), x), extra=[((torch.tensor(5), x), {}), ((torch.tensor(-4), x), {})])
+    w.export("while_loop", WhileLoop(), (torch.tensor(0), x), extra=[((torch.tensor(5), x), {}), ((torch.tensor(-4), x), {})],
+             printed=True)
     torch.manual_seed(0)
     refine, x = WhileLoopRefine().eval(), torch.randn(2, 4)
     w.export("while_loop_refine", refine, (x, torch.tensor(3)), extra=[((x, torch.tensor(0)), {}), ((-x, torch.tensor(7)), {})])
     w.export("while_loop_refine_core_aten", refine, (x, torch.tensor(3)), extra=[((x.t().contiguous().t(), torch.tensor(5)), {})],
              decompose=True)
-    w.export("unsupported_map", MapRows(), (torch.randn(2, 3), torch.randn(3)))
+    w.export("map", MapRows(), (torch.randn(2, 3), torch.randn(3)), printed=True)
+    torch.manual_seed(0)
+    xs, y = torch.randn(4, 3), torch.randn(3)
+    w.export("map_linear", MapLinear().eval(), (xs, y), extra=[((xs.t().contiguous().t(), -y), {})])
+    w.export("map_linear_dynamic", MapLinear().eval(), (xs, y), dynamic_shapes={"xs": {0: Dim("rows", max=64)}, "y": None},
+             extra=[((torch.randn(9, 3), y), {}), ((torch.randn(1, 3)[:, :], y), {})])
+    w.export("map_linear_core_aten", MapLinear().eval(), (xs, y), decompose=True)
     w.export("unsupported_scan", ScanSum(), (torch.randn(3), torch.randn(4, 3)))
     w.export("unsupported_masked_sum", MaskedSum(), (torch.randn(5, 3),))
     w.export("unsupported_complex", Complex(), (torch.randn(3, dtype=torch.cfloat),))

@@ -401,6 +401,7 @@ struct node_impl {
   node_kind kind = node_kind::call_function;
   bool tuple_output = false;
   bool tuple_operands = false;
+  bool bare_return = false;  // the output node of a graph returning its one value bare
   c10::SmallVector<value_impl*, 1> outputs;
   c10::SmallVector<value*, 4> slots;  // each operand's `value` inside args (Note [Use lists])
   c10::SmallVector<std::uint32_t, 4> use_pos;  // where each operand's use sits in its value's list
@@ -517,6 +518,14 @@ class basic_graph<default_policy> {
   /// The output node, or a null node when the graph has none yet.
   [[nodiscard]] node output_node() const {
     return last_ && last_->kind == node_kind::output ? node(last_) : node();
+  }
+  /// Whether the graph returns its one value bare (`return lt`), not as a 1-tuple, as torch's
+  /// while_loop cond graph does (`is_single_tensor_return` in a .pt2). Kept by clone().
+  [[nodiscard]] bool returns_bare() const noexcept { return last_ && last_->kind == node_kind::output && last_->bare_return; }
+  void set_returns_bare(bool on) {
+    if (!last_ || last_->kind != node_kind::output)
+      throw graph_error("xport.graph.no_output", "set_returns_bare: the graph has no output node yet");
+    last_->bare_return = on;
   }
   /// Values the graph returns (operands of the output node).
   [[nodiscard]] std::vector<value> outputs() const {
@@ -727,7 +736,10 @@ class basic_graph<default_policy> {
           g.attach_args(c);
           break;
         }
-        case node_kind::output: g.set_output(remap(n->args)); break;
+        case node_kind::output:
+          g.set_output(remap(n->args));
+          g.last_->bare_return = n->bare_return;
+          break;
       }
     }
     return g;

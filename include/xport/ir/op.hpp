@@ -3,7 +3,7 @@
 // interned for the life of the process; nodes hold a pointer to it. Lookup accepts
 // `aten::add.Tensor`, `aten::add` (the default overload), `aten.add.Tensor`,
 // `torch.ops.aten.add.Tensor` and `aten::add.default`. The control-flow operators torch calls
-// higher-order (`torch.ops.higher_order.cond`, `.while_loop`) are registered with the dispatcher here, on first
+// higher-order (`torch.ops.higher_order.cond`, `.while_loop`, `.map_impl`) are registered with the dispatcher here, on first
 // lookup, so that every part of xport treats them as operators.
 #pragma once
 
@@ -22,6 +22,7 @@
 #include <ATen/core/function_schema.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/core/stack.h>
+#include <ATen/ops/stack.h>
 
 #include <xport/config.hpp>
 #include <xport/detail/compat.hpp>
@@ -202,6 +203,46 @@ inline void while_loop_kernel(const c10::OperatorHandle&, torch::jit::Stack* sta
   s.emplace_back(c10::List<at::Tensor>(std::move(carried)));
 }
 
+/// torch.map's rules for what it maps over: tensors with the same leading dim, not 0.
+inline std::int64_t mapped_length(const std::vector<at::Tensor>& xs) {
+  if (xs.empty()) throw run_error("xport.run.map_xs", "torch.map: Mapped xs can only consist of tensors, and at least one");
+  std::string shapes;
+  bool consistent = true;
+  for (const auto& x : xs) {
+    if (x.dim() == 0) throw run_error("xport.run.map_xs", "torch.map: a mapped tensor has no leading dim to map over (0-d)");
+    consistent = consistent && x.size(0) == xs[0].size(0);
+    shapes += (shapes.empty() ? "" : ", ") + c10::str(x.sizes());
+  }
+  if (xs[0].size(0) == 0) throw run_error("xport.run.map_xs", "Leading dimensions of mapped xs cannot be 0.");
+  if (!consistent)
+    throw run_error("xport.run.map_xs", "Leading dimensions of mapped xs must be consistent. Got shapes [" + shapes + "].");
+  return xs[0].size(0);
+}
+
+// higher_order::map_impl(Any f, Tensor[] xs, Tensor[] pos_args) -> Tensor[]: f on each slice
+// i of the xs (with pos_args), its results stacked along a new leading dim, as torch's map.
+inline void map_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  const auto pos = s.back().toTensorVector();
+  const auto xs = s[s.size() - 2].toTensorVector();
+  const auto& fn = subgraph_fn_of(s[s.size() - 3], "map_impl", "body_fn");
+  const auto n = mapped_length(xs);
+  std::vector<std::vector<at::Tensor>> per_output;
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::vector<at::Tensor> operands;
+    operands.reserve(xs.size() + pos.size());
+    for (const auto& x : xs) operands.push_back(x.select(0, i));
+    operands.insert(operands.end(), pos.begin(), pos.end());
+    auto out = fn.call(std::move(operands));
+    per_output.resize(out.size());
+    for (std::size_t k = 0; k < out.size(); ++k) per_output[k].push_back(std::move(out[k]));
+  }
+  std::vector<at::Tensor> stacked;
+  for (const auto& slices : per_output) stacked.push_back(at::stack(slices, 0));
+  torch::jit::drop(s, 3);
+  s.emplace_back(c10::List<at::Tensor>(std::move(stacked)));
+}
+
 /// Registers the control-flow operators with the dispatcher, once per process (at run time: a
 /// static registration in a header would run once per translation unit and throw).
 inline void ensure_higher_order_ops() {
@@ -228,6 +269,14 @@ inline void ensure_higher_order_ops() {
                                                    c10::DispatchKey::CompositeImplicitAutograd,
                                                    c10::KernelFunction::makeFromBoxedFunction<&while_loop_kernel>(),
                                                    c10::nullopt, nullptr, "xport: while_loop kernel"));
+    c10::FunctionSchema map("higher_order::map_impl", "",
+                            {c10::Argument("f", any), c10::Argument("xs", tensors), c10::Argument("pos_args", tensors)},
+                            {c10::Argument("", tensors)});
+    new c10::RegistrationHandleRAII(d.registerDef(std::move(map), "xport: torch.ops.higher_order.map_impl"));
+    new c10::RegistrationHandleRAII(d.registerImpl(c10::OperatorName("higher_order::map_impl", ""),
+                                                   c10::DispatchKey::CompositeImplicitAutograd,
+                                                   c10::KernelFunction::makeFromBoxedFunction<&map_kernel>(),
+                                                   c10::nullopt, nullptr, "xport: map kernel"));
     return true;
   }();
   (void)registered;

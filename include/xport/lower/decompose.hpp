@@ -684,7 +684,9 @@ inline exported_program run_decompositions(const exported_program& p,
       if (n.is_call() && n.op().higher_order)
         for_each_subgraph(n, [&](const subgraph& g) {
           auto lowered = run_decompositions(subgraph_program(g), table);
-          lowering.lowered.emplace(&g, std::make_shared<const subgraph>(subgraph{g.name, lowered.graph().clone()}));
+          auto body = lowered.graph().clone();
+          if (g.body.returns_bare()) body.set_returns_bare(true);
+          lowering.lowered.emplace(&g, std::make_shared<const subgraph>(subgraph{g.name, std::move(body)}));
         });
     struct lowering_scope {
       const detail::subgraph_lowering* prev = detail::active_subgraph_lowering;

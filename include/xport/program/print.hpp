@@ -406,6 +406,7 @@ inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
           r += arg_repr(args[i]);
         }
         r += args.size() == 1 ? ",)" : ")";
+        if (g.returns_bare() && args.size() == 1) r = arg_repr(args[0]);  // `return lt`, as torch prints it
         lines.push_back({fx_line::kind::output, "output", {}, "return " + r, inputs_of(n), 0, nullptr});
         break;
       }

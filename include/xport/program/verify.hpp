@@ -178,15 +178,20 @@ namespace detail {
 
 /// Checks subgraph `s` of control-flow call `n` (torch.`hop`) as torch checks every higher-order
 /// operator's: it takes the operands (dtype, sizes, device: requires_grad and strides may
-/// differ, torch records a parameter's placeholder in a branch without its grad flag), mutates
-/// nothing and returns no input itself.
+/// differ, torch records a parameter's placeholder in a branch without its grad flag), writes to
+/// no input and returns no input itself.
+/// The first `mapped` operands are torch.map's xs: the subgraph takes one slice of each (its
+/// sizes without the leading dim).
 inline void verify_subgraph_of(const node& n, const std::string& hop, const subgraph& s,
-                               const argument::list_type& operands, const verify_options& opts) {
-  const auto fits_input = [](const argument& a, const value& ph) {
+                               const argument::list_type& operands, const verify_options& opts,
+                               std::size_t mapped = 0) {
+  const auto fits_input = [](const argument& a, const value& ph, bool slice) {
     if (!a.is_value() || a.as_value().kind() != ph.kind()) return false;
     if (ph.kind() != value_kind::tensor) return true;
     const auto &m = a.as_value().meta(), &q = ph.meta();
-    return m.dtype == q.dtype && m.sizes == q.sizes && m.device == q.device;
+    if (slice && m.sizes.empty()) return false;
+    const auto sizes = slice ? sym_shape(m.sizes.begin() + 1, m.sizes.end()) : m.sizes;
+    return m.dtype == q.dtype && sizes == q.sizes && m.device == q.device;
   };
   const auto phs = s.body.placeholders();
   if (phs.size() != operands.size())
@@ -194,13 +199,28 @@ inline void verify_subgraph_of(const node& n, const std::string& hop, const subg
                                        " inputs, torch." + hop + " passes it " + std::to_string(operands.size()) + " operands",
                 n.name());
   for (std::size_t i = 0; i < phs.size(); ++i)
-    if (!fits_input(operands[i], phs[i].output(0)))
+    if (!fits_input(operands[i], phs[i].output(0), i < mapped))
       verify_fail(hop + "_operands", "'" + n.name() + "': operand " + std::to_string(i) + " of torch." + hop +
                                          " does not match input '" + phs[i].name() + "' of subgraph '" + s.name + "' (" +
                                          phs[i].output(0).meta().annotation() + ")",
                   n.name());
+  // what an op writes to, traced back through views: torch refuses a write to an input (a
+  // tensor the subgraph makes itself may be written to, as LibTorch's linear does to its bias add)
+  const auto writes_input = [](const node& inner) {
+    const auto& params = inner.op().schema().arguments();
+    const auto args = inner.args();
+    for (std::size_t j = 0; j < params.size() && j < args.size(); ++j) {
+      if (!params[j].alias_info() || !params[j].alias_info()->isWrite() || !args[j].is_value()) continue;
+      auto v = args[j].as_value();
+      while (v.producer().is_call() && v.producer().op().is_view && !v.producer().args().empty() &&
+             v.producer().args()[0].is_value())
+        v = v.producer().args()[0].as_value();
+      if (v.producer().is_placeholder()) return true;
+    }
+    return false;
+  };
   for (auto inner : s.body.nodes())
-    if (inner.is_call() && inner.op().is_mutable)
+    if (inner.is_call() && inner.op().is_mutable && writes_input(inner))
       verify_fail(hop + "_mutation", "Higher order ops do not support input mutation: node '" + inner.name() + "' of subgraph '" +
                                          s.name + "' calls " + inner.op().qualified + "; compute a new tensor and return it instead",
                   n.name());
@@ -311,9 +331,44 @@ inline void verify_while_loop(node n, const verify_options& opts) {
   }
 }
 
+/// Checks a torch.map call (`map_impl(body_graph, xs, pos_args)`): the xs share a leading dim,
+/// the body takes a slice of each and the pos_args, and the outputs are its results stacked.
+inline void verify_map(node n, const verify_options& opts) {
+  const auto args = n.args();
+  if (args.size() != 3 || !args[0].is_graph() || !args[1].is_list() || !args[2].is_list() || args[1].as_list().empty())
+    verify_fail("map_args", "'" + n.name() + "' calls torch.map without (body_graph, xs, pos_args), xs not empty", n.name());
+  const auto& xs = args[1].as_list();
+  for (const auto& x : xs)
+    if (!x.is_value() || x.as_value().kind() != value_kind::tensor || x.as_value().meta().sizes.empty() ||
+        x.as_value().meta().sizes[0] != xs[0].as_value().meta().sizes[0])
+      verify_fail("map_xs", "'" + n.name() + "': Leading dimensions of mapped xs must be consistent (" +
+                                (x.is_value() ? "'" + x.as_value().name() + "'" : std::string("an xs")) +
+                                " does not have the first's)",
+                  n.name());
+  const auto& body = *args[0].as_graph();
+  verify_subgraph_of(n, "map", body, subgraph_operands(n), opts, xs.size());
+  const auto outs = body.body.output_node().args();
+  if (outs.size() != n.num_outputs())
+    verify_fail("map_outputs", "'" + n.name() + "' has " + std::to_string(n.num_outputs()) + " outputs, its body '" +
+                                   body.name + "' returns " + std::to_string(outs.size()),
+                n.name());
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    if (!outs[i].is_value() || outs[i].as_value().kind() != value_kind::tensor)
+      verify_fail("map_outputs", "'" + n.name() + "': torch.map's body must return tensors (output " + std::to_string(i) + ")", n.name());
+    const auto& slice = outs[i].as_value().meta();
+    const auto& m = n.output(i).meta();
+    if (m.dtype != slice.dtype || m.sizes.empty() || m.sizes[0] != xs[0].as_value().meta().sizes[0] ||
+        sym_shape(m.sizes.begin() + 1, m.sizes.end()) != slice.sizes)
+      verify_fail("map_outputs", "'" + n.name() + "' output " + std::to_string(i) + " (" + m.annotation() +
+                                     ") is not its body's " + slice.annotation() + " stacked over the mapped dim",
+                  n.name());
+  }
+}
+
 /// Checks a control-flow call by the rules of its operator.
 inline void verify_higher_order(node n, const verify_options& opts) {
   if (n.op().qualified == "higher_order::while_loop") return verify_while_loop(n, opts);
+  if (n.op().qualified == "higher_order::map_impl") return verify_map(n, opts);
   verify_cond(n, opts);
 }
 

@@ -252,6 +252,13 @@ inline std::string module_path_of_stack(const std::string& stack, std::vector<st
   return path;
 }
 
+/// Subgraph `s` of `p` as a program of its own, its nodes' modules typed as `p`'s are.
+inline exported_program subgraph_program_of(const exported_program& p, const subgraph& s) {
+  auto q = subgraph_program(s);
+  q.set_module_types(p.module_types());
+  return q;
+}
+
 inline json graph_json(const exported_program& p) {
   const graph& g = p.graph();
   json inputs = json::array(), nodes = json::array(), outputs = json::array();
@@ -290,11 +297,8 @@ inline json graph_json(const exported_program& p) {
     for (std::size_t i = 0; i < params.size() && i < args.size(); ++i) {
       // a control-flow call's arguments are positional and unnamed, its subgraphs written whole
       json arg = args[i].is_graph() ? json{{"as_graph", {{"name", args[i].as_graph()->name},
-                                                         {"graph", graph_json(subgraph_program(*args[i].as_graph()))}}}}
+                                                         {"graph", graph_json(subgraph_program_of(p, *args[i].as_graph()))}}}}
                                     : argument_json(args[i], op.higher_order ? nullptr : params[i].real_type(), namer);
-      // torch's while_loop runs its cond graph as a function returning one tensor, not a tuple
-      if (i == 0 && op.qualified == "higher_order::while_loop" && args[i].is_graph())
-        arg["as_graph"]["graph"]["is_single_tensor_return"] = true;
       in.push_back({{"name", op.higher_order ? std::string() : params[i].name()},
                     {"arg", std::move(arg)},
                     {"kind", params[i].kwarg_only() ? 2 : 1}});
@@ -322,7 +326,7 @@ inline json graph_json(const exported_program& p) {
   return {{"inputs", std::move(inputs)},   {"outputs", std::move(outputs)},
           {"nodes", std::move(nodes)},     {"tensor_values", std::move(tensor_values)},
           {"sym_int_values", std::move(sym_int_values)}, {"sym_bool_values", json::object()},
-          {"is_single_tensor_return", false}, {"custom_obj_values", json::object()},
+          {"is_single_tensor_return", g.returns_bare()}, {"custom_obj_values", json::object()},
           {"sym_float_values", json::object()}};
 }
 
@@ -653,7 +657,7 @@ inline void read_node_metadata(const at_path& nj, node created,
   if (auto ms = meta.get("nn_module_stack")) created.set_module_path(module_path_of_stack(ms->str(), &module_types));
 }
 
-/// Reads a call of a control-flow operator (torch.cond): positional arguments, subgraphs as
+/// Reads a call of a control-flow operator (torch.cond, while_loop, map): positional arguments, subgraphs as
 /// as_graph, one as_tensor output per result.
 inline void read_higher_order_node(const at_path& nj, const std::string& target, const value_types& type_of,
                                    graph& g, value_scope& scope,
@@ -669,14 +673,16 @@ inline void read_higher_order_node(const at_path& nj, const std::string& target,
   if (args.size() != op.schema().arguments().size())
     ins.fail(op.qualified + " takes " + std::to_string(op.schema().arguments().size()) + " arguments, the node has " +
              std::to_string(args.size()));
-  const bool loop = op.qualified == "higher_order::while_loop";
-  if (!loop && (!args[1].is_graph() || !args[2].is_graph() || !args[3].is_list()))
+  const bool loop = op.qualified == "higher_order::while_loop", map = op.qualified == "higher_order::map_impl";
+  if (map && (!args[0].is_graph() || !args[1].is_list() || !args[2].is_list()))
+    ins.fail("torch.map's arguments are (body_graph, xs, pos_args): expected an as_graph argument and two lists");
+  if (!loop && !map && (!args[1].is_graph() || !args[2].is_graph() || !args[3].is_list()))
     ins.fail("torch.cond's arguments are (pred, true_graph, false_graph, operands): expected two as_graph "
              "arguments and a list of operands");
   if (loop && (!args[0].is_graph() || !args[1].is_graph() || !args[2].is_list() || !args[3].is_list()))
     ins.fail("torch.while_loop's arguments are (cond_graph, body_graph, carried_inputs, additional_inputs): "
              "expected two as_graph arguments and two lists");
-  for (std::size_t a = loop ? 2 : 3; a < 4; ++a)
+  for (std::size_t a = map ? 1 : loop ? 2 : 3; a < args.size(); ++a)
     for (std::size_t i = 0; i < args[a].as_list().size(); ++i)
       if (!args[a].as_list()[i].is_value() || args[a].as_list()[i].as_value().kind() != value_kind::tensor)
         ins[a]["arg"].fail("operand " + std::to_string(i) + " of " + op.qualified + " is not a tensor: xport's "
@@ -690,7 +696,7 @@ inline void read_higher_order_node(const at_path& nj, const std::string& target,
       types.push_back(type_of(where, name));
       names.push_back(name);
     });
-  const auto node_name = nj.get("name") ? nj["name"].str() : std::string(loop ? "while_loop" : "cond");
+  const auto node_name = nj.get("name") ? nj["name"].str() : std::string(map ? "map_impl" : loop ? "while_loop" : "cond");
   node created;
   try {
     created = g.create_call_named(op, std::move(args), std::move(types), node_name, names);
@@ -706,10 +712,11 @@ inline void read_higher_order_node(const at_path& nj, const std::string& target,
 inline void read_call_node(const at_path& nj, const std::string& target, const value_types& type_of, graph& g,
                            value_scope& scope, std::vector<std::pair<std::string, std::string>>& module_types) {
   if (target.rfind("torch.ops.higher_order.", 0) == 0) {
-    if (target != "torch.ops.higher_order.cond" && target != "torch.ops.higher_order.while_loop")
+    if (target != "torch.ops.higher_order.cond" && target != "torch.ops.higher_order.while_loop" &&
+        target != "torch.ops.higher_order.map_impl")
       nj["target"].fail("higher-order operator '" + target + "' (torch." + target.substr(23) +
                         ", with its subgraphs as as_graph arguments) is not supported by xport: of torch's "
-                        "control-flow operators it reads torch.cond and torch.while_loop");
+                        "control-flow operators it reads torch.cond, torch.while_loop and torch.map");
     read_higher_order_node(nj, target, type_of, g, scope, module_types);
     return;
   }
@@ -798,6 +805,9 @@ inline std::shared_ptr<const subgraph> subgraph_of(const at_path& aj,
       }
     }
   });
+  if (const auto bare = gj.get("is_single_tensor_return"); bare && bare->boolean() &&
+      body.outputs().size() == 1)
+    body.set_returns_bare(true);  // a while_loop's cond graph: `return lt`
   return std::make_shared<const subgraph>(subgraph{std::move(name), std::move(body)});
 }
 

@@ -179,6 +179,17 @@ class capture {
     bind(meta, v, meta);
     return {v, meta};
   }
+  /// An input of this subgraph for one row of `outer` (torch.map's xs: a contiguous slice, its
+  /// sizes without the leading dim); returns it and the meta tensor the code receives for it.
+  std::pair<value, at::Tensor> add_row_operand(const value& outer) {
+    const auto& m = outer.meta();
+    auto row = tensor_meta::contiguous(m.dtype, sym_shape(m.sizes.begin() + 1, m.sizes.end()), m.device);
+    row.requires_grad = m.requires_grad;
+    auto v = builder_.input(outer.name(), row, /*exact_name=*/false);
+    auto meta = plain_meta(row);
+    bind(meta, v, meta);
+    return {v, meta};
+  }
   /// Values of the enclosing capture that this subgraph reads without being passed them, in the
   /// order it first read them; each has an input here, after the operands'.
   [[nodiscard]] const std::vector<value>& lifted() const noexcept { return lifted_; }

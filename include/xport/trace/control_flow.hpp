@@ -1,5 +1,5 @@
-// xport/trace/control_flow.hpp: xport::cond and xport::while_loop, torch.cond and
-// torch.while_loop for C++ code. The same call runs eagerly
+// xport/trace/control_flow.hpp: xport::cond, xport::while_loop and xport::map: torch.cond,
+// torch.while_loop and torch.map for C++ code. The same call runs eagerly
 // (the branch the predicate picks), under non-strict export (at::Tensor code) and under strict
 // export (xport::sym_tensor code); exported, both branches are captured as subgraphs
 // (`true_graph_0`, `false_graph_0`) of one `torch.ops.higher_order.cond` node.
@@ -17,11 +17,13 @@
 // torch lifts a branch's free variables, after the operands given (module state by FQN, then
 // the rest in the order first read); operands neither branch reads are dropped, as torch does.
 // xport::while_loop follows the same rules for its cond_fn and body_fn: what they lift becomes
-// the node's additional_inputs.
+// the node's additional_inputs; xport::map's body gets one row of xs, and what it lifts joins
+// its pos_args.
 #pragma once
 
 #include <algorithm>    // std::find
 #include <cstddef>      // std::size_t
+#include <cstdint>      // std::int64_t
 #include <functional>   // std::function
 #include <memory>       // std::shared_ptr
 #include <optional>     // std::optional
@@ -34,6 +36,7 @@
 #include <vector>       // std::vector
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/stack.h>
 
 #include <xport/config.hpp>
 #include <xport/error.hpp>
@@ -58,12 +61,14 @@ struct traced_branch {
   std::vector<value> inputs;  ///< its placeholder for each of `lifted`, in the same order
 };
 
-inline traced_branch trace_branch(capture& outer, const std::vector<value>& operands, const branch_tracer& trace) {
+/// The first `rows` operands are torch.map's xs: the branch gets one row of each.
+inline traced_branch trace_branch(capture& outer, const std::vector<value>& operands, const branch_tracer& trace,
+                                  std::size_t rows = 0) {
   capture c(outer);
   std::vector<value> ins;
   std::vector<at::Tensor> metas;
   for (const auto& o : operands) {
-    auto [v, m] = c.add_operand(o);
+    auto [v, m] = ins.size() < rows ? c.add_row_operand(o) : c.add_operand(o);
     ins.push_back(v);
     metas.push_back(std::move(m));
   }
@@ -178,6 +183,7 @@ inline traced_cond trace_while_loop(capture& outer, std::vector<value> carried, 
     const auto phs = g->placeholders();
     for (std::size_t i = 0; i < phs.size(); ++i) g->rename(phs[i].output(0), "arg" + std::to_string(i) + "_1");
   }
+  c.body.set_returns_bare(true);  // torch's cond_fn returns its bool tensor bare
   const auto index = std::to_string(outer.next_subgraph_index("while_loop"));
   argument::list_type additional(carried.begin() + static_cast<std::ptrdiff_t>(n), carried.end());
   carried.resize(n);
@@ -191,6 +197,32 @@ inline traced_cond trace_while_loop(capture& outer, std::vector<value> carried, 
   traced_cond r;
   r.metas = outer.record_values(op, std::move(args), std::move(types), &r.n);
   r.n.set_tuple_operands(true);
+  verify_higher_order(r.n, verify_options{.check_schemas = false});
+  return r;
+}
+
+/// Records `higher_order::map_impl(body_graph_<i>, xs, pos_args)` in `outer` after tracing the
+/// body on one row of each of the `xs` and on `pos_args` (what it lifts is appended to them),
+/// at `src` (strict), and checks it as torch.map does.
+inline traced_cond trace_map(capture& outer, std::vector<value> xs, std::vector<value> pos_args, const branch_tracer& body_fn,
+                             std::shared_ptr<const source_location> src = nullptr) {
+  std::vector<value> operands = xs;
+  operands.insert(operands.end(), pos_args.begin(), pos_args.end());
+  auto b = trace_branch(outer, operands, body_fn, xs.size());
+  const std::size_t n = operands.size();
+  for (const auto& v : b.lifted)
+    if (std::find(operands.begin() + static_cast<std::ptrdiff_t>(n), operands.end(), v) == operands.end())
+      operands.push_back(v);
+  align_inputs(b, n, operands);
+  const auto index = std::to_string(outer.next_subgraph_index("map"));
+  std::vector<argument> args{std::make_shared<const subgraph>(subgraph{"body_graph_" + index, std::move(b.body)}),
+                             argument::list_type(xs.begin(), xs.end()),
+                             argument::list_type(operands.begin() + static_cast<std::ptrdiff_t>(xs.size()), operands.end())};
+  const auto& op = find_op("higher_order::map_impl");
+  auto types = subgraph_outputs(op, args);
+  if (src) outer.builder().at(std::move(src));
+  traced_cond r;
+  r.metas = outer.record_values(op, std::move(args), std::move(types), &r.n);  // torch prints map's lists as lists
   verify_higher_order(r.n, verify_options{.check_schemas = false});
   return r;
 }
@@ -254,6 +286,19 @@ inline bool loop_predicate(const at::Tensor& p) {
                                                           : std::string("an undefined tensor")) +
                                              ": return a comparison of a 0-d tensor (i.lt(n)), or reduce one (x.sum() < 10)");
   return p.item<bool>();
+}
+
+/// What xport::map's function returns: a tensor, or a std::tuple of them.
+template <class R, class Tensor>
+inline constexpr bool map_result = std::is_same_v<R, Tensor> || carries<R, Tensor>::value;
+
+template <class Fn, class Tensor, class Args>
+void check_map_fn() {
+  static_assert(is_std_tuple<Args>, "xport::map: pass the other arguments as a std::tuple (std::tuple{y}); fn is "
+                                    "called with a row of xs and them, as torch.map calls f(x, *args)");
+  using R = decltype(std::apply(std::declval<Fn&>(), std::tuple_cat(std::declval<std::tuple<Tensor>>(), std::declval<const Args&>())));
+  static_assert(map_result<R, Tensor>, "xport::map: fn returns a tensor or a std::tuple of tensors (torch.map stacks "
+                                       "each along a new leading dim)");
 }
 
 [[noreturn]] inline void throw_pred_shape(const std::string& got) {
@@ -429,6 +474,91 @@ Carried while_loop(CondFn&& cond_fn, BodyFn&& body_fn, const Carried& carried,
   std::size_t k = 0;
   auto from_node = [&](const sym_tensor&) { return sym_tensor(w.n.output(k++), &outer); };
   return detail::map_tensors(carried, from_node);
+}
+
+/// torch.map for at::Tensor code: `fn(xs[i], args...)` for every row i of `xs`, the results
+/// (a tensor or a std::tuple of them) stacked along a new leading dim. Eagerly it loops; under
+/// export (non-strict) it records `fn`, traced once on a row, as the body of one
+/// torch.ops.higher_order.map_impl node; tensors `fn` reads without being passed them are
+/// appended to its pos_args.
+///
+///   auto ys = xport::map([&](const at::Tensor& row, const at::Tensor& w) { return lin(row) * w; },
+///                        xs, std::tuple{w});
+template <class Fn, class Args = std::tuple<>>
+auto map(Fn&& fn, const at::Tensor& xs, const Args& args = {}) {
+  detail::check_map_fn<Fn, at::Tensor, Args>();
+  using R = decltype(std::apply(fn, std::tuple_cat(std::tuple<at::Tensor>(xs), args)));
+  auto* outer = detail::active_capture;
+  if (!outer) {
+    const auto n = detail::mapped_length({xs});
+    std::optional<R> first;
+    std::vector<std::vector<at::Tensor>> rows;
+    for (std::int64_t i = 0; i < n; ++i) {
+      R r = std::apply(fn, std::tuple_cat(std::tuple<at::Tensor>(xs.select(0, i)), args));
+      std::size_t k = 0;
+      auto collect = [&](const at::Tensor& t) {
+        if (rows.size() <= k) rows.emplace_back();
+        rows[k++].push_back(t);
+      };
+      (void)detail::flatten_into(r, collect);
+      if (!first) first.emplace(std::move(r));
+    }
+    std::size_t k = 0;
+    auto stacked = [&](const at::Tensor&) { return at::stack(rows.at(k++), 0); };
+    return detail::map_tensors(*first, stacked);
+  }
+  if (xs.dim() == 0) throw error("xport.map.xs", "torch.map: a mapped tensor has no leading dim to map over (0-d)");
+  if (xs.size(0) == 0) throw error("xport.map.xs", "Leading dimensions of mapped xs cannot be 0.");
+  std::vector<value> pos;
+  auto of = [&](const at::Tensor& t) { pos.push_back(outer->value_of(t)); };
+  (void)detail::flatten_into(args, of);
+  std::optional<R> result;
+  const detail::branch_tracer tracer = [&](detail::capture& c, const std::vector<value>&, const std::vector<at::Tensor>& metas) {
+    std::size_t k = 1;
+    auto to_meta = [&](const at::Tensor&) { return metas.at(k++); };
+    const auto rest = detail::map_tensors(args, to_meta);
+    {
+      detail::capture_scope scope(c);
+      result.emplace(std::apply(fn, std::tuple_cat(std::tuple<at::Tensor>(metas.at(0)), rest)));
+    }
+    std::vector<value> outs;
+    auto out = [&](const at::Tensor& t) { outs.push_back(c.value_of(t)); };
+    (void)detail::flatten_into(*result, out);
+    return outs;
+  };
+  const auto m = detail::trace_map(*outer, {outer->value_of(xs)}, std::move(pos), tracer);
+  std::size_t k = 0;
+  auto from_node = [&](const at::Tensor&) { return m.metas.at(k++); };
+  return detail::map_tensors(*result, from_node);
+}
+
+/// torch.map for strict code (xport::sym_tensor): the body is traced once, on a row, and the
+/// node records the C++ line of the call.
+template <class Fn, class Args = std::tuple<>>
+auto map(Fn&& fn, const sym_tensor& xs, const Args& args = {},
+         const std::source_location& loc = std::source_location::current()) {
+  detail::check_map_fn<Fn, sym_tensor, Args>();
+  using R = decltype(std::apply(fn, std::tuple_cat(std::tuple<sym_tensor>(xs), args)));
+  auto& outer = detail::recording_capture(xs.owner());
+  std::vector<value> pos;
+  auto of = [&](const sym_tensor& t) { pos.push_back(outer.local_value(t.graph_value())); };
+  (void)detail::flatten_into(args, of);
+  std::optional<R> result;
+  const detail::branch_tracer tracer = [&](detail::capture& c, const std::vector<value>& ins, const std::vector<at::Tensor>&) {
+    detail::strict_branch_scope scope(c);
+    std::size_t k = 1;
+    auto to_sym = [&](const sym_tensor&) { return sym_tensor(ins.at(k++), &c); };
+    const auto rest = detail::map_tensors(args, to_sym);
+    result.emplace(std::apply(fn, std::tuple_cat(std::tuple<sym_tensor>(sym_tensor(ins.at(0), &c)), rest)));
+    std::vector<value> outs;
+    auto out = [&](const sym_tensor& t) { outs.push_back(c.local_value(t.graph_value())); };
+    (void)detail::flatten_into(*result, out);
+    return outs;
+  };
+  const auto m = detail::trace_map(outer, {outer.local_value(xs.graph_value())}, std::move(pos), tracer, detail::make_source(loc));
+  std::size_t k = 0;
+  auto from_node = [&](const sym_tensor&) { return sym_tensor(m.n.output(k++), &outer); };
+  return detail::map_tensors(*result, from_node);
 }
 
 XPORT_END_NAMESPACE
