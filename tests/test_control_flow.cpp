@@ -573,13 +573,14 @@ TEST_CASE("xport::map: several results stacked, a dynamic number of rows, torch'
   const auto printed = to_string(p);
   INFO(printed);
   CHECK(printed.find("getitem_1: \"f32[s") != std::string::npos);  // stacked over the symbolic rows
-  for (std::int64_t rows : {1, 5, 17}) {
-    const auto x = at::randn({rows, 2});
-    const auto outs = run(p, {x});
-    REQUIRE(outs.size() == 2);
-    CHECK(at::equal(outs[0], x.sin()));
-    CHECK(at::allclose(outs[1], x.sum(1)));
-  }
+  for (std::int64_t rows : {1, 5, 17})
+    for (const auto& [layout, x] : xport_test::layouts_of(at::randn({rows, 2}))) {
+      INFO(layout << " rows " << rows);
+      const auto outs = run(p, {x});
+      REQUIRE(outs.size() == 2);
+      CHECK(at::equal(outs[0], x.sin()));
+      CHECK(at::allclose(outs[1], x.sum(1)));
+    }
   XPORT_CHECK_THROWS_MSG(fn(at::randn({0, 2})), xport::error, "Leading dimensions of mapped xs cannot be 0.");
   XPORT_CHECK_THROWS_MSG(export_program(fn, std::tuple{at::randn({0, 2})}), xport::error,
                          "Leading dimensions of mapped xs cannot be 0.");
