@@ -221,4 +221,25 @@ struct LoopRefinerImpl : nn::Module {
 };
 TORCH_MODULE(LoopRefiner);
 
+/// An Elman RNN over a sequence (xport::scan, as tests/python/pt2_fixtures.py ScanRNN does in
+/// Python): the carry is the hidden state, each step's y its projection; the combine function
+/// reads the module's parameters, lifted to additional inputs. `xs` is [time, batch, features].
+struct ScanRNNImpl : nn::Module {
+  nn::Linear inp{3, 4}, rec{4, 4}, out{4, 2};  // `in` would be a Python keyword in torch's code
+  ScanRNNImpl() {
+    register_module("inp", inp);
+    register_module("rec", rec);
+    register_module("out", out);
+  }
+  std::tuple<torch::Tensor, torch::Tensor> forward(torch::Tensor h0, torch::Tensor xs) {
+    return xport::scan(
+        [&](const torch::Tensor& h, const torch::Tensor& x) {
+          auto next = torch::tanh(inp(x) + rec(h));
+          return std::tuple{next, out(next)};
+        },
+        h0, xs);
+  }
+};
+TORCH_MODULE(ScanRNN);
+
 }  // namespace xport_models

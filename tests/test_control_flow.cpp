@@ -2,7 +2,7 @@
 // subgraphs), built by hand, verified, run by the interpreter and the engine, printed, saved and
 // loaded, lowered; then xport::cond captured from C++ code by both tracers (CondGate of
 // models.hpp, closures, nested conds, passes inside the branches); xport::while_loop
-// (LoopRefiner) and xport::map, both tracers, with torch's rules and texts. Programs torch.export wrote with torch.cond are checked against torch itself
+// (LoopRefiner), xport::map and xport::scan (ScanRNN), both tracers, with torch's rules and texts. Programs torch.export wrote with torch.cond are checked against torch itself
 // in test_interop.cpp (the cond* fixtures).
 #include "common.hpp"
 #include "models.hpp"
@@ -605,5 +605,171 @@ TEST_CASE("xport::map (strict): the body is traced on a row of sym_tensors, with
   for (const auto& [layout, in] : xport_test::layouts_of(xs)) {
     INFO(layout);
     CHECK(at::allclose(run(p, {in, w})[0], at::relu(in * w) - 1.0));
+  }
+}
+
+// ---- xport::scan ---------------------------------------------------------------------------
+
+namespace {
+/// ScanRNN's recurrence as a plain loop over the sequence: the last state, the stacked ys.
+std::tuple<at::Tensor, at::Tensor> rnn_by_hand(xport_models::ScanRNN& net, at::Tensor h, const at::Tensor& xs) {
+  std::vector<at::Tensor> ys;
+  for (std::int64_t t = 0; t < xs.size(0); ++t) {
+    h = at::tanh(net->inp(xs[t]) + net->rec(h));
+    ys.push_back(net->out(h));
+  }
+  return {h, at::stack(ys)};
+}
+}  // namespace
+
+TEST_CASE("xport::scan (non-strict): an RNN over a sequence, captured as torch.scan, runs as eager does") {
+  torch::manual_seed(0);
+  xport_models::ScanRNN net;
+  net->eval();
+  const auto h0 = at::randn({2, 4}), xs = at::randn({5, 2, 3});
+  const auto p = export_program(net, std::tuple{h0, xs}, {.input_names = {"h0", "xs"}});
+  const auto printed = to_string(p);
+  INFO(printed);
+  // as torch.export records a scan (pt2_fixtures.py ScanRNN): init and xs as lists, the
+  // parameters the combine function reads lifted to additional inputs (a tuple), by FQN
+  CHECK(printed.find("scan = torch.ops.higher_order.scan(scan_combine_graph_0, [h0], [xs], (p_inp_bias, p_inp_weight, "
+                     "p_out_bias, p_out_weight, p_rec_bias, p_rec_weight))") != std::string::npos);
+  CHECK(printed.find("def forward(self, arg0_1: \"f32[2, 4]\", arg1_1: \"f32[2, 3]\"") != std::string::npos);
+  CHECK(printed.find("return [tanh, ") != std::string::npos);  // the combine graph returns a list, as torch prints it
+  CHECK(printed.find("getitem_1: \"f32[5, 2, 2]\" = scan[1]") != std::string::npos);
+  engine e(p);
+  for (const auto& [layout, in] : xport_test::layouts_of(xs)) {
+    INFO(layout);
+    const auto [h, ys] = rnn_by_hand(net, h0, in);
+    const auto eager = net->forward(h0, in);  // eagerly, xport::scan loops
+    CHECK(at::allclose(std::get<0>(eager), h, 1e-5, 1e-6));
+    CHECK(at::allclose(std::get<1>(eager), ys, 1e-5, 1e-6));
+    for (const auto& outs : {run(p, {h0, in}), e.run({h0, in})}) {
+      REQUIRE(outs.size() == 2);
+      CHECK(at::allclose(outs[0], h, 1e-5, 1e-6));
+      CHECK(at::allclose(outs[1], ys, 1e-5, 1e-6));
+    }
+  }
+  // saved and loaded, the operands are lists and the combine graph returns a tuple, as
+  // torch.export.load gives them
+  const auto bytes = save_to_string(p);
+  const auto q = load_from_memory(bytes.data(), bytes.size());
+  const auto loaded = to_string(q);
+  CHECK(loaded.find("torch.ops.higher_order.scan(scan_combine_graph_0, [h0], [xs], [p_inp_bias, ") != std::string::npos);
+  CHECK(loaded.find("return [tanh, ") == std::string::npos);
+  CHECK(at::allclose(run(q, {-h0, xs})[1], std::get<1>(net->forward(-h0, xs)), 1e-5, 1e-6));
+#if XPORT_TEST_TORCH_FUNCTIONALIZATION
+  const auto core = run_decompositions(p);
+  CHECK(to_string(core).find("return [tanh, ") != std::string::npos);  // lowered inside, still a list
+  CHECK(at::allclose(run(core, {h0, xs})[1], std::get<1>(rnn_by_hand(net, h0, xs)), 1e-5, 1e-6));
+#endif
+  // gradients flow through every step, to the input and the initial state
+  auto xa = xs.clone().requires_grad_(true), xb = xs.clone().requires_grad_(true);
+  auto ha = h0.clone().requires_grad_(true), hb = h0.clone().requires_grad_(true);
+  run(p, {ha, xa})[1].pow(2).sum().backward();
+  std::get<1>(rnn_by_hand(net, hb, xb)).pow(2).sum().backward();
+  CHECK(at::allclose(xa.grad(), xb.grad(), 1e-5, 1e-6));
+  CHECK(at::allclose(ha.grad(), hb.grad(), 1e-5, 1e-6));
+}
+
+TEST_CASE("xport::scan: tuple carries, dim and reverse, a dynamic sequence length, torch's errors") {
+  // a running sum and a running max over dim 1, from the end, ys a tuple of two
+  auto fn = [](const at::Tensor& s0, const at::Tensor& m0, const at::Tensor& xs) {
+    return xport::scan(
+        [](const std::tuple<at::Tensor, at::Tensor>& c, const at::Tensor& x) {
+          auto s = std::get<0>(c) + x;
+          auto m = at::maximum(std::get<1>(c), x);
+          return std::tuple{std::tuple{s, m}, std::tuple{s * 2, x.sum()}};
+        },
+        std::tuple{s0, m0}, xs, {.dim = 1, .reverse = true});
+  };
+  auto by_hand = [](at::Tensor s, at::Tensor m, const at::Tensor& xs) {
+    std::vector<at::Tensor> a(static_cast<std::size_t>(xs.size(1))), b(a.size());
+    for (auto t = xs.size(1) - 1; t >= 0; --t) {
+      const auto x = xs.select(1, t);
+      s = s + x;
+      m = at::maximum(m, x);
+      a[static_cast<std::size_t>(t)] = s * 2;
+      b[static_cast<std::size_t>(t)] = x.sum();
+    }
+    return std::tuple{s, m, at::stack(a, 1), at::stack(b, 0)};
+  };
+  auto flat = [&](const at::Tensor& s0, const at::Tensor& m0, const at::Tensor& xs) {
+    auto [c, ys] = fn(s0, m0, xs);
+    return std::tuple{std::get<0>(c), std::get<1>(c), std::get<0>(ys), std::get<1>(ys)};
+  };
+  const auto s0 = at::zeros({3}), m0 = at::full({3}, -1e9), xs = at::randn({3, 6});
+  const auto p = export_program(flat, std::tuple{s0, m0, xs},
+                                {.input_names = {"s0", "m0", "xs"}, .dynamic_shapes = {{"s0", {}}, {"m0", {}}, {"xs", {{1, Dim("steps", 1, 64)}}}}});
+  const auto printed = to_string(p);
+  INFO(printed);
+  CHECK(printed.find("torch.ops.higher_order.scan(scan_combine_graph_0, [s0, m0], [flip], ())") != std::string::npos);
+  CHECK(printed.find("getitem_2: \"f32[s") != std::string::npos);  // stacked over the symbolic steps
+  for (std::int64_t steps : {1, 6, 11})
+    for (const auto& [layout, x] : xport_test::layouts_of(at::randn({3, steps}))) {
+      INFO(layout << " steps " << steps);
+      const auto want = by_hand(s0, m0, x);
+      const auto eager = flat(s0, m0, x);
+      const auto outs = run(p, {s0, m0, x});
+      REQUIRE(outs.size() == 4);
+      CHECK(at::allclose(std::get<0>(eager), std::get<0>(want)));
+      CHECK(at::allclose(std::get<2>(eager), std::get<2>(want)));
+      CHECK(at::allclose(outs[0], std::get<0>(want)));
+      CHECK(at::equal(outs[1], std::get<1>(want)));
+      CHECK(at::allclose(outs[2], std::get<2>(want)));
+      CHECK(at::allclose(outs[3], std::get<3>(want)));
+    }
+  const auto bytes = save_to_string(p);
+  const auto q = load_from_memory(bytes.data(), bytes.size());
+  CHECK(at::allclose(run(q, {s0, m0, xs * 3})[2], std::get<2>(by_hand(s0, m0, xs * 3))));
+  // torch's rules, with its texts, eagerly and at export
+  XPORT_CHECK_THROWS_MSG(flat(s0, m0, at::randn({3, 0})), xport::error,
+                         "All xs leaves must at least have 'dim' number of dimensions and scan dimension > 0");
+  XPORT_CHECK_THROWS_MSG(fn(s0, m0, at::randn({3})), xport::error,
+                         "All xs leaves must at least have 'dim' number of dimensions and scan dimension > 0");
+  auto grows = [](const at::Tensor& h0, const at::Tensor& xs) {
+    return std::get<1>(xport::scan([](const at::Tensor& h, const at::Tensor& x) { return std::tuple{h.sum(0), x * 2}; }, h0, xs));
+  };
+  const auto h0 = at::zeros({2, 3}), seq = at::randn({4, 3});
+  XPORT_CHECK_THROWS_MSG(grows(h0, seq), xport::error,
+                         "Expected init and carry to have same metadata but found: pair[0] differ, where init is "
+                         "Float[2, 3] and carry is Float[3]");
+  XPORT_CHECK_THROWS_MSG(export_program(grows, std::tuple{h0, seq}), xport::error,
+                         "Expected init and carry to have same metadata but found: pair[0] differ, where init is "
+                         "f32[2, 3] and carry is f32[3]");
+  auto aliases = [](const at::Tensor& h0, const at::Tensor& xs) {
+    return std::get<1>(xport::scan([](const at::Tensor& h, const at::Tensor& x) { return std::tuple{h + x, x}; }, h0, xs));
+  };
+  XPORT_CHECK_THROWS_MSG(export_program(aliases, std::tuple{at::zeros({3}), seq}), xport::error,
+                         "Higher order ops do not support aliasing: subgraph 'scan_combine_graph_0' of 'scan' returns its input");
+}
+
+TEST_CASE("xport::scan (strict): the combine function is traced on sym_tensors, with its C++ lines") {
+  auto fn = [](const sym_tensor& h0, const sym_tensor& xs, const sym_tensor& w) {
+    auto [h, ys] = xport::scan([&](const sym_tensor& h, const sym_tensor& x) {
+      auto next = relu(h * w + x);
+      return std::tuple{next, next * 2.0};
+    }, h0, xs, {.dim = 1});
+    return std::tuple{h, ys};
+  };
+  const auto h0 = at::randn({4}), xs = at::randn({4, 3}), w = at::randn({4});
+  const auto p = export_program<xport::strict>(fn, std::tuple{h0, xs, w}, {.input_names = {"h0", "xs", "w"}});
+  const auto printed = to_string(p);
+  INFO(printed);
+  CHECK(printed.find("torch.ops.aten.movedim.int(xs, 1, 0)") != std::string::npos);
+  CHECK(printed.find("torch.ops.higher_order.scan(scan_combine_graph_0, [h0], [movedim], (w,))") != std::string::npos);
+  CHECK(printed.find("code: auto next = relu(h * w + x);") != std::string::npos);
+  for (const auto& [layout, in] : xport_test::layouts_of(xs)) {
+    INFO(layout);
+    auto h = h0;
+    std::vector<at::Tensor> ys;
+    for (std::int64_t t = 0; t < 3; ++t) {
+      h = at::relu(h * w + in.select(1, t));
+      ys.push_back(h * 2.0);
+    }
+    const auto outs = run(p, {h0, in, w});
+    REQUIRE(outs.size() == 2);
+    CHECK(at::allclose(outs[0], h));
+    CHECK(at::allclose(outs[1], at::stack(ys, 1)));
   }
 }

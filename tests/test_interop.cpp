@@ -94,7 +94,9 @@ int check_outputs(const exported_program& p, const call& c, std::int64_t seed, c
   for (std::size_t i = 0; i < got.size(); ++i) {
     INFO(what << ": output " << i);
     CHECK(same(got[i], c.outputs[i], false));
-    exact += same(got[i], c.outputs[i], true);
+    const bool bits = same(got[i], c.outputs[i], true);
+    if (!bits) MESSAGE(what << ": output " << i << " not bit-equal");
+    exact += bits;
   }
   return exact;
 }
@@ -104,7 +106,6 @@ int check_outputs(const exported_program& p, const call& c, std::int64_t seed, c
 /// What xport says about each fixture holding content it does not support (test the messages).
 const std::map<std::string, std::string>& unsupported_fixtures() {
   static const std::map<std::string, std::string> m{
-      {"unsupported_scan", "higher-order operator 'torch.ops.higher_order.scan'"},
       // a data-dependent size: torch asserts u0's range with SymBool nodes, which xport does not read
       {"unsupported_masked_sum", "operator '_operator.ge' computes a SymBool, which xport does not represent"},
       {"unsupported_complex", "argument kind 'as_complex' (a complex number) is not supported by xport"},
@@ -430,6 +431,14 @@ TEST_CASE("interop: xport writes an archive of every kind of program for torch.e
     auto mp = export_program(rows, T2{xs, yb}, {.input_names = {"xs", "y"}, .dynamic_shapes = {{"xs", {{0, Dim("rows", 1, 64)}}}, {"y", {}}}});
     w.add("map_rows_dynamic", mp, T2{xs, yb}, {T2{at::randn({9, 3}), yb}, T2{at::randn({1, 3}), -yb}});
     w.add("map_rows_dynamic_core_aten", run_decompositions(mp), T2{xs, yb}, {T2{at::randn({6, 3}), yb}});
+    // xport::scan: an RNN over a sequence of any length
+    m::ScanRNN rnn;
+    rnn->eval();
+    const auto h0 = at::randn({2, 4}), seq = at::randn({5, 2, 3});
+    auto sp = export_program(rnn, T2{h0, seq}, {.input_names = {"h0", "xs"}, .dynamic_shapes = {{"h0", {}}, {"xs", {{0, Dim("time", 1, 64)}}}}});
+    const std::vector<T2> seqs{T2{-h0, at::randn({9, 2, 3})}, T2{h0, at::randn({2, 1, 3}).transpose(0, 1)}};
+    w.add("scan_rnn_dynamic", sp, T2{h0, seq}, seqs);
+    w.add("scan_rnn_dynamic_core_aten", run_decompositions(sp), T2{h0, seq}, seqs);
   }
   {  // structure: dict / list / int / float / bool / string inputs, tuple / list / dict outputs
     const auto c = at::randn({3});
@@ -495,7 +504,7 @@ TEST_CASE("interop: xport writes an archive of every kind of program for torch.e
     w.add("hand_built", std::move(b).build(), T{at::randn({2, 3})});
   }
   MESSAGE("archives written for torch: " << w.size());
-  CHECK(w.size() == 44 + 7 + 2 + 2 + 4 + 2 + 2 + 2 + 2);  // ..., loop_refiner*, map_rows_dynamic*
+  CHECK(w.size() == 44 + 7 + 2 + 2 + 4 + 2 + 2 + 2 + 2 + 2);  // ..., loop_refiner*, map_rows_dynamic*, scan_rnn_dynamic*
 }
 
 // ---- C++ -> Python -> C++ -----------------------------------------------------------------------

@@ -632,10 +632,12 @@ TEST_CASE("serde: what xport cannot represent is a load_error naming the kind") 
   check_bad(arg({{"as_custom_obj", {{"name", "obj"}, {"class_fqn", "a.B"}}}}), "argument kind 'as_custom_obj' (a custom object");
   check_bad(arg({{"as_token", {{"name", "t"}}}}), "argument kind 'as_token'");
   check_bad(arg({{"as_int_lists", json::array({json::array({1, 2})})}}), "[xport.schema.arg_type]");  // read, but mul takes no int[][]
+  check_bad(edit([&](json& j) { node_of(j, "torch.ops.aten.mul.")["target"] = "torch.ops.higher_order.associative_scan"; }),
+            "higher-order operator 'torch.ops.higher_order.associative_scan' (torch.associative_scan, with its subgraphs "
+            "as as_graph arguments) is not supported by xport: of torch's control-flow operators it reads torch.cond, "
+            "torch.while_loop, torch.map and torch.scan");
   check_bad(edit([&](json& j) { node_of(j, "torch.ops.aten.mul.")["target"] = "torch.ops.higher_order.scan"; }),
-            "higher-order operator 'torch.ops.higher_order.scan' (torch.scan, with its subgraphs as as_graph "
-            "arguments) is not supported by xport: of torch's control-flow operators it reads torch.cond, "
-            "torch.while_loop and torch.map");
+            "higher_order::scan takes 4 arguments, the node has 2");
   check_bad(edit([&](json& j) { node_of(j, "torch.ops.aten.mul.")["target"] = "torch.ops.higher_order.while_loop"; }),
             "higher_order::while_loop takes 4 arguments, the node has 2");
   check_bad(edit([&](json& j) { node_of(j, "torch.ops.aten.mul.")["target"] = "torch.ops.higher_order.cond"; }),

@@ -1,5 +1,6 @@
-// torch.map and torch.while_loop as xport::map and xport::while_loop: ExportDB's
-// dynamic_shape_map, and a while_loop whose trip count the data decides.
+// torch.map, torch.while_loop and torch.scan as xport::map, xport::while_loop and xport::scan:
+// ExportDB's dynamic_shape_map, a while_loop whose trip count the data decides, and a running sum
+// as a scan (torch.scan's own example).
 #include "case.hpp"
 
 namespace {
@@ -29,6 +30,26 @@ const exportdb::registrar while_loop(
       const auto outs = xport::run(p, {at::zeros({}, at::kLong), at::ones({3})});
       os << "\nrun from it = 0: it = " << outs[0].item<std::int64_t>() << ", x[0] = cos(cos(cos(1))) = "
          << outs[1][0].item<float>() << "\n";
+    });
+
+const exportdb::registrar scan(
+    "scan", "xport::scan carries a value along the first dim and stacks what each step gives (torch.scan)", "SUPPORTED",
+    [](std::ostream& os) {
+      auto p = xport::export_program(
+          [](const at::Tensor& init, const at::Tensor& xs) {
+            return xport::scan(
+                [](const at::Tensor& c, const at::Tensor& x) {
+                  auto s = c + x;
+                  return std::tuple{s, s.clone()};
+                },
+                init, xs);
+          },
+          std::tuple{at::zeros({1}), at::randn({5, 1})}, {.input_names = {"init", "xs"}});
+      os << p;
+      const auto outs = xport::run(p, {at::zeros({1}), at::arange(5, at::kFloat).unsqueeze(1)});
+      os << "\nrun on xs = [0, 1, 2, 3, 4]: last carry " << outs[0].item<float>() << ", running sums [";
+      for (std::int64_t t = 0; t < outs[1].size(0); ++t) os << (t ? ", " : "") << outs[1][t].item<float>();
+      os << "]\n";
     });
 
 }  // namespace

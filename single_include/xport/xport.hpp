@@ -1747,7 +1747,7 @@ XPORT_END_NAMESPACE
 // interned for the life of the process; nodes hold a pointer to it. Lookup accepts
 // `aten::add.Tensor`, `aten::add` (the default overload), `aten.add.Tensor`,
 // `torch.ops.aten.add.Tensor` and `aten::add.default`. The control-flow operators torch calls
-// higher-order (`torch.ops.higher_order.cond`, `.while_loop`, `.map_impl`) are registered with the dispatcher here, on first
+// higher-order (`torch.ops.higher_order.cond`, `.while_loop`, `.map_impl`, `.scan`) are registered with the dispatcher here, on first
 // lookup, so that every part of xport treats them as operators.
 
 #include <atomic>         // std::atomic
@@ -2019,6 +2019,50 @@ inline void map_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
   s.emplace_back(c10::List<at::Tensor>(std::move(stacked)));
 }
 
+/// torch.scan's rule for what it scans over: tensors of one dim or more with the same leading
+/// dim, not 0 (torch's text).
+inline std::int64_t scanned_length(const std::vector<at::Tensor>& xs) {
+  if (xs.empty()) throw run_error("xport.run.scan_xs", "torch.scan: xs is empty; it scans over one tensor at least");
+  for (const auto& x : xs)
+    if (x.dim() == 0 || x.size(0) == 0)
+      throw run_error("xport.run.scan_xs",
+                      "All xs leaves must at least have 'dim' number of dimensions and scan dimension > 0");
+  for (const auto& x : xs)
+    if (x.size(0) != xs[0].size(0))
+      throw run_error("xport.run.scan_xs", "torch.scan: the xs must have the same scan dimension; got sizes " +
+                                               c10::str(xs[0].sizes()) + " and " + c10::str(x.sizes()));
+  return xs[0].size(0);
+}
+
+// higher_order::scan(Any combine_fn, Tensor[] init, Tensor[] xs, Tensor[] additional_inputs)
+// -> Tensor[]: carry = init; for each row i of the xs, (carry, y_i) = combine_fn(carry, xs[i],
+// additional); returns the last carry, then each y stacked along a new leading dim.
+inline void scan_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  const auto additional = s.back().toTensorVector();
+  const auto xs = s[s.size() - 2].toTensorVector();
+  auto carry = s[s.size() - 3].toTensorVector();
+  const auto& fn = subgraph_fn_of(s[s.size() - 4], "scan", "combine_fn");
+  const auto n = scanned_length(xs);
+  const auto n_carry = carry.size();
+  std::vector<std::vector<at::Tensor>> ys;
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::vector<at::Tensor> operands = carry;
+    for (const auto& x : xs) operands.push_back(x.select(0, i));
+    operands.insert(operands.end(), additional.begin(), additional.end());
+    auto out = fn.call(std::move(operands));
+    if (out.size() < n_carry)
+      throw run_error("xport.run.scan_body", "torch.scan: combine_fn returned " + std::to_string(out.size()) +
+                                                 " tensors, fewer than the " + std::to_string(n_carry) + " it carries");
+    ys.resize(out.size() - n_carry);
+    for (std::size_t k = 0; k < n_carry; ++k) carry[k] = std::move(out[k]);
+    for (std::size_t k = n_carry; k < out.size(); ++k) ys[k - n_carry].push_back(std::move(out[k]));
+  }
+  for (const auto& rows : ys) carry.push_back(at::stack(rows, 0));
+  torch::jit::drop(s, 4);
+  s.emplace_back(c10::List<at::Tensor>(std::move(carry)));
+}
+
 /// Registers the control-flow operators with the dispatcher, once per process (at run time: a
 /// static registration in a header would run once per translation unit and throw).
 inline void ensure_higher_order_ops() {
@@ -2053,6 +2097,15 @@ inline void ensure_higher_order_ops() {
                                                    c10::DispatchKey::CompositeImplicitAutograd,
                                                    c10::KernelFunction::makeFromBoxedFunction<&map_kernel>(),
                                                    c10::nullopt, nullptr, "xport: map kernel"));
+    c10::FunctionSchema scan("higher_order::scan", "",
+                             {c10::Argument("combine_fn", any), c10::Argument("init", tensors), c10::Argument("xs", tensors),
+                              c10::Argument("additional_inputs", tensors)},
+                             {c10::Argument("", tensors)});
+    new c10::RegistrationHandleRAII(d.registerDef(std::move(scan), "xport: torch.ops.higher_order.scan"));
+    new c10::RegistrationHandleRAII(d.registerImpl(c10::OperatorName("higher_order::scan", ""),
+                                                   c10::DispatchKey::CompositeImplicitAutograd,
+                                                   c10::KernelFunction::makeFromBoxedFunction<&scan_kernel>(),
+                                                   c10::nullopt, nullptr, "xport: scan kernel"));
     return true;
   }();
   (void)registered;
@@ -2187,7 +2240,7 @@ XPORT_END_NAMESPACE
 #include <type_traits>  // std::is_same_v
 #include <typeinfo>     // std::type_info
 #include <unordered_map>  // std::unordered_map
-#include <utility>      // std::move, std::exchange
+#include <utility>      // std::move, std::exchange, std::pair
 #include <variant>      // std::variant
 #include <vector>       // std::vector
 
@@ -2948,6 +3001,7 @@ struct node_impl {
   bool tuple_output = false;
   bool tuple_operands = false;
   bool bare_return = false;  // the output node of a graph returning its one value bare
+  bool list_return = false;  // the output node of a graph returning a list (torch.scan's combine graph)
   c10::SmallVector<value_impl*, 1> outputs;
   c10::SmallVector<value*, 4> slots;  // each operand's `value` inside args (Note [Use lists])
   c10::SmallVector<std::uint32_t, 4> use_pos;  // where each operand's use sits in its value's list
@@ -3072,6 +3126,14 @@ class basic_graph<default_policy> {
     if (!last_ || last_->kind != node_kind::output)
       throw graph_error("xport.graph.no_output", "set_returns_bare: the graph has no output node yet");
     last_->bare_return = on;
+  }
+  /// Whether the graph returns a list (`return [add, clone]`), as the combine graph of a
+  /// torch.scan torch traced does (a loaded one returns a tuple). Kept by clone().
+  [[nodiscard]] bool returns_list() const noexcept { return last_ && last_->kind == node_kind::output && last_->list_return; }
+  void set_returns_list(bool on) {
+    if (!last_ || last_->kind != node_kind::output)
+      throw graph_error("xport.graph.no_output", "set_returns_list: the graph has no output node yet");
+    last_->list_return = on;
   }
   /// Values the graph returns (operands of the output node).
   [[nodiscard]] std::vector<value> outputs() const {
@@ -3285,6 +3347,7 @@ class basic_graph<default_policy> {
         case node_kind::output:
           g.set_output(remap(n->args));
           g.last_->bare_return = n->bare_return;
+          g.last_->list_return = n->list_return;
           break;
       }
     }
@@ -3673,6 +3736,18 @@ inline argument::list_type subgraph_operands(const node& n) {
   for (const auto& a : n.args())
     if (a.is_list()) all.insert(all.end(), a.as_list().begin(), a.as_list().end());
   return all;
+}
+
+/// The operands of a control-flow call its subgraph takes one row of (sizes without the leading
+/// dim), as [first, last): torch.map's xs (its first list), torch.scan's xs (its second);
+/// none for cond and while_loop.
+inline std::pair<std::size_t, std::size_t> row_operands(const node& n) {
+  const auto args = n.args();
+  const auto& q = n.op().qualified;
+  if (q == "higher_order::map_impl" && args.size() > 1 && args[1].is_list()) return {0, args[1].as_list().size()};
+  if (q == "higher_order::scan" && args.size() > 2 && args[1].is_list() && args[2].is_list())
+    return {args[1].as_list().size(), args[1].as_list().size() + args[2].as_list().size()};
+  return {0, 0};
 }
 
 XPORT_END_NAMESPACE
@@ -5898,15 +5973,18 @@ inline std::vector<value_type> result_types(const op_info& op, const std::vector
   return out;
 }
 
-/// The types of `op`'s outputs for schema-bound `args`.
-/// What torch.map makes of one slice `slice` its body returns: the slices stacked along a new
-/// leading dim of the mapped xs' length (contiguous, as torch.stack gives them).
-inline tensor_meta mapped_output(const tensor_meta& slice, const std::vector<argument>& args) {
-  if (args.size() != 3 || !args[1].is_list() || args[1].as_list().empty() || !args[1].as_list()[0].is_value() ||
-      args[1].as_list()[0].as_value().kind() != value_kind::tensor || args[1].as_list()[0].as_value().meta().sizes.empty())
-    throw graph_error("xport.graph.map_xs", "higher_order::map_impl takes (body_graph, xs, pos_args) with at least "
-                                            "one tensor of one dim or more in xs");
-  sym_shape sizes{args[1].as_list()[0].as_value().meta().sizes[0]};
+/// What torch.map (and torch.scan, for its ys) makes of one slice `slice` its body returns: the
+/// slices stacked along a new leading dim of the length of the xs in `args[xs_arg]` (contiguous,
+/// as torch.stack gives them).
+inline tensor_meta mapped_output(const tensor_meta& slice, const std::vector<argument>& args, std::size_t xs_arg = 1) {
+  if (args.size() <= xs_arg || !args[xs_arg].is_list() || args[xs_arg].as_list().empty() ||
+      !args[xs_arg].as_list()[0].is_value() || args[xs_arg].as_list()[0].as_value().kind() != value_kind::tensor ||
+      args[xs_arg].as_list()[0].as_value().meta().sizes.empty())
+    throw graph_error("xport.graph.map_xs", xs_arg == 1 ? "higher_order::map_impl takes (body_graph, xs, pos_args) with at "
+                                                          "least one tensor of one dim or more in xs"
+                                                        : "higher_order::scan takes (combine_graph, init, xs, "
+                                                          "additional_inputs) with at least one tensor of one dim or more in xs");
+  sym_shape sizes{args[xs_arg].as_list()[0].as_value().meta().sizes[0]};
   sizes.append(slice.sizes.begin(), slice.sizes.end());
   auto m = tensor_meta::contiguous(slice.dtype, std::move(sizes), slice.device);
   m.requires_grad = slice.requires_grad;
@@ -5915,9 +5993,12 @@ inline tensor_meta mapped_output(const tensor_meta& slice, const std::vector<arg
 
 /// A control-flow call's outputs: those of its first subgraph (torch.cond's true branch; verify
 /// checks that the other agrees) or, for while_loop, of its body (its last); map's stacked
-/// (mapped_output); with requires_grad where any operand requires it.
+/// (mapped_output); scan's carries as its combine graph returns them, then its ys stacked; with
+/// requires_grad where any operand requires it.
 inline std::vector<value_type> subgraph_outputs(const op_info& op, const std::vector<argument>& args) {
   const bool loop = op.qualified == "higher_order::while_loop";
+  const bool map = op.qualified == "higher_order::map_impl", scan = op.qualified == "higher_order::scan";
+  const std::size_t n_carry = scan && args.size() > 1 && args[1].is_list() ? args[1].as_list().size() : 0;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const auto& a = args[loop ? args.size() - 1 - i : i];
     if (!a.is_graph()) continue;
@@ -5927,8 +6008,8 @@ inline std::vector<value_type> subgraph_outputs(const op_info& op, const std::ve
         throw graph_error("xport.graph.subgraph_output", op.qualified + ": subgraph '" + a.as_graph()->name +
                                                              "' returns a constant; its outputs must be tensors");
       auto t = o.as_value().type();
-      if (t.kind == value_kind::tensor && op.qualified == "higher_order::map_impl")
-        t.tensor = mapped_output(t.tensor, args);
+      if (t.kind == value_kind::tensor && (map || (scan && types.size() >= n_carry)))
+        t.tensor = mapped_output(t.tensor, args, map ? 1 : 2);
       if (t.kind == value_kind::tensor)  // only a float or complex tensor can require grad (a loop's count cannot)
         t.tensor.requires_grad = (c10::isFloatingType(t.tensor.dtype) || c10::isComplexType(t.tensor.dtype)) &&
                                  (t.tensor.requires_grad || any_requires_grad(args));
@@ -6730,11 +6811,11 @@ namespace detail {
 /// operator's: it takes the operands (dtype, sizes, device: requires_grad and strides may
 /// differ, torch records a parameter's placeholder in a branch without its grad flag), writes to
 /// no input and returns no input itself.
-/// The first `mapped` operands are torch.map's xs: the subgraph takes one slice of each (its
+/// Of the row_operands (torch.map's and torch.scan's xs) the subgraph takes one slice each (its
 /// sizes without the leading dim).
 inline void verify_subgraph_of(const node& n, const std::string& hop, const subgraph& s,
-                               const argument::list_type& operands, const verify_options& opts,
-                               std::size_t mapped = 0) {
+                               const argument::list_type& operands, const verify_options& opts) {
+  const auto [first_row, last_row] = row_operands(n);
   const auto fits_input = [](const argument& a, const value& ph, bool slice) {
     if (!a.is_value() || a.as_value().kind() != ph.kind()) return false;
     if (ph.kind() != value_kind::tensor) return true;
@@ -6749,7 +6830,7 @@ inline void verify_subgraph_of(const node& n, const std::string& hop, const subg
                                        " inputs, torch." + hop + " passes it " + std::to_string(operands.size()) + " operands",
                 n.name());
   for (std::size_t i = 0; i < phs.size(); ++i)
-    if (!fits_input(operands[i], phs[i].output(0), i < mapped))
+    if (!fits_input(operands[i], phs[i].output(0), i >= first_row && i < last_row))
       verify_fail(hop + "_operands", "'" + n.name() + "': operand " + std::to_string(i) + " of torch." + hop +
                                          " does not match input '" + phs[i].name() + "' of subgraph '" + s.name + "' (" +
                                          phs[i].output(0).meta().annotation() + ")",
@@ -6896,7 +6977,7 @@ inline void verify_map(node n, const verify_options& opts) {
                                 " does not have the first's)",
                   n.name());
   const auto& body = *args[0].as_graph();
-  verify_subgraph_of(n, "map", body, subgraph_operands(n), opts, xs.size());
+  verify_subgraph_of(n, "map", body, subgraph_operands(n), opts);
   const auto outs = body.body.output_node().args();
   if (outs.size() != n.num_outputs())
     verify_fail("map_outputs", "'" + n.name() + "' has " + std::to_string(n.num_outputs()) + " outputs, its body '" +
@@ -6915,10 +6996,67 @@ inline void verify_map(node n, const verify_options& opts) {
   }
 }
 
+/// Checks a torch.scan call (`scan(combine_graph, init, xs, additional_inputs)`): the xs share
+/// a leading dim, the combine graph takes the carries, a slice of each xs and the additional
+/// inputs, and returns the next carries (init's metadata, torch's text) then the ys; the outputs
+/// are the last carries and the ys stacked.
+inline void verify_scan(node n, const verify_options& opts) {
+  const auto args = n.args();
+  if (args.size() != 4 || !args[0].is_graph() || !args[1].is_list() || !args[2].is_list() || !args[3].is_list() ||
+      args[1].as_list().empty() || args[2].as_list().empty())
+    verify_fail("scan_args", "'" + n.name() + "' calls torch.scan without (combine_graph, init, xs, additional_inputs), "
+                             "init and xs not empty",
+                n.name());
+  const auto& init = args[1].as_list();
+  const auto& xs = args[2].as_list();
+  for (const auto& x : xs)
+    if (!x.is_value() || x.as_value().kind() != value_kind::tensor || x.as_value().meta().sizes.empty() ||
+        x.as_value().meta().sizes[0] != xs[0].as_value().meta().sizes[0])
+      verify_fail("scan_xs", "'" + n.name() + "': All xs leaves must at least have 'dim' number of dimensions and the "
+                             "same scan dimension (" +
+                                 (x.is_value() ? "'" + x.as_value().name() + "'" : std::string("an xs")) +
+                                 " does not have the first's)",
+                  n.name());
+  const auto& body = *args[0].as_graph();
+  verify_subgraph_of(n, "scan", body, subgraph_operands(n), opts);
+  const auto outs = body.body.output_node().args();
+  if (outs.size() < init.size() || outs.size() != n.num_outputs())
+    verify_fail("scan_outputs", "Expect combine_fn to return a tuple (next_carry, y): '" + n.name() + "' carries " +
+                                    std::to_string(init.size()) + " and has " + std::to_string(n.num_outputs()) +
+                                    " outputs, its combine graph '" + body.name + "' returns " + std::to_string(outs.size()),
+                n.name());
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    if (!outs[i].is_value() || outs[i].as_value().kind() != value_kind::tensor)
+      verify_fail("scan_outputs", "'" + n.name() + "': torch.scan's combine_fn must return tensors (output " +
+                                      std::to_string(i) + ")",
+                  n.name());
+    const auto& b = outs[i].as_value().meta();
+    const auto& m = n.output(i).meta();
+    if (i < init.size()) {
+      const auto& c = init[i].as_value().meta();
+      if (b.dtype != c.dtype || b.sizes != c.sizes || b.device != c.device)
+        verify_fail("scan_carry", "Expected init and carry to have same metadata but found: pair[" + std::to_string(i) +
+                                      "] differ, where init is " + c.annotation() + " and carry is " + b.annotation() +
+                                      " (subgraph '" + body.name + "' of '" + n.name() + "')",
+                    n.name());
+      if (m.dtype != c.dtype || m.sizes != c.sizes)
+        verify_fail("scan_outputs", "'" + n.name() + "' output " + std::to_string(i) + " (" + m.annotation() +
+                                        ") is not what it carries (" + c.annotation() + ")",
+                    n.name());
+    } else if (m.dtype != b.dtype || m.sizes.empty() || m.sizes[0] != xs[0].as_value().meta().sizes[0] ||
+               sym_shape(m.sizes.begin() + 1, m.sizes.end()) != b.sizes) {
+      verify_fail("scan_outputs", "'" + n.name() + "' output " + std::to_string(i) + " (" + m.annotation() +
+                                      ") is not its combine graph's " + b.annotation() + " stacked over the scanned dim",
+                  n.name());
+    }
+  }
+}
+
 /// Checks a control-flow call by the rules of its operator.
 inline void verify_higher_order(node n, const verify_options& opts) {
   if (n.op().qualified == "higher_order::while_loop") return verify_while_loop(n, opts);
   if (n.op().qualified == "higher_order::map_impl") return verify_map(n, opts);
+  if (n.op().qualified == "higher_order::scan") return verify_scan(n, opts);
   verify_cond(n, opts);
 }
 
@@ -7575,12 +7713,15 @@ inline std::string call_args_repr(const op_info& op, std::span<const argument> a
 }
 
 /// The arguments of a control-flow call whose operands are a tuple (`(x, w)`, `(x,)`), as torch
-/// prints a program it traced (a loaded one holds a list: call_args_repr prints that).
-inline std::string tuple_operands_repr(std::span<const argument> args, const sym_names& syms = {}) {
+/// prints a program it traced (a loaded one holds a list: call_args_repr prints that). Lists
+/// before argument `tuple_from` stay lists (torch.scan's init and xs).
+inline std::string tuple_operands_repr(std::span<const argument> args, const sym_names& syms = {},
+                                       std::size_t tuple_from = 0) {
   std::string s;
-  for (const auto& a : args) {
+  for (std::size_t k = 0; k < args.size(); ++k) {
+    const auto& a = args[k];
     if (!s.empty()) s += ", ";
-    if (!a.is_list()) {
+    if (!a.is_list() || k < tuple_from) {
       s += arg_repr(a, syms);
       continue;
     }
@@ -7809,6 +7950,16 @@ class size_planner {
 
 inline size_nodes plan_size_nodes(const graph& g) { return size_planner(g).plan(); }
 
+/// What graph `g` returns, as torch prints it: a tuple (`(add,)`), bare (`lt`: a while_loop's
+/// cond graph) or a list (`[add, clone]`: a scan's combine graph).
+inline std::string returned_repr(const graph& g, std::span<const argument> args) {
+  if (g.returns_bare() && args.size() == 1) return arg_repr(args[0]);
+  std::string r;
+  for (std::size_t i = 0; i < args.size(); ++i) r += (i ? ", " : "") + arg_repr(args[i]);
+  if (g.returns_list()) return "[" + r + "]";
+  return "(" + r + (args.size() == 1 ? ",)" : ")");
+}
+
 inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
   std::vector<fx_line> lines;
   std::unordered_map<std::string, std::size_t> users;  // name -> number of fx users
@@ -7856,7 +8007,8 @@ inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
           });
         }
         l.rhs = n.op().target + "(" +
-                (n.has_tuple_operands() ? tuple_operands_repr(n.args(), sizes.names)
+                (n.has_tuple_operands() ? tuple_operands_repr(n.args(), sizes.names,
+                                                              n.op().qualified == "higher_order::scan" ? 3 : 0)
                                         : call_args_repr(n.op(), n.args(), sizes.names)) +
                 ")";
         if (!n.has_tuple_output()) l.annotation = value_annotation(n.output(0), o);
@@ -7870,18 +8022,9 @@ inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
           }
         break;
       }
-      case node_kind::output: {
-        std::string r = "(";
-        const auto args = n.args();
-        for (std::size_t i = 0; i < args.size(); ++i) {
-          if (i) r += ", ";
-          r += arg_repr(args[i]);
-        }
-        r += args.size() == 1 ? ",)" : ")";
-        if (g.returns_bare() && args.size() == 1) r = arg_repr(args[0]);  // `return lt`, as torch prints it
-        lines.push_back({fx_line::kind::output, "output", {}, "return " + r, inputs_of(n), 0, nullptr});
+      case node_kind::output:
+        lines.push_back({fx_line::kind::output, "output", {}, "return " + returned_repr(g, n.args()), inputs_of(n), 0, nullptr});
         break;
-      }
     }
   }
   for (const auto& l : lines)
@@ -9592,8 +9735,8 @@ auto to_sym(const T& x, F& make) {
 
 XPORT_END_NAMESPACE
 // #include <xport/trace/control_flow.hpp>
-// xport/trace/control_flow.hpp: xport::cond, xport::while_loop and xport::map: torch.cond,
-// torch.while_loop and torch.map for C++ code. The same call runs eagerly
+// xport/trace/control_flow.hpp: xport::cond, xport::while_loop, xport::map and xport::scan:
+// torch.cond, torch.while_loop, torch.map and torch.scan for C++ code. The same call runs eagerly
 // (the branch the predicate picks), under non-strict export (at::Tensor code) and under strict
 // export (xport::sym_tensor code); exported, both branches are captured as subgraphs
 // (`true_graph_0`, `false_graph_0`) of one `torch.ops.higher_order.cond` node.
@@ -9612,12 +9755,14 @@ XPORT_END_NAMESPACE
 // the rest in the order first read); operands neither branch reads are dropped, as torch does.
 // xport::while_loop follows the same rules for its cond_fn and body_fn: what they lift becomes
 // the node's additional_inputs; xport::map's body gets one row of xs, and what it lifts joins
-// its pos_args.
+// its pos_args; xport::scan's combine function gets the carry and one row of xs, and what it
+// lifts becomes its additional_inputs.
 
 #include <algorithm>    // std::find
 #include <cstddef>      // std::size_t
 #include <cstdint>      // std::int64_t
 #include <functional>   // std::function
+#include <initializer_list>  // std::initializer_list
 #include <memory>       // std::shared_ptr
 #include <optional>     // std::optional
 #include <source_location>  // std::source_location
@@ -9625,7 +9770,7 @@ XPORT_END_NAMESPACE
 #include <tuple>        // std::tuple, std::apply
 #include <type_traits>  // std::is_same_v
 #include <unordered_map>  // std::unordered_map
-#include <utility>      // std::move
+#include <utility>      // std::move, std::pair
 #include <vector>       // std::vector
 
 #include <ATen/core/Tensor.h>
@@ -9654,14 +9799,16 @@ struct traced_branch {
   std::vector<value> inputs;  ///< its placeholder for each of `lifted`, in the same order
 };
 
-/// The first `rows` operands are torch.map's xs: the branch gets one row of each.
+/// The operands in [rows.first, rows.second) are torch.map's or torch.scan's xs: the branch gets
+/// one row of each.
 inline traced_branch trace_branch(capture& outer, const std::vector<value>& operands, const branch_tracer& trace,
-                                  std::size_t rows = 0) {
+                                  std::pair<std::size_t, std::size_t> rows = {0, 0}) {
   capture c(outer);
   std::vector<value> ins;
   std::vector<at::Tensor> metas;
   for (const auto& o : operands) {
-    auto [v, m] = ins.size() < rows ? c.add_row_operand(o) : c.add_operand(o);
+    const bool row = ins.size() >= rows.first && ins.size() < rows.second;
+    auto [v, m] = row ? c.add_row_operand(o) : c.add_operand(o);
     ins.push_back(v);
     metas.push_back(std::move(m));
   }
@@ -9720,16 +9867,21 @@ inline void drop_unused_operands(graph& t, graph& f, std::vector<value>& operand
   operands = std::move(kept);
 }
 
-/// Appends to `operands` the values two subgraphs lift (the first's, then the second's new
-/// ones) and gives both one input for each, in that order.
-inline void lift_free_values(traced_branch& a, traced_branch& b, std::vector<value>& operands) {
+/// Appends to `operands` the values the subgraphs lift (the first's, then each next one's new
+/// ones) and gives each one input for every one of them, in that order.
+inline void lift_free_values(std::initializer_list<traced_branch*> branches, std::vector<value>& operands) {
   const std::size_t n = operands.size();
-  for (const auto* s : {&a, &b})
+  for (const auto* s : branches)
     for (const auto& v : s->lifted)
       if (std::find(operands.begin() + static_cast<std::ptrdiff_t>(n), operands.end(), v) == operands.end())
         operands.push_back(v);
-  align_inputs(a, n, operands);
-  align_inputs(b, n, operands);
+  for (auto* s : branches) align_inputs(*s, n, operands);
+}
+
+/// Names a subgraph's inputs arg<i>_1, as torch's while_loop and scan do.
+inline void name_inputs_as_torch(graph& g) {
+  const auto phs = g.placeholders();
+  for (std::size_t i = 0; i < phs.size(); ++i) g.rename(phs[i].output(0), "arg" + std::to_string(i) + "_1");
 }
 
 struct traced_cond {
@@ -9737,13 +9889,27 @@ struct traced_cond {
   std::vector<at::Tensor> metas;  ///< the meta tensor tracking each output
 };
 
+/// Records control-flow operator `op_name` on `args` in `outer`, at `src` (strict), its outputs
+/// typed by its subgraphs, and checks it by torch's rules for that operator.
+inline traced_cond record_control_flow(capture& outer, const char* op_name, std::vector<argument> args,
+                                       std::shared_ptr<const source_location> src, bool tuple_operands) {
+  const auto& op = find_op(op_name);
+  auto types = subgraph_outputs(op, args);
+  if (src) outer.builder().at(std::move(src));
+  traced_cond r;
+  r.metas = outer.record_values(op, std::move(args), std::move(types), &r.n);
+  r.n.set_tuple_operands(tuple_operands);  // as torch.export records the call it traced
+  verify_higher_order(r.n, verify_options{.check_schemas = false});
+  return r;
+}
+
 /// Records `higher_order::cond(pred, true_graph_<i>, false_graph_<i>, operands + lifted)` in
 /// `outer` after tracing both branches, at `src` (strict) and checks it as torch.cond does.
 inline traced_cond trace_cond(capture& outer, argument pred, std::vector<value> operands, const branch_tracer& on_true,
                               const branch_tracer& on_false, std::shared_ptr<const source_location> src = nullptr) {
   auto t = trace_branch(outer, operands, on_true);
   auto f = trace_branch(outer, operands, on_false);
-  lift_free_values(t, f, operands);
+  lift_free_values({&t, &f}, operands);
   drop_unused_operands(t.body, f.body, operands);
   const auto index = std::to_string(outer.next_subgraph_index("cond"));
   argument::list_type list(operands.begin(), operands.end());
@@ -9751,14 +9917,7 @@ inline traced_cond trace_cond(capture& outer, argument pred, std::vector<value> 
                              std::make_shared<const subgraph>(subgraph{"true_graph_" + index, std::move(t.body)}),
                              std::make_shared<const subgraph>(subgraph{"false_graph_" + index, std::move(f.body)}),
                              std::move(list)};
-  const auto& op = find_op("higher_order::cond");
-  auto types = subgraph_outputs(op, args);
-  if (src) outer.builder().at(std::move(src));
-  traced_cond r;
-  r.metas = outer.record_values(op, std::move(args), std::move(types), &r.n);
-  r.n.set_tuple_operands(true);  // as torch.export records a cond it traced
-  verify_higher_order(r.n, verify_options{.check_schemas = false});
-  return r;
+  return record_control_flow(outer, "higher_order::cond", std::move(args), std::move(src), true);
 }
 
 /// Records `higher_order::while_loop(while_loop_cond_graph_<i>, while_loop_body_graph_<i>,
@@ -9770,12 +9929,10 @@ inline traced_cond trace_while_loop(capture& outer, std::vector<value> carried, 
   auto c = trace_branch(outer, carried, cond_fn);
   auto b = trace_branch(outer, carried, body_fn);
   const std::size_t n = carried.size();
-  lift_free_values(c, b, carried);
+  lift_free_values({&c, &b}, carried);
   drop_unused_operands(c.body, b.body, carried, n);
-  for (auto* g : {&c.body, &b.body}) {  // torch's while_loop names its subgraphs' inputs arg<i>_1
-    const auto phs = g->placeholders();
-    for (std::size_t i = 0; i < phs.size(); ++i) g->rename(phs[i].output(0), "arg" + std::to_string(i) + "_1");
-  }
+  name_inputs_as_torch(c.body);
+  name_inputs_as_torch(b.body);
   c.body.set_returns_bare(true);  // torch's cond_fn returns its bool tensor bare
   const auto index = std::to_string(outer.next_subgraph_index("while_loop"));
   argument::list_type additional(carried.begin() + static_cast<std::ptrdiff_t>(n), carried.end());
@@ -9784,14 +9941,7 @@ inline traced_cond trace_while_loop(capture& outer, std::vector<value> carried, 
       std::make_shared<const subgraph>(subgraph{"while_loop_cond_graph_" + index, std::move(c.body)}),
       std::make_shared<const subgraph>(subgraph{"while_loop_body_graph_" + index, std::move(b.body)}),
       argument::list_type(carried.begin(), carried.end()), std::move(additional)};
-  const auto& op = find_op("higher_order::while_loop");
-  auto types = subgraph_outputs(op, args);
-  if (src) outer.builder().at(std::move(src));
-  traced_cond r;
-  r.metas = outer.record_values(op, std::move(args), std::move(types), &r.n);
-  r.n.set_tuple_operands(true);
-  verify_higher_order(r.n, verify_options{.check_schemas = false});
-  return r;
+  return record_control_flow(outer, "higher_order::while_loop", std::move(args), std::move(src), true);
 }
 
 /// Records `higher_order::map_impl(body_graph_<i>, xs, pos_args)` in `outer` after tracing the
@@ -9801,23 +9951,34 @@ inline traced_cond trace_map(capture& outer, std::vector<value> xs, std::vector<
                              std::shared_ptr<const source_location> src = nullptr) {
   std::vector<value> operands = xs;
   operands.insert(operands.end(), pos_args.begin(), pos_args.end());
-  auto b = trace_branch(outer, operands, body_fn, xs.size());
-  const std::size_t n = operands.size();
-  for (const auto& v : b.lifted)
-    if (std::find(operands.begin() + static_cast<std::ptrdiff_t>(n), operands.end(), v) == operands.end())
-      operands.push_back(v);
-  align_inputs(b, n, operands);
+  auto b = trace_branch(outer, operands, body_fn, {0, xs.size()});
+  lift_free_values({&b}, operands);
   const auto index = std::to_string(outer.next_subgraph_index("map"));
   std::vector<argument> args{std::make_shared<const subgraph>(subgraph{"body_graph_" + index, std::move(b.body)}),
                              argument::list_type(xs.begin(), xs.end()),
                              argument::list_type(operands.begin() + static_cast<std::ptrdiff_t>(xs.size()), operands.end())};
-  const auto& op = find_op("higher_order::map_impl");
-  auto types = subgraph_outputs(op, args);
-  if (src) outer.builder().at(std::move(src));
-  traced_cond r;
-  r.metas = outer.record_values(op, std::move(args), std::move(types), &r.n);  // torch prints map's lists as lists
-  verify_higher_order(r.n, verify_options{.check_schemas = false});
-  return r;
+  // torch prints map's lists as lists
+  return record_control_flow(outer, "higher_order::map_impl", std::move(args), std::move(src), false);
+}
+
+/// Records `higher_order::scan(scan_combine_graph_<i>, init, xs, additional)` in `outer` after
+/// tracing the combine function on the carries `init` and one row of each of the `xs` (the values
+/// it lifts become the additional inputs), at `src` (strict), and checks it as torch.scan does.
+inline traced_cond trace_scan(capture& outer, std::vector<value> init, std::vector<value> xs, const branch_tracer& combine_fn,
+                              std::shared_ptr<const source_location> src = nullptr) {
+  std::vector<value> operands = init;
+  operands.insert(operands.end(), xs.begin(), xs.end());
+  auto b = trace_branch(outer, operands, combine_fn, {init.size(), init.size() + xs.size()});
+  lift_free_values({&b}, operands);
+  name_inputs_as_torch(b.body);
+  b.body.set_returns_list(true);  // torch's combine graph returns a list
+  const auto index = std::to_string(outer.next_subgraph_index("scan"));
+  std::vector<argument> args{std::make_shared<const subgraph>(subgraph{"scan_combine_graph_" + index, std::move(b.body)}),
+                             argument::list_type(init.begin(), init.end()), argument::list_type(xs.begin(), xs.end()),
+                             argument::list_type(operands.begin() + static_cast<std::ptrdiff_t>(init.size() + xs.size()),
+                                                 operands.end())};
+  // torch prints init and xs as lists, the additional inputs as a tuple
+  return record_control_flow(outer, "higher_order::scan", std::move(args), std::move(src), true);
 }
 
 /// Makes the strict front end record into a branch's capture for the guard's lifetime.
@@ -9892,6 +10053,66 @@ void check_map_fn() {
   using R = decltype(std::apply(std::declval<Fn&>(), std::tuple_cat(std::declval<std::tuple<Tensor>>(), std::declval<const Args&>())));
   static_assert(map_result<R, Tensor>, "xport::map: fn returns a tensor or a std::tuple of tensors (torch.map stacks "
                                        "each along a new leading dim)");
+}
+
+/// Whether R is what torch.scan's combine_fn returns for carry type `Init`: a pair (as a
+/// std::tuple or std::pair) of the next carry, of Init's type, and the y of this step.
+template <class R, class Init>
+struct scan_step : std::false_type {};
+template <class Init, class Y>
+struct scan_step<std::tuple<Init, Y>, Init> : std::true_type {};
+template <class Init, class Y>
+struct scan_step<std::pair<Init, Y>, Init> : std::true_type {};
+
+/// Whether the tree type T holds xport::sym_tensor leaves (strict code).
+template <class T>
+struct has_sym_leaves : std::is_same<T, sym_tensor> {};
+template <class... Ts>
+struct has_sym_leaves<std::tuple<Ts...>> : std::disjunction<has_sym_leaves<Ts>...> {};
+template <class A, class B>
+struct has_sym_leaves<std::pair<A, B>> : std::disjunction<has_sym_leaves<A>, has_sym_leaves<B>> {};
+template <class T, class A>
+struct has_sym_leaves<std::vector<T, A>> : has_sym_leaves<T> {};
+template <class T>
+inline constexpr bool is_sym_tree = has_sym_leaves<T>::value;
+
+template <class Fn, class Init, class Xs>
+void check_scan_fn() {
+  using R = decltype(std::declval<Fn&>()(std::declval<const Init&>(), std::declval<const Xs&>()));
+  static_assert(scan_step<R, Init>::value,
+                "xport::scan: combine_fn(carry, x) returns std::tuple{next_carry, y}, next_carry of init's type "
+                "(torch.scan: combine_fn returns a tuple (next_carry, y))");
+}
+
+/// torch.scan's dim: in [-ndim, ndim) of the first xs leaf, as a non-negative index.
+inline std::int64_t scan_dim(std::int64_t dim, std::int64_t ndim) {
+  if (ndim == 0 || dim < -ndim || dim >= ndim)
+    throw error("xport.scan.dim", "All xs leaves must at least have 'dim' number of dimensions and scan dimension > 0 "
+                                  "(dim " + std::to_string(dim) + " of a tensor of " + std::to_string(ndim) + " dims)");
+  return dim < 0 ? dim + ndim : dim;
+}
+
+/// torch.scan's rule, checked eagerly: combine_fn returns a carry with init's metadata.
+inline void check_carry(const std::vector<at::Tensor>& init, const std::vector<at::Tensor>& carry) {
+  if (init.size() != carry.size())
+    throw error("xport.scan.carry", "Expected init and carry to have same number of outputs but got " +
+                                        std::to_string(init.size()) + " and " + std::to_string(carry.size()));
+  for (std::size_t i = 0; i < init.size(); ++i)
+    if (init[i].scalar_type() != carry[i].scalar_type() || init[i].sizes() != carry[i].sizes() ||
+        init[i].device() != carry[i].device())
+      throw error("xport.scan.carry", "Expected init and carry to have same metadata but found: pair[" + std::to_string(i) +
+                                          "] differ, where init is " + std::string(c10::toString(init[i].scalar_type())) +
+                                          c10::str(init[i].sizes()) + " and carry is " +
+                                          std::string(c10::toString(carry[i].scalar_type())) + c10::str(carry[i].sizes()) +
+                                          ": combine_fn must return the next carry with init's dtype, shape and device");
+}
+
+template <class T>
+std::vector<at::Tensor> leaves_of(const T& x) {
+  std::vector<at::Tensor> out;
+  auto push = [&](const at::Tensor& t) { out.push_back(t); };
+  (void)flatten_into(x, push);
+  return out;
 }
 
 [[noreturn]] inline void throw_pred_shape(const std::string& got) {
@@ -10152,6 +10373,149 @@ auto map(Fn&& fn, const sym_tensor& xs, const Args& args = {},
   std::size_t k = 0;
   auto from_node = [&](const sym_tensor&) { return sym_tensor(m.n.output(k++), &outer); };
   return detail::map_tensors(*result, from_node);
+}
+
+/// What xport::scan does besides the scan over dim 0: which dim it scans over (moved to the
+/// front for the scan and back for the ys) and whether it runs from the end (torch.scan's dim
+/// and reverse).
+struct scan_options {
+  std::int64_t dim = 0;
+  bool reverse = false;
+};
+
+/// torch.scan for at::Tensor code: `carry = init`, then for each slice x_i of `xs` along
+/// `opts.dim`, `std::tie(carry, y_i) = combine_fn(carry, x_i)`; returns the last carry and the
+/// y_i stacked along `opts.dim`. `init` and `xs` are a tensor or any tree of them (std::tuple,
+/// std::vector, ...); combine_fn returns `std::tuple{next_carry, y}` (y a tensor or a tree).
+/// Eagerly it loops; under export (non-strict) it records combine_fn, traced once on the carry
+/// and a slice, as the combine graph of one torch.ops.higher_order.scan node; tensors it reads
+/// without being passed them become its additional inputs.
+///
+///   auto [h, hs] = xport::scan([&](const at::Tensor& h, const at::Tensor& x) {
+///                                auto next = (cell(x) + h).tanh();
+///                                return std::tuple{next, next.clone()};
+///                              },
+///                              h0, xs);
+template <class Fn, class Init, class Xs>
+  requires(!detail::is_sym_tree<Init>)
+auto scan(Fn&& combine_fn, const Init& init, const Xs& xs, scan_options opts = {}) {
+  detail::check_scan_fn<Fn, Init, Xs>();
+  using R = decltype(combine_fn(init, xs));
+  const auto x_leaves = detail::leaves_of(xs);
+  const auto init_leaves = detail::leaves_of(init);
+  if (init_leaves.empty()) throw error("xport.scan.init", "scan() operator requires init leaves.");
+  if (x_leaves.empty()) throw error("xport.scan.xs", "xport::scan: xs holds no tensor; it scans over one at least");
+  const auto dim = detail::scan_dim(opts.dim, x_leaves[0].dim());
+  for (const auto& x : x_leaves)
+    if (x.dim() <= dim || x.size(dim) == 0)
+      throw error("xport.scan.xs", "All xs leaves must at least have 'dim' number of dimensions and scan dimension > 0 "
+                                   "(an xs of sizes " + c10::str(x.sizes()) + ", dim " + std::to_string(dim) + ")");
+  auto to_front = [&](const at::Tensor& x) {  // torch.scan's movedim and flip, recorded when traced
+    auto m = dim != 0 ? x.movedim(dim, 0) : x;
+    return opts.reverse ? m.flip({0}) : m;
+  };
+  auto to_dim = [&](const at::Tensor& y) {
+    auto m = opts.reverse ? y.flip({0}) : y;
+    return dim != 0 && dim < m.dim() ? m.movedim(0, dim) : m;
+  };
+  const Xs front = detail::map_tensors(xs, to_front);
+  auto* outer = detail::active_capture;
+  if (!outer) {
+    const auto n = x_leaves[0].size(dim);
+    std::optional<R> last;
+    std::vector<std::vector<at::Tensor>> ys;
+    Init carry = init;
+    for (std::int64_t i = 0; i < n; ++i) {
+      auto row = [&](const at::Tensor& x) { return x.select(0, i); };
+      R r = combine_fn(carry, detail::map_tensors(front, row));
+      detail::check_carry(init_leaves, detail::leaves_of(std::get<0>(r)));
+      const auto y = detail::leaves_of(std::get<1>(r));
+      ys.resize(y.size());
+      for (std::size_t k = 0; k < y.size(); ++k) ys[k].push_back(y[k]);
+      carry = std::get<0>(r);
+      last.emplace(std::move(r));
+    }
+    std::size_t k = 0;
+    auto stacked = [&](const at::Tensor&) { return to_dim(at::stack(ys.at(k++), 0)); };
+    return R{std::move(carry), detail::map_tensors(std::get<1>(*last), stacked)};
+  }
+  std::vector<value> init_values, xs_values;
+  for (const auto& t : init_leaves) init_values.push_back(outer->value_of(t));
+  for (const auto& t : detail::leaves_of(front)) xs_values.push_back(outer->value_of(t));
+  std::optional<R> result;
+  const detail::branch_tracer tracer = [&](detail::capture& c, const std::vector<value>&, const std::vector<at::Tensor>& metas) {
+    std::size_t k = 0;
+    auto to_meta = [&](const at::Tensor&) { return metas.at(k++); };
+    const Init carry = detail::map_tensors(init, to_meta);
+    const Xs row = detail::map_tensors(front, to_meta);
+    {
+      detail::capture_scope scope(c);
+      result.emplace(combine_fn(carry, row));
+    }
+    std::vector<value> outs;
+    auto out = [&](const at::Tensor& t) { outs.push_back(c.value_of(t)); };
+    (void)detail::flatten_into(*result, out);
+    return outs;
+  };
+  const auto sc = detail::trace_scan(*outer, std::move(init_values), std::move(xs_values), tracer);
+  std::size_t k = 0;
+  auto from_node = [&](const at::Tensor&) { return sc.metas.at(k++); };
+  auto r = detail::map_tensors(*result, from_node);
+  return R{std::move(std::get<0>(r)), detail::map_tensors(std::get<1>(r), to_dim)};
+}
+
+/// torch.scan for strict code (xport::sym_tensor): combine_fn is traced once, on the carry and
+/// a slice, and the node records the C++ line of the call.
+template <class Fn, class Init, class Xs>
+  requires(detail::is_sym_tree<Init>)
+auto scan(Fn&& combine_fn, const Init& init, const Xs& xs, scan_options opts = {},
+          const std::source_location& loc = std::source_location::current()) {
+  detail::check_scan_fn<Fn, Init, Xs>();
+  using R = decltype(combine_fn(init, xs));
+  std::vector<sym_tensor> init_leaves, x_leaves;
+  auto push_init = [&](const sym_tensor& t) { init_leaves.push_back(t); };
+  auto push_x = [&](const sym_tensor& t) { x_leaves.push_back(t); };
+  (void)detail::flatten_into(init, push_init);
+  (void)detail::flatten_into(xs, push_x);
+  if (init_leaves.empty()) throw error("xport.scan.init", "scan() operator requires init leaves.");
+  if (x_leaves.empty()) throw error("xport.scan.xs", "xport::scan: xs holds no tensor; it scans over one at least");
+  auto& outer = detail::recording_capture(init_leaves[0].owner());
+  const auto dim = detail::scan_dim(opts.dim, x_leaves[0].dim());
+  for (const auto& x : x_leaves)
+    if (x.dim() <= dim)
+      throw error("xport.scan.xs", "All xs leaves must at least have 'dim' number of dimensions and scan dimension > 0 "
+                                   "(an xs of " + std::to_string(x.dim()) + " dims, dim " + std::to_string(dim) + ")");
+  auto to_front = [&](const sym_tensor& x) {
+    auto m = dim != 0 ? x.wrap(x.record("aten::movedim.int", {x, dim, std::int64_t{0}}, {}, loc)) : x;
+    return opts.reverse ? m.wrap(m.record("aten::flip", {m, std::vector<std::int64_t>{0}}, {}, loc)) : m;
+  };
+  auto to_dim = [&](const sym_tensor& y) {
+    auto m = opts.reverse ? y.wrap(y.record("aten::flip", {y, std::vector<std::int64_t>{0}}, {}, loc)) : y;
+    return dim != 0 && dim < m.dim() ? m.wrap(m.record("aten::movedim.int", {m, std::int64_t{0}, dim}, {}, loc)) : m;
+  };
+  const Xs front = detail::map_tensors(xs, to_front);
+  std::vector<value> init_values, xs_values;
+  for (const auto& t : init_leaves) init_values.push_back(outer.local_value(t.graph_value()));
+  auto of = [&](const sym_tensor& t) { xs_values.push_back(outer.local_value(t.graph_value())); };
+  (void)detail::flatten_into(front, of);
+  std::optional<R> result;
+  const detail::branch_tracer tracer = [&](detail::capture& c, const std::vector<value>& ins, const std::vector<at::Tensor>&) {
+    detail::strict_branch_scope scope(c);
+    std::size_t k = 0;
+    auto to_sym = [&](const sym_tensor&) { return sym_tensor(ins.at(k++), &c); };
+    const Init carry = detail::map_tensors(init, to_sym);
+    const Xs row = detail::map_tensors(front, to_sym);
+    result.emplace(combine_fn(carry, row));
+    std::vector<value> outs;
+    auto out = [&](const sym_tensor& t) { outs.push_back(c.local_value(t.graph_value())); };
+    (void)detail::flatten_into(*result, out);
+    return outs;
+  };
+  const auto sc = detail::trace_scan(outer, std::move(init_values), std::move(xs_values), tracer, detail::make_source(loc));
+  std::size_t k = 0;
+  auto from_node = [&](const sym_tensor&) { return sym_tensor(sc.n.output(k++), &outer); };
+  auto r = detail::map_tensors(*result, from_node);
+  return R{std::move(std::get<0>(r)), detail::map_tensors(std::get<1>(r), to_dim)};
 }
 
 XPORT_END_NAMESPACE
@@ -10994,7 +11358,7 @@ inline bool replace_int(argument& out, const argument* site, const argument& bas
 struct flat_node {
   node n;
   value source;         ///< for a subgraph's placeholder: the operand the call passes it
-  bool slice = false;   ///< ... one slice of it (torch.map's xs: sizes without the leading dim)
+  bool slice = false;   ///< ... one slice of it (torch.map's and torch.scan's xs: sizes without the leading dim)
 };
 
 inline void flatten_nodes(const graph& g, std::vector<flat_node>& out, bool skip_placeholders = false) {
@@ -11002,14 +11366,14 @@ inline void flatten_nodes(const graph& g, std::vector<flat_node>& out, bool skip
     if (skip_placeholders && n.is_placeholder()) continue;
     if (n.is_call() && n.op().higher_order) {
       const auto operands = subgraph_operands(n);
-      const std::size_t mapped = n.op().qualified == "higher_order::map_impl" ? n.args()[1].as_list().size() : 0;
+      const auto [first_row, last_row] = row_operands(n);
       for (const auto& a : n.args()) {
         if (!a.is_graph()) continue;
         std::size_t i = 0;
         for (auto inner : a.as_graph()->body.nodes()) {
           if (!inner.is_placeholder()) break;
           const auto& op = i < operands.size() ? operands[i] : argument();
-          out.push_back({inner, op.is_value() ? op.as_value() : value(), i < mapped});
+          out.push_back({inner, op.is_value() ? op.as_value() : value(), i >= first_row && i < last_row});
           ++i;
         }
         flatten_nodes(a.as_graph()->body, out, /*skip_placeholders=*/true);
@@ -11089,7 +11453,7 @@ class symbolic_maker {
         if (v.kind() != value_kind::tensor) continue;
         auto m = v.meta();
         const auto& from = base_[i].source.meta();
-        if (base_[i].slice && !from.sizes.empty()) {  // torch.map's slice: a contiguous copy of one row
+        if (base_[i].slice && !from.sizes.empty()) {  // a map's or scan's slice: a contiguous copy of one row
           m.sizes.assign(from.sizes.begin() + 1, from.sizes.end());
           m.strides = contiguous_strides(m.sizes);
           m.storage_offset = 0;
@@ -13017,6 +13381,7 @@ inline exported_program run_decompositions(const exported_program& p,
           auto lowered = run_decompositions(subgraph_program(g), table);
           auto body = lowered.graph().clone();
           if (g.body.returns_bare()) body.set_returns_bare(true);
+          if (g.body.returns_list()) body.set_returns_list(true);
           lowering.lowered.emplace(&g, std::make_shared<const subgraph>(subgraph{g.name, std::move(body)}));
         });
     struct lowering_scope {
@@ -16826,7 +17191,7 @@ inline void read_node_metadata(const at_path& nj, node created,
   if (auto ms = meta.get("nn_module_stack")) created.set_module_path(module_path_of_stack(ms->str(), &module_types));
 }
 
-/// Reads a call of a control-flow operator (torch.cond, while_loop, map): positional arguments, subgraphs as
+/// Reads a call of a control-flow operator (torch.cond, while_loop, map, scan): positional arguments, subgraphs as
 /// as_graph, one as_tensor output per result.
 inline void read_higher_order_node(const at_path& nj, const std::string& target, const value_types& type_of,
                                    graph& g, value_scope& scope,
@@ -16843,15 +17208,19 @@ inline void read_higher_order_node(const at_path& nj, const std::string& target,
     ins.fail(op.qualified + " takes " + std::to_string(op.schema().arguments().size()) + " arguments, the node has " +
              std::to_string(args.size()));
   const bool loop = op.qualified == "higher_order::while_loop", map = op.qualified == "higher_order::map_impl";
+  const bool scan = op.qualified == "higher_order::scan";
   if (map && (!args[0].is_graph() || !args[1].is_list() || !args[2].is_list()))
     ins.fail("torch.map's arguments are (body_graph, xs, pos_args): expected an as_graph argument and two lists");
-  if (!loop && !map && (!args[1].is_graph() || !args[2].is_graph() || !args[3].is_list()))
+  if (scan && (!args[0].is_graph() || !args[1].is_list() || !args[2].is_list() || !args[3].is_list()))
+    ins.fail("torch.scan's arguments are (combine_graph, init, xs, additional_inputs): expected an as_graph argument "
+             "and three lists");
+  if (!loop && !map && !scan && (!args[1].is_graph() || !args[2].is_graph() || !args[3].is_list()))
     ins.fail("torch.cond's arguments are (pred, true_graph, false_graph, operands): expected two as_graph "
              "arguments and a list of operands");
   if (loop && (!args[0].is_graph() || !args[1].is_graph() || !args[2].is_list() || !args[3].is_list()))
     ins.fail("torch.while_loop's arguments are (cond_graph, body_graph, carried_inputs, additional_inputs): "
              "expected two as_graph arguments and two lists");
-  for (std::size_t a = map ? 1 : loop ? 2 : 3; a < args.size(); ++a)
+  for (std::size_t a = map || scan ? 1 : loop ? 2 : 3; a < args.size(); ++a)
     for (std::size_t i = 0; i < args[a].as_list().size(); ++i)
       if (!args[a].as_list()[i].is_value() || args[a].as_list()[i].as_value().kind() != value_kind::tensor)
         ins[a]["arg"].fail("operand " + std::to_string(i) + " of " + op.qualified + " is not a tensor: xport's "
@@ -16865,7 +17234,7 @@ inline void read_higher_order_node(const at_path& nj, const std::string& target,
       types.push_back(type_of(where, name));
       names.push_back(name);
     });
-  const auto node_name = nj.get("name") ? nj["name"].str() : std::string(map ? "map_impl" : loop ? "while_loop" : "cond");
+  const auto node_name = nj.get("name") ? nj["name"].str() : std::string(scan ? "scan" : map ? "map_impl" : loop ? "while_loop" : "cond");
   node created;
   try {
     created = g.create_call_named(op, std::move(args), std::move(types), node_name, names);
@@ -16882,10 +17251,10 @@ inline void read_call_node(const at_path& nj, const std::string& target, const v
                            value_scope& scope, std::vector<std::pair<std::string, std::string>>& module_types) {
   if (target.rfind("torch.ops.higher_order.", 0) == 0) {
     if (target != "torch.ops.higher_order.cond" && target != "torch.ops.higher_order.while_loop" &&
-        target != "torch.ops.higher_order.map_impl")
+        target != "torch.ops.higher_order.map_impl" && target != "torch.ops.higher_order.scan")
       nj["target"].fail("higher-order operator '" + target + "' (torch." + target.substr(23) +
                         ", with its subgraphs as as_graph arguments) is not supported by xport: of torch's "
-                        "control-flow operators it reads torch.cond, torch.while_loop and torch.map");
+                        "control-flow operators it reads torch.cond, torch.while_loop, torch.map and torch.scan");
     read_higher_order_node(nj, target, type_of, g, scope, module_types);
     return;
   }

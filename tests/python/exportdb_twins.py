@@ -210,12 +210,21 @@ def while_loop():
                    (torch.zeros((), dtype=torch.int64), torch.randn(3)), ("it", "x"))]
 
 
+def scan():
+    def step(c, x):
+        s = c + x
+        return s, s.clone()
+
+    return [export(lambda init, xs: torch._higher_order_ops.scan(step, init, xs), (torch.zeros(1), torch.randn(5, 1)),
+                   ("init", "xs"))]
+
+
 CASES = {f.__name__: f for f in (static_if, static_for_loop, nested_function, dictionary, list_input, optional_input,
                                  scalar_input, scalar_output, buffer_mutation, user_input_mutation,
                                  specialized_attribute, constant_tensor, decompositions, dynamic_shape_view,
                                  dynamic_shape_slicing, dynamic_shape_constructor, strict_template,
                                  cond_closed_over_variable, cond_operands, cond_predicate, cond_branch_nested_function,
-                                 cond_branch_class_method, dynamic_shape_map, while_loop)}
+                                 cond_branch_class_method, dynamic_shape_map, while_loop, scan)}
 
 # cases whose programs print with source lines on the C++ side (strict): compared without them
 STRICT = {"strict_template"}

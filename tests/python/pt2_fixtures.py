@@ -41,12 +41,21 @@ def tensors(tree):
     return [t for t in pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)]
 
 
+def scans(ep):
+    """Whether `ep` calls torch.scan: torch runs a scan with autograd on as a partitioned forward
+    graph whose sums round differently in the last bit from the graph the program holds, so such
+    a program runs under no_grad (as xport's does with autograd on: the same kernels)."""
+    return any(n.target is torch.ops.higher_order.scan for n in ep.graph.nodes)
+
+
 def call(path, args, kwargs):
     """What torch.export.load(path).module() gives for (args, kwargs), from the saved state."""
     args, kwargs = copy.deepcopy(args), copy.deepcopy(kwargs)
-    module = torch.export.load(path).module()
+    ep = torch.export.load(path)
+    module = ep.module()
     torch.manual_seed(SEED)
-    out = module(*args, **kwargs)
+    with torch.set_grad_enabled(not scans(ep)):
+        out = module(*args, **kwargs)
     # None outputs stay (pytree leaves, as the checkers count them); other leaves are tensors
     leaves = [t for t in pytree.tree_leaves(out) if t is None or isinstance(t, torch.Tensor)]
     return [None if t is None else t.detach().clone() for t in leaves], module, (args, kwargs)
@@ -244,12 +253,40 @@ class MapLinear(nn.Module):
         return torch._higher_order_ops.map(lambda row, y: (torch.relu(self.lin(row)) + y, row.sum()), xs, y)
 
 
-# ---- content xport does not read ------------------------------------------------------------------
-
-
 class ScanSum(nn.Module):
     def forward(self, init, xs):
         return torch._higher_order_ops.scan(lambda c, x: (c + x, (c * x).clone()), init, xs)
+
+
+class ScanRNN(nn.Module):
+    """An Elman RNN over a [time, batch, features] sequence (tests/models.hpp ScanRNN in C++): the
+    carry is the hidden state, each step's y its projection; the combine function closes over the
+    module's parameters (torch lifts them to additional_inputs)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp, self.rec, self.out = nn.Linear(3, 4), nn.Linear(4, 4), nn.Linear(4, 2)
+
+    def forward(self, h0, xs):
+        def step(h, x):
+            nxt = torch.tanh(self.inp(x) + self.rec(h))
+            return nxt, self.out(nxt)
+
+        return torch._higher_order_ops.scan(step, h0, xs)
+
+
+class ScanReverse(nn.Module):
+    """torch.scan over dim 1 from the end, with a tuple carry and two ys."""
+
+    def forward(self, s0, m0, xs):
+        def step(c, x):
+            s, m = c[0] + x, torch.maximum(c[1], x)
+            return (s, m), (s * 2, x.sum())
+
+        return torch._higher_order_ops.scan(step, (s0, m0), xs, dim=1, reverse=True)
+
+
+# ---- content xport does not read ------------------------------------------------------------------
 
 
 class MaskedSum(nn.Module):
@@ -383,7 +420,15 @@ def main():
     w.export("map_linear_dynamic", MapLinear().eval(), (xs, y), dynamic_shapes={"xs": {0: Dim("rows", max=64)}, "y": None},
              extra=[((torch.randn(9, 3), y), {}), ((torch.randn(1, 3)[:, :], y), {})])
     w.export("map_linear_core_aten", MapLinear().eval(), (xs, y), decompose=True)
-    w.export("unsupported_scan", ScanSum(), (torch.randn(3), torch.randn(4, 3)))
+    w.export("scan", ScanSum(), (torch.randn(3), torch.randn(4, 3)), printed=True)
+    torch.manual_seed(0)
+    rnn, h0, seq = ScanRNN().eval(), torch.randn(2, 4), torch.randn(5, 2, 3)
+    w.export("scan_rnn", rnn, (h0, seq), extra=[((-h0, seq.transpose(0, 1).contiguous().transpose(0, 1)), {})], printed=True)
+    w.export("scan_rnn_dynamic", rnn, (h0, seq), dynamic_shapes={"h0": None, "xs": {0: Dim("time", max=64)}},
+             extra=[((h0, torch.randn(9, 2, 3)), {}), ((h0, torch.randn(1, 2, 3)), {})])
+    w.export("scan_rnn_core_aten", rnn, (h0, seq), extra=[((h0, seq[:, :, :]), {})], decompose=True)
+    w.export("scan_reverse", ScanReverse(), (torch.zeros(3), torch.full((3,), -1e9), torch.randn(3, 6)), printed=True,
+             extra=[((torch.ones(3), torch.zeros(3), torch.randn(3, 6).t().contiguous().t()), {})])
     w.export("unsupported_masked_sum", MaskedSum(), (torch.randn(5, 3),))
     w.export("unsupported_complex", Complex(), (torch.randn(3, dtype=torch.cfloat),))
     w.add("unsupported_custom_obj", custom_object_program(), (), runs=False)

@@ -23,7 +23,7 @@
 #include <type_traits>  // std::is_same_v
 #include <typeinfo>     // std::type_info
 #include <unordered_map>  // std::unordered_map
-#include <utility>      // std::move, std::exchange
+#include <utility>      // std::move, std::exchange, std::pair
 #include <variant>      // std::variant
 #include <vector>       // std::vector
 
@@ -402,6 +402,7 @@ struct node_impl {
   bool tuple_output = false;
   bool tuple_operands = false;
   bool bare_return = false;  // the output node of a graph returning its one value bare
+  bool list_return = false;  // the output node of a graph returning a list (torch.scan's combine graph)
   c10::SmallVector<value_impl*, 1> outputs;
   c10::SmallVector<value*, 4> slots;  // each operand's `value` inside args (Note [Use lists])
   c10::SmallVector<std::uint32_t, 4> use_pos;  // where each operand's use sits in its value's list
@@ -526,6 +527,14 @@ class basic_graph<default_policy> {
     if (!last_ || last_->kind != node_kind::output)
       throw graph_error("xport.graph.no_output", "set_returns_bare: the graph has no output node yet");
     last_->bare_return = on;
+  }
+  /// Whether the graph returns a list (`return [add, clone]`), as the combine graph of a
+  /// torch.scan torch traced does (a loaded one returns a tuple). Kept by clone().
+  [[nodiscard]] bool returns_list() const noexcept { return last_ && last_->kind == node_kind::output && last_->list_return; }
+  void set_returns_list(bool on) {
+    if (!last_ || last_->kind != node_kind::output)
+      throw graph_error("xport.graph.no_output", "set_returns_list: the graph has no output node yet");
+    last_->list_return = on;
   }
   /// Values the graph returns (operands of the output node).
   [[nodiscard]] std::vector<value> outputs() const {
@@ -739,6 +748,7 @@ class basic_graph<default_policy> {
         case node_kind::output:
           g.set_output(remap(n->args));
           g.last_->bare_return = n->bare_return;
+          g.last_->list_return = n->list_return;
           break;
       }
     }
@@ -1127,6 +1137,18 @@ inline argument::list_type subgraph_operands(const node& n) {
   for (const auto& a : n.args())
     if (a.is_list()) all.insert(all.end(), a.as_list().begin(), a.as_list().end());
   return all;
+}
+
+/// The operands of a control-flow call its subgraph takes one row of (sizes without the leading
+/// dim), as [first, last): torch.map's xs (its first list), torch.scan's xs (its second);
+/// none for cond and while_loop.
+inline std::pair<std::size_t, std::size_t> row_operands(const node& n) {
+  const auto args = n.args();
+  const auto& q = n.op().qualified;
+  if (q == "higher_order::map_impl" && args.size() > 1 && args[1].is_list()) return {0, args[1].as_list().size()};
+  if (q == "higher_order::scan" && args.size() > 2 && args[1].is_list() && args[2].is_list())
+    return {args[1].as_list().size(), args[1].as_list().size() + args[2].as_list().size()};
+  return {0, 0};
 }
 
 XPORT_END_NAMESPACE

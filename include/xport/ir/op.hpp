@@ -3,7 +3,7 @@
 // interned for the life of the process; nodes hold a pointer to it. Lookup accepts
 // `aten::add.Tensor`, `aten::add` (the default overload), `aten.add.Tensor`,
 // `torch.ops.aten.add.Tensor` and `aten::add.default`. The control-flow operators torch calls
-// higher-order (`torch.ops.higher_order.cond`, `.while_loop`, `.map_impl`) are registered with the dispatcher here, on first
+// higher-order (`torch.ops.higher_order.cond`, `.while_loop`, `.map_impl`, `.scan`) are registered with the dispatcher here, on first
 // lookup, so that every part of xport treats them as operators.
 #pragma once
 
@@ -243,6 +243,50 @@ inline void map_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
   s.emplace_back(c10::List<at::Tensor>(std::move(stacked)));
 }
 
+/// torch.scan's rule for what it scans over: tensors of one dim or more with the same leading
+/// dim, not 0 (torch's text).
+inline std::int64_t scanned_length(const std::vector<at::Tensor>& xs) {
+  if (xs.empty()) throw run_error("xport.run.scan_xs", "torch.scan: xs is empty; it scans over one tensor at least");
+  for (const auto& x : xs)
+    if (x.dim() == 0 || x.size(0) == 0)
+      throw run_error("xport.run.scan_xs",
+                      "All xs leaves must at least have 'dim' number of dimensions and scan dimension > 0");
+  for (const auto& x : xs)
+    if (x.size(0) != xs[0].size(0))
+      throw run_error("xport.run.scan_xs", "torch.scan: the xs must have the same scan dimension; got sizes " +
+                                               c10::str(xs[0].sizes()) + " and " + c10::str(x.sizes()));
+  return xs[0].size(0);
+}
+
+// higher_order::scan(Any combine_fn, Tensor[] init, Tensor[] xs, Tensor[] additional_inputs)
+// -> Tensor[]: carry = init; for each row i of the xs, (carry, y_i) = combine_fn(carry, xs[i],
+// additional); returns the last carry, then each y stacked along a new leading dim.
+inline void scan_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  const auto additional = s.back().toTensorVector();
+  const auto xs = s[s.size() - 2].toTensorVector();
+  auto carry = s[s.size() - 3].toTensorVector();
+  const auto& fn = subgraph_fn_of(s[s.size() - 4], "scan", "combine_fn");
+  const auto n = scanned_length(xs);
+  const auto n_carry = carry.size();
+  std::vector<std::vector<at::Tensor>> ys;
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::vector<at::Tensor> operands = carry;
+    for (const auto& x : xs) operands.push_back(x.select(0, i));
+    operands.insert(operands.end(), additional.begin(), additional.end());
+    auto out = fn.call(std::move(operands));
+    if (out.size() < n_carry)
+      throw run_error("xport.run.scan_body", "torch.scan: combine_fn returned " + std::to_string(out.size()) +
+                                                 " tensors, fewer than the " + std::to_string(n_carry) + " it carries");
+    ys.resize(out.size() - n_carry);
+    for (std::size_t k = 0; k < n_carry; ++k) carry[k] = std::move(out[k]);
+    for (std::size_t k = n_carry; k < out.size(); ++k) ys[k - n_carry].push_back(std::move(out[k]));
+  }
+  for (const auto& rows : ys) carry.push_back(at::stack(rows, 0));
+  torch::jit::drop(s, 4);
+  s.emplace_back(c10::List<at::Tensor>(std::move(carry)));
+}
+
 /// Registers the control-flow operators with the dispatcher, once per process (at run time: a
 /// static registration in a header would run once per translation unit and throw).
 inline void ensure_higher_order_ops() {
@@ -277,6 +321,15 @@ inline void ensure_higher_order_ops() {
                                                    c10::DispatchKey::CompositeImplicitAutograd,
                                                    c10::KernelFunction::makeFromBoxedFunction<&map_kernel>(),
                                                    c10::nullopt, nullptr, "xport: map kernel"));
+    c10::FunctionSchema scan("higher_order::scan", "",
+                             {c10::Argument("combine_fn", any), c10::Argument("init", tensors), c10::Argument("xs", tensors),
+                              c10::Argument("additional_inputs", tensors)},
+                             {c10::Argument("", tensors)});
+    new c10::RegistrationHandleRAII(d.registerDef(std::move(scan), "xport: torch.ops.higher_order.scan"));
+    new c10::RegistrationHandleRAII(d.registerImpl(c10::OperatorName("higher_order::scan", ""),
+                                                   c10::DispatchKey::CompositeImplicitAutograd,
+                                                   c10::KernelFunction::makeFromBoxedFunction<&scan_kernel>(),
+                                                   c10::nullopt, nullptr, "xport: scan kernel"));
     return true;
   }();
   (void)registered;

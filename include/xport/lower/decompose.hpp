@@ -686,6 +686,7 @@ inline exported_program run_decompositions(const exported_program& p,
           auto lowered = run_decompositions(subgraph_program(g), table);
           auto body = lowered.graph().clone();
           if (g.body.returns_bare()) body.set_returns_bare(true);
+          if (g.body.returns_list()) body.set_returns_list(true);
           lowering.lowered.emplace(&g, std::make_shared<const subgraph>(subgraph{g.name, std::move(body)}));
         });
     struct lowering_scope {

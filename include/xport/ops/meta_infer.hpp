@@ -226,15 +226,18 @@ inline std::vector<value_type> result_types(const op_info& op, const std::vector
   return out;
 }
 
-/// The types of `op`'s outputs for schema-bound `args`.
-/// What torch.map makes of one slice `slice` its body returns: the slices stacked along a new
-/// leading dim of the mapped xs' length (contiguous, as torch.stack gives them).
-inline tensor_meta mapped_output(const tensor_meta& slice, const std::vector<argument>& args) {
-  if (args.size() != 3 || !args[1].is_list() || args[1].as_list().empty() || !args[1].as_list()[0].is_value() ||
-      args[1].as_list()[0].as_value().kind() != value_kind::tensor || args[1].as_list()[0].as_value().meta().sizes.empty())
-    throw graph_error("xport.graph.map_xs", "higher_order::map_impl takes (body_graph, xs, pos_args) with at least "
-                                            "one tensor of one dim or more in xs");
-  sym_shape sizes{args[1].as_list()[0].as_value().meta().sizes[0]};
+/// What torch.map (and torch.scan, for its ys) makes of one slice `slice` its body returns: the
+/// slices stacked along a new leading dim of the length of the xs in `args[xs_arg]` (contiguous,
+/// as torch.stack gives them).
+inline tensor_meta mapped_output(const tensor_meta& slice, const std::vector<argument>& args, std::size_t xs_arg = 1) {
+  if (args.size() <= xs_arg || !args[xs_arg].is_list() || args[xs_arg].as_list().empty() ||
+      !args[xs_arg].as_list()[0].is_value() || args[xs_arg].as_list()[0].as_value().kind() != value_kind::tensor ||
+      args[xs_arg].as_list()[0].as_value().meta().sizes.empty())
+    throw graph_error("xport.graph.map_xs", xs_arg == 1 ? "higher_order::map_impl takes (body_graph, xs, pos_args) with at "
+                                                          "least one tensor of one dim or more in xs"
+                                                        : "higher_order::scan takes (combine_graph, init, xs, "
+                                                          "additional_inputs) with at least one tensor of one dim or more in xs");
+  sym_shape sizes{args[xs_arg].as_list()[0].as_value().meta().sizes[0]};
   sizes.append(slice.sizes.begin(), slice.sizes.end());
   auto m = tensor_meta::contiguous(slice.dtype, std::move(sizes), slice.device);
   m.requires_grad = slice.requires_grad;
@@ -243,9 +246,12 @@ inline tensor_meta mapped_output(const tensor_meta& slice, const std::vector<arg
 
 /// A control-flow call's outputs: those of its first subgraph (torch.cond's true branch; verify
 /// checks that the other agrees) or, for while_loop, of its body (its last); map's stacked
-/// (mapped_output); with requires_grad where any operand requires it.
+/// (mapped_output); scan's carries as its combine graph returns them, then its ys stacked; with
+/// requires_grad where any operand requires it.
 inline std::vector<value_type> subgraph_outputs(const op_info& op, const std::vector<argument>& args) {
   const bool loop = op.qualified == "higher_order::while_loop";
+  const bool map = op.qualified == "higher_order::map_impl", scan = op.qualified == "higher_order::scan";
+  const std::size_t n_carry = scan && args.size() > 1 && args[1].is_list() ? args[1].as_list().size() : 0;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const auto& a = args[loop ? args.size() - 1 - i : i];
     if (!a.is_graph()) continue;
@@ -255,8 +261,8 @@ inline std::vector<value_type> subgraph_outputs(const op_info& op, const std::ve
         throw graph_error("xport.graph.subgraph_output", op.qualified + ": subgraph '" + a.as_graph()->name +
                                                              "' returns a constant; its outputs must be tensors");
       auto t = o.as_value().type();
-      if (t.kind == value_kind::tensor && op.qualified == "higher_order::map_impl")
-        t.tensor = mapped_output(t.tensor, args);
+      if (t.kind == value_kind::tensor && (map || (scan && types.size() >= n_carry)))
+        t.tensor = mapped_output(t.tensor, args, map ? 1 : 2);
       if (t.kind == value_kind::tensor)  // only a float or complex tensor can require grad (a loop's count cannot)
         t.tensor.requires_grad = (c10::isFloatingType(t.tensor.dtype) || c10::isComplexType(t.tensor.dtype)) &&
                                  (t.tensor.requires_grad || any_requires_grad(args));

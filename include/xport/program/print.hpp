@@ -103,12 +103,15 @@ inline std::string call_args_repr(const op_info& op, std::span<const argument> a
 }
 
 /// The arguments of a control-flow call whose operands are a tuple (`(x, w)`, `(x,)`), as torch
-/// prints a program it traced (a loaded one holds a list: call_args_repr prints that).
-inline std::string tuple_operands_repr(std::span<const argument> args, const sym_names& syms = {}) {
+/// prints a program it traced (a loaded one holds a list: call_args_repr prints that). Lists
+/// before argument `tuple_from` stay lists (torch.scan's init and xs).
+inline std::string tuple_operands_repr(std::span<const argument> args, const sym_names& syms = {},
+                                       std::size_t tuple_from = 0) {
   std::string s;
-  for (const auto& a : args) {
+  for (std::size_t k = 0; k < args.size(); ++k) {
+    const auto& a = args[k];
     if (!s.empty()) s += ", ";
-    if (!a.is_list()) {
+    if (!a.is_list() || k < tuple_from) {
       s += arg_repr(a, syms);
       continue;
     }
@@ -337,6 +340,16 @@ class size_planner {
 
 inline size_nodes plan_size_nodes(const graph& g) { return size_planner(g).plan(); }
 
+/// What graph `g` returns, as torch prints it: a tuple (`(add,)`), bare (`lt`: a while_loop's
+/// cond graph) or a list (`[add, clone]`: a scan's combine graph).
+inline std::string returned_repr(const graph& g, std::span<const argument> args) {
+  if (g.returns_bare() && args.size() == 1) return arg_repr(args[0]);
+  std::string r;
+  for (std::size_t i = 0; i < args.size(); ++i) r += (i ? ", " : "") + arg_repr(args[i]);
+  if (g.returns_list()) return "[" + r + "]";
+  return "(" + r + (args.size() == 1 ? ",)" : ")");
+}
+
 inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
   std::vector<fx_line> lines;
   std::unordered_map<std::string, std::size_t> users;  // name -> number of fx users
@@ -384,7 +397,8 @@ inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
           });
         }
         l.rhs = n.op().target + "(" +
-                (n.has_tuple_operands() ? tuple_operands_repr(n.args(), sizes.names)
+                (n.has_tuple_operands() ? tuple_operands_repr(n.args(), sizes.names,
+                                                              n.op().qualified == "higher_order::scan" ? 3 : 0)
                                         : call_args_repr(n.op(), n.args(), sizes.names)) +
                 ")";
         if (!n.has_tuple_output()) l.annotation = value_annotation(n.output(0), o);
@@ -398,18 +412,9 @@ inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
           }
         break;
       }
-      case node_kind::output: {
-        std::string r = "(";
-        const auto args = n.args();
-        for (std::size_t i = 0; i < args.size(); ++i) {
-          if (i) r += ", ";
-          r += arg_repr(args[i]);
-        }
-        r += args.size() == 1 ? ",)" : ")";
-        if (g.returns_bare() && args.size() == 1) r = arg_repr(args[0]);  // `return lt`, as torch prints it
-        lines.push_back({fx_line::kind::output, "output", {}, "return " + r, inputs_of(n), 0, nullptr});
+      case node_kind::output:
+        lines.push_back({fx_line::kind::output, "output", {}, "return " + returned_repr(g, n.args()), inputs_of(n), 0, nullptr});
         break;
-      }
     }
   }
   for (const auto& l : lines)

@@ -180,11 +180,11 @@ namespace detail {
 /// operator's: it takes the operands (dtype, sizes, device: requires_grad and strides may
 /// differ, torch records a parameter's placeholder in a branch without its grad flag), writes to
 /// no input and returns no input itself.
-/// The first `mapped` operands are torch.map's xs: the subgraph takes one slice of each (its
+/// Of the row_operands (torch.map's and torch.scan's xs) the subgraph takes one slice each (its
 /// sizes without the leading dim).
 inline void verify_subgraph_of(const node& n, const std::string& hop, const subgraph& s,
-                               const argument::list_type& operands, const verify_options& opts,
-                               std::size_t mapped = 0) {
+                               const argument::list_type& operands, const verify_options& opts) {
+  const auto [first_row, last_row] = row_operands(n);
   const auto fits_input = [](const argument& a, const value& ph, bool slice) {
     if (!a.is_value() || a.as_value().kind() != ph.kind()) return false;
     if (ph.kind() != value_kind::tensor) return true;
@@ -199,7 +199,7 @@ inline void verify_subgraph_of(const node& n, const std::string& hop, const subg
                                        " inputs, torch." + hop + " passes it " + std::to_string(operands.size()) + " operands",
                 n.name());
   for (std::size_t i = 0; i < phs.size(); ++i)
-    if (!fits_input(operands[i], phs[i].output(0), i < mapped))
+    if (!fits_input(operands[i], phs[i].output(0), i >= first_row && i < last_row))
       verify_fail(hop + "_operands", "'" + n.name() + "': operand " + std::to_string(i) + " of torch." + hop +
                                          " does not match input '" + phs[i].name() + "' of subgraph '" + s.name + "' (" +
                                          phs[i].output(0).meta().annotation() + ")",
@@ -346,7 +346,7 @@ inline void verify_map(node n, const verify_options& opts) {
                                 " does not have the first's)",
                   n.name());
   const auto& body = *args[0].as_graph();
-  verify_subgraph_of(n, "map", body, subgraph_operands(n), opts, xs.size());
+  verify_subgraph_of(n, "map", body, subgraph_operands(n), opts);
   const auto outs = body.body.output_node().args();
   if (outs.size() != n.num_outputs())
     verify_fail("map_outputs", "'" + n.name() + "' has " + std::to_string(n.num_outputs()) + " outputs, its body '" +
@@ -365,10 +365,67 @@ inline void verify_map(node n, const verify_options& opts) {
   }
 }
 
+/// Checks a torch.scan call (`scan(combine_graph, init, xs, additional_inputs)`): the xs share
+/// a leading dim, the combine graph takes the carries, a slice of each xs and the additional
+/// inputs, and returns the next carries (init's metadata, torch's text) then the ys; the outputs
+/// are the last carries and the ys stacked.
+inline void verify_scan(node n, const verify_options& opts) {
+  const auto args = n.args();
+  if (args.size() != 4 || !args[0].is_graph() || !args[1].is_list() || !args[2].is_list() || !args[3].is_list() ||
+      args[1].as_list().empty() || args[2].as_list().empty())
+    verify_fail("scan_args", "'" + n.name() + "' calls torch.scan without (combine_graph, init, xs, additional_inputs), "
+                             "init and xs not empty",
+                n.name());
+  const auto& init = args[1].as_list();
+  const auto& xs = args[2].as_list();
+  for (const auto& x : xs)
+    if (!x.is_value() || x.as_value().kind() != value_kind::tensor || x.as_value().meta().sizes.empty() ||
+        x.as_value().meta().sizes[0] != xs[0].as_value().meta().sizes[0])
+      verify_fail("scan_xs", "'" + n.name() + "': All xs leaves must at least have 'dim' number of dimensions and the "
+                             "same scan dimension (" +
+                                 (x.is_value() ? "'" + x.as_value().name() + "'" : std::string("an xs")) +
+                                 " does not have the first's)",
+                  n.name());
+  const auto& body = *args[0].as_graph();
+  verify_subgraph_of(n, "scan", body, subgraph_operands(n), opts);
+  const auto outs = body.body.output_node().args();
+  if (outs.size() < init.size() || outs.size() != n.num_outputs())
+    verify_fail("scan_outputs", "Expect combine_fn to return a tuple (next_carry, y): '" + n.name() + "' carries " +
+                                    std::to_string(init.size()) + " and has " + std::to_string(n.num_outputs()) +
+                                    " outputs, its combine graph '" + body.name + "' returns " + std::to_string(outs.size()),
+                n.name());
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    if (!outs[i].is_value() || outs[i].as_value().kind() != value_kind::tensor)
+      verify_fail("scan_outputs", "'" + n.name() + "': torch.scan's combine_fn must return tensors (output " +
+                                      std::to_string(i) + ")",
+                  n.name());
+    const auto& b = outs[i].as_value().meta();
+    const auto& m = n.output(i).meta();
+    if (i < init.size()) {
+      const auto& c = init[i].as_value().meta();
+      if (b.dtype != c.dtype || b.sizes != c.sizes || b.device != c.device)
+        verify_fail("scan_carry", "Expected init and carry to have same metadata but found: pair[" + std::to_string(i) +
+                                      "] differ, where init is " + c.annotation() + " and carry is " + b.annotation() +
+                                      " (subgraph '" + body.name + "' of '" + n.name() + "')",
+                    n.name());
+      if (m.dtype != c.dtype || m.sizes != c.sizes)
+        verify_fail("scan_outputs", "'" + n.name() + "' output " + std::to_string(i) + " (" + m.annotation() +
+                                        ") is not what it carries (" + c.annotation() + ")",
+                    n.name());
+    } else if (m.dtype != b.dtype || m.sizes.empty() || m.sizes[0] != xs[0].as_value().meta().sizes[0] ||
+               sym_shape(m.sizes.begin() + 1, m.sizes.end()) != b.sizes) {
+      verify_fail("scan_outputs", "'" + n.name() + "' output " + std::to_string(i) + " (" + m.annotation() +
+                                      ") is not its combine graph's " + b.annotation() + " stacked over the scanned dim",
+                  n.name());
+    }
+  }
+}
+
 /// Checks a control-flow call by the rules of its operator.
 inline void verify_higher_order(node n, const verify_options& opts) {
   if (n.op().qualified == "higher_order::while_loop") return verify_while_loop(n, opts);
   if (n.op().qualified == "higher_order::map_impl") return verify_map(n, opts);
+  if (n.op().qualified == "higher_order::scan") return verify_scan(n, opts);
   verify_cond(n, opts);
 }
 

@@ -657,7 +657,7 @@ inline void read_node_metadata(const at_path& nj, node created,
   if (auto ms = meta.get("nn_module_stack")) created.set_module_path(module_path_of_stack(ms->str(), &module_types));
 }
 
-/// Reads a call of a control-flow operator (torch.cond, while_loop, map): positional arguments, subgraphs as
+/// Reads a call of a control-flow operator (torch.cond, while_loop, map, scan): positional arguments, subgraphs as
 /// as_graph, one as_tensor output per result.
 inline void read_higher_order_node(const at_path& nj, const std::string& target, const value_types& type_of,
                                    graph& g, value_scope& scope,
@@ -674,15 +674,19 @@ inline void read_higher_order_node(const at_path& nj, const std::string& target,
     ins.fail(op.qualified + " takes " + std::to_string(op.schema().arguments().size()) + " arguments, the node has " +
              std::to_string(args.size()));
   const bool loop = op.qualified == "higher_order::while_loop", map = op.qualified == "higher_order::map_impl";
+  const bool scan = op.qualified == "higher_order::scan";
   if (map && (!args[0].is_graph() || !args[1].is_list() || !args[2].is_list()))
     ins.fail("torch.map's arguments are (body_graph, xs, pos_args): expected an as_graph argument and two lists");
-  if (!loop && !map && (!args[1].is_graph() || !args[2].is_graph() || !args[3].is_list()))
+  if (scan && (!args[0].is_graph() || !args[1].is_list() || !args[2].is_list() || !args[3].is_list()))
+    ins.fail("torch.scan's arguments are (combine_graph, init, xs, additional_inputs): expected an as_graph argument "
+             "and three lists");
+  if (!loop && !map && !scan && (!args[1].is_graph() || !args[2].is_graph() || !args[3].is_list()))
     ins.fail("torch.cond's arguments are (pred, true_graph, false_graph, operands): expected two as_graph "
              "arguments and a list of operands");
   if (loop && (!args[0].is_graph() || !args[1].is_graph() || !args[2].is_list() || !args[3].is_list()))
     ins.fail("torch.while_loop's arguments are (cond_graph, body_graph, carried_inputs, additional_inputs): "
              "expected two as_graph arguments and two lists");
-  for (std::size_t a = map ? 1 : loop ? 2 : 3; a < args.size(); ++a)
+  for (std::size_t a = map || scan ? 1 : loop ? 2 : 3; a < args.size(); ++a)
     for (std::size_t i = 0; i < args[a].as_list().size(); ++i)
       if (!args[a].as_list()[i].is_value() || args[a].as_list()[i].as_value().kind() != value_kind::tensor)
         ins[a]["arg"].fail("operand " + std::to_string(i) + " of " + op.qualified + " is not a tensor: xport's "
@@ -696,7 +700,7 @@ inline void read_higher_order_node(const at_path& nj, const std::string& target,
       types.push_back(type_of(where, name));
       names.push_back(name);
     });
-  const auto node_name = nj.get("name") ? nj["name"].str() : std::string(map ? "map_impl" : loop ? "while_loop" : "cond");
+  const auto node_name = nj.get("name") ? nj["name"].str() : std::string(scan ? "scan" : map ? "map_impl" : loop ? "while_loop" : "cond");
   node created;
   try {
     created = g.create_call_named(op, std::move(args), std::move(types), node_name, names);
@@ -713,10 +717,10 @@ inline void read_call_node(const at_path& nj, const std::string& target, const v
                            value_scope& scope, std::vector<std::pair<std::string, std::string>>& module_types) {
   if (target.rfind("torch.ops.higher_order.", 0) == 0) {
     if (target != "torch.ops.higher_order.cond" && target != "torch.ops.higher_order.while_loop" &&
-        target != "torch.ops.higher_order.map_impl")
+        target != "torch.ops.higher_order.map_impl" && target != "torch.ops.higher_order.scan")
       nj["target"].fail("higher-order operator '" + target + "' (torch." + target.substr(23) +
                         ", with its subgraphs as as_graph arguments) is not supported by xport: of torch's "
-                        "control-flow operators it reads torch.cond, torch.while_loop and torch.map");
+                        "control-flow operators it reads torch.cond, torch.while_loop, torch.map and torch.scan");
     read_higher_order_node(nj, target, type_of, g, scope, module_types);
     return;
   }

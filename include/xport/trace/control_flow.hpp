@@ -1,5 +1,5 @@
-// xport/trace/control_flow.hpp: xport::cond, xport::while_loop and xport::map: torch.cond,
-// torch.while_loop and torch.map for C++ code. The same call runs eagerly
+// xport/trace/control_flow.hpp: xport::cond, xport::while_loop, xport::map and xport::scan:
+// torch.cond, torch.while_loop, torch.map and torch.scan for C++ code. The same call runs eagerly
 // (the branch the predicate picks), under non-strict export (at::Tensor code) and under strict
 // export (xport::sym_tensor code); exported, both branches are captured as subgraphs
 // (`true_graph_0`, `false_graph_0`) of one `torch.ops.higher_order.cond` node.
@@ -18,13 +18,15 @@
 // the rest in the order first read); operands neither branch reads are dropped, as torch does.
 // xport::while_loop follows the same rules for its cond_fn and body_fn: what they lift becomes
 // the node's additional_inputs; xport::map's body gets one row of xs, and what it lifts joins
-// its pos_args.
+// its pos_args; xport::scan's combine function gets the carry and one row of xs, and what it
+// lifts becomes its additional_inputs.
 #pragma once
 
 #include <algorithm>    // std::find
 #include <cstddef>      // std::size_t
 #include <cstdint>      // std::int64_t
 #include <functional>   // std::function
+#include <initializer_list>  // std::initializer_list
 #include <memory>       // std::shared_ptr
 #include <optional>     // std::optional
 #include <source_location>  // std::source_location
@@ -32,7 +34,7 @@
 #include <tuple>        // std::tuple, std::apply
 #include <type_traits>  // std::is_same_v
 #include <unordered_map>  // std::unordered_map
-#include <utility>      // std::move
+#include <utility>      // std::move, std::pair
 #include <vector>       // std::vector
 
 #include <ATen/core/Tensor.h>
@@ -61,14 +63,16 @@ struct traced_branch {
   std::vector<value> inputs;  ///< its placeholder for each of `lifted`, in the same order
 };
 
-/// The first `rows` operands are torch.map's xs: the branch gets one row of each.
+/// The operands in [rows.first, rows.second) are torch.map's or torch.scan's xs: the branch gets
+/// one row of each.
 inline traced_branch trace_branch(capture& outer, const std::vector<value>& operands, const branch_tracer& trace,
-                                  std::size_t rows = 0) {
+                                  std::pair<std::size_t, std::size_t> rows = {0, 0}) {
   capture c(outer);
   std::vector<value> ins;
   std::vector<at::Tensor> metas;
   for (const auto& o : operands) {
-    auto [v, m] = ins.size() < rows ? c.add_row_operand(o) : c.add_operand(o);
+    const bool row = ins.size() >= rows.first && ins.size() < rows.second;
+    auto [v, m] = row ? c.add_row_operand(o) : c.add_operand(o);
     ins.push_back(v);
     metas.push_back(std::move(m));
   }
@@ -127,16 +131,21 @@ inline void drop_unused_operands(graph& t, graph& f, std::vector<value>& operand
   operands = std::move(kept);
 }
 
-/// Appends to `operands` the values two subgraphs lift (the first's, then the second's new
-/// ones) and gives both one input for each, in that order.
-inline void lift_free_values(traced_branch& a, traced_branch& b, std::vector<value>& operands) {
+/// Appends to `operands` the values the subgraphs lift (the first's, then each next one's new
+/// ones) and gives each one input for every one of them, in that order.
+inline void lift_free_values(std::initializer_list<traced_branch*> branches, std::vector<value>& operands) {
   const std::size_t n = operands.size();
-  for (const auto* s : {&a, &b})
+  for (const auto* s : branches)
     for (const auto& v : s->lifted)
       if (std::find(operands.begin() + static_cast<std::ptrdiff_t>(n), operands.end(), v) == operands.end())
         operands.push_back(v);
-  align_inputs(a, n, operands);
-  align_inputs(b, n, operands);
+  for (auto* s : branches) align_inputs(*s, n, operands);
+}
+
+/// Names a subgraph's inputs arg<i>_1, as torch's while_loop and scan do.
+inline void name_inputs_as_torch(graph& g) {
+  const auto phs = g.placeholders();
+  for (std::size_t i = 0; i < phs.size(); ++i) g.rename(phs[i].output(0), "arg" + std::to_string(i) + "_1");
 }
 
 struct traced_cond {
@@ -144,13 +153,27 @@ struct traced_cond {
   std::vector<at::Tensor> metas;  ///< the meta tensor tracking each output
 };
 
+/// Records control-flow operator `op_name` on `args` in `outer`, at `src` (strict), its outputs
+/// typed by its subgraphs, and checks it by torch's rules for that operator.
+inline traced_cond record_control_flow(capture& outer, const char* op_name, std::vector<argument> args,
+                                       std::shared_ptr<const source_location> src, bool tuple_operands) {
+  const auto& op = find_op(op_name);
+  auto types = subgraph_outputs(op, args);
+  if (src) outer.builder().at(std::move(src));
+  traced_cond r;
+  r.metas = outer.record_values(op, std::move(args), std::move(types), &r.n);
+  r.n.set_tuple_operands(tuple_operands);  // as torch.export records the call it traced
+  verify_higher_order(r.n, verify_options{.check_schemas = false});
+  return r;
+}
+
 /// Records `higher_order::cond(pred, true_graph_<i>, false_graph_<i>, operands + lifted)` in
 /// `outer` after tracing both branches, at `src` (strict) and checks it as torch.cond does.
 inline traced_cond trace_cond(capture& outer, argument pred, std::vector<value> operands, const branch_tracer& on_true,
                               const branch_tracer& on_false, std::shared_ptr<const source_location> src = nullptr) {
   auto t = trace_branch(outer, operands, on_true);
   auto f = trace_branch(outer, operands, on_false);
-  lift_free_values(t, f, operands);
+  lift_free_values({&t, &f}, operands);
   drop_unused_operands(t.body, f.body, operands);
   const auto index = std::to_string(outer.next_subgraph_index("cond"));
   argument::list_type list(operands.begin(), operands.end());
@@ -158,14 +181,7 @@ inline traced_cond trace_cond(capture& outer, argument pred, std::vector<value> 
                              std::make_shared<const subgraph>(subgraph{"true_graph_" + index, std::move(t.body)}),
                              std::make_shared<const subgraph>(subgraph{"false_graph_" + index, std::move(f.body)}),
                              std::move(list)};
-  const auto& op = find_op("higher_order::cond");
-  auto types = subgraph_outputs(op, args);
-  if (src) outer.builder().at(std::move(src));
-  traced_cond r;
-  r.metas = outer.record_values(op, std::move(args), std::move(types), &r.n);
-  r.n.set_tuple_operands(true);  // as torch.export records a cond it traced
-  verify_higher_order(r.n, verify_options{.check_schemas = false});
-  return r;
+  return record_control_flow(outer, "higher_order::cond", std::move(args), std::move(src), true);
 }
 
 /// Records `higher_order::while_loop(while_loop_cond_graph_<i>, while_loop_body_graph_<i>,
@@ -177,12 +193,10 @@ inline traced_cond trace_while_loop(capture& outer, std::vector<value> carried, 
   auto c = trace_branch(outer, carried, cond_fn);
   auto b = trace_branch(outer, carried, body_fn);
   const std::size_t n = carried.size();
-  lift_free_values(c, b, carried);
+  lift_free_values({&c, &b}, carried);
   drop_unused_operands(c.body, b.body, carried, n);
-  for (auto* g : {&c.body, &b.body}) {  // torch's while_loop names its subgraphs' inputs arg<i>_1
-    const auto phs = g->placeholders();
-    for (std::size_t i = 0; i < phs.size(); ++i) g->rename(phs[i].output(0), "arg" + std::to_string(i) + "_1");
-  }
+  name_inputs_as_torch(c.body);
+  name_inputs_as_torch(b.body);
   c.body.set_returns_bare(true);  // torch's cond_fn returns its bool tensor bare
   const auto index = std::to_string(outer.next_subgraph_index("while_loop"));
   argument::list_type additional(carried.begin() + static_cast<std::ptrdiff_t>(n), carried.end());
@@ -191,14 +205,7 @@ inline traced_cond trace_while_loop(capture& outer, std::vector<value> carried, 
       std::make_shared<const subgraph>(subgraph{"while_loop_cond_graph_" + index, std::move(c.body)}),
       std::make_shared<const subgraph>(subgraph{"while_loop_body_graph_" + index, std::move(b.body)}),
       argument::list_type(carried.begin(), carried.end()), std::move(additional)};
-  const auto& op = find_op("higher_order::while_loop");
-  auto types = subgraph_outputs(op, args);
-  if (src) outer.builder().at(std::move(src));
-  traced_cond r;
-  r.metas = outer.record_values(op, std::move(args), std::move(types), &r.n);
-  r.n.set_tuple_operands(true);
-  verify_higher_order(r.n, verify_options{.check_schemas = false});
-  return r;
+  return record_control_flow(outer, "higher_order::while_loop", std::move(args), std::move(src), true);
 }
 
 /// Records `higher_order::map_impl(body_graph_<i>, xs, pos_args)` in `outer` after tracing the
@@ -208,23 +215,34 @@ inline traced_cond trace_map(capture& outer, std::vector<value> xs, std::vector<
                              std::shared_ptr<const source_location> src = nullptr) {
   std::vector<value> operands = xs;
   operands.insert(operands.end(), pos_args.begin(), pos_args.end());
-  auto b = trace_branch(outer, operands, body_fn, xs.size());
-  const std::size_t n = operands.size();
-  for (const auto& v : b.lifted)
-    if (std::find(operands.begin() + static_cast<std::ptrdiff_t>(n), operands.end(), v) == operands.end())
-      operands.push_back(v);
-  align_inputs(b, n, operands);
+  auto b = trace_branch(outer, operands, body_fn, {0, xs.size()});
+  lift_free_values({&b}, operands);
   const auto index = std::to_string(outer.next_subgraph_index("map"));
   std::vector<argument> args{std::make_shared<const subgraph>(subgraph{"body_graph_" + index, std::move(b.body)}),
                              argument::list_type(xs.begin(), xs.end()),
                              argument::list_type(operands.begin() + static_cast<std::ptrdiff_t>(xs.size()), operands.end())};
-  const auto& op = find_op("higher_order::map_impl");
-  auto types = subgraph_outputs(op, args);
-  if (src) outer.builder().at(std::move(src));
-  traced_cond r;
-  r.metas = outer.record_values(op, std::move(args), std::move(types), &r.n);  // torch prints map's lists as lists
-  verify_higher_order(r.n, verify_options{.check_schemas = false});
-  return r;
+  // torch prints map's lists as lists
+  return record_control_flow(outer, "higher_order::map_impl", std::move(args), std::move(src), false);
+}
+
+/// Records `higher_order::scan(scan_combine_graph_<i>, init, xs, additional)` in `outer` after
+/// tracing the combine function on the carries `init` and one row of each of the `xs` (the values
+/// it lifts become the additional inputs), at `src` (strict), and checks it as torch.scan does.
+inline traced_cond trace_scan(capture& outer, std::vector<value> init, std::vector<value> xs, const branch_tracer& combine_fn,
+                              std::shared_ptr<const source_location> src = nullptr) {
+  std::vector<value> operands = init;
+  operands.insert(operands.end(), xs.begin(), xs.end());
+  auto b = trace_branch(outer, operands, combine_fn, {init.size(), init.size() + xs.size()});
+  lift_free_values({&b}, operands);
+  name_inputs_as_torch(b.body);
+  b.body.set_returns_list(true);  // torch's combine graph returns a list
+  const auto index = std::to_string(outer.next_subgraph_index("scan"));
+  std::vector<argument> args{std::make_shared<const subgraph>(subgraph{"scan_combine_graph_" + index, std::move(b.body)}),
+                             argument::list_type(init.begin(), init.end()), argument::list_type(xs.begin(), xs.end()),
+                             argument::list_type(operands.begin() + static_cast<std::ptrdiff_t>(init.size() + xs.size()),
+                                                 operands.end())};
+  // torch prints init and xs as lists, the additional inputs as a tuple
+  return record_control_flow(outer, "higher_order::scan", std::move(args), std::move(src), true);
 }
 
 /// Makes the strict front end record into a branch's capture for the guard's lifetime.
@@ -299,6 +317,66 @@ void check_map_fn() {
   using R = decltype(std::apply(std::declval<Fn&>(), std::tuple_cat(std::declval<std::tuple<Tensor>>(), std::declval<const Args&>())));
   static_assert(map_result<R, Tensor>, "xport::map: fn returns a tensor or a std::tuple of tensors (torch.map stacks "
                                        "each along a new leading dim)");
+}
+
+/// Whether R is what torch.scan's combine_fn returns for carry type `Init`: a pair (as a
+/// std::tuple or std::pair) of the next carry, of Init's type, and the y of this step.
+template <class R, class Init>
+struct scan_step : std::false_type {};
+template <class Init, class Y>
+struct scan_step<std::tuple<Init, Y>, Init> : std::true_type {};
+template <class Init, class Y>
+struct scan_step<std::pair<Init, Y>, Init> : std::true_type {};
+
+/// Whether the tree type T holds xport::sym_tensor leaves (strict code).
+template <class T>
+struct has_sym_leaves : std::is_same<T, sym_tensor> {};
+template <class... Ts>
+struct has_sym_leaves<std::tuple<Ts...>> : std::disjunction<has_sym_leaves<Ts>...> {};
+template <class A, class B>
+struct has_sym_leaves<std::pair<A, B>> : std::disjunction<has_sym_leaves<A>, has_sym_leaves<B>> {};
+template <class T, class A>
+struct has_sym_leaves<std::vector<T, A>> : has_sym_leaves<T> {};
+template <class T>
+inline constexpr bool is_sym_tree = has_sym_leaves<T>::value;
+
+template <class Fn, class Init, class Xs>
+void check_scan_fn() {
+  using R = decltype(std::declval<Fn&>()(std::declval<const Init&>(), std::declval<const Xs&>()));
+  static_assert(scan_step<R, Init>::value,
+                "xport::scan: combine_fn(carry, x) returns std::tuple{next_carry, y}, next_carry of init's type "
+                "(torch.scan: combine_fn returns a tuple (next_carry, y))");
+}
+
+/// torch.scan's dim: in [-ndim, ndim) of the first xs leaf, as a non-negative index.
+inline std::int64_t scan_dim(std::int64_t dim, std::int64_t ndim) {
+  if (ndim == 0 || dim < -ndim || dim >= ndim)
+    throw error("xport.scan.dim", "All xs leaves must at least have 'dim' number of dimensions and scan dimension > 0 "
+                                  "(dim " + std::to_string(dim) + " of a tensor of " + std::to_string(ndim) + " dims)");
+  return dim < 0 ? dim + ndim : dim;
+}
+
+/// torch.scan's rule, checked eagerly: combine_fn returns a carry with init's metadata.
+inline void check_carry(const std::vector<at::Tensor>& init, const std::vector<at::Tensor>& carry) {
+  if (init.size() != carry.size())
+    throw error("xport.scan.carry", "Expected init and carry to have same number of outputs but got " +
+                                        std::to_string(init.size()) + " and " + std::to_string(carry.size()));
+  for (std::size_t i = 0; i < init.size(); ++i)
+    if (init[i].scalar_type() != carry[i].scalar_type() || init[i].sizes() != carry[i].sizes() ||
+        init[i].device() != carry[i].device())
+      throw error("xport.scan.carry", "Expected init and carry to have same metadata but found: pair[" + std::to_string(i) +
+                                          "] differ, where init is " + std::string(c10::toString(init[i].scalar_type())) +
+                                          c10::str(init[i].sizes()) + " and carry is " +
+                                          std::string(c10::toString(carry[i].scalar_type())) + c10::str(carry[i].sizes()) +
+                                          ": combine_fn must return the next carry with init's dtype, shape and device");
+}
+
+template <class T>
+std::vector<at::Tensor> leaves_of(const T& x) {
+  std::vector<at::Tensor> out;
+  auto push = [&](const at::Tensor& t) { out.push_back(t); };
+  (void)flatten_into(x, push);
+  return out;
 }
 
 [[noreturn]] inline void throw_pred_shape(const std::string& got) {
@@ -559,6 +637,149 @@ auto map(Fn&& fn, const sym_tensor& xs, const Args& args = {},
   std::size_t k = 0;
   auto from_node = [&](const sym_tensor&) { return sym_tensor(m.n.output(k++), &outer); };
   return detail::map_tensors(*result, from_node);
+}
+
+/// What xport::scan does besides the scan over dim 0: which dim it scans over (moved to the
+/// front for the scan and back for the ys) and whether it runs from the end (torch.scan's dim
+/// and reverse).
+struct scan_options {
+  std::int64_t dim = 0;
+  bool reverse = false;
+};
+
+/// torch.scan for at::Tensor code: `carry = init`, then for each slice x_i of `xs` along
+/// `opts.dim`, `std::tie(carry, y_i) = combine_fn(carry, x_i)`; returns the last carry and the
+/// y_i stacked along `opts.dim`. `init` and `xs` are a tensor or any tree of them (std::tuple,
+/// std::vector, ...); combine_fn returns `std::tuple{next_carry, y}` (y a tensor or a tree).
+/// Eagerly it loops; under export (non-strict) it records combine_fn, traced once on the carry
+/// and a slice, as the combine graph of one torch.ops.higher_order.scan node; tensors it reads
+/// without being passed them become its additional inputs.
+///
+///   auto [h, hs] = xport::scan([&](const at::Tensor& h, const at::Tensor& x) {
+///                                auto next = (cell(x) + h).tanh();
+///                                return std::tuple{next, next.clone()};
+///                              },
+///                              h0, xs);
+template <class Fn, class Init, class Xs>
+  requires(!detail::is_sym_tree<Init>)
+auto scan(Fn&& combine_fn, const Init& init, const Xs& xs, scan_options opts = {}) {
+  detail::check_scan_fn<Fn, Init, Xs>();
+  using R = decltype(combine_fn(init, xs));
+  const auto x_leaves = detail::leaves_of(xs);
+  const auto init_leaves = detail::leaves_of(init);
+  if (init_leaves.empty()) throw error("xport.scan.init", "scan() operator requires init leaves.");
+  if (x_leaves.empty()) throw error("xport.scan.xs", "xport::scan: xs holds no tensor; it scans over one at least");
+  const auto dim = detail::scan_dim(opts.dim, x_leaves[0].dim());
+  for (const auto& x : x_leaves)
+    if (x.dim() <= dim || x.size(dim) == 0)
+      throw error("xport.scan.xs", "All xs leaves must at least have 'dim' number of dimensions and scan dimension > 0 "
+                                   "(an xs of sizes " + c10::str(x.sizes()) + ", dim " + std::to_string(dim) + ")");
+  auto to_front = [&](const at::Tensor& x) {  // torch.scan's movedim and flip, recorded when traced
+    auto m = dim != 0 ? x.movedim(dim, 0) : x;
+    return opts.reverse ? m.flip({0}) : m;
+  };
+  auto to_dim = [&](const at::Tensor& y) {
+    auto m = opts.reverse ? y.flip({0}) : y;
+    return dim != 0 && dim < m.dim() ? m.movedim(0, dim) : m;
+  };
+  const Xs front = detail::map_tensors(xs, to_front);
+  auto* outer = detail::active_capture;
+  if (!outer) {
+    const auto n = x_leaves[0].size(dim);
+    std::optional<R> last;
+    std::vector<std::vector<at::Tensor>> ys;
+    Init carry = init;
+    for (std::int64_t i = 0; i < n; ++i) {
+      auto row = [&](const at::Tensor& x) { return x.select(0, i); };
+      R r = combine_fn(carry, detail::map_tensors(front, row));
+      detail::check_carry(init_leaves, detail::leaves_of(std::get<0>(r)));
+      const auto y = detail::leaves_of(std::get<1>(r));
+      ys.resize(y.size());
+      for (std::size_t k = 0; k < y.size(); ++k) ys[k].push_back(y[k]);
+      carry = std::get<0>(r);
+      last.emplace(std::move(r));
+    }
+    std::size_t k = 0;
+    auto stacked = [&](const at::Tensor&) { return to_dim(at::stack(ys.at(k++), 0)); };
+    return R{std::move(carry), detail::map_tensors(std::get<1>(*last), stacked)};
+  }
+  std::vector<value> init_values, xs_values;
+  for (const auto& t : init_leaves) init_values.push_back(outer->value_of(t));
+  for (const auto& t : detail::leaves_of(front)) xs_values.push_back(outer->value_of(t));
+  std::optional<R> result;
+  const detail::branch_tracer tracer = [&](detail::capture& c, const std::vector<value>&, const std::vector<at::Tensor>& metas) {
+    std::size_t k = 0;
+    auto to_meta = [&](const at::Tensor&) { return metas.at(k++); };
+    const Init carry = detail::map_tensors(init, to_meta);
+    const Xs row = detail::map_tensors(front, to_meta);
+    {
+      detail::capture_scope scope(c);
+      result.emplace(combine_fn(carry, row));
+    }
+    std::vector<value> outs;
+    auto out = [&](const at::Tensor& t) { outs.push_back(c.value_of(t)); };
+    (void)detail::flatten_into(*result, out);
+    return outs;
+  };
+  const auto sc = detail::trace_scan(*outer, std::move(init_values), std::move(xs_values), tracer);
+  std::size_t k = 0;
+  auto from_node = [&](const at::Tensor&) { return sc.metas.at(k++); };
+  auto r = detail::map_tensors(*result, from_node);
+  return R{std::move(std::get<0>(r)), detail::map_tensors(std::get<1>(r), to_dim)};
+}
+
+/// torch.scan for strict code (xport::sym_tensor): combine_fn is traced once, on the carry and
+/// a slice, and the node records the C++ line of the call.
+template <class Fn, class Init, class Xs>
+  requires(detail::is_sym_tree<Init>)
+auto scan(Fn&& combine_fn, const Init& init, const Xs& xs, scan_options opts = {},
+          const std::source_location& loc = std::source_location::current()) {
+  detail::check_scan_fn<Fn, Init, Xs>();
+  using R = decltype(combine_fn(init, xs));
+  std::vector<sym_tensor> init_leaves, x_leaves;
+  auto push_init = [&](const sym_tensor& t) { init_leaves.push_back(t); };
+  auto push_x = [&](const sym_tensor& t) { x_leaves.push_back(t); };
+  (void)detail::flatten_into(init, push_init);
+  (void)detail::flatten_into(xs, push_x);
+  if (init_leaves.empty()) throw error("xport.scan.init", "scan() operator requires init leaves.");
+  if (x_leaves.empty()) throw error("xport.scan.xs", "xport::scan: xs holds no tensor; it scans over one at least");
+  auto& outer = detail::recording_capture(init_leaves[0].owner());
+  const auto dim = detail::scan_dim(opts.dim, x_leaves[0].dim());
+  for (const auto& x : x_leaves)
+    if (x.dim() <= dim)
+      throw error("xport.scan.xs", "All xs leaves must at least have 'dim' number of dimensions and scan dimension > 0 "
+                                   "(an xs of " + std::to_string(x.dim()) + " dims, dim " + std::to_string(dim) + ")");
+  auto to_front = [&](const sym_tensor& x) {
+    auto m = dim != 0 ? x.wrap(x.record("aten::movedim.int", {x, dim, std::int64_t{0}}, {}, loc)) : x;
+    return opts.reverse ? m.wrap(m.record("aten::flip", {m, std::vector<std::int64_t>{0}}, {}, loc)) : m;
+  };
+  auto to_dim = [&](const sym_tensor& y) {
+    auto m = opts.reverse ? y.wrap(y.record("aten::flip", {y, std::vector<std::int64_t>{0}}, {}, loc)) : y;
+    return dim != 0 && dim < m.dim() ? m.wrap(m.record("aten::movedim.int", {m, std::int64_t{0}, dim}, {}, loc)) : m;
+  };
+  const Xs front = detail::map_tensors(xs, to_front);
+  std::vector<value> init_values, xs_values;
+  for (const auto& t : init_leaves) init_values.push_back(outer.local_value(t.graph_value()));
+  auto of = [&](const sym_tensor& t) { xs_values.push_back(outer.local_value(t.graph_value())); };
+  (void)detail::flatten_into(front, of);
+  std::optional<R> result;
+  const detail::branch_tracer tracer = [&](detail::capture& c, const std::vector<value>& ins, const std::vector<at::Tensor>&) {
+    detail::strict_branch_scope scope(c);
+    std::size_t k = 0;
+    auto to_sym = [&](const sym_tensor&) { return sym_tensor(ins.at(k++), &c); };
+    const Init carry = detail::map_tensors(init, to_sym);
+    const Xs row = detail::map_tensors(front, to_sym);
+    result.emplace(combine_fn(carry, row));
+    std::vector<value> outs;
+    auto out = [&](const sym_tensor& t) { outs.push_back(c.local_value(t.graph_value())); };
+    (void)detail::flatten_into(*result, out);
+    return outs;
+  };
+  const auto sc = detail::trace_scan(outer, std::move(init_values), std::move(xs_values), tracer, detail::make_source(loc));
+  std::size_t k = 0;
+  auto from_node = [&](const sym_tensor&) { return sym_tensor(sc.n.output(k++), &outer); };
+  auto r = detail::map_tensors(*result, from_node);
+  return R{std::move(std::get<0>(r)), detail::map_tensors(std::get<1>(r), to_dim)};
 }
 
 XPORT_END_NAMESPACE

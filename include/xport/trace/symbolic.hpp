@@ -258,7 +258,7 @@ inline bool replace_int(argument& out, const argument* site, const argument& bas
 struct flat_node {
   node n;
   value source;         ///< for a subgraph's placeholder: the operand the call passes it
-  bool slice = false;   ///< ... one slice of it (torch.map's xs: sizes without the leading dim)
+  bool slice = false;   ///< ... one slice of it (torch.map's and torch.scan's xs: sizes without the leading dim)
 };
 
 inline void flatten_nodes(const graph& g, std::vector<flat_node>& out, bool skip_placeholders = false) {
@@ -266,14 +266,14 @@ inline void flatten_nodes(const graph& g, std::vector<flat_node>& out, bool skip
     if (skip_placeholders && n.is_placeholder()) continue;
     if (n.is_call() && n.op().higher_order) {
       const auto operands = subgraph_operands(n);
-      const std::size_t mapped = n.op().qualified == "higher_order::map_impl" ? n.args()[1].as_list().size() : 0;
+      const auto [first_row, last_row] = row_operands(n);
       for (const auto& a : n.args()) {
         if (!a.is_graph()) continue;
         std::size_t i = 0;
         for (auto inner : a.as_graph()->body.nodes()) {
           if (!inner.is_placeholder()) break;
           const auto& op = i < operands.size() ? operands[i] : argument();
-          out.push_back({inner, op.is_value() ? op.as_value() : value(), i < mapped});
+          out.push_back({inner, op.is_value() ? op.as_value() : value(), i >= first_row && i < last_row});
           ++i;
         }
         flatten_nodes(a.as_graph()->body, out, /*skip_placeholders=*/true);
@@ -353,7 +353,7 @@ class symbolic_maker {
         if (v.kind() != value_kind::tensor) continue;
         auto m = v.meta();
         const auto& from = base_[i].source.meta();
-        if (base_[i].slice && !from.sizes.empty()) {  // torch.map's slice: a contiguous copy of one row
+        if (base_[i].slice && !from.sizes.empty()) {  // a map's or scan's slice: a contiguous copy of one row
           m.sizes.assign(from.sizes.begin() + 1, from.sizes.end());
           m.strides = contiguous_strides(m.sizes);
           m.storage_offset = 0;
