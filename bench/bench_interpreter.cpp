@@ -10,6 +10,8 @@
 //       argument: engine_options::threads; run it with OMP_NUM_THREADS=1 to see branch parallelism
 //       alone). ResNet-18 and the Inception network report wall time (a parallel run's work is
 //       on several threads): give those runs two cores, not `taskset -c 1`.
+//   (g) ScanRNN (tests/models.hpp), an Elman RNN as xport::scan over 64 steps, eager against the
+//       exported scan node in the interpreter and the engine (the training IR).
 // The engine's models also take `training_ir` = 1: the training IR, which keeps fused ops
 // (aten::lstm) that the inference IR decomposes.
 // Every variant reports `per_op` (seconds per executed op) and `peak_kB`, the activation memory of
@@ -475,6 +477,50 @@ void BM_model_engine(benchmark::State& state) {
   set_peak(state, allocator().peak_of([&] { benchmark::DoNotOptimize(e.run(in)); }) + info.arena_bytes);
 }
 
+// ScanRNN (tests/models.hpp): an Elman RNN as xport::scan over 64 steps of a batch of 8. Eagerly
+// xport::scan is a C++ loop over the steps (mode as BM_model_eager); exported, the interpreter and
+// the engine run the scan node, whose kernel calls the compiled combine graph once per step.
+const at::Tensor& rnn_h0() {
+  static const at::Tensor h0 = at::randn({8, 4});
+  return h0;
+}
+const at::Tensor& rnn_xs() {
+  static const at::Tensor xs = at::randn({64, 8, 3});
+  return xs;
+}
+xport_models::ScanRNN rnn_model() {
+  torch::manual_seed(0);
+  xport_models::ScanRNN net;
+  net->eval();
+  return net;
+}
+
+void BM_scan_rnn_eager(benchmark::State& state) {
+  auto net = rnn_model();
+  std::optional<c10::NoGradGuard> no_grad;
+  std::optional<c10::InferenceMode> inference;
+  if (state.range(0) == 1) no_grad.emplace();
+  if (state.range(0) == 2) inference.emplace();
+  for (auto _ : state) benchmark::DoNotOptimize(net->forward(rnn_h0(), rnn_xs()));
+}
+
+void BM_scan_rnn_xport(benchmark::State& state) {
+  const auto p = xport::export_program(rnn_model(), std::tuple{rnn_h0(), rnn_xs()});
+  xport::interpreter interp(p);
+  const std::vector<at::Tensor> in{rnn_h0(), rnn_xs()};
+  xport::run_options o;
+  o.inference_mode = true;
+  for (auto _ : state) benchmark::DoNotOptimize(interp.run(in, o));
+}
+
+void BM_scan_rnn_engine(benchmark::State& state) {
+  const auto p = xport::export_program(rnn_model(), std::tuple{rnn_h0(), rnn_xs()});
+  xport::engine e(p);
+  const std::vector<at::Tensor> in{rnn_h0(), rnn_xs()};
+  benchmark::DoNotOptimize(e.run(in));
+  for (auto _ : state) benchmark::DoNotOptimize(e.run(in));
+}
+
 }  // namespace
 
 BENCHMARK(BM_chain_eager)->Arg(1000);
@@ -503,6 +549,9 @@ BENCHMARK(BM_model_engine<transformer>)->Name("BM_transformer_engine")->ArgNames
 BENCHMARK(BM_model_eager<lstm>)->Name("BM_lstm_eager")->ArgName("mode")->Arg(0)->Arg(1)->Arg(2);
 BENCHMARK(BM_model_xport<lstm>)->Name("BM_lstm_xport");
 BENCHMARK(BM_model_engine<lstm>)->Name("BM_lstm_engine")->ArgNames({"threads", "training_ir"})->Args({1, 0})->Args({1, 1});
+BENCHMARK(BM_scan_rnn_eager)->ArgName("mode")->Arg(0)->Arg(1)->Arg(2);
+BENCHMARK(BM_scan_rnn_xport);
+BENCHMARK(BM_scan_rnn_engine);
 BENCHMARK(BM_model_eager<inception>)->Name("BM_inception_eager")->ArgName("mode")->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_model_xport<inception>)->Name("BM_inception_xport")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_model_engine<inception>)->Name("BM_inception_engine")->ArgNames({"threads", "training_ir"})->Args({1, 0})->Args({2, 0})->Unit(benchmark::kMillisecond)->UseRealTime();

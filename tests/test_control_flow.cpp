@@ -591,6 +591,30 @@ TEST_CASE("xport::map: several results stacked, a dynamic number of rows, torch'
                          "Higher order ops do not support input mutation: node 'mul_' of subgraph 'body_graph_0'");
 }
 
+TEST_CASE("xport::map: xs a tree of tensors, each mapped over its leading dim, as torch.map takes a pytree") {
+  using T2 = std::tuple<at::Tensor, at::Tensor>;
+  auto fn = [](const at::Tensor& a, const at::Tensor& b, const at::Tensor& w) {
+    return xport::map([](const T2& row, const at::Tensor& v) { return (std::get<0>(row) * v).sum() + std::get<1>(row); },
+                      T2{a, b}, std::tuple{w});
+  };
+  const auto a = at::randn({4, 3}), b = at::randn({4, 2}), w = at::randn({3});
+  const auto p = export_program(fn, std::tuple{a, b, w}, {.input_names = {"a", "b", "w"}});
+  const auto printed = to_string(p);
+  INFO(printed);
+  CHECK(printed.find("torch.ops.higher_order.map_impl(body_graph_0, [a, b], [w])") != std::string::npos);
+  CHECK(printed.find("def forward(self, a: \"f32[3]\", b: \"f32[2]\", w: \"f32[3]\"") != std::string::npos);
+  for (const auto& [layout, in] : xport_test::layouts_of(a)) {
+    INFO(layout);
+    const auto want = (in * w).sum(1, true) + b;  // each row's result, batched
+    CHECK(at::allclose(fn(in, b, w), want, 1e-5, 1e-6));
+    CHECK(at::allclose(run(p, {in, b, w})[0], want, 1e-5, 1e-6));
+  }
+  XPORT_CHECK_THROWS_MSG(fn(a, at::randn({5, 2}), w), xport::error,
+                         "Leading dimensions of mapped xs must be consistent. Got shapes [[4, 3], [5, 2]].");
+  XPORT_CHECK_THROWS_MSG(export_program(fn, std::tuple{a, at::randn({5, 2}), w}), xport::error,
+                         "Leading dimensions of mapped xs must be consistent. Got shapes [[4, 3], [5, 2]].");
+}
+
 TEST_CASE("xport::map (strict): the body is traced on a row of sym_tensors, with its C++ lines") {
   auto fn = [](const sym_tensor& xs, const sym_tensor& w) {
     return xport::map([](const sym_tensor& row, const sym_tensor& v) { return relu(row * v) - 1.0; }, xs, std::tuple{w});
@@ -772,4 +796,33 @@ TEST_CASE("xport::scan (strict): the combine function is traced on sym_tensors, 
     CHECK(at::allclose(outs[0], h));
     CHECK(at::allclose(outs[1], at::stack(ys, 1)));
   }
+}
+
+TEST_CASE("xport::scan: passes work inside the combine graph, which still returns a list as torch prints it") {
+  auto fn = [](const at::Tensor& h0, const at::Tensor& xs) {
+    return xport::scan(
+        [](const at::Tensor& h, const at::Tensor& x) {
+          auto unused = x.exp();
+          (void)unused;
+          auto next = h + x.sin() * x.sin();
+          return std::tuple{next, next.cos()};
+        },
+        h0, xs);
+  };
+  auto p = export_program(fn, std::tuple{at::zeros({3}), at::randn({4, 3})});
+  const auto& body = [&]() -> const subgraph& { return *cond_node(p).args()[0].as_graph(); };
+  CHECK(calls_in(body(), "aten::sin") == 2);
+  CHECK(calls_in(body(), "aten::exp") == 1);
+  const auto r = p | (passes::cse | passes::dce);
+  REQUIRE(r.ok());
+  CHECK(calls_in(body(), "aten::sin") == 1);
+  CHECK(calls_in(body(), "aten::exp") == 0);
+  const auto printed = to_string(p);
+  INFO(printed);
+  CHECK(printed.find("return [add, cos]") != std::string::npos);
+  const auto xs = at::randn({4, 3});
+  const auto outs = run(p, {at::ones({3}), xs});
+  const auto want = fn(at::ones({3}), xs);
+  CHECK(at::equal(outs[0], std::get<0>(want)));
+  CHECK(at::equal(outs[1], std::get<1>(want)));
 }

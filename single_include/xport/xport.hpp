@@ -10046,11 +10046,11 @@ inline bool loop_predicate(const at::Tensor& p) {
 template <class R, class Tensor>
 inline constexpr bool map_result = std::is_same_v<R, Tensor> || carries<R, Tensor>::value;
 
-template <class Fn, class Tensor, class Args>
+template <class Fn, class Tensor, class Xs, class Args>
 void check_map_fn() {
   static_assert(is_std_tuple<Args>, "xport::map: pass the other arguments as a std::tuple (std::tuple{y}); fn is "
                                     "called with a row of xs and them, as torch.map calls f(x, *args)");
-  using R = decltype(std::apply(std::declval<Fn&>(), std::tuple_cat(std::declval<std::tuple<Tensor>>(), std::declval<const Args&>())));
+  using R = decltype(std::apply(std::declval<Fn&>(), std::tuple_cat(std::declval<std::tuple<Xs>>(), std::declval<const Args&>())));
   static_assert(map_result<R, Tensor>, "xport::map: fn returns a tensor or a std::tuple of tensors (torch.map stacks "
                                        "each along a new leading dim)");
 }
@@ -10291,24 +10291,27 @@ Carried while_loop(CondFn&& cond_fn, BodyFn&& body_fn, const Carried& carried,
 }
 
 /// torch.map for at::Tensor code: `fn(xs[i], args...)` for every row i of `xs`, the results
-/// (a tensor or a std::tuple of them) stacked along a new leading dim. Eagerly it loops; under
-/// export (non-strict) it records `fn`, traced once on a row, as the body of one
-/// torch.ops.higher_order.map_impl node; tensors `fn` reads without being passed them are
-/// appended to its pos_args.
+/// (a tensor or a std::tuple of them) stacked along a new leading dim. `xs` is a tensor or any
+/// tree of them (std::tuple, std::vector, ...) sharing their leading dim; `fn` gets a row of each,
+/// in the same tree. Eagerly it loops; under export (non-strict) it records `fn`, traced once on
+/// a row, as the body of one torch.ops.higher_order.map_impl node; tensors `fn` reads without
+/// being passed them are appended to its pos_args.
 ///
 ///   auto ys = xport::map([&](const at::Tensor& row, const at::Tensor& w) { return lin(row) * w; },
 ///                        xs, std::tuple{w});
-template <class Fn, class Args = std::tuple<>>
-auto map(Fn&& fn, const at::Tensor& xs, const Args& args = {}) {
-  detail::check_map_fn<Fn, at::Tensor, Args>();
-  using R = decltype(std::apply(fn, std::tuple_cat(std::tuple<at::Tensor>(xs), args)));
+template <class Fn, class Xs, class Args = std::tuple<>>
+  requires(!detail::is_sym_tree<Xs>)
+auto map(Fn&& fn, const Xs& xs, const Args& args = {}) {
+  detail::check_map_fn<Fn, at::Tensor, Xs, Args>();
+  using R = decltype(std::apply(fn, std::tuple_cat(std::tuple<Xs>(xs), args)));
+  const auto n = detail::mapped_length(detail::leaves_of(xs));  // torch.map's rules and texts
   auto* outer = detail::active_capture;
   if (!outer) {
-    const auto n = detail::mapped_length({xs});
     std::optional<R> first;
     std::vector<std::vector<at::Tensor>> rows;
     for (std::int64_t i = 0; i < n; ++i) {
-      R r = std::apply(fn, std::tuple_cat(std::tuple<at::Tensor>(xs.select(0, i)), args));
+      auto row = [&](const at::Tensor& x) { return x.select(0, i); };
+      R r = std::apply(fn, std::tuple_cat(std::tuple<Xs>(detail::map_tensors(xs, row)), args));
       std::size_t k = 0;
       auto collect = [&](const at::Tensor& t) {
         if (rows.size() <= k) rows.emplace_back();
@@ -10321,55 +10324,61 @@ auto map(Fn&& fn, const at::Tensor& xs, const Args& args = {}) {
     auto stacked = [&](const at::Tensor&) { return at::stack(rows.at(k++), 0); };
     return detail::map_tensors(*first, stacked);
   }
-  if (xs.dim() == 0) throw error("xport.map.xs", "torch.map: a mapped tensor has no leading dim to map over (0-d)");
-  if (xs.size(0) == 0) throw error("xport.map.xs", "Leading dimensions of mapped xs cannot be 0.");
-  std::vector<value> pos;
+  std::vector<value> xs_values, pos;
+  for (const auto& t : detail::leaves_of(xs)) xs_values.push_back(outer->value_of(t));
   auto of = [&](const at::Tensor& t) { pos.push_back(outer->value_of(t)); };
   (void)detail::flatten_into(args, of);
   std::optional<R> result;
   const detail::branch_tracer tracer = [&](detail::capture& c, const std::vector<value>&, const std::vector<at::Tensor>& metas) {
-    std::size_t k = 1;
+    std::size_t k = 0;
     auto to_meta = [&](const at::Tensor&) { return metas.at(k++); };
+    const Xs row = detail::map_tensors(xs, to_meta);
     const auto rest = detail::map_tensors(args, to_meta);
     {
       detail::capture_scope scope(c);
-      result.emplace(std::apply(fn, std::tuple_cat(std::tuple<at::Tensor>(metas.at(0)), rest)));
+      result.emplace(std::apply(fn, std::tuple_cat(std::tuple<Xs>(row), rest)));
     }
     std::vector<value> outs;
     auto out = [&](const at::Tensor& t) { outs.push_back(c.value_of(t)); };
     (void)detail::flatten_into(*result, out);
     return outs;
   };
-  const auto m = detail::trace_map(*outer, {outer->value_of(xs)}, std::move(pos), tracer);
+  const auto m = detail::trace_map(*outer, std::move(xs_values), std::move(pos), tracer);
   std::size_t k = 0;
   auto from_node = [&](const at::Tensor&) { return m.metas.at(k++); };
   return detail::map_tensors(*result, from_node);
 }
 
-/// torch.map for strict code (xport::sym_tensor): the body is traced once, on a row, and the
-/// node records the C++ line of the call.
-template <class Fn, class Args = std::tuple<>>
-auto map(Fn&& fn, const sym_tensor& xs, const Args& args = {},
-         const std::source_location& loc = std::source_location::current()) {
-  detail::check_map_fn<Fn, sym_tensor, Args>();
-  using R = decltype(std::apply(fn, std::tuple_cat(std::tuple<sym_tensor>(xs), args)));
-  auto& outer = detail::recording_capture(xs.owner());
-  std::vector<value> pos;
+/// torch.map for strict code (xport::sym_tensor, or a tree of them): the body is traced once,
+/// on a row, and the node records the C++ line of the call.
+template <class Fn, class Xs, class Args = std::tuple<>>
+  requires(detail::is_sym_tree<Xs>)
+auto map(Fn&& fn, const Xs& xs, const Args& args = {}, const std::source_location& loc = std::source_location::current()) {
+  detail::check_map_fn<Fn, sym_tensor, Xs, Args>();
+  using R = decltype(std::apply(fn, std::tuple_cat(std::tuple<Xs>(xs), args)));
+  std::vector<sym_tensor> x_leaves;
+  auto push_x = [&](const sym_tensor& t) { x_leaves.push_back(t); };
+  (void)detail::flatten_into(xs, push_x);
+  if (x_leaves.empty()) throw error("xport.map.xs", "torch.map: Mapped xs can only consist of tensors, and at least one");
+  auto& outer = detail::recording_capture(x_leaves[0].owner());
+  std::vector<value> xs_values, pos;
+  for (const auto& t : x_leaves) xs_values.push_back(outer.local_value(t.graph_value()));
   auto of = [&](const sym_tensor& t) { pos.push_back(outer.local_value(t.graph_value())); };
   (void)detail::flatten_into(args, of);
   std::optional<R> result;
   const detail::branch_tracer tracer = [&](detail::capture& c, const std::vector<value>& ins, const std::vector<at::Tensor>&) {
     detail::strict_branch_scope scope(c);
-    std::size_t k = 1;
+    std::size_t k = 0;
     auto to_sym = [&](const sym_tensor&) { return sym_tensor(ins.at(k++), &c); };
+    const Xs row = detail::map_tensors(xs, to_sym);
     const auto rest = detail::map_tensors(args, to_sym);
-    result.emplace(std::apply(fn, std::tuple_cat(std::tuple<sym_tensor>(sym_tensor(ins.at(0), &c)), rest)));
+    result.emplace(std::apply(fn, std::tuple_cat(std::tuple<Xs>(row), rest)));
     std::vector<value> outs;
     auto out = [&](const sym_tensor& t) { outs.push_back(c.local_value(t.graph_value())); };
     (void)detail::flatten_into(*result, out);
     return outs;
   };
-  const auto m = detail::trace_map(outer, {outer.local_value(xs.graph_value())}, std::move(pos), tracer, detail::make_source(loc));
+  const auto m = detail::trace_map(outer, std::move(xs_values), std::move(pos), tracer, detail::make_source(loc));
   std::size_t k = 0;
   auto from_node = [&](const sym_tensor&) { return sym_tensor(m.n.output(k++), &outer); };
   return detail::map_tensors(*result, from_node);
