@@ -26,6 +26,7 @@
 #include "models.hpp"
 
 #include "common.hpp"
+#include <xport/engine.hpp>
 
 using namespace xport;
 namespace fs = std::filesystem;
@@ -106,8 +107,6 @@ int check_outputs(const exported_program& p, const call& c, std::int64_t seed, c
 /// What xport says about each fixture holding content it does not support (test the messages).
 const std::map<std::string, std::string>& unsupported_fixtures() {
   static const std::map<std::string, std::string> m{
-      // a data-dependent size: torch asserts u0's range with SymBool nodes, which xport does not read
-      {"unsupported_masked_sum", "operator '_operator.ge' computes a SymBool, which xport does not represent"},
       {"unsupported_complex", "argument kind 'as_complex' (a complex number) is not supported by xport"},
       {"unsupported_custom_obj", "is a custom object (a TorchBind class instance), which xport does not support"},
       {"unsupported_pickled_weight", "pickled payloads are not read by xport (custom objects, tensor subclasses)"},
@@ -220,6 +219,56 @@ TEST_CASE("interop: xport loads, runs and describes every program torch.export s
   CHECK(mapped >= 100);
   CHECK(checked + unsupported_fixtures().size() == index.size());
   CHECK(checked >= 30);
+}
+
+TEST_CASE("interop: torch's data-dependent programs (nonzero, masks, item) run with their assertions checked" * doctest::test_suite("oracle")) {
+  const auto dir = oracle_dir("py");
+  torch::manual_seed(3);
+  SUBCASE("item() bounded by torch._check: an input outside the facts is refused with torch's text") {
+    const auto p = load((dir / "item_slice.pt2").string());
+    const auto x = torch::randn({8, 3});
+    CHECK(at::equal(run(p, {x, torch::tensor(5)})[0], x.slice(0, 0, 5) + 1));
+    CHECK_THROWS_WITH_AS(run(p, {x, torch::tensor(0)}),
+                         doctest::Contains("Runtime assertion failed for expression u0 >= 1 on node 'item' (u0 = 0 in this call)"),
+                         run_error);
+    CHECK_THROWS_WITH_AS(run(p, {x, torch::tensor(9)}),
+                         doctest::Contains("Runtime assertion failed for expression u0 <= 8 on node 'item'"), run_error);
+    engine e(p);
+    CHECK_THROWS_AS(e.run({x, torch::tensor(-2)}), run_error);
+    CHECK(at::equal(e.run({x, torch::tensor(8)})[0], x + 1));
+  }
+  SUBCASE("a gated mixture of experts routing with nonzero: verified, optimized, lowered, run by both runtimes") {
+    const auto p = load((dir / "moe_nonzero_dynamic.pt2").string());
+    verify(p);
+    auto optimized = p.clone();
+    REQUIRE((optimized | (passes::canonicalize | passes::cse | passes::fold | passes::dce)).ok());
+    // xport lowers by tracing the program again, and its tracer does not make unbacked sizes yet:
+    // a typed error naming the op (torch's own lowered program, moe_nonzero_core_aten, loads and runs)
+    CHECK_THROWS_WITH_AS(run_decompositions(p), doctest::Contains("aten::nonzero"), graph_break);
+    const auto lowered = load((dir / "moe_nonzero_core_aten.pt2").string());
+    verify(lowered);
+    engine e(p);
+    // every layout; a batch where one expert gets every token and the others none (u = 0)
+    const auto wide = torch::randn({16, 40}).slice(1, 0, 40, 5);
+    for (const auto& x : {torch::randn({1, 8}), torch::randn({37, 8}), wide, torch::randn({8, 12}).t().slice(1, 0, 8),
+                          torch::zeros({5, 8})}) {
+      const auto want = run(p, {x})[0];
+      CHECK(want.sizes() == x.sizes());
+      CHECK(at::equal(run(optimized, {x})[0], want));
+      CHECK(at::equal(e.run({x})[0], want));
+    }
+    const auto ten = torch::randn({10, 8});
+    CHECK(at::allclose(run(lowered, {ten})[0], run(p, {ten})[0], 1e-5, 1e-6));
+    CHECK_THROWS_WITH_AS(run(p, {torch::randn({257, 8})}), doctest::Contains("input x: dim 0 (s77) must be in [0, 256], got 257"), guard_error);
+  }
+  SUBCASE("nonzero's rows returned: the output's size is what the data gives") {
+    const auto p = load((dir / "nonzero.pt2").string());
+    const auto x = torch::randn({6, 3});
+    const auto out = run(p, {x});
+    CHECK(at::equal(out[0], at::nonzero(x > 0).sum(0)));
+    CHECK(at::equal(out[1], x.index({x > 0}) * 2));
+    CHECK(run(p, {-torch::ones({6, 3})})[1].numel() == 0);
+  }
 }
 
 TEST_CASE("interop: what xport does not support is a load_error naming it" * doctest::test_suite("oracle")) {

@@ -644,10 +644,34 @@ TEST_CASE("serde: what xport cannot represent is a load_error naming the kind") 
             "higher_order::cond takes 4 arguments, the node has 2");
   check_bad(edit([&](json& j) {
               auto& n = node_of(j, "torch.ops.aten.sym_size.int");
-              n["target"] = "_operator.ge";
-              n["outputs"][0] = {{"as_sym_bool", {{"as_name", "ge"}}}};
+              n["target"] = "_operator.and_";
+              n["outputs"][0] = {{"as_sym_bool", {{"as_name", "and_"}}}};
             }),
-            "operator '_operator.ge' computes a SymBool, which xport does not represent");
+            "operator '_operator.and_' computes a SymBool, which xport does not represent");
+  {  // an assertion xport cannot keep as a range: two symbols compared (Note [Runtime assertions as ranges])
+    const auto with_assert = [&](json cond_b) {
+      return edit([&](json& j) {
+        auto& nodes = j["graph_module"]["graph"]["nodes"];
+        const auto size = node_of(j, "torch.ops.aten.sym_size.int")["outputs"][0]["as_sym_int"]["as_name"];
+        const json a = {{"name", "a"}, {"arg", {{"as_sym_int", {{"as_name", size}}}}}, {"kind", 1}};
+        nodes.insert(nodes.begin() + 1, json{{"target", "_operator.le"},
+                                             {"inputs", json::array({a, {{"name", "b"}, {"arg", cond_b}, {"kind", 1}}})},
+                                             {"outputs", json::array({{{"as_sym_bool", {{"as_name", "le"}}}}})},
+                                             {"metadata", json::object()}, {"name", "le"}});
+        nodes.insert(nodes.begin() + 2, json{{"target", "torch.ops.aten._assert_scalar.default"},
+                                             {"inputs", json::array({{{"name", "self"}, {"arg", {{"as_sym_bool", {{"as_name", "le"}}}}}, {"kind", 1}},
+                                                                     {{"name", "assert_msg"}, {"arg", {{"as_string", "m"}}}, {"kind", 1}}})},
+                                             {"outputs", json::array()}, {"metadata", json::object()}, {"name", "a"}});
+      });
+    };
+    const auto size_name = [&] {
+      json j = good;
+      return node_of(j, "torch.ops.aten.sym_size.int")["outputs"][0]["as_sym_int"]["as_name"];
+    };
+    check_bad(with_assert({{"as_sym_int", {{"as_name", size_name()}}}}),
+              "xport keeps runtime assertions that bound one symbol by constants;");
+    check_bad(with_assert({{"as_int", -5}}), "the assertions leave s");
+  }
   check_bad(edit([&](json& j) { node_of(j, "torch.ops.aten.sym_size.int")["target"] = "_operator.lshift"; }),
             "operator '_operator.lshift' on sizes is not supported by xport");
   check_bad(edit([](json& j) {

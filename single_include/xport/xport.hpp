@@ -467,6 +467,12 @@ struct value_range {
 
 namespace detail {
 
+/// Whether `name` is torch's name of an unbacked symbol: `u` and digits (sym::is_unbacked).
+[[nodiscard]] inline bool is_unbacked_name(std::string_view name) noexcept {
+  return name.size() >= 2 && name[0] == 'u' &&
+         std::all_of(name.begin() + 1, name.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
 // ---- checked integer arithmetic (Python semantics, no UB; INT64_MIN is out of range) ----------
 
 [[noreturn]] inline void sym_overflow(std::string_view op) {
@@ -1041,7 +1047,9 @@ inline std::string print_sympy(const sview& v) {
     case sview::atom: break;
   }
   const auto& n = *v.node;
-  if (n.kind == sym_kind::symbol) return "Symbol('" + n.name + "', integer=True, positive=True)";
+  // torch's unbacked symbols (u0) carry no positivity: a nonzero may find no row
+  if (n.kind == sym_kind::symbol)
+    return "Symbol('" + n.name + (is_unbacked_name(n.name) ? "', integer=True)" : "', integer=True, positive=True)");
   static constexpr const char* names[] = {"", "", "FloorDiv(", "Mod(", "Min(", "Max("};
   std::string s = names[static_cast<int>(n.kind)];
   auto args = func_args(n);
@@ -1325,6 +1333,10 @@ namespace sym {
   return *detail::eval_arg(e, f);
 }
 /// The symbols of `e`, unique, in natural order (s0 < s1 < s2 < s10).
+/// Whether `name` is an unbacked symbol (`u0`, `u12`: a size or int only the data knows, made by
+/// a data-dependent op), as torch names them.
+[[nodiscard]] inline bool is_unbacked(std::string_view name) noexcept { return detail::is_unbacked_name(name); }
+
 [[nodiscard]] inline std::vector<std::string> free_symbols(const sym_int& e) {
   std::vector<std::string> r;
   detail::collect_symbols(e, r);
@@ -7635,6 +7647,41 @@ XPORT_END_NAMESPACE
 // #include <xport/ir/program.hpp>
 // #include <xport/ir/signature.hpp>
 // #include <xport/ir/sym_expr.hpp>
+// #include <xport/ir/unbacked.hpp>
+// xport/ir/unbacked.hpp: where a graph's unbacked symbols get their values.
+// A data-dependent op (nonzero, a boolean-mask index, item()) gives a size or an int only its
+// result knows: torch's unbacked SymInt, `u0`. The first call whose output has it as a dim (or
+// is it, for item) gives it; the interpreter binds it there, print and save read it there.
+
+#include <cstddef>        // std::size_t
+#include <cstdint>        // std::int64_t
+#include <string>         // std::string
+#include <unordered_set>  // std::unordered_set
+
+// #include <xport/config.hpp>
+// #include <xport/ir/graph.hpp>
+// #include <xport/ir/sym_expr.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+/// Calls `f(output, dim, symbol, size)` for each unbacked symbol call `n` is the first to give
+/// (`dim` is -1 when the output is the SymInt itself); `seen` holds the symbols given so far.
+template <class F>
+void for_each_unbacked_given(const node& n, std::unordered_set<std::string>& seen, F&& f) {
+  const auto give = [&](const value& v, std::int64_t dim, const sym_int& e) {
+    if (!e.is_symbolic()) return;
+    const auto lin = sym::as_linear(e);
+    if (!lin || lin->a != 1 || lin->b != 0 || !sym::is_unbacked(lin->symbol) || !seen.insert(lin->symbol).second) return;
+    f(v, dim, lin->symbol, e);
+  };
+  for (auto v : n.outputs()) {
+    if (v.kind() == value_kind::sym_int) give(v, -1, v.type().scalar);
+    else if (v.kind() == value_kind::tensor)
+      for (std::size_t d = 0; d < v.meta().sizes.size(); ++d) give(v, static_cast<std::int64_t>(d), v.meta().sizes[d]);
+  }
+}
+
+XPORT_END_NAMESPACE
 
 XPORT_BEGIN_NAMESPACE
 
@@ -7776,6 +7823,7 @@ struct size_nodes {
   };
   std::vector<line> reads;                                   // after the placeholders
   std::unordered_map<const node_impl*, std::vector<line>> before;  // before a call
+  std::unordered_map<const node_impl*, std::vector<line>> after;   // after a call: its unbacked symbols' reads and asserts
   sym_names names;                                           // expression text -> name
 };
 
@@ -7794,8 +7842,9 @@ class size_planner {
   /// The size nodes of the graph.
   size_nodes plan() {
     collect_uses();
-    if (uses_.empty()) return std::move(out_);
     take_graph_names();
+    plan_unbacked();
+    if (uses_.empty()) return std::move(out_);
     collect_dim_symbols();
     plan_reads(used_symbols());
     for (const auto& [n, e] : uses_) {
@@ -7832,6 +7881,39 @@ class size_planner {
     for (int i = 1; taken_.count(name); ++i) name = base + "_" + std::to_string(i);
     taken_.insert(name);
     return name;
+  }
+
+  /// Plans, after the call that first gives each unbacked symbol (a nonzero's `u0` rows, an
+  /// item()), its `sym_size.int` read and the `_assert_scalar` nodes of its range, as torch
+  /// prints them (Note [Runtime assertions as ranges] in serde/program_json.hpp).
+  void plan_unbacked() {
+    std::unordered_set<std::string> seen;
+    for (auto n : g_.nodes()) {
+      if (!n.is_call()) continue;
+      for_each_unbacked_given(n, seen, [&](const value& v, std::int64_t dim, const std::string& symbol, const sym_int& e) {
+        auto& lines = out_.after[n.impl()];
+        std::string src = v.name();
+        if (dim >= 0) {
+          src = fresh("sym_size_int");
+          lines.push_back({src, "Sym(" + symbol + ")",
+                           "torch.ops.aten.sym_size.int(" + v.name() + ", " + std::to_string(dim) + ")", {v.name()}});
+        }
+        out_.names.emplace(symbol, src);
+        symbol_of_.emplace(symbol, e);
+        const auto r = sym::range(e);
+        const auto assert_bound = [&](const char* base, const char* op, std::int64_t k) {
+          const auto name = fresh(base);
+          const auto expr = symbol + " " + op + " " + std::to_string(k);
+          lines.push_back({name, "Sym(" + expr + ")", src + " " + op + " " + std::to_string(k), {src}});
+          lines.push_back({fresh("_assert_scalar_default"), "",
+                           "torch.ops.aten._assert_scalar.default(" + name + ", \"Runtime assertion failed for expression " +
+                               expr + " on node '" + name + "'\")",
+                           {name}});
+        };
+        if (r.lo > -int_oo) assert_bound("ge", ">=", r.lo);
+        if (r.hi < int_oo) assert_bound("le", "<=", r.hi);
+      });
+    }
   }
 
   /// Records the symbols input dims give alone, in placeholder order.
@@ -8020,6 +8102,8 @@ inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
             lines.push_back({fx_line::kind::getitem, v.name(), value_annotation(v, o),
                              n.name() + "[" + std::to_string(i) + "]", {n.name()}, 0, src});
           }
+        if (auto it = sizes.after.find(n.impl()); it != sizes.after.end())
+          for (const auto& r : it->second) lines.push_back({fx_line::kind::call, r.name, r.annotation, r.rhs, r.inputs, 0, src});
         break;
       }
       case node_kind::output:
@@ -14704,9 +14788,32 @@ class sym_env {
     return *v;
   }
 
+  /// Binds the unbacked symbol `name` (`u0`) to the value node `where` gave it at run time (a
+  /// nonzero's row count, an item()), checked against its range: torch's `_assert_scalar` nodes.
+  void bind_unbacked(std::string_view name, std::int64_t v, const std::string& where) {
+    for (std::size_t i = 0; i < names_->size(); ++i) {
+      if ((*names_)[i] != name) continue;
+      const auto& r = (*ranges_)[i];
+      const auto fail = [&](const std::string& expr) {
+        throw run_error("xport.run.assertion", "Runtime assertion failed for expression " + expr + " on node '" + where +
+                                                   "' (" + std::string(name) + " = " + std::to_string(v) +
+                                                   " in this call): the program was exported for values in " + r.str() +
+                                                   " (torch._check / xport::check facts and the data-dependent op's bounds)");
+      };
+      if (r.lo > -int_oo && v < r.lo) fail(std::string(name) + " >= " + std::to_string(r.lo));
+      if (r.hi < int_oo && v > r.hi) fail(std::string(name) + " <= " + std::to_string(r.hi));
+      values_[i] = v;
+      bound_[i] = true;
+      return;
+    }
+    throw run_error("xport.run.unbound_symbol", "node '" + where + "' gives " + std::string(name) +
+                                                    ", a symbol the program's range constraints do not name");
+  }
+
  private:
   friend class input_guards;
   const std::vector<std::string>* names_ = nullptr;
+  const std::vector<value_range>* ranges_ = nullptr;
   std::vector<std::int64_t> values_;
   std::vector<bool> bound_;
 };
@@ -14852,6 +14959,7 @@ class input_guards {
   [[nodiscard]] sym_env empty_env() const {
     sym_env env;
     env.names_ = &symbols_;
+    env.ranges_ = &ranges_;
     env.values_.assign(symbols_.size(), 0);
     env.bound_.assign(symbols_.size(), false);
     return env;
@@ -14964,6 +15072,7 @@ XPORT_END_NAMESPACE
 // #include <xport/error.hpp>
 // #include <xport/ir/graph.hpp>
 // #include <xport/ir/program.hpp>
+// #include <xport/ir/unbacked.hpp>
 // #include <xport/run/guards.hpp>
 
 XPORT_BEGIN_NAMESPACE
@@ -14987,11 +15096,11 @@ class interpreter {
   /// input mutations the program returns are written back (into the program's state, and into
   /// the given input tensors) as eager would have done in place.
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs, const run_options& opts = {}) const {
-    const sym_env env = opts.check_inputs ? guards_.check_and_bind(inputs) : guards_.bind(inputs);
+    sym_env env = opts.check_inputs ? guards_.check_and_bind(inputs) : guards_.bind(inputs);
     std::optional<c10::InferenceMode> inference;
     if (opts.inference_mode) inference.emplace();
     std::vector<at::Tensor> relaid;
-    return deliver(execute(in_exported_layout(inputs, relaid), env), inputs);
+    return deliver(execute(in_exported_layout(inputs, relaid), std::move(env)), inputs);
   }
 
   /// Runs and returns every graph output (mutations included) as IValues, without guards or
@@ -15002,6 +15111,8 @@ class interpreter {
   }
 
   [[nodiscard]] std::size_t num_instructions() const noexcept { return code_.size(); }
+  /// Whether a call gives a symbol at run time (Note [Unbacked symbols]).
+  [[nodiscard]] bool binds_unbacked() const noexcept { return !unbacked_.empty(); }
   [[nodiscard]] const input_guards& guards() const noexcept { return guards_; }
 
  private:
@@ -15020,12 +15131,22 @@ class interpreter {
   struct list_op {
     std::vector<arg_op> elems;  // constant (None / int) or register
   };
+  // Note [Unbacked symbols]: a data-dependent op (nonzero, a boolean-mask index, item()) gives a
+  // symbol only its result knows (`u0`, torch's unbacked SymInt). The first call whose output has
+  // it as a dim (or is it, for item) binds it in the run's sym_env, checked against its range
+  // (what torch's `_assert_scalar` nodes assert); later sizes that use it evaluate from there.
+  struct unbacked_bind {
+    std::size_t output;
+    std::int64_t dim;  // -1: the output is the SymInt itself
+    std::string symbol;
+  };
   struct instr {
     const c10::OperatorHandle* op;
     const op_info* info;
     std::string node_name;
     std::vector<arg_op> args;
     std::vector<std::uint32_t> outputs;  // register per output; `dead` = unused, dropped at once
+    std::vector<unbacked_bind> binds;    // the unbacked symbols this call gives (Note [Unbacked symbols])
   };
   struct mutation {
     std::size_t output;   // index among graph outputs
@@ -15173,9 +15294,26 @@ class interpreter {
         in.outputs.push_back(r);
       }
     }
+    compile_unbacked_binds(n, in);
     run_views_as_reshape(in);
     max_args_ = std::max(max_args_, in.args.size());
     code_.push_back(std::move(in));
+  }
+
+  // The unbacked symbols call `n` is the first to give (Note [Unbacked symbols]).
+  void compile_unbacked_binds(const node& n, instr& in) {
+    for_each_unbacked_given(n, unbacked_, [&](const value& v, std::int64_t dim, const std::string& s, const sym_int&) {
+      in.binds.push_back({v.index(), dim, s});
+    });
+  }
+
+  // Binds the unbacked symbols of instruction `in` from its output `k`, `r` (Note [Unbacked symbols]).
+  static void bind_unbacked(const instr& in, std::size_t k, const c10::IValue& r, sym_env& env) {
+    for (const auto& b : in.binds) {
+      if (b.output != k) continue;
+      const auto v = b.dim < 0 ? r.toInt() : r.toTensor().size(b.dim);
+      env.bind_unbacked(b.symbol, v, in.node_name);
+    }
   }
 
   // How argument `a` of parameter `param` is pushed, as detail::form_of decides for every call;
@@ -15366,7 +15504,7 @@ class interpreter {
                     "node '" + in.node_name + "' (" + in.info->qualified + ") failed: " + e.what_without_backtrace());
   }
 
-  std::vector<c10::IValue> execute(const std::vector<at::Tensor>& inputs, const sym_env& env) const {
+  std::vector<c10::IValue> execute(const std::vector<at::Tensor>& inputs, sym_env env) const {
     auto regs = initial_registers(inputs);
     torch::jit::Stack stack;
     stack.reserve(max_args_ + 4);
@@ -15374,6 +15512,7 @@ class interpreter {
       push_arguments(in, regs, env, stack);
       detail::call_op(*in.op, stack, [&](const c10::Error& e) { throw_op_failed(in, e); });
       detail::take_outputs(stack, [&](std::size_t k, c10::IValue&& r) {
+        if (!in.binds.empty()) bind_unbacked(in, k, r, env);
         if (k < in.outputs.size() && in.outputs[k] != dead) regs[in.outputs[k]] = std::move(r);
       });
       stack.clear();
@@ -15391,6 +15530,7 @@ class interpreter {
   std::vector<c10::IValue> constants_;
   std::vector<list_op> lists_;
   std::vector<sym_int> syms_;  // symbolic arguments, evaluated per call
+  std::unordered_set<std::string> unbacked_;  // the unbacked symbols a call binds
   std::vector<std::uint32_t> user_slots_;
   std::vector<std::optional<c10::MemoryFormat>> input_layout_;  // per user input (see in_exported_layout)
   std::vector<std::pair<std::uint32_t, at::Tensor>> state_slots_;
@@ -15938,7 +16078,10 @@ inline json float_json(double v) {
 
 inline json sym_int_json(const sym_int& s) {
   if (s.is_constant()) return {{"as_int", s.value()}};
-  return {{"as_expr", {{"expr_str", sym::srepr(s)}, {"hint", {{"as_int", s.hint()}}}}}};
+  // a size only the data knows has no example value in torch's files (its hint is null)
+  const auto syms = sym::free_symbols(s);
+  const bool unbacked = std::any_of(syms.begin(), syms.end(), [](const std::string& n) { return sym::is_unbacked(n); });
+  return {{"as_expr", {{"expr_str", sym::srepr(s)}, {"hint", unbacked ? json(nullptr) : json{{"as_int", s.hint()}}}}}};
 }
 /// The symbols of the program being read: made on first use, with the range the file's
 /// range_constraints give them (read before the graph).
@@ -16167,6 +16310,13 @@ struct value_scope {
   std::unordered_set<std::string> later;  ///< every name some node defines (for the cycle message)
   /// Sizes computed by sym_size / _operator nodes: arguments that use them become symbolic.
   std::unordered_map<std::string, sym_int> syms;
+  /// The SymBools `_operator.ge` / `le` / ... nodes compute, for the `_assert_scalar` nodes.
+  struct condition {
+    sym_int lhs;
+    std::string op;  // ">=", "<=", ">", "<", "=="
+    sym_int rhs;
+  };
+  std::unordered_map<std::string, condition> conditions;
 
   /// A SymInt argument named `name`: a symbolic size, or a graph value.
   [[nodiscard]] argument sym_arg(const at_path& j, const std::string& name) const {
@@ -16565,6 +16715,7 @@ XPORT_END_NAMESPACE
 #include <caffe2/serialize/versions.h>
 
 // #include <xport/config.hpp>
+// #include <xport/ir/unbacked.hpp>
 // #include <xport/serde/json.hpp>
 
 XPORT_BEGIN_NAMESPACE
@@ -16627,6 +16778,50 @@ class sym_writer {
         if (auto lin = sizes[d].is_symbolic() ? sym::as_linear(sizes[d]) : std::nullopt)
           sites_.push_back({lin->symbol, v.name(), static_cast<std::int64_t>(d), lin->a, lin->b, sizes[d]});
     }
+  }
+
+  /// After call `n` (written): the `sym_size.int` read of each unbacked symbol it is the first to
+  /// give, then the `_operator.ge` / `le` and `_assert_scalar` nodes of the symbol's range, as
+  /// torch writes them (Note [Runtime assertions as ranges]); `sym_bool_values` gets their types.
+  void give_unbacked(const node& n, json& sym_bool_values) {
+    for_each_unbacked_given(n, unbacked_, [&](const value& v, std::int64_t dim, const std::string& symbol, const sym_int& e) {
+      std::string src = v.name();
+      if (dim >= 0) {
+        src = fresh("sym_size_int");
+        nodes_.push_back({{"target", "torch.ops.aten.sym_size.int"},
+                          {"inputs", json::array({{{"name", "self"}, {"arg", {{"as_tensor", {{"name", v.name()}}}}}, {"kind", 1}},
+                                                  {{"name", "dim"}, {"arg", {{"as_int", dim}}}, {"kind", 1}}})},
+                          {"outputs", json::array({{{"as_sym_int", {{"as_name", src}}}}})},
+                          {"metadata", nodes_.back()["metadata"]},
+                          {"name", src}});
+        values_[src] = sym_int_json(e);
+      }
+      symbols_.emplace(symbol, std::pair{src, e});
+      const auto r = sym::range(e);
+      const auto meta = nodes_.back()["metadata"];
+      const auto assert_bound = [&](const char* what, const char* relation, const char* op, std::int64_t k) {
+        const auto name = fresh(what);
+        nodes_.push_back({{"target", std::string("_operator.") + what},
+                          {"inputs", json::array({{{"name", "a"}, {"arg", {{"as_sym_int", {{"as_name", src}}}}}, {"kind", 1}},
+                                                  {{"name", "b"}, {"arg", {{"as_int", k}}}, {"kind", 1}}})},
+                          {"outputs", json::array({{{"as_sym_bool", {{"as_name", name}}}}})},
+                          {"metadata", meta},
+                          {"name", name}});
+        sym_bool_values[name] = {{"as_expr", {{"expr_str", std::string(relation) + "(" + sym::srepr(e) + ", Integer(" + std::to_string(k) + "))"},
+                                              {"hint", nullptr}}}};
+        const auto msg = "Runtime assertion failed for expression " + symbol + " " + op + " " + std::to_string(k) +
+                         " on node '" + name + "'";
+        const auto assert_name = fresh("_assert_scalar_default");
+        nodes_.push_back({{"target", "torch.ops.aten._assert_scalar.default"},
+                          {"inputs", json::array({{{"name", "self"}, {"arg", {{"as_sym_bool", {{"as_name", name}}}}}, {"kind", 1}},
+                                                  {{"name", "assert_msg"}, {"arg", {{"as_string", msg}}}, {"kind", 1}}})},
+                          {"outputs", json::array()},
+                          {"metadata", meta},
+                          {"name", assert_name}});
+      };
+      if (r.lo > -int_oo) assert_bound("ge", "GreaterThan", ">=", r.lo);
+      if (r.hi < int_oo) assert_bound("le", "LessThan", "<=", r.hi);
+    });
   }
 
   /// The name of a value equal to `e` (written on first use): sums and products of the dims,
@@ -16749,6 +16944,7 @@ class sym_writer {
   std::unordered_set<std::string> taken_;
   std::unordered_map<std::string, std::string> named_;                       // expression -> value
   std::unordered_map<std::string, std::pair<std::string, sym_int>> symbols_;  // symbol -> value
+  std::unordered_set<std::string> unbacked_;                                   // the unbacked symbols given so far
   std::vector<site> sites_;
 };
 
@@ -16805,7 +17001,7 @@ inline exported_program subgraph_program_of(const exported_program& p, const sub
 inline json graph_json(const exported_program& p) {
   const graph& g = p.graph();
   json inputs = json::array(), nodes = json::array(), outputs = json::array();
-  json tensor_values = json::object(), sym_int_values = json::object();
+  json tensor_values = json::object(), sym_int_values = json::object(), sym_bool_values = json::object();
   sym_writer name_sym(g, nodes, sym_int_values);
   const sym_namer namer = [&](const sym_int& e) { return name_sym(e); };
   // an output no getitem reads (value::unpacked) is named as torch names it: <node>_unused_<i>
@@ -16865,10 +17061,11 @@ inline json graph_json(const exported_program& p) {
     nodes.push_back({{"target", op.target}, {"inputs", std::move(in)}, {"outputs", std::move(out)},
                      {"metadata", std::move(meta)}, {"name", n.name()}});
     if (op.higher_order) nodes.back()["is_hop_single_tensor_return"] = false;
+    name_sym.give_unbacked(n, sym_bool_values);
   }
   return {{"inputs", std::move(inputs)},   {"outputs", std::move(outputs)},
           {"nodes", std::move(nodes)},     {"tensor_values", std::move(tensor_values)},
-          {"sym_int_values", std::move(sym_int_values)}, {"sym_bool_values", json::object()},
+          {"sym_int_values", std::move(sym_int_values)}, {"sym_bool_values", std::move(sym_bool_values)},
           {"is_single_tensor_return", g.returns_bare()}, {"custom_obj_values", json::object()},
           {"sym_float_values", json::object()}};
 }
@@ -17034,12 +17231,87 @@ struct sym_node_reader {
   }
 };
 
+/// The relation `_operator.ge` and its kin compute (`">="`), or null for another target.
+inline const char* comparison_of(const std::string& target) {
+  if (target == "_operator.ge") return ">=";
+  if (target == "_operator.le") return "<=";
+  if (target == "_operator.gt") return ">";
+  if (target == "_operator.lt") return "<";
+  if (target == "_operator.eq") return "==";
+  return nullptr;
+}
+
+/// Whether a node asserts a fact on sizes (`_assert_scalar`, `sym_constrain_range[_for_size]`):
+/// xport keeps it as the range of its symbol (Note [Runtime assertions as ranges]).
+inline bool is_assert_node(const std::string& target) {
+  return target == "torch.ops.aten._assert_scalar.default" || target == "torch.ops.aten.sym_constrain_range_for_size.default" ||
+         target == "torch.ops.aten.sym_constrain_range.default";
+}
+
+// Note [Runtime assertions as ranges]: torch asserts what it knows of an unbacked symbol with
+// `_assert_scalar` nodes on SymBools (`ge: "Sym(u0 >= 0)" = sym_size_int >= 0`), one bound each,
+// the same bounds its range_constraints list. xport keeps each bound as the symbol's range: the
+// interpreter checks it where the symbol gets its value (a nonzero's row count, an item()), with
+// torch's message, and print and save make torch's nodes again from the range. An assertion of
+// another form (`u0 <= s0`, `u0 + u1 == 8`) is refused by name.
+inline void read_assert_node(const at_path& nj, const std::string& target, value_scope& scope) {
+  const sym_node_reader reader{nj, target, scope, nj["inputs"]};
+  if (!active_symbols) nj.fail("an assertion outside a program");
+  const auto bound = [&](const sym_int& s, const at_path& where, std::int64_t lo, std::int64_t hi) {
+    const auto lin = sym::as_linear(s);
+    if (!lin || lin->a != 1 || lin->b != 0)
+      where.fail("xport keeps runtime assertions that bound one symbol by constants; " + s.str() + " is not a symbol");
+    auto& r = active_symbols->find_or_add(lin->symbol).range;
+    r.lo = std::max(r.lo, lo);
+    r.hi = std::min(r.hi, hi);
+    if (r.lo > r.hi) where.fail("the assertions leave " + lin->symbol + " no value (" + r.str() + ")");
+  };
+  if (target != "torch.ops.aten._assert_scalar.default") {
+    const auto opt = [&](const char* name, std::int64_t dflt) {
+      const auto a = reader.input(name);
+      auto [k, v] = a.one_of();
+      return k == "as_none" ? dflt : v.integer();
+    };
+    const auto size = reader.input("size");
+    const bool for_size = target == "torch.ops.aten.sym_constrain_range_for_size.default";
+    bound(reader.operand(size), size, opt("min", for_size ? 0 : -int_oo), opt("max", int_oo));
+    return;
+  }
+  const auto self = reader.input("self");
+  auto [k, v] = self.one_of();
+  if (k != "as_sym_bool") self.fail("_assert_scalar asserts a SymBool, not '" + k + "'");
+  auto [k2, v2] = v.one_of();
+  if (k2 != "as_name") v.fail("expected a SymBool node's name, got '" + k2 + "'");
+  const auto it = scope.conditions.find(v2.str());
+  if (it == scope.conditions.end())
+    v2.fail("'" + v2.str() + "' is no comparison of sizes (xport reads _operator ge/le/gt/lt/eq nodes as SymBools)");
+  const auto& c = it->second;
+  const bool sym_left = c.rhs.is_constant();
+  if (sym_left == c.lhs.is_constant())
+    v2.fail("xport keeps runtime assertions that bound one symbol by constants; " + c.lhs.str() + " " + c.op + " " +
+            c.rhs.str() + " is not one");
+  const auto& s = sym_left ? c.lhs : c.rhs;
+  const auto n = (sym_left ? c.rhs : c.lhs).hint();
+  std::string op = c.op;
+  if (!sym_left) op = op == ">=" ? "<=" : op == "<=" ? ">=" : op == ">" ? "<" : op == "<" ? ">" : op;  // n OP s: s OP' n
+  if (op == ">=") bound(s, v2, n, int_oo);
+  else if (op == ">") bound(s, v2, n + 1, int_oo);
+  else if (op == "<=") bound(s, v2, -int_oo, n);
+  else if (op == "<") bound(s, v2, -int_oo, n - 1);
+  else bound(s, v2, n, n);
+}
+
 /// A sym_size / _operator node: its result becomes an expression arguments can name.
 inline void read_sym_node(const at_path& nj, const std::string& target, value_scope& scope) {
   const sym_node_reader reader{nj, target, scope, nj["inputs"]};
   const auto outs = nj["outputs"];
   if (outs.size_of_array() != 1) outs.fail(target + " returns one SymInt");
   auto [ok, ov] = outs[0].one_of();
+  if (ok == "as_sym_bool" && comparison_of(target)) {
+    scope.conditions[ov["as_name"].str()] = {reader.operand(reader.input("a")), comparison_of(target),
+                                             reader.operand(reader.input("b"))};
+    return;
+  }
   if (ok == "as_sym_bool" || ok == "as_sym_float")
     nj["target"].fail("operator '" + target + "' computes a " + (ok == "as_sym_bool" ? "SymBool" : "SymFloat") +
                       ", which xport does not represent (it reads integer size arithmetic only)");
@@ -17316,6 +17588,10 @@ graph graph_body_of(const at_path& gj, std::vector<std::pair<std::string, std::s
     const auto target = nj["target"].str();
     if (is_sym_node(target)) {
       read_sym_node(nj, target, scope);  // Note [Symbolic arguments in .pt2]
+      continue;
+    }
+    if (is_assert_node(target)) {
+      read_assert_node(nj, target, scope);  // Note [Runtime assertions as ranges]
       continue;
     }
     read_call_node(nj, target, type_of, g, scope, module_types);

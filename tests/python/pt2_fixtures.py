@@ -12,8 +12,11 @@ Exports and torch.export.save's, into <dir>:
     the schemas tests/custom_ops.hpp registers in C++), with dynamic batch and sequence;
   - programs with torch.cond (loaded, run on both branches, printed as torch prints them) and
     torch.while_loop (run for zero, one and many iterations) and torch.map;
-  - programs with content xport does not read (torch.scan, a complex scalar, a custom object, a
-    tensor subclass weight), whose load_errors tests/test_interop.cpp checks.
+  - programs with data-dependent sizes (nonzero, boolean-mask indexing, item() bounded by
+    torch._check, a gated mixture of experts routing with nonzero): unbacked symbols and their
+    _assert_scalar nodes;
+  - programs with content xport does not read (a complex scalar, a custom object, a tensor
+    subclass weight), whose load_errors tests/test_interop.cpp checks.
 Each <name>.pt2 comes with <name>.io.pt (torch.save'd; the layout is in tests/test_interop.cpp):
 the call, the outputs torch.export.load(<name>.pt2).module() gives for it (one thread, autograd
 on, seeded), the buffers and inputs after it, and calls at other sizes for dynamic programs.
@@ -286,7 +289,7 @@ class ScanReverse(nn.Module):
         return torch._higher_order_ops.scan(step, (s0, m0), xs, dim=1, reverse=True)
 
 
-# ---- content xport does not read ------------------------------------------------------------------
+# ---- data-dependent sizes: unbacked symbols (u0) and the _assert_scalar nodes that bound them -------
 
 
 class MaskedSum(nn.Module):
@@ -294,6 +297,46 @@ class MaskedSum(nn.Module):
 
     def forward(self, x):
         return x[x > 0].sum() * 2
+
+
+class Nonzero(nn.Module):
+    """nonzero and a boolean mask, the data-dependent tensors returned as they are."""
+
+    def forward(self, x):
+        idx = torch.nonzero(x > 0)
+        return idx.sum(0), x[x > 0] * 2
+
+
+class ItemSlice(nn.Module):
+    """item() read as an unbacked SymInt, bounded by torch._check, then used as a size."""
+
+    def forward(self, x, n):
+        k = n.item()
+        torch._check(k >= 1)
+        torch._check(k <= x.shape[0])
+        return x[:k] + 1
+
+
+class MoE(nn.Module):
+    """A gated mixture of experts routing each token to its best expert with nonzero (top-1)."""
+
+    def __init__(self, d=8, experts=3, hidden=16):
+        super().__init__()
+        self.gate = nn.Linear(d, experts)
+        self.experts = nn.ModuleList(nn.Sequential(nn.Linear(d, hidden), nn.GELU(), nn.Linear(hidden, d))
+                                     for _ in range(experts))
+
+    def forward(self, x):
+        probs = torch.softmax(self.gate(x), -1)
+        weight, choice = probs.max(-1)
+        out = torch.zeros_like(x)
+        for i, expert in enumerate(self.experts):
+            idx = torch.nonzero(choice == i).squeeze(-1)
+            out = out.index_add(0, idx, expert(x[idx]) * weight[idx].unsqueeze(-1))
+        return out
+
+
+# ---- content xport does not read ------------------------------------------------------------------
 
 
 class Complex(nn.Module):
@@ -429,7 +472,18 @@ def main():
     w.export("scan_rnn_core_aten", rnn, (h0, seq), extra=[((h0, seq[:, :, :]), {})], decompose=True)
     w.export("scan_reverse", ScanReverse(), (torch.zeros(3), torch.full((3,), -1e9), torch.randn(3, 6)), printed=True,
              extra=[((torch.ones(3), torch.zeros(3), torch.randn(3, 6).t().contiguous().t()), {})])
-    w.export("unsupported_masked_sum", MaskedSum(), (torch.randn(5, 3),))
+    x = torch.randn(5, 3)
+    w.export("masked_sum", MaskedSum(), (x,), extra=[((-x.abs(),), {}), ((x.abs() + 0.5,), {})], printed=True)
+    w.export("nonzero", Nonzero(), (torch.randn(6, 3),), extra=[((-torch.ones(6, 3),), {}), ((torch.randn(3, 6).t(),), {})],
+             printed=True)
+    x = torch.randn(8, 3)
+    w.export("item_slice", ItemSlice(), (x, torch.tensor(3)), extra=[((x, torch.tensor(1)), {}), ((x.t().contiguous().t(), torch.tensor(8)), {})])
+    torch.manual_seed(0)
+    moe, x = MoE().eval(), torch.randn(10, 8)
+    w.export("moe_nonzero", moe, (x,), extra=[((torch.randn(10, 8),), {}), ((torch.randn(20, 8)[::2],), {})])
+    w.export("moe_nonzero_dynamic", moe, (x,), dynamic_shapes={"x": {0: Dim("tokens", max=256)}},
+             extra=[((torch.randn(1, 8),), {}), ((torch.randn(37, 8),), {}), ((torch.randn(8, 40)[:, ::5],), {})])
+    w.export("moe_nonzero_core_aten", moe, (x,), extra=[((torch.randn(10, 8),), {})], decompose=True)
     w.export("unsupported_complex", Complex(), (torch.randn(3, dtype=torch.cfloat),))
     w.add("unsupported_custom_obj", custom_object_program(), (), runs=False)
     w.add("unsupported_pickled_weight", subclass_weight_program(), (), runs=False)

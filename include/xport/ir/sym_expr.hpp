@@ -44,6 +44,12 @@ struct value_range {
 
 namespace detail {
 
+/// Whether `name` is torch's name of an unbacked symbol: `u` and digits (sym::is_unbacked).
+[[nodiscard]] inline bool is_unbacked_name(std::string_view name) noexcept {
+  return name.size() >= 2 && name[0] == 'u' &&
+         std::all_of(name.begin() + 1, name.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
 // ---- checked integer arithmetic (Python semantics, no UB; INT64_MIN is out of range) ----------
 
 [[noreturn]] inline void sym_overflow(std::string_view op) {
@@ -618,7 +624,9 @@ inline std::string print_sympy(const sview& v) {
     case sview::atom: break;
   }
   const auto& n = *v.node;
-  if (n.kind == sym_kind::symbol) return "Symbol('" + n.name + "', integer=True, positive=True)";
+  // torch's unbacked symbols (u0) carry no positivity: a nonzero may find no row
+  if (n.kind == sym_kind::symbol)
+    return "Symbol('" + n.name + (is_unbacked_name(n.name) ? "', integer=True)" : "', integer=True, positive=True)");
   static constexpr const char* names[] = {"", "", "FloorDiv(", "Mod(", "Min(", "Max("};
   std::string s = names[static_cast<int>(n.kind)];
   auto args = func_args(n);
@@ -902,6 +910,10 @@ namespace sym {
   return *detail::eval_arg(e, f);
 }
 /// The symbols of `e`, unique, in natural order (s0 < s1 < s2 < s10).
+/// Whether `name` is an unbacked symbol (`u0`, `u12`: a size or int only the data knows, made by
+/// a data-dependent op), as torch names them.
+[[nodiscard]] inline bool is_unbacked(std::string_view name) noexcept { return detail::is_unbacked_name(name); }
+
 [[nodiscard]] inline std::vector<std::string> free_symbols(const sym_int& e) {
   std::vector<std::string> r;
   detail::collect_symbols(e, r);

@@ -25,6 +25,7 @@
 #include <xport/ir/program.hpp>
 #include <xport/ir/signature.hpp>
 #include <xport/ir/sym_expr.hpp>
+#include <xport/ir/unbacked.hpp>
 
 XPORT_BEGIN_NAMESPACE
 
@@ -166,6 +167,7 @@ struct size_nodes {
   };
   std::vector<line> reads;                                   // after the placeholders
   std::unordered_map<const node_impl*, std::vector<line>> before;  // before a call
+  std::unordered_map<const node_impl*, std::vector<line>> after;   // after a call: its unbacked symbols' reads and asserts
   sym_names names;                                           // expression text -> name
 };
 
@@ -184,8 +186,9 @@ class size_planner {
   /// The size nodes of the graph.
   size_nodes plan() {
     collect_uses();
-    if (uses_.empty()) return std::move(out_);
     take_graph_names();
+    plan_unbacked();
+    if (uses_.empty()) return std::move(out_);
     collect_dim_symbols();
     plan_reads(used_symbols());
     for (const auto& [n, e] : uses_) {
@@ -222,6 +225,39 @@ class size_planner {
     for (int i = 1; taken_.count(name); ++i) name = base + "_" + std::to_string(i);
     taken_.insert(name);
     return name;
+  }
+
+  /// Plans, after the call that first gives each unbacked symbol (a nonzero's `u0` rows, an
+  /// item()), its `sym_size.int` read and the `_assert_scalar` nodes of its range, as torch
+  /// prints them (Note [Runtime assertions as ranges] in serde/program_json.hpp).
+  void plan_unbacked() {
+    std::unordered_set<std::string> seen;
+    for (auto n : g_.nodes()) {
+      if (!n.is_call()) continue;
+      for_each_unbacked_given(n, seen, [&](const value& v, std::int64_t dim, const std::string& symbol, const sym_int& e) {
+        auto& lines = out_.after[n.impl()];
+        std::string src = v.name();
+        if (dim >= 0) {
+          src = fresh("sym_size_int");
+          lines.push_back({src, "Sym(" + symbol + ")",
+                           "torch.ops.aten.sym_size.int(" + v.name() + ", " + std::to_string(dim) + ")", {v.name()}});
+        }
+        out_.names.emplace(symbol, src);
+        symbol_of_.emplace(symbol, e);
+        const auto r = sym::range(e);
+        const auto assert_bound = [&](const char* base, const char* op, std::int64_t k) {
+          const auto name = fresh(base);
+          const auto expr = symbol + " " + op + " " + std::to_string(k);
+          lines.push_back({name, "Sym(" + expr + ")", src + " " + op + " " + std::to_string(k), {src}});
+          lines.push_back({fresh("_assert_scalar_default"), "",
+                           "torch.ops.aten._assert_scalar.default(" + name + ", \"Runtime assertion failed for expression " +
+                               expr + " on node '" + name + "'\")",
+                           {name}});
+        };
+        if (r.lo > -int_oo) assert_bound("ge", ">=", r.lo);
+        if (r.hi < int_oo) assert_bound("le", "<=", r.hi);
+      });
+    }
   }
 
   /// Records the symbols input dims give alone, in placeholder order.
@@ -410,6 +446,8 @@ inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
             lines.push_back({fx_line::kind::getitem, v.name(), value_annotation(v, o),
                              n.name() + "[" + std::to_string(i) + "]", {n.name()}, 0, src});
           }
+        if (auto it = sizes.after.find(n.impl()); it != sizes.after.end())
+          for (const auto& r : it->second) lines.push_back({fx_line::kind::call, r.name, r.annotation, r.rhs, r.inputs, 0, src});
         break;
       }
       case node_kind::output:

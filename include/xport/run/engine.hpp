@@ -166,6 +166,8 @@ class engine {
   /// Runs on the user inputs and returns the user outputs, as interpreter::run does (mutations the
   /// program returns are written back); results are inference tensors.
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) const {
+    // sizes only the data knows (Note [Unbacked symbols]) are bound call by call: no plan
+    if (interp_.binds_unbacked()) return interp_.run(inputs, {.check_inputs = opts_.check_inputs, .inference_mode = true});
     const sym_env env = opts_.check_inputs ? interp_.guards_.check_and_bind(inputs) : interp_.guards_.bind(inputs);
     c10::InferenceMode inference;
     std::vector<at::Tensor> relaid;

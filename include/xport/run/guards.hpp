@@ -37,9 +37,32 @@ class sym_env {
     return *v;
   }
 
+  /// Binds the unbacked symbol `name` (`u0`) to the value node `where` gave it at run time (a
+  /// nonzero's row count, an item()), checked against its range: torch's `_assert_scalar` nodes.
+  void bind_unbacked(std::string_view name, std::int64_t v, const std::string& where) {
+    for (std::size_t i = 0; i < names_->size(); ++i) {
+      if ((*names_)[i] != name) continue;
+      const auto& r = (*ranges_)[i];
+      const auto fail = [&](const std::string& expr) {
+        throw run_error("xport.run.assertion", "Runtime assertion failed for expression " + expr + " on node '" + where +
+                                                   "' (" + std::string(name) + " = " + std::to_string(v) +
+                                                   " in this call): the program was exported for values in " + r.str() +
+                                                   " (torch._check / xport::check facts and the data-dependent op's bounds)");
+      };
+      if (r.lo > -int_oo && v < r.lo) fail(std::string(name) + " >= " + std::to_string(r.lo));
+      if (r.hi < int_oo && v > r.hi) fail(std::string(name) + " <= " + std::to_string(r.hi));
+      values_[i] = v;
+      bound_[i] = true;
+      return;
+    }
+    throw run_error("xport.run.unbound_symbol", "node '" + where + "' gives " + std::string(name) +
+                                                    ", a symbol the program's range constraints do not name");
+  }
+
  private:
   friend class input_guards;
   const std::vector<std::string>* names_ = nullptr;
+  const std::vector<value_range>* ranges_ = nullptr;
   std::vector<std::int64_t> values_;
   std::vector<bool> bound_;
 };
@@ -185,6 +208,7 @@ class input_guards {
   [[nodiscard]] sym_env empty_env() const {
     sym_env env;
     env.names_ = &symbols_;
+    env.ranges_ = &ranges_;
     env.values_.assign(symbols_.size(), 0);
     env.bound_.assign(symbols_.size(), false);
     return env;

@@ -33,6 +33,7 @@
 #include <xport/error.hpp>
 #include <xport/ir/graph.hpp>
 #include <xport/ir/program.hpp>
+#include <xport/ir/unbacked.hpp>
 #include <xport/run/guards.hpp>
 
 XPORT_BEGIN_NAMESPACE
@@ -56,11 +57,11 @@ class interpreter {
   /// input mutations the program returns are written back (into the program's state, and into
   /// the given input tensors) as eager would have done in place.
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs, const run_options& opts = {}) const {
-    const sym_env env = opts.check_inputs ? guards_.check_and_bind(inputs) : guards_.bind(inputs);
+    sym_env env = opts.check_inputs ? guards_.check_and_bind(inputs) : guards_.bind(inputs);
     std::optional<c10::InferenceMode> inference;
     if (opts.inference_mode) inference.emplace();
     std::vector<at::Tensor> relaid;
-    return deliver(execute(in_exported_layout(inputs, relaid), env), inputs);
+    return deliver(execute(in_exported_layout(inputs, relaid), std::move(env)), inputs);
   }
 
   /// Runs and returns every graph output (mutations included) as IValues, without guards or
@@ -71,6 +72,8 @@ class interpreter {
   }
 
   [[nodiscard]] std::size_t num_instructions() const noexcept { return code_.size(); }
+  /// Whether a call gives a symbol at run time (Note [Unbacked symbols]).
+  [[nodiscard]] bool binds_unbacked() const noexcept { return !unbacked_.empty(); }
   [[nodiscard]] const input_guards& guards() const noexcept { return guards_; }
 
  private:
@@ -89,12 +92,22 @@ class interpreter {
   struct list_op {
     std::vector<arg_op> elems;  // constant (None / int) or register
   };
+  // Note [Unbacked symbols]: a data-dependent op (nonzero, a boolean-mask index, item()) gives a
+  // symbol only its result knows (`u0`, torch's unbacked SymInt). The first call whose output has
+  // it as a dim (or is it, for item) binds it in the run's sym_env, checked against its range
+  // (what torch's `_assert_scalar` nodes assert); later sizes that use it evaluate from there.
+  struct unbacked_bind {
+    std::size_t output;
+    std::int64_t dim;  // -1: the output is the SymInt itself
+    std::string symbol;
+  };
   struct instr {
     const c10::OperatorHandle* op;
     const op_info* info;
     std::string node_name;
     std::vector<arg_op> args;
     std::vector<std::uint32_t> outputs;  // register per output; `dead` = unused, dropped at once
+    std::vector<unbacked_bind> binds;    // the unbacked symbols this call gives (Note [Unbacked symbols])
   };
   struct mutation {
     std::size_t output;   // index among graph outputs
@@ -242,9 +255,26 @@ class interpreter {
         in.outputs.push_back(r);
       }
     }
+    compile_unbacked_binds(n, in);
     run_views_as_reshape(in);
     max_args_ = std::max(max_args_, in.args.size());
     code_.push_back(std::move(in));
+  }
+
+  // The unbacked symbols call `n` is the first to give (Note [Unbacked symbols]).
+  void compile_unbacked_binds(const node& n, instr& in) {
+    for_each_unbacked_given(n, unbacked_, [&](const value& v, std::int64_t dim, const std::string& s, const sym_int&) {
+      in.binds.push_back({v.index(), dim, s});
+    });
+  }
+
+  // Binds the unbacked symbols of instruction `in` from its output `k`, `r` (Note [Unbacked symbols]).
+  static void bind_unbacked(const instr& in, std::size_t k, const c10::IValue& r, sym_env& env) {
+    for (const auto& b : in.binds) {
+      if (b.output != k) continue;
+      const auto v = b.dim < 0 ? r.toInt() : r.toTensor().size(b.dim);
+      env.bind_unbacked(b.symbol, v, in.node_name);
+    }
   }
 
   // How argument `a` of parameter `param` is pushed, as detail::form_of decides for every call;
@@ -435,7 +465,7 @@ class interpreter {
                     "node '" + in.node_name + "' (" + in.info->qualified + ") failed: " + e.what_without_backtrace());
   }
 
-  std::vector<c10::IValue> execute(const std::vector<at::Tensor>& inputs, const sym_env& env) const {
+  std::vector<c10::IValue> execute(const std::vector<at::Tensor>& inputs, sym_env env) const {
     auto regs = initial_registers(inputs);
     torch::jit::Stack stack;
     stack.reserve(max_args_ + 4);
@@ -443,6 +473,7 @@ class interpreter {
       push_arguments(in, regs, env, stack);
       detail::call_op(*in.op, stack, [&](const c10::Error& e) { throw_op_failed(in, e); });
       detail::take_outputs(stack, [&](std::size_t k, c10::IValue&& r) {
+        if (!in.binds.empty()) bind_unbacked(in, k, r, env);
         if (k < in.outputs.size() && in.outputs[k] != dead) regs[in.outputs[k]] = std::move(r);
       });
       stack.clear();
@@ -460,6 +491,7 @@ class interpreter {
   std::vector<c10::IValue> constants_;
   std::vector<list_op> lists_;
   std::vector<sym_int> syms_;  // symbolic arguments, evaluated per call
+  std::unordered_set<std::string> unbacked_;  // the unbacked symbols a call binds
   std::vector<std::uint32_t> user_slots_;
   std::vector<std::optional<c10::MemoryFormat>> input_layout_;  // per user input (see in_exported_layout)
   std::vector<std::pair<std::uint32_t, at::Tensor>> state_slots_;

@@ -222,7 +222,10 @@ inline json float_json(double v) {
 
 inline json sym_int_json(const sym_int& s) {
   if (s.is_constant()) return {{"as_int", s.value()}};
-  return {{"as_expr", {{"expr_str", sym::srepr(s)}, {"hint", {{"as_int", s.hint()}}}}}};
+  // a size only the data knows has no example value in torch's files (its hint is null)
+  const auto syms = sym::free_symbols(s);
+  const bool unbacked = std::any_of(syms.begin(), syms.end(), [](const std::string& n) { return sym::is_unbacked(n); });
+  return {{"as_expr", {{"expr_str", sym::srepr(s)}, {"hint", unbacked ? json(nullptr) : json{{"as_int", s.hint()}}}}}};
 }
 /// The symbols of the program being read: made on first use, with the range the file's
 /// range_constraints give them (read before the graph).
@@ -451,6 +454,13 @@ struct value_scope {
   std::unordered_set<std::string> later;  ///< every name some node defines (for the cycle message)
   /// Sizes computed by sym_size / _operator nodes: arguments that use them become symbolic.
   std::unordered_map<std::string, sym_int> syms;
+  /// The SymBools `_operator.ge` / `le` / ... nodes compute, for the `_assert_scalar` nodes.
+  struct condition {
+    sym_int lhs;
+    std::string op;  // ">=", "<=", ">", "<", "=="
+    sym_int rhs;
+  };
+  std::unordered_map<std::string, condition> conditions;
 
   /// A SymInt argument named `name`: a symbolic size, or a graph value.
   [[nodiscard]] argument sym_arg(const at_path& j, const std::string& name) const {

@@ -22,6 +22,7 @@
 #include <caffe2/serialize/versions.h>
 
 #include <xport/config.hpp>
+#include <xport/ir/unbacked.hpp>
 #include <xport/serde/json.hpp>
 
 XPORT_BEGIN_NAMESPACE
@@ -84,6 +85,50 @@ class sym_writer {
         if (auto lin = sizes[d].is_symbolic() ? sym::as_linear(sizes[d]) : std::nullopt)
           sites_.push_back({lin->symbol, v.name(), static_cast<std::int64_t>(d), lin->a, lin->b, sizes[d]});
     }
+  }
+
+  /// After call `n` (written): the `sym_size.int` read of each unbacked symbol it is the first to
+  /// give, then the `_operator.ge` / `le` and `_assert_scalar` nodes of the symbol's range, as
+  /// torch writes them (Note [Runtime assertions as ranges]); `sym_bool_values` gets their types.
+  void give_unbacked(const node& n, json& sym_bool_values) {
+    for_each_unbacked_given(n, unbacked_, [&](const value& v, std::int64_t dim, const std::string& symbol, const sym_int& e) {
+      std::string src = v.name();
+      if (dim >= 0) {
+        src = fresh("sym_size_int");
+        nodes_.push_back({{"target", "torch.ops.aten.sym_size.int"},
+                          {"inputs", json::array({{{"name", "self"}, {"arg", {{"as_tensor", {{"name", v.name()}}}}}, {"kind", 1}},
+                                                  {{"name", "dim"}, {"arg", {{"as_int", dim}}}, {"kind", 1}}})},
+                          {"outputs", json::array({{{"as_sym_int", {{"as_name", src}}}}})},
+                          {"metadata", nodes_.back()["metadata"]},
+                          {"name", src}});
+        values_[src] = sym_int_json(e);
+      }
+      symbols_.emplace(symbol, std::pair{src, e});
+      const auto r = sym::range(e);
+      const auto meta = nodes_.back()["metadata"];
+      const auto assert_bound = [&](const char* what, const char* relation, const char* op, std::int64_t k) {
+        const auto name = fresh(what);
+        nodes_.push_back({{"target", std::string("_operator.") + what},
+                          {"inputs", json::array({{{"name", "a"}, {"arg", {{"as_sym_int", {{"as_name", src}}}}}, {"kind", 1}},
+                                                  {{"name", "b"}, {"arg", {{"as_int", k}}}, {"kind", 1}}})},
+                          {"outputs", json::array({{{"as_sym_bool", {{"as_name", name}}}}})},
+                          {"metadata", meta},
+                          {"name", name}});
+        sym_bool_values[name] = {{"as_expr", {{"expr_str", std::string(relation) + "(" + sym::srepr(e) + ", Integer(" + std::to_string(k) + "))"},
+                                              {"hint", nullptr}}}};
+        const auto msg = "Runtime assertion failed for expression " + symbol + " " + op + " " + std::to_string(k) +
+                         " on node '" + name + "'";
+        const auto assert_name = fresh("_assert_scalar_default");
+        nodes_.push_back({{"target", "torch.ops.aten._assert_scalar.default"},
+                          {"inputs", json::array({{{"name", "self"}, {"arg", {{"as_sym_bool", {{"as_name", name}}}}}, {"kind", 1}},
+                                                  {{"name", "assert_msg"}, {"arg", {{"as_string", msg}}}, {"kind", 1}}})},
+                          {"outputs", json::array()},
+                          {"metadata", meta},
+                          {"name", assert_name}});
+      };
+      if (r.lo > -int_oo) assert_bound("ge", "GreaterThan", ">=", r.lo);
+      if (r.hi < int_oo) assert_bound("le", "LessThan", "<=", r.hi);
+    });
   }
 
   /// The name of a value equal to `e` (written on first use): sums and products of the dims,
@@ -206,6 +251,7 @@ class sym_writer {
   std::unordered_set<std::string> taken_;
   std::unordered_map<std::string, std::string> named_;                       // expression -> value
   std::unordered_map<std::string, std::pair<std::string, sym_int>> symbols_;  // symbol -> value
+  std::unordered_set<std::string> unbacked_;                                   // the unbacked symbols given so far
   std::vector<site> sites_;
 };
 
@@ -262,7 +308,7 @@ inline exported_program subgraph_program_of(const exported_program& p, const sub
 inline json graph_json(const exported_program& p) {
   const graph& g = p.graph();
   json inputs = json::array(), nodes = json::array(), outputs = json::array();
-  json tensor_values = json::object(), sym_int_values = json::object();
+  json tensor_values = json::object(), sym_int_values = json::object(), sym_bool_values = json::object();
   sym_writer name_sym(g, nodes, sym_int_values);
   const sym_namer namer = [&](const sym_int& e) { return name_sym(e); };
   // an output no getitem reads (value::unpacked) is named as torch names it: <node>_unused_<i>
@@ -322,10 +368,11 @@ inline json graph_json(const exported_program& p) {
     nodes.push_back({{"target", op.target}, {"inputs", std::move(in)}, {"outputs", std::move(out)},
                      {"metadata", std::move(meta)}, {"name", n.name()}});
     if (op.higher_order) nodes.back()["is_hop_single_tensor_return"] = false;
+    name_sym.give_unbacked(n, sym_bool_values);
   }
   return {{"inputs", std::move(inputs)},   {"outputs", std::move(outputs)},
           {"nodes", std::move(nodes)},     {"tensor_values", std::move(tensor_values)},
-          {"sym_int_values", std::move(sym_int_values)}, {"sym_bool_values", json::object()},
+          {"sym_int_values", std::move(sym_int_values)}, {"sym_bool_values", std::move(sym_bool_values)},
           {"is_single_tensor_return", g.returns_bare()}, {"custom_obj_values", json::object()},
           {"sym_float_values", json::object()}};
 }
@@ -491,12 +538,87 @@ struct sym_node_reader {
   }
 };
 
+/// The relation `_operator.ge` and its kin compute (`">="`), or null for another target.
+inline const char* comparison_of(const std::string& target) {
+  if (target == "_operator.ge") return ">=";
+  if (target == "_operator.le") return "<=";
+  if (target == "_operator.gt") return ">";
+  if (target == "_operator.lt") return "<";
+  if (target == "_operator.eq") return "==";
+  return nullptr;
+}
+
+/// Whether a node asserts a fact on sizes (`_assert_scalar`, `sym_constrain_range[_for_size]`):
+/// xport keeps it as the range of its symbol (Note [Runtime assertions as ranges]).
+inline bool is_assert_node(const std::string& target) {
+  return target == "torch.ops.aten._assert_scalar.default" || target == "torch.ops.aten.sym_constrain_range_for_size.default" ||
+         target == "torch.ops.aten.sym_constrain_range.default";
+}
+
+// Note [Runtime assertions as ranges]: torch asserts what it knows of an unbacked symbol with
+// `_assert_scalar` nodes on SymBools (`ge: "Sym(u0 >= 0)" = sym_size_int >= 0`), one bound each,
+// the same bounds its range_constraints list. xport keeps each bound as the symbol's range: the
+// interpreter checks it where the symbol gets its value (a nonzero's row count, an item()), with
+// torch's message, and print and save make torch's nodes again from the range. An assertion of
+// another form (`u0 <= s0`, `u0 + u1 == 8`) is refused by name.
+inline void read_assert_node(const at_path& nj, const std::string& target, value_scope& scope) {
+  const sym_node_reader reader{nj, target, scope, nj["inputs"]};
+  if (!active_symbols) nj.fail("an assertion outside a program");
+  const auto bound = [&](const sym_int& s, const at_path& where, std::int64_t lo, std::int64_t hi) {
+    const auto lin = sym::as_linear(s);
+    if (!lin || lin->a != 1 || lin->b != 0)
+      where.fail("xport keeps runtime assertions that bound one symbol by constants; " + s.str() + " is not a symbol");
+    auto& r = active_symbols->find_or_add(lin->symbol).range;
+    r.lo = std::max(r.lo, lo);
+    r.hi = std::min(r.hi, hi);
+    if (r.lo > r.hi) where.fail("the assertions leave " + lin->symbol + " no value (" + r.str() + ")");
+  };
+  if (target != "torch.ops.aten._assert_scalar.default") {
+    const auto opt = [&](const char* name, std::int64_t dflt) {
+      const auto a = reader.input(name);
+      auto [k, v] = a.one_of();
+      return k == "as_none" ? dflt : v.integer();
+    };
+    const auto size = reader.input("size");
+    const bool for_size = target == "torch.ops.aten.sym_constrain_range_for_size.default";
+    bound(reader.operand(size), size, opt("min", for_size ? 0 : -int_oo), opt("max", int_oo));
+    return;
+  }
+  const auto self = reader.input("self");
+  auto [k, v] = self.one_of();
+  if (k != "as_sym_bool") self.fail("_assert_scalar asserts a SymBool, not '" + k + "'");
+  auto [k2, v2] = v.one_of();
+  if (k2 != "as_name") v.fail("expected a SymBool node's name, got '" + k2 + "'");
+  const auto it = scope.conditions.find(v2.str());
+  if (it == scope.conditions.end())
+    v2.fail("'" + v2.str() + "' is no comparison of sizes (xport reads _operator ge/le/gt/lt/eq nodes as SymBools)");
+  const auto& c = it->second;
+  const bool sym_left = c.rhs.is_constant();
+  if (sym_left == c.lhs.is_constant())
+    v2.fail("xport keeps runtime assertions that bound one symbol by constants; " + c.lhs.str() + " " + c.op + " " +
+            c.rhs.str() + " is not one");
+  const auto& s = sym_left ? c.lhs : c.rhs;
+  const auto n = (sym_left ? c.rhs : c.lhs).hint();
+  std::string op = c.op;
+  if (!sym_left) op = op == ">=" ? "<=" : op == "<=" ? ">=" : op == ">" ? "<" : op == "<" ? ">" : op;  // n OP s: s OP' n
+  if (op == ">=") bound(s, v2, n, int_oo);
+  else if (op == ">") bound(s, v2, n + 1, int_oo);
+  else if (op == "<=") bound(s, v2, -int_oo, n);
+  else if (op == "<") bound(s, v2, -int_oo, n - 1);
+  else bound(s, v2, n, n);
+}
+
 /// A sym_size / _operator node: its result becomes an expression arguments can name.
 inline void read_sym_node(const at_path& nj, const std::string& target, value_scope& scope) {
   const sym_node_reader reader{nj, target, scope, nj["inputs"]};
   const auto outs = nj["outputs"];
   if (outs.size_of_array() != 1) outs.fail(target + " returns one SymInt");
   auto [ok, ov] = outs[0].one_of();
+  if (ok == "as_sym_bool" && comparison_of(target)) {
+    scope.conditions[ov["as_name"].str()] = {reader.operand(reader.input("a")), comparison_of(target),
+                                             reader.operand(reader.input("b"))};
+    return;
+  }
   if (ok == "as_sym_bool" || ok == "as_sym_float")
     nj["target"].fail("operator '" + target + "' computes a " + (ok == "as_sym_bool" ? "SymBool" : "SymFloat") +
                       ", which xport does not represent (it reads integer size arithmetic only)");
@@ -773,6 +895,10 @@ graph graph_body_of(const at_path& gj, std::vector<std::pair<std::string, std::s
     const auto target = nj["target"].str();
     if (is_sym_node(target)) {
       read_sym_node(nj, target, scope);  // Note [Symbolic arguments in .pt2]
+      continue;
+    }
+    if (is_assert_node(target)) {
+      read_assert_node(nj, target, scope);  // Note [Runtime assertions as ranges]
       continue;
     }
     read_call_node(nj, target, type_of, g, scope, module_types);
