@@ -242,4 +242,28 @@ struct ScanRNNImpl : nn::Module {
 };
 TORCH_MODULE(ScanRNN);
 
+/// A gated mixture of experts routing each token to its best expert with nonzero (top-1), the
+/// twin of tests/python/pt2_fixtures.py's MoE: each expert sees as many rows as the data routes
+/// to it, a size only the data knows (u0, u1, u2 in the program).
+struct MoEImpl : nn::Module {
+  nn::Linear gate{8, 3};
+  nn::ModuleList experts;
+  MoEImpl() {
+    register_module("gate", gate);
+    for (int i = 0; i < 3; ++i) experts->push_back(nn::Sequential(nn::Linear(8, 16), nn::GELU(), nn::Linear(16, 8)));
+    register_module("experts", experts);
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    const auto [weight, choice] = torch::softmax(gate(x), -1).max(-1);
+    auto out = torch::zeros_like(x);
+    for (std::size_t i = 0; i < experts->size(); ++i) {
+      const auto idx = torch::nonzero(choice == static_cast<std::int64_t>(i)).squeeze(-1);
+      const auto y = experts->ptr<nn::SequentialImpl>(i)->forward(x.index({idx}));
+      out = out.index_add(0, idx, y * weight.index({idx}).unsqueeze(-1));
+    }
+    return out;
+  }
+};
+TORCH_MODULE(MoE);
+
 }  // namespace xport_models

@@ -828,3 +828,109 @@ TEST_CASE("xport::scan: passes work inside the combine graph, which still return
     CHECK(at::equal(outs[1], std::get<1>(want)));
   }
 }
+
+// ---- data-dependent sizes: nonzero, masked_select, boolean-mask indexing ---------------------------
+
+TEST_CASE("data-dependent: a mixture of experts routing with nonzero exports, with unbacked sizes torch's way") {
+  torch::manual_seed(0);
+  xport_models::MoE moe;
+  moe->eval();
+  const auto x = at::randn({10, 8});
+  auto p = export_program(moe, std::tuple{x});
+  const auto text = to_string(p);
+  CHECK(text.find("nonzero: \"i64[u0, 1]\" = torch.ops.aten.nonzero.default(eq)") != std::string::npos);
+  CHECK(text.find("sym_size_int: \"Sym(u0)\" = torch.ops.aten.sym_size.int(nonzero, 0)") != std::string::npos);
+  CHECK(text.find("ge: \"Sym(u0 >= 0)\" = sym_size_int >= 0") != std::string::npos);
+  CHECK(text.find("torch.ops.aten._assert_scalar.default(le, \"Runtime assertion failed for expression u0 <= 10 on node 'le'\")") !=
+        std::string::npos);
+  CHECK(text.find("index: \"f32[u0, 8]\" = torch.ops.aten.index.Tensor(x, [squeeze])") != std::string::npos);
+  CHECK(text.find("Range constraints: {u0: VR[0, 10], u1: VR[0, 10], u2: VR[0, 10]}") != std::string::npos);
+  verify(p);
+  const auto lowered = run_decompositions(p);
+  verify(lowered);
+  auto optimized = p.clone();
+  REQUIRE((optimized | (passes::canonicalize | passes::cse | passes::fold | passes::dce)).ok());
+  const auto bytes = save_to_string(p);
+  const auto loaded = load_from_memory(bytes.data(), bytes.size());
+  engine e(p);
+  // every layout; a batch whose tokens all go to one expert (the others get u = 0 rows)
+  for (const auto& in : {at::randn({10, 8}), at::randn({20, 8}).slice(0, 0, 20, 2), at::randn({8, 10}).t(), at::zeros({10, 8}),
+                         x.contiguous(at::MemoryFormat::Contiguous)}) {
+    // inputs run in the exported layout (Note [Inputs in the exported layout]): bits as eager's on a contiguous copy
+    const auto want = moe->forward(in.contiguous());
+    CHECK(at::allclose(moe->forward(in), want, 1e-5, 1e-6));
+    CHECK(at::equal(run(p, {in})[0], want));
+    CHECK(at::equal(e.run({in})[0], want));
+    CHECK(at::equal(run(optimized, {in})[0], want));
+    CHECK(at::equal(run(loaded, {in})[0], want));
+    CHECK(at::allclose(run(lowered, {in})[0], want, 1e-5, 1e-6));
+  }
+  // a dynamic token count: the counts are bounded by it
+  auto d = export_program(moe, std::tuple{x}, {.input_names = {"x"}, .dynamic_shapes = {{"x", {{0, Dim("tokens", 1, 256)}}}}});
+  CHECK(to_string(d).find("Range constraints: {u0: VR[0, 256], u1: VR[0, 256], u2: VR[0, 256], s77: VR[1, 256]}") != std::string::npos);
+  for (const auto n : {1, 37, 256}) {
+    const auto in = at::randn({n, 8});
+    CHECK(at::equal(run(d, {in})[0], moe->forward(in)));
+  }
+  const auto dl = run_decompositions(d);
+  for (const auto n : {2, 40}) {
+    const auto in = at::randn({n, 8});
+    CHECK(at::allclose(run(dl, {in})[0], moe->forward(in), 1e-5, 1e-6));
+  }
+}
+
+TEST_CASE("data-dependent: boolean masks and masked_select give unbacked rows; code that decides on them is a graph break") {
+  auto masked = [](const at::Tensor& x) { return std::tuple{x.index({x > 0}) * 2, at::masked_select(x, x < 0).sum()}; };
+  const auto x = at::randn({5, 3});
+  auto p = export_program(masked, std::tuple{x});
+  CHECK(to_string(p).find("index: \"f32[u0]\" = torch.ops.aten.index.Tensor(x, [gt])") != std::string::npos);
+  CHECK(to_string(p).find("masked_select: \"f32[u1]\"") != std::string::npos);
+  for (const auto& in : {at::randn({5, 3}), -at::ones({5, 3}), at::randn({3, 5}).t()}) {
+    const auto out = run(p, {in});
+    CHECK(at::equal(out[0], in.index({in > 0}) * 2));
+    CHECK(at::equal(out[1], at::masked_select(in, in < 0).sum()));
+  }
+  // a branch on the count, a slice that clamps it: both would be wrong for other data
+  auto branches = [](const at::Tensor& x) {
+    const auto idx = at::nonzero(x > 0);
+    return idx.size(0) > 6 ? x * 2 : x + 1;
+  };
+  CHECK_THROWS_WITH_AS(export_program(branches, std::tuple{at::randn({4, 4})}),
+                       doctest::Contains("graph break: the traced code decides something on the number of rows a data-dependent call gives"),
+                       graph_break);
+  auto clamps = [](const at::Tensor& x) { return at::nonzero(x > 0).slice(0, 0, 4).sum(0); };
+  CHECK_THROWS_AS(export_program(clamps, std::tuple{at::randn({4, 4})}), graph_break);
+  // item() of a float tensor is still a graph break, with the way out
+  auto reads = [](const at::Tensor& x) { return x * x.sum().item<double>(); };
+  CHECK_THROWS_WITH_AS(export_program(reads, std::tuple{at::randn({3})}), doctest::Contains("Tensor::item()"), graph_break);
+}
+
+TEST_CASE("data-dependent: item() of an integer tensor is an unbacked SymInt; xport::check_range gives the facts slicing needs") {
+  // the twin of tests/python/pt2_fixtures.py's ItemSlice (torch._check(k >= 1), torch._check(k <= x.shape[0]))
+  auto first_rows = [](const at::Tensor& x, const at::Tensor& n) {
+    const auto k = n.item<std::int64_t>();
+    xport::check_range(k, 1, x.size(0));
+    return x.slice(0, 0, k) + 1;
+  };
+  const auto x = at::randn({8, 3});
+  const auto p = export_program(first_rows, std::tuple{x, at::tensor(3L)}, {.input_names = {"x", "n"}});
+  const auto text = to_string(p);
+  CHECK(text.find("item: \"Sym(u0)\" = torch.ops.aten.item.default(n)") != std::string::npos);
+  CHECK(text.find("ge_1: \"Sym(u0 >= 1)\" = item >= 1") != std::string::npos);  // torch's names (print.hpp)
+  CHECK(text.find("slice_1: \"f32[u0, 3]\" = torch.ops.aten.slice.Tensor(x, 0, 0, item)") != std::string::npos);
+  CHECK(text.find("Range constraints: {u0: VR[1, 8]}") != std::string::npos);
+  for (const std::int64_t k : {1, 5, 8}) CHECK(at::equal(run(p, {x, at::tensor(k)})[0], first_rows(x, at::tensor(k))));
+  CHECK_THROWS_WITH_AS(run(p, {x, at::tensor(0L)}),
+                       doctest::Contains("Runtime assertion failed for expression u0 >= 1 on node 'item' (u0 = 0 in this call)"), run_error);
+  CHECK_THROWS_WITH_AS(run(p, {x, at::tensor(9L)}), doctest::Contains("u0 <= 8"), run_error);
+  const auto bytes = save_to_string(p);
+  const auto back = load_from_memory(bytes.data(), bytes.size());
+  CHECK(at::equal(run(back, {x, at::tensor(4L)})[0], x.slice(0, 0, 4) + 1));
+  CHECK(at::equal(run(run_decompositions(p), {x, at::tensor(6L)})[0], x.slice(0, 0, 6) + 1));
+  // without the facts the slice clamps some values: a graph break that names the way out
+  auto unchecked = [](const at::Tensor& x, const at::Tensor& n) { return x.slice(0, 0, n.item<std::int64_t>()) + 1; };
+  CHECK_THROWS_WITH_AS(export_program(unchecked, std::tuple{x, at::tensor(3L)}), doctest::Contains("xport::check_range(v, min, max)"),
+                       graph_break);
+  // outside export the check runs on the value
+  CHECK_THROWS_WITH_AS(xport::check_range(0, 1, 8), "[xport.check.failed] xport::check_range: 0 is not in VR[1, 8]", run_error);
+}

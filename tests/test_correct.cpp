@@ -289,13 +289,21 @@ TEST_CASE("sizes: products of dims (s0**2) print as sym_size and _operator nodes
   CHECK(at::allclose(run(back, {x})[0], attn(x), 1e-4, 1e-5));
 }
 
-TEST_CASE("data-dependent sizes: boolean masks and masked_select are graph breaks that name the way out") {
-  XPORT_CHECK_THROWS_MSG(export_program([](const at::Tensor& x) { return x.index({x > 0}); }, std::tuple{at::randn({5})}),
-                         graph_break, "aten::index.Tensor with a boolean (or uint8) mask as an index selects as many elements as the mask holds true values");
-  XPORT_CHECK_THROWS_MSG(export_program([](const at::Tensor& x) { return x.index({x > 0}); }, std::tuple{at::randn({5})}),
-                         graph_break, "Way out: keep the shape and zero the rest (at::where(mask, x, 0)");
-  XPORT_CHECK_THROWS_MSG(export_program([](const at::Tensor& x) { return at::masked_select(x, x > 0); }, std::tuple{at::randn({5})}),
-                         graph_break, "graph break: aten::masked_select (at::masked_select) reads the contents of a tensor");
+TEST_CASE("data-dependent sizes: boolean masks and masked_select give unbacked rows; other mask indices and one_hot break") {
+  const auto x = at::randn({5});
+  const auto masked = export_program([](const at::Tensor& t) { return t.index({t > 0}); }, std::tuple{x});
+  const auto selected = export_program([](const at::Tensor& t) { return at::masked_select(t, t > 0); }, std::tuple{x});
+  for (const auto& in : {x, -x.abs(), at::randn({10}).slice(0, 0, 10, 2)}) {
+    CHECK(at::equal(run(masked, {in})[0], in.index({in > 0})));
+    CHECK(at::equal(run(selected, {in})[0], at::masked_select(in, in > 0)));
+  }
+  using at::indexing::Slice;
+  XPORT_CHECK_THROWS_MSG(
+      export_program([](const at::Tensor& t) { return t.index({Slice(), t.sum(0) > 0}); }, std::tuple{at::randn({3, 4})}),
+      graph_break, "aten::index.Tensor with a boolean (or uint8) mask as an index selects as many elements as the mask holds true values");
+  XPORT_CHECK_THROWS_MSG(
+      export_program([](const at::Tensor& t) { return t.index({Slice(), t.sum(0) > 0}); }, std::tuple{at::randn({3, 4})}),
+      graph_break, "Way out: keep the shape and zero the rest (at::where(mask, x, 0)");
   XPORT_CHECK_THROWS_MSG(export_program([](const at::Tensor& x) { return at::one_hot(x, -1); }, std::tuple{at::randint(4, {5}, at::kLong)}),
                          graph_break, "at::one_hot without num_classes takes its class count from the largest value");
 }

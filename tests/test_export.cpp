@@ -222,9 +222,12 @@ TEST_CASE("export: limits are typed errors that say what to do") {
     XPORT_CHECK_THROWS_MSG(export_program([](const at::Tensor& t) { return t.sum().is_nonzero() ? t : -t; }, std::tuple{x}),
                            graph_break, "aten::is_nonzero (using a tensor as a bool (Tensor::is_nonzero()))");
   }
-  SUBCASE("nonzero is a graph break") {
-    XPORT_CHECK_THROWS_MSG(export_program([](const at::Tensor& t) { return at::nonzero(t); }, std::tuple{x}), graph_break,
-                           "Way out: make the value an input of the program");
+  SUBCASE("nonzero gives an unbacked row count (u0); a branch on it is a graph break") {
+    const auto p = export_program([](const at::Tensor& t) { return at::nonzero(t > 0); }, std::tuple{x});
+    CHECK(to_string(p).find("nonzero: \"i64[u0, " + std::to_string(x.dim()) + "]\"") != std::string::npos);
+    CHECK(at::equal(run(p, {x})[0], at::nonzero(x > 0)));
+    XPORT_CHECK_THROWS_MSG(export_program([](const at::Tensor& t) { return at::nonzero(t).size(0) == 0 ? t : -t; }, std::tuple{x}),
+                           graph_break, "decides something on the number of rows a data-dependent call gives");
   }
   SUBCASE("unique is a graph break") {
     XPORT_CHECK_THROWS_MSG(export_program([](const at::Tensor& t) { return std::get<0>(at::_unique2(t)); }, std::tuple{x}),

@@ -3779,14 +3779,71 @@ struct std::hash<xport::node> {
 // #include <xport/ir/dead_code.hpp>
 // xport/ir/dead_code.hpp: removing the calls whose results nothing uses (torch.fx's
 // Graph.eliminate_dead_code). A call stays when it has an effect beyond its outputs: it writes to
-// an argument (in-place and out= ops), or draws random numbers (removing it would shift every
-// later random draw). Signature outputs are uses, so they are kept. One backward walk: a node's
+// an argument (in-place and out= ops), draws random numbers (removing it would shift every
+// later random draw), or gives a symbol only the data knows (its range is asserted on every run). Signature outputs are uses, so they are kept. One backward walk: a node's
 // death frees its inputs' producers before they are visited. passes/dce.hpp makes it a pass.
 
 #include <cstddef>  // std::size_t
 
 // #include <xport/config.hpp>
 // #include <xport/ir/graph.hpp>
+// #include <xport/ir/unbacked.hpp>
+// xport/ir/unbacked.hpp: where a graph's unbacked symbols get their values.
+// A data-dependent op (nonzero, a boolean-mask index, item()) gives a size or an int only its
+// result knows: torch's unbacked SymInt, `u0`. The first call whose output has it as a dim (or
+// is it, for item) gives it; the interpreter binds it there, print and save read it there.
+
+#include <cstddef>        // std::size_t
+#include <cstdint>        // std::int64_t
+#include <string>         // std::string
+#include <unordered_set>  // std::unordered_set
+
+// #include <xport/config.hpp>
+// #include <xport/ir/graph.hpp>
+// #include <xport/ir/sym_expr.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+/// Calls `f(output, dim, symbol, size)` for each unbacked symbol call `n` is the first to give
+/// (`dim` is -1 when the output is the SymInt itself); `seen` holds the symbols given so far.
+template <class F>
+void for_each_unbacked_given(const node& n, std::unordered_set<std::string>& seen, F&& f) {
+  const auto give = [&](const value& v, std::int64_t dim, const sym_int& e) {
+    if (!e.is_symbolic()) return;
+    const auto lin = sym::as_linear(e);
+    if (!lin || lin->a != 1 || lin->b != 0 || !sym::is_unbacked(lin->symbol) || !seen.insert(lin->symbol).second) return;
+    f(v, dim, lin->symbol, e);
+  };
+  for (auto v : n.outputs()) {
+    if (v.kind() == value_kind::sym_int) give(v, -1, v.type().scalar);
+    else if (v.kind() == value_kind::tensor)
+      for (std::size_t d = 0; d < v.meta().sizes.size(); ++d) give(v, static_cast<std::int64_t>(d), v.meta().sizes[d]);
+  }
+}
+
+/// Whether call `n` gives an unbacked symbol none of its inputs has: its runtime assertion (the
+/// symbol's range, torch's `_assert_scalar` nodes on it) is an effect, so dead-code elimination
+/// keeps it.
+inline bool gives_unbacked(const node& n) {
+  std::unordered_set<std::string> known;
+  bool any = false;  // an output with an unbacked symbol at all (most nodes have none: no set is made)
+  for_each_unbacked_given(n, known, [&](const value&, std::int64_t, const std::string&, const sym_int&) { any = true; });
+  if (!any) return false;
+  known.clear();
+  for (auto v : n.inputs()) {
+    const auto note = [&](const sym_int& e) {
+      for (auto& s : sym::free_symbols(e)) known.insert(std::move(s));
+    };
+    if (v.kind() == value_kind::sym_int) note(v.type().scalar);
+    else if (v.kind() == value_kind::tensor)
+      for (const auto& d : v.meta().sizes) note(d);
+  }
+  bool gives = false;
+  for_each_unbacked_given(n, known, [&](const value&, std::int64_t, const std::string&, const sym_int&) { gives = true; });
+  return gives;
+}
+
+XPORT_END_NAMESPACE
 
 XPORT_BEGIN_NAMESPACE
 
@@ -3794,7 +3851,7 @@ XPORT_BEGIN_NAMESPACE
 inline bool has_side_effects(const node& n) {
   if (!n.is_call()) return true;
   const auto& op = n.op();
-  return op.is_mutable || op.nondeterministic;
+  return op.is_mutable || op.nondeterministic || op.data_dependent || gives_unbacked(n);
 }
 
 /// Removes dead call nodes, and the getitems of unused outputs (value::unpacked); returns how
@@ -7648,40 +7705,6 @@ XPORT_END_NAMESPACE
 // #include <xport/ir/signature.hpp>
 // #include <xport/ir/sym_expr.hpp>
 // #include <xport/ir/unbacked.hpp>
-// xport/ir/unbacked.hpp: where a graph's unbacked symbols get their values.
-// A data-dependent op (nonzero, a boolean-mask index, item()) gives a size or an int only its
-// result knows: torch's unbacked SymInt, `u0`. The first call whose output has it as a dim (or
-// is it, for item) gives it; the interpreter binds it there, print and save read it there.
-
-#include <cstddef>        // std::size_t
-#include <cstdint>        // std::int64_t
-#include <string>         // std::string
-#include <unordered_set>  // std::unordered_set
-
-// #include <xport/config.hpp>
-// #include <xport/ir/graph.hpp>
-// #include <xport/ir/sym_expr.hpp>
-
-XPORT_BEGIN_NAMESPACE
-
-/// Calls `f(output, dim, symbol, size)` for each unbacked symbol call `n` is the first to give
-/// (`dim` is -1 when the output is the SymInt itself); `seen` holds the symbols given so far.
-template <class F>
-void for_each_unbacked_given(const node& n, std::unordered_set<std::string>& seen, F&& f) {
-  const auto give = [&](const value& v, std::int64_t dim, const sym_int& e) {
-    if (!e.is_symbolic()) return;
-    const auto lin = sym::as_linear(e);
-    if (!lin || lin->a != 1 || lin->b != 0 || !sym::is_unbacked(lin->symbol) || !seen.insert(lin->symbol).second) return;
-    f(v, dim, lin->symbol, e);
-  };
-  for (auto v : n.outputs()) {
-    if (v.kind() == value_kind::sym_int) give(v, -1, v.type().scalar);
-    else if (v.kind() == value_kind::tensor)
-      for (std::size_t d = 0; d < v.meta().sizes.size(); ++d) give(v, static_cast<std::int64_t>(d), v.meta().sizes[d]);
-  }
-}
-
-XPORT_END_NAMESPACE
 
 XPORT_BEGIN_NAMESPACE
 
@@ -7902,6 +7925,9 @@ class size_planner {
         symbol_of_.emplace(symbol, e);
         const auto r = sym::range(e);
         const auto assert_bound = [&](const char* base, const char* op, std::int64_t k) {
+          // an item()'s bounds come from torch._check calls, whose own comparison nodes torch's
+          // trace made and removed first: its assertion nodes take the next names (`ge_1`)
+          if (dim < 0) (void)fresh(base);
           const auto name = fresh(base);
           const auto expr = symbol + " " + op + " " + std::to_string(k);
           lines.push_back({name, "Sym(" + expr + ")", src + " " + op + " " + std::to_string(k), {src}});
@@ -8690,6 +8716,115 @@ XPORT_END_NAMESPACE
 // #include <xport/ir/graph.hpp>
 // #include <xport/ir/op.hpp>
 // #include <xport/ir/sym_expr.hpp>
+// #include <xport/trace/unbacked.hpp>
+// xport/trace/unbacked.hpp: the sizes a capture gives data-dependent ops.
+//
+// Note [Unbacked sizes in a capture]: a capture runs on meta tensors, so `nonzero`, a boolean-mask
+// index or `masked_select` cannot know how many rows they give, nor `item()` on an integer tensor
+// its value. Under an unbacked_scope the capture gives the j-th such call of the traced code the
+// value `values[j]` (a default past the end) and counts the calls; xport::check_range(v, lo, hi)
+// on a value it gave records the fact lo <= v <= hi (torch._check), which bounds the values of
+// later captures and becomes the symbol's range, checked on every run. Export captures again with each count moved, as it does for a
+// dynamic dim (Note [Capturing at several sizes] in trace/symbolic.hpp): sizes that follow the
+// count are fitted to its symbol `u<j>` (torch's unbacked SymInt), code that branches on it records
+// other ops and fails by name. Outside a scope such a call is the graph break it always was.
+
+#include <algorithm>  // std::max, std::min
+#include <cstddef>    // std::size_t
+#include <cstdint>    // std::int64_t
+#include <optional>   // std::optional
+#include <string>     // std::string, std::to_string
+#include <utility>    // std::move
+#include <vector>     // std::vector
+
+// #include <xport/config.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ir/sym_expr.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+/// The row counts of one capture's data-dependent calls.
+struct unbacked_plan {
+  std::vector<std::int64_t> values;
+  std::size_t given = 0;                 ///< calls so far
+  std::vector<std::int64_t> handed;      ///< the value each call got
+  std::vector<value_range> facts;        ///< per call: what xport::check_range said of it
+
+  /// The j-th count made without a value for it: >= 2 (no size of 0 or 1 is specialized), and
+  /// distinct between the calls.
+  static std::int64_t default_value(std::size_t j) { return 5 + 3 * static_cast<std::int64_t>(j); }
+
+  std::int64_t take(value_range fact = {-int_oo, int_oo}) {
+    const auto j = given++;
+    handed.push_back(j < values.size() ? values[j] : default_value(j));
+    facts.push_back(fact);
+    return handed.back();
+  }
+};
+
+/// The plan of the capture running on this thread, if export gave one.
+inline thread_local unbacked_plan* active_unbacked = nullptr;
+
+/// Gives the captures made while it lives the row counts `values`.
+class unbacked_scope {
+ public:
+  explicit unbacked_scope(std::vector<std::int64_t> values) : prev_(active_unbacked) {
+    plan_.values = std::move(values);
+    active_unbacked = &plan_;
+  }
+  ~unbacked_scope() { active_unbacked = prev_; }
+  unbacked_scope(const unbacked_scope&) = delete;
+  unbacked_scope& operator=(const unbacked_scope&) = delete;
+
+  /// How many data-dependent calls the captures made.
+  [[nodiscard]] std::size_t given() const noexcept { return plan_.given; }
+  /// What xport::check_range said of each call's value.
+  [[nodiscard]] const std::vector<value_range>& facts() const noexcept { return plan_.facts; }
+
+ private:
+  unbacked_plan plan_;
+  unbacked_plan* prev_;
+};
+
+}  // namespace detail
+
+/// torch._check for a value only the data knows: states that `min <= v <= max` (either bound
+/// may be absent), for a `v` a data-dependent call gave (`t.item<int64_t>()`,
+/// `at::nonzero(m).size(0)`). Under export it becomes the range of v's symbol (`u0: VR[1, 8]`),
+/// which export captures within and the program checks on every run; code that relies on a bound
+/// (`x.slice(0, 0, k)` for k <= x.size(0)) exports only with it. Outside export it checks v now.
+inline void check_range(std::int64_t v, std::optional<std::int64_t> min, std::optional<std::int64_t> max = std::nullopt) {
+  const value_range r{min.value_or(-int_oo), max.value_or(int_oo)};
+  auto* plan = detail::active_unbacked;
+  if (!plan) {
+    if (!r.contains(v))
+      throw run_error("xport.check.failed", "xport::check_range: " + std::to_string(v) + " is not in " + r.str());
+    return;
+  }
+  std::optional<std::size_t> which;
+  for (std::size_t j = 0; j < plan->handed.size(); ++j) {
+    if (plan->handed[j] != v) continue;
+    if (which)
+      throw export_error("xport.export.check_range",
+                         "xport::check_range: " + std::to_string(v) + " is the value of two data-dependent calls in this "
+                         "capture (calls " + std::to_string(*which) + " and " + std::to_string(j) + "); check each value "
+                         "right after the call that gives it");
+    which = j;
+  }
+  if (!which)
+    throw export_error("xport.export.check_range",
+                       "xport::check_range: " + std::to_string(v) + " is no value a data-dependent call gave (item() of "
+                       "an integer tensor, a nonzero's size(0)); sizes that follow from the inputs need no fact");
+  auto& f = plan->facts[*which];
+  f.lo = std::max(f.lo, r.lo);
+  f.hi = std::min(f.hi, r.hi);
+  if (f.lo > f.hi)
+    throw export_error("xport.export.check_range", "xport::check_range: the facts leave the value of data-dependent call " +
+                                                       std::to_string(*which) + " no value (" + f.str() + ")");
+}
+
+XPORT_END_NAMESPACE
 
 XPORT_BEGIN_NAMESPACE
 namespace detail {
@@ -8953,6 +9088,8 @@ class capture {
   /// Records `op` with the arguments on `stack` and leaves its (meta) results there.
   void record_op(const op_info& op, torch::jit::Stack& stack) {
     if (op.data_dependent && op.name == "aten::equal" && decided_equal(stack)) return;
+    if (active_unbacked && gives_unbacked_rows(op, stack)) return record_unbacked_rows(op, stack);
+    if (active_unbacked && reads_unbacked_int(op, stack)) return record_unbacked_int(op, stack);
     if (op.data_dependent) throw_graph_break(op);
     if (op.name == "aten::index" && has_mask_index(stack.back())) throw_mask_index_break(op);
     auto args = take_arguments(op, stack);
@@ -9073,6 +9210,77 @@ class capture {
       if (d.is_constant() && d.value() != 0) return true;
     }
     return false;
+  }
+
+  // Whether `op` on `stack` gives as many rows as its data holds, a count export makes a symbol
+  // of (Note [Unbacked sizes in a capture]): nonzero, masked_select, an index by one boolean
+  // (or uint8) mask in the first position.
+  static bool gives_unbacked_rows(const op_info& op, const torch::jit::Stack& stack) {
+    if (op.name == "aten::nonzero" && op.overload.empty()) return true;
+    if (op.name == "aten::masked_select" && op.overload.empty()) return true;
+    if (op.name != "aten::index" || op.overload != "Tensor") return false;
+    const auto& indices = stack.back();
+    if (!indices.isList() || indices.toListRef().empty()) return false;
+    const auto& list = indices.toListRef();
+    for (std::size_t i = 1; i < list.size(); ++i)
+      if (list[i].isTensor() && list[i].toTensor().defined()) return false;
+    if (!list[0].isTensor() || !list[0].toTensor().defined()) return false;
+    const auto st = list[0].toTensor().scalar_type();
+    return st == c10::kBool || st == c10::kByte;
+  }
+
+  // Whether `op` is item() of an integer tensor of one element: an int only the data knows.
+  static bool reads_unbacked_int(const op_info& op, const torch::jit::Stack& stack) {
+    if (op.name != "aten::item" && op.name != "aten::_local_scalar_dense") return false;
+    const auto& self = stack.back();
+    return self.isTensor() && self.toTensor().defined() && self.toTensor().numel() == 1 &&
+           c10::isIntegralType(self.toTensor().scalar_type(), /*includeBool=*/false);
+  }
+
+  // Records item() of an integer tensor (reads_unbacked_int): its value is the one the
+  // capture's plan gives it (Note [Unbacked sizes in a capture]), a SymInt in the graph.
+  void record_unbacked_int(const op_info& op, torch::jit::Stack& stack) {
+    auto args = take_arguments(op, stack);
+    const auto v = active_unbacked->take();
+    std::vector<value_type> types{value_type::of_sym_int(v)};
+    const auto& item = op.name == "aten::item" ? op : find_op("aten::item");
+    auto node = builder_.record(item, std::move(args), std::move(types));
+    if (auto path = module_path_of(node); !path.empty()) node.set_module_path(std::move(path));
+    stack.emplace_back(v);
+    meta_stack_.clear();
+    originals_.clear();
+  }
+
+  // Records a call gives_unbacked_rows accepts, its meta result made with the row count the
+  // capture's plan gives it: `[n, self.dim()]` int64 (nonzero), `[n]` (masked_select),
+  // `[n, rest of self's dims]` (a mask index).
+  void record_unbacked_rows(const op_info& op, torch::jit::Stack& stack) {
+    auto args = take_arguments(op, stack);
+    if (python_frontend_) fill_python_defaults(op, args);
+    const auto& self = meta_stack_[0].toTensor();
+    const auto rows = active_unbacked->take({0, int_oo});
+    at::Tensor out;
+    if (op.name == "aten::nonzero") {
+      out = at::empty({rows, self.dim()}, self.options().dtype(at::kLong));
+    } else if (op.name == "aten::masked_select") {
+      out = at::empty({rows}, self.options());
+    } else {
+      const auto mask_dims = meta_stack_[1].toListRef()[0].toTensor().dim();
+      if (mask_dims > self.dim())
+        throw graph_error("xport.fake.op_rejected", op.qualified + ": a mask of " + std::to_string(mask_dims) +
+                                                        " dims indexes a tensor of " + std::to_string(self.dim()));
+      std::vector<std::int64_t> sizes{rows};
+      for (auto d = mask_dims; d < self.dim(); ++d) sizes.push_back(self.size(d));
+      out = at::empty(sizes, self.options());
+    }
+    meta_stack_.clear();
+    meta_stack_.emplace_back(std::move(out));
+    auto types = result_types(op, meta_stack_, output_device(op, args), any_requires_grad(args));
+    auto node = builder_.record(python_frontend_ ? python_overload(op) : op, std::move(args), std::move(types));
+    if (auto path = module_path_of(node); !path.empty()) node.set_module_path(std::move(path));
+    hand_back_results(op, node, 0, stack);
+    meta_stack_.clear();
+    originals_.clear();
   }
 
   static bool has_mask_index(const c10::IValue& indices) {
@@ -11231,6 +11439,8 @@ XPORT_END_NAMESPACE
 // #include <xport/ir/program.hpp>
 // #include <xport/ir/sym_expr.hpp>
 // #include <xport/trace/dynamic.hpp>
+// #include <xport/trace/unbacked.hpp>
+// #include <xport/ir/unbacked.hpp>
 
 XPORT_BEGIN_NAMESPACE
 namespace detail {
@@ -11598,9 +11808,21 @@ class symbolic_maker {
     std::size_t out_i = 0;
     for (auto v : n.outputs()) {
       const std::size_t oi = out_i++;
+      if (v.kind() == value_kind::sym_int) fit_scalar_output(i, oi, v, basis);
       if (v.kind() != value_kind::tensor) continue;
       fit_output(i, oi, v, input_shapes, basis);
     }
+  }
+
+  /// Fits output `oi` of node `i`, an int (item()'s: Note [Unbacked sizes in a capture]).
+  void fit_scalar_output(std::size_t i, std::size_t oi, value v, const std::vector<sym_int>& basis) const {
+    std::vector<std::int64_t> obs(nruns_, v.type().scalar.hint());
+    for (std::size_t r = 1; r < nruns_; ++r) obs[r] = nodes_[r][i].output(oi).type().scalar.hint();
+    const auto e = fit_.fit(obs, basis);
+    if (!e)
+      throw dim_specialized{-1, "the int node " + node_text(nodes_[0][i]) + " gives is " + values_text(obs, runs_) +
+                                    ", which xport cannot express in the dynamic dims"};
+    v.set_type(value_type::of_sym_int(*e));
   }
 
   /// The products of trailing input dims from the first symbolic one on: what sizes are fitted in.
@@ -11765,31 +11987,33 @@ inline sym_runs runs_of(const exported_program& p) {
   return make_runs(std::move(symbols), std::move(names), mins, maxs);
 }
 
-inline argument specialize_argument(const argument& a, const symbolic_fitter& fit, std::size_t run) {
-  if (a.is_symbolic()) return fit.eval(a.as_sym(), run);
-  if (a.is_list()) {
+/// Replaces every symbolic size and argument `e` of `g` (and of its subgraphs, copied: they are
+/// shared) by `f(e)`.
+template <class F>
+void substitute_sizes(graph& g, const F& f) {
+  const std::function<argument(const argument&)> arg = [&](const argument& a) -> argument {
+    if (a.is_symbolic()) return f(a.as_sym());
+    if (!a.is_list()) return a;
     argument::list_type l;
     l.reserve(a.as_list().size());
-    for (const auto& e : a.as_list()) l.push_back(specialize_argument(e, fit, run));
+    for (const auto& e : a.as_list()) l.push_back(arg(e));
     return l;
-  }
-  return a;
-}
-
-/// Gives every value of `g` (and of its subgraphs, copied: they are shared) its sizes and
-/// arguments at their values in capture `run`.
-inline void specialize_graph(graph& g, const symbolic_fitter& fit, std::size_t run) {
+  };
   for (auto n : g.nodes()) {
     for (auto v : n.outputs()) {
+      if (v.kind() == value_kind::sym_int && v.type().scalar.is_symbolic()) {
+        v.set_type(value_type::of_sym_int(f(v.type().scalar)));
+        continue;
+      }
       if (v.kind() != value_kind::tensor) continue;
       auto m = v.meta();
       bool symbolic = m.storage_offset.is_symbolic();
       for (const auto& d : m.sizes) symbolic = symbolic || d.is_symbolic();
       for (const auto& d : m.strides) symbolic = symbolic || d.is_symbolic();
       if (!symbolic) continue;
-      for (auto& d : m.sizes) d = fit.eval(d, run);
-      for (auto& d : m.strides) d = fit.eval(d, run);
-      m.storage_offset = fit.eval(m.storage_offset, run);
+      for (auto& d : m.sizes) d = f(d);
+      for (auto& d : m.strides) d = f(d);
+      m.storage_offset = f(m.storage_offset);
       v.set_meta(std::move(m));
     }
     if (!n.is_call()) continue;
@@ -11803,15 +12027,21 @@ inline void specialize_graph(graph& g, const symbolic_fitter& fit, std::size_t r
     std::vector<argument> args;
     for (const auto& a : n.args()) {
       if (!a.is_graph()) {
-        args.push_back(specialize_argument(a, fit, run));
+        args.push_back(arg(a));
         continue;
       }
       auto body = a.as_graph()->body.clone();
-      specialize_graph(body, fit, run);
+      substitute_sizes(body, f);
       args.emplace_back(std::make_shared<const subgraph>(subgraph{a.as_graph()->name, std::move(body)}));
     }
     n.set_args(std::move(args));
   }
+}
+
+/// Gives every value of `g` (and of its subgraphs, copied: they are shared) its sizes and
+/// arguments at their values in capture `run`.
+inline void specialize_graph(graph& g, const symbolic_fitter& fit, std::size_t run) {
+  substitute_sizes(g, [&](const sym_int& e) { return sym_int(fit.eval(e, run)); });
 }
 
 /// `p` with its dims at their values in capture `run`: a static program.
@@ -11830,9 +12060,24 @@ template <class F>
 exported_program transform_symbolic(const exported_program& p, std::string_view what, F&& f) {
   if (p.range_constraints().empty()) return f(p);
   const auto runs = runs_of(p);
-  exported_program base = f(specialize(p, runs, 0));
+  // the row counts of the data-dependent calls, in the order they are made (Note [Unbacked sizes in a capture])
+  std::vector<std::size_t> rows_of;
+  std::unordered_set<std::string> seen;
+  for (auto n : p.graph().nodes())
+    if (n.is_call())
+      for_each_unbacked_given(n, seen, [&](const value&, std::int64_t, const std::string& symbol, const sym_int&) {
+        for (std::size_t i = 0; i < runs.symbols.size(); ++i)
+          if (runs.symbols[i].str() == symbol) rows_of.push_back(i);
+      });
+  const auto at_run = [&](std::size_t r) {
+    std::vector<std::int64_t> rows;
+    for (auto i : rows_of) rows.push_back(runs.values[r][i]);
+    unbacked_scope scope(std::move(rows));
+    return f(specialize(p, runs, r));
+  };
+  exported_program base = at_run(0);
   std::vector<exported_program> others;
-  for (std::size_t r = 1; r < runs.values.size(); ++r) others.push_back(f(specialize(p, runs, r)));
+  for (std::size_t r = 1; r < runs.values.size(); ++r) others.push_back(at_run(r));
   std::vector<const exported_program*> ptrs;
   for (const auto& o : others) ptrs.push_back(&o);
   std::vector<sym_shape> inputs;
@@ -11963,6 +12208,8 @@ XPORT_END_NAMESPACE
 // #include <xport/trace/strict.hpp>
 // #include <xport/trace/symbolic.hpp>
 // #include <xport/trace/tree.hpp>
+// #include <xport/trace/unbacked.hpp>
+// #include <xport/ir/unbacked.hpp>
 
 XPORT_BEGIN_NAMESPACE
 
@@ -12184,9 +12431,9 @@ inline void merge_roots(dyn_plan& plan, int from, int into) {
 /// sizes are fitted to (so a form that only fits the middle of the range is caught); where they
 /// fail or record other ops, the part of the range that works is found by bisection and
 /// reported as dim_narrowed.
-template <class Attempt>
-void probe_ranges(Attempt& attempt, const exported_program& base, const dyn_plan& plan,
-                  const std::vector<at::Tensor>& examples, sym_runs& runs, std::vector<exported_program>& others) {
+template <class AttemptAt>
+void probe_ranges(AttemptAt& attempt_at, const exported_program& base, const dyn_plan& plan, sym_runs& runs,
+                  std::vector<exported_program>& others) {
   const std::size_t k = plan.roots.size();
   for (std::size_t j = 0; j < k; ++j) {
     const auto& r = plan.roots[j];
@@ -12202,7 +12449,7 @@ void probe_ranges(Attempt& attempt, const exported_program& base, const dyn_plan
     };
     auto why_not = [&](std::int64_t v, std::optional<exported_program>* keep) -> std::string {
       try {
-        auto probe = attempt(input_sizes_at(plan, examples, at(v)));
+        auto probe = attempt_at(at(v));
         auto why = structure_difference(base, probe);
         if (why.empty() && keep) keep->emplace(std::move(probe));
         if (!why.empty() && structure_difference(base, probe, /*layout_only=*/true).empty()) return {};
@@ -12235,12 +12482,154 @@ void probe_ranges(Attempt& attempt, const exported_program& base, const dyn_plan
   }
 }
 
+/// Thrown inside a dynamic export when a capture with another row count of a data-dependent call
+/// fails or records other ops: the code decides something on the count (Note [Unbacked sizes in
+/// a capture]).
+struct unbacked_decided {
+  std::string why;
+};
+
+/// Captures with each row count of a data-dependent call at 0, 1, 2 and a large count: the
+/// traced code must record the same ops (else it decides on the count: unbacked_decided); the
+/// captures at 2 and at the large count join the fit (a size that follows the count only part
+/// of the way, a slice's clamp, fails to fit instead of being wrong for other counts).
+template <class AttemptAt>
+void probe_unbacked(AttemptAt& attempt_at, const exported_program& base, std::size_t k, sym_runs& runs,
+                    std::vector<exported_program>& others, const std::vector<value_range>& facts) {
+  for (std::size_t j = k; j < runs.symbols.size(); ++j)
+    for (const std::int64_t v : {0, 1, 2, 61, -3}) {
+      const auto& fact = facts[j - k];
+      if (!fact.contains(v) || v == runs.values[0][j]) continue;
+      auto values = runs.values[0];
+      values[j] = v;
+      std::string why;
+      try {
+        auto probe = attempt_at(values);
+        why = structure_difference(base, probe);
+        if (why.empty() && (v >= 2 || v < 0)) {
+          runs.values.push_back(values);
+          runs.moved.push_back(static_cast<int>(j));
+          others.push_back(std::move(probe));
+        }
+        if (!why.empty() && structure_difference(base, probe, /*layout_only=*/true).empty()) why.clear();
+      } catch (const std::exception& e) {
+        // a shape rule that cannot take 0 or 1 rows on meta tensors (index_add's) decides nothing
+        if (v >= 2 || v < 0) why = "export fails: " + first_line(e.what());
+      }
+      if (!why.empty())
+        throw unbacked_decided{"with " + runs.dim_names[j] + " = " + std::to_string(v) + " instead of " +
+                               std::to_string(runs.values[0][j]) + ", " + why};
+    }
+}
+
 /// The name torch's ShapeEnv gives the symbol of a dynamic dim first seen at `source`
 /// (`L['x'].size()[0]` -> `s77`): `s` + sha256(source) mod 100, the next free number on a clash.
 inline std::string torch_symbol_name(const std::string& source, const std::vector<std::string>& taken) {
   auto id = sha256_mod(source, 100);
   while (std::find(taken.begin(), taken.end(), "s" + std::to_string(id)) != taken.end()) ++id;
   return "s" + std::to_string(id);
+}
+
+/// The data-dependent calls of `base`: the op that gives each unbacked symbol, in order.
+inline std::vector<std::string> unbacked_ops(const exported_program& base) {
+  std::vector<std::string> ops;
+  std::unordered_set<std::string> seen;
+  for (auto n : base.graph().nodes())
+    if (n.is_call()) for_each_unbacked_given(n, seen, [&](const value&, std::int64_t, const std::string&, const sym_int&) {
+        ops.push_back(n.op().qualified + " ('" + n.name() + "')");
+      });
+  return ops;
+}
+
+/// Gives each unbacked symbol of `base` its range, as torch's runtime assertions bound it: what
+/// xport::check_range said of it (`facts`, by call), and for a row count [0, the element count of
+/// what its call reads]; adds it to the range constraints.
+inline void range_unbacked(exported_program& base, const std::vector<value_range>& facts) {
+  std::unordered_set<std::string> seen;
+  std::vector<std::pair<std::string, sym_int>> ranged;  // in the order the calls give them
+  for (auto n : base.graph().nodes()) {
+    if (!n.is_call()) continue;
+    for_each_unbacked_given(n, seen, [&](const value&, std::int64_t, const std::string& symbol, const sym_int& e) {
+      const auto j = static_cast<std::size_t>(std::stoll(symbol.substr(1)));
+      auto r = j < facts.size() ? facts[j] : value_range{-int_oo, int_oo};
+      if (n.op().name != "aten::item") {
+        const auto& read = n.op().name == "aten::index" ? n.args()[1].as_list()[0].as_value() : n.input(0);
+        sym_int numel = 1;
+        for (const auto& d : read.meta().sizes) numel = numel * d;
+        r.lo = std::max<std::int64_t>(r.lo, 0);
+        r.hi = std::min(r.hi, sym::range(numel).hi);
+      }
+      ranged.emplace_back(symbol, sym::symbol(symbol, std::clamp(e.hint(), r.lo, r.hi), r));
+    });
+  }
+  substitute_sizes(base.graph_mut(), [&](const sym_int& e) {
+    return sym::substitute(e, [&](std::string_view name) -> std::optional<sym_int> {
+      for (const auto& [s, u] : ranged)
+        if (s == name) return u;
+      return std::nullopt;
+    });
+  });
+  for (const auto& [name, u] : ranged) {
+    const auto r = sym::range(u);
+    base.range_constraints_mut().push_back({u, r.lo, r.hi == int_oo ? std::nullopt : std::optional<std::int64_t>(r.hi), ""});
+  }
+  auto& rc = base.range_constraints_mut();
+  std::stable_sort(rc.begin(), rc.end(), [](const range_constraint& a, const range_constraint& b) {
+    return sym::is_unbacked(a.symbol.str()) && !sym::is_unbacked(b.symbol.str());  // u's first, as torch lists them
+  });
+}
+
+/// The captures of runs 1.. of `runs` (k dims, then n_unbacked row counts, each moved alone; then
+/// all moved): a capture that fails reports the dim (or the row count) it moved.
+template <class AttemptAt>
+std::vector<exported_program> capture_moved(AttemptAt& attempt_at, const sym_runs& runs, std::size_t k, std::size_t n_unbacked) {
+  std::vector<exported_program> others;
+  others.reserve(runs.values.size());
+  for (std::size_t r = 1; r < runs.values.size(); ++r) {
+    const int root = r <= k ? static_cast<int>(r - 1) : -1;
+    std::string failure;
+    try {
+      others.push_back(attempt_at(runs.values[r]));
+    } catch (const std::exception& e) {
+      failure = first_line(e.what());
+    }
+    if (failure.empty()) continue;
+    if (r > k && r <= k + n_unbacked)
+      throw unbacked_decided{"with " + assignment_text(runs.dim_names, runs.values[r], static_cast<int>(r - 1)) + " instead of " +
+                             std::to_string(runs.values[0][r - 1]) + " export fails: " + failure};
+    // moved alone it fails: does it work moved together with another dim of the same size?
+    for (std::size_t i = 0; root >= 0 && i < k; ++i) {
+      if (static_cast<int>(i) == root || runs.values[0][i] != runs.values[0][static_cast<std::size_t>(root)]) continue;
+      auto both = runs.values[0];
+      both[i] = both[static_cast<std::size_t>(root)] = runs.values[r][static_cast<std::size_t>(root)];
+      bool works = false;
+      try {
+        (void)attempt_at(both);
+        works = true;
+      } catch (const std::exception&) {
+      }
+      if (works) throw dims_related{root, static_cast<int>(i), failure};
+    }
+    throw dim_specialized{root, "with " + assignment_text(runs.dim_names, runs.values[r], root) + " instead of the example's " +
+                                    assignment_text(runs.dim_names, runs.values[0], root) + " export fails: " + failure};
+  }
+  return others;
+}
+
+/// The sizes of the inputs `examples` in the dims `symbols` of `plan`.
+inline std::vector<sym_shape> symbolic_input_sizes(const dyn_plan& plan, const std::vector<at::Tensor>& examples,
+                                                   const std::vector<sym_int>& symbols) {
+  std::vector<sym_shape> inputs;
+  for (std::size_t i = 0; i < examples.size(); ++i) {
+    sym_shape sizes;
+    for (std::size_t d = 0; d < static_cast<std::size_t>(examples[i].dim()); ++d) {
+      const auto& dd = plan.leaves[i][d];
+      sizes.push_back(dd.root < 0 ? sym_int(examples[i].size(static_cast<std::int64_t>(d)))
+                                  : symbols[static_cast<std::size_t>(dd.root)] * dd.a + dd.b);
+    }
+    inputs.push_back(std::move(sizes));
+  }
+  return inputs;
 }
 
 template <class Attempt>
@@ -12258,60 +12647,61 @@ exported_program dynamic_attempt(Attempt& attempt, const dyn_plan& plan, const s
     mins.push_back(r.min);
     maxs.push_back(r.max);
   }
-  auto runs = make_runs(symbols, names, mins, maxs);
-  exported_program base = attempt({});
-  std::vector<exported_program> others;
-  others.reserve(k + 1);
-  for (std::size_t r = 1; r < runs.values.size(); ++r) {
-    const int root = r <= k ? static_cast<int>(r - 1) : -1;
-    std::string failure;
-    try {
-      others.push_back(attempt(input_sizes_at(plan, examples, runs.values[r])));
-    } catch (const std::exception& e) {
-      failure = first_line(e.what());
+  // a capture at the values of the dims (and of the row counts that follow them)
+  auto attempt_at = [&](const std::vector<std::int64_t>& values) {
+    unbacked_scope rows(std::vector<std::int64_t>(values.begin() + static_cast<std::ptrdiff_t>(std::min(k, values.size())), values.end()));
+    return attempt(input_sizes_at(plan, examples, values));
+  };
+  std::size_t n_unbacked = 0;
+  std::vector<value_range> facts;  // what xport::check_range said of each data-dependent value
+  exported_program base = [&] {
+    unbacked_scope rows({});
+    auto b = attempt({});
+    n_unbacked = rows.given();
+    facts = rows.facts();
+    return b;
+  }();
+  if (k == 0 && n_unbacked == 0) return base;
+  std::vector<std::int64_t> at_facts;  // the dims' hints, then each value within its facts
+  for (const auto& sym : symbols) at_facts.push_back(sym.hint());
+  for (std::size_t j = 0; j < n_unbacked; ++j)
+    at_facts.push_back(std::clamp(unbacked_plan::default_value(j), facts[j].lo, facts[j].hi));
+  for (std::size_t j = 0; j < n_unbacked; ++j)
+    if (at_facts[k + j] != unbacked_plan::default_value(j)) {  // the base broke a fact: captured again within them
+      base = attempt_at(at_facts);
+      break;
     }
-    if (failure.empty()) continue;
-    // moved alone it fails: does it work moved together with another dim of the same size?
-    for (std::size_t i = 0; root >= 0 && i < k; ++i) {
-      if (static_cast<int>(i) == root || runs.values[0][i] != runs.values[0][static_cast<std::size_t>(root)]) continue;
-      auto both = runs.values[0];
-      both[i] = both[static_cast<std::size_t>(root)] = runs.values[r][static_cast<std::size_t>(root)];
-      bool works = false;
-      try {
-        (void)attempt(input_sizes_at(plan, examples, both));
-        works = true;
-      } catch (const std::exception&) {
-      }
-      if (works) throw dims_related{root, static_cast<int>(i), failure};
-    }
-    throw dim_specialized{root, "with " + assignment_text(names, runs.values[r], root) + " instead of the example's " +
-                                    assignment_text(names, runs.values[0], root) + " export fails: " + failure};
+  const auto ops = unbacked_ops(base);
+  for (std::size_t j = 0; j < n_unbacked; ++j) {
+    symbols.push_back(sym::symbol("u" + std::to_string(j), at_facts[k + j], facts[j]));
+    names.push_back(j < ops.size() ? "the value of " + ops[j] : "u" + std::to_string(j));
+    mins.push_back(facts[j].lo);
+    maxs.push_back(facts[j].hi);
   }
+  auto runs = make_runs(symbols, names, mins, maxs);
+  auto others = capture_moved(attempt_at, runs, k, n_unbacked);
   {
     std::vector<const exported_program*> ptrs;
     for (const auto& o : others) ptrs.push_back(&o);
     require_same_ops(base, ptrs, runs);  // before probing the range ends: another path is no narrowing
   }
-  probe_ranges(attempt, base, plan, examples, runs, others);
+  probe_ranges(attempt_at, base, plan, runs, others);
+  probe_unbacked(attempt_at, base, k, runs, others, facts);
   std::vector<const exported_program*> ptrs;
   for (const auto& o : others) ptrs.push_back(&o);
-  std::vector<sym_shape> inputs;
-  for (std::size_t i = 0; i < examples.size(); ++i) {
-    sym_shape sizes;
-    for (std::size_t d = 0; d < static_cast<std::size_t>(examples[i].dim()); ++d) {
-      const auto& dd = plan.leaves[i][d];
-      sizes.push_back(dd.root < 0 ? sym_int(examples[i].size(static_cast<std::int64_t>(d)))
-                                  : symbols[static_cast<std::size_t>(dd.root)] * dd.a + dd.b);
-    }
-    inputs.push_back(std::move(sizes));
+  try {
+    make_symbolic(base, ptrs, runs, symbolic_input_sizes(plan, examples, symbols));
+  } catch (const dim_specialized& s) {
+    if (k == 0) throw unbacked_decided{s.why};  // only row counts vary: they are what the code decided on
+    throw;
   }
-  make_symbolic(base, ptrs, runs, inputs);
   auto& rc = base.range_constraints_mut();
   rc.clear();
   for (std::size_t i = 0; i < k; ++i) {
     const auto& r = plan.roots[i];
     rc.push_back({symbols[i], r.min, r.max == int_oo ? std::nullopt : std::optional<std::int64_t>(r.max), r.dim_name});
   }
+  if (n_unbacked) range_unbacked(base, facts);
   return base;
 }
 
@@ -12324,12 +12714,26 @@ exported_program export_dynamic(Attempt& attempt, const std::tuple<Args...>& arg
   std::vector<std::string> arg_names;
   for (std::size_t i = 0; i < sizeof...(Args); ++i)
     arg_names.push_back(opts.input_names.empty() ? default_input_name(i, sizeof...(Args)) : opts.input_names[i]);
-  auto plan = dyn_resolver(examples, names).resolve(opts.dynamic_shapes, in_spec, arg_names);
+  dyn_plan plan;  // no dynamic_shapes: static dims (a capture with data-dependent calls comes here)
+  if (!opts.dynamic_shapes.empty()) plan = dyn_resolver(examples, names).resolve(opts.dynamic_shapes, in_spec, arg_names);
+  for (std::size_t i = plan.leaves.size(); i < examples.size(); ++i)
+    plan.leaves.emplace_back(static_cast<std::size_t>(examples[i].dim()));
   for (;;) {
-    if (!plan.any()) return attempt({});
     try {
       return dynamic_attempt(attempt, plan, examples);
+    } catch (const unbacked_decided& u) {
+      throw graph_break("xport.export.graph_break",
+                        "graph break: the traced code decides something on the number of rows a data-dependent call "
+                        "gives (nonzero, masked_select, a boolean-mask index), or on an item() (values only the data "
+                        "knows, torch's unbacked SymInts): " + u.why + ". Way out: write the code so that it does the "
+                        "same for every value (0 rows included: empty tensors flow through ATen ops), state the range "
+                        "it relies on with xport::check_range(v, min, max) (torch._check), or keep the shape with a "
+                        "mask (at::where(mask, x, 0))");
     } catch (const dim_specialized& s) {
+      if (s.root >= static_cast<int>(plan.roots.size()))
+        throw graph_break("xport.export.graph_break",
+                          "graph break: the traced code decides something on the number of rows a data-dependent "
+                          "call gives (torch's unbacked SymInt): " + s.why);
       if (s.root >= 0 && plan.roots[static_cast<std::size_t>(s.root)].automatic) {
         drop_root(plan, s.root);  // Dim::automatic: static after all
         continue;
@@ -12411,7 +12815,11 @@ exported_program export_program(F&& f, const std::tuple<Args...>& args, const ex
       return detail::trace_non_strict(f, args, opts, cap);
     }
   };
-  if (opts.dynamic_shapes.empty()) return attempt({});
+  if (opts.dynamic_shapes.empty()) {
+    detail::unbacked_scope rows({});  // Note [Unbacked sizes in a capture]: captured again when the code calls any
+    auto p = attempt({});
+    if (rows.given() == 0) return p;
+  }
   if constexpr (inputs_ok) return detail::export_dynamic(attempt, args, opts);
   else std::abort();
 }
@@ -14798,7 +15206,7 @@ class sym_env {
         throw run_error("xport.run.assertion", "Runtime assertion failed for expression " + expr + " on node '" + where +
                                                    "' (" + std::string(name) + " = " + std::to_string(v) +
                                                    " in this call): the program was exported for values in " + r.str() +
-                                                   " (torch._check / xport::check facts and the data-dependent op's bounds)");
+                                                   " (torch._check / xport::check_range facts and the data-dependent op's bounds)");
       };
       if (r.lo > -int_oo && v < r.lo) fail(std::string(name) + " >= " + std::to_string(r.lo));
       if (r.hi < int_oo && v > r.hi) fail(std::string(name) + " <= " + std::to_string(r.hi));
@@ -16800,6 +17208,7 @@ class sym_writer {
       const auto r = sym::range(e);
       const auto meta = nodes_.back()["metadata"];
       const auto assert_bound = [&](const char* what, const char* relation, const char* op, std::int64_t k) {
+        if (dim < 0) (void)fresh(what);  // named as print names it (program/print.hpp, plan_unbacked)
         const auto name = fresh(what);
         nodes_.push_back({{"target", std::string("_operator.") + what},
                           {"inputs", json::array({{{"name", "a"}, {"arg", {{"as_sym_int", {{"as_name", src}}}}}, {"kind", 1}},

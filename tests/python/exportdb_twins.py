@@ -219,12 +219,37 @@ def scan():
                    ("init", "xs"))]
 
 
+def constrain_as_size_example():
+    def f(x):
+        a = x.item()
+        torch._check(a >= 0)
+        torch._check(a <= 5)
+        return torch.zeros((a, 5))
+    return [export(f, (torch.tensor(4),))]
+
+
+def constrain_as_value_example():
+    def f(x, y):
+        a = x.item()
+        torch._check(a >= 0)
+        torch._check(a <= 5)
+        if a < 6:
+            return y.sin()
+        return y.cos()
+    return [export(f, (torch.tensor(4), torch.randn(5, 5)), ("x", "y"))]
+
+
+def nonzero_rows():
+    return [export(lambda x: torch.nonzero(x > 0).sum(0), (torch.randn(4, 3),))]
+
+
 CASES = {f.__name__: f for f in (static_if, static_for_loop, nested_function, dictionary, list_input, optional_input,
                                  scalar_input, scalar_output, buffer_mutation, user_input_mutation,
                                  specialized_attribute, constant_tensor, decompositions, dynamic_shape_view,
                                  dynamic_shape_slicing, dynamic_shape_constructor, strict_template,
                                  cond_closed_over_variable, cond_operands, cond_predicate, cond_branch_nested_function,
-                                 cond_branch_class_method, dynamic_shape_map, while_loop, scan)}
+                                 cond_branch_class_method, dynamic_shape_map, while_loop, scan,
+                                 constrain_as_size_example, constrain_as_value_example, nonzero_rows)}
 
 # cases whose programs print with source lines on the C++ side (strict): compared without them
 STRICT = {"strict_template"}

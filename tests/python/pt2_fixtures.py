@@ -477,7 +477,8 @@ def main():
     w.export("nonzero", Nonzero(), (torch.randn(6, 3),), extra=[((-torch.ones(6, 3),), {}), ((torch.randn(3, 6).t(),), {})],
              printed=True)
     x = torch.randn(8, 3)
-    w.export("item_slice", ItemSlice(), (x, torch.tensor(3)), extra=[((x, torch.tensor(1)), {}), ((x.t().contiguous().t(), torch.tensor(8)), {})])
+    w.export("item_slice", ItemSlice(), (x, torch.tensor(3)), extra=[((x, torch.tensor(1)), {}), ((x.t().contiguous().t(), torch.tensor(8)), {})],
+             printed=True)
     torch.manual_seed(0)
     moe, x = MoE().eval(), torch.randn(10, 8)
     w.export("moe_nonzero", moe, (x,), extra=[((torch.randn(10, 8),), {}), ((torch.randn(20, 8)[::2],), {})])

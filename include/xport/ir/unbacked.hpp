@@ -32,4 +32,26 @@ void for_each_unbacked_given(const node& n, std::unordered_set<std::string>& see
   }
 }
 
+/// Whether call `n` gives an unbacked symbol none of its inputs has: its runtime assertion (the
+/// symbol's range, torch's `_assert_scalar` nodes on it) is an effect, so dead-code elimination
+/// keeps it.
+inline bool gives_unbacked(const node& n) {
+  std::unordered_set<std::string> known;
+  bool any = false;  // an output with an unbacked symbol at all (most nodes have none: no set is made)
+  for_each_unbacked_given(n, known, [&](const value&, std::int64_t, const std::string&, const sym_int&) { any = true; });
+  if (!any) return false;
+  known.clear();
+  for (auto v : n.inputs()) {
+    const auto note = [&](const sym_int& e) {
+      for (auto& s : sym::free_symbols(e)) known.insert(std::move(s));
+    };
+    if (v.kind() == value_kind::sym_int) note(v.type().scalar);
+    else if (v.kind() == value_kind::tensor)
+      for (const auto& d : v.meta().sizes) note(d);
+  }
+  bool gives = false;
+  for_each_unbacked_given(n, known, [&](const value&, std::int64_t, const std::string&, const sym_int&) { gives = true; });
+  return gives;
+}
+
 XPORT_END_NAMESPACE

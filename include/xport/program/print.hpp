@@ -246,6 +246,9 @@ class size_planner {
         symbol_of_.emplace(symbol, e);
         const auto r = sym::range(e);
         const auto assert_bound = [&](const char* base, const char* op, std::int64_t k) {
+          // an item()'s bounds come from torch._check calls, whose own comparison nodes torch's
+          // trace made and removed first: its assertion nodes take the next names (`ge_1`)
+          if (dim < 0) (void)fresh(base);
           const auto name = fresh(base);
           const auto expr = symbol + " " + op + " " + std::to_string(k);
           lines.push_back({name, "Sym(" + expr + ")", src + " " + op + " " + std::to_string(k), {src}});

@@ -47,7 +47,7 @@ class sym_env {
         throw run_error("xport.run.assertion", "Runtime assertion failed for expression " + expr + " on node '" + where +
                                                    "' (" + std::string(name) + " = " + std::to_string(v) +
                                                    " in this call): the program was exported for values in " + r.str() +
-                                                   " (torch._check / xport::check facts and the data-dependent op's bounds)");
+                                                   " (torch._check / xport::check_range facts and the data-dependent op's bounds)");
       };
       if (r.lo > -int_oo && v < r.lo) fail(std::string(name) + " >= " + std::to_string(r.lo));
       if (r.hi < int_oo && v > r.hi) fail(std::string(name) + " <= " + std::to_string(r.hi));

@@ -107,6 +107,7 @@ class sym_writer {
       const auto r = sym::range(e);
       const auto meta = nodes_.back()["metadata"];
       const auto assert_bound = [&](const char* what, const char* relation, const char* op, std::int64_t k) {
+        if (dim < 0) (void)fresh(what);  // named as print names it (program/print.hpp, plan_unbacked)
         const auto name = fresh(what);
         nodes_.push_back({{"target", std::string("_operator.") + what},
                           {"inputs", json::array({{{"name", "a"}, {"arg", {{"as_sym_int", {{"as_name", src}}}}}, {"kind", 1}},

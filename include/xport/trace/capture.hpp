@@ -37,6 +37,7 @@
 #include <xport/ir/graph.hpp>
 #include <xport/ir/op.hpp>
 #include <xport/ir/sym_expr.hpp>
+#include <xport/trace/unbacked.hpp>
 
 XPORT_BEGIN_NAMESPACE
 namespace detail {
@@ -300,6 +301,8 @@ class capture {
   /// Records `op` with the arguments on `stack` and leaves its (meta) results there.
   void record_op(const op_info& op, torch::jit::Stack& stack) {
     if (op.data_dependent && op.name == "aten::equal" && decided_equal(stack)) return;
+    if (active_unbacked && gives_unbacked_rows(op, stack)) return record_unbacked_rows(op, stack);
+    if (active_unbacked && reads_unbacked_int(op, stack)) return record_unbacked_int(op, stack);
     if (op.data_dependent) throw_graph_break(op);
     if (op.name == "aten::index" && has_mask_index(stack.back())) throw_mask_index_break(op);
     auto args = take_arguments(op, stack);
@@ -420,6 +423,77 @@ class capture {
       if (d.is_constant() && d.value() != 0) return true;
     }
     return false;
+  }
+
+  // Whether `op` on `stack` gives as many rows as its data holds, a count export makes a symbol
+  // of (Note [Unbacked sizes in a capture]): nonzero, masked_select, an index by one boolean
+  // (or uint8) mask in the first position.
+  static bool gives_unbacked_rows(const op_info& op, const torch::jit::Stack& stack) {
+    if (op.name == "aten::nonzero" && op.overload.empty()) return true;
+    if (op.name == "aten::masked_select" && op.overload.empty()) return true;
+    if (op.name != "aten::index" || op.overload != "Tensor") return false;
+    const auto& indices = stack.back();
+    if (!indices.isList() || indices.toListRef().empty()) return false;
+    const auto& list = indices.toListRef();
+    for (std::size_t i = 1; i < list.size(); ++i)
+      if (list[i].isTensor() && list[i].toTensor().defined()) return false;
+    if (!list[0].isTensor() || !list[0].toTensor().defined()) return false;
+    const auto st = list[0].toTensor().scalar_type();
+    return st == c10::kBool || st == c10::kByte;
+  }
+
+  // Whether `op` is item() of an integer tensor of one element: an int only the data knows.
+  static bool reads_unbacked_int(const op_info& op, const torch::jit::Stack& stack) {
+    if (op.name != "aten::item" && op.name != "aten::_local_scalar_dense") return false;
+    const auto& self = stack.back();
+    return self.isTensor() && self.toTensor().defined() && self.toTensor().numel() == 1 &&
+           c10::isIntegralType(self.toTensor().scalar_type(), /*includeBool=*/false);
+  }
+
+  // Records item() of an integer tensor (reads_unbacked_int): its value is the one the
+  // capture's plan gives it (Note [Unbacked sizes in a capture]), a SymInt in the graph.
+  void record_unbacked_int(const op_info& op, torch::jit::Stack& stack) {
+    auto args = take_arguments(op, stack);
+    const auto v = active_unbacked->take();
+    std::vector<value_type> types{value_type::of_sym_int(v)};
+    const auto& item = op.name == "aten::item" ? op : find_op("aten::item");
+    auto node = builder_.record(item, std::move(args), std::move(types));
+    if (auto path = module_path_of(node); !path.empty()) node.set_module_path(std::move(path));
+    stack.emplace_back(v);
+    meta_stack_.clear();
+    originals_.clear();
+  }
+
+  // Records a call gives_unbacked_rows accepts, its meta result made with the row count the
+  // capture's plan gives it: `[n, self.dim()]` int64 (nonzero), `[n]` (masked_select),
+  // `[n, rest of self's dims]` (a mask index).
+  void record_unbacked_rows(const op_info& op, torch::jit::Stack& stack) {
+    auto args = take_arguments(op, stack);
+    if (python_frontend_) fill_python_defaults(op, args);
+    const auto& self = meta_stack_[0].toTensor();
+    const auto rows = active_unbacked->take({0, int_oo});
+    at::Tensor out;
+    if (op.name == "aten::nonzero") {
+      out = at::empty({rows, self.dim()}, self.options().dtype(at::kLong));
+    } else if (op.name == "aten::masked_select") {
+      out = at::empty({rows}, self.options());
+    } else {
+      const auto mask_dims = meta_stack_[1].toListRef()[0].toTensor().dim();
+      if (mask_dims > self.dim())
+        throw graph_error("xport.fake.op_rejected", op.qualified + ": a mask of " + std::to_string(mask_dims) +
+                                                        " dims indexes a tensor of " + std::to_string(self.dim()));
+      std::vector<std::int64_t> sizes{rows};
+      for (auto d = mask_dims; d < self.dim(); ++d) sizes.push_back(self.size(d));
+      out = at::empty(sizes, self.options());
+    }
+    meta_stack_.clear();
+    meta_stack_.emplace_back(std::move(out));
+    auto types = result_types(op, meta_stack_, output_device(op, args), any_requires_grad(args));
+    auto node = builder_.record(python_frontend_ ? python_overload(op) : op, std::move(args), std::move(types));
+    if (auto path = module_path_of(node); !path.empty()) node.set_module_path(std::move(path));
+    hand_back_results(op, node, 0, stack);
+    meta_stack_.clear();
+    originals_.clear();
   }
 
   static bool has_mask_index(const c10::IValue& indices) {

@@ -33,6 +33,8 @@
 #include <xport/trace/strict.hpp>
 #include <xport/trace/symbolic.hpp>
 #include <xport/trace/tree.hpp>
+#include <xport/trace/unbacked.hpp>
+#include <xport/ir/unbacked.hpp>
 
 XPORT_BEGIN_NAMESPACE
 
@@ -254,9 +256,9 @@ inline void merge_roots(dyn_plan& plan, int from, int into) {
 /// sizes are fitted to (so a form that only fits the middle of the range is caught); where they
 /// fail or record other ops, the part of the range that works is found by bisection and
 /// reported as dim_narrowed.
-template <class Attempt>
-void probe_ranges(Attempt& attempt, const exported_program& base, const dyn_plan& plan,
-                  const std::vector<at::Tensor>& examples, sym_runs& runs, std::vector<exported_program>& others) {
+template <class AttemptAt>
+void probe_ranges(AttemptAt& attempt_at, const exported_program& base, const dyn_plan& plan, sym_runs& runs,
+                  std::vector<exported_program>& others) {
   const std::size_t k = plan.roots.size();
   for (std::size_t j = 0; j < k; ++j) {
     const auto& r = plan.roots[j];
@@ -272,7 +274,7 @@ void probe_ranges(Attempt& attempt, const exported_program& base, const dyn_plan
     };
     auto why_not = [&](std::int64_t v, std::optional<exported_program>* keep) -> std::string {
       try {
-        auto probe = attempt(input_sizes_at(plan, examples, at(v)));
+        auto probe = attempt_at(at(v));
         auto why = structure_difference(base, probe);
         if (why.empty() && keep) keep->emplace(std::move(probe));
         if (!why.empty() && structure_difference(base, probe, /*layout_only=*/true).empty()) return {};
@@ -305,12 +307,154 @@ void probe_ranges(Attempt& attempt, const exported_program& base, const dyn_plan
   }
 }
 
+/// Thrown inside a dynamic export when a capture with another row count of a data-dependent call
+/// fails or records other ops: the code decides something on the count (Note [Unbacked sizes in
+/// a capture]).
+struct unbacked_decided {
+  std::string why;
+};
+
+/// Captures with each row count of a data-dependent call at 0, 1, 2 and a large count: the
+/// traced code must record the same ops (else it decides on the count: unbacked_decided); the
+/// captures at 2 and at the large count join the fit (a size that follows the count only part
+/// of the way, a slice's clamp, fails to fit instead of being wrong for other counts).
+template <class AttemptAt>
+void probe_unbacked(AttemptAt& attempt_at, const exported_program& base, std::size_t k, sym_runs& runs,
+                    std::vector<exported_program>& others, const std::vector<value_range>& facts) {
+  for (std::size_t j = k; j < runs.symbols.size(); ++j)
+    for (const std::int64_t v : {0, 1, 2, 61, -3}) {
+      const auto& fact = facts[j - k];
+      if (!fact.contains(v) || v == runs.values[0][j]) continue;
+      auto values = runs.values[0];
+      values[j] = v;
+      std::string why;
+      try {
+        auto probe = attempt_at(values);
+        why = structure_difference(base, probe);
+        if (why.empty() && (v >= 2 || v < 0)) {
+          runs.values.push_back(values);
+          runs.moved.push_back(static_cast<int>(j));
+          others.push_back(std::move(probe));
+        }
+        if (!why.empty() && structure_difference(base, probe, /*layout_only=*/true).empty()) why.clear();
+      } catch (const std::exception& e) {
+        // a shape rule that cannot take 0 or 1 rows on meta tensors (index_add's) decides nothing
+        if (v >= 2 || v < 0) why = "export fails: " + first_line(e.what());
+      }
+      if (!why.empty())
+        throw unbacked_decided{"with " + runs.dim_names[j] + " = " + std::to_string(v) + " instead of " +
+                               std::to_string(runs.values[0][j]) + ", " + why};
+    }
+}
+
 /// The name torch's ShapeEnv gives the symbol of a dynamic dim first seen at `source`
 /// (`L['x'].size()[0]` -> `s77`): `s` + sha256(source) mod 100, the next free number on a clash.
 inline std::string torch_symbol_name(const std::string& source, const std::vector<std::string>& taken) {
   auto id = sha256_mod(source, 100);
   while (std::find(taken.begin(), taken.end(), "s" + std::to_string(id)) != taken.end()) ++id;
   return "s" + std::to_string(id);
+}
+
+/// The data-dependent calls of `base`: the op that gives each unbacked symbol, in order.
+inline std::vector<std::string> unbacked_ops(const exported_program& base) {
+  std::vector<std::string> ops;
+  std::unordered_set<std::string> seen;
+  for (auto n : base.graph().nodes())
+    if (n.is_call()) for_each_unbacked_given(n, seen, [&](const value&, std::int64_t, const std::string&, const sym_int&) {
+        ops.push_back(n.op().qualified + " ('" + n.name() + "')");
+      });
+  return ops;
+}
+
+/// Gives each unbacked symbol of `base` its range, as torch's runtime assertions bound it: what
+/// xport::check_range said of it (`facts`, by call), and for a row count [0, the element count of
+/// what its call reads]; adds it to the range constraints.
+inline void range_unbacked(exported_program& base, const std::vector<value_range>& facts) {
+  std::unordered_set<std::string> seen;
+  std::vector<std::pair<std::string, sym_int>> ranged;  // in the order the calls give them
+  for (auto n : base.graph().nodes()) {
+    if (!n.is_call()) continue;
+    for_each_unbacked_given(n, seen, [&](const value&, std::int64_t, const std::string& symbol, const sym_int& e) {
+      const auto j = static_cast<std::size_t>(std::stoll(symbol.substr(1)));
+      auto r = j < facts.size() ? facts[j] : value_range{-int_oo, int_oo};
+      if (n.op().name != "aten::item") {
+        const auto& read = n.op().name == "aten::index" ? n.args()[1].as_list()[0].as_value() : n.input(0);
+        sym_int numel = 1;
+        for (const auto& d : read.meta().sizes) numel = numel * d;
+        r.lo = std::max<std::int64_t>(r.lo, 0);
+        r.hi = std::min(r.hi, sym::range(numel).hi);
+      }
+      ranged.emplace_back(symbol, sym::symbol(symbol, std::clamp(e.hint(), r.lo, r.hi), r));
+    });
+  }
+  substitute_sizes(base.graph_mut(), [&](const sym_int& e) {
+    return sym::substitute(e, [&](std::string_view name) -> std::optional<sym_int> {
+      for (const auto& [s, u] : ranged)
+        if (s == name) return u;
+      return std::nullopt;
+    });
+  });
+  for (const auto& [name, u] : ranged) {
+    const auto r = sym::range(u);
+    base.range_constraints_mut().push_back({u, r.lo, r.hi == int_oo ? std::nullopt : std::optional<std::int64_t>(r.hi), ""});
+  }
+  auto& rc = base.range_constraints_mut();
+  std::stable_sort(rc.begin(), rc.end(), [](const range_constraint& a, const range_constraint& b) {
+    return sym::is_unbacked(a.symbol.str()) && !sym::is_unbacked(b.symbol.str());  // u's first, as torch lists them
+  });
+}
+
+/// The captures of runs 1.. of `runs` (k dims, then n_unbacked row counts, each moved alone; then
+/// all moved): a capture that fails reports the dim (or the row count) it moved.
+template <class AttemptAt>
+std::vector<exported_program> capture_moved(AttemptAt& attempt_at, const sym_runs& runs, std::size_t k, std::size_t n_unbacked) {
+  std::vector<exported_program> others;
+  others.reserve(runs.values.size());
+  for (std::size_t r = 1; r < runs.values.size(); ++r) {
+    const int root = r <= k ? static_cast<int>(r - 1) : -1;
+    std::string failure;
+    try {
+      others.push_back(attempt_at(runs.values[r]));
+    } catch (const std::exception& e) {
+      failure = first_line(e.what());
+    }
+    if (failure.empty()) continue;
+    if (r > k && r <= k + n_unbacked)
+      throw unbacked_decided{"with " + assignment_text(runs.dim_names, runs.values[r], static_cast<int>(r - 1)) + " instead of " +
+                             std::to_string(runs.values[0][r - 1]) + " export fails: " + failure};
+    // moved alone it fails: does it work moved together with another dim of the same size?
+    for (std::size_t i = 0; root >= 0 && i < k; ++i) {
+      if (static_cast<int>(i) == root || runs.values[0][i] != runs.values[0][static_cast<std::size_t>(root)]) continue;
+      auto both = runs.values[0];
+      both[i] = both[static_cast<std::size_t>(root)] = runs.values[r][static_cast<std::size_t>(root)];
+      bool works = false;
+      try {
+        (void)attempt_at(both);
+        works = true;
+      } catch (const std::exception&) {
+      }
+      if (works) throw dims_related{root, static_cast<int>(i), failure};
+    }
+    throw dim_specialized{root, "with " + assignment_text(runs.dim_names, runs.values[r], root) + " instead of the example's " +
+                                    assignment_text(runs.dim_names, runs.values[0], root) + " export fails: " + failure};
+  }
+  return others;
+}
+
+/// The sizes of the inputs `examples` in the dims `symbols` of `plan`.
+inline std::vector<sym_shape> symbolic_input_sizes(const dyn_plan& plan, const std::vector<at::Tensor>& examples,
+                                                   const std::vector<sym_int>& symbols) {
+  std::vector<sym_shape> inputs;
+  for (std::size_t i = 0; i < examples.size(); ++i) {
+    sym_shape sizes;
+    for (std::size_t d = 0; d < static_cast<std::size_t>(examples[i].dim()); ++d) {
+      const auto& dd = plan.leaves[i][d];
+      sizes.push_back(dd.root < 0 ? sym_int(examples[i].size(static_cast<std::int64_t>(d)))
+                                  : symbols[static_cast<std::size_t>(dd.root)] * dd.a + dd.b);
+    }
+    inputs.push_back(std::move(sizes));
+  }
+  return inputs;
 }
 
 template <class Attempt>
@@ -328,60 +472,61 @@ exported_program dynamic_attempt(Attempt& attempt, const dyn_plan& plan, const s
     mins.push_back(r.min);
     maxs.push_back(r.max);
   }
-  auto runs = make_runs(symbols, names, mins, maxs);
-  exported_program base = attempt({});
-  std::vector<exported_program> others;
-  others.reserve(k + 1);
-  for (std::size_t r = 1; r < runs.values.size(); ++r) {
-    const int root = r <= k ? static_cast<int>(r - 1) : -1;
-    std::string failure;
-    try {
-      others.push_back(attempt(input_sizes_at(plan, examples, runs.values[r])));
-    } catch (const std::exception& e) {
-      failure = first_line(e.what());
+  // a capture at the values of the dims (and of the row counts that follow them)
+  auto attempt_at = [&](const std::vector<std::int64_t>& values) {
+    unbacked_scope rows(std::vector<std::int64_t>(values.begin() + static_cast<std::ptrdiff_t>(std::min(k, values.size())), values.end()));
+    return attempt(input_sizes_at(plan, examples, values));
+  };
+  std::size_t n_unbacked = 0;
+  std::vector<value_range> facts;  // what xport::check_range said of each data-dependent value
+  exported_program base = [&] {
+    unbacked_scope rows({});
+    auto b = attempt({});
+    n_unbacked = rows.given();
+    facts = rows.facts();
+    return b;
+  }();
+  if (k == 0 && n_unbacked == 0) return base;
+  std::vector<std::int64_t> at_facts;  // the dims' hints, then each value within its facts
+  for (const auto& sym : symbols) at_facts.push_back(sym.hint());
+  for (std::size_t j = 0; j < n_unbacked; ++j)
+    at_facts.push_back(std::clamp(unbacked_plan::default_value(j), facts[j].lo, facts[j].hi));
+  for (std::size_t j = 0; j < n_unbacked; ++j)
+    if (at_facts[k + j] != unbacked_plan::default_value(j)) {  // the base broke a fact: captured again within them
+      base = attempt_at(at_facts);
+      break;
     }
-    if (failure.empty()) continue;
-    // moved alone it fails: does it work moved together with another dim of the same size?
-    for (std::size_t i = 0; root >= 0 && i < k; ++i) {
-      if (static_cast<int>(i) == root || runs.values[0][i] != runs.values[0][static_cast<std::size_t>(root)]) continue;
-      auto both = runs.values[0];
-      both[i] = both[static_cast<std::size_t>(root)] = runs.values[r][static_cast<std::size_t>(root)];
-      bool works = false;
-      try {
-        (void)attempt(input_sizes_at(plan, examples, both));
-        works = true;
-      } catch (const std::exception&) {
-      }
-      if (works) throw dims_related{root, static_cast<int>(i), failure};
-    }
-    throw dim_specialized{root, "with " + assignment_text(names, runs.values[r], root) + " instead of the example's " +
-                                    assignment_text(names, runs.values[0], root) + " export fails: " + failure};
+  const auto ops = unbacked_ops(base);
+  for (std::size_t j = 0; j < n_unbacked; ++j) {
+    symbols.push_back(sym::symbol("u" + std::to_string(j), at_facts[k + j], facts[j]));
+    names.push_back(j < ops.size() ? "the value of " + ops[j] : "u" + std::to_string(j));
+    mins.push_back(facts[j].lo);
+    maxs.push_back(facts[j].hi);
   }
+  auto runs = make_runs(symbols, names, mins, maxs);
+  auto others = capture_moved(attempt_at, runs, k, n_unbacked);
   {
     std::vector<const exported_program*> ptrs;
     for (const auto& o : others) ptrs.push_back(&o);
     require_same_ops(base, ptrs, runs);  // before probing the range ends: another path is no narrowing
   }
-  probe_ranges(attempt, base, plan, examples, runs, others);
+  probe_ranges(attempt_at, base, plan, runs, others);
+  probe_unbacked(attempt_at, base, k, runs, others, facts);
   std::vector<const exported_program*> ptrs;
   for (const auto& o : others) ptrs.push_back(&o);
-  std::vector<sym_shape> inputs;
-  for (std::size_t i = 0; i < examples.size(); ++i) {
-    sym_shape sizes;
-    for (std::size_t d = 0; d < static_cast<std::size_t>(examples[i].dim()); ++d) {
-      const auto& dd = plan.leaves[i][d];
-      sizes.push_back(dd.root < 0 ? sym_int(examples[i].size(static_cast<std::int64_t>(d)))
-                                  : symbols[static_cast<std::size_t>(dd.root)] * dd.a + dd.b);
-    }
-    inputs.push_back(std::move(sizes));
+  try {
+    make_symbolic(base, ptrs, runs, symbolic_input_sizes(plan, examples, symbols));
+  } catch (const dim_specialized& s) {
+    if (k == 0) throw unbacked_decided{s.why};  // only row counts vary: they are what the code decided on
+    throw;
   }
-  make_symbolic(base, ptrs, runs, inputs);
   auto& rc = base.range_constraints_mut();
   rc.clear();
   for (std::size_t i = 0; i < k; ++i) {
     const auto& r = plan.roots[i];
     rc.push_back({symbols[i], r.min, r.max == int_oo ? std::nullopt : std::optional<std::int64_t>(r.max), r.dim_name});
   }
+  if (n_unbacked) range_unbacked(base, facts);
   return base;
 }
 
@@ -394,12 +539,26 @@ exported_program export_dynamic(Attempt& attempt, const std::tuple<Args...>& arg
   std::vector<std::string> arg_names;
   for (std::size_t i = 0; i < sizeof...(Args); ++i)
     arg_names.push_back(opts.input_names.empty() ? default_input_name(i, sizeof...(Args)) : opts.input_names[i]);
-  auto plan = dyn_resolver(examples, names).resolve(opts.dynamic_shapes, in_spec, arg_names);
+  dyn_plan plan;  // no dynamic_shapes: static dims (a capture with data-dependent calls comes here)
+  if (!opts.dynamic_shapes.empty()) plan = dyn_resolver(examples, names).resolve(opts.dynamic_shapes, in_spec, arg_names);
+  for (std::size_t i = plan.leaves.size(); i < examples.size(); ++i)
+    plan.leaves.emplace_back(static_cast<std::size_t>(examples[i].dim()));
   for (;;) {
-    if (!plan.any()) return attempt({});
     try {
       return dynamic_attempt(attempt, plan, examples);
+    } catch (const unbacked_decided& u) {
+      throw graph_break("xport.export.graph_break",
+                        "graph break: the traced code decides something on the number of rows a data-dependent call "
+                        "gives (nonzero, masked_select, a boolean-mask index), or on an item() (values only the data "
+                        "knows, torch's unbacked SymInts): " + u.why + ". Way out: write the code so that it does the "
+                        "same for every value (0 rows included: empty tensors flow through ATen ops), state the range "
+                        "it relies on with xport::check_range(v, min, max) (torch._check), or keep the shape with a "
+                        "mask (at::where(mask, x, 0))");
     } catch (const dim_specialized& s) {
+      if (s.root >= static_cast<int>(plan.roots.size()))
+        throw graph_break("xport.export.graph_break",
+                          "graph break: the traced code decides something on the number of rows a data-dependent "
+                          "call gives (torch's unbacked SymInt): " + s.why);
       if (s.root >= 0 && plan.roots[static_cast<std::size_t>(s.root)].automatic) {
         drop_root(plan, s.root);  // Dim::automatic: static after all
         continue;
@@ -481,7 +640,11 @@ exported_program export_program(F&& f, const std::tuple<Args...>& args, const ex
       return detail::trace_non_strict(f, args, opts, cap);
     }
   };
-  if (opts.dynamic_shapes.empty()) return attempt({});
+  if (opts.dynamic_shapes.empty()) {
+    detail::unbacked_scope rows({});  // Note [Unbacked sizes in a capture]: captured again when the code calls any
+    auto p = attempt({});
+    if (rows.given() == 0) return p;
+  }
   if constexpr (inputs_ok) return detail::export_dynamic(attempt, args, opts);
   else std::abort();
 }

@@ -38,6 +38,8 @@
 #include <xport/ir/program.hpp>
 #include <xport/ir/sym_expr.hpp>
 #include <xport/trace/dynamic.hpp>
+#include <xport/trace/unbacked.hpp>
+#include <xport/ir/unbacked.hpp>
 
 XPORT_BEGIN_NAMESPACE
 namespace detail {
@@ -405,9 +407,21 @@ class symbolic_maker {
     std::size_t out_i = 0;
     for (auto v : n.outputs()) {
       const std::size_t oi = out_i++;
+      if (v.kind() == value_kind::sym_int) fit_scalar_output(i, oi, v, basis);
       if (v.kind() != value_kind::tensor) continue;
       fit_output(i, oi, v, input_shapes, basis);
     }
+  }
+
+  /// Fits output `oi` of node `i`, an int (item()'s: Note [Unbacked sizes in a capture]).
+  void fit_scalar_output(std::size_t i, std::size_t oi, value v, const std::vector<sym_int>& basis) const {
+    std::vector<std::int64_t> obs(nruns_, v.type().scalar.hint());
+    for (std::size_t r = 1; r < nruns_; ++r) obs[r] = nodes_[r][i].output(oi).type().scalar.hint();
+    const auto e = fit_.fit(obs, basis);
+    if (!e)
+      throw dim_specialized{-1, "the int node " + node_text(nodes_[0][i]) + " gives is " + values_text(obs, runs_) +
+                                    ", which xport cannot express in the dynamic dims"};
+    v.set_type(value_type::of_sym_int(*e));
   }
 
   /// The products of trailing input dims from the first symbolic one on: what sizes are fitted in.
@@ -572,31 +586,33 @@ inline sym_runs runs_of(const exported_program& p) {
   return make_runs(std::move(symbols), std::move(names), mins, maxs);
 }
 
-inline argument specialize_argument(const argument& a, const symbolic_fitter& fit, std::size_t run) {
-  if (a.is_symbolic()) return fit.eval(a.as_sym(), run);
-  if (a.is_list()) {
+/// Replaces every symbolic size and argument `e` of `g` (and of its subgraphs, copied: they are
+/// shared) by `f(e)`.
+template <class F>
+void substitute_sizes(graph& g, const F& f) {
+  const std::function<argument(const argument&)> arg = [&](const argument& a) -> argument {
+    if (a.is_symbolic()) return f(a.as_sym());
+    if (!a.is_list()) return a;
     argument::list_type l;
     l.reserve(a.as_list().size());
-    for (const auto& e : a.as_list()) l.push_back(specialize_argument(e, fit, run));
+    for (const auto& e : a.as_list()) l.push_back(arg(e));
     return l;
-  }
-  return a;
-}
-
-/// Gives every value of `g` (and of its subgraphs, copied: they are shared) its sizes and
-/// arguments at their values in capture `run`.
-inline void specialize_graph(graph& g, const symbolic_fitter& fit, std::size_t run) {
+  };
   for (auto n : g.nodes()) {
     for (auto v : n.outputs()) {
+      if (v.kind() == value_kind::sym_int && v.type().scalar.is_symbolic()) {
+        v.set_type(value_type::of_sym_int(f(v.type().scalar)));
+        continue;
+      }
       if (v.kind() != value_kind::tensor) continue;
       auto m = v.meta();
       bool symbolic = m.storage_offset.is_symbolic();
       for (const auto& d : m.sizes) symbolic = symbolic || d.is_symbolic();
       for (const auto& d : m.strides) symbolic = symbolic || d.is_symbolic();
       if (!symbolic) continue;
-      for (auto& d : m.sizes) d = fit.eval(d, run);
-      for (auto& d : m.strides) d = fit.eval(d, run);
-      m.storage_offset = fit.eval(m.storage_offset, run);
+      for (auto& d : m.sizes) d = f(d);
+      for (auto& d : m.strides) d = f(d);
+      m.storage_offset = f(m.storage_offset);
       v.set_meta(std::move(m));
     }
     if (!n.is_call()) continue;
@@ -610,15 +626,21 @@ inline void specialize_graph(graph& g, const symbolic_fitter& fit, std::size_t r
     std::vector<argument> args;
     for (const auto& a : n.args()) {
       if (!a.is_graph()) {
-        args.push_back(specialize_argument(a, fit, run));
+        args.push_back(arg(a));
         continue;
       }
       auto body = a.as_graph()->body.clone();
-      specialize_graph(body, fit, run);
+      substitute_sizes(body, f);
       args.emplace_back(std::make_shared<const subgraph>(subgraph{a.as_graph()->name, std::move(body)}));
     }
     n.set_args(std::move(args));
   }
+}
+
+/// Gives every value of `g` (and of its subgraphs, copied: they are shared) its sizes and
+/// arguments at their values in capture `run`.
+inline void specialize_graph(graph& g, const symbolic_fitter& fit, std::size_t run) {
+  substitute_sizes(g, [&](const sym_int& e) { return sym_int(fit.eval(e, run)); });
 }
 
 /// `p` with its dims at their values in capture `run`: a static program.
@@ -637,9 +659,24 @@ template <class F>
 exported_program transform_symbolic(const exported_program& p, std::string_view what, F&& f) {
   if (p.range_constraints().empty()) return f(p);
   const auto runs = runs_of(p);
-  exported_program base = f(specialize(p, runs, 0));
+  // the row counts of the data-dependent calls, in the order they are made (Note [Unbacked sizes in a capture])
+  std::vector<std::size_t> rows_of;
+  std::unordered_set<std::string> seen;
+  for (auto n : p.graph().nodes())
+    if (n.is_call())
+      for_each_unbacked_given(n, seen, [&](const value&, std::int64_t, const std::string& symbol, const sym_int&) {
+        for (std::size_t i = 0; i < runs.symbols.size(); ++i)
+          if (runs.symbols[i].str() == symbol) rows_of.push_back(i);
+      });
+  const auto at_run = [&](std::size_t r) {
+    std::vector<std::int64_t> rows;
+    for (auto i : rows_of) rows.push_back(runs.values[r][i]);
+    unbacked_scope scope(std::move(rows));
+    return f(specialize(p, runs, r));
+  };
+  exported_program base = at_run(0);
   std::vector<exported_program> others;
-  for (std::size_t r = 1; r < runs.values.size(); ++r) others.push_back(f(specialize(p, runs, r)));
+  for (std::size_t r = 1; r < runs.values.size(); ++r) others.push_back(at_run(r));
   std::vector<const exported_program*> ptrs;
   for (const auto& o : others) ptrs.push_back(&o);
   std::vector<sym_shape> inputs;
