@@ -521,6 +521,45 @@ void BM_scan_rnn_engine(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(e.run(in));
 }
 
+// MoE (tests/models.hpp): a gated mixture of three experts routing 256 tokens with nonzero. The
+// expert batches have sizes only the data knows (u0..u2): the interpreter binds them as it runs,
+// the engine runs such a program through the interpreter's code (no memory plan).
+const at::Tensor& moe_tokens() {
+  static const at::Tensor x = at::randn({256, 8});
+  return x;
+}
+xport_models::MoE moe_model() {
+  torch::manual_seed(0);
+  xport_models::MoE net;
+  net->eval();
+  return net;
+}
+
+void BM_moe_eager(benchmark::State& state) {
+  auto net = moe_model();
+  std::optional<c10::NoGradGuard> no_grad;
+  std::optional<c10::InferenceMode> inference;
+  if (state.range(0) == 1) no_grad.emplace();
+  if (state.range(0) == 2) inference.emplace();
+  for (auto _ : state) benchmark::DoNotOptimize(net->forward(moe_tokens()));
+}
+
+void BM_moe_xport(benchmark::State& state) {
+  const auto p = xport::export_program(moe_model(), std::tuple{moe_tokens()});
+  xport::interpreter interp(p);
+  const std::vector<at::Tensor> in{moe_tokens()};
+  xport::run_options o;
+  o.inference_mode = true;
+  for (auto _ : state) benchmark::DoNotOptimize(interp.run(in, o));
+}
+
+void BM_moe_engine(benchmark::State& state) {
+  const auto p = xport::export_program(moe_model(), std::tuple{moe_tokens()});
+  xport::engine e(p);
+  const std::vector<at::Tensor> in{moe_tokens()};
+  for (auto _ : state) benchmark::DoNotOptimize(e.run(in));
+}
+
 }  // namespace
 
 BENCHMARK(BM_chain_eager)->Arg(1000);
@@ -552,6 +591,9 @@ BENCHMARK(BM_model_engine<lstm>)->Name("BM_lstm_engine")->ArgNames({"threads", "
 BENCHMARK(BM_scan_rnn_eager)->ArgName("mode")->Arg(0)->Arg(1)->Arg(2);
 BENCHMARK(BM_scan_rnn_xport);
 BENCHMARK(BM_scan_rnn_engine);
+BENCHMARK(BM_moe_eager)->ArgName("mode")->Arg(0)->Arg(1)->Arg(2);
+BENCHMARK(BM_moe_xport);
+BENCHMARK(BM_moe_engine);
 BENCHMARK(BM_model_eager<inception>)->Name("BM_inception_eager")->ArgName("mode")->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_model_xport<inception>)->Name("BM_inception_xport")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_model_engine<inception>)->Name("BM_inception_engine")->ArgNames({"threads", "training_ir"})->Args({1, 0})->Args({2, 0})->Unit(benchmark::kMillisecond)->UseRealTime();
