@@ -501,6 +501,14 @@ TEST_CASE("interop: xport writes an archive of every kind of program for torch.e
     auto dp = export_program(moe, T1{tokens}, {.input_names = {"x"}, .dynamic_shapes = {{"x", {{0, Dim("tokens", 1, 256)}}}}});
     w.add("moe_nonzero_dynamic", dp, T1{tokens}, {T1{at::randn({1, 8})}, T1{at::randn({77, 8})}});
     w.add("moe_nonzero_dynamic_core_aten", run_decompositions(dp), T1{tokens}, {T1{at::randn({3, 8})}});
+    // unique's values and counts, and a boolean mask: more sizes only the data knows
+    auto uniq = [](const at::Tensor& t) {
+      const auto [v, inverse, counts] = at::_unique2(t, true, true, true);
+      return std::tuple{v * 2, inverse, counts, t.index({t > 2})};
+    };
+    const auto ints = at::tensor({3L, 1L, 3L, 2L, 1L, 4L});
+    w.add("unique_masked", export_program(uniq, T1{ints}, {.input_names = {"x"}}), T1{ints},
+          {T1{at::full({6}, 5L)}, T1{at::arange(12L).slice(0, 0, 12, 2)}});
   }
   {  // structure: dict / list / int / float / bool / string inputs, tuple / list / dict outputs
     const auto c = at::randn({3});
@@ -566,7 +574,7 @@ TEST_CASE("interop: xport writes an archive of every kind of program for torch.e
     w.add("hand_built", std::move(b).build(), T{at::randn({2, 3})});
   }
   MESSAGE("archives written for torch: " << w.size());
-  CHECK(w.size() == 44 + 7 + 2 + 2 + 4 + 2 + 2 + 2 + 2 + 2 + 3);  // ..., map_rows_dynamic*, scan_rnn_dynamic*, moe_nonzero*
+  CHECK(w.size() == 44 + 7 + 2 + 2 + 4 + 2 + 2 + 2 + 2 + 2 + 4);  // ..., scan_rnn_dynamic*, moe_nonzero*, unique_masked
 }
 
 // ---- C++ -> Python -> C++ -----------------------------------------------------------------------

@@ -9213,11 +9213,12 @@ class capture {
   }
 
   // Whether `op` on `stack` gives as many rows as its data holds, a count export makes a symbol
-  // of (Note [Unbacked sizes in a capture]): nonzero, masked_select, an index by one boolean
-  // (or uint8) mask in the first position.
+  // of (Note [Unbacked sizes in a capture]): nonzero, masked_select, unique (`_unique2`, what
+  // at::_unique2 and torch.unique call), an index by one boolean (or uint8) mask in the first position.
   static bool gives_unbacked_rows(const op_info& op, const torch::jit::Stack& stack) {
     if (op.name == "aten::nonzero" && op.overload.empty()) return true;
     if (op.name == "aten::masked_select" && op.overload.empty()) return true;
+    if (op.name == "aten::_unique2" && op.overload.empty()) return true;
     if (op.name != "aten::index" || op.overload != "Tensor") return false;
     const auto& indices = stack.back();
     if (!indices.isList() || indices.toListRef().empty()) return false;
@@ -9253,13 +9254,23 @@ class capture {
 
   // Records a call gives_unbacked_rows accepts, its meta result made with the row count the
   // capture's plan gives it: `[n, self.dim()]` int64 (nonzero), `[n]` (masked_select),
-  // `[n, rest of self's dims]` (a mask index).
+  // `[n, rest of self's dims]` (a mask index); `_unique2`'s values `[n]`, inverse (self's
+  // shape, or `[0]` when not asked for) and counts (`[n]`, or `[0]`).
   void record_unbacked_rows(const op_info& op, torch::jit::Stack& stack) {
     auto args = take_arguments(op, stack);
     if (python_frontend_) fill_python_defaults(op, args);
-    const auto& self = meta_stack_[0].toTensor();
+    const auto self = meta_stack_[0].toTensor();
     const auto rows = active_unbacked->take({0, int_oo});
     at::Tensor out;
+    if (op.name == "aten::_unique2") {
+      const bool inverse = meta_stack_[2].toBool(), counts = meta_stack_[3].toBool();
+      const auto index = self.options().dtype(at::kLong);
+      meta_stack_.clear();
+      meta_stack_.emplace_back(at::empty({rows}, self.options()));
+      meta_stack_.emplace_back(inverse ? at::empty(self.sizes(), index) : at::empty({0}, index));
+      meta_stack_.emplace_back(counts ? at::empty({rows}, index) : at::empty({0}, index));
+      return record_unbacked_results(op, std::move(args), stack);
+    }
     if (op.name == "aten::nonzero") {
       out = at::empty({rows, self.dim()}, self.options().dtype(at::kLong));
     } else if (op.name == "aten::masked_select") {
@@ -9275,6 +9286,11 @@ class capture {
     }
     meta_stack_.clear();
     meta_stack_.emplace_back(std::move(out));
+    record_unbacked_results(op, std::move(args), stack);
+  }
+
+  // Records `op` on `args` with the meta results in meta_stack_, and hands them back on `stack`.
+  void record_unbacked_results(const op_info& op, std::vector<argument> args, torch::jit::Stack& stack) {
     auto types = result_types(op, meta_stack_, output_device(op, args), any_requires_grad(args));
     auto node = builder_.record(python_frontend_ ? python_overload(op) : op, std::move(args), std::move(types));
     if (auto path = module_path_of(node); !path.empty()) node.set_module_path(std::move(path));

@@ -317,6 +317,14 @@ class ItemSlice(nn.Module):
         return x[:k] + 1
 
 
+class Unique(nn.Module):
+    """torch.unique with inverse and counts: _unique2, its values and counts of u0 rows."""
+
+    def forward(self, x):
+        values, inverse, counts = torch.unique(x, return_inverse=True, return_counts=True)
+        return values * 2, inverse, counts
+
+
 class MoE(nn.Module):
     """A gated mixture of experts routing each token to its best expert with nonzero (top-1)."""
 
@@ -479,6 +487,8 @@ def main():
     x = torch.randn(8, 3)
     w.export("item_slice", ItemSlice(), (x, torch.tensor(3)), extra=[((x, torch.tensor(1)), {}), ((x.t().contiguous().t(), torch.tensor(8)), {})],
              printed=True)
+    w.export("unique", Unique(), (torch.tensor([3, 1, 3, 2, 1, 1]),),
+             extra=[((torch.tensor([5, 5, 5, 5, 5, 5]),), {}), ((torch.arange(12)[::2],), {})])
     torch.manual_seed(0)
     moe, x = MoE().eval(), torch.randn(10, 8)
     w.export("moe_nonzero", moe, (x,), extra=[((torch.randn(10, 8),), {}), ((torch.randn(20, 8)[::2],), {})])
