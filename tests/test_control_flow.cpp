@@ -949,6 +949,12 @@ TEST_CASE("data-dependent: item() of an integer tensor is an unbacked SymInt; xp
   auto unchecked = [](const at::Tensor& x, const at::Tensor& n) { return x.slice(0, 0, n.item<std::int64_t>()) + 1; };
   CHECK_THROWS_WITH_AS(export_program(unchecked, std::tuple{x, at::tensor(3L)}), doctest::Contains("xport::check_range(v, min, max)"),
                        graph_break);
+  // no facts needed where every value works: u0 in VR[-int_oo, int_oo], as torch has it
+  auto scale = [](const at::Tensor& x, const at::Tensor& n) { return x * n.item<std::int64_t>(); };
+  const auto s = export_program(scale, std::tuple{at::randn({3}), at::tensor(2L)}, {.input_names = {"x", "n"}});
+  CHECK(to_string(s).find("Range constraints: {u0: VR[-int_oo, int_oo]}") != std::string::npos);
+  const auto v = at::randn({3});
+  for (const std::int64_t k : {-7, 0, 1000}) CHECK(at::equal(run(s, {v, at::tensor(k)})[0], v * k));
   // outside export the check runs on the value
   CHECK_THROWS_WITH_AS(xport::check_range(0, 1, 8), "[xport.check.failed] xport::check_range: 0 is not in VR[1, 8]", run_error);
 }

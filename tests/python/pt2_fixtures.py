@@ -325,6 +325,13 @@ class Unique(nn.Module):
         return values * 2, inverse, counts
 
 
+class ItemScale(nn.Module):
+    """item() with no facts: u0 in VR[-int_oo, int_oo] (its range's ends written as null)."""
+
+    def forward(self, x, n):
+        return x * n.item()
+
+
 class MoE(nn.Module):
     """A gated mixture of experts routing each token to its best expert with nonzero (top-1)."""
 
@@ -486,6 +493,9 @@ def main():
              printed=True)
     x = torch.randn(8, 3)
     w.export("item_slice", ItemSlice(), (x, torch.tensor(3)), extra=[((x, torch.tensor(1)), {}), ((x.t().contiguous().t(), torch.tensor(8)), {})],
+             printed=True)
+    x = torch.randn(3)
+    w.export("item_scale", ItemScale(), (x, torch.tensor(2)), extra=[((x, torch.tensor(-7)), {}), ((x, torch.tensor(0)), {})],
              printed=True)
     w.export("unique", Unique(), (torch.tensor([3, 1, 3, 2, 1, 1]),),
              extra=[((torch.tensor([5, 5, 5, 5, 5, 5]),), {}), ((torch.arange(12)[::2],), {})])

@@ -20,6 +20,7 @@
 #include <xport/error.hpp>
 #include <xport/ir/graph.hpp>
 #include <xport/ir/signature.hpp>
+#include <xport/ir/sym_expr.hpp>
 #include <xport/ir/treespec.hpp>
 
 XPORT_BEGIN_NAMESPACE
@@ -80,8 +81,7 @@ struct range_constraint {
   std::string name;
 
   [[nodiscard]] std::string str() const {
-    return symbol.str() + ": VR[" + std::to_string(min) + ", " +
-           (max ? std::to_string(*max) : std::string("int_oo")) + "]";
+    return symbol.str() + ": " + value_range{min, max.value_or(int_oo)}.str();
   }
 };
 

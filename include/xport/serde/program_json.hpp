@@ -420,7 +420,8 @@ inline json program_json(const exported_program& p) {
   json metadata = json::object();
   json ranges = json::object(), dim_names = json::object();
   for (const auto& r : p.range_constraints()) {
-    ranges[r.symbol.str()] = {{"min_val", r.min}, {"max_val", r.max ? json(*r.max) : json(nullptr)}};
+    ranges[r.symbol.str()] = {{"min_val", r.min <= -int_oo ? json(nullptr) : json(r.min)},
+                              {"max_val", r.max ? json(*r.max) : json(nullptr)}};
     if (!r.name.empty()) dim_names[r.symbol.str()] = r.name;
   }
   // the user's names of the dims (`s0` is `batch`), for guard messages after loading
@@ -1042,7 +1043,7 @@ inline void read_symbol_ranges(const at_path& ranges, symbol_table& symbols) {
       continue;
     auto& e = symbols.find_or_add(name);
     const auto lo = r.get("min_val"), hi = r.get("max_val");
-    e.range.lo = lo ? lo->integer() : 0;
+    e.range.lo = lo ? lo->integer() : sym::is_unbacked(name) ? -int_oo : 0;  // torch writes -int_oo as null
     e.range.hi = hi ? hi->integer() : int_oo;
     if (e.range.lo > e.range.hi) r.fail("min_val " + std::to_string(e.range.lo) + " > max_val " + std::to_string(e.range.hi));
   }
