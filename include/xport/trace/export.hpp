@@ -314,6 +314,31 @@ struct unbacked_decided {
   std::string why;
 };
 
+/// What a capture that gave data-dependent values threw, when it is not xport's own error: the
+/// traced code checked such a value (LibTorch 1.13's embedding_bag checks offsets[0].item() == 0),
+/// which it sees as the value the capture made up (Note [Unbacked sizes in a capture]).
+[[noreturn]] inline void throw_data_check_failed(const std::exception& e) {
+  throw graph_break("xport.export.graph_break",
+                    "graph break: the traced code failed on a value only the data knows (an item(), a nonzero's "
+                    "row count: export gives it a made-up value): " + first_line(e.what()) +
+                    ". Code that checks tensor contents cannot be exported; export the computation without the "
+                    "check, or make the value an input of the program");
+}
+
+/// `f()`, a capture under unbacked scope `rows`: an exception not xport's, from a capture that
+/// gave data-dependent values, becomes throw_data_check_failed's graph break.
+template <class F>
+auto capture_checked(const unbacked_scope& rows, F&& f) {
+  try {
+    return f();
+  } catch (const error&) {
+    throw;
+  } catch (const std::exception& e) {
+    if (rows.given() == 0) throw;
+    throw_data_check_failed(e);
+  }
+}
+
 /// Captures with each row count of a data-dependent call at 0, 1, 2 and a large count: the
 /// traced code must record the same ops (else it decides on the count: unbacked_decided); the
 /// captures at 2 and at the large count join the fit (a size that follows the count only part
@@ -475,13 +500,13 @@ exported_program dynamic_attempt(Attempt& attempt, const dyn_plan& plan, const s
   // a capture at the values of the dims (and of the row counts that follow them)
   auto attempt_at = [&](const std::vector<std::int64_t>& values) {
     unbacked_scope rows(std::vector<std::int64_t>(values.begin() + static_cast<std::ptrdiff_t>(std::min(k, values.size())), values.end()));
-    return attempt(input_sizes_at(plan, examples, values));
+    return capture_checked(rows, [&] { return attempt(input_sizes_at(plan, examples, values)); });
   };
   std::size_t n_unbacked = 0;
   std::vector<value_range> facts;  // what xport::check_range said of each data-dependent value
   exported_program base = [&] {
     unbacked_scope rows({});
-    auto b = attempt({});
+    auto b = capture_checked(rows, [&] { return attempt({}); });
     n_unbacked = rows.given();
     facts = rows.facts();
     return b;
@@ -642,7 +667,7 @@ exported_program export_program(F&& f, const std::tuple<Args...>& args, const ex
   };
   if (opts.dynamic_shapes.empty()) {
     detail::unbacked_scope rows({});  // Note [Unbacked sizes in a capture]: captured again when the code calls any
-    auto p = attempt({});
+    auto p = detail::capture_checked(rows, [&] { return attempt({}); });
     if (rows.given() == 0) return p;
   }
   if constexpr (inputs_ok) return detail::export_dynamic(attempt, args, opts);
