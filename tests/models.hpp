@@ -5,6 +5,7 @@
 // with an example input (small sizes, so tests stay fast).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -266,4 +267,23 @@ struct MoEImpl : nn::Module {
 };
 TORCH_MODULE(MoE);
 
+// Aggregates registered as pytree node types (torch.export.register_dataclass's C++ side);
+// tests/python/pytree_types.py registers their Python twins under the same names.
+struct attn_in {
+  at::Tensor x;
+  at::Tensor mask;
+};
+struct attn_out {
+  at::Tensor hidden;
+  std::optional<at::Tensor> weights;  // None in attend: named in the context, not a child
+  std::vector<at::Tensor> extras;
+};
+inline attn_out attend(const attn_in& in) {
+  auto h = (in.x * in.mask).softmax(-1);
+  return attn_out{h, std::nullopt, {h.sum(-1), in.x - 1}};
+}
+
 }  // namespace xport_models
+
+XPORT_DATACLASS(xport_models::attn_in, "xport_tests.AttnIn", x, mask);
+XPORT_DATACLASS(xport_models::attn_out, "xport_tests.AttnOut", hidden, weights, extras);

@@ -6,6 +6,8 @@
 #include <torch/library.h>
 #include <torch/torch.h>
 
+#include "models.hpp"
+
 #include "common.hpp"
 
 using namespace xport;
@@ -48,6 +50,68 @@ T block(const T& x, const T& w, const T& b) {
 }
 
 }  // namespace
+
+TEST_CASE("export: registered aggregates are inputs and outputs, flattened as torch flattens dataclasses") {
+  using xport_models::attend, xport_models::attn_in, xport_models::attn_out;
+  const attn_in example{at::randn({2, 5}), at::ones({2, 5})};
+  auto p = export_program(attend, std::tuple{example});
+  verify(p);
+  std::vector<std::string> names;
+  for (auto n : p.graph().placeholders()) names.push_back(n.name());
+  CHECK((names == std::vector<std::string>{"x_x", "x_mask"}));  // torch's names for fields x.x, x.mask
+  CHECK(p.in_spec()->str() == "(AttnIn(x=*, mask=*),)");
+  CHECK(p.out_spec()->str() == "AttnOut(hidden=*, extras=[*, *])");
+  CHECK(p.out_spec()->type_name == "xport_tests.AttnOut");
+  CHECK(p.out_spec()->context == R"([["hidden", "extras"], ["weights"]])");  // json.dumps of torch's context
+  const attn_in in{at::randn({2, 5}), (at::rand({2, 5}) > 0.5).to(at::kFloat)};
+  const auto want = attend(in);
+  SUBCASE("bound to the C++ type, by field name") {
+    callable<attn_out(attn_in)> f(p);
+    const auto got = f(in);
+    CHECK(at::allclose(got.hidden, want.hidden));
+    CHECK(!got.weights.has_value());
+    REQUIRE(got.extras.size() == 2);
+    CHECK(at::allclose(got.extras[1], want.extras[1]));
+  }
+  SUBCASE("as a tree_value, field by name") {
+    callable<tree_value(attn_in)> f(p);
+    const auto got = f(in);
+    CHECK(got.type_name() == "xport_tests.AttnOut");
+    CHECK((got.keys() == std::vector<std::string>{"hidden", "extras"}));
+    CHECK(got.contains("hidden"));
+    CHECK(!got.contains("weights"));
+    CHECK(at::allclose(got["hidden"].tensor(), want.hidden));
+    CHECK(at::allclose(got["extras"][0].tensor(), want.extras[0]));
+    CHECK(got.leaves().size() == 3);
+    XPORT_CHECK_THROWS_MSG(got["weights"], error, "[xport.tree.field] no field 'weights' in AttnOut(hidden=*, extras=[*, *]) (it has 'hidden', 'extras')");
+    XPORT_CHECK_THROWS_MSG(got["extras"][2], error, "[xport.tree.index] index 2 is out of range for [*, *] (2 children)");
+    XPORT_CHECK_THROWS_MSG(got["extras"].tensor(), error, "[xport.tree.not_a_tensor] [*, *] is not a tensor");
+  }
+  SUBCASE("as a map of its fields, or a tuple of its children") {
+    using map_t = std::map<std::string, tree_value>;
+    const auto m = callable<map_t(attn_in)>(p)(in);
+    CHECK(m.size() == 2);
+    CHECK(at::allclose(m.at("hidden").tensor(), want.hidden));
+    const auto [h, extras] = callable<std::tuple<at::Tensor, std::vector<at::Tensor>>(attn_in)>(p)(in);
+    CHECK(at::allclose(h, want.hidden));
+    CHECK(extras.size() == 2);
+  }
+  SUBCASE("a field None at export must be None at every call, as in torch") {
+    callable<attn_out(attn_in)> f(p);
+    attn_in no_mask{in.x, at::Tensor()};
+    XPORT_CHECK_THROWS_MSG(f(no_mask), guard_error,
+                           "[xport.guard.structure] the inputs have structure (AttnIn(x=*),) but the program was "
+                           "exported with (AttnIn(x=*, mask=*),)");
+  }
+  SUBCASE("saved and loaded, the type name and context are kept") {
+    const auto bytes = save_to_string(p);
+    const auto q = load_from_memory(bytes.data(), bytes.size());
+    CHECK((q.in_spec() == p.in_spec()));
+    CHECK((q.out_spec() == p.out_spec()));
+    const auto got = callable<attn_out(attn_in)>(q)(in);
+    CHECK(at::allclose(got.hidden, want.hidden));
+  }
+}
 
 TEST_CASE("export: a C++ lambda over tensors") {
   const auto x = at::randn({10, 10}), y = at::randn({10, 10});

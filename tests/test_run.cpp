@@ -459,6 +459,46 @@ TEST_CASE("run: a program with parameters moves to CUDA with its state" * doctes
   CHECK(at::allclose(gpu.cpu(), cpu, 1e-4, 1e-5));
 }
 
+TEST_CASE("run: to(device) moves storages whole, so tied weights and views stay shared") {
+  // checked on the meta device, which every build has: the sharing is what is tested
+  program_builder b;
+  auto x = b.input("x", at::randn({4, 4}));
+  const auto tied = at::randn({4, 4});
+  const auto big = at::randn({8, 4});
+  auto e = b.parameter("embed.weight", tied), h = b.parameter("head.weight", tied);
+  auto lo = b.parameter("lo", big.narrow(0, 0, 4)), hi = b.buffer("hi", big.narrow(0, 4, 4));
+  value acc = x;
+  for (auto v : {e, h, lo, hi}) acc = b.call("aten::mm", {acc, v});
+  b.output(acc);
+  auto p = std::move(b).build();
+  p.state_dict_mut().set("embed.weight", p.state_dict().at("embed.weight").requires_grad_(true));
+  p.to(c10::Device(c10::kMeta));
+  const auto& sd = p.state_dict();
+  for (const auto& [k, t] : sd) CHECK(t.is_meta());
+  CHECK(sd.at("embed.weight").unsafeGetTensorImpl() == sd.at("head.weight").unsafeGetTensorImpl());
+  CHECK(sd.at("embed.weight").requires_grad());
+  CHECK(sd.at("embed.weight").is_leaf());
+  CHECK(sd.at("lo").storage().unsafeGetStorageImpl() == sd.at("hi").storage().unsafeGetStorageImpl());
+  CHECK(sd.at("hi").storage_offset() == 16);
+  for (auto n : p.graph().nodes())
+    for (auto v : n.outputs())
+      if (v.kind() == value_kind::tensor) CHECK(v.meta().device.is_meta());
+}
+
+TEST_CASE("run: inputs on another device than the program's state are a guard error before any op runs") {
+  program_builder b;
+  auto x = b.input("x", at::randn({4, 8}));
+  auto w = b.parameter("fc.weight", at::randn({3, 8}));
+  b.output(b.call("aten::mm", {x, b.call("aten::t", {w})}));
+  auto p = std::move(b).build();
+  // the state alone moved (a hand-made mix; to(device) moves the graph with it)
+  p.state_dict_mut().set("fc.weight", p.state_dict().at("fc.weight").to(c10::kMeta));
+  XPORT_CHECK_THROWS_MSG(run(p, {at::randn({4, 8})}), guard_error,
+                         "[xport.guard.device] input x: expected a tensor on meta, where the program's state is "
+                         "('fc.weight'), got one on cpu; move the input with .to(meta), or move the program with "
+                         "exported_program::to(cpu)");
+}
+
 TEST_CASE("run: what the interpreter compiled belongs to one program object, through moves") {
   static_assert(std::is_nothrow_move_constructible_v<exported_program>);
   static_assert(std::is_nothrow_move_assignable_v<exported_program>);

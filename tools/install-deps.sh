@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Installs what xport needs to build, test and benchmark: Debian's packages (Debian 12 or 13)
-# and PyTorch 2.13.0 (CPU) with pip, whose wheel is both the primary LibTorch (C++) and the
-# Python oracle (torch.export) of the interop tests. Run as root. Idempotent: what is already
-# installed is left as it is.
+# Installs what xport needs to build, test and benchmark: Debian's packages (Debian 12 or 13),
+# PyTorch 2.13.0 (CPU) with pip, whose wheel is both the primary LibTorch (C++) and the Python
+# oracle (torch.export) of the interop tests, and Hugging Face transformers (the real models).
+# Run as root. Idempotent: what is already installed is left as it is.
 set -euo pipefail
 packages=(
   cmake ninja-build g++ ccache
@@ -20,6 +20,7 @@ if [[ "${1:-}" == "--fuzz" ]]; then
   done
 fi
 command -v python3 >/dev/null || packages+=(python3 python3-pip)
+python3 -c "import ensurepip" 2>/dev/null || packages+=(python3-venv)  # Debian's python3 makes venvs with it
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -36,4 +37,20 @@ torch_version=2.13.0
 if ! python3 -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$torch_version')" 2>/dev/null; then
   pip=(python3 -m pip install --quiet --disable-pip-version-check "torch==$torch_version")
   "${pip[@]}" 2>/dev/null || "${pip[@]}" --break-system-packages
+fi
+# Hugging Face transformers, pinned (pure Python; it leaves torch as it is): the real-model corpus
+# of the interop tests builds its architectures from the library's code, random weights, no hub.
+transformers_version=5.25.0
+if ! python3 -c "import transformers, sys; sys.exit(transformers.__version__ != '$transformers_version')" 2>/dev/null; then
+  pip=(python3 -m pip install --quiet --disable-pip-version-check "transformers==$transformers_version" "torch==$torch_version")
+  "${pip[@]}" 2>/dev/null || "${pip[@]}" --break-system-packages
+fi
+# torch 2.14.1 + torchvision 0.29.1 in a venv of their own (PyPI's torchvision does not import
+# beside torch 2.13): the second Python oracle, which writes and reads the torchvision corpus.
+# About 5.5 GB (a CUDA build that runs on the CPU), taken from this machine's disk by pip.
+venv=${XPORT_TORCHVISION_VENV:-/opt/xport/torch-2.14.1}
+if [[ "$(uname -m)" == x86_64 ]] &&
+   ! "$venv/bin/python" -c "import torch, torchvision, sys; sys.exit(not (torch.__version__.startswith('2.14.1') and torchvision.__version__.startswith('0.29.1')))" 2>/dev/null; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check torch==2.14.1 torchvision==0.29.1
 fi

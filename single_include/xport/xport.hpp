@@ -1803,6 +1803,11 @@ XPORT_END_NAMESPACE
 /// neither the tag nor functional BatchNorm statistics: xport's own functionalizer serves it.
 #define XPORT_HAS_TORCH_FUNCTIONALIZATION XPORT_TORCH_VERSION_AT_LEAST(2, 1)
 
+/// LibTorch's choice of a convolution's backend (`at::native::select_conv_backend` over SymInts)
+/// and of the memory format it writes (`_determine_backend_memory_format`), which torch's fake
+/// convolution asks (ops/conv_layout.hpp).
+#define XPORT_HAS_CONV_BACKEND_SELECTION XPORT_TORCH_VERSION_AT_LEAST(2, 1)
+
 XPORT_BEGIN_NAMESPACE
 namespace detail {
 
@@ -2313,6 +2318,15 @@ inline bool is_reserved_python_name(std::string_view s) {
   return std::binary_search(reserved_python_names.begin(), reserved_python_names.end(), s);
 }
 
+/// Python's keywords, and `self` (forward's first parameter): never a value's name.
+inline bool is_python_keyword(std::string_view s) {
+  static constexpr std::array<std::string_view, 36> keywords{
+      "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue", "def",
+      "del", "elif", "else", "except", "finally", "for", "from", "global", "if", "import", "in", "is",
+      "lambda", "nonlocal", "not", "or", "pass", "raise", "return", "self", "try", "while", "with", "yield"};
+  return std::binary_search(keywords.begin(), keywords.end(), s);
+}
+
 /// `_snake_case` + illegal-character cleanup of torch.fx: `pascalCase` -> `pascal_case`,
 /// characters outside [0-9a-zA-Z_] -> `_`, a leading digit gets a `_` prefix.
 inline std::string sanitize_name(std::string_view candidate) {
@@ -2407,9 +2421,11 @@ class name_table {
     return name;
   }
 
-  /// Claims `name` exactly; false when it is taken or reserved.
+  /// Claims `name` exactly; false when it is taken or a Python keyword (or `self`). A builtin's
+  /// name is claimed: torch names a user input after its argument, `input` included, and keeps
+  /// it so in its files; only names xport makes up (create) avoid builtins.
   bool claim(const std::string& name) {
-    if (is_reserved_python_name(name)) return false;
+    if (is_python_keyword(name)) return false;
     return mark_used(name);
   }
 
@@ -3162,7 +3178,7 @@ class basic_graph<default_policy> {
     if (!names_.claim(name))
       throw graph_error("xport.graph.duplicate_name",
                         "placeholder name '" + name + "' is already used in this graph or is a "
-                        "Python keyword/builtin; pick another name");
+                        "Python keyword; pick another name");
     return link_placeholder(name, std::move(type));
   }
   /// Appends a placeholder named after `candidate`, made unique (`x`, `x_1`, ...); with
@@ -4124,13 +4140,18 @@ class graph_signature {
 XPORT_END_NAMESPACE
 // #include <xport/ir/treespec.hpp>
 // xport/ir/treespec.hpp: the structure of a program's inputs and outputs (torch's TreeSpec).
-// Tensor leaves, constant leaves (specialized C++ scalars and strings), None, and tuple / list /
-// dict containers. A program's in_spec is the tuple of the forward's arguments, which may name
-// them (torch's forward_arg_names) and mark the last ones as keyword arguments (programs
-// written by torch with kwargs). Building specs from C++ values lives in trace/tree.hpp.
+// Tensor leaves, constant leaves (specialized C++ scalars and strings), None, tuple / list /
+// dict containers, and pytree nodes of types C++ does not have (a dataclass, a Hugging Face
+// ModelOutput, a namedtuple, a user's registered type), kept by type name and context so that
+// a program torch wrote saves back unchanged. A program's in_spec is the tuple of the forward's
+// arguments, which may name them (torch's forward_arg_names) and mark the last ones as keyword
+// arguments (programs written by torch with kwargs). Building specs from C++ values lives in
+// trace/tree.hpp.
 
 #include <cstdint>  // std::uint8_t
+#include <optional>  // std::optional
 #include <string>   // std::string
+#include <string_view>  // std::string_view
 #include <vector>   // std::vector
 
 // #include <xport/config.hpp>
@@ -4140,21 +4161,63 @@ XPORT_END_NAMESPACE
 XPORT_BEGIN_NAMESPACE
 
 /// The structure of a (nested) C++ value: tensor leaves, constant leaves, and containers.
+///
+/// Note [Pytree node types]: torch names every container by its serialized type name and keeps
+/// a context beside its children (a dict's keys, a dataclass's field names, a namedtuple's type).
+/// xport reads the builtin ones as tuple / list / dict / None; a dict or list of another type
+/// (`collections.OrderedDict`, `collections.defaultdict`, fx's immutable ones) stays a dict or a
+/// list that remembers its type and context. Any other type is a `node`: its children in order,
+/// with field names where its context gives one per child (a dataclass's `[[fields], [None
+/// fields]]`, a ModelOutput's `[keys]`); a namedtuple's context names its type, not its fields,
+/// so its children are positional. Saving writes the type name and context back as read.
 struct treespec {
-  enum class kind : std::uint8_t { leaf, constant, none, tuple, list, dict };
+  enum class kind : std::uint8_t { leaf, constant, none, tuple, list, dict, node };
   kind type = kind::leaf;
   argument value;                 ///< a constant leaf's value
-  /// Dict keys, in iteration order. At the top of an in_spec (a tuple of the arguments): the
-  /// arguments' names, one per child, or none when they are not known.
+  /// Dict keys, in iteration order; a node's field names (empty when its context names none).
+  /// At the top of an in_spec (a tuple of the arguments): the arguments' names, one per child,
+  /// or none when they are not known.
   std::vector<std::string> keys;
   std::vector<treespec> children;
   /// At the top of an in_spec: how many of the last children are keyword arguments.
   std::size_t num_kwargs = 0;
+  /// torch's serialized type name (`transformers.modeling_outputs.CausalLMOutputWithPast`,
+  /// `collections.OrderedDict`); empty for the builtin tuple, list, dict and None.
+  std::string type_name;
+  /// The context as torch serialized it, kept to be written back unchanged: the string its
+  /// `to_dumpable_context` gave (JSON text for most types, `[["a", "b"], ["c"]]` for a dataclass;
+  /// a namedtuple's type name), or, where that was another JSON value (a defaultdict's object),
+  /// its JSON text with `context_is_json` set. Empty when xport writes its own (builtins).
+  std::string context;
+  bool context_is_json = false;
 
   static treespec leaf() { return {}; }
-  static treespec constant(argument v) { return {kind::constant, std::move(v), {}, {}, 0}; }
+  static treespec constant(argument v) { return {kind::constant, std::move(v), {}, {}, 0, {}, {}, false}; }
   static treespec of(kind k, std::vector<treespec> children = {}, std::vector<std::string> keys = {}) {
-    return {k, {}, std::move(keys), std::move(children), 0};
+    return {k, {}, std::move(keys), std::move(children), 0, {}, {}, false};
+  }
+  /// A pytree node of type `type_name` (see Note [Pytree node types]).
+  static treespec node(std::string type_name, std::string context, std::vector<treespec> children,
+                       std::vector<std::string> fields = {}) {
+    return {kind::node, {}, std::move(fields), std::move(children), 0, std::move(type_name), std::move(context), false};
+  }
+
+  /// The child under key or field `name`, or null (dicts and nodes with field names).
+  [[nodiscard]] const treespec* child(std::string_view name) const {
+    for (std::size_t i = 0; i < keys.size() && i < children.size(); ++i)
+      if (keys[i] == name) return &children[i];
+    return nullptr;
+  }
+  /// The type's last dotted part (`CausalLMOutputWithPast`), or the builtin's name.
+  [[nodiscard]] std::string short_type_name() const {
+    if (!type_name.empty()) return type_name.substr(type_name.rfind('.') + 1);
+    switch (type) {
+      case kind::tuple: return "tuple";
+      case kind::list: return "list";
+      case kind::dict: return "dict";
+      case kind::none: return "None";
+      default: return "";
+    }
   }
 
   /// Number of leaves, constant leaves included: a program has one placeholder per leaf.
@@ -4168,7 +4231,9 @@ struct treespec {
   /// The same structure, argument names aside (what a call must match).
   [[nodiscard]] bool same_structure(const treespec& o) const {
     if (type != o.type || num_kwargs != o.num_kwargs || children.size() != o.children.size()) return false;
-    if (type == kind::dict ? keys != o.keys : !(value == o.value)) return false;
+    if (type == kind::dict || type == kind::node ? keys != o.keys : !(value == o.value)) return false;
+    if (type == kind::node && (type_name != o.type_name || context != o.context || context_is_json != o.context_is_json))
+      return false;
     for (std::size_t i = 0; i < children.size(); ++i)
       if (!children[i].same_structure(o.children[i])) return false;
     return true;
@@ -4199,10 +4264,16 @@ struct treespec {
         return s + (type == kind::tuple ? ")" : "]");
       }
       case kind::dict: {
-        std::string s = "{";
+        std::string s = type_name.empty() ? "{" : short_type_name() + "({";
         for (std::size_t i = 0; i < children.size(); ++i)
           s += (i ? ", " : "") + ("'" + keys[i] + "': ") + children[i].str();
-        return s + "}";
+        return s + (type_name.empty() ? "}" : "})");
+      }
+      case kind::node: {  // `CausalLMOutputWithPast(logits=*)`, a namedtuple `Point(*, *)`
+        std::string s = short_type_name() + "(";
+        for (std::size_t i = 0; i < children.size(); ++i)
+          s += (i ? ", " : "") + (i < keys.size() ? keys[i] + "=" : std::string()) + children[i].str();
+        return s + ")";
       }
     }
     return "?";
@@ -4377,6 +4448,75 @@ class graph_holder {
   std::unique_ptr<graph> g_;
 };
 
+
+/// Moves tensors to one device storage by storage (see exported_program::to).
+class storage_mover {
+ public:
+  explicit storage_mover(c10::Device device) : device_(device) {}
+
+  at::Tensor operator()(const at::Tensor& t) {
+    if (!t.defined() || t.device() == device_) return t;
+    if (const auto it = tensors_.find(t.unsafeGetTensorImpl()); it != tensors_.end()) return it->second;
+    const bool grad = t.requires_grad();
+    at::Tensor out;
+    if (t.layout() != c10::kStrided || !t.has_storage()) {
+      out = t.detach().to(device_);
+    } else {
+      const c10::Storage& from = t.storage();
+      auto it = storages_.find(from.unsafeGetStorageImpl());
+      if (it == storages_.end()) {
+        const auto n = static_cast<std::int64_t>(from.nbytes());
+        at::Tensor bytes = t.new_empty({0}, t.options().dtype(c10::kByte).requires_grad(false));
+        bytes.set_(from, 0, {n}, {1});
+        it = storages_.emplace(from.unsafeGetStorageImpl(), bytes.to(device_).storage()).first;
+      }
+      out = t.new_empty({0}, t.options().device(device_).requires_grad(false));
+      out.set_(it->second, t.storage_offset(), t.sizes(), t.strides());
+    }
+    if (grad) out.requires_grad_(true);
+    tensors_.emplace(t.unsafeGetTensorImpl(), out);
+    return out;
+  }
+
+ private:
+  c10::Device device_;
+  std::unordered_map<const c10::StorageImpl*, c10::Storage> storages_;
+  std::unordered_map<const c10::TensorImpl*, at::Tensor> tensors_;
+};
+
+/// `device=` arguments and tensor meta of `g` and of its subgraphs, set to `device`.
+inline void retarget_device(graph& g, c10::Device device) {
+  const auto retarget = [&](auto&& self, argument& a) -> bool {
+    if (a.is_device()) {
+      a = device;
+      return true;
+    }
+    if (a.is_graph()) {
+      auto sub = std::make_shared<subgraph>(subgraph{a.as_graph()->name, a.as_graph()->body.clone()});
+      retarget_device(sub->body, device);
+      a = std::shared_ptr<const subgraph>(std::move(sub));
+      return true;
+    }
+    bool changed = false;
+    if (a.is_list())
+      for (auto& e : a.as_list()) changed = self(self, e) || changed;
+    return changed;
+  };
+  for (auto n : g.nodes()) {
+    for (auto v : n.outputs())
+      if (v.kind() == value_kind::tensor) {
+        auto m = v.meta();
+        m.device = device;
+        v.set_meta(std::move(m));
+      }
+    if (!n.is_call()) continue;
+    std::vector<argument> args(n.args().begin(), n.args().end());
+    bool changed = false;
+    for (auto& a : args) changed = retarget(retarget, a) || changed;
+    if (changed) n.set_args(std::move(args));
+  }
+}
+
 }  // namespace detail
 
 template <>
@@ -4492,42 +4632,18 @@ class basic_exported_program<default_policy> {
   [[nodiscard]] std::vector<at::Tensor> parameters() const { return values_of(named_parameters()); }
   [[nodiscard]] std::vector<at::Tensor> buffers() const { return values_of(named_buffers()); }
 
-  /// Moves the state and constants to `device` and retargets the graph (tensor meta and
-  /// `device=` arguments), so the program runs on inputs on that device. Parameters stay leaves
-  /// with their requires_grad flag.
+  /// Moves the state and constants to `device` and retargets the graph, its subgraphs included
+  /// (tensor meta and `device=` arguments), so the program runs on inputs on that device.
+  /// Storages move whole, once each: views of one storage (tied weights) stay views of one
+  /// storage, and one tensor under two names stays one tensor. Parameters stay leaves with
+  /// their requires_grad flag. torch's `move_to_device_pass`.
   void to(c10::Device device) {
-    const auto move = [&](tensor_dict& d) {
-      for (auto& [name, t] : d) {
-        if (t.device() == device) continue;
-        const bool grad = t.requires_grad();
-        t = t.detach().to(device);
-        if (grad) t.requires_grad_(true);
-      }
-    };
-    move(state_dict_);
-    move(constants_);
-    const auto retarget = [&](auto&& self, argument& a) -> void {
-      if (a.is_device()) a = device;
-      else if (a.is_list())
-        for (auto& e : a.as_list()) self(self, e);
-    };
-    for (auto n : checked_graph().nodes()) {
-      for (auto v : n.outputs())
-        if (v.kind() == value_kind::tensor) {
-          auto m = v.meta();
-          m.device = device;
-          v.set_meta(std::move(m));
-        }
-      if (!n.is_call()) continue;
-      bool has_device = false;
-      for (const auto& a : n.args()) has_device = has_device || a.is_device() || a.is_list();
-      if (!has_device) continue;
-      std::vector<argument> args(n.args().begin(), n.args().end());
-      for (auto& a : args) retarget(retarget, a);
-      n.set_args(std::move(args));
-    }
+    detail::storage_mover mover(device);
+    for (auto& [name, t] : state_dict_) t = mover(t);
+    for (auto& [name, t] : constants_) t = mover(t);
+    detail::retarget_device(checked_graph(), device);
     if (example_inputs_)
-      for (auto& t : *example_inputs_) t = t.to(device);
+      for (auto& t : *example_inputs_) t = mover(t);
     invalidate();
   }
 
@@ -5434,6 +5550,57 @@ inline std::vector<at::Tensor> rule_adaptive_pool(const meta_stack& s) {
   return {meta_empty(out, x.scalar_type())};
 }
 
+// max_pool{2,3}d_with_indices(self, kernel_size, stride=[], padding=0, dilation=1, ceil_mode=False)
+// -> (output, indices): the window count along each spatial dim (ceil mode as ATen's
+// pooling_output_shape: a last window that starts in the padding is dropped), indices int64.
+inline std::vector<at::Tensor> rule_max_pool_with_indices(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  const auto kernel = int_list(s[1]);
+  const auto stride = s.size() > 2 && !int_list(s[2]).empty() ? int_list(s[2]) : kernel;
+  const auto pad = s.size() > 3 ? int_list(s[3]) : std::vector<std::int64_t>{0};
+  const auto dil = s.size() > 4 ? int_list(s[4]) : std::vector<std::int64_t>{1};
+  const bool ceil = s.size() > 5 && s[5].toBool();
+  const auto at = [](const std::vector<std::int64_t>& v, std::size_t i) { return v[std::min(i, v.size() - 1)]; };
+  auto out = sizes_of(x);
+  const auto n = kernel.size();
+  for (std::size_t i = 0; i < n && i < out.size(); ++i) {
+    const auto in = out[out.size() - n + i];
+    const auto k = at(kernel, i), st = at(stride, i), p = at(pad, i), d = at(dil, i);
+    const auto span = in + 2 * p - d * (k - 1) - 1 + (ceil ? st - 1 : 0);
+    auto len = floor_div(span, st) + 1;
+    if (ceil && (len - 1) * st >= in + p) --len;
+    out[out.size() - n + i] = len;
+  }
+  return {meta_empty(out, x.scalar_type()), meta_empty(out, c10::kLong)};
+}
+
+// a binary op that broadcasts and promotes (floor_divide): its arguments' broadcast shape, in
+// their result type. (Not from zeros: an integer division by zero throws.)
+inline std::vector<at::Tensor> rule_broadcast_binary(const meta_stack& s) {
+  const auto& a = s[0].toTensor();
+  if (s[1].isTensor()) {
+    const auto& b = s[1].toTensor();
+    return {meta_empty(broadcast_sizes({sizes_of(a), sizes_of(b)}), at::result_type(a, b))};
+  }
+  return {meta_empty(sizes_of(a), at::result_type(a, s[1].toScalar()))};
+}
+
+// _safe_softmax(self, dim, dtype=None): self's shape, in `dtype` where given (torch's meta comes
+// from its Python decomposition; LibTorch has none)
+inline std::vector<at::Tensor> rule_safe_softmax(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  return {meta_empty(sizes_of(x), s.size() > 2 && !s[2].isNone() ? s[2].toScalarType() : x.scalar_type())};
+}
+
+// _weight_norm_interface(v, g, dim=0) -> (w, norm): w like v, the norm like g (float for a
+// bfloat16 g, as torch's decomposition keeps it)
+inline std::vector<at::Tensor> rule_weight_norm_interface(const meta_stack& s) {
+  const auto& v = s[0].toTensor();
+  const auto& g = s[1].toTensor();
+  return {meta_empty(sizes_of(v), v.scalar_type()),
+          meta_empty(sizes_of(g), g.scalar_type() == c10::kBFloat16 ? c10::kFloat : g.scalar_type())};
+}
+
 struct meta_rule_entry {
   std::string_view op;
   meta_rule rule;
@@ -5441,6 +5608,12 @@ struct meta_rule_entry {
 
 inline constexpr meta_rule_entry meta_rule_table[] = {
     {"aten::abs", rule_like_self},
+    {"aten::_safe_softmax", rule_safe_softmax},
+    {"aten::floor_divide", rule_broadcast_binary},
+    {"aten::max_pool2d_with_indices", rule_max_pool_with_indices},
+    {"aten::max_pool3d_with_indices", rule_max_pool_with_indices},
+    {"aten::floor_divide.Scalar", rule_broadcast_binary},
+    {"aten::_weight_norm_interface", rule_weight_norm_interface},
     {"aten::absolute", rule_like_self},
     {"aten::log_sigmoid", rule_like_self},
     {"aten::nan_to_num", rule_like_self},
@@ -5530,7 +5703,7 @@ inline constexpr std::string_view shape_only_ops[] = {
     "aten::col2im", "aten::grid_sampler", "aten::grid_sampler_2d", "aten::grid_sampler_3d",
     "aten::_pad_enum", "aten::reflection_pad1d", "aten::reflection_pad2d", "aten::reflection_pad3d",
     "aten::replication_pad1d", "aten::replication_pad2d", "aten::replication_pad3d", "aten::huber_loss",
-    "aten::floor_divide", "aten::floor_divide.Scalar", "aten::diag", "aten::diag_embed",
+    "aten::diag", "aten::diag_embed",
     "aten::repeat_interleave.self_int", "aten::searchsorted.Tensor", "aten::searchsorted.Scalar",
     "aten::bucketize.Tensor", "aten::bucketize.Scalar", "aten::channel_shuffle", "aten::native_channel_shuffle",
     "aten::pixel_shuffle", "aten::pixel_unshuffle", "aten::embedding_bag", "aten::embedding_bag.padding_idx",
@@ -5834,6 +6007,118 @@ std::size_t take_outputs(torch::jit::Stack& results, F&& f) {
 
 }  // namespace detail
 XPORT_END_NAMESPACE
+// #include <xport/ops/conv_layout.hpp>
+// xport/ops/conv_layout.hpp: the memory format of a convolution's output, as torch's fake tensors
+// give it (torch/_subclasses/fake_impls.py's `conv`). A meta kernel makes every convolution output
+// contiguous; the real kernel picks a backend from the input's and weight's layouts and device,
+// and that backend may write channels_last (a depthwise conv over a transposed activation in
+// SegFormer, any conv over a channels_last input). torch records what the kernel would do, and so
+// must xport: a view that follows depends on those strides.
+
+#include <optional>     // std::optional
+#include <string_view>  // std::string_view
+#include <vector>       // std::vector
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+
+// #include <xport/config.hpp>
+// #include <xport/detail/compat.hpp>
+// #include <xport/ir/op.hpp>
+
+#if XPORT_HAS_CONV_BACKEND_SELECTION
+#include <ATen/native/ConvUtils.h>
+#include <ATen/ops/empty_strided.h>
+#endif
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+/// The arguments a convolution call's backend is chosen from, by the op's schema.
+struct conv_call {
+  std::vector<std::int64_t> stride, padding, dilation, output_padding;
+  bool transposed = false;
+  std::int64_t groups = 1;
+};
+
+/// `call`'s parameters for the convolution ops xport sees (nullopt: not one of them, or a
+/// `padding="same"` string, whose backend choice is left to the meta kernel's contiguous).
+inline std::optional<conv_call> conv_call_of(std::string_view name, const std::vector<c10::IValue>& a) {
+  const auto ints = [](const c10::IValue& v) -> std::optional<std::vector<std::int64_t>> {
+    if (v.isInt()) return std::vector<std::int64_t>{v.toInt()};
+    if (!v.isIntList()) return std::nullopt;
+    return v.toIntVector();
+  };
+  conv_call c;
+  std::optional<std::vector<std::int64_t>> s, p, d, op;
+  if (name == "aten::convolution" || name == "aten::_convolution") {
+    if (a.size() < 9) return std::nullopt;
+    s = ints(a[3]), p = ints(a[4]), d = ints(a[5]), op = ints(a[7]);
+    c.transposed = a[6].toBool();
+    c.groups = a[8].toInt();
+  } else if (name == "aten::conv1d" || name == "aten::conv2d" || name == "aten::conv3d") {
+    if (a.size() < 7) return std::nullopt;
+    s = ints(a[3]), p = ints(a[4]), d = ints(a[5]), op = std::vector<std::int64_t>{0};
+    c.groups = a[6].toInt();
+  } else if (name == "aten::conv_transpose1d" || name == "aten::conv_transpose2d" || name == "aten::conv_transpose3d") {
+    if (a.size() < 8) return std::nullopt;
+    s = ints(a[3]), p = ints(a[4]), op = ints(a[5]), d = ints(a[7]);
+    c.transposed = true;
+    c.groups = a[6].toInt();
+  } else {
+    return std::nullopt;
+  }
+  if (!s || !p || !d || !op) return std::nullopt;
+  c.stride = *s, c.padding = *p, c.dilation = *d, c.output_padding = *op;
+  return c;
+}
+
+/// The memory format LibTorch's kernel on `device` gives the output of convolution `name` over
+/// the meta arguments `args` (input, weight, bias, ...), or nullopt where it cannot be asked (an
+/// unknown op, a device this process has no backend for, LibTorch 1.13).
+inline std::optional<c10::MemoryFormat> conv_output_format(std::string_view name, const std::vector<c10::IValue>& args,
+                                                           c10::Device device) {
+#if XPORT_HAS_CONV_BACKEND_SELECTION
+  if (args.size() < 3 || !args[0].isTensor() || !args[1].isTensor()) return std::nullopt;
+  const auto call = conv_call_of(name, args);
+  if (!call) return std::nullopt;
+  // Tensors of the arguments' geometry on the real device: the backend choice reads only sizes,
+  // strides, dtype and device. Their memory is reserved, never touched.
+  const auto shadow = [&](const at::Tensor& t) {
+    return at::empty_strided(t.sizes(), t.strides(), t.options().device(device));
+  };
+  try {
+    auto input = shadow(args[0].toTensor());
+    auto weight = shadow(args[1].toTensor());
+    std::optional<at::Tensor> bias;
+    if (args[2].isTensor() && args[2].toTensor().defined()) bias = shadow(args[2].toTensor());
+    const auto sym = [](const std::vector<std::int64_t>& v) { return c10::fromIntArrayRefSlow(v); };
+    const auto backend = at::native::select_conv_backend(input, weight, bias, sym(call->stride), sym(call->padding),
+                                                         sym(call->dilation), call->transposed, sym(call->output_padding),
+                                                         c10::SymInt(call->groups), c10::nullopt);
+    if (weight.dim() == 3) {  // torch's fake conv asks about the 2-d conv a 1-d one runs as
+      input = input.contiguous().unsqueeze(2);
+      weight = weight.unsqueeze(2);
+    }
+    return at::native::_determine_backend_memory_format(input, weight, backend);
+  } catch (const c10::Error&) {
+    return std::nullopt;  // no backend for this device here: the meta kernel's layout stands
+  }
+#else
+  (void)name, (void)args, (void)device;
+  return std::nullopt;
+#endif
+}
+
+/// `out` (a convolution's meta result) laid out in `format`, as torch's fake conv converts it.
+inline at::Tensor in_format(const at::Tensor& out, c10::MemoryFormat format) {
+  if (out.dim() == 3 && format == c10::MemoryFormat::ChannelsLast)
+    return out.unsqueeze(2).contiguous(format).squeeze(2);
+  return out.contiguous(format);
+}
+
+}  // namespace detail
+XPORT_END_NAMESPACE
 // #include <xport/ops/meta_rules.hpp>
 // #include <xport/ops/schema.hpp>
 // #include <xport/error.hpp>
@@ -5922,8 +6207,12 @@ template <class Describe>
 /// falling back to xport's shape rules when LibTorch has no meta kernel for it.
 /// `describe` names the arguments in error messages.
 template <class Describe>
-std::vector<c10::IValue> run_meta(const op_info& op, std::vector<c10::IValue> inputs, Describe&& describe) {
-  run_meta_in_place(op, inputs, describe);
+void run_meta_laid_out(const op_info& op, std::vector<c10::IValue>& stack, c10::Device device, Describe&& describe);
+
+template <class Describe>
+std::vector<c10::IValue> run_meta(const op_info& op, std::vector<c10::IValue> inputs, Describe&& describe,
+                                  c10::Device device = c10::Device(c10::kCPU)) {
+  run_meta_laid_out(op, inputs, device, describe);
   return inputs;
 }
 
@@ -6014,6 +6303,21 @@ void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Descr
   }
 }
 
+/// run_meta_in_place, with a convolution's output in the memory format its kernel on `device`
+/// gives it (ops/conv_layout.hpp): the strides later views depend on.
+template <class Describe>
+void run_meta_laid_out(const op_info& op, std::vector<c10::IValue>& stack, c10::Device device, Describe&& describe) {
+  if (op.name.compare(0, 10, "aten::conv") != 0 && op.name != "aten::_convolution") {
+    run_meta_in_place(op, stack, describe);
+    return;
+  }
+  const std::vector<c10::IValue> inputs = stack;
+  run_meta_in_place(op, stack, describe);
+  if (stack.size() == 1 && stack[0].isTensor())
+    if (const auto format = conv_output_format(op.name, inputs, device))
+      stack[0] = in_format(stack[0].toTensor(), *format);
+}
+
 /// The value types of an op's results (from run_meta); tensors are reported on `device`.
 inline std::vector<value_type> result_types(const op_info& op, const std::vector<c10::IValue>& results,
                                             c10::Device device, bool requires_grad) {
@@ -6094,8 +6398,9 @@ inline std::vector<value_type> infer_outputs(const op_info& op, const std::vecto
   if (op.data_dependent) throw_data_dependent(op);
   torch::jit::Stack stack;
   push_meta_arguments(op, args, [](const value& v) { return v.meta().make_meta(); }, stack);
-  const auto results = run_meta(op, std::move(stack), [&] { return describe_args(op, args); });
-  return result_types(op, results, output_device(op, args), any_requires_grad(args));
+  const auto device = output_device(op, args);
+  const auto results = run_meta(op, std::move(stack), [&] { return describe_args(op, args); }, device);
+  return result_types(op, results, device, any_requires_grad(args));
 }
 
 }  // namespace detail
@@ -6201,6 +6506,7 @@ XPORT_END_NAMESPACE
 #if XPORT_HAS_TORCH_FUNCTIONALIZATION
 #include <algorithm>      // std::reverse
 #include <cstdint>        // std::int64_t
+#include <limits>         // std::numeric_limits
 #include <utility>        // std::pair
 #include <functional>     // std::function
 #include <string>         // std::string
@@ -6238,6 +6544,12 @@ XPORT_END_NAMESPACE
 #include <ATen/ops/transpose.h>
 #include <ATen/ops/view.h>
 #include <ATen/ops/where.h>
+#include <ATen/ops/any.h>
+#include <ATen/ops/eq.h>
+#include <ATen/ops/linalg_vector_norm.h>
+#include <ATen/ops/logical_not.h>
+#include <ATen/ops/softmax.h>
+#include <ATen/ops/zeros_like.h>
 #include <c10/core/DefaultDtype.h>
 #include <c10/core/WrapDimMinimal.h>
 
@@ -6638,6 +6950,30 @@ inline S embedding_bag(const S& a) {
 // torch._decomp.nop_decomposition (detach, lift, lift_fresh): alias
 inline S alias(const S& a) { return {at::alias(a[0].toTensor())}; }
 
+// torch._decomp.safe_softmax (what scaled_dot_product_attention's math path calls): softmax,
+// with rows that are all -inf set to 0; torch.all as torch._refs writes it (not any not)
+inline S safe_softmax(const S& a) {
+  const auto& x = a[0].toTensor();
+  const auto dim = a[1].toInt();
+  const auto out = at::softmax(x, dim, a.size() > 2 ? a[2].toOptional<c10::ScalarType>() : c10::nullopt);
+  const auto masked = x.eq(-std::numeric_limits<double>::infinity());
+  const auto rows = at::logical_not(at::any(at::logical_not(masked), dim, /*keepdim=*/true));
+  return {at::where(rows, at::zeros_like(out), out)};
+}
+
+// torch._decomp._weight_norm_interface (nn.utils.weight_norm, wav2vec2's positional conv)
+inline S weight_norm_interface(const S& a) {
+  const auto& v = a[0].toTensor();
+  const auto& g = a[1].toTensor();
+  const auto dim = a.size() > 2 ? a[2].toInt() : 0;
+  std::vector<std::int64_t> keep;
+  for (std::int64_t i = 0; i < v.dim(); ++i)
+    if (i != dim) keep.push_back(i);
+  const auto norm_dtype = g.scalar_type() == c10::kBFloat16 ? c10::optional<c10::ScalarType>(c10::kFloat) : c10::nullopt;
+  const auto norm = at::linalg_vector_norm(v, 2, keep, /*keepdim=*/true, norm_dtype);
+  return {v * (g / norm.to(g.scalar_type())), norm};
+}
+
 }  // namespace torch_decomp
 
 /// Decompositions torch applies above functionalization and autograd: Python overrides of an
@@ -6688,6 +7024,8 @@ inline const std::unordered_map<std::string, decomposition_fn>& torch_decomposit
       {"aten::detach", d::alias},
       {"aten::lift_fresh", d::alias},
       {"aten::unbind.int", d::unbind_int},
+      {"aten::_safe_softmax", d::safe_softmax},
+      {"aten::_weight_norm_interface", d::weight_norm_interface},
   };
   return table;
 }
@@ -8396,18 +8734,24 @@ XPORT_END_NAMESPACE
 // #include <xport/trace/tree.hpp>
 // xport/trace/tree.hpp: the structure of C++ inputs and outputs (torch's pytree TreeSpec).
 // A program's inputs may be tensors, std::vector / std::array / std::tuple / std::pair of them,
-// std::map / c10::Dict from string keys, std::optional, and nested combinations; C++ scalars
+// std::map / c10::Dict from string keys, std::optional, aggregates registered with
+// XPORT_DATACLASS (torch.export.register_dataclass), and nested combinations; C++ scalars
 // (int64_t, int, double, float, bool) and strings are constants that export specializes, as
 // torch does (the program still has a placeholder for each, as torch's has). `flatten` lists the
 // tensor leaves and records a treespec; `unflatten` rebuilds a C++ value of the same type from a
-// spec and leaves. Any other type is a compile-time error naming it.
+// spec and leaves, or an xport::tree_value, which holds any structure (a loaded program's
+// ModelOutput) and gives its fields by name. Any other type is a compile-time error naming it.
 
+#include <algorithm>    // std::find
 #include <array>        // std::array
+#include <concepts>     // std::convertible_to
 #include <cstddef>      // std::size_t
 #include <cstdint>      // std::int64_t
 #include <map>          // std::map
 #include <optional>     // std::optional
+#include <memory>       // std::shared_ptr
 #include <string>       // std::string
+#include <string_view>  // std::string_view
 #include <tuple>        // std::tuple
 #include <type_traits>  // std::is_same_v
 #include <utility>      // std::pair
@@ -8423,10 +8767,135 @@ XPORT_END_NAMESPACE
 
 XPORT_BEGIN_NAMESPACE
 
+/// Specialized by XPORT_DATACLASS (below) for a C++ aggregate that is a pytree node, as
+/// `torch.export.register_dataclass(T, serialized_type_name=...)` makes a Python dataclass one.
+template <class T>
+struct dataclass_traits;
+
+/// Whether XPORT_DATACLASS registered T.
+template <class T>
+concept registered_dataclass = requires(const T& x) {
+  { dataclass_traits<T>::type_name } -> std::convertible_to<std::string_view>;
+  dataclass_traits<T>::fields(x);
+};
+
+/// A value of any program structure: a treespec with its tensors. What a program's result is in
+/// C++ when it has a type C++ does not (a Hugging Face ModelOutput, a dataclass, a namedtuple):
+///   xport::callable<xport::tree_value(at::Tensor, bool)> f(program);
+///   at::Tensor logits = f(ids, false)["logits"].tensor();
+/// A node gives its children by index, and by field name where the type has field names; a dict
+/// by key. Copies share the tensors.
+class tree_value {
+ public:
+  tree_value() : tree_value(treespec::of(treespec::kind::none), {}) {}
+  /// `leaves` are the spec's tensor leaves, in order.
+  tree_value(treespec spec, std::vector<at::Tensor> leaves)
+      : root_(std::make_shared<const treespec>(std::move(spec))),
+        leaves_(std::make_shared<const std::vector<at::Tensor>>(std::move(leaves))),
+        at_(root_.get()) {
+    if (root_->num_leaves() != leaves_->size())
+      throw error("xport.tree.leaves", "the structure " + root_->str() + " has " + std::to_string(root_->num_leaves()) +
+                                           " tensor leaves, but " + std::to_string(leaves_->size()) + " tensors were given");
+  }
+
+  [[nodiscard]] const treespec& spec() const noexcept { return *at_; }
+  [[nodiscard]] treespec::kind kind() const noexcept { return at_->type; }
+  /// torch's type name (`transformers.modeling_outputs.CausalLMOutputWithPast`), or the builtin's
+  /// (`tuple`, `list`, `dict`, `None`); empty for a leaf.
+  [[nodiscard]] std::string type_name() const { return at_->type_name.empty() ? at_->short_type_name() : at_->type_name; }
+  /// The children's count (0 for a leaf).
+  [[nodiscard]] std::size_t size() const noexcept { return at_->children.size(); }
+  /// A dict's keys or a node's field names, in order (empty where it has none).
+  [[nodiscard]] const std::vector<std::string>& keys() const noexcept { return at_->keys; }
+  [[nodiscard]] bool contains(std::string_view key) const { return has_keys() && at_->child(key) != nullptr; }
+
+  [[nodiscard]] tree_value operator[](std::size_t i) const {
+    if (i >= size())
+      throw error("xport.tree.index", "index " + std::to_string(i) + " is out of range for " + at_->str() + " (" +
+                                          std::to_string(size()) + " children)");
+    return child(i);
+  }
+  [[nodiscard]] tree_value operator[](std::string_view key) const {
+    if (has_keys())
+      for (std::size_t i = 0; i < at_->keys.size(); ++i)
+        if (at_->keys[i] == key) return child(i);
+    std::string have;
+    if (has_keys())
+      for (const auto& k : at_->keys) have += (have.empty() ? "'" : ", '") + k + "'";
+    throw error("xport.tree.field", "no field '" + std::string(key) + "' in " + at_->str() +
+                                        (have.empty() ? std::string(" (it has no field names: index it by position)")
+                                                      : " (it has " + have + ")"));
+  }
+
+  [[nodiscard]] bool is_tensor() const noexcept { return at_->type == treespec::kind::leaf; }
+  [[nodiscard]] bool is_none() const noexcept {
+    return at_->type == treespec::kind::none || (at_->type == treespec::kind::constant && at_->value.is_none());
+  }
+  /// A tensor leaf's tensor.
+  [[nodiscard]] const at::Tensor& tensor() const {
+    if (!is_tensor()) throw error("xport.tree.not_a_tensor", at_->str() + " is not a tensor");
+    return (*leaves_)[first_];
+  }
+  /// A constant leaf's value (a number, a string, None).
+  [[nodiscard]] const argument& constant() const {
+    if (at_->type != treespec::kind::constant) throw error("xport.tree.not_a_constant", at_->str() + " is not a constant");
+    return at_->value;
+  }
+  /// The tensors under this value, in order.
+  [[nodiscard]] std::vector<at::Tensor> leaves() const {
+    const auto b = leaves_->begin() + static_cast<std::ptrdiff_t>(first_);
+    return {b, b + static_cast<std::ptrdiff_t>(at_->num_leaves())};
+  }
+  [[nodiscard]] std::string str() const { return at_->str(); }
+
+ private:
+  [[nodiscard]] bool has_keys() const noexcept {
+    return (at_->type == treespec::kind::dict || at_->type == treespec::kind::node) && at_->keys.size() == at_->children.size();
+  }
+  [[nodiscard]] tree_value child(std::size_t i) const {
+    tree_value v = *this;
+    for (std::size_t j = 0; j < i; ++j) v.first_ += at_->children[j].num_leaves();
+    v.at_ = &at_->children[i];
+    return v;
+  }
+
+  std::shared_ptr<const treespec> root_;
+  std::shared_ptr<const std::vector<at::Tensor>> leaves_;
+  const treespec* at_ = nullptr;
+  std::size_t first_ = 0;
+};
+
 namespace detail {
 
 template <class T>
 inline constexpr bool dependent_false = false;
+
+/// The field names XPORT_DATACLASS was given, from its stringized list (`logits, loss`).
+inline std::vector<std::string> split_field_names(std::string_view list) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (const char c : list) {
+    if (c == ',') {
+      out.push_back(cur);
+      cur.clear();
+    } else if (c != ' ' && c != '\t' && c != '\n') {
+      cur += c;
+    }
+  }
+  if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
+/// torch's dataclass context, as json.dumps writes it: `[["a", "b"], ["c"]]` (fields that hold a
+/// value, then fields that hold None).
+inline std::string dataclass_context(const std::vector<std::string>& present, const std::vector<std::string>& absent) {
+  const auto list = [](const std::vector<std::string>& xs) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < xs.size(); ++i) s += (i ? ", \"" : "\"") + xs[i] + "\"";
+    return s + "]";
+  };
+  return "[" + list(present) + ", " + list(absent) + "]";
+}
 
 template <class T>
 struct is_vector : std::false_type {};
@@ -8479,6 +8948,19 @@ constexpr bool is_tree_type() {
     }(std::make_index_sequence<std::tuple_size_v<T>>{});
   else if constexpr (is_string_map<T>::value || is_c10_dict<T>::value)
     return is_tree_type<typename T::mapped_type>();
+  else if constexpr (registered_dataclass<T>)
+    return []<class... F>(std::type_identity<std::tuple<F...>>) {
+      return (is_tree_type<std::remove_cvref_t<F>>() && ...);
+    }(std::type_identity<decltype(dataclass_traits<T>::fields(std::declval<const T&>()))>{});
+  else return false;
+}
+
+/// Whether a dataclass field holds None (an undefined tensor, an empty optional): torch leaves
+/// such fields out of the children and names them in the context's second list.
+template <class T>
+bool is_none_field(const T& x) {
+  if constexpr (std::is_same_v<T, at::Tensor>) return !x.defined();
+  else if constexpr (is_optional<T>::value) return !x.has_value();
   else return false;
 }
 
@@ -8525,13 +9007,28 @@ treespec flatten_into(const T& x, F& on_tensor) {
       s.children.push_back(flatten_into(e.value(), on_tensor));
     }
     return s;
+  } else if constexpr (registered_dataclass<T>) {
+    // torch's register_dataclass flattening: the fields holding a value are the children
+    static const auto names = split_field_names(dataclass_traits<T>::field_list);
+    std::vector<std::string> present, absent;
+    std::vector<treespec> children;
+    std::size_t i = 0;
+    const auto one = [&](const auto& f) {
+      if (is_none_field(f)) absent.push_back(names[i]);
+      else present.push_back(names[i]), children.push_back(flatten_into(f, on_tensor));
+      ++i;
+    };
+    std::apply([&](const auto&... f) { (one(f), ...); }, dataclass_traits<T>::fields(x));
+    auto context = dataclass_context(present, absent);
+    return treespec::node(std::string(dataclass_traits<T>::type_name), std::move(context), std::move(children), std::move(present));
   } else {
     static_assert(dependent_false<T>,
                   "xport: this type cannot be an input or output of an exported program. Supported: "
                   "at::Tensor; int64_t, int, double, float, bool and std::string (specialized as "
                   "constants); std::optional, std::vector, std::array, std::tuple, std::pair, "
-                  "std::map<std::string, T> and c10::Dict<std::string, T> of supported types. The "
-                  "offending type is T in the instantiation below.");
+                  "std::map<std::string, T> and c10::Dict<std::string, T> of supported types, and "
+                  "aggregates registered with XPORT_DATACLASS. The offending type is T in the "
+                  "instantiation below.");
     return {};
   }
 }
@@ -8566,6 +9063,13 @@ T map_tensors(const T& x, F& f) {
     T out;
     for (const auto& e : x) out.insert(e.key(), map_tensors(e.value(), f));
     return out;
+  } else if constexpr (registered_dataclass<T>) {
+    T out = x;
+    const auto one = [&](auto& field) {
+      if (!is_none_field(field)) field = map_tensors(field, f);
+    };
+    std::apply([&](auto&... fields) { (one(fields), ...); }, dataclass_traits<T>::fields(out));
+    return out;
   } else {
     static_assert(dependent_false<T>, "xport: unsupported input type (see flatten_into)");
     return x;
@@ -8574,6 +9078,47 @@ T map_tensors(const T& x, F& f) {
 
 [[noreturn]] inline void structure_mismatch(const treespec& s, const std::string& what) {
   throw error("xport.tree.mismatch", "the program's structure " + s.str() + " cannot be " + what);
+}
+
+template <class T, class It>
+T unflatten_from(const treespec& s, It& it);
+
+/// A registered dataclass from a node or a dict, field by field by name (in any order: each
+/// child's leaves are found by position in the spec). A field the spec lacks must be able to
+/// hold None; a field of the spec that T lacks is an error naming it.
+template <class T, class It>
+T unflatten_dataclass(const treespec& s, It& it) {
+  using K = treespec::kind;
+  static const auto names = split_field_names(dataclass_traits<T>::field_list);
+  const std::string type(dataclass_traits<T>::type_name);
+  if ((s.type != K::node && s.type != K::dict) || s.keys.size() != s.children.size())
+    structure_mismatch(s, "returned as " + type + " (it has no field names)");
+  for (const auto& k : s.keys)
+    if (std::find(names.begin(), names.end(), k) == names.end())
+      structure_mismatch(s, "returned as " + type + ", which has no field '" + k + "'");
+  std::vector<It> starts;
+  It next = it;
+  for (const auto& c : s.children) {
+    starts.push_back(next);
+    next += static_cast<std::ptrdiff_t>(c.num_leaves());
+  }
+  T out{};
+  std::size_t i = 0;
+  const auto one = [&](auto& field) {
+    using F = std::remove_cvref_t<decltype(field)>;
+    const auto& name = names[i++];
+    const auto k = static_cast<std::size_t>(std::find(s.keys.begin(), s.keys.end(), name) - s.keys.begin());
+    if (k == s.keys.size()) {
+      if (!std::is_same_v<F, at::Tensor> && !is_optional<F>::value)
+        structure_mismatch(s, "returned as " + type + ": it has no field '" + name + "' (only an at::Tensor or a std::optional field may be absent, as None)");
+      return;
+    }
+    It at = starts[k];
+    field = unflatten_from<F>(s.children[k], at);
+  };
+  std::apply([&](auto&... fields) { (one(fields), ...); }, dataclass_traits<T>::fields(out));
+  it = next;
+  return out;
 }
 
 /// Builds a T from `spec` and the tensor leaves starting at `it`.
@@ -8601,25 +9146,26 @@ T unflatten_from(const treespec& s, It& it) {
     if (s.type == K::none || (s.type == K::constant && s.value.is_none())) return T();
     return T(unflatten_from<typename T::value_type>(s, it));
   } else if constexpr (is_vector<T>::value) {
-    if (s.type != K::list && s.type != K::tuple) structure_mismatch(s, "returned as a std::vector");
+    if (s.type != K::list && s.type != K::tuple && s.type != K::node) structure_mismatch(s, "returned as a std::vector");
     T out;
     for (const auto& c : s.children) out.push_back(unflatten_from<typename T::value_type>(c, it));
     return out;
   } else if constexpr (is_std_array<T>::value) {
     T out;
-    if ((s.type != K::list && s.type != K::tuple) || s.children.size() != out.size())
+    if ((s.type != K::list && s.type != K::tuple && s.type != K::node) || s.children.size() != out.size())
       structure_mismatch(s, "returned as a std::array of " + std::to_string(out.size()));
     for (std::size_t i = 0; i < out.size(); ++i) out[i] = unflatten_from<typename T::value_type>(s.children[i], it);
     return out;
   } else if constexpr (is_tuple_like<T>::value) {
     constexpr std::size_t n = std::tuple_size_v<T>;
-    if ((s.type != K::tuple && s.type != K::list) || s.children.size() != n)
+    if ((s.type != K::tuple && s.type != K::list && s.type != K::node) || s.children.size() != n)
       structure_mismatch(s, "returned as a tuple of " + std::to_string(n));
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
       return T{unflatten_from<std::tuple_element_t<I, T>>(s.children[I], it)...};
     }(std::make_index_sequence<n>{});
   } else if constexpr (is_string_map<T>::value || is_c10_dict<T>::value) {
-    if (s.type != K::dict) structure_mismatch(s, "returned as a map");
+    if (s.type != K::dict && !(s.type == K::node && s.keys.size() == s.children.size() && !s.keys.empty()))
+      structure_mismatch(s, "returned as a map");
     T out;
     for (std::size_t i = 0; i < s.children.size(); ++i) {
       auto v = unflatten_from<typename T::mapped_type>(s.children[i], it);
@@ -8627,6 +9173,13 @@ T unflatten_from(const treespec& s, It& it) {
       else out.emplace(s.keys[i], std::move(v));
     }
     return out;
+  } else if constexpr (std::is_same_v<T, tree_value>) {
+    const auto n = static_cast<std::ptrdiff_t>(s.num_leaves());
+    std::vector<at::Tensor> leaves(it, it + n);
+    it += n;
+    return tree_value(s, std::move(leaves));
+  } else if constexpr (registered_dataclass<T>) {
+    return unflatten_dataclass<T>(s, it);
   } else {
     static_assert(dependent_false<T>, "xport: unsupported output type (see flatten_into)");
   }
@@ -8646,6 +9199,13 @@ inline void leaf_names(const treespec& s, const std::string& prefix, std::vector
       for (std::size_t i = 0; i < s.children.size(); ++i)
         leaf_names(s.children[i], prefix + "_" + std::to_string(i), out, constants);
       return;
+    case treespec::kind::node:
+      if (s.keys.size() != s.children.size()) {
+        for (std::size_t i = 0; i < s.children.size(); ++i)
+          leaf_names(s.children[i], prefix + "_" + std::to_string(i), out, constants);
+        return;
+      }
+      [[fallthrough]];
     case treespec::kind::dict:
       for (std::size_t i = 0; i < s.children.size(); ++i) {
         std::string k;
@@ -8677,6 +9237,28 @@ T unflatten(const treespec& spec, const std::vector<at::Tensor>& leaves) {
 }
 
 XPORT_END_NAMESPACE
+
+/// Registers a C++ aggregate as a pytree node type, as torch.export.register_dataclass registers
+/// a Python dataclass: an input or output of that type is flattened to the fields that hold a
+/// value (an undefined tensor or an empty optional is None), written under `serialized_name`,
+/// the name a Python user registers the twin dataclass under. List every non-static data member
+/// in declaration order (a wrong count is a compile error). At namespace scope:
+///   struct lm_output { at::Tensor logits; std::optional<at::Tensor> loss; };
+///   XPORT_DATACLASS(lm_output, "mymodels.LMOutput", logits, loss);
+#define XPORT_DATACLASS(Type, serialized_name, ...)                                          \
+  template <>                                                                                \
+  struct xport::dataclass_traits<Type> {                                                     \
+    static constexpr std::string_view type_name = serialized_name;                           \
+    static constexpr std::string_view field_list = #__VA_ARGS__;                             \
+    static auto fields(Type& xport_object_) {                                                \
+      auto& [__VA_ARGS__] = xport_object_;                                                   \
+      return std::tie(__VA_ARGS__);                                                          \
+    }                                                                                        \
+    static auto fields(const Type& xport_object_) {                                          \
+      const auto& [__VA_ARGS__] = xport_object_;                                             \
+      return std::tie(__VA_ARGS__);                                                          \
+    }                                                                                        \
+  }
 // #include <xport/trace/capture.hpp>
 // xport/trace/capture.hpp: recording ATen ops through the LibTorch dispatcher (non-strict).
 // While a capture is active on a thread, a dispatch key (TESTING_ONLY_GenericMode) is switched
@@ -9048,9 +9630,10 @@ class capture {
     check_mutations(op, bound);
     torch::jit::Stack meta_args;
     push_meta_arguments(op, bound, [&](const value& v) -> const at::Tensor& { return meta_.at(v.impl()); }, meta_args);
-    auto results = run_meta(op, std::move(meta_args), [&] { return describe_args(op, bound); });
+    const auto device = output_device(op, bound);
+    auto results = run_meta(op, std::move(meta_args), [&] { return describe_args(op, bound); }, device);
     fill_python_defaults(op, bound);
-    auto types = result_types(op, results, output_device(op, bound), any_requires_grad(bound));
+    auto types = result_types(op, results, device, any_requires_grad(bound));
     builder_.at(std::move(src));
     auto node = builder_.record(python_overload(op), std::move(bound), std::move(types));
     if (auto path = module_path_of(node); !path.empty()) node.set_module_path(std::move(path));
@@ -9098,8 +9681,9 @@ class capture {
     const auto detached = detach_state_written_without_grad(op, args);
 
     auto& results = meta_stack_;
-    run_meta_in_place(op, results, [&] { return describe_args(op, args); });
-    auto types = result_types(op, results, output_device(op, args), any_requires_grad(args));
+    const auto device = output_device(op, args);
+    run_meta_laid_out(op, results, device, [&] { return describe_args(op, args); });
+    auto types = result_types(op, results, device, any_requires_grad(args));
     auto node = builder_.record(python_frontend_ ? python_overload(op) : op, std::move(args), std::move(types));
     if (auto path = module_path_of(node); !path.empty()) node.set_module_path(std::move(path));
     hand_back_results(op, node, detached, stack);
@@ -11212,6 +11796,7 @@ class dyn_resolver {
       case treespec::kind::tuple: return "tuple";
       case treespec::kind::list: return "list";
       case treespec::kind::dict: return "dict";
+      case treespec::kind::node: return t.short_type_name();
     }
     return "?";
   }
@@ -11232,6 +11817,12 @@ class dyn_resolver {
         tensor(leaf_++, s, path, source);
         return;
       }
+      case treespec::kind::node:  // a dataclass: a dict of its fields, or a list of its children
+        if (!t.keys.empty() && s.type() == K::dict) {
+          walk_dict(t, s, path, source);
+          return;
+        }
+        [[fallthrough]];
       case treespec::kind::tuple:
       case treespec::kind::list: {
         if (s.type() != K::list)
@@ -11251,23 +11842,26 @@ class dyn_resolver {
           fail("Detected mismatch between the structure of `inputs` and `dynamic_shapes`: `inputs" + path +
                "` is a dict, but `dynamic_shapes" + path + "` is not (it is " + s.str() +
                "; use xport::shape_spec::dict)");
-        auto want = t.keys, got = s.keys();
-        std::sort(want.begin(), want.end());
-        std::sort(got.begin(), got.end());
-        if (want != got)
-          fail("Detected mismatch between the structure of `inputs` and `dynamic_shapes`: `inputs" + path +
-               "` has keys " + list_repr(t.keys) + ", but `dynamic_shapes" + path + "` has keys " +
-               list_repr(s.keys()));
-        for (std::size_t i = 0; i < t.children.size(); ++i) {
-          const auto k = static_cast<std::size_t>(std::find(s.keys().begin(), s.keys().end(), t.keys[i]) -
-                                                  s.keys().begin());
-          walk(t.children[i], s.items()[k], path + "['" + t.keys[i] + "']", source + "['" + t.keys[i] + "']");
-        }
+        walk_dict(t, s, path, source);
         return;
       }
       default:
         fail("Cannot associate shape " + s.str() + " specified at `dynamic_shapes" + path + "` to non-tensor type " +
              type_name(t) + " at `inputs" + path + "` (expected None)");
+    }
+  }
+
+  // a dict, or a node with field names, against a dict of specs
+  void walk_dict(const treespec& t, const shape_spec& s, const std::string& path, const std::string& source) {
+    auto want = t.keys, got = s.keys();
+    std::sort(want.begin(), want.end());
+    std::sort(got.begin(), got.end());
+    if (want != got)
+      fail("Detected mismatch between the structure of `inputs` and `dynamic_shapes`: `inputs" + path +
+           "` has keys " + list_repr(t.keys) + ", but `dynamic_shapes" + path + "` has keys " + list_repr(s.keys()));
+    for (std::size_t i = 0; i < t.children.size(); ++i) {
+      const auto k = static_cast<std::size_t>(std::find(s.keys().begin(), s.keys().end(), t.keys[i]) - s.keys().begin());
+      walk(t.children[i], s.items()[k], path + "['" + t.keys[i] + "']", source + "['" + t.keys[i] + "']");
     }
   }
 
@@ -11439,6 +12033,7 @@ XPORT_END_NAMESPACE
 #include <cstddef>    // std::size_t
 #include <cstdint>    // std::int64_t
 #include <optional>   // std::optional
+#include <set>        // std::set
 #include <string>     // std::string
 #include <string_view>  // std::string_view
 #include <vector>     // std::vector
@@ -11814,7 +12409,10 @@ class symbolic_maker {
     std::vector<std::vector<sym_int>> input_shapes;
     for (auto v : n.inputs())
       if (v.kind() == value_kind::tensor) input_shapes.emplace_back(v.meta().sizes.begin(), v.meta().sizes.end());
-    const auto basis = size_basis(input_shapes);
+    auto basis = size_basis(input_shapes);
+    // then every size seen so far: a view back to [batch, frames, features] after a linear's
+    // matmul on [batch*frames, features] reads `frames` from an earlier node, not its input
+    basis.insert(basis.end(), seen_sizes_.begin(), seen_sizes_.end());
     // arguments: integers that differ become symbolic, anything else that differs specializes
     std::vector<argument> args(n.args().begin(), n.args().end());
     bool changed = false;
@@ -11895,7 +12493,7 @@ class symbolic_maker {
 
   /// Fits the sizes of output `oi` (value `v`) of node `i`, and its strides when a size is symbolic.
   void fit_output(std::size_t i, std::size_t oi, value v, const std::vector<std::vector<sym_int>>& input_shapes,
-                  const std::vector<sym_int>& basis) const {
+                  const std::vector<sym_int>& basis) {
     const node n = nodes_[0][i];
     auto m = v.meta();
     std::vector<const tensor_meta*> metas(nruns_);
@@ -11919,6 +12517,7 @@ class symbolic_maker {
                                       "of input sizes or window rule gives it)"};
       symbolic = symbolic || e->is_symbolic();
       m.sizes[d] = *e;
+      if (e->is_symbolic() && seen_text_.insert(e->str()).second) seen_sizes_.push_back(*e);
     }
     if (!symbolic) return;
     // strides: contiguous ones follow the sizes; others are fitted like sizes when they move
@@ -11949,6 +12548,8 @@ class symbolic_maker {
 
   const sym_runs& runs_;
   symbolic_fitter fit_;
+  std::vector<sym_int> seen_sizes_;      // every symbolic output size fitted so far, once each
+  std::set<std::string> seen_text_;
   std::size_t nruns_;
   std::vector<std::vector<node>> nodes_;  // per capture, its nodes in order (0 = the base's)
   std::vector<flat_node> base_;           // the base's, with the operand of each subgraph placeholder
@@ -13979,7 +14580,7 @@ XPORT_END_NAMESPACE
 //            my_rewrite_that_breaks_shapes | propagate_shapes | fold
 //   invalid: dce | 42                                  (not a pass)
 //            my_rewrite_that_breaks_shapes | fold      (fold needs shapes)
-//            my_pass_that_breaks_functional | cse      (cse needs functional IR)
+//            my_pass_that_breaks_functional | my_pass_that_needs_functional_ir
 //            export_program(f, args) | dce             (a temporary: nothing would see the result)
 
 #include <concepts>     // std::derived_from, std::same_as
@@ -14450,9 +15051,11 @@ XPORT_END_NAMESPACE
 // xport/passes/cse.hpp: common-subexpression elimination.
 // Two calls of the same operator on the same arguments (the same values, equal constants)
 // compute the same thing: the later one is replaced by the earlier. Never merged: calls that
-// draw random numbers (rand, dropout, ...) and calls that mutate an argument; on a program
-// with mutations the pass fails (merging across a mutation is wrong): run it on functional IR.
-// Expected linear time: one open-addressed hash table keyed by (op, arguments).
+// draw random numbers (rand, dropout, ...) and calls that write an argument. On a program with
+// in-place calls (torch's training IR), writes are effects (Note [Mutations as effects],
+// ops/effects.hpp): two calls merge only when every argument has seen the same writes at both,
+// and never when their results are written later.
+// Expected linear time: one open-addressed hash table keyed by (op, arguments, their versions).
 
 #include <cstddef>        // std::size_t
 #include <cstring>        // std::memcpy
@@ -14463,6 +15066,124 @@ XPORT_END_NAMESPACE
 
 // #include <xport/config.hpp>
 // #include <xport/ir/graph.hpp>
+// #include <xport/ops/effects.hpp>
+// xport/ops/effects.hpp: what a call writes, and which values share memory, in a graph that may
+// mutate (torch's training IR: relu_, add_, a BatchNorm's running statistics). The passes that
+// merge, fold or move calls ask it (passes/cse.hpp, passes/fold.hpp). Read from the operators'
+// schemas (`Tensor(a!) self`, `-> Tensor(a)`), plus the ops whose schema does not say that they
+// write (batch_norm in training writes its running statistics).
+
+#include <cstddef>        // std::size_t
+#include <numeric>        // std::iota
+#include <unordered_map>  // std::unordered_map
+#include <vector>         // std::vector
+
+// #include <xport/config.hpp>
+// #include <xport/ir/graph.hpp>
+// #include <xport/ops/op_sets.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+/// Note [Mutations as effects]: in a program with in-place calls a value does not hold one thing:
+/// `y = x.view(-1); y.add_(1)` changes x too. Values that may share memory are put in one alias
+/// class (a view's output with its input, an in-place call's output with what it writes); a
+/// call that writes any of its arguments changes the whole class. A pass then treats each write
+/// as an effect:
+///   - two pure calls are the same computation only if every argument's class has seen the same
+///     writes at both (cse compares class versions), and neither's results are ever written (a
+///     merged result would carry one's writes into the other's readers);
+///   - a call is a constant only if no class it reads or gives is ever written (fold);
+///   - the writing call itself stays where it is, is never merged, folded or removed (dce, via
+///     has_side_effects).
+class alias_classes {
+ public:
+  explicit alias_classes(const graph& g) {
+    for (auto n : g.nodes())
+      for (auto v : n.outputs()) index_of(v);
+    for (auto n : g.nodes()) {
+      if (!n.is_call()) continue;
+      join_aliases(n);
+      for (const auto& v : writes(n)) written_[find(index_of(v))] = true;
+    }
+    // a class's root may have changed since it was marked: settle the marks on the roots
+    for (std::size_t i = 0; i < parent_.size(); ++i)
+      if (written_[i]) written_[find(i)] = true;
+  }
+
+  /// The class of `v` (values that may share memory have the same class).
+  [[nodiscard]] std::size_t class_of(value v) const { return find(index_.at(v.impl())); }
+  [[nodiscard]] std::size_t size() const noexcept { return parent_.size(); }
+  /// Whether some call writes to `v`'s memory (or to a value that shares it).
+  [[nodiscard]] bool written(value v) const { return written_[class_of(v)]; }
+  /// Whether the graph writes to anything at all.
+  [[nodiscard]] bool any_written() const {
+    for (std::size_t i = 0; i < parent_.size(); ++i)
+      if (written_[i]) return true;
+    return false;
+  }
+
+  /// The values call `n` writes: the arguments its schema marks `(a!)`, and a training-mode
+  /// batch_norm's running statistics.
+  [[nodiscard]] static std::vector<value> writes(const node& n) {
+    std::vector<value> out;
+    if (!n.is_call() || n.op().higher_order) return out;
+    const auto args = n.args();
+    if (detail::is_batch_norm_op(n.op().name) && args.size() > 5 && args[5].is_bool() && args[5].as_bool())
+      for (std::size_t i : {3, 4}) args[i].for_each_value([&](const value& v) { out.push_back(v); });
+    if (!n.op().is_mutable) return out;
+    const auto& params = n.op().schema().arguments();
+    for (std::size_t i = 0; i < args.size() && i < params.size(); ++i)
+      if (const auto* a = params[i].alias_info(); a && a->isWrite())
+        args[i].for_each_value([&](const value& v) { out.push_back(v); });
+    return out;
+  }
+
+ private:
+  std::size_t index_of(value v) {
+    const auto [it, fresh] = index_.try_emplace(v.impl(), parent_.size());
+    if (fresh) {
+      parent_.push_back(parent_.size());
+      written_.push_back(false);
+    }
+    return it->second;
+  }
+  std::size_t find(std::size_t i) const {
+    while (parent_[i] != i) i = parent_[i] = parent_[parent_[i]];
+    return i;
+  }
+  void unite(std::size_t a, std::size_t b) {
+    a = find(a);
+    b = find(b);
+    if (a != b) parent_[b] = a;
+  }
+  // outputs that alias an argument (the same alias set in the schema: a view, an in-place op's
+  // result) join its class; a higher-order call's outputs are fresh (its subgraphs copy)
+  void join_aliases(const node& n) {
+    if (n.op().higher_order) return;
+    const auto& schema = n.op().schema();
+    const auto& params = schema.arguments();
+    const auto& rets = schema.returns();
+    const auto args = n.args();
+    for (std::size_t r = 0; r < rets.size() && r < n.num_outputs(); ++r) {
+      const auto* ra = rets[r].alias_info();
+      if (!ra) continue;
+      for (std::size_t i = 0; i < args.size() && i < params.size(); ++i) {
+        const auto* pa = params[i].alias_info();
+        if (!pa) continue;
+        bool shared = false;
+        for (const auto& s : ra->beforeSets())
+          for (const auto& t : pa->beforeSets()) shared = shared || s == t;
+        if (shared) args[i].for_each_value([&](const value& v) { unite(index_of(v), index_of(n.output(r))); });
+      }
+    }
+  }
+
+  std::unordered_map<const void*, std::size_t> index_;
+  mutable std::vector<std::size_t> parent_;
+  std::vector<bool> written_;
+};
+
+XPORT_END_NAMESPACE
 // #include <xport/passes/dce.hpp>
 // xport/passes/dce.hpp: dead-code elimination as a pass (ir/dead_code.hpp does the work).
 
@@ -14534,17 +15255,35 @@ inline std::size_t eliminate_common_subexpressions(graph& g) {
   struct slot {
     std::size_t hash = 0;
     detail::node_impl* n = nullptr;
+    std::size_t versions = 0;  ///< where the call's argument versions start in `seen`
   };
   std::size_t capacity = 16;
   while (capacity < 2 * g.size()) capacity *= 2;
   std::vector<slot> table(capacity);
   const std::size_t mask = capacity - 1;
   std::size_t removed = 0;
+  // Note [Mutations as effects]: the writes each alias class has seen so far
+  const alias_classes aliases(g);
+  const bool writes = aliases.any_written();
+  std::vector<std::size_t> version(writes ? aliases.size() : 0, 0), seen;
+  std::vector<std::size_t> now;  // the current call's argument versions
+  std::vector<value> written;  // what the current call writes
+  const auto mergeable = [&](const node& n) {
+    if (!n.is_call() || has_side_effects(n) || !written.empty()) return false;
+    for (auto v : n.outputs())
+      if (writes && aliases.written(v)) return false;
+    return true;
+  };
   for (node n = g.first(); n;) {
     const node next = n.next();
-    if (n.is_call() && !has_side_effects(n)) {
+    written = n.is_call() ? alias_classes::writes(n) : std::vector<value>{};
+    if (mergeable(n)) {
       std::size_t h = std::hash<const void*>{}(n.op_ptr());
       for (const auto& a : n.args()) h = detail::hash_combine(h, detail::hash_argument(a));
+      now.clear();
+      if (writes)
+        for (std::size_t k = 0; k < n.num_inputs(); ++k) now.push_back(version[aliases.class_of(n.input(k))]);
+      for (auto v : now) h = detail::hash_combine(h, v);
       h = (h ^ (h >> 29)) * 0xbf58476d1ce4e5b9ULL;  // spread into the low bits
       std::size_t i = (h >> 17) & mask;
       bool merged = false;
@@ -14555,6 +15294,7 @@ inline std::size_t eliminate_common_subexpressions(graph& g) {
         const auto ma = m.args(), na = n.args();
         bool same = ma.size() == na.size();
         for (std::size_t k = 0; same && k < ma.size(); ++k) same = ma[k] == na[k];
+        for (std::size_t k = 0; same && k < now.size(); ++k) same = seen[table[i].versions + k] == now[k];
         if (!same) continue;
         for (std::size_t k = 0; k < n.num_outputs(); ++k) n.output(k).replace_all_uses_with(m.output(k));
         g.erase(n);
@@ -14562,7 +15302,12 @@ inline std::size_t eliminate_common_subexpressions(graph& g) {
         merged = true;
         break;
       }
-      if (!merged) table[i] = slot{h, n.impl()};
+      if (!merged) {
+        table[i] = slot{h, n.impl(), seen.size()};
+        seen.insert(seen.end(), now.begin(), now.end());
+      }
+    } else {
+      for (const auto& v : written) ++version[aliases.class_of(v)];
     }
     n = next;
   }
@@ -14573,12 +15318,8 @@ namespace passes {
 
 struct cse_t : pass_base<cse_t> {
   static constexpr std::string_view name = "cse";
-  static constexpr passes::traits traits{.needs_functional = true, .transactional = true};  // refuses first
+  static constexpr passes::traits traits{.transactional = true};  // merges or leaves each call: nothing half-done
   pass_result run(exported_program& p) const {
-    for (auto n : p.graph().nodes())
-      if (n.is_call() && n.op().is_mutable)
-        return pass_result::failure("cse needs functional IR, but node '" + n.name() + "' (" + n.op().qualified +
-                                    ") mutates its argument; run run_decompositions() or functionalize first");
     return pass_result::modified(eliminate_common_subexpressions(p.graph_mut()) != 0);
   }
 };
@@ -14592,9 +15333,10 @@ XPORT_END_NAMESPACE
 // A call whose inputs are all constants (lifted constant tensors, or results of other such
 // calls) computes the same thing on every run: it is computed once, now, and the results that
 // the rest of the program reads are lifted as new CONSTANT_TENSOR inputs (`c__folded_0`, ...).
-// Calls that draw random numbers, mutate, or take a symbolic size (what they compute differs
-// from size to size) are never folded; results larger than the size limit are left to run (so
-// weights are not duplicated). With `fold_state`, parameters and buffers count as constants too
+// Calls that draw random numbers, write, or take a symbolic size (what they compute differs
+// from size to size) are never folded, nor is anything a call writes to (Note [Mutations as
+// effects], ops/effects.hpp: a lifted constant written in place would change from run to run);
+// results larger than the size limit are left to run (so weights are not duplicated). With `fold_state`, parameters and buffers count as constants too
 // (for inference deployment, e.g. after folding batch norm into a conv), except those the
 // program mutates (a counter buffer changes from run to run).
 
@@ -14612,6 +15354,7 @@ XPORT_END_NAMESPACE
 // #include <xport/ops/call.hpp>
 // #include <xport/ir/graph.hpp>
 // #include <xport/ir/program.hpp>
+// #include <xport/ops/effects.hpp>
 // #include <xport/passes/dce.hpp>
 // #include <xport/passes/pass.hpp>
 
@@ -14621,7 +15364,7 @@ namespace passes {
 struct fold_t : pass_base<fold_t> {
   static constexpr std::string_view name = "fold";
   // computes everything before changing anything: transactional
-  static constexpr passes::traits traits{.needs_functional = true, .needs_shapes = true, .transactional = true};
+  static constexpr passes::traits traits{.needs_shapes = true, .transactional = true};
 
   /// Results larger than this stay computed at run time.
   std::size_t max_bytes = std::size_t{1} << 20;
@@ -14641,10 +15384,6 @@ struct fold_t : pass_base<fold_t> {
   }
 
   pass_result run(exported_program& p) const {
-    for (auto n : p.graph().nodes())
-      if (n.is_call() && n.op().is_mutable)
-        return pass_result::failure("fold needs functional IR, but node '" + n.name() + "' (" + n.op().qualified +
-                                    ") mutates its argument; run run_decompositions() or functionalize first");
     known_values known;
     const auto folded = compute_constants(p, known);
     const auto frontier = frontier_of(folded, known);
@@ -14701,6 +15440,12 @@ struct fold_t : pass_base<fold_t> {
   std::vector<node> compute_constants(const exported_program& p, known_values& known) const {
     const auto& specs = p.signature().input_specs;
     const auto mutated = mutated_state(p);
+    const alias_classes aliases(p.graph());  // Note [Mutations as effects]: what is written is never a constant
+    const auto written = [&](const node& n) {
+      for (auto v : n.outputs())
+        if (aliases.written(v)) return true;
+      return !alias_classes::writes(n).empty();
+    };
     std::vector<node> folded;
     c10::NoGradGuard no_grad;
     std::size_t ph_index = 0;
@@ -14708,10 +15453,10 @@ struct fold_t : pass_base<fold_t> {
       for (auto v : n.outputs()) v.scratch() = 0;
       if (n.is_placeholder()) {
         const auto& s = specs[ph_index++];
-        if (is_constant_input(s, mutated)) known.remember(n.output(0), p.lifted_tensor(s).detach());
+        if (is_constant_input(s, mutated) && !written(n)) known.remember(n.output(0), p.lifted_tensor(s).detach());
         continue;
       }
-      if (!n.is_call() || n.op().higher_order || has_side_effects(n) || n.num_outputs() == 0) continue;
+      if (!n.is_call() || n.op().higher_order || has_side_effects(n) || n.num_outputs() == 0 || written(n)) continue;
       bool all_known = true;
       for (std::size_t i = 0; i < n.num_inputs() && all_known; ++i) all_known = n.input(i).scratch() != 0;
       if (all_known && fold_call(n, known)) folded.push_back(n);
@@ -15279,6 +16024,7 @@ class input_guards {
       names_.push_back(v.name());
       metas_.push_back(v.kind() == value_kind::tensor ? v.meta() : tensor_meta{});
     }
+    note_state_device(p);
     // Symbols: each bound by the first input dim that is exactly it (or solved from a linear
     // one), checked against its range; every other symbolic dim is checked against the bindings.
     for (const auto& rc : p.range_constraints()) {
@@ -15387,6 +16133,12 @@ class input_guards {
                         "input " + name + ": expected a tensor on " + m.device.str() + ", got one on " +
                             t.device().str() + "; move the input, or move the program with "
                             "exported_program::to(device)");
+    if (state_device_ && t.device() != *state_device_ && t.dim() > 0)
+      throw guard_error("xport.guard.device",
+                        "input " + name + ": expected a tensor on " + state_device_->str() + ", where the program's state is ('" +
+                            state_name_ + "'), got one on " + t.device().str() + "; move the input with .to(" +
+                            state_device_->str() + "), or move the program with exported_program::to(" +
+                            t.device().str() + ")");
     if (t.dim() != m.dim())
       throw guard_error("xport.guard.rank", "input " + name + ": expected " + std::to_string(m.dim()) +
                                                 " dimension(s) " + m.annotation() + ", got " +
@@ -15402,6 +16154,26 @@ class input_guards {
                               std::to_string(t.size(static_cast<std::int64_t>(d))) +
                               " (the program was exported with a static size here; export with a "
                               "dynamic Dim for this dimension to accept other sizes)");
+    }
+  }
+
+  /// The one device the program's state lives on, if it has state and it is on one device:
+  /// inputs must be there too, checked before any op runs (an op would fail halfway through,
+  /// or a CPU scalar mixed in would quietly run). 0-dim inputs may be CPU scalars, as in eager.
+  void note_state_device(const exported_program& p) {
+    for (const auto& spec : p.signature().input_specs) {
+      if (spec.kind == input_kind::user_input || spec.kind == input_kind::token || !spec.target) continue;
+      const at::Tensor* t = (spec.kind == input_kind::parameter || (spec.kind == input_kind::buffer && spec.persistent.value_or(true)))
+                                ? p.state_dict().find(*spec.target)
+                                : p.constants().find(*spec.target);
+      if (!t || !t->defined() || t->dim() == 0) continue;
+      if (!state_device_) {
+        state_device_ = t->device();
+        state_name_ = *spec.target;
+      } else if (*state_device_ != t->device()) {
+        state_device_.reset();  // spread over devices on purpose: each op's own check decides
+        return;
+      }
     }
   }
 
@@ -15478,6 +16250,8 @@ class input_guards {
 
   std::vector<std::string> names_;
   std::vector<tensor_meta> metas_;
+  std::optional<c10::Device> state_device_;
+  std::string state_name_;  // a state tensor on state_device_, named in the error
   std::vector<std::string> symbols_;     // s0, s1, ...
   std::vector<value_range> ranges_;      // per symbol
   std::vector<std::string> dim_names_;   // per symbol: the user's name for it
@@ -16064,8 +16838,10 @@ XPORT_BEGIN_NAMESPACE
 
 /// An exported program called with the C++ types it was exported with:
 ///   xport::callable<at::Tensor(at::Tensor, std::vector<at::Tensor>)> f(program);
-/// Inputs are flattened and checked against the program's input structure (constants included),
-/// outputs rebuilt into R.
+/// Inputs are flattened and checked against the program's input structure (constants included;
+/// keyword arguments of a program torch wrote come last, by position), outputs rebuilt into R:
+/// the same C++ types, a registered dataclass (by field name), or xport::tree_value (any
+/// structure, a ModelOutput's fields by name).
 template <class Sig>
 class callable;
 
@@ -16084,6 +16860,9 @@ class callable<R(Args...)> {
     treespec got = treespec::of(treespec::kind::tuple);
     (got.children.push_back(flatten(args, leaves)), ...);
     const auto& want = *program_->in_spec();
+    // C++ passes keyword arguments (of a program torch wrote) by position; named as the program names them
+    got.num_kwargs = want.num_kwargs;
+    got.keys = want.keys;
     if (!got.same_structure(want))
       throw guard_error("xport.guard.structure",
                         "the inputs have structure " + got.str() + " but the program was exported with " +
@@ -17049,20 +17828,56 @@ inline treespec treespec_of(const at_path& j) {
 
 /// torch.utils._pytree's `treespec_dumps` form (protocol 1), for Python readers. Constant leaves
 /// are leaves there too: each has its placeholder (a constant input), which holds the value.
+/// Types and contexts read from torch's files are written back as read (Note [Pytree node types]).
 inline json pytree_json(const treespec& t) {
   json children = json::array();
   for (const auto& c : t.children) children.push_back(pytree_json(c));
+  const auto node = [&](const char* builtin, json context) -> json {
+    json ctx = t.context.empty() ? std::move(context) : t.context_is_json ? json::parse(t.context) : json(t.context);
+    return {{"type", t.type_name.empty() ? std::string(builtin) : t.type_name}, {"context", std::move(ctx)},
+            {"children_spec", std::move(children)}};
+  };
   switch (t.type) {
     case treespec::kind::leaf:
     case treespec::kind::constant: return {{"type", nullptr}, {"context", nullptr}, {"children_spec", json::array()}};
-    case treespec::kind::none: return {{"type", "builtins.NoneType"}, {"context", "null"}, {"children_spec", json::array()}};
-    case treespec::kind::tuple: return {{"type", "builtins.tuple"}, {"context", "null"}, {"children_spec", std::move(children)}};
-    case treespec::kind::list: return {{"type", "builtins.list"}, {"context", "null"}, {"children_spec", std::move(children)}};
-    case treespec::kind::dict:
-      return {{"type", "builtins.dict"}, {"context", json(t.keys).dump()}, {"children_spec", std::move(children)}};
+    case treespec::kind::none: return node("builtins.NoneType", "null");
+    case treespec::kind::tuple: return node("builtins.tuple", "null");
+    case treespec::kind::list: return node("builtins.list", "null");
+    case treespec::kind::dict: return node("builtins.dict", json(t.keys).dump());
+    case treespec::kind::node: return node("", nullptr);
   }
   return {};
 }
+
+/// The keys of a dict of type `type` from its context (the parsed JSON of torch's context).
+inline std::vector<std::string> dict_keys_of(const std::string& type, const at_path& ctx) {
+  // a defaultdict's context is an object: {default_factory_module, default_factory_name, dict_context}
+  const at_path keys = type == "collections.defaultdict" ? ctx["dict_context"] : ctx;
+  std::vector<std::string> out;
+  for (std::size_t i = 0, m = keys.size_of_array(); i < m; ++i) {
+    if (!keys[i].j.is_string()) keys[i].fail("a dict key must be a string for xport, got " + std::string(keys[i].type()));
+    out.push_back(keys[i].str());
+  }
+  return out;
+}
+
+/// A node's field names from its context, where the context names one per child: a dataclass's
+/// `[[fields], [None fields]]` (torch.export.register_dataclass), a list of keys (a Hugging Face
+/// ModelOutput, most registered types); otherwise none (the children are positional).
+inline std::vector<std::string> node_fields_of(const json& ctx, std::size_t children) {
+  const auto strings = [](const json& j) {
+    if (!j.is_array()) return false;
+    for (const auto& e : j)
+      if (!e.is_string()) return false;
+    return true;
+  };
+  const json* names = nullptr;
+  if (strings(ctx)) names = &ctx;
+  else if (ctx.is_array() && ctx.size() == 2 && strings(ctx[0]) && strings(ctx[1])) names = &ctx[0];
+  if (!names || names->size() != children) return {};
+  return names->get<std::vector<std::string>>();
+}
+
 /// A treespec from `treespec_dumps` JSON; every leaf is a tensor leaf (see with_constants).
 inline treespec pytree_of(const at_path& j) {
   const auto type_j = j["type"];
@@ -17076,20 +17891,33 @@ inline treespec pytree_of(const at_path& j) {
   treespec t;
   if (type == "builtins.tuple") t.type = treespec::kind::tuple;
   else if (type == "builtins.list" || type == "torch.fx.immutable_collections.immutable_list") t.type = treespec::kind::list;
-  else if (type == "builtins.dict" || type == "collections.OrderedDict" || type == "torch.fx.immutable_collections.immutable_dict")
+  else if (type == "builtins.dict" || type == "collections.OrderedDict" || type == "collections.defaultdict" ||
+           type == "torch.fx.immutable_collections.immutable_dict")
     t.type = treespec::kind::dict;
   else if (type == "builtins.NoneType") t.type = treespec::kind::none;
-  else type_j.fail("pytree node type '" + type + "' is not supported by xport (it reads tuple, list, dict and None)");
+  else t.type = treespec::kind::node;
+  if (!type.starts_with("builtins.")) t.type_name = type;
   for (std::size_t i = 0; i < n; ++i) t.children.push_back(pytree_of(children_j[i]));
+  const auto ctx_j = j["context"];
+  if (!t.type_name.empty()) {  // written back as read
+    t.context_is_json = !ctx_j.j.is_string();
+    t.context = t.context_is_json ? ctx_j.j.dump() : ctx_j.str();
+  }
   if (t.type == treespec::kind::dict) {
-    const auto ctx_j = j["context"];
-    const auto ctx = parse(ctx_j.str(), ctx_j.record + " (" + ctx_j.path + ")");
-    const at_path keys{ctx, ctx_j.path, ctx_j.record};
-    for (std::size_t i = 0, m = keys.size_of_array(); i < m; ++i) {
-      if (!keys[i].j.is_string()) keys[i].fail("a dict key must be a string for xport, got " + std::string(keys[i].type()));
-      t.keys.push_back(keys[i].str());
-    }
+    // torch writes a context as JSON text, and a defaultdict's as a JSON object
+    const auto ctx = ctx_j.j.is_string() ? parse(ctx_j.str(), ctx_j.record + " (" + ctx_j.path + ")") : ctx_j.j;
+    t.keys = dict_keys_of(type, at_path{ctx, ctx_j.path, ctx_j.record});
     if (t.keys.size() != t.children.size()) ctx_j.fail("a dict needs one key per child");
+  } else if (t.type == treespec::kind::node) {
+    json ctx = ctx_j.j;
+    if (ctx.is_string()) {  // JSON text, or not JSON at all: a namedtuple's context is its type's name
+      try {
+        ctx = parse(ctx.get<std::string>(), ctx_j.record);
+      } catch (const load_error&) {
+        ctx = nullptr;
+      }
+    }
+    t.keys = node_fields_of(ctx, t.children.size());
   } else if (t.type == treespec::kind::none && n != 0) {
     children_j.fail("None has no children");
   }
@@ -18442,6 +19270,10 @@ struct load_options {
   /// in a training-mode program) and records not 64-byte aligned in the file are read into
   /// memory as without mmap. For inference: load without it to train the weights.
   bool mmap = false;
+  /// Where the program's tensors go (torch's `map_location`): unset, each tensor goes to the
+  /// device it was saved on, as torch.export.load puts it; set, every tensor goes here and the
+  /// graph is retargeted (exported_program::to), so a CUDA archive loads on a CPU-only machine.
+  std::optional<c10::Device> device;
 };
 
 namespace detail {
@@ -18490,6 +19322,7 @@ inline c10::IValue example_inputs_ivalue(const std::vector<at::Tensor>& tensors,
         return tensors[next++].cpu();
       case K::constant: return to_ivalue(s.value, c10::AnyType::get(), [](const value&) { return c10::IValue(); });
       case K::none: return c10::IValue();
+      case K::node:  // C++ cannot make the Python type: its children, as a tuple
       case K::tuple: {
         std::vector<c10::IValue> es;
         for (const auto& c : s.children) es.push_back(self(self, c));
@@ -18551,11 +19384,13 @@ inline std::vector<at::Tensor> inputs_of_call(const c10::IValue& v, const std::o
         return;
       case K::constant:
       case K::none: return;
+      case K::node:  // written by xport as a tuple of its children (a Python object does not unpickle here)
       case K::tuple:
       case K::list: {
         const auto elems = x.isTuple() ? x.toTupleRef().elements().vec() : x.isList() ? x.toListRef().vec() : std::vector<c10::IValue>{};
         if ((!x.isTuple() && !x.isList()) || elems.size() != s.children.size())
-          fail("expected a " + std::string(s.type == K::tuple ? "tuple" : "list") + " of " + std::to_string(s.children.size()));
+          fail("expected a " + (s.type == K::node ? s.short_type_name() + " (as a tuple)" : s.short_type_name()) + " of " +
+               std::to_string(s.children.size()));
         for (std::size_t i = 0; i < elems.size(); ++i) self(self, s.children[i], elems[i]);
         return;
       }
@@ -18593,8 +19428,12 @@ inline std::vector<at::Tensor> unpickle_inputs(const std::string& bytes, const s
   c10::IValue v;
   try {
     v = torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+  } catch (const c10::Error& e) {
+    // e.g. a dataclass input: C++ cannot rebuild a Python object
+    throw load_error("xport.load.sample_inputs", record + ": " + first_line(e.what_without_backtrace()) +
+                                                     " (load without load_options::example_inputs to skip them)");
   } catch (const std::exception& e) {
-    throw load_error("xport.load.sample_inputs", record + ": " + e.what());
+    throw load_error("xport.load.sample_inputs", record + ": " + first_line(e.what()));
   }
   return inputs_of_call(v, in_spec, record);
 }
@@ -18622,26 +19461,57 @@ inline std::optional<std::uint64_t> span_bytes(const tensor_meta& m) {
   return bytes;
 }
 
+/// The bytes of `storage` in host memory: the storage itself on the CPU, else one copy of the
+/// whole storage (not of a view of it: the record must hold every element its views reach).
+/// `copy` forces the copy on the CPU too (the path device storages take, tested without one).
+inline at::Tensor host_bytes(const c10::Storage& storage, c10::Device device, bool copy = false) {
+  const auto n = static_cast<std::int64_t>(storage.nbytes());
+  at::Tensor bytes = at::empty({0}, at::TensorOptions().dtype(c10::kByte).device(device));
+  bytes.set_(storage, 0, {n}, {1});
+  return device.is_cpu() && !copy ? bytes : bytes.to(c10::kCPU, /*non_blocking=*/false, /*copy=*/true);
+}
+
+/// Whether `t` holds a Python type C++ cannot make (Note [Pytree node types]): a node, or a dict
+/// or list of a type of its own.
+inline bool has_node_type(const treespec& t) {
+  if (!t.type_name.empty()) return true;
+  for (const auto& c : t.children)
+    if (has_node_type(c)) return true;
+  return false;
+}
+
+/// Set (per thread) by tests to send CPU storages through host_bytes' copy, the path a device's
+/// storages take: the suite covers it on machines without one.
+inline bool& force_host_copy() {
+  thread_local bool on = false;
+  return on;
+}
+
+/// Writes each storage once, whatever its device: tensors are keyed by their own storage (never
+/// by a temporary host copy, whose address the next copy may reuse), so views of one storage,
+/// tied weights among them, share one record, as torch writes them and reads them back.
 struct payload_writer {
   caffe2::serialize::PyTorchStreamWriter& w;
   std::string dir, prefix;
-  std::map<const void*, std::string> written;  ///< storage -> record
+  std::map<const c10::StorageImpl*, std::string> written;  ///< the tensor's own storage -> record
   std::size_t next = 0;
+  bool copy_to_host = false;  ///< copy CPU storages too (tests of the device path)
 
   json add(const std::string& fqn, const at::Tensor& t, bool is_param) {
     if (t.layout() != c10::kStrided)
       throw error("xport.save.layout", "tensor '" + fqn + "' is not strided; only strided tensors can be saved");
-    at::Tensor cpu = t.device().is_cpu() ? t : t.cpu();
-    const auto& storage = cpu.storage();
-    const void* key = storage.unsafeGetStorageImpl();
-    auto it = written.find(key);
+    if (!t.has_storage())
+      throw error("xport.save.storage", "tensor '" + fqn + "' on " + t.device().str() +
+                                            " has no storage to write; move it to a device with memory first");
+    const auto& storage = t.storage();
+    auto it = written.find(storage.unsafeGetStorageImpl());
     if (it == written.end()) {
       const std::string name = prefix + std::to_string(next++);
-      w.writeRecord(dir + name, storage.data(), storage.nbytes());
-      it = written.emplace(key, name).first;
+      const at::Tensor bytes = host_bytes(storage, t.device(), copy_to_host);
+      w.writeRecord(dir + name, bytes.data_ptr(), storage.nbytes());
+      it = written.emplace(storage.unsafeGetStorageImpl(), name).first;
     }
-    auto meta = tensor_meta::of(cpu);
-    meta.device = t.device();
+    auto meta = tensor_meta::of(t);  // offset and strides into the storage, on the tensor's device
     meta.requires_grad = t.requires_grad();
     return {{"path_name", it->second}, {"is_param", is_param}, {"use_pickle", false}, {"tensor_meta", tensor_meta_json(meta)}};
   }
@@ -18652,6 +19522,7 @@ struct payload_writer {
 struct payload_source {
   std::shared_ptr<const mapped_file> map;  ///< null: read every record into memory
   std::set<std::string> copy;
+  std::optional<c10::Device> device;  ///< load_options::device: every tensor there, not where recorded
 
   [[nodiscard]] bool maps(const zip_record& r) const { return map && r.data_offset % 64 == 0; }
 };
@@ -18708,6 +19579,20 @@ inline at::Tensor record_bytes(const zip_index& zip, const zip_record& r, const 
   return bytes;
 }
 
+/// A record's bytes on `device` (where its tensor was recorded, or load_options::device); a
+/// device this process cannot use is a load_error that says how to load elsewhere.
+inline at::Tensor to_device(const at::Tensor& bytes, c10::Device device, const at_path& entry) {
+  try {
+    return bytes.to(device);
+  } catch (const c10::Error& e) {
+    throw load_error("xport.load.device", entry.record + ": " + entry.path + ".tensor_meta.device: the tensor was saved on " +
+                                              device.str() + ", which this process cannot use (" +
+                                              first_line(e.what_without_backtrace()) +
+                                              "); load it elsewhere with load_options::device (torch's map_location), "
+                                              "e.g. load_options{.device = at::kCPU}");
+  }
+}
+
 /// Reads `{"config": {fqn: PayloadMeta}}` and the records it names into `out`.
 inline void read_payloads(const zip_index& zip, const std::string& dir, const std::string& config_name,
                           const payload_source& source, tensor_dict& out) {
@@ -18716,7 +19601,7 @@ inline void read_payloads(const zip_index& zip, const std::string& dir, const st
   const auto doc = parse(zip.read(record), record);
   const at_path root{doc, "", record};
   const auto& config = root["config"].object();
-  std::map<std::string, at::Tensor> storages;  // record -> flat byte tensor
+  std::map<std::string, at::Tensor> storages;  // "<record>@<device>" -> flat bytes
   std::set<std::string> copied;                // records of state the program writes: read, not mapped
   if (source.map)
     for (auto it = config.begin(); it != config.end(); ++it)
@@ -18748,10 +19633,15 @@ inline void read_payloads(const zip_index& zip, const std::string& dir, const st
     // that still refuses the entry is reported at it, never as a raw c10::Error.
     at::Tensor t;
     try {
-      auto st = storages.find(rec);
-      if (st == storages.end())
-        st = storages.emplace(rec, record_bytes(zip, *r, rec, source.maps(*r) && !copied.count(rec), source)).first;
-      t = at::empty({0}, at::TensorOptions().dtype(meta.dtype));
+      const c10::Device device = source.device.value_or(meta.device);
+      auto st = storages.find(rec + "@" + device.str());
+      if (st == storages.end()) {  // each record read once, and moved to each device once
+        auto host = storages.find(rec + "@cpu");
+        if (host == storages.end())
+          host = storages.emplace(rec + "@cpu", record_bytes(zip, *r, rec, source.maps(*r) && !copied.count(rec), source)).first;
+        st = device.is_cpu() ? host : storages.emplace(rec + "@" + device.str(), to_device(host->second, device, entry)).first;
+      }
+      t = at::empty({0}, at::TensorOptions().dtype(meta.dtype).device(device));
       t.set_(st->second.storage(), meta.storage_offset.hint(), meta.size_hints(), meta.stride_hints());
       if (meta.requires_grad) t.requires_grad_(true);
     } catch (const c10::Error& e) {
@@ -18779,20 +19669,22 @@ inline void save(const exported_program& p, const std::function<std::size_t(cons
   const auto& sig = p.signature();
   std::unordered_set<std::string> params;
   for (const auto& f : sig.parameters()) params.insert(f);
-  s::payload_writer weights{w, "data/weights/", "weight_", {}, 0};
+  s::payload_writer weights{w, "data/weights/", "weight_", {}, 0, s::force_host_copy()};
   s::json wconfig = s::json::object();
   for (const auto& [fqn, t] : p.state_dict()) wconfig[fqn] = weights.add(fqn, t, params.count(fqn) > 0);
   const std::string wtext = s::json{{"config", std::move(wconfig)}}.dump();
   w.writeRecord("data/weights/" + options.model_name + "_weights_config.json", wtext.data(), wtext.size());
-  s::payload_writer constants{w, "data/constants/", "tensor_", {}, 0};
+  s::payload_writer constants{w, "data/constants/", "tensor_", {}, 0, s::force_host_copy()};
   s::json cconfig = s::json::object();
   for (const auto& [fqn, t] : p.constants()) cconfig[fqn] = constants.add(fqn, t, false);
   const std::string ctext = s::json{{"config", std::move(cconfig)}}.dump();
   w.writeRecord("data/constants/" + options.model_name + "_constants_config.json", ctext.data(), ctext.size());
   w.writeRecord("models/" + options.model_name + ".json", doc.data(), doc.size());
   // always there: torch's loader reads it unconditionally (empty means no example inputs)
+  // (torch checks them against the in_spec on load: with a Python type in it, which C++ cannot
+  // pickle, the record stays empty)
   std::vector<char> inputs;
-  if (options.example_inputs && p.example_inputs())
+  if (options.example_inputs && p.example_inputs() && !(p.in_spec() && s::has_node_type(*p.in_spec())))
     inputs = detail::pickle_bytes(detail::example_inputs_ivalue(*p.example_inputs(), p.in_spec()));
   w.writeRecord("data/sample_inputs/" + options.model_name + ".pt", inputs.data(), inputs.size());
   w.writeEndOfFile();
@@ -18965,7 +19857,7 @@ inline exported_program detail::serde::load_archive(std::shared_ptr<caffe2::seri
   auto parts = s::program_of(doc, model);
   tensor_dict state, constants;
   auto copy = map ? s::written_state(parts.g, parts.sig) : std::set<std::string>{};
-  const s::payload_source source{std::move(map), std::move(copy)};
+  const s::payload_source source{std::move(map), std::move(copy), options.device};
   stage = "data/weights/" + options.model_name + "_weights_config.json";
   s::read_payloads(zip, "data/weights/", options.model_name + "_weights_config.json", source, state);
   stage = "data/constants/" + options.model_name + "_constants_config.json";
@@ -18977,6 +19869,7 @@ inline exported_program detail::serde::load_archive(std::shared_ptr<caffe2::seri
   p.set_call_spec(std::move(parts.in_spec), std::move(parts.out_spec));
   p.set_module_types(std::move(parts.module_types));
   if (options.example_inputs) s::read_sample_inputs(zip, *reader, options, stage, p);
+  if (options.device) p.to(*options.device);  // the graph's devices (the tensors are there already)
   stage = "record '" + model + "'";
   if (options.verify) {
     try {
@@ -19024,3 +19917,4 @@ XPORT_END_NAMESPACE
 
 #undef XPORT_TORCH_VERSION_AT_LEAST
 #undef XPORT_HAS_TORCH_FUNCTIONALIZATION
+#undef XPORT_HAS_CONV_BACKEND_SELECTION

@@ -1,8 +1,13 @@
 // the twin of pipeline_needs_functional.cpp: functionalize in between makes it valid.
 #include <xport/xport.hpp>
+struct needs_functional_ir {
+  static constexpr std::string_view name = "needs_functional_ir";
+  static constexpr xport::passes::traits traits{.needs_functional = true};
+  xport::passes::pass_result run(xport::exported_program&) const { return {}; }
+};
 struct add_inplace_ops {
   static constexpr std::string_view name = "add_inplace_ops";
   static constexpr xport::passes::traits traits{.breaks_functional = true};
   xport::passes::pass_result run(xport::exported_program&) const { return {}; }
 };
-void f() { auto p = add_inplace_ops{} | xport::passes::functionalize | xport::passes::cse; }
+void f() { auto p = add_inplace_ops{} | xport::passes::functionalize | needs_functional_ir{}; }

@@ -22,6 +22,7 @@ the call, the outputs torch.export.load(<name>.pt2).module() gives for it (one t
 on, seeded), the buffers and inputs after it, and calls at other sizes for dynamic programs.
 <dir>/index.json lists them, with what xport must read back (forward_arg_names, kwargs, inputs).
 """
+import collections
 import copy
 import json
 import os
@@ -33,6 +34,7 @@ import torch.utils._pytree as pytree
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pytree_types  # noqa: E402  (dataclasses, namedtuples and ModelOutput-like types, registered)
 import twins  # noqa: E402  (owned by the twins' author: imported, never edited here)
 import xport_ops  # noqa: E402  (registers the suite's custom operators, as tests/custom_ops.hpp does in C++)
 
@@ -75,11 +77,13 @@ class Writer:
         path = os.path.join(self.out, name + ".pt2")
         torch.export.save(ep, path)
         entry = {"name": name, "runs": runs}
+        if pytree_types.has_python_types(args):  # Python objects in the example inputs: C++ cannot unpickle them
+            entry["python_inputs"] = True
         if runs:
             outputs, module, after = call(path, args, kwargs)
             buffers = {k: v.detach().clone() for k, v in module.named_buffers()}
             io = {
-                "args": tuple(args), "kwargs": dict(kwargs), "outputs": outputs, "seed": SEED,
+                "args": pytree_types.plain(args), "kwargs": dict(kwargs), "outputs": outputs, "seed": SEED,
                 "after": {"state": buffers, "inputs": [t.detach().clone() for t in tensors(after)]},
                 "extra": [],
             }
@@ -446,6 +450,10 @@ def main():
     w.export("scalars", Scalars(), (torch.randn(3), 3, 0.25, "add", torch.randn(2)))
     w.export("keywords", Keywords(), (torch.randn(3),), {"scale": torch.randn(3), "bias": torch.randn(3)})
     w.export("nested_modules", Nested(), (torch.randn(2, 3),))
+    # pytree node types C++ does not have: kept by name and context, written back unchanged
+    w.export("pytree_dataclass", pytree_types.Attend(), (pytree_types.AttnIn(torch.randn(2, 5), torch.ones(2, 5)),))
+    w.export("pytree_containers", pytree_types.Containers(),
+             (torch.randn(3), collections.OrderedDict(scale=torch.randn(3), shift=torch.randn(3))))
 
     torch.manual_seed(0)
     block = xport_ops.GatedBlock().eval()

@@ -21,6 +21,11 @@
 /// neither the tag nor functional BatchNorm statistics: xport's own functionalizer serves it.
 #define XPORT_HAS_TORCH_FUNCTIONALIZATION XPORT_TORCH_VERSION_AT_LEAST(2, 1)
 
+/// LibTorch's choice of a convolution's backend (`at::native::select_conv_backend` over SymInts)
+/// and of the memory format it writes (`_determine_backend_memory_format`), which torch's fake
+/// convolution asks (ops/conv_layout.hpp).
+#define XPORT_HAS_CONV_BACKEND_SELECTION XPORT_TORCH_VERSION_AT_LEAST(2, 1)
+
 XPORT_BEGIN_NAMESPACE
 namespace detail {
 

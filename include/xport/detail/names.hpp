@@ -47,6 +47,15 @@ inline bool is_reserved_python_name(std::string_view s) {
   return std::binary_search(reserved_python_names.begin(), reserved_python_names.end(), s);
 }
 
+/// Python's keywords, and `self` (forward's first parameter): never a value's name.
+inline bool is_python_keyword(std::string_view s) {
+  static constexpr std::array<std::string_view, 36> keywords{
+      "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue", "def",
+      "del", "elif", "else", "except", "finally", "for", "from", "global", "if", "import", "in", "is",
+      "lambda", "nonlocal", "not", "or", "pass", "raise", "return", "self", "try", "while", "with", "yield"};
+  return std::binary_search(keywords.begin(), keywords.end(), s);
+}
+
 /// `_snake_case` + illegal-character cleanup of torch.fx: `pascalCase` -> `pascal_case`,
 /// characters outside [0-9a-zA-Z_] -> `_`, a leading digit gets a `_` prefix.
 inline std::string sanitize_name(std::string_view candidate) {
@@ -141,9 +150,11 @@ class name_table {
     return name;
   }
 
-  /// Claims `name` exactly; false when it is taken or reserved.
+  /// Claims `name` exactly; false when it is taken or a Python keyword (or `self`). A builtin's
+  /// name is claimed: torch names a user input after its argument, `input` included, and keeps
+  /// it so in its files; only names xport makes up (create) avoid builtins.
   bool claim(const std::string& name) {
-    if (is_reserved_python_name(name)) return false;
+    if (is_python_keyword(name)) return false;
     return mark_used(name);
   }
 

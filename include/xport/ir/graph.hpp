@@ -551,7 +551,7 @@ class basic_graph<default_policy> {
     if (!names_.claim(name))
       throw graph_error("xport.graph.duplicate_name",
                         "placeholder name '" + name + "' is already used in this graph or is a "
-                        "Python keyword/builtin; pick another name");
+                        "Python keyword; pick another name");
     return link_placeholder(name, std::move(type));
   }
   /// Appends a placeholder named after `candidate`, made unique (`x`, `x_1`, ...); with

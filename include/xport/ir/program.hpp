@@ -154,6 +154,75 @@ class graph_holder {
   std::unique_ptr<graph> g_;
 };
 
+
+/// Moves tensors to one device storage by storage (see exported_program::to).
+class storage_mover {
+ public:
+  explicit storage_mover(c10::Device device) : device_(device) {}
+
+  at::Tensor operator()(const at::Tensor& t) {
+    if (!t.defined() || t.device() == device_) return t;
+    if (const auto it = tensors_.find(t.unsafeGetTensorImpl()); it != tensors_.end()) return it->second;
+    const bool grad = t.requires_grad();
+    at::Tensor out;
+    if (t.layout() != c10::kStrided || !t.has_storage()) {
+      out = t.detach().to(device_);
+    } else {
+      const c10::Storage& from = t.storage();
+      auto it = storages_.find(from.unsafeGetStorageImpl());
+      if (it == storages_.end()) {
+        const auto n = static_cast<std::int64_t>(from.nbytes());
+        at::Tensor bytes = t.new_empty({0}, t.options().dtype(c10::kByte).requires_grad(false));
+        bytes.set_(from, 0, {n}, {1});
+        it = storages_.emplace(from.unsafeGetStorageImpl(), bytes.to(device_).storage()).first;
+      }
+      out = t.new_empty({0}, t.options().device(device_).requires_grad(false));
+      out.set_(it->second, t.storage_offset(), t.sizes(), t.strides());
+    }
+    if (grad) out.requires_grad_(true);
+    tensors_.emplace(t.unsafeGetTensorImpl(), out);
+    return out;
+  }
+
+ private:
+  c10::Device device_;
+  std::unordered_map<const c10::StorageImpl*, c10::Storage> storages_;
+  std::unordered_map<const c10::TensorImpl*, at::Tensor> tensors_;
+};
+
+/// `device=` arguments and tensor meta of `g` and of its subgraphs, set to `device`.
+inline void retarget_device(graph& g, c10::Device device) {
+  const auto retarget = [&](auto&& self, argument& a) -> bool {
+    if (a.is_device()) {
+      a = device;
+      return true;
+    }
+    if (a.is_graph()) {
+      auto sub = std::make_shared<subgraph>(subgraph{a.as_graph()->name, a.as_graph()->body.clone()});
+      retarget_device(sub->body, device);
+      a = std::shared_ptr<const subgraph>(std::move(sub));
+      return true;
+    }
+    bool changed = false;
+    if (a.is_list())
+      for (auto& e : a.as_list()) changed = self(self, e) || changed;
+    return changed;
+  };
+  for (auto n : g.nodes()) {
+    for (auto v : n.outputs())
+      if (v.kind() == value_kind::tensor) {
+        auto m = v.meta();
+        m.device = device;
+        v.set_meta(std::move(m));
+      }
+    if (!n.is_call()) continue;
+    std::vector<argument> args(n.args().begin(), n.args().end());
+    bool changed = false;
+    for (auto& a : args) changed = retarget(retarget, a) || changed;
+    if (changed) n.set_args(std::move(args));
+  }
+}
+
 }  // namespace detail
 
 template <>
@@ -269,42 +338,18 @@ class basic_exported_program<default_policy> {
   [[nodiscard]] std::vector<at::Tensor> parameters() const { return values_of(named_parameters()); }
   [[nodiscard]] std::vector<at::Tensor> buffers() const { return values_of(named_buffers()); }
 
-  /// Moves the state and constants to `device` and retargets the graph (tensor meta and
-  /// `device=` arguments), so the program runs on inputs on that device. Parameters stay leaves
-  /// with their requires_grad flag.
+  /// Moves the state and constants to `device` and retargets the graph, its subgraphs included
+  /// (tensor meta and `device=` arguments), so the program runs on inputs on that device.
+  /// Storages move whole, once each: views of one storage (tied weights) stay views of one
+  /// storage, and one tensor under two names stays one tensor. Parameters stay leaves with
+  /// their requires_grad flag. torch's `move_to_device_pass`.
   void to(c10::Device device) {
-    const auto move = [&](tensor_dict& d) {
-      for (auto& [name, t] : d) {
-        if (t.device() == device) continue;
-        const bool grad = t.requires_grad();
-        t = t.detach().to(device);
-        if (grad) t.requires_grad_(true);
-      }
-    };
-    move(state_dict_);
-    move(constants_);
-    const auto retarget = [&](auto&& self, argument& a) -> void {
-      if (a.is_device()) a = device;
-      else if (a.is_list())
-        for (auto& e : a.as_list()) self(self, e);
-    };
-    for (auto n : checked_graph().nodes()) {
-      for (auto v : n.outputs())
-        if (v.kind() == value_kind::tensor) {
-          auto m = v.meta();
-          m.device = device;
-          v.set_meta(std::move(m));
-        }
-      if (!n.is_call()) continue;
-      bool has_device = false;
-      for (const auto& a : n.args()) has_device = has_device || a.is_device() || a.is_list();
-      if (!has_device) continue;
-      std::vector<argument> args(n.args().begin(), n.args().end());
-      for (auto& a : args) retarget(retarget, a);
-      n.set_args(std::move(args));
-    }
+    detail::storage_mover mover(device);
+    for (auto& [name, t] : state_dict_) t = mover(t);
+    for (auto& [name, t] : constants_) t = mover(t);
+    detail::retarget_device(checked_graph(), device);
     if (example_inputs_)
-      for (auto& t : *example_inputs_) t = t.to(device);
+      for (auto& t : *example_inputs_) t = mover(t);
     invalidate();
   }
 

@@ -25,6 +25,7 @@ XPORT_END_NAMESPACE
 #if XPORT_HAS_TORCH_FUNCTIONALIZATION
 #include <algorithm>      // std::reverse
 #include <cstdint>        // std::int64_t
+#include <limits>         // std::numeric_limits
 #include <utility>        // std::pair
 #include <functional>     // std::function
 #include <string>         // std::string
@@ -62,6 +63,12 @@ XPORT_END_NAMESPACE
 #include <ATen/ops/transpose.h>
 #include <ATen/ops/view.h>
 #include <ATen/ops/where.h>
+#include <ATen/ops/any.h>
+#include <ATen/ops/eq.h>
+#include <ATen/ops/linalg_vector_norm.h>
+#include <ATen/ops/logical_not.h>
+#include <ATen/ops/softmax.h>
+#include <ATen/ops/zeros_like.h>
 #include <c10/core/DefaultDtype.h>
 #include <c10/core/WrapDimMinimal.h>
 
@@ -462,6 +469,30 @@ inline S embedding_bag(const S& a) {
 // torch._decomp.nop_decomposition (detach, lift, lift_fresh): alias
 inline S alias(const S& a) { return {at::alias(a[0].toTensor())}; }
 
+// torch._decomp.safe_softmax (what scaled_dot_product_attention's math path calls): softmax,
+// with rows that are all -inf set to 0; torch.all as torch._refs writes it (not any not)
+inline S safe_softmax(const S& a) {
+  const auto& x = a[0].toTensor();
+  const auto dim = a[1].toInt();
+  const auto out = at::softmax(x, dim, a.size() > 2 ? a[2].toOptional<c10::ScalarType>() : c10::nullopt);
+  const auto masked = x.eq(-std::numeric_limits<double>::infinity());
+  const auto rows = at::logical_not(at::any(at::logical_not(masked), dim, /*keepdim=*/true));
+  return {at::where(rows, at::zeros_like(out), out)};
+}
+
+// torch._decomp._weight_norm_interface (nn.utils.weight_norm, wav2vec2's positional conv)
+inline S weight_norm_interface(const S& a) {
+  const auto& v = a[0].toTensor();
+  const auto& g = a[1].toTensor();
+  const auto dim = a.size() > 2 ? a[2].toInt() : 0;
+  std::vector<std::int64_t> keep;
+  for (std::int64_t i = 0; i < v.dim(); ++i)
+    if (i != dim) keep.push_back(i);
+  const auto norm_dtype = g.scalar_type() == c10::kBFloat16 ? c10::optional<c10::ScalarType>(c10::kFloat) : c10::nullopt;
+  const auto norm = at::linalg_vector_norm(v, 2, keep, /*keepdim=*/true, norm_dtype);
+  return {v * (g / norm.to(g.scalar_type())), norm};
+}
+
 }  // namespace torch_decomp
 
 /// Decompositions torch applies above functionalization and autograd: Python overrides of an
@@ -512,6 +543,8 @@ inline const std::unordered_map<std::string, decomposition_fn>& torch_decomposit
       {"aten::detach", d::alias},
       {"aten::lift_fresh", d::alias},
       {"aten::unbind.int", d::unbind_int},
+      {"aten::_safe_softmax", d::safe_softmax},
+      {"aten::_weight_norm_interface", d::weight_norm_interface},
   };
   return table;
 }

@@ -18,6 +18,7 @@
 
 #include <xport/config.hpp>
 #include <xport/ops/call.hpp>
+#include <xport/ops/conv_layout.hpp>
 #include <xport/ops/meta_rules.hpp>
 #include <xport/ops/schema.hpp>
 #include <xport/error.hpp>
@@ -106,8 +107,12 @@ template <class Describe>
 /// falling back to xport's shape rules when LibTorch has no meta kernel for it.
 /// `describe` names the arguments in error messages.
 template <class Describe>
-std::vector<c10::IValue> run_meta(const op_info& op, std::vector<c10::IValue> inputs, Describe&& describe) {
-  run_meta_in_place(op, inputs, describe);
+void run_meta_laid_out(const op_info& op, std::vector<c10::IValue>& stack, c10::Device device, Describe&& describe);
+
+template <class Describe>
+std::vector<c10::IValue> run_meta(const op_info& op, std::vector<c10::IValue> inputs, Describe&& describe,
+                                  c10::Device device = c10::Device(c10::kCPU)) {
+  run_meta_laid_out(op, inputs, device, describe);
   return inputs;
 }
 
@@ -198,6 +203,21 @@ void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Descr
   }
 }
 
+/// run_meta_in_place, with a convolution's output in the memory format its kernel on `device`
+/// gives it (ops/conv_layout.hpp): the strides later views depend on.
+template <class Describe>
+void run_meta_laid_out(const op_info& op, std::vector<c10::IValue>& stack, c10::Device device, Describe&& describe) {
+  if (op.name.compare(0, 10, "aten::conv") != 0 && op.name != "aten::_convolution") {
+    run_meta_in_place(op, stack, describe);
+    return;
+  }
+  const std::vector<c10::IValue> inputs = stack;
+  run_meta_in_place(op, stack, describe);
+  if (stack.size() == 1 && stack[0].isTensor())
+    if (const auto format = conv_output_format(op.name, inputs, device))
+      stack[0] = in_format(stack[0].toTensor(), *format);
+}
+
 /// The value types of an op's results (from run_meta); tensors are reported on `device`.
 inline std::vector<value_type> result_types(const op_info& op, const std::vector<c10::IValue>& results,
                                             c10::Device device, bool requires_grad) {
@@ -278,8 +298,9 @@ inline std::vector<value_type> infer_outputs(const op_info& op, const std::vecto
   if (op.data_dependent) throw_data_dependent(op);
   torch::jit::Stack stack;
   push_meta_arguments(op, args, [](const value& v) { return v.meta().make_meta(); }, stack);
-  const auto results = run_meta(op, std::move(stack), [&] { return describe_args(op, args); });
-  return result_types(op, results, output_device(op, args), any_requires_grad(args));
+  const auto device = output_device(op, args);
+  const auto results = run_meta(op, std::move(stack), [&] { return describe_args(op, args); }, device);
+  return result_types(op, results, device, any_requires_grad(args));
 }
 
 }  // namespace detail

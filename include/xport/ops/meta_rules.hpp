@@ -303,6 +303,57 @@ inline std::vector<at::Tensor> rule_adaptive_pool(const meta_stack& s) {
   return {meta_empty(out, x.scalar_type())};
 }
 
+// max_pool{2,3}d_with_indices(self, kernel_size, stride=[], padding=0, dilation=1, ceil_mode=False)
+// -> (output, indices): the window count along each spatial dim (ceil mode as ATen's
+// pooling_output_shape: a last window that starts in the padding is dropped), indices int64.
+inline std::vector<at::Tensor> rule_max_pool_with_indices(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  const auto kernel = int_list(s[1]);
+  const auto stride = s.size() > 2 && !int_list(s[2]).empty() ? int_list(s[2]) : kernel;
+  const auto pad = s.size() > 3 ? int_list(s[3]) : std::vector<std::int64_t>{0};
+  const auto dil = s.size() > 4 ? int_list(s[4]) : std::vector<std::int64_t>{1};
+  const bool ceil = s.size() > 5 && s[5].toBool();
+  const auto at = [](const std::vector<std::int64_t>& v, std::size_t i) { return v[std::min(i, v.size() - 1)]; };
+  auto out = sizes_of(x);
+  const auto n = kernel.size();
+  for (std::size_t i = 0; i < n && i < out.size(); ++i) {
+    const auto in = out[out.size() - n + i];
+    const auto k = at(kernel, i), st = at(stride, i), p = at(pad, i), d = at(dil, i);
+    const auto span = in + 2 * p - d * (k - 1) - 1 + (ceil ? st - 1 : 0);
+    auto len = floor_div(span, st) + 1;
+    if (ceil && (len - 1) * st >= in + p) --len;
+    out[out.size() - n + i] = len;
+  }
+  return {meta_empty(out, x.scalar_type()), meta_empty(out, c10::kLong)};
+}
+
+// a binary op that broadcasts and promotes (floor_divide): its arguments' broadcast shape, in
+// their result type. (Not from zeros: an integer division by zero throws.)
+inline std::vector<at::Tensor> rule_broadcast_binary(const meta_stack& s) {
+  const auto& a = s[0].toTensor();
+  if (s[1].isTensor()) {
+    const auto& b = s[1].toTensor();
+    return {meta_empty(broadcast_sizes({sizes_of(a), sizes_of(b)}), at::result_type(a, b))};
+  }
+  return {meta_empty(sizes_of(a), at::result_type(a, s[1].toScalar()))};
+}
+
+// _safe_softmax(self, dim, dtype=None): self's shape, in `dtype` where given (torch's meta comes
+// from its Python decomposition; LibTorch has none)
+inline std::vector<at::Tensor> rule_safe_softmax(const meta_stack& s) {
+  const auto& x = s[0].toTensor();
+  return {meta_empty(sizes_of(x), s.size() > 2 && !s[2].isNone() ? s[2].toScalarType() : x.scalar_type())};
+}
+
+// _weight_norm_interface(v, g, dim=0) -> (w, norm): w like v, the norm like g (float for a
+// bfloat16 g, as torch's decomposition keeps it)
+inline std::vector<at::Tensor> rule_weight_norm_interface(const meta_stack& s) {
+  const auto& v = s[0].toTensor();
+  const auto& g = s[1].toTensor();
+  return {meta_empty(sizes_of(v), v.scalar_type()),
+          meta_empty(sizes_of(g), g.scalar_type() == c10::kBFloat16 ? c10::kFloat : g.scalar_type())};
+}
+
 struct meta_rule_entry {
   std::string_view op;
   meta_rule rule;
@@ -310,6 +361,12 @@ struct meta_rule_entry {
 
 inline constexpr meta_rule_entry meta_rule_table[] = {
     {"aten::abs", rule_like_self},
+    {"aten::_safe_softmax", rule_safe_softmax},
+    {"aten::floor_divide", rule_broadcast_binary},
+    {"aten::max_pool2d_with_indices", rule_max_pool_with_indices},
+    {"aten::max_pool3d_with_indices", rule_max_pool_with_indices},
+    {"aten::floor_divide.Scalar", rule_broadcast_binary},
+    {"aten::_weight_norm_interface", rule_weight_norm_interface},
     {"aten::absolute", rule_like_self},
     {"aten::log_sigmoid", rule_like_self},
     {"aten::nan_to_num", rule_like_self},
@@ -399,7 +456,7 @@ inline constexpr std::string_view shape_only_ops[] = {
     "aten::col2im", "aten::grid_sampler", "aten::grid_sampler_2d", "aten::grid_sampler_3d",
     "aten::_pad_enum", "aten::reflection_pad1d", "aten::reflection_pad2d", "aten::reflection_pad3d",
     "aten::replication_pad1d", "aten::replication_pad2d", "aten::replication_pad3d", "aten::huber_loss",
-    "aten::floor_divide", "aten::floor_divide.Scalar", "aten::diag", "aten::diag_embed",
+    "aten::diag", "aten::diag_embed",
     "aten::repeat_interleave.self_int", "aten::searchsorted.Tensor", "aten::searchsorted.Scalar",
     "aten::bucketize.Tensor", "aten::bucketize.Scalar", "aten::channel_shuffle", "aten::native_channel_shuffle",
     "aten::pixel_shuffle", "aten::pixel_unshuffle", "aten::embedding_bag", "aten::embedding_bag.padding_idx",

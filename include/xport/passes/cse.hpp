@@ -1,9 +1,11 @@
 // xport/passes/cse.hpp: common-subexpression elimination.
 // Two calls of the same operator on the same arguments (the same values, equal constants)
 // compute the same thing: the later one is replaced by the earlier. Never merged: calls that
-// draw random numbers (rand, dropout, ...) and calls that mutate an argument; on a program
-// with mutations the pass fails (merging across a mutation is wrong): run it on functional IR.
-// Expected linear time: one open-addressed hash table keyed by (op, arguments).
+// draw random numbers (rand, dropout, ...) and calls that write an argument. On a program with
+// in-place calls (torch's training IR), writes are effects (Note [Mutations as effects],
+// ops/effects.hpp): two calls merge only when every argument has seen the same writes at both,
+// and never when their results are written later.
+// Expected linear time: one open-addressed hash table keyed by (op, arguments, their versions).
 #pragma once
 
 #include <cstddef>        // std::size_t
@@ -15,6 +17,7 @@
 
 #include <xport/config.hpp>
 #include <xport/ir/graph.hpp>
+#include <xport/ops/effects.hpp>
 #include <xport/passes/dce.hpp>
 #include <xport/passes/pass.hpp>
 
@@ -61,17 +64,35 @@ inline std::size_t eliminate_common_subexpressions(graph& g) {
   struct slot {
     std::size_t hash = 0;
     detail::node_impl* n = nullptr;
+    std::size_t versions = 0;  ///< where the call's argument versions start in `seen`
   };
   std::size_t capacity = 16;
   while (capacity < 2 * g.size()) capacity *= 2;
   std::vector<slot> table(capacity);
   const std::size_t mask = capacity - 1;
   std::size_t removed = 0;
+  // Note [Mutations as effects]: the writes each alias class has seen so far
+  const alias_classes aliases(g);
+  const bool writes = aliases.any_written();
+  std::vector<std::size_t> version(writes ? aliases.size() : 0, 0), seen;
+  std::vector<std::size_t> now;  // the current call's argument versions
+  std::vector<value> written;  // what the current call writes
+  const auto mergeable = [&](const node& n) {
+    if (!n.is_call() || has_side_effects(n) || !written.empty()) return false;
+    for (auto v : n.outputs())
+      if (writes && aliases.written(v)) return false;
+    return true;
+  };
   for (node n = g.first(); n;) {
     const node next = n.next();
-    if (n.is_call() && !has_side_effects(n)) {
+    written = n.is_call() ? alias_classes::writes(n) : std::vector<value>{};
+    if (mergeable(n)) {
       std::size_t h = std::hash<const void*>{}(n.op_ptr());
       for (const auto& a : n.args()) h = detail::hash_combine(h, detail::hash_argument(a));
+      now.clear();
+      if (writes)
+        for (std::size_t k = 0; k < n.num_inputs(); ++k) now.push_back(version[aliases.class_of(n.input(k))]);
+      for (auto v : now) h = detail::hash_combine(h, v);
       h = (h ^ (h >> 29)) * 0xbf58476d1ce4e5b9ULL;  // spread into the low bits
       std::size_t i = (h >> 17) & mask;
       bool merged = false;
@@ -82,6 +103,7 @@ inline std::size_t eliminate_common_subexpressions(graph& g) {
         const auto ma = m.args(), na = n.args();
         bool same = ma.size() == na.size();
         for (std::size_t k = 0; same && k < ma.size(); ++k) same = ma[k] == na[k];
+        for (std::size_t k = 0; same && k < now.size(); ++k) same = seen[table[i].versions + k] == now[k];
         if (!same) continue;
         for (std::size_t k = 0; k < n.num_outputs(); ++k) n.output(k).replace_all_uses_with(m.output(k));
         g.erase(n);
@@ -89,7 +111,12 @@ inline std::size_t eliminate_common_subexpressions(graph& g) {
         merged = true;
         break;
       }
-      if (!merged) table[i] = slot{h, n.impl()};
+      if (!merged) {
+        table[i] = slot{h, n.impl(), seen.size()};
+        seen.insert(seen.end(), now.begin(), now.end());
+      }
+    } else {
+      for (const auto& v : written) ++version[aliases.class_of(v)];
     }
     n = next;
   }
@@ -100,12 +127,8 @@ namespace passes {
 
 struct cse_t : pass_base<cse_t> {
   static constexpr std::string_view name = "cse";
-  static constexpr passes::traits traits{.needs_functional = true, .transactional = true};  // refuses first
+  static constexpr passes::traits traits{.transactional = true};  // merges or leaves each call: nothing half-done
   pass_result run(exported_program& p) const {
-    for (auto n : p.graph().nodes())
-      if (n.is_call() && n.op().is_mutable)
-        return pass_result::failure("cse needs functional IR, but node '" + n.name() + "' (" + n.op().qualified +
-                                    ") mutates its argument; run run_decompositions() or functionalize first");
     return pass_result::modified(eliminate_common_subexpressions(p.graph_mut()) != 0);
   }
 };

@@ -2,9 +2,10 @@
 // A call whose inputs are all constants (lifted constant tensors, or results of other such
 // calls) computes the same thing on every run: it is computed once, now, and the results that
 // the rest of the program reads are lifted as new CONSTANT_TENSOR inputs (`c__folded_0`, ...).
-// Calls that draw random numbers, mutate, or take a symbolic size (what they compute differs
-// from size to size) are never folded; results larger than the size limit are left to run (so
-// weights are not duplicated). With `fold_state`, parameters and buffers count as constants too
+// Calls that draw random numbers, write, or take a symbolic size (what they compute differs
+// from size to size) are never folded, nor is anything a call writes to (Note [Mutations as
+// effects], ops/effects.hpp: a lifted constant written in place would change from run to run);
+// results larger than the size limit are left to run (so weights are not duplicated). With `fold_state`, parameters and buffers count as constants too
 // (for inference deployment, e.g. after folding batch norm into a conv), except those the
 // program mutates (a counter buffer changes from run to run).
 #pragma once
@@ -23,6 +24,7 @@
 #include <xport/ops/call.hpp>
 #include <xport/ir/graph.hpp>
 #include <xport/ir/program.hpp>
+#include <xport/ops/effects.hpp>
 #include <xport/passes/dce.hpp>
 #include <xport/passes/pass.hpp>
 
@@ -32,7 +34,7 @@ namespace passes {
 struct fold_t : pass_base<fold_t> {
   static constexpr std::string_view name = "fold";
   // computes everything before changing anything: transactional
-  static constexpr passes::traits traits{.needs_functional = true, .needs_shapes = true, .transactional = true};
+  static constexpr passes::traits traits{.needs_shapes = true, .transactional = true};
 
   /// Results larger than this stay computed at run time.
   std::size_t max_bytes = std::size_t{1} << 20;
@@ -52,10 +54,6 @@ struct fold_t : pass_base<fold_t> {
   }
 
   pass_result run(exported_program& p) const {
-    for (auto n : p.graph().nodes())
-      if (n.is_call() && n.op().is_mutable)
-        return pass_result::failure("fold needs functional IR, but node '" + n.name() + "' (" + n.op().qualified +
-                                    ") mutates its argument; run run_decompositions() or functionalize first");
     known_values known;
     const auto folded = compute_constants(p, known);
     const auto frontier = frontier_of(folded, known);
@@ -112,6 +110,12 @@ struct fold_t : pass_base<fold_t> {
   std::vector<node> compute_constants(const exported_program& p, known_values& known) const {
     const auto& specs = p.signature().input_specs;
     const auto mutated = mutated_state(p);
+    const alias_classes aliases(p.graph());  // Note [Mutations as effects]: what is written is never a constant
+    const auto written = [&](const node& n) {
+      for (auto v : n.outputs())
+        if (aliases.written(v)) return true;
+      return !alias_classes::writes(n).empty();
+    };
     std::vector<node> folded;
     c10::NoGradGuard no_grad;
     std::size_t ph_index = 0;
@@ -119,10 +123,10 @@ struct fold_t : pass_base<fold_t> {
       for (auto v : n.outputs()) v.scratch() = 0;
       if (n.is_placeholder()) {
         const auto& s = specs[ph_index++];
-        if (is_constant_input(s, mutated)) known.remember(n.output(0), p.lifted_tensor(s).detach());
+        if (is_constant_input(s, mutated) && !written(n)) known.remember(n.output(0), p.lifted_tensor(s).detach());
         continue;
       }
-      if (!n.is_call() || n.op().higher_order || has_side_effects(n) || n.num_outputs() == 0) continue;
+      if (!n.is_call() || n.op().higher_order || has_side_effects(n) || n.num_outputs() == 0 || written(n)) continue;
       bool all_known = true;
       for (std::size_t i = 0; i < n.num_inputs() && all_known; ++i) all_known = n.input(i).scratch() != 0;
       if (all_known && fold_call(n, known)) folded.push_back(n);

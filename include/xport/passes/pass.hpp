@@ -20,7 +20,7 @@
 //            my_rewrite_that_breaks_shapes | propagate_shapes | fold
 //   invalid: dce | 42                                  (not a pass)
 //            my_rewrite_that_breaks_shapes | fold      (fold needs shapes)
-//            my_pass_that_breaks_functional | cse      (cse needs functional IR)
+//            my_pass_that_breaks_functional | my_pass_that_needs_functional_ir
 //            export_program(f, args) | dce             (a temporary: nothing would see the result)
 #pragma once
 

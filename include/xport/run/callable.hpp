@@ -20,8 +20,10 @@ XPORT_BEGIN_NAMESPACE
 
 /// An exported program called with the C++ types it was exported with:
 ///   xport::callable<at::Tensor(at::Tensor, std::vector<at::Tensor>)> f(program);
-/// Inputs are flattened and checked against the program's input structure (constants included),
-/// outputs rebuilt into R.
+/// Inputs are flattened and checked against the program's input structure (constants included;
+/// keyword arguments of a program torch wrote come last, by position), outputs rebuilt into R:
+/// the same C++ types, a registered dataclass (by field name), or xport::tree_value (any
+/// structure, a ModelOutput's fields by name).
 template <class Sig>
 class callable;
 
@@ -40,6 +42,9 @@ class callable<R(Args...)> {
     treespec got = treespec::of(treespec::kind::tuple);
     (got.children.push_back(flatten(args, leaves)), ...);
     const auto& want = *program_->in_spec();
+    // C++ passes keyword arguments (of a program torch wrote) by position; named as the program names them
+    got.num_kwargs = want.num_kwargs;
+    got.keys = want.keys;
     if (!got.same_structure(want))
       throw guard_error("xport.guard.structure",
                         "the inputs have structure " + got.str() + " but the program was exported with " +

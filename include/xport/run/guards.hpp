@@ -79,6 +79,7 @@ class input_guards {
       names_.push_back(v.name());
       metas_.push_back(v.kind() == value_kind::tensor ? v.meta() : tensor_meta{});
     }
+    note_state_device(p);
     // Symbols: each bound by the first input dim that is exactly it (or solved from a linear
     // one), checked against its range; every other symbolic dim is checked against the bindings.
     for (const auto& rc : p.range_constraints()) {
@@ -187,6 +188,12 @@ class input_guards {
                         "input " + name + ": expected a tensor on " + m.device.str() + ", got one on " +
                             t.device().str() + "; move the input, or move the program with "
                             "exported_program::to(device)");
+    if (state_device_ && t.device() != *state_device_ && t.dim() > 0)
+      throw guard_error("xport.guard.device",
+                        "input " + name + ": expected a tensor on " + state_device_->str() + ", where the program's state is ('" +
+                            state_name_ + "'), got one on " + t.device().str() + "; move the input with .to(" +
+                            state_device_->str() + "), or move the program with exported_program::to(" +
+                            t.device().str() + ")");
     if (t.dim() != m.dim())
       throw guard_error("xport.guard.rank", "input " + name + ": expected " + std::to_string(m.dim()) +
                                                 " dimension(s) " + m.annotation() + ", got " +
@@ -202,6 +209,26 @@ class input_guards {
                               std::to_string(t.size(static_cast<std::int64_t>(d))) +
                               " (the program was exported with a static size here; export with a "
                               "dynamic Dim for this dimension to accept other sizes)");
+    }
+  }
+
+  /// The one device the program's state lives on, if it has state and it is on one device:
+  /// inputs must be there too, checked before any op runs (an op would fail halfway through,
+  /// or a CPU scalar mixed in would quietly run). 0-dim inputs may be CPU scalars, as in eager.
+  void note_state_device(const exported_program& p) {
+    for (const auto& spec : p.signature().input_specs) {
+      if (spec.kind == input_kind::user_input || spec.kind == input_kind::token || !spec.target) continue;
+      const at::Tensor* t = (spec.kind == input_kind::parameter || (spec.kind == input_kind::buffer && spec.persistent.value_or(true)))
+                                ? p.state_dict().find(*spec.target)
+                                : p.constants().find(*spec.target);
+      if (!t || !t->defined() || t->dim() == 0) continue;
+      if (!state_device_) {
+        state_device_ = t->device();
+        state_name_ = *spec.target;
+      } else if (*state_device_ != t->device()) {
+        state_device_.reset();  // spread over devices on purpose: each op's own check decides
+        return;
+      }
     }
   }
 
@@ -278,6 +305,8 @@ class input_guards {
 
   std::vector<std::string> names_;
   std::vector<tensor_meta> metas_;
+  std::optional<c10::Device> state_device_;
+  std::string state_name_;  // a state tensor on state_device_, named in the error
   std::vector<std::string> symbols_;     // s0, s1, ...
   std::vector<value_range> ranges_;      // per symbol
   std::vector<std::string> dim_names_;   // per symbol: the user's name for it

@@ -744,20 +744,56 @@ inline treespec treespec_of(const at_path& j) {
 
 /// torch.utils._pytree's `treespec_dumps` form (protocol 1), for Python readers. Constant leaves
 /// are leaves there too: each has its placeholder (a constant input), which holds the value.
+/// Types and contexts read from torch's files are written back as read (Note [Pytree node types]).
 inline json pytree_json(const treespec& t) {
   json children = json::array();
   for (const auto& c : t.children) children.push_back(pytree_json(c));
+  const auto node = [&](const char* builtin, json context) -> json {
+    json ctx = t.context.empty() ? std::move(context) : t.context_is_json ? json::parse(t.context) : json(t.context);
+    return {{"type", t.type_name.empty() ? std::string(builtin) : t.type_name}, {"context", std::move(ctx)},
+            {"children_spec", std::move(children)}};
+  };
   switch (t.type) {
     case treespec::kind::leaf:
     case treespec::kind::constant: return {{"type", nullptr}, {"context", nullptr}, {"children_spec", json::array()}};
-    case treespec::kind::none: return {{"type", "builtins.NoneType"}, {"context", "null"}, {"children_spec", json::array()}};
-    case treespec::kind::tuple: return {{"type", "builtins.tuple"}, {"context", "null"}, {"children_spec", std::move(children)}};
-    case treespec::kind::list: return {{"type", "builtins.list"}, {"context", "null"}, {"children_spec", std::move(children)}};
-    case treespec::kind::dict:
-      return {{"type", "builtins.dict"}, {"context", json(t.keys).dump()}, {"children_spec", std::move(children)}};
+    case treespec::kind::none: return node("builtins.NoneType", "null");
+    case treespec::kind::tuple: return node("builtins.tuple", "null");
+    case treespec::kind::list: return node("builtins.list", "null");
+    case treespec::kind::dict: return node("builtins.dict", json(t.keys).dump());
+    case treespec::kind::node: return node("", nullptr);
   }
   return {};
 }
+
+/// The keys of a dict of type `type` from its context (the parsed JSON of torch's context).
+inline std::vector<std::string> dict_keys_of(const std::string& type, const at_path& ctx) {
+  // a defaultdict's context is an object: {default_factory_module, default_factory_name, dict_context}
+  const at_path keys = type == "collections.defaultdict" ? ctx["dict_context"] : ctx;
+  std::vector<std::string> out;
+  for (std::size_t i = 0, m = keys.size_of_array(); i < m; ++i) {
+    if (!keys[i].j.is_string()) keys[i].fail("a dict key must be a string for xport, got " + std::string(keys[i].type()));
+    out.push_back(keys[i].str());
+  }
+  return out;
+}
+
+/// A node's field names from its context, where the context names one per child: a dataclass's
+/// `[[fields], [None fields]]` (torch.export.register_dataclass), a list of keys (a Hugging Face
+/// ModelOutput, most registered types); otherwise none (the children are positional).
+inline std::vector<std::string> node_fields_of(const json& ctx, std::size_t children) {
+  const auto strings = [](const json& j) {
+    if (!j.is_array()) return false;
+    for (const auto& e : j)
+      if (!e.is_string()) return false;
+    return true;
+  };
+  const json* names = nullptr;
+  if (strings(ctx)) names = &ctx;
+  else if (ctx.is_array() && ctx.size() == 2 && strings(ctx[0]) && strings(ctx[1])) names = &ctx[0];
+  if (!names || names->size() != children) return {};
+  return names->get<std::vector<std::string>>();
+}
+
 /// A treespec from `treespec_dumps` JSON; every leaf is a tensor leaf (see with_constants).
 inline treespec pytree_of(const at_path& j) {
   const auto type_j = j["type"];
@@ -771,20 +807,33 @@ inline treespec pytree_of(const at_path& j) {
   treespec t;
   if (type == "builtins.tuple") t.type = treespec::kind::tuple;
   else if (type == "builtins.list" || type == "torch.fx.immutable_collections.immutable_list") t.type = treespec::kind::list;
-  else if (type == "builtins.dict" || type == "collections.OrderedDict" || type == "torch.fx.immutable_collections.immutable_dict")
+  else if (type == "builtins.dict" || type == "collections.OrderedDict" || type == "collections.defaultdict" ||
+           type == "torch.fx.immutable_collections.immutable_dict")
     t.type = treespec::kind::dict;
   else if (type == "builtins.NoneType") t.type = treespec::kind::none;
-  else type_j.fail("pytree node type '" + type + "' is not supported by xport (it reads tuple, list, dict and None)");
+  else t.type = treespec::kind::node;
+  if (!type.starts_with("builtins.")) t.type_name = type;
   for (std::size_t i = 0; i < n; ++i) t.children.push_back(pytree_of(children_j[i]));
+  const auto ctx_j = j["context"];
+  if (!t.type_name.empty()) {  // written back as read
+    t.context_is_json = !ctx_j.j.is_string();
+    t.context = t.context_is_json ? ctx_j.j.dump() : ctx_j.str();
+  }
   if (t.type == treespec::kind::dict) {
-    const auto ctx_j = j["context"];
-    const auto ctx = parse(ctx_j.str(), ctx_j.record + " (" + ctx_j.path + ")");
-    const at_path keys{ctx, ctx_j.path, ctx_j.record};
-    for (std::size_t i = 0, m = keys.size_of_array(); i < m; ++i) {
-      if (!keys[i].j.is_string()) keys[i].fail("a dict key must be a string for xport, got " + std::string(keys[i].type()));
-      t.keys.push_back(keys[i].str());
-    }
+    // torch writes a context as JSON text, and a defaultdict's as a JSON object
+    const auto ctx = ctx_j.j.is_string() ? parse(ctx_j.str(), ctx_j.record + " (" + ctx_j.path + ")") : ctx_j.j;
+    t.keys = dict_keys_of(type, at_path{ctx, ctx_j.path, ctx_j.record});
     if (t.keys.size() != t.children.size()) ctx_j.fail("a dict needs one key per child");
+  } else if (t.type == treespec::kind::node) {
+    json ctx = ctx_j.j;
+    if (ctx.is_string()) {  // JSON text, or not JSON at all: a namedtuple's context is its type's name
+      try {
+        ctx = parse(ctx.get<std::string>(), ctx_j.record);
+      } catch (const load_error&) {
+        ctx = nullptr;
+      }
+    }
+    t.keys = node_fields_of(ctx, t.children.size());
   } else if (t.type == treespec::kind::none && n != 0) {
     children_j.fail("None has no children");
   }

@@ -78,6 +78,10 @@ struct load_options {
   /// in a training-mode program) and records not 64-byte aligned in the file are read into
   /// memory as without mmap. For inference: load without it to train the weights.
   bool mmap = false;
+  /// Where the program's tensors go (torch's `map_location`): unset, each tensor goes to the
+  /// device it was saved on, as torch.export.load puts it; set, every tensor goes here and the
+  /// graph is retargeted (exported_program::to), so a CUDA archive loads on a CPU-only machine.
+  std::optional<c10::Device> device;
 };
 
 namespace detail {
@@ -126,6 +130,7 @@ inline c10::IValue example_inputs_ivalue(const std::vector<at::Tensor>& tensors,
         return tensors[next++].cpu();
       case K::constant: return to_ivalue(s.value, c10::AnyType::get(), [](const value&) { return c10::IValue(); });
       case K::none: return c10::IValue();
+      case K::node:  // C++ cannot make the Python type: its children, as a tuple
       case K::tuple: {
         std::vector<c10::IValue> es;
         for (const auto& c : s.children) es.push_back(self(self, c));
@@ -187,11 +192,13 @@ inline std::vector<at::Tensor> inputs_of_call(const c10::IValue& v, const std::o
         return;
       case K::constant:
       case K::none: return;
+      case K::node:  // written by xport as a tuple of its children (a Python object does not unpickle here)
       case K::tuple:
       case K::list: {
         const auto elems = x.isTuple() ? x.toTupleRef().elements().vec() : x.isList() ? x.toListRef().vec() : std::vector<c10::IValue>{};
         if ((!x.isTuple() && !x.isList()) || elems.size() != s.children.size())
-          fail("expected a " + std::string(s.type == K::tuple ? "tuple" : "list") + " of " + std::to_string(s.children.size()));
+          fail("expected a " + (s.type == K::node ? s.short_type_name() + " (as a tuple)" : s.short_type_name()) + " of " +
+               std::to_string(s.children.size()));
         for (std::size_t i = 0; i < elems.size(); ++i) self(self, s.children[i], elems[i]);
         return;
       }
@@ -229,8 +236,12 @@ inline std::vector<at::Tensor> unpickle_inputs(const std::string& bytes, const s
   c10::IValue v;
   try {
     v = torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+  } catch (const c10::Error& e) {
+    // e.g. a dataclass input: C++ cannot rebuild a Python object
+    throw load_error("xport.load.sample_inputs", record + ": " + first_line(e.what_without_backtrace()) +
+                                                     " (load without load_options::example_inputs to skip them)");
   } catch (const std::exception& e) {
-    throw load_error("xport.load.sample_inputs", record + ": " + e.what());
+    throw load_error("xport.load.sample_inputs", record + ": " + first_line(e.what()));
   }
   return inputs_of_call(v, in_spec, record);
 }
@@ -258,26 +269,57 @@ inline std::optional<std::uint64_t> span_bytes(const tensor_meta& m) {
   return bytes;
 }
 
+/// The bytes of `storage` in host memory: the storage itself on the CPU, else one copy of the
+/// whole storage (not of a view of it: the record must hold every element its views reach).
+/// `copy` forces the copy on the CPU too (the path device storages take, tested without one).
+inline at::Tensor host_bytes(const c10::Storage& storage, c10::Device device, bool copy = false) {
+  const auto n = static_cast<std::int64_t>(storage.nbytes());
+  at::Tensor bytes = at::empty({0}, at::TensorOptions().dtype(c10::kByte).device(device));
+  bytes.set_(storage, 0, {n}, {1});
+  return device.is_cpu() && !copy ? bytes : bytes.to(c10::kCPU, /*non_blocking=*/false, /*copy=*/true);
+}
+
+/// Whether `t` holds a Python type C++ cannot make (Note [Pytree node types]): a node, or a dict
+/// or list of a type of its own.
+inline bool has_node_type(const treespec& t) {
+  if (!t.type_name.empty()) return true;
+  for (const auto& c : t.children)
+    if (has_node_type(c)) return true;
+  return false;
+}
+
+/// Set (per thread) by tests to send CPU storages through host_bytes' copy, the path a device's
+/// storages take: the suite covers it on machines without one.
+inline bool& force_host_copy() {
+  thread_local bool on = false;
+  return on;
+}
+
+/// Writes each storage once, whatever its device: tensors are keyed by their own storage (never
+/// by a temporary host copy, whose address the next copy may reuse), so views of one storage,
+/// tied weights among them, share one record, as torch writes them and reads them back.
 struct payload_writer {
   caffe2::serialize::PyTorchStreamWriter& w;
   std::string dir, prefix;
-  std::map<const void*, std::string> written;  ///< storage -> record
+  std::map<const c10::StorageImpl*, std::string> written;  ///< the tensor's own storage -> record
   std::size_t next = 0;
+  bool copy_to_host = false;  ///< copy CPU storages too (tests of the device path)
 
   json add(const std::string& fqn, const at::Tensor& t, bool is_param) {
     if (t.layout() != c10::kStrided)
       throw error("xport.save.layout", "tensor '" + fqn + "' is not strided; only strided tensors can be saved");
-    at::Tensor cpu = t.device().is_cpu() ? t : t.cpu();
-    const auto& storage = cpu.storage();
-    const void* key = storage.unsafeGetStorageImpl();
-    auto it = written.find(key);
+    if (!t.has_storage())
+      throw error("xport.save.storage", "tensor '" + fqn + "' on " + t.device().str() +
+                                            " has no storage to write; move it to a device with memory first");
+    const auto& storage = t.storage();
+    auto it = written.find(storage.unsafeGetStorageImpl());
     if (it == written.end()) {
       const std::string name = prefix + std::to_string(next++);
-      w.writeRecord(dir + name, storage.data(), storage.nbytes());
-      it = written.emplace(key, name).first;
+      const at::Tensor bytes = host_bytes(storage, t.device(), copy_to_host);
+      w.writeRecord(dir + name, bytes.data_ptr(), storage.nbytes());
+      it = written.emplace(storage.unsafeGetStorageImpl(), name).first;
     }
-    auto meta = tensor_meta::of(cpu);
-    meta.device = t.device();
+    auto meta = tensor_meta::of(t);  // offset and strides into the storage, on the tensor's device
     meta.requires_grad = t.requires_grad();
     return {{"path_name", it->second}, {"is_param", is_param}, {"use_pickle", false}, {"tensor_meta", tensor_meta_json(meta)}};
   }
@@ -288,6 +330,7 @@ struct payload_writer {
 struct payload_source {
   std::shared_ptr<const mapped_file> map;  ///< null: read every record into memory
   std::set<std::string> copy;
+  std::optional<c10::Device> device;  ///< load_options::device: every tensor there, not where recorded
 
   [[nodiscard]] bool maps(const zip_record& r) const { return map && r.data_offset % 64 == 0; }
 };
@@ -344,6 +387,20 @@ inline at::Tensor record_bytes(const zip_index& zip, const zip_record& r, const 
   return bytes;
 }
 
+/// A record's bytes on `device` (where its tensor was recorded, or load_options::device); a
+/// device this process cannot use is a load_error that says how to load elsewhere.
+inline at::Tensor to_device(const at::Tensor& bytes, c10::Device device, const at_path& entry) {
+  try {
+    return bytes.to(device);
+  } catch (const c10::Error& e) {
+    throw load_error("xport.load.device", entry.record + ": " + entry.path + ".tensor_meta.device: the tensor was saved on " +
+                                              device.str() + ", which this process cannot use (" +
+                                              first_line(e.what_without_backtrace()) +
+                                              "); load it elsewhere with load_options::device (torch's map_location), "
+                                              "e.g. load_options{.device = at::kCPU}");
+  }
+}
+
 /// Reads `{"config": {fqn: PayloadMeta}}` and the records it names into `out`.
 inline void read_payloads(const zip_index& zip, const std::string& dir, const std::string& config_name,
                           const payload_source& source, tensor_dict& out) {
@@ -352,7 +409,7 @@ inline void read_payloads(const zip_index& zip, const std::string& dir, const st
   const auto doc = parse(zip.read(record), record);
   const at_path root{doc, "", record};
   const auto& config = root["config"].object();
-  std::map<std::string, at::Tensor> storages;  // record -> flat byte tensor
+  std::map<std::string, at::Tensor> storages;  // "<record>@<device>" -> flat bytes
   std::set<std::string> copied;                // records of state the program writes: read, not mapped
   if (source.map)
     for (auto it = config.begin(); it != config.end(); ++it)
@@ -384,10 +441,15 @@ inline void read_payloads(const zip_index& zip, const std::string& dir, const st
     // that still refuses the entry is reported at it, never as a raw c10::Error.
     at::Tensor t;
     try {
-      auto st = storages.find(rec);
-      if (st == storages.end())
-        st = storages.emplace(rec, record_bytes(zip, *r, rec, source.maps(*r) && !copied.count(rec), source)).first;
-      t = at::empty({0}, at::TensorOptions().dtype(meta.dtype));
+      const c10::Device device = source.device.value_or(meta.device);
+      auto st = storages.find(rec + "@" + device.str());
+      if (st == storages.end()) {  // each record read once, and moved to each device once
+        auto host = storages.find(rec + "@cpu");
+        if (host == storages.end())
+          host = storages.emplace(rec + "@cpu", record_bytes(zip, *r, rec, source.maps(*r) && !copied.count(rec), source)).first;
+        st = device.is_cpu() ? host : storages.emplace(rec + "@" + device.str(), to_device(host->second, device, entry)).first;
+      }
+      t = at::empty({0}, at::TensorOptions().dtype(meta.dtype).device(device));
       t.set_(st->second.storage(), meta.storage_offset.hint(), meta.size_hints(), meta.stride_hints());
       if (meta.requires_grad) t.requires_grad_(true);
     } catch (const c10::Error& e) {
@@ -415,20 +477,22 @@ inline void save(const exported_program& p, const std::function<std::size_t(cons
   const auto& sig = p.signature();
   std::unordered_set<std::string> params;
   for (const auto& f : sig.parameters()) params.insert(f);
-  s::payload_writer weights{w, "data/weights/", "weight_", {}, 0};
+  s::payload_writer weights{w, "data/weights/", "weight_", {}, 0, s::force_host_copy()};
   s::json wconfig = s::json::object();
   for (const auto& [fqn, t] : p.state_dict()) wconfig[fqn] = weights.add(fqn, t, params.count(fqn) > 0);
   const std::string wtext = s::json{{"config", std::move(wconfig)}}.dump();
   w.writeRecord("data/weights/" + options.model_name + "_weights_config.json", wtext.data(), wtext.size());
-  s::payload_writer constants{w, "data/constants/", "tensor_", {}, 0};
+  s::payload_writer constants{w, "data/constants/", "tensor_", {}, 0, s::force_host_copy()};
   s::json cconfig = s::json::object();
   for (const auto& [fqn, t] : p.constants()) cconfig[fqn] = constants.add(fqn, t, false);
   const std::string ctext = s::json{{"config", std::move(cconfig)}}.dump();
   w.writeRecord("data/constants/" + options.model_name + "_constants_config.json", ctext.data(), ctext.size());
   w.writeRecord("models/" + options.model_name + ".json", doc.data(), doc.size());
   // always there: torch's loader reads it unconditionally (empty means no example inputs)
+  // (torch checks them against the in_spec on load: with a Python type in it, which C++ cannot
+  // pickle, the record stays empty)
   std::vector<char> inputs;
-  if (options.example_inputs && p.example_inputs())
+  if (options.example_inputs && p.example_inputs() && !(p.in_spec() && s::has_node_type(*p.in_spec())))
     inputs = detail::pickle_bytes(detail::example_inputs_ivalue(*p.example_inputs(), p.in_spec()));
   w.writeRecord("data/sample_inputs/" + options.model_name + ".pt", inputs.data(), inputs.size());
   w.writeEndOfFile();
@@ -601,7 +665,7 @@ inline exported_program detail::serde::load_archive(std::shared_ptr<caffe2::seri
   auto parts = s::program_of(doc, model);
   tensor_dict state, constants;
   auto copy = map ? s::written_state(parts.g, parts.sig) : std::set<std::string>{};
-  const s::payload_source source{std::move(map), std::move(copy)};
+  const s::payload_source source{std::move(map), std::move(copy), options.device};
   stage = "data/weights/" + options.model_name + "_weights_config.json";
   s::read_payloads(zip, "data/weights/", options.model_name + "_weights_config.json", source, state);
   stage = "data/constants/" + options.model_name + "_constants_config.json";
@@ -613,6 +677,7 @@ inline exported_program detail::serde::load_archive(std::shared_ptr<caffe2::seri
   p.set_call_spec(std::move(parts.in_spec), std::move(parts.out_spec));
   p.set_module_types(std::move(parts.module_types));
   if (options.example_inputs) s::read_sample_inputs(zip, *reader, options, stage, p);
+  if (options.device) p.to(*options.device);  // the graph's devices (the tensors are there already)
   stage = "record '" + model + "'";
   if (options.verify) {
     try {

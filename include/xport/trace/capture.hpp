@@ -261,9 +261,10 @@ class capture {
     check_mutations(op, bound);
     torch::jit::Stack meta_args;
     push_meta_arguments(op, bound, [&](const value& v) -> const at::Tensor& { return meta_.at(v.impl()); }, meta_args);
-    auto results = run_meta(op, std::move(meta_args), [&] { return describe_args(op, bound); });
+    const auto device = output_device(op, bound);
+    auto results = run_meta(op, std::move(meta_args), [&] { return describe_args(op, bound); }, device);
     fill_python_defaults(op, bound);
-    auto types = result_types(op, results, output_device(op, bound), any_requires_grad(bound));
+    auto types = result_types(op, results, device, any_requires_grad(bound));
     builder_.at(std::move(src));
     auto node = builder_.record(python_overload(op), std::move(bound), std::move(types));
     if (auto path = module_path_of(node); !path.empty()) node.set_module_path(std::move(path));
@@ -311,8 +312,9 @@ class capture {
     const auto detached = detach_state_written_without_grad(op, args);
 
     auto& results = meta_stack_;
-    run_meta_in_place(op, results, [&] { return describe_args(op, args); });
-    auto types = result_types(op, results, output_device(op, args), any_requires_grad(args));
+    const auto device = output_device(op, args);
+    run_meta_laid_out(op, results, device, [&] { return describe_args(op, args); });
+    auto types = result_types(op, results, device, any_requires_grad(args));
     auto node = builder_.record(python_frontend_ ? python_overload(op) : op, std::move(args), std::move(types));
     if (auto path = module_path_of(node); !path.empty()) node.set_module_path(std::move(path));
     hand_back_results(op, node, detached, stack);

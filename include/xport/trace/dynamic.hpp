@@ -374,6 +374,7 @@ class dyn_resolver {
       case treespec::kind::tuple: return "tuple";
       case treespec::kind::list: return "list";
       case treespec::kind::dict: return "dict";
+      case treespec::kind::node: return t.short_type_name();
     }
     return "?";
   }
@@ -394,6 +395,12 @@ class dyn_resolver {
         tensor(leaf_++, s, path, source);
         return;
       }
+      case treespec::kind::node:  // a dataclass: a dict of its fields, or a list of its children
+        if (!t.keys.empty() && s.type() == K::dict) {
+          walk_dict(t, s, path, source);
+          return;
+        }
+        [[fallthrough]];
       case treespec::kind::tuple:
       case treespec::kind::list: {
         if (s.type() != K::list)
@@ -413,23 +420,26 @@ class dyn_resolver {
           fail("Detected mismatch between the structure of `inputs` and `dynamic_shapes`: `inputs" + path +
                "` is a dict, but `dynamic_shapes" + path + "` is not (it is " + s.str() +
                "; use xport::shape_spec::dict)");
-        auto want = t.keys, got = s.keys();
-        std::sort(want.begin(), want.end());
-        std::sort(got.begin(), got.end());
-        if (want != got)
-          fail("Detected mismatch between the structure of `inputs` and `dynamic_shapes`: `inputs" + path +
-               "` has keys " + list_repr(t.keys) + ", but `dynamic_shapes" + path + "` has keys " +
-               list_repr(s.keys()));
-        for (std::size_t i = 0; i < t.children.size(); ++i) {
-          const auto k = static_cast<std::size_t>(std::find(s.keys().begin(), s.keys().end(), t.keys[i]) -
-                                                  s.keys().begin());
-          walk(t.children[i], s.items()[k], path + "['" + t.keys[i] + "']", source + "['" + t.keys[i] + "']");
-        }
+        walk_dict(t, s, path, source);
         return;
       }
       default:
         fail("Cannot associate shape " + s.str() + " specified at `dynamic_shapes" + path + "` to non-tensor type " +
              type_name(t) + " at `inputs" + path + "` (expected None)");
+    }
+  }
+
+  // a dict, or a node with field names, against a dict of specs
+  void walk_dict(const treespec& t, const shape_spec& s, const std::string& path, const std::string& source) {
+    auto want = t.keys, got = s.keys();
+    std::sort(want.begin(), want.end());
+    std::sort(got.begin(), got.end());
+    if (want != got)
+      fail("Detected mismatch between the structure of `inputs` and `dynamic_shapes`: `inputs" + path +
+           "` has keys " + list_repr(t.keys) + ", but `dynamic_shapes" + path + "` has keys " + list_repr(s.keys()));
+    for (std::size_t i = 0; i < t.children.size(); ++i) {
+      const auto k = static_cast<std::size_t>(std::find(s.keys().begin(), s.keys().end(), t.keys[i]) - s.keys().begin());
+      walk(t.children[i], s.items()[k], path + "['" + t.keys[i] + "']", source + "['" + t.keys[i] + "']");
     }
   }
 

@@ -22,6 +22,7 @@
 #include <cstddef>    // std::size_t
 #include <cstdint>    // std::int64_t
 #include <optional>   // std::optional
+#include <set>        // std::set
 #include <string>     // std::string
 #include <string_view>  // std::string_view
 #include <vector>     // std::vector
@@ -397,7 +398,10 @@ class symbolic_maker {
     std::vector<std::vector<sym_int>> input_shapes;
     for (auto v : n.inputs())
       if (v.kind() == value_kind::tensor) input_shapes.emplace_back(v.meta().sizes.begin(), v.meta().sizes.end());
-    const auto basis = size_basis(input_shapes);
+    auto basis = size_basis(input_shapes);
+    // then every size seen so far: a view back to [batch, frames, features] after a linear's
+    // matmul on [batch*frames, features] reads `frames` from an earlier node, not its input
+    basis.insert(basis.end(), seen_sizes_.begin(), seen_sizes_.end());
     // arguments: integers that differ become symbolic, anything else that differs specializes
     std::vector<argument> args(n.args().begin(), n.args().end());
     bool changed = false;
@@ -478,7 +482,7 @@ class symbolic_maker {
 
   /// Fits the sizes of output `oi` (value `v`) of node `i`, and its strides when a size is symbolic.
   void fit_output(std::size_t i, std::size_t oi, value v, const std::vector<std::vector<sym_int>>& input_shapes,
-                  const std::vector<sym_int>& basis) const {
+                  const std::vector<sym_int>& basis) {
     const node n = nodes_[0][i];
     auto m = v.meta();
     std::vector<const tensor_meta*> metas(nruns_);
@@ -502,6 +506,7 @@ class symbolic_maker {
                                       "of input sizes or window rule gives it)"};
       symbolic = symbolic || e->is_symbolic();
       m.sizes[d] = *e;
+      if (e->is_symbolic() && seen_text_.insert(e->str()).second) seen_sizes_.push_back(*e);
     }
     if (!symbolic) return;
     // strides: contiguous ones follow the sizes; others are fitted like sizes when they move
@@ -532,6 +537,8 @@ class symbolic_maker {
 
   const sym_runs& runs_;
   symbolic_fitter fit_;
+  std::vector<sym_int> seen_sizes_;      // every symbolic output size fitted so far, once each
+  std::set<std::string> seen_text_;
   std::size_t nruns_;
   std::vector<std::vector<node>> nodes_;  // per capture, its nodes in order (0 = the base's)
   std::vector<flat_node> base_;           // the base's, with the operand of each subgraph placeholder

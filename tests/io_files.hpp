@@ -1,0 +1,50 @@
+// The files the Python oracles and the C++ suite hand each other (tests/test_interop.cpp,
+// tests/test_corpus.cpp): a directory named by an environment variable that ctest sets, io
+// files (torch.save'd dicts; the layout is in test_interop.cpp) and index.json lists.
+#pragma once
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "common.hpp"
+
+namespace xport_test {
+
+/// $`env`/`sub`, made if missing; fails the case when ctest did not set `env`.
+inline std::filesystem::path shared_dir(const char* env, const std::string& sub, const char* tests) {
+  const char* dir = std::getenv(env);
+  REQUIRE_MESSAGE(dir != nullptr, env << " is not set: run these cases through ctest (" << tests << " tests)");
+  const auto path = std::filesystem::path(dir) / sub;
+  std::filesystem::create_directories(path);
+  return path;
+}
+
+inline c10::IValue read_pickle(const std::filesystem::path& path) {
+  const auto bytes = read_file(path.string());
+  REQUIRE_MESSAGE(!bytes.empty(), "missing or empty " << path);
+  return torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+}
+
+inline void write_pickle(const std::filesystem::path& path, const c10::IValue& v) {
+  const auto bytes = xport::detail::pickle_bytes(v);  // torch.load(weights_only=True) reads it
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+inline nlohmann::json read_index(const std::filesystem::path& dir) {
+  const auto text = read_file((dir / "index.json").string());
+  REQUIRE_MESSAGE(!text.empty(), "missing " << (dir / "index.json"));
+  return nlohmann::json::parse(text);
+}
+
+inline c10::IValue field(const c10::impl::GenericDict& d, const std::string& key) {
+  const auto it = d.find(key);
+  REQUIRE_MESSAGE(it != d.end(), "the io file has no '" << key << "'");
+  return it->value();
+}
+
+}  // namespace xport_test

@@ -1,0 +1,351 @@
+// Real models from the Python ecosystem, judged by torch itself (ctest's corpus chain, see
+// tests/CMakeLists.txt; every case needs $XPORT_CORPUS_DIR and fails without it):
+//   suite "corpus"  for every archive tests/python/corpus.py wrote with the real torch.export
+//                   (py/: Hugging Face transformers architectures, static, with dynamic Dims, and
+//                   after run_decompositions()), each step of a user's workflow:
+//                     load     load() (typed load_error where xport cannot read it)
+//                     verify   verify()
+//                     run      the interpreter, allclose to torch.export.load(...).module()
+//                              (and at the other sizes of a dynamic program)
+//                     engine   the planned engine, allclose to it too
+//                     lower    run_decompositions(), run allclose
+//                     passes   dce | cse | fold | canonicalize, run allclose
+//                     save     save() into xport_saved/ with xport's outputs, for
+//                              tests/python/corpus.py read (torch loads and runs them)
+//                   and prints the table (architecture x step: ok, or the typed error) into
+//                   table.md. A wrong result, or an error that is not an xport::error, fails.
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+
+#include <torch/torch.h>
+
+#include "transformers_ops.hpp"
+
+#include "common.hpp"
+#include "io_files.hpp"
+#include <xport/engine.hpp>
+
+using namespace xport;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using xport_test::field, xport_test::read_index, xport_test::read_pickle, xport_test::write_pickle;
+
+namespace {
+
+fs::path corpus_dir(const std::string& sub) { return xport_test::shared_dir("XPORT_CORPUS_DIR", sub, "corpus_*"); }
+
+/// One call of an io file: the program's tensor inputs, and the outputs torch gave (None ones
+/// left out, as run() gives undefined tensors for them).
+struct corpus_call {
+  c10::IValue args, kwargs;
+  std::vector<at::Tensor> inputs;
+  std::vector<at::Tensor> outputs;
+};
+corpus_call call_of(const exported_program& p, const c10::impl::GenericDict& d, const std::string& what) {
+  corpus_call c;
+  c.args = field(d, "args");
+  c.kwargs = field(d, "kwargs");
+  const auto args_kwargs = c10::ivalue::Tuple::create({c.args, c.kwargs});
+  c.inputs = xport::detail::inputs_of_call(args_kwargs, p.in_spec(), what);
+  for (const auto& t : field(d, "outputs").toListRef())
+    if (!t.isNone()) c.outputs.push_back(t.toTensor());
+  return c;
+}
+
+std::vector<at::Tensor> defined(std::vector<at::Tensor> ts) {
+  std::vector<at::Tensor> out;
+  for (auto& t : ts)
+    if (t.defined()) out.push_back(std::move(t));
+  return out;
+}
+
+/// "" when `got` matches `want` within the tolerance, else what differs.
+std::string compare(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want, double rtol, double atol) {
+  if (got.size() != want.size())
+    return std::to_string(got.size()) + " outputs, torch's program gave " + std::to_string(want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const auto& a = got[i];
+    const auto& b = want[i];
+    if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type())
+      return "output " + std::to_string(i) + " is " + tensor_meta::of(a).annotation() + ", torch's " +
+             tensor_meta::of(b).annotation();
+    // atol is relative to the output's scale: random-init models without normalization (Inception's
+    // eval BatchNorm with unit statistics) give outputs of 1e10, where an element that cancels to
+    // near zero differs by far more than any absolute tolerance meant for outputs of about 1.
+    const double scale = b.numel() == 0 || !b.is_floating_point() ? 1.0 : std::max(1.0, b.abs().max().item<double>());
+    if (a.is_floating_point() ? !at::allclose(a, b, rtol, atol * scale, /*equal_nan=*/true) : !at::equal(a, b))
+      return "output " + std::to_string(i) + " differs (max abs diff " +
+             std::to_string((a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>()) + " at scale " +
+             std::to_string(scale) + ")";
+  }
+  return "";
+}
+
+/// The result of one step: ok, a typed error (what xport says it cannot do), or a failure of the
+/// suite (a wrong result, an error that is not an xport::error).
+struct outcome {
+  enum kind_t { ok, typed_error, wrong, untyped } kind = ok;
+  std::string text;
+};
+
+std::string first_line(const std::string& s, std::size_t max = 2000) {
+  auto l = s.substr(0, s.find('\n'));
+  return l.size() > max ? l.substr(0, max) + "..." : l;
+}
+
+/// Runs one step: `fn` returns "" when it did its job, else what was wrong with its result.
+outcome step(const std::function<std::string()>& fn) {
+  try {
+    const auto wrong = fn();
+    return wrong.empty() ? outcome{} : outcome{outcome::wrong, wrong};
+  } catch (const xport::error& e) {
+    return {outcome::typed_error, first_line(e.what())};
+  } catch (const c10::Error& e) {
+    return {outcome::untyped, "c10::Error: " + first_line(e.what_without_backtrace())};
+  } catch (const std::exception& e) {
+    return {outcome::untyped, std::string("std::exception: ") + first_line(e.what())};
+  }
+}
+
+
+c10::impl::GenericList as_list(const std::vector<at::Tensor>& ts) {
+  c10::impl::GenericList l(c10::AnyType::get());
+  for (const auto& t : ts) l.push_back(t.detach().clone());
+  return l;
+}
+
+/// Saves `p` into `dir` as <name>.pt2 with an io file of xport's outputs for `calls`.
+void save_for_torch(const fs::path& dir, const std::string& name, const exported_program& p, const std::vector<corpus_call>& calls,
+                    const std::vector<std::vector<at::Tensor>>& outputs, json& index) {
+  save(p, (dir / (name + ".pt2")).string());
+  c10::impl::GenericDict io(c10::StringType::get(), c10::AnyType::get());
+  io.insert("args", calls[0].args);
+  io.insert("kwargs", calls[0].kwargs);
+  io.insert("outputs", as_list(outputs[0]));
+  io.insert("seed", std::int64_t{0});
+  c10::impl::GenericList extra(c10::AnyType::get());
+  for (std::size_t i = 1; i < calls.size(); ++i) {
+    c10::impl::GenericDict x(c10::StringType::get(), c10::AnyType::get());
+    x.insert("args", calls[i].args);
+    x.insert("kwargs", calls[i].kwargs);
+    x.insert("outputs", as_list(outputs[i]));
+    extra.push_back(x);
+  }
+  io.insert("extra", extra);
+  write_pickle(dir / (name + ".io.pt"), io);
+  index.push_back({{"name", name}});
+}
+
+const std::vector<std::string>& steps() {
+  static const std::vector<std::string> s{"load", "verify", "run", "engine", "lower", "passes", "save"};
+  return s;
+}
+
+/// One corpus: where its archives are, where xport's go, how close is equal.
+struct corpus_spec {
+  std::string what, dir, saved;
+  double rtol, atol;  ///< of the interpreter's outputs against torch's (10x for the engine and lowering)
+  std::size_t min_archives;
+};
+
+/// Every step for every archive of corpus `c`; the table; the checks (see the file's comment).
+void check_corpus(const corpus_spec& c) {
+  const auto dir = corpus_dir(c.dir), saved = corpus_dir(c.saved);
+  const auto index = json::parse(xport_test::read_file((dir / "index.json").string()));
+  json saved_index = json::array();
+  std::map<std::string, std::map<std::string, outcome>> table;  // case -> step -> outcome
+  std::vector<std::string> torch_fails;
+  std::size_t bit_equal = 0, outputs = 0;
+  for (const auto& entry : index) {
+    const std::string name = entry["name"];
+    CAPTURE(name);
+    if (entry.contains("torch_error")) {
+      torch_fails.push_back(name + ": " + entry["torch_error"].get<std::string>());
+      continue;
+    }
+    auto& row = table[name];
+    std::optional<exported_program> p;
+    row["load"] = step([&] {
+      load_options lo;
+      lo.verify = false;
+      p = load((dir / (name + ".pt2")).string(), lo);
+      return std::string();
+    });
+    if (!p) continue;
+    row["verify"] = step([&] {
+      verify(*p);
+      return std::string();
+    });
+    std::vector<corpus_call> calls;
+    const auto io = read_pickle(dir / (name + ".io.pt")).toGenericDict();
+    calls.push_back(call_of(*p, io, name));
+    for (const auto& x : field(io, "extra").toListRef()) calls.push_back(call_of(*p, x.toGenericDict(), name + " (extra)"));
+    std::vector<std::vector<at::Tensor>> got(calls.size());
+    row["run"] = step([&] {
+      for (std::size_t i = 0; i < calls.size(); ++i) {
+        torch::manual_seed(0);
+        got[i] = defined(run(*p, calls[i].inputs));
+        if (auto wrong = compare(got[i], calls[i].outputs, c.rtol, c.atol); !wrong.empty())
+          return "call " + std::to_string(i) + ": " + wrong;
+        for (std::size_t k = 0; k < got[i].size(); ++k) bit_equal += at::equal(got[i][k], calls[i].outputs[k]);
+        outputs += got[i].size();
+      }
+      return std::string();
+    });
+    row["engine"] = step([&] {
+      const engine e(*p);
+      for (std::size_t i = 0; i < calls.size(); ++i)
+        if (auto wrong = compare(defined(e.run(calls[i].inputs)), calls[i].outputs, 10 * c.rtol, 10 * c.atol); !wrong.empty())
+          return "call " + std::to_string(i) + ": " + wrong;
+      return std::string();
+    });
+    std::optional<exported_program> lowered;
+    row["lower"] = step([&] {
+      lowered = run_decompositions(*p);
+      for (std::size_t i = 0; i < calls.size(); ++i)
+        if (auto wrong = compare(defined(run(*lowered, calls[i].inputs)), calls[i].outputs, 10 * c.rtol, 10 * c.atol); !wrong.empty())
+          return "call " + std::to_string(i) + ": " + wrong;
+      return std::string();
+    });
+    row["passes"] = step([&] {
+      auto q = p->clone();
+      namespace ps = xport::passes;
+      const auto r = q | (ps::dce | ps::cse | ps::fold | ps::canonicalize);
+      if (!r) throw error("xport.corpus.pass", r.error);
+      for (std::size_t i = 0; i < calls.size(); ++i)
+        if (auto wrong = compare(defined(run(q, calls[i].inputs)), calls[i].outputs, c.rtol, c.atol); !wrong.empty())
+          return "call " + std::to_string(i) + ": " + wrong;
+      return std::string();
+    });
+    row["save"] = step([&] {
+      if (row["run"].kind != outcome::ok) throw error("xport.corpus.not_run", "no outputs of xport's to save beside it");
+      save_for_torch(saved, name, *p, calls, got, saved_index);
+      if (lowered && name.ends_with("_static")) {  // xport's own core ATen IR, of one variant each
+        std::vector<std::vector<at::Tensor>> lowered_got;
+        for (const auto& c : calls) lowered_got.push_back(defined(run(*lowered, c.inputs)));
+        save_for_torch(saved, name + "_xport_lowered", *lowered, calls, lowered_got, saved_index);
+      }
+      return std::string();
+    });
+  }
+  std::ofstream(saved / "index.json") << saved_index.dump(1);
+
+  // the table: one row per case, one column per step
+  std::ostringstream md;
+  md << "| case |";
+  for (const auto& s : steps()) md << " " << s << " |";
+  md << "\n|---|";
+  for (std::size_t i = 0; i < steps().size(); ++i) md << "---|";
+  md << "\n";
+  std::map<std::string, std::size_t> passed;
+  std::size_t cells = 0, ok_cells = 0, cases_ok = 0;
+  std::vector<std::string> reasons;
+  for (const auto& [name, row] : table) {
+    md << "| " << name << " |";
+    bool all = true;
+    for (const auto& s : steps()) {
+      const auto it = row.find(s);
+      if (it == row.end()) {
+        md << " - |";
+        all = false;
+        continue;
+      }
+      const auto& o = it->second;
+      ++cells;
+      if (o.kind == outcome::ok) {
+        ++ok_cells;
+        ++passed[s];
+        md << " ok |";
+        continue;
+      }
+      all = false;
+      md << " " << (o.kind == outcome::wrong ? "WRONG: " : o.kind == outcome::untyped ? "UNTYPED: " : "") << first_line(o.text, 160)
+         << " |";
+      reasons.push_back(name + " " + s + ": " + o.text);
+      INFO(name << " " << s << ": " << o.text);
+      CHECK(o.kind != outcome::wrong);    // never a wrong result
+      CHECK(o.kind != outcome::untyped);  // and every refusal is a typed xport::error
+    }
+    cases_ok += all;
+    md << "\n";
+  }
+  for (const auto& t : torch_fails) md << "\ntorch.export itself fails: " << t << "\n";
+  std::ofstream(corpus_dir("") / (c.dir + "_table.md")) << md.str();
+  std::string summary;
+  for (const auto& s : steps()) summary += " " + s + " " + std::to_string(passed[s]) + "/" + std::to_string(table.size());
+  MESSAGE(c.what << ": " << table.size() << " archives torch wrote (" << torch_fails.size() << " cases torch.export itself fails);"
+                     << summary << "; " << cases_ok << " pass every step; " << bit_equal << " of " << outputs
+                     << " outputs bit-equal to ep.module(); table in " << (corpus_dir("") / (c.dir + "_table.md")));
+  for (const auto& r : reasons) MESSAGE(r);
+  CHECK(table.size() >= c.min_archives);
+  CHECK(passed["load"] == table.size());  // every archive the corpus's torch writes loads
+  CHECK(cases_ok * 100 >= table.size() * 95);  // and at least 95% pass every step
+}
+
+}  // namespace
+
+TEST_CASE("corpus: every transformers architecture torch.export exports loads, runs, lowers, optimizes and saves back" *
+          doctest::test_suite("corpus")) {
+  // transformers' Python-defined operators (Mixtral's grouped matmul), ported to C++: a program
+  // that calls them loads once they are registered, as for any custom operator
+  xport_test::load_transformers_ops();
+  // the same kernels as torch 2.13's ep.module(): equal to the last bit (counted), within 1e-5 checked
+  check_corpus({"transformers (torch 2.13)", "py", "xport_saved", 1e-5, 1e-6, 140});
+}
+
+TEST_CASE("corpus: every torchvision model torch 2.14 exports loads, runs, lowers, optimizes and saves back" *
+          doctest::test_suite("corpus_tv")) {
+  // archives of a newer torch, run by LibTorch 2.13's kernels: equal within rounding
+  check_corpus({"torchvision (torch 2.14.1)", "tv", "tv_xport_saved", 1e-3, 1e-4, 50});
+}
+
+namespace {
+// A C++ type for a causal LM's result: bound by field name to whatever ModelOutput the program
+// returns (CausalLMOutputWithCrossAttentions here), as a user writes one.
+struct lm_result {
+  at::Tensor logits;
+  std::optional<at::Tensor> loss;  // None: a ModelOutput leaves it out
+};
+}  // namespace
+XPORT_DATACLASS(lm_result, "xport_tests.LMResult", logits, loss);
+
+TEST_CASE("corpus: a ModelOutput result is a tree of fields by name, bound to C++ types" * doctest::test_suite("corpus")) {
+  const auto dir = corpus_dir("py");
+  const auto p = load((dir / "gpt2_static.pt2").string());
+  REQUIRE(p.out_spec().has_value());
+  CHECK(p.out_spec()->type_name == "transformers.modeling_outputs.CausalLMOutputWithCrossAttentions");
+  CHECK(p.out_spec()->str() == "CausalLMOutputWithCrossAttentions(logits=*)");
+  CHECK(p.in_spec()->str() == "(input_ids=*, attention_mask=*, use_cache=False)");
+  const auto io = read_pickle(dir / "gpt2_static.io.pt").toGenericDict();
+  const auto kwargs = field(io, "kwargs").toGenericDict();
+  const auto ids = kwargs.at("input_ids").toTensor(), mask = kwargs.at("attention_mask").toTensor();
+  const auto want = field(io, "outputs").toListRef()[0].toTensor();
+  // keyword arguments by position, the result as a tree
+  callable<tree_value(at::Tensor, at::Tensor, bool)> f(p);
+  const auto out = f(ids, mask, false);
+  CHECK(out.type_name() == "transformers.modeling_outputs.CausalLMOutputWithCrossAttentions");
+  CHECK((out.keys() == std::vector<std::string>{"logits"}));
+  CHECK(at::equal(out["logits"].tensor(), want));
+  XPORT_CHECK_THROWS_MSG(f(ids, mask, true), guard_error, "use_cache=True");  // a specialized constant
+  // bound to a C++ struct by field name (its None field stays empty)
+  const auto r = callable<lm_result(at::Tensor, at::Tensor, bool)>(p)(ids, mask, false);
+  CHECK(at::equal(r.logits, want));
+  CHECK(!r.loss.has_value());
+  // nested ModelOutputs: CLIPOutput holds the text and vision models' outputs
+  const auto clip = load((dir / "clip_static.pt2").string());
+  const auto cio = read_pickle(dir / "clip_static.io.pt").toGenericDict();
+  const auto ckw = field(cio, "kwargs").toGenericDict();
+  const auto cout = callable<tree_value(at::Tensor, at::Tensor)>(clip)(ckw.at("input_ids").toTensor(),
+                                                                        ckw.at("pixel_values").toTensor());
+  CHECK(cout.type_name() == "transformers.models.clip.modeling_clip.CLIPOutput");
+  CHECK(cout.contains("logits_per_image"));
+  CHECK(cout["text_model_output"].type_name() == "transformers.modeling_outputs.BaseModelOutputWithPooling");
+  CHECK(cout["text_model_output"]["last_hidden_state"].tensor().dim() == 3);
+  std::size_t n = 0;
+  for (const auto& t : field(cio, "outputs").toListRef()) n += !t.isNone();
+  CHECK(cout.leaves().size() == n);
+}
