@@ -958,3 +958,65 @@ TEST_CASE("data-dependent: item() of an integer tensor is an unbacked SymInt; xp
   // outside export the check runs on the value
   CHECK_THROWS_WITH_AS(xport::check_range(0, 1, 8), "[xport.check.failed] xport::check_range: 0 is not in VR[1, 8]", run_error);
 }
+
+namespace {
+/// `with torch.no_grad(): y = self.l(x) * 2; return x + y, self.l(x).relu()`: NoGradBlock of
+/// tests/python/pt2_fixtures.py, in C++.
+struct NoGradBlockImpl : torch::nn::Module {
+  torch::nn::Linear l{4, 4};
+  NoGradBlockImpl() { register_module("l", l); }
+  std::tuple<torch::Tensor, torch::Tensor> forward(torch::Tensor x) {
+    auto y = xport::no_grad([this](const at::Tensor& x) { return l(x) * 2; }, std::tuple{x});
+    return {x + y, l(x).relu()};
+  }
+};
+TORCH_MODULE(NoGradBlock);
+}  // namespace
+
+TEST_CASE("xport::no_grad (non-strict): captured as torch's wrap_with_set_grad_enabled, run, saved, lowered") {
+  torch::manual_seed(0);
+  NoGradBlock net;
+  const auto x = at::randn({2, 4});
+  const auto p = export_program(net, std::tuple{x});
+  const auto printed = to_string(p);
+  // torch 2.13 prints NoGradBlock's export with this line and class
+  INFO(printed);
+  // (torch names the node after the block's last op, `mul = ...`; xport after the operator)
+  CHECK(printed.find("torch.ops.higher_order.wrap_with_set_grad_enabled(False, submod_1, x, p_l_weight, p_l_bias)") !=
+        std::string::npos);
+  CHECK(printed.find("class submod_1(torch.nn.Module):") != std::string::npos);
+  const auto [w0, w1] = net->forward(x);
+  engine e(p);
+  for (const auto& [layout, in] : xport_test::layouts_of(x)) {
+    INFO(layout);
+    const auto [e0, e1] = net->forward(in);
+    const auto got = run(p, {in});
+    CHECK(at::allclose(got[0], e0, 1e-5, 1e-6));
+    CHECK(at::allclose(got[1], e1, 1e-5, 1e-6));
+    CHECK(at::allclose(e.run({in})[0], e0, 1e-5, 1e-6));
+  }
+  // autograd: nothing flows back through the no_grad block, as eagerly
+  const auto xe = x.clone().requires_grad_(), xr = x.clone().requires_grad_();
+  const auto [a0, a1] = net->forward(xe);
+  (a0.sum() + a1.sum()).backward();
+  const auto r = run(p, {xr});
+  CHECK_FALSE(r[0].grad_fn() == nullptr);
+  (r[0].sum() + r[1].sum()).backward();
+  CHECK(at::allclose(xr.grad(), xe.grad(), 1e-5, 1e-6));
+  // saved and loaded with its body; lowered as torch lowers it (the body inlined, no HOP left)
+  const auto bytes = save_to_string(p);
+  const auto q = load_from_memory(bytes.data(), bytes.size());
+  CHECK(to_string(q) == printed);
+  CHECK(at::equal(run(q, {x})[0], run(p, {x})[0]));
+  const auto core = run_decompositions(p);
+  CHECK(to_string(core).find("higher_order") == std::string::npos);
+  CHECK(at::allclose(run(core, {x})[0], w0, 1e-5, 1e-6));
+  CHECK(at::allclose(run(core, {x})[1], w1, 1e-5, 1e-6));
+  // eagerly, and under an export that already runs without grad, it is the block itself
+  {
+    const c10::AutoGradMode off(false);
+    const auto p2 = export_program(net, std::tuple{x});
+    CHECK(to_string(p2).find("higher_order") == std::string::npos);
+  }
+  CHECK_FALSE(std::get<0>(net->forward(xe)).requires_grad() == false);  // x + y: x still requires grad
+}

@@ -762,14 +762,14 @@ TEST_CASE("serde: what xport cannot represent is a load_error naming the kind") 
   check_bad(arg({{"as_int_lists", json::array({json::array({1, 2})})}}), "[xport.schema.arg_type]");  // read, but mul takes no int[][]
   check_bad(edit([&](json& j) { node_of(j, "torch.ops.aten.mul.")["target"] = "torch.ops.higher_order.associative_scan"; }),
             "higher-order operator 'torch.ops.higher_order.associative_scan' (torch.associative_scan, with its subgraphs "
-            "as as_graph arguments) is not supported by xport: of torch's control-flow operators it reads torch.cond, "
-            "torch.while_loop, torch.map and torch.scan");
+            "as as_graph arguments) is not supported by xport: of torch's higher-order operators it reads torch.cond, "
+            "torch.while_loop, torch.map, torch.scan, torch.no_grad / torch.enable_grad, torch.autocast");
   check_bad(edit([&](json& j) { node_of(j, "torch.ops.aten.mul.")["target"] = "torch.ops.higher_order.scan"; }),
-            "higher_order::scan takes 4 arguments, the node has 2");
+            "higher_order::scan takes 4 arguments (combine_fn, init, xs, additional_inputs), the node has 2");
   check_bad(edit([&](json& j) { node_of(j, "torch.ops.aten.mul.")["target"] = "torch.ops.higher_order.while_loop"; }),
-            "higher_order::while_loop takes 4 arguments, the node has 2");
+            "higher_order::while_loop takes 4 arguments (cond_fn, body_fn, carried_inputs, additional_inputs), the node has 2");
   check_bad(edit([&](json& j) { node_of(j, "torch.ops.aten.mul.")["target"] = "torch.ops.higher_order.cond"; }),
-            "higher_order::cond takes 4 arguments, the node has 2");
+            "higher_order::cond takes 4 arguments (pred, true_fn, false_fn, operands), the node has 2");
   check_bad(edit([&](json& j) {
               auto& n = node_of(j, "torch.ops.aten.sym_size.int");
               n["target"] = "_operator.and_";

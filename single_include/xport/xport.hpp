@@ -1758,9 +1758,9 @@ XPORT_END_NAMESPACE
 // An op_info is resolved once per operator overload (name -> c10::OperatorHandle + schema) and
 // interned for the life of the process; nodes hold a pointer to it. Lookup accepts
 // `aten::add.Tensor`, `aten::add` (the default overload), `aten.add.Tensor`,
-// `torch.ops.aten.add.Tensor` and `aten::add.default`. The control-flow operators torch calls
-// higher-order (`torch.ops.higher_order.cond`, `.while_loop`, `.map_impl`, `.scan`) are registered with the dispatcher here, on first
-// lookup, so that every part of xport treats them as operators.
+// `torch.ops.aten.add.Tensor` and `aten::add.default`. The operators torch calls higher-order
+// (`torch.ops.higher_order.cond`, ...) are registered with the dispatcher on their first lookup
+// (by the hook ops/higher_order.hpp installs), so that every part of xport treats them as operators.
 
 #include <atomic>         // std::atomic
 #include <cstddef>        // std::size_t
@@ -1777,7 +1777,6 @@ XPORT_END_NAMESPACE
 #include <ATen/core/function_schema.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/core/stack.h>
-#include <ATen/ops/stack.h>
 
 // #include <xport/config.hpp>
 // #include <xport/detail/compat.hpp>
@@ -1930,210 +1929,21 @@ inline const subgraph_fn& subgraph_fn_of(const c10::IValue& v, const char* op, c
   return *fn;
 }
 
-/// torch.cond's predicate: a bool, or a tensor with one element (any dtype: nonzero is true).
-inline bool cond_predicate(const c10::IValue& pred) {
-  if (pred.isBool()) return pred.toBool();
-  if (pred.isInt()) return pred.toInt() != 0;
-  if (!pred.isTensor() || pred.toTensor().numel() != 1) {
-    std::string got = pred.isTensor() ? "a tensor of " + std::to_string(pred.toTensor().numel()) + " elements"
-                                      : pred.tagKind();
-    throw run_error("xport.run.cond_pred", "torch.cond: Expected pred to be bool or single-element tensor, but got " + got);
-  }
-  return pred.toTensor().item().toBool();
+using higher_order_registrar_fn = void (*)();
+/// Registers the higher-order operators (torch.ops.higher_order.*) with the dispatcher, set by
+/// ops/higher_order.hpp, whose descriptors they come from; called on the first lookup of one.
+inline higher_order_registrar_fn& higher_order_registrar() {
+  static higher_order_registrar_fn fn = nullptr;
+  return fn;
 }
-
-// higher_order::cond(Any pred, Any true_fn, Any false_fn, Tensor[] operands) -> Tensor[]: runs
-// the branch pred selects on the operands. Registered as CompositeImplicitAutograd, so the
-// branch's calls dispatch (and autograd records them) as if the user had made them.
-inline void cond_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
-  auto& s = *stack;
-  auto operands = s.back().toTensorVector();
-  const bool taken = cond_predicate(s[s.size() - 4]);
-  const auto& fn = subgraph_fn_of(s[s.size() - (taken ? 3 : 2)], "cond", taken ? "true_fn" : "false_fn");
-  torch::jit::drop(s, 4);
-  s.emplace_back(c10::List<at::Tensor>(fn.call(std::move(operands))));
-}
-
-/// What torch.while_loop's cond_fn returned, as a bool (torch's rule: a bool scalar tensor).
-inline bool while_loop_predicate(const std::vector<at::Tensor>& out) {
-  if (out.size() != 1 || !out[0].defined() || out[0].dim() != 0 || out[0].scalar_type() != at::kBool) {
-    std::string got = out.size() != 1  ? std::to_string(out.size()) + " values"
-                      : out[0].defined() ? "a tensor of sizes " + c10::str(out[0].sizes()) + " and dtype " +
-                                               std::string(c10::toString(out[0].scalar_type()))
-                                         : "an undefined tensor";
-    throw run_error("xport.run.while_loop_pred", "cond_fn must return a boolean scalar tensor or a boolean but got " + got);
-  }
-  return out[0].item<bool>();
-}
-
-// higher_order::while_loop(Any cond_fn, Any body_fn, Tensor[] carried_inputs, Tensor[]
-// additional_inputs) -> Tensor[]: while cond_fn(carried, additional) holds, carried =
-// body_fn(carried, additional); returns carried (copies when the body never ran, as torch does:
-// an output never aliases an input).
-inline void while_loop_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
-  auto& s = *stack;
-  const auto additional = s.back().toTensorVector();
-  auto carried = s[s.size() - 2].toTensorVector();
-  const auto& cond_fn = subgraph_fn_of(s[s.size() - 4], "while_loop", "cond_fn");
-  const auto& body_fn = subgraph_fn_of(s[s.size() - 3], "while_loop", "body_fn");
-  const auto operands = [&] {
-    auto all = carried;
-    all.insert(all.end(), additional.begin(), additional.end());
-    return all;
-  };
-  bool again = while_loop_predicate(cond_fn.call(operands()));
-  if (!again)
-    for (auto& t : carried) t = t.clone();
-  while (again) {
-    auto out = body_fn.call(operands());
-    if (out.size() != carried.size())
-      throw run_error("xport.run.while_loop_body", "body_fn should return the same number of elements as carried_inputs, got " +
-                                                       std::to_string(out.size()) + " vs " + std::to_string(carried.size()));
-    carried = std::move(out);
-    again = while_loop_predicate(cond_fn.call(operands()));
-  }
-  torch::jit::drop(s, 4);
-  s.emplace_back(c10::List<at::Tensor>(std::move(carried)));
-}
-
-/// torch.map's rules for what it maps over: tensors with the same leading dim, not 0.
-inline std::int64_t mapped_length(const std::vector<at::Tensor>& xs) {
-  if (xs.empty()) throw run_error("xport.run.map_xs", "torch.map: Mapped xs can only consist of tensors, and at least one");
-  std::string shapes;
-  bool consistent = true;
-  for (const auto& x : xs) {
-    if (x.dim() == 0) throw run_error("xport.run.map_xs", "torch.map: a mapped tensor has no leading dim to map over (0-d)");
-    consistent = consistent && x.size(0) == xs[0].size(0);
-    shapes += (shapes.empty() ? "" : ", ") + c10::str(x.sizes());
-  }
-  if (xs[0].size(0) == 0) throw run_error("xport.run.map_xs", "Leading dimensions of mapped xs cannot be 0.");
-  if (!consistent)
-    throw run_error("xport.run.map_xs", "Leading dimensions of mapped xs must be consistent. Got shapes [" + shapes + "].");
-  return xs[0].size(0);
-}
-
-// higher_order::map_impl(Any f, Tensor[] xs, Tensor[] pos_args) -> Tensor[]: f on each slice
-// i of the xs (with pos_args), its results stacked along a new leading dim, as torch's map.
-inline void map_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
-  auto& s = *stack;
-  const auto pos = s.back().toTensorVector();
-  const auto xs = s[s.size() - 2].toTensorVector();
-  const auto& fn = subgraph_fn_of(s[s.size() - 3], "map_impl", "body_fn");
-  const auto n = mapped_length(xs);
-  std::vector<std::vector<at::Tensor>> per_output;
-  for (std::int64_t i = 0; i < n; ++i) {
-    std::vector<at::Tensor> operands;
-    operands.reserve(xs.size() + pos.size());
-    for (const auto& x : xs) operands.push_back(x.select(0, i));
-    operands.insert(operands.end(), pos.begin(), pos.end());
-    auto out = fn.call(std::move(operands));
-    per_output.resize(out.size());
-    for (std::size_t k = 0; k < out.size(); ++k) per_output[k].push_back(std::move(out[k]));
-  }
-  std::vector<at::Tensor> stacked;
-  for (const auto& slices : per_output) stacked.push_back(at::stack(slices, 0));
-  torch::jit::drop(s, 3);
-  s.emplace_back(c10::List<at::Tensor>(std::move(stacked)));
-}
-
-/// torch.scan's rule for what it scans over: tensors of one dim or more with the same leading
-/// dim, not 0 (torch's text).
-inline std::int64_t scanned_length(const std::vector<at::Tensor>& xs) {
-  if (xs.empty()) throw run_error("xport.run.scan_xs", "torch.scan: xs is empty; it scans over one tensor at least");
-  for (const auto& x : xs)
-    if (x.dim() == 0 || x.size(0) == 0)
-      throw run_error("xport.run.scan_xs",
-                      "All xs leaves must at least have 'dim' number of dimensions and scan dimension > 0");
-  for (const auto& x : xs)
-    if (x.size(0) != xs[0].size(0))
-      throw run_error("xport.run.scan_xs", "torch.scan: the xs must have the same scan dimension; got sizes " +
-                                               c10::str(xs[0].sizes()) + " and " + c10::str(x.sizes()));
-  return xs[0].size(0);
-}
-
-// higher_order::scan(Any combine_fn, Tensor[] init, Tensor[] xs, Tensor[] additional_inputs)
-// -> Tensor[]: carry = init; for each row i of the xs, (carry, y_i) = combine_fn(carry, xs[i],
-// additional); returns the last carry, then each y stacked along a new leading dim.
-inline void scan_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
-  auto& s = *stack;
-  const auto additional = s.back().toTensorVector();
-  const auto xs = s[s.size() - 2].toTensorVector();
-  auto carry = s[s.size() - 3].toTensorVector();
-  const auto& fn = subgraph_fn_of(s[s.size() - 4], "scan", "combine_fn");
-  const auto n = scanned_length(xs);
-  const auto n_carry = carry.size();
-  std::vector<std::vector<at::Tensor>> ys;
-  for (std::int64_t i = 0; i < n; ++i) {
-    std::vector<at::Tensor> operands = carry;
-    for (const auto& x : xs) operands.push_back(x.select(0, i));
-    operands.insert(operands.end(), additional.begin(), additional.end());
-    auto out = fn.call(std::move(operands));
-    if (out.size() < n_carry)
-      throw run_error("xport.run.scan_body", "torch.scan: combine_fn returned " + std::to_string(out.size()) +
-                                                 " tensors, fewer than the " + std::to_string(n_carry) + " it carries");
-    ys.resize(out.size() - n_carry);
-    for (std::size_t k = 0; k < n_carry; ++k) carry[k] = std::move(out[k]);
-    for (std::size_t k = n_carry; k < out.size(); ++k) ys[k - n_carry].push_back(std::move(out[k]));
-  }
-  for (const auto& rows : ys) carry.push_back(at::stack(rows, 0));
-  torch::jit::drop(s, 4);
-  s.emplace_back(c10::List<at::Tensor>(std::move(carry)));
-}
-
-/// Registers the control-flow operators with the dispatcher, once per process (at run time: a
-/// static registration in a header would run once per translation unit and throw).
-inline void ensure_higher_order_ops() {
-  static const bool registered = [] {
-    auto& d = c10::Dispatcher::singleton();
-    const auto any = c10::AnyType::get();
-    const auto tensors = c10::ListType::create(c10::TensorType::get());
-    c10::FunctionSchema cond("higher_order::cond", "",
-                             {c10::Argument("pred", any), c10::Argument("true_fn", any),
-                              c10::Argument("false_fn", any), c10::Argument("operands", tensors)},
-                             {c10::Argument("", tensors)});
-    // the handles live as long as the process: never deregistered
-    new c10::RegistrationHandleRAII(d.registerDef(std::move(cond), "xport: torch.ops.higher_order.cond"));
-    new c10::RegistrationHandleRAII(d.registerImpl(c10::OperatorName("higher_order::cond", ""),
-                                                   c10::DispatchKey::CompositeImplicitAutograd,
-                                                   c10::KernelFunction::makeFromBoxedFunction<&cond_kernel>(),
-                                                   c10::nullopt, nullptr, "xport: cond kernel"));
-    c10::FunctionSchema loop("higher_order::while_loop", "",
-                             {c10::Argument("cond_fn", any), c10::Argument("body_fn", any),
-                              c10::Argument("carried_inputs", tensors), c10::Argument("additional_inputs", tensors)},
-                             {c10::Argument("", tensors)});
-    new c10::RegistrationHandleRAII(d.registerDef(std::move(loop), "xport: torch.ops.higher_order.while_loop"));
-    new c10::RegistrationHandleRAII(d.registerImpl(c10::OperatorName("higher_order::while_loop", ""),
-                                                   c10::DispatchKey::CompositeImplicitAutograd,
-                                                   c10::KernelFunction::makeFromBoxedFunction<&while_loop_kernel>(),
-                                                   c10::nullopt, nullptr, "xport: while_loop kernel"));
-    c10::FunctionSchema map("higher_order::map_impl", "",
-                            {c10::Argument("f", any), c10::Argument("xs", tensors), c10::Argument("pos_args", tensors)},
-                            {c10::Argument("", tensors)});
-    new c10::RegistrationHandleRAII(d.registerDef(std::move(map), "xport: torch.ops.higher_order.map_impl"));
-    new c10::RegistrationHandleRAII(d.registerImpl(c10::OperatorName("higher_order::map_impl", ""),
-                                                   c10::DispatchKey::CompositeImplicitAutograd,
-                                                   c10::KernelFunction::makeFromBoxedFunction<&map_kernel>(),
-                                                   c10::nullopt, nullptr, "xport: map kernel"));
-    c10::FunctionSchema scan("higher_order::scan", "",
-                             {c10::Argument("combine_fn", any), c10::Argument("init", tensors), c10::Argument("xs", tensors),
-                              c10::Argument("additional_inputs", tensors)},
-                             {c10::Argument("", tensors)});
-    new c10::RegistrationHandleRAII(d.registerDef(std::move(scan), "xport: torch.ops.higher_order.scan"));
-    new c10::RegistrationHandleRAII(d.registerImpl(c10::OperatorName("higher_order::scan", ""),
-                                                   c10::DispatchKey::CompositeImplicitAutograd,
-                                                   c10::KernelFunction::makeFromBoxedFunction<&scan_kernel>(),
-                                                   c10::nullopt, nullptr, "xport: scan kernel"));
-    return true;
-  }();
-  (void)registered;
-}
+inline void set_higher_order_registrar(higher_order_registrar_fn fn) { higher_order_registrar() = fn; }
 
 inline const op_info* op_registry::find(std::string_view text) {
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = by_text_.find(std::string(text)); it != by_text_.end()) return it->second;
   auto parts = split_op_name(text);
   if (parts.ns.empty() || parts.name.empty()) return nullptr;
-  if (parts.ns == "higher_order") ensure_higher_order_ops();
+  if (parts.ns == "higher_order" && higher_order_registrar()) higher_order_registrar()();
   std::string key = parts.ns + "::" + parts.name + "." + parts.overload;
   const op_info* info = nullptr;
   if (auto it = by_key_.find(key); it != by_key_.end()) {
@@ -2716,6 +2526,11 @@ struct source_location {
   std::uint32_t line = 0;
   std::string function;
   std::string code;
+  /// torch's `custom` node metadata (user annotations, `torch.fx.traceback.annotate`, and what
+  /// torch.compiler.disable marks), kept as the JSON text torch writes, and as torch prints it
+  /// after `# Annotation: ` (its Python dict, each value cut at 40 characters).
+  std::string custom_json;
+  std::string annotation;
   friend bool operator==(const source_location&, const source_location&) = default;
 };
 
@@ -3764,18 +3579,6 @@ inline argument::list_type subgraph_operands(const node& n) {
   for (const auto& a : n.args())
     if (a.is_list()) all.insert(all.end(), a.as_list().begin(), a.as_list().end());
   return all;
-}
-
-/// The operands of a control-flow call its subgraph takes one row of (sizes without the leading
-/// dim), as [first, last): torch.map's xs (its first list), torch.scan's xs (its second);
-/// none for cond and while_loop.
-inline std::pair<std::size_t, std::size_t> row_operands(const node& n) {
-  const auto args = n.args();
-  const auto& q = n.op().qualified;
-  if (q == "higher_order::map_impl" && args.size() > 1 && args[1].is_list()) return {0, args[1].as_list().size()};
-  if (q == "higher_order::scan" && args.size() > 2 && args[1].is_list() && args[2].is_list())
-    return {args[1].as_list().size(), args[1].as_list().size() + args[2].as_list().size()};
-  return {0, 0};
 }
 
 XPORT_END_NAMESPACE
@@ -6119,6 +5922,488 @@ inline at::Tensor in_format(const at::Tensor& out, c10::MemoryFormat format) {
 
 }  // namespace detail
 XPORT_END_NAMESPACE
+// #include <xport/ops/higher_order.hpp>
+// xport/ops/higher_order.hpp: torch's higher-order operators, one descriptor each.
+// A higher-order operator (torch.ops.higher_order.cond, .while_loop, .map_impl, .scan,
+// .wrap_with_set_grad_enabled, .wrap_with_autocast) takes subgraphs as arguments. Each has one
+// entry here: its schema as the dispatcher sees it, how torch lays its arguments out in a
+// program (a trailing list written spread, as `wrap_with_set_grad_enabled(False, submod_1, x,
+// w)`), which operands its subgraphs take (and which one row at a time), how its outputs are
+// typed, and its kernel. Verify, print, serde, the tracers, the lowering and the runners look the
+// entry up (`hop_of(op)`), never the operator's name. Registered with the dispatcher on first
+// lookup (ir/op.hpp calls the hook this header installs).
+
+#include <cstddef>      // std::size_t
+#include <cstdint>      // std::int64_t
+#include <memory>       // std::make_unique
+#include <string>       // std::string
+#include <string_view>  // std::string_view
+#include <utility>      // std::pair
+#include <vector>       // std::vector
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <ATen/ops/stack.h>
+#include <c10/core/GradMode.h>
+
+// #include <xport/config.hpp>
+// #include <xport/detail/compat.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ir/graph.hpp>
+// #include <xport/ir/op.hpp>
+
+// LibTorch's autocast state (ATen/autocast_mode.h), declared here: that header includes all of
+// ATen, against the narrow-headers rule. Per device type since 2.4; CPU and CUDA apart before.
+namespace at::autocast {
+#if XPORT_TORCH_VERSION_AT_LEAST(2, 4)
+TORCH_API bool is_autocast_enabled(at::DeviceType device_type);
+TORCH_API void set_autocast_enabled(at::DeviceType device_type, bool enabled);
+TORCH_API at::ScalarType get_autocast_dtype(at::DeviceType device_type);
+TORCH_API void set_autocast_dtype(at::DeviceType device_type, at::ScalarType dtype);
+#else
+TORCH_API bool is_enabled();
+TORCH_API void set_enabled(bool enabled);
+TORCH_API bool is_cpu_enabled();
+TORCH_API void set_cpu_enabled(bool enabled);
+TORCH_API at::ScalarType get_autocast_gpu_dtype();
+TORCH_API at::ScalarType get_autocast_cpu_dtype();
+TORCH_API void set_autocast_gpu_dtype(at::ScalarType dtype);
+TORCH_API void set_autocast_cpu_dtype(at::ScalarType dtype);
+#endif
+TORCH_API void clear_cache();
+TORCH_API int increment_nesting();
+TORCH_API int decrement_nesting();
+TORCH_API bool is_autocast_cache_enabled();
+TORCH_API void set_autocast_cache_enabled(bool enabled);
+}  // namespace at::autocast
+
+XPORT_BEGIN_NAMESPACE
+
+/// One higher-order operator: everything xport knows about it (see the header comment).
+struct higher_order_op {
+  enum class id : std::uint8_t { cond, while_loop, map, scan, set_grad_enabled, autocast };
+  /// A parameter of the operator: its name and type in the dispatcher's schema.
+  struct param {
+    std::string_view name;
+    enum class type : std::uint8_t { any, boolean, string, dtype_opt, bool_opt, graph, tensors } kind;
+  };
+  /// How its results are typed: as its first subgraph returns them (cond's true branch), its
+  /// last (while_loop's body), map's (each stacked), scan's (carries, then ys stacked).
+  enum class results : std::uint8_t { first_graph, last_graph, mapped, scanned };
+
+  id which;
+  std::string_view name;    ///< `cond`: torch.ops.higher_order.cond
+  std::string_view python;  ///< what a user wrote, for messages: `torch.cond`
+  std::vector<param> params;
+  /// torch writes the last parameter (a Tensor[]) spread into the call's trailing arguments
+  /// (`wrap_with_set_grad_enabled(False, submod_1, x, w)`); the others' lists stay lists.
+  bool spread_last = false;
+  results typing = results::first_graph;
+  /// The parameter whose tensors a subgraph takes one row of (map's xs, scan's xs), or -1.
+  int rows_param = -1;
+  /// Run as its subgraph's calls inlined, under the mode it sets (torch's run_decompositions
+  /// inlines these: the inference IR has no grad or autocast regions).
+  bool inlined_by_lowering = false;
+  c10::KernelFunction::BoxedKernelFunction* kernel = nullptr;
+
+  [[nodiscard]] std::string qualified() const { return "higher_order::" + std::string(name); }
+  [[nodiscard]] std::string target() const { return "torch.ops.higher_order." + std::string(name); }
+  /// The index of each subgraph parameter, in order.
+  [[nodiscard]] std::vector<std::size_t> graph_params() const {
+    std::vector<std::size_t> out;
+    for (std::size_t i = 0; i < params.size(); ++i)
+      if (params[i].kind == param::type::graph) out.push_back(i);
+    return out;
+  }
+  /// A text of the parameters for messages: `(pred, true_graph, false_graph, operands)`.
+  [[nodiscard]] std::string layout() const {
+    std::string s;
+    for (std::size_t i = 0; i < params.size(); ++i)
+      s += (i ? ", " : "") + std::string(spread_last && i + 1 == params.size() ? "*" : "") + std::string(params[i].name);
+    return "(" + s + ")";
+  }
+};
+
+namespace detail {
+
+/// torch.cond's predicate: a bool, or a tensor with one element (any dtype: nonzero is true).
+inline bool cond_predicate(const c10::IValue& pred) {
+  if (pred.isBool()) return pred.toBool();
+  if (pred.isInt()) return pred.toInt() != 0;
+  if (!pred.isTensor() || pred.toTensor().numel() != 1) {
+    std::string got = pred.isTensor() ? "a tensor of " + std::to_string(pred.toTensor().numel()) + " elements"
+                                      : pred.tagKind();
+    throw run_error("xport.run.cond_pred", "torch.cond: Expected pred to be bool or single-element tensor, but got " + got);
+  }
+  return pred.toTensor().item().toBool();
+}
+
+// higher_order::cond(Any pred, Any true_fn, Any false_fn, Tensor[] operands) -> Tensor[]: runs
+// the branch pred selects on the operands. Registered as CompositeImplicitAutograd (as every
+// higher-order operator here), so the branch's calls dispatch (and autograd records them) as if
+// the user had made them.
+inline void cond_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  auto operands = s.back().toTensorVector();
+  const bool taken = cond_predicate(s[s.size() - 4]);
+  const auto& fn = subgraph_fn_of(s[s.size() - (taken ? 3 : 2)], "cond", taken ? "true_fn" : "false_fn");
+  torch::jit::drop(s, 4);
+  s.emplace_back(c10::List<at::Tensor>(fn.call(std::move(operands))));
+}
+
+/// What torch.while_loop's cond_fn returned, as a bool (torch's rule: a bool scalar tensor).
+inline bool while_loop_predicate(const std::vector<at::Tensor>& out) {
+  if (out.size() != 1 || !out[0].defined() || out[0].dim() != 0 || out[0].scalar_type() != at::kBool) {
+    std::string got = out.size() != 1  ? std::to_string(out.size()) + " values"
+                      : out[0].defined() ? "a tensor of sizes " + c10::str(out[0].sizes()) + " and dtype " +
+                                               std::string(c10::toString(out[0].scalar_type()))
+                                         : "an undefined tensor";
+    throw run_error("xport.run.while_loop_pred", "cond_fn must return a boolean scalar tensor or a boolean but got " + got);
+  }
+  return out[0].item<bool>();
+}
+
+// higher_order::while_loop(Any cond_fn, Any body_fn, Tensor[] carried_inputs, Tensor[]
+// additional_inputs) -> Tensor[]: while cond_fn(carried, additional) holds, carried =
+// body_fn(carried, additional); returns carried (copies when the body never ran, as torch does:
+// an output never aliases an input).
+inline void while_loop_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  const auto additional = s.back().toTensorVector();
+  auto carried = s[s.size() - 2].toTensorVector();
+  const auto& cond_fn = subgraph_fn_of(s[s.size() - 4], "while_loop", "cond_fn");
+  const auto& body_fn = subgraph_fn_of(s[s.size() - 3], "while_loop", "body_fn");
+  const auto operands = [&] {
+    auto all = carried;
+    all.insert(all.end(), additional.begin(), additional.end());
+    return all;
+  };
+  bool again = while_loop_predicate(cond_fn.call(operands()));
+  if (!again)
+    for (auto& t : carried) t = t.clone();
+  while (again) {
+    auto out = body_fn.call(operands());
+    if (out.size() != carried.size())
+      throw run_error("xport.run.while_loop_body", "body_fn should return the same number of elements as carried_inputs, got " +
+                                                       std::to_string(out.size()) + " vs " + std::to_string(carried.size()));
+    carried = std::move(out);
+    again = while_loop_predicate(cond_fn.call(operands()));
+  }
+  torch::jit::drop(s, 4);
+  s.emplace_back(c10::List<at::Tensor>(std::move(carried)));
+}
+
+/// torch.map's rules for what it maps over: tensors with the same leading dim, not 0.
+inline std::int64_t mapped_length(const std::vector<at::Tensor>& xs) {
+  if (xs.empty()) throw run_error("xport.run.map_xs", "torch.map: Mapped xs can only consist of tensors, and at least one");
+  std::string shapes;
+  bool consistent = true;
+  for (const auto& x : xs) {
+    if (x.dim() == 0) throw run_error("xport.run.map_xs", "torch.map: a mapped tensor has no leading dim to map over (0-d)");
+    consistent = consistent && x.size(0) == xs[0].size(0);
+    shapes += (shapes.empty() ? "" : ", ") + c10::str(x.sizes());
+  }
+  if (xs[0].size(0) == 0) throw run_error("xport.run.map_xs", "Leading dimensions of mapped xs cannot be 0.");
+  if (!consistent)
+    throw run_error("xport.run.map_xs", "Leading dimensions of mapped xs must be consistent. Got shapes [" + shapes + "].");
+  return xs[0].size(0);
+}
+
+// higher_order::map_impl(Any f, Tensor[] xs, Tensor[] pos_args) -> Tensor[]: f on each slice
+// i of the xs (with pos_args), its results stacked along a new leading dim, as torch's map.
+inline void map_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  const auto pos = s.back().toTensorVector();
+  const auto xs = s[s.size() - 2].toTensorVector();
+  const auto& fn = subgraph_fn_of(s[s.size() - 3], "map_impl", "body_fn");
+  const auto n = mapped_length(xs);
+  std::vector<std::vector<at::Tensor>> per_output;
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::vector<at::Tensor> operands;
+    operands.reserve(xs.size() + pos.size());
+    for (const auto& x : xs) operands.push_back(x.select(0, i));
+    operands.insert(operands.end(), pos.begin(), pos.end());
+    auto out = fn.call(std::move(operands));
+    per_output.resize(out.size());
+    for (std::size_t k = 0; k < out.size(); ++k) per_output[k].push_back(std::move(out[k]));
+  }
+  std::vector<at::Tensor> stacked;
+  for (const auto& slices : per_output) stacked.push_back(at::stack(slices, 0));
+  torch::jit::drop(s, 3);
+  s.emplace_back(c10::List<at::Tensor>(std::move(stacked)));
+}
+
+/// torch.scan's rule for what it scans over: tensors of one dim or more with the same leading
+/// dim, not 0 (torch's text).
+inline std::int64_t scanned_length(const std::vector<at::Tensor>& xs) {
+  if (xs.empty()) throw run_error("xport.run.scan_xs", "torch.scan: xs is empty; it scans over one tensor at least");
+  for (const auto& x : xs)
+    if (x.dim() == 0 || x.size(0) == 0)
+      throw run_error("xport.run.scan_xs",
+                      "All xs leaves must at least have 'dim' number of dimensions and scan dimension > 0");
+  for (const auto& x : xs)
+    if (x.size(0) != xs[0].size(0))
+      throw run_error("xport.run.scan_xs", "torch.scan: the xs must have the same scan dimension; got sizes " +
+                                               c10::str(xs[0].sizes()) + " and " + c10::str(x.sizes()));
+  return xs[0].size(0);
+}
+
+// higher_order::scan(Any combine_fn, Tensor[] init, Tensor[] xs, Tensor[] additional_inputs)
+// -> Tensor[]: carry = init; for each row i of the xs, (carry, y_i) = combine_fn(carry, xs[i],
+// additional); returns the last carry, then each y stacked along a new leading dim.
+inline void scan_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  const auto additional = s.back().toTensorVector();
+  const auto xs = s[s.size() - 2].toTensorVector();
+  auto carry = s[s.size() - 3].toTensorVector();
+  const auto& fn = subgraph_fn_of(s[s.size() - 4], "scan", "combine_fn");
+  const auto n = scanned_length(xs);
+  const auto n_carry = carry.size();
+  std::vector<std::vector<at::Tensor>> ys;
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::vector<at::Tensor> operands = carry;
+    for (const auto& x : xs) operands.push_back(x.select(0, i));
+    operands.insert(operands.end(), additional.begin(), additional.end());
+    auto out = fn.call(std::move(operands));
+    if (out.size() < n_carry)
+      throw run_error("xport.run.scan_body", "torch.scan: combine_fn returned " + std::to_string(out.size()) +
+                                                 " tensors, fewer than the " + std::to_string(n_carry) + " it carries");
+    ys.resize(out.size() - n_carry);
+    for (std::size_t k = 0; k < n_carry; ++k) carry[k] = std::move(out[k]);
+    for (std::size_t k = n_carry; k < out.size(); ++k) ys[k - n_carry].push_back(std::move(out[k]));
+  }
+  for (const auto& rows : ys) carry.push_back(at::stack(rows, 0));
+  torch::jit::drop(s, 4);
+  s.emplace_back(c10::List<at::Tensor>(std::move(carry)));
+}
+
+// higher_order::wrap_with_set_grad_enabled(bool enable, Any body, *Tensor[] args) -> Tensor[]:
+// the body with autograd on or off (a `with torch.no_grad():` block of the training IR).
+inline void set_grad_enabled_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  auto args = s.back().toTensorVector();
+  const auto& fn = subgraph_fn_of(s[s.size() - 2], "wrap_with_set_grad_enabled", "body");
+  const c10::AutoGradMode mode(s[s.size() - 3].toBool());
+  auto out = fn.call(std::move(args));
+  torch::jit::drop(s, 3);
+  s.emplace_back(c10::List<at::Tensor>(std::move(out)));
+}
+
+/// The device type of an autocast region (`cpu`, `cuda`).
+inline c10::DeviceType autocast_device(const std::string& device_type) {
+  try {
+    return c10::Device(device_type).type();
+  } catch (const c10::Error&) {
+    throw run_error("xport.run.autocast", "wrap_with_autocast: unknown device type '" + device_type + "'");
+  }
+}
+
+// autocast's state for one device type, over LibTorch's two APIs
+#if XPORT_TORCH_VERSION_AT_LEAST(2, 4)
+inline bool autocast_enabled(c10::DeviceType d) { return at::autocast::is_autocast_enabled(d); }
+inline void set_autocast_enabled(c10::DeviceType d, bool on) { at::autocast::set_autocast_enabled(d, on); }
+inline c10::ScalarType autocast_dtype(c10::DeviceType d) { return at::autocast::get_autocast_dtype(d); }
+inline void set_autocast_dtype(c10::DeviceType d, c10::ScalarType t) { at::autocast::set_autocast_dtype(d, t); }
+#else
+inline void require_autocast_device(c10::DeviceType d) {
+  if (d != c10::DeviceType::CPU && d != c10::DeviceType::CUDA)
+    throw run_error("xport.run.autocast", "wrap_with_autocast: LibTorch " + torch_version() +
+                                              " autocasts on CPU and CUDA only, not " + c10::DeviceTypeName(d, true));
+}
+inline bool autocast_enabled(c10::DeviceType d) {
+  require_autocast_device(d);
+  return d == c10::DeviceType::CPU ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled();
+}
+inline void set_autocast_enabled(c10::DeviceType d, bool on) {
+  if (d == c10::DeviceType::CPU) at::autocast::set_cpu_enabled(on);
+  else at::autocast::set_enabled(on);
+}
+inline c10::ScalarType autocast_dtype(c10::DeviceType d) {
+  return d == c10::DeviceType::CPU ? at::autocast::get_autocast_cpu_dtype() : at::autocast::get_autocast_gpu_dtype();
+}
+inline void set_autocast_dtype(c10::DeviceType d, c10::ScalarType t) {
+  if (d == c10::DeviceType::CPU) at::autocast::set_autocast_cpu_dtype(t);
+  else at::autocast::set_autocast_gpu_dtype(t);
+}
+#endif
+
+/// Autocast set for one device type for the life of the object, restored after (torch's
+/// `torch.autocast(device_type, dtype, enabled, cache_enabled)`). `dtype` Undefined and `cache`
+/// -1 keep the current ones (plain values, not optionals: GCC 12 sees the optionals' bytes as
+/// maybe uninitialized).
+class autocast_scope {
+ public:
+  autocast_scope(c10::DeviceType device, c10::ScalarType dtype, bool enabled, int cache)
+      : device_(device),
+        was_enabled_(autocast_enabled(device)),
+        was_dtype_(autocast_dtype(device)),
+        was_cache_(at::autocast::is_autocast_cache_enabled()) {
+    set_autocast_enabled(device, enabled);
+    if (dtype != c10::ScalarType::Undefined) set_autocast_dtype(device, dtype);
+    if (cache >= 0) at::autocast::set_autocast_cache_enabled(cache != 0);
+    at::autocast::increment_nesting();
+  }
+  autocast_scope(const autocast_scope&) = delete;
+  autocast_scope& operator=(const autocast_scope&) = delete;
+  ~autocast_scope() {
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    set_autocast_enabled(device_, was_enabled_);
+    set_autocast_dtype(device_, was_dtype_);
+    at::autocast::set_autocast_cache_enabled(was_cache_);
+  }
+
+ private:
+  c10::DeviceType device_;
+  bool was_enabled_;
+  c10::ScalarType was_dtype_;
+  bool was_cache_;
+};
+
+// higher_order::wrap_with_autocast(str device_type, ScalarType? dtype, bool enabled, bool?
+// cache_enabled, Any body, *Tensor[] args) -> Tensor[]: the body under torch.autocast.
+inline void autocast_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  auto args = s.back().toTensorVector();
+  const auto& fn = subgraph_fn_of(s[s.size() - 2], "wrap_with_autocast", "body");
+  const auto device = autocast_device(s[s.size() - 6].toStringRef());
+  const auto dtype = s[s.size() - 5].isNone() ? c10::ScalarType::Undefined : s[s.size() - 5].toScalarType();
+  const int cache = s[s.size() - 3].isNone() ? -1 : static_cast<int>(s[s.size() - 3].toBool());
+  std::vector<at::Tensor> out;
+  {
+    const autocast_scope scope(device, dtype, s[s.size() - 4].toBool(), cache);
+    out = fn.call(std::move(args));
+  }
+  torch::jit::drop(s, 6);
+  s.emplace_back(c10::List<at::Tensor>(std::move(out)));
+}
+
+}  // namespace detail
+
+/// Every higher-order operator xport reads, runs and writes, in one list.
+inline const std::vector<higher_order_op>& higher_order_ops() {
+  using P = higher_order_op::param;
+  using T = P::type;
+  using R = higher_order_op::results;
+  using I = higher_order_op::id;
+  static const std::vector<higher_order_op> ops{
+      {I::cond, "cond", "torch.cond",
+       {{"pred", T::any}, {"true_fn", T::graph}, {"false_fn", T::graph}, {"operands", T::tensors}},
+       false, R::first_graph, -1, false, &detail::cond_kernel},
+      {I::while_loop, "while_loop", "torch.while_loop",
+       {{"cond_fn", T::graph}, {"body_fn", T::graph}, {"carried_inputs", T::tensors}, {"additional_inputs", T::tensors}},
+       false, R::last_graph, -1, false, &detail::while_loop_kernel},
+      {I::map, "map_impl", "torch.map", {{"f", T::graph}, {"xs", T::tensors}, {"pos_args", T::tensors}},
+       false, R::mapped, 1, false, &detail::map_kernel},
+      {I::scan, "scan", "torch.scan",
+       {{"combine_fn", T::graph}, {"init", T::tensors}, {"xs", T::tensors}, {"additional_inputs", T::tensors}},
+       false, R::scanned, 2, false, &detail::scan_kernel},
+      {I::set_grad_enabled, "wrap_with_set_grad_enabled", "torch.no_grad / torch.enable_grad",
+       {{"enable", T::boolean}, {"body", T::graph}, {"args", T::tensors}},
+       true, R::first_graph, -1, true, &detail::set_grad_enabled_kernel},
+      {I::autocast, "wrap_with_autocast", "torch.autocast",
+       {{"device_type", T::string}, {"dtype", T::dtype_opt}, {"enabled", T::boolean}, {"cache_enabled", T::bool_opt},
+        {"body", T::graph}, {"args", T::tensors}},
+       true, R::first_graph, -1, true, &detail::autocast_kernel},
+  };
+  return ops;
+}
+
+/// The descriptor of `torch.ops.higher_order.<name>` (`cond`), or nullptr.
+inline const higher_order_op* find_higher_order(std::string_view name) {
+  for (const auto& h : higher_order_ops())
+    if (h.name == name) return &h;
+  return nullptr;
+}
+
+/// The descriptor of a higher-order operator `op` (op.higher_order), or nullptr for any other op.
+inline const higher_order_op* hop_of(const op_info& op) {
+  if (!op.higher_order) return nullptr;
+  return find_higher_order(std::string_view(op.name).substr(std::string_view("higher_order::").size()));
+}
+
+/// The operands of a higher-order call its subgraph takes one row of (sizes without the leading
+/// dim), as [first, last) of subgraph_operands(n): torch.map's xs, torch.scan's xs; none for the
+/// others.
+inline std::pair<std::size_t, std::size_t> row_operands(const node& n) {
+  const auto* h = n.is_call() ? hop_of(n.op()) : nullptr;
+  if (!h || h->rows_param < 0) return {0, 0};
+  const auto args = n.args();
+  std::size_t first = 0;
+  for (int i = 0; i < h->rows_param && static_cast<std::size_t>(i) < args.size(); ++i)
+    if (args[static_cast<std::size_t>(i)].is_list()) first += args[static_cast<std::size_t>(i)].as_list().size();
+  const auto rows = static_cast<std::size_t>(h->rows_param);
+  if (rows >= args.size() || !args[rows].is_list()) return {0, 0};
+  return {first, first + args[rows].as_list().size()};
+}
+
+/// The names of the higher-order operators xport reads, for messages: `torch.cond, ...`.
+inline std::string higher_order_names() {
+  std::string s;
+  for (const auto& h : higher_order_ops()) s += (s.empty() ? "" : ", ") + std::string(h.python);
+  return s;
+}
+
+namespace detail {
+
+/// The dispatcher schema of `h`.
+inline c10::FunctionSchema schema_of(const higher_order_op& h) {
+  std::vector<c10::Argument> args;
+  for (const auto& p : h.params) {
+    if (p.kind == higher_order_op::param::type::dtype_opt) {  // `ScalarType? dtype`: an int to the dispatcher
+      args.emplace_back(std::string(p.name), c10::OptionalType::create(c10::IntType::get()),
+                        c10::OptionalType::create(c10::ScalarTypeType::get()));
+      continue;
+    }
+    c10::TypePtr t;
+    switch (p.kind) {
+      case higher_order_op::param::type::any:
+      case higher_order_op::param::type::graph: t = c10::AnyType::get(); break;
+      case higher_order_op::param::type::boolean: t = c10::BoolType::get(); break;
+      case higher_order_op::param::type::string: t = c10::StringType::get(); break;
+      case higher_order_op::param::type::dtype_opt: break;  // above
+      case higher_order_op::param::type::bool_opt: t = c10::OptionalType::create(c10::BoolType::get()); break;
+      case higher_order_op::param::type::tensors: t = c10::ListType::create(c10::TensorType::get()); break;
+    }
+    args.emplace_back(std::string(p.name), std::move(t));
+  }
+  return c10::FunctionSchema(h.qualified(), "", std::move(args),
+                             {c10::Argument("", c10::ListType::create(c10::TensorType::get()))});
+}
+
+/// A boxed kernel from a function pointer known at run time (the descriptor's).
+struct boxed_kernel final : c10::OperatorKernel {
+  explicit boxed_kernel(c10::KernelFunction::BoxedKernelFunction* fn) : fn_(fn) {}
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) { fn_(op, stack); }
+
+ private:
+  c10::KernelFunction::BoxedKernelFunction* fn_;
+};
+
+/// Registers every higher-order operator with the dispatcher, once per process (at run time: a
+/// static registration in a header would run once per translation unit and throw).
+inline void register_higher_order_ops() {
+  static const bool registered = [] {
+    auto& d = c10::Dispatcher::singleton();
+    for (const auto& h : higher_order_ops()) {
+      // the handles live as long as the process: never deregistered
+      new c10::RegistrationHandleRAII(d.registerDef(schema_of(h), "xport: " + h.target()));
+      new c10::RegistrationHandleRAII(d.registerImpl(c10::OperatorName(h.qualified(), ""),
+                                                     c10::DispatchKey::CompositeImplicitAutograd,
+                                                     c10::KernelFunction::makeFromBoxedFunctor(std::make_unique<boxed_kernel>(h.kernel)),
+                                                     c10::nullopt, nullptr, "xport: " + std::string(h.name) + " kernel"));
+    }
+    return true;
+  }();
+  (void)registered;
+}
+
+/// Installs register_higher_order_ops as the registry's hook for the `higher_order` namespace.
+inline const bool higher_order_hook_installed = (set_higher_order_registrar(&register_higher_order_ops), true);
+
+}  // namespace detail
+
+XPORT_END_NAMESPACE
 // #include <xport/ops/meta_rules.hpp>
 // #include <xport/ops/schema.hpp>
 // #include <xport/error.hpp>
@@ -6369,8 +6654,10 @@ inline tensor_meta mapped_output(const tensor_meta& slice, const std::vector<arg
 /// (mapped_output); scan's carries as its combine graph returns them, then its ys stacked; with
 /// requires_grad where any operand requires it.
 inline std::vector<value_type> subgraph_outputs(const op_info& op, const std::vector<argument>& args) {
-  const bool loop = op.qualified == "higher_order::while_loop";
-  const bool map = op.qualified == "higher_order::map_impl", scan = op.qualified == "higher_order::scan";
+  const auto* hop = hop_of(op);
+  using R = higher_order_op::results;
+  const bool loop = hop && hop->typing == R::last_graph;
+  const bool map = hop && hop->typing == R::mapped, scan = hop && hop->typing == R::scanned;
   const std::size_t n_carry = scan && args.size() > 1 && args[1].is_list() ? args[1].as_list().size() : 0;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const auto& a = args[loop ? args.size() - 1 - i : i];
@@ -6382,7 +6669,7 @@ inline std::vector<value_type> subgraph_outputs(const op_info& op, const std::ve
                                                              "' returns a constant; its outputs must be tensors");
       auto t = o.as_value().type();
       if (t.kind == value_kind::tensor && (map || (scan && types.size() >= n_carry)))
-        t.tensor = mapped_output(t.tensor, args, map ? 1 : 2);
+        t.tensor = mapped_output(t.tensor, args, static_cast<std::size_t>(hop->rows_param));
       if (t.kind == value_kind::tensor)  // only a float or complex tensor can require grad (a loop's count cannot)
         t.tensor.requires_grad = (c10::isFloatingType(t.tensor.dtype) || c10::isComplexType(t.tensor.dtype)) &&
                                  (t.tensor.requires_grad || any_requires_grad(args));
@@ -7050,6 +7337,7 @@ XPORT_END_NAMESPACE
 #include <unordered_set>  // std::unordered_set
 #include <vector>         // std::vector
 
+// #include <xport/ops/higher_order.hpp>
 // #include <xport/config.hpp>
 // #include <xport/ir/dtype.hpp>
 // #include <xport/ops/schema.hpp>
@@ -7459,12 +7747,40 @@ inline void verify_scan(node n, const verify_options& opts) {
   }
 }
 
-/// Checks a control-flow call by the rules of its operator.
+/// Checks a call that runs its one subgraph under a mode (no_grad, autocast): its arguments are
+/// the operator's layout, the body takes the operands, and the outputs are what it returns.
+inline void verify_wrapped(node n, const higher_order_op& hop, const verify_options& opts) {
+  const auto args = n.args();
+  const auto graphs = hop.graph_params();
+  if (args.size() != hop.params.size() || graphs.size() != 1 || !args[graphs[0]].is_graph() || !args.back().is_list())
+    verify_fail(std::string(hop.name) + "_args", "'" + n.name() + "' calls " + hop.target() + " without " + hop.layout(), n.name());
+  const auto& body = *args[graphs[0]].as_graph();
+  verify_subgraph_of(n, std::string(hop.name), body, args.back().as_list(), opts);
+  const auto outs = body.body.output_node().args();
+  if (outs.size() != n.num_outputs())
+    verify_fail(std::string(hop.name) + "_outputs", "'" + n.name() + "' has " + std::to_string(n.num_outputs()) +
+                                                        " outputs, its body '" + body.name + "' returns " + std::to_string(outs.size()),
+                n.name());
+  for (std::size_t i = 0; i < outs.size(); ++i)
+    if (!outs[i].is_value() || outs[i].as_value().kind() != value_kind::tensor ||
+        outs[i].as_value().meta().dtype != n.output(i).meta().dtype || outs[i].as_value().meta().sizes != n.output(i).meta().sizes)
+      verify_fail(std::string(hop.name) + "_outputs", "'" + n.name() + "' output " + std::to_string(i) +
+                                                          " is not what its body '" + body.name + "' returns",
+                  n.name());
+}
+
+/// Checks a higher-order call by the rules of its operator (ops/higher_order.hpp).
 inline void verify_higher_order(node n, const verify_options& opts) {
-  if (n.op().qualified == "higher_order::while_loop") return verify_while_loop(n, opts);
-  if (n.op().qualified == "higher_order::map_impl") return verify_map(n, opts);
-  if (n.op().qualified == "higher_order::scan") return verify_scan(n, opts);
-  verify_cond(n, opts);
+  const auto* hop = hop_of(n.op());
+  if (!hop) verify_fail("higher_order", "'" + n.name() + "' calls " + n.op().qualified + ", which xport does not know", n.name());
+  switch (hop->which) {
+    case higher_order_op::id::cond: return verify_cond(n, opts);
+    case higher_order_op::id::while_loop: return verify_while_loop(n, opts);
+    case higher_order_op::id::map: return verify_map(n, opts);
+    case higher_order_op::id::scan: return verify_scan(n, opts);
+    case higher_order_op::id::set_grad_enabled:
+    case higher_order_op::id::autocast: return verify_wrapped(n, *hop, opts);
+  }
 }
 
 /// Checks every recorded use points at an operand slot holding the value, once; returns how many uses there are.
@@ -7876,7 +8192,7 @@ class program_builder {
     return *this;
   }
   /// Only the code text (`a = torch.sin(x)`) for the nodes created from now on.
-  program_builder& code(std::string text) { return at(source_location{{}, 0, {}, std::move(text)}); }
+  program_builder& code(std::string text) { return at(source_location{{}, 0, {}, std::move(text), {}, {}}); }
   /// Module path (FQN of the calling module) recorded on the nodes created from now on.
   program_builder& in_module(std::string path) {
     module_ = std::move(path);
@@ -8035,6 +8351,7 @@ XPORT_END_NAMESPACE
 #include <utility>        // std::move
 #include <vector>         // std::vector
 
+// #include <xport/ops/higher_order.hpp>
 // #include <xport/config.hpp>
 // #include <xport/detail/python_repr.hpp>
 // #include <xport/ops/schema.hpp>
@@ -8136,6 +8453,20 @@ inline std::string tuple_operands_repr(std::span<const argument> args, const sym
     s += '(';
     for (std::size_t i = 0; i < a.as_list().size(); ++i) s += (i ? ", " : "") + arg_repr(a.as_list()[i], syms);
     s += a.as_list().size() == 1 ? ",)" : ")";
+  }
+  return s;
+}
+
+/// The arguments of a higher-order call whose operands torch passes spread (`False, submod_1,
+/// x, w`): the last list's elements as arguments of their own.
+inline std::string spread_operands_repr(std::span<const argument> args, const sym_names& syms = {}) {
+  std::string s;
+  for (std::size_t k = 0; k < args.size(); ++k) {
+    if (k + 1 == args.size() && args[k].is_list()) {
+      for (const auto& e : args[k].as_list()) s += (s.empty() ? "" : ", ") + arg_repr(e, syms);
+      continue;
+    }
+    s += (s.empty() ? "" : ", ") + arg_repr(args[k], syms);
   }
   return s;
 }
@@ -8452,10 +8783,12 @@ inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
             lines.push_back({fx_line::kind::call, s.name, {}, "self." + s.name, {}, 0, src});
           });
         }
+        const auto* hop = hop_of(n.op());
         l.rhs = n.op().target + "(" +
-                (n.has_tuple_operands() ? tuple_operands_repr(n.args(), sizes.names,
-                                                              n.op().qualified == "higher_order::scan" ? 3 : 0)
-                                        : call_args_repr(n.op(), n.args(), sizes.names)) +
+                (hop && hop->spread_last ? spread_operands_repr(n.args(), sizes.names)
+                 : n.has_tuple_operands()
+                     ? tuple_operands_repr(n.args(), sizes.names, hop && hop->which == higher_order_op::id::scan ? 3 : 0)
+                     : call_args_repr(n.op(), n.args(), sizes.names)) +
                 ")";
         if (!n.has_tuple_output()) l.annotation = value_annotation(n.output(0), o);
         lines.push_back(std::move(l));
@@ -8482,6 +8815,11 @@ inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
 }
 
 inline std::string summary_of(const source_location* s) {
+  if (s && !s->annotation.empty()) {  // torch.fx: `# Annotation: {...} File: ...`
+    source_location bare = *s;
+    bare.annotation.clear();
+    return "Annotation: " + s->annotation + " " + summary_of(&bare);
+  }
   if (!s || (s->file.empty() && s->code.empty())) return "No stacktrace found for following nodes";
   if (s->file.empty()) return "File: <unknown>:" + std::to_string(s->line) + " in " +
                               (s->function.empty() ? "forward" : s->function) + ", code: " + s->code;
@@ -10271,7 +10609,7 @@ inline std::string short_function_name(std::string_view full) {
 inline std::shared_ptr<const source_location> make_source(const std::source_location& loc) {
   return std::make_shared<const source_location>(
       source_location{loc.file_name(), loc.line(), short_function_name(loc.function_name()),
-                      source_line(loc.file_name(), loc.line())});
+                      source_line(loc.file_name(), loc.line()), {}, {}});
 }
 
 struct sym_slot {
@@ -10628,7 +10966,8 @@ auto to_sym(const T& x, F& make) {
 XPORT_END_NAMESPACE
 // #include <xport/trace/control_flow.hpp>
 // xport/trace/control_flow.hpp: xport::cond, xport::while_loop, xport::map and xport::scan:
-// torch.cond, torch.while_loop, torch.map and torch.scan for C++ code. The same call runs eagerly
+// torch.cond, torch.while_loop, torch.map and torch.scan for C++ code; xport::no_grad and
+// xport::enable_grad, torch's grad-mode blocks, captured as torch.export captures them. The same call runs eagerly
 // (the branch the predicate picks), under non-strict export (at::Tensor code) and under strict
 // export (xport::sym_tensor code); exported, both branches are captured as subgraphs
 // (`true_graph_0`, `false_graph_0`) of one `torch.ops.higher_order.cond` node.
@@ -10662,11 +11001,12 @@ XPORT_END_NAMESPACE
 #include <tuple>        // std::tuple, std::apply
 #include <type_traits>  // std::is_same_v
 #include <unordered_map>  // std::unordered_map
-#include <utility>      // std::move, std::pair
+#include <utility>      // std::move, std::pair, std::forward
 #include <vector>       // std::vector
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/stack.h>
+#include <c10/core/GradMode.h>
 
 // #include <xport/config.hpp>
 // #include <xport/error.hpp>
@@ -10692,9 +11032,11 @@ struct traced_branch {
 };
 
 /// The operands in [rows.first, rows.second) are torch.map's or torch.scan's xs: the branch gets
-/// one row of each.
+/// one row of each. `by_fqn`: the lifted values ordered as dynamo lifts a branch's free variables
+/// (module state by FQN first); else in the order first read, as torch's split of a graph
+/// around a grad-mode region orders its submodule's inputs.
 inline traced_branch trace_branch(capture& outer, const std::vector<value>& operands, const branch_tracer& trace,
-                                  std::pair<std::size_t, std::size_t> rows = {0, 0}) {
+                                  std::pair<std::size_t, std::size_t> rows = {0, 0}, bool by_fqn = true) {
   capture c(outer);
   std::vector<value> ins;
   std::vector<at::Tensor> metas;
@@ -10710,7 +11052,7 @@ inline traced_branch trace_branch(capture& outer, const std::vector<value>& oper
   // path): module state first, by FQN, then the other tensors in the order first read
   std::vector<std::pair<std::string, value>> lifted;
   for (const auto& o : c.lifted()) lifted.emplace_back(outer.state_name(o), o);
-  std::stable_sort(lifted.begin(), lifted.end(), [](const auto& x, const auto& y) {
+  if (by_fqn) std::stable_sort(lifted.begin(), lifted.end(), [](const auto& x, const auto& y) {
     if (x.first.empty() != y.first.empty()) return !x.first.empty();
     return x.first < y.first;
   });
@@ -10871,6 +11213,20 @@ inline traced_cond trace_scan(capture& outer, std::vector<value> init, std::vect
                                                  operands.end())};
   // torch prints init and xs as lists, the additional inputs as a tuple
   return record_control_flow(outer, "higher_order::scan", std::move(args), std::move(src), true);
+}
+
+/// Records `higher_order::wrap_with_set_grad_enabled(enabled, submod_<k>, *operands)` in `outer`
+/// after tracing `body` on the operands under that grad mode (what it lifts is appended to them),
+/// as torch.export records a `with torch.no_grad():` block of the training IR. torch names the
+/// region's submodule by the split around it (submod_0 before, submod_1 the region, ...): the
+/// i-th region of a graph is submod_<2i+1>.
+inline traced_cond trace_set_grad_enabled(capture& outer, bool enabled, std::vector<value> operands, const branch_tracer& body) {
+  auto b = trace_branch(outer, operands, body, {0, 0}, /*by_fqn=*/false);
+  lift_free_values({&b}, operands);
+  const auto index = std::to_string(2 * outer.next_subgraph_index("submod") + 1);
+  std::vector<argument> args{enabled, std::make_shared<const subgraph>(subgraph{"submod_" + index, std::move(b.body)}),
+                             argument::list_type(operands.begin(), operands.end())};
+  return record_control_flow(outer, "higher_order::wrap_with_set_grad_enabled", std::move(args), nullptr, true);
 }
 
 /// Makes the strict front end record into a branch's capture for the guard's lifetime.
@@ -11095,6 +11451,61 @@ template <class Pred, class TrueFn, class FalseFn, class Operands>
 auto cond(Pred pred, TrueFn&& true_fn, FalseFn&& false_fn, const Operands& operands) {
   detail::check_branches<TrueFn, FalseFn, Operands>();
   return pred ? std::apply(true_fn, operands) : std::apply(false_fn, operands);
+}
+
+/// `with torch.set_grad_enabled(enabled):` for a block of at::Tensor code: `fn(operands...)` with
+/// autograd on or off. Eagerly it runs under c10::AutoGradMode; under export (non-strict), where
+/// it changes the grad mode, `fn` is captured as the body of one
+/// torch.ops.higher_order.wrap_with_set_grad_enabled node, as torch.export captures the block
+/// (where the mode stays as it is, its calls are recorded inline, as torch records them).
+/// Tensors `fn` reads without being passed them (module parameters, computed tensors) become
+/// operands, as for xport::cond. Returns what `fn` returns (tensors, or a std::tuple of them).
+///
+///   auto y = xport::no_grad([&](const at::Tensor& x) { return rotary(x); }, std::tuple{x});
+template <class Fn, class Operands>
+auto set_grad_enabled(bool enabled, Fn&& fn, const Operands& operands) {
+  static_assert(detail::is_std_tuple<Operands>, "xport::no_grad: pass the operands as a std::tuple (std::tuple{x, y}); "
+                                                "fn is called with them as its arguments");
+  using R = decltype(std::apply(fn, operands));
+  auto* outer = detail::active_capture;
+  if (!outer || c10::GradMode::is_enabled() == enabled) {
+    const c10::AutoGradMode mode(enabled);
+    return std::apply(fn, operands);
+  }
+  std::vector<value> operand_values;
+  auto of = [&](const at::Tensor& t) { operand_values.push_back(outer->value_of(t)); };
+  (void)detail::flatten_into(operands, of);
+  std::optional<R> result;
+  const detail::branch_tracer body = [&](detail::capture& c, const std::vector<value>&, const std::vector<at::Tensor>& metas) {
+    std::size_t k = 0;
+    auto to_meta = [&](const at::Tensor&) { return metas.at(k++); };
+    const auto args = detail::map_tensors(operands, to_meta);
+    {
+      detail::capture_scope scope(c);
+      const c10::AutoGradMode mode(enabled);
+      result.emplace(std::apply(fn, args));
+    }
+    std::vector<value> outs;
+    auto out = [&](const at::Tensor& t) { outs.push_back(c.value_of(t)); };
+    (void)detail::flatten_into(*result, out);
+    return outs;
+  };
+  const auto r = detail::trace_set_grad_enabled(*outer, enabled, std::move(operand_values), body);
+  std::size_t k = 0;
+  auto from_node = [&](const at::Tensor&) { return r.metas.at(k++); };
+  return detail::map_tensors(*result, from_node);
+}
+
+/// `with torch.no_grad():` for a block of at::Tensor code (see set_grad_enabled).
+template <class Fn, class Operands>
+auto no_grad(Fn&& fn, const Operands& operands) {
+  return set_grad_enabled(false, std::forward<Fn>(fn), operands);
+}
+
+/// `with torch.enable_grad():` for a block of at::Tensor code (see set_grad_enabled).
+template <class Fn, class Operands>
+auto enable_grad(Fn&& fn, const Operands& operands) {
+  return set_grad_enabled(true, std::forward<Fn>(fn), operands);
 }
 
 /// torch.while_loop for at::Tensor code: while `cond_fn(carried...)` holds, `carried =
@@ -12042,6 +12453,7 @@ XPORT_END_NAMESPACE
 #include <c10/util/Exception.h>
 
 // #include <xport/config.hpp>
+// #include <xport/ops/higher_order.hpp>
 // #include <xport/ops/op_sets.hpp>
 // #include <xport/ops/schema.hpp>
 // #include <xport/ops/shape_formulas.hpp>
@@ -13857,6 +14269,7 @@ XPORT_END_NAMESPACE
 #include <unordered_set>  // std::unordered_set
 #include <vector>         // std::vector
 
+// #include <xport/ops/higher_order.hpp>
 // #include <xport/detail/compat.hpp>
 
 #include <ATen/core/Tensor.h>
@@ -14119,10 +14532,42 @@ inline void recall_higher_order(capture& cap, const node& n, std::unordered_map<
   for (std::size_t k = 0; k < metas.size(); ++k) held[n.output(k).impl()] = lowering.hold(metas[k]);
 }
 
+inline void recall(capture& cap, const node& n, std::unordered_map<const value_impl*, c10::IValue>& held);
+
+/// A call that runs its body under a mode (no_grad, autocast), lowered as torch lowers it: the
+/// body's calls, inlined, under that mode (autocast's casts become `_to_copy` calls of their own).
+inline void recall_inlined(capture& cap, const node& n, const higher_order_op& hop,
+                           std::unordered_map<const value_impl*, c10::IValue>& held) {
+  const auto args = n.args();
+  const auto& body = args[hop.graph_params().at(0)].as_graph()->body;
+  const auto& operands = args.back().as_list();
+  std::unordered_map<const value_impl*, c10::IValue> inner;
+  const auto phs = body.placeholders();
+  for (std::size_t i = 0; i < phs.size() && i < operands.size(); ++i)
+    inner[phs[i].output(0).impl()] = held.at(operands[i].as_value().impl());
+  const auto run_body = [&] {
+    for (auto m : body.nodes())
+      if (m.is_call()) recall(cap, m, inner);
+  };
+  if (hop.which == higher_order_op::id::set_grad_enabled) {
+    const c10::AutoGradMode mode(args[0].as_bool());
+    run_body();
+  } else {
+    const auto dtype = args[1].is_dtype() ? args[1].as_dtype() : c10::ScalarType::Undefined;
+    const int cache = args[3].is_bool() ? static_cast<int>(args[3].as_bool()) : -1;
+    const autocast_scope mode(autocast_device(args[0].as_string()), dtype, args[2].as_bool(), cache);
+    run_body();
+  }
+  const auto outs = body.output_node().args();
+  for (std::size_t k = 0; k < outs.size() && k < n.num_outputs(); ++k)
+    held[n.output(k).impl()] = inner.at(outs[k].as_value().impl());
+}
+
 /// Calls node `n` again, under the active capture, on what its operands hold now (`held`:
 /// source value -> IValue), and records what each of its outputs holds after the call.
 inline void recall(capture& cap, const node& n, std::unordered_map<const value_impl*, c10::IValue>& held) {
   cap.builder().like(n);
+  if (const auto* hop = hop_of(n.op()); hop && hop->inlined_by_lowering) return recall_inlined(cap, n, *hop, held);
   if (n.op().higher_order) return recall_higher_order(cap, n, held);
   torch::jit::Stack stack;
   call_node(n, [&](const value& v) -> const c10::IValue& { return held.at(v.impl()); }, stack);
@@ -14518,15 +14963,20 @@ inline exported_program run_decompositions(const exported_program& p,
         {},
         [](const at::Tensor& meta) -> c10::IValue { return at::functionalization::impl::to_functional_tensor(meta); },
         [](const c10::IValue& v) { return detail::unwrap_functional(v).toTensor(); }};
-    for (auto n : s.graph().nodes())
-      if (n.is_call() && n.op().higher_order)
-        for_each_subgraph(n, [&](const subgraph& g) {
-          auto lowered = run_decompositions(subgraph_program(g), table);
-          auto body = lowered.graph().clone();
-          if (g.body.returns_bare()) body.set_returns_bare(true);
-          if (g.body.returns_list()) body.set_returns_list(true);
-          lowering.lowered.emplace(&g, std::make_shared<const subgraph>(subgraph{g.name, std::move(body)}));
-        });
+    // (a body lowering inlines, a no_grad or autocast region's, is looked into instead)
+    const std::function<void(const graph&)> lower_subgraphs = [&](const graph& outer) {
+      for (auto n : outer.nodes())
+        if (n.is_call() && n.op().higher_order)
+          for_each_subgraph(n, [&](const subgraph& g) {
+            if (const auto* hop = hop_of(n.op()); hop && hop->inlined_by_lowering) return lower_subgraphs(g.body);
+            auto lowered = run_decompositions(subgraph_program(g), table);
+            auto body = lowered.graph().clone();
+            if (g.body.returns_bare()) body.set_returns_bare(true);
+            if (g.body.returns_list()) body.set_returns_list(true);
+            lowering.lowered.emplace(&g, std::make_shared<const subgraph>(subgraph{g.name, std::move(body)}));
+          });
+    };
+    lower_subgraphs(s.graph());
     struct lowering_scope {
       const detail::subgraph_lowering* prev = detail::active_subgraph_lowering;
       ~lowering_scope() { detail::active_subgraph_lowering = prev; }
@@ -16767,7 +17217,7 @@ class interpreter {
 namespace detail {
 
 // Note [Subgraphs as capsules]: a control-flow node's subgraph argument reaches its kernel
-// (ir/op.hpp, cond_kernel) as a constant: a capsule holding the subgraph compiled once into an
+// (ops/higher_order.hpp, cond_kernel) as a constant: a capsule holding the subgraph compiled once into an
 // interpreter of its own, run without guards (the operands are what the calling program made).
 // The interpreter and the engine push it like any other constant, so a cond runs, records
 // autograd and plans memory around it as any call does.
@@ -17991,7 +18441,9 @@ XPORT_END_NAMESPACE
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <caffe2/serialize/versions.h>
 
+// #include <xport/ops/higher_order.hpp>
 // #include <xport/config.hpp>
+// #include <xport/detail/python_repr.hpp>
 // #include <xport/ir/unbacked.hpp>
 // #include <xport/serde/json.hpp>
 
@@ -18033,6 +18485,50 @@ inline std::shared_ptr<const source_location> source_of(const std::string& trace
     s.code = first == std::string::npos ? std::string() : code.substr(first);
   }
   return std::make_shared<const source_location>(std::move(s));
+}
+
+/// Python's repr of a JSON value read as Python reads it (json.loads, keys in their order): `{'a': True, 'b': [1, 'x']}`.
+inline std::string python_repr_of_json(const nlohmann::ordered_json& j) {
+  switch (j.type()) {
+    case nlohmann::ordered_json::value_t::null: return "None";
+    case nlohmann::ordered_json::value_t::boolean: return j.get<bool>() ? "True" : "False";
+    case nlohmann::ordered_json::value_t::number_integer: return std::to_string(j.get<std::int64_t>());
+    case nlohmann::ordered_json::value_t::number_unsigned: return std::to_string(j.get<std::uint64_t>());
+    case nlohmann::ordered_json::value_t::number_float: return python_float_repr(j.get<double>());
+    case nlohmann::ordered_json::value_t::string: return python_str_repr(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::array: {
+      std::string s = "[";
+      for (std::size_t i = 0; i < j.size(); ++i) s += (i ? ", " : "") + python_repr_of_json(j[i]);
+      return s + "]";
+    }
+    case nlohmann::ordered_json::value_t::object: {
+      std::string s = "{";
+      bool first = true;
+      for (const auto& [k, v] : j.items()) {
+        s += (first ? "" : ", ") + python_str_repr(k) + ": " + python_repr_of_json(v);
+        first = false;
+      }
+      return s + "}";
+    }
+    default: return "None";
+  }
+}
+
+/// How torch.fx prints a node's `custom` metadata after `# Annotation: `: its dict, each value
+/// whose str() is longer than 40 characters cut there and ended with `...`; empty when it is
+/// not a JSON object (or is an empty one).
+inline std::string annotation_of(const std::string& custom_json) {
+  const auto j = nlohmann::ordered_json::parse(custom_json, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || j.empty()) return "";
+  std::string s = "{";
+  bool first = true;
+  for (const auto& [k, v] : j.items()) {
+    const std::string str = v.is_string() ? v.get<std::string>() : python_repr_of_json(v);
+    s += (first ? "" : ", ") + python_str_repr(k) + ": " +
+         (str.size() > 40 ? python_str_repr(str.substr(0, 40) + "...") : python_repr_of_json(v));
+    first = false;
+  }
+  return s + "}";
 }
 
 // ---- program -> JSON -------------------------------------------------------------------------
@@ -18311,7 +18807,12 @@ inline json graph_json(const exported_program& p) {
     const auto& params = op.schema().arguments();
     json in = json::array();
     const auto args = n.args();
+    const auto* hop = hop_of(op);
     for (std::size_t i = 0; i < params.size() && i < args.size(); ++i) {
+      if (hop && hop->spread_last && i + 1 == params.size() && args[i].is_list()) {  // written spread, as torch writes it
+        for (const auto& e : args[i].as_list()) in.push_back({{"name", ""}, {"arg", argument_json(e, nullptr, namer)}, {"kind", 1}});
+        continue;
+      }
       // a control-flow call's arguments are positional and unnamed, its subgraphs written whole
       json arg = args[i].is_graph() ? json{{"as_graph", {{"name", args[i].as_graph()->name},
                                                          {"graph", graph_json(subgraph_program_of(p, *args[i].as_graph()))}}}}
@@ -18334,7 +18835,8 @@ inline json graph_json(const exported_program& p) {
     }
     for (auto v : n.outputs()) record(v, name_of(n, v));
     json meta = json::object();
-    if (const auto& s = n.source()) meta["stack_trace"] = stack_trace_of(*s);
+    if (const auto& s = n.source(); s && !s->file.empty()) meta["stack_trace"] = stack_trace_of(*s);
+    if (const auto& s = n.source(); s && !s->custom_json.empty()) meta["custom"] = s->custom_json;
     meta["nn_module_stack"] = nn_module_stack_of(n.module_path(), types);
     nodes.push_back({{"target", op.target}, {"inputs", std::move(in)}, {"outputs", std::move(out)},
                      {"metadata", std::move(meta)}, {"name", n.name()}});
@@ -18747,16 +19249,49 @@ inline void read_node_metadata(const at_path& nj, node created,
                                std::vector<std::pair<std::string, std::string>>& module_types) {
   const auto meta = nj["metadata"];
   (void)meta.object();
-  if (auto st = meta.get("stack_trace")) created.set_source(source_of(st->str()));
+  std::shared_ptr<const source_location> src;
+  if (auto st = meta.get("stack_trace")) src = source_of(st->str());
+  if (auto custom = meta.get("custom")) {
+    auto s = src ? *src : source_location{};
+    s.custom_json = custom->str();
+    s.annotation = annotation_of(s.custom_json);
+    src = std::make_shared<const source_location>(std::move(s));
+  }
+  if (src) created.set_source(std::move(src));
   if (auto ms = meta.get("nn_module_stack")) created.set_module_path(module_path_of_stack(ms->str(), &module_types));
 }
 
-/// Reads a call of a control-flow operator (torch.cond, while_loop, map, scan): positional arguments, subgraphs as
-/// as_graph, one as_tensor output per result.
+/// Fails unless `args` fit the layout of higher-order operator `hop` (graphs where it takes
+/// subgraphs, tensors in its lists, a bool, a string or a dtype where it takes one).
+inline void check_higher_order_args(const higher_order_op& hop, const std::vector<argument>& args, const at_path& ins) {
+  using T = higher_order_op::param::type;
+  for (std::size_t a = 0; a < args.size(); ++a) {
+    const auto& p = hop.params[a];
+    const auto& x = args[a];
+    const bool ok = p.kind == T::any || (p.kind == T::graph && x.is_graph()) || (p.kind == T::tensors && x.is_list()) ||
+                    (p.kind == T::boolean && x.is_bool()) || (p.kind == T::string && x.is_string()) ||
+                    (p.kind == T::dtype_opt && (x.is_dtype() || x.is_none())) ||
+                    (p.kind == T::bool_opt && (x.is_bool() || x.is_none()));
+    if (!ok)
+      ins.fail(std::string(hop.python) + "'s arguments are " + hop.layout() + ": argument " + std::to_string(a) + " (" +
+               std::string(p.name) + ") is not " + (p.kind == T::graph ? "a subgraph (as_graph)" : p.kind == T::tensors ? "a list of tensors" : "of its type"));
+    if (p.kind != T::tensors) continue;
+    for (std::size_t i = 0; i < x.as_list().size(); ++i)
+      if (!x.as_list()[i].is_value() || x.as_list()[i].as_value().kind() != value_kind::tensor)
+        ins.fail("operand " + std::to_string(i) + " of " + hop.target() + " is not a tensor: xport's higher-order "
+                 "operators pass tensors only (torch carries an int as an unbacked SymInt; carry it as a 0-d tensor, "
+                 "torch.tensor(n), instead)");
+  }
+}
+
+/// Reads a call of a higher-order operator (torch.cond, while_loop, map, scan, wrap_with_...):
+/// positional arguments (trailing ones gathered into one list where torch spreads them),
+/// subgraphs as as_graph, one as_tensor output per result.
 inline void read_higher_order_node(const at_path& nj, const std::string& target, const value_types& type_of,
                                    graph& g, value_scope& scope,
                                    std::vector<std::pair<std::string, std::string>>& module_types) {
   const auto& op = find_op(target);
+  const auto& hop = *hop_of(op);
   const auto ins = nj["inputs"];
   std::vector<argument> args;
   for (std::size_t a = 0, n = ins.size_of_array(); a < n; ++a) {
@@ -18764,28 +19299,15 @@ inline void read_higher_order_node(const at_path& nj, const std::string& target,
     args.push_back(aj.object().contains("as_graph") ? argument(subgraph_of(aj["as_graph"], module_types))
                                                    : argument_of(aj, scope));
   }
-  if (args.size() != op.schema().arguments().size())
-    ins.fail(op.qualified + " takes " + std::to_string(op.schema().arguments().size()) + " arguments, the node has " +
+  if (hop.spread_last && args.size() + 1 >= hop.params.size()) {  // the trailing operands, one list
+    argument::list_type spread(args.begin() + static_cast<std::ptrdiff_t>(hop.params.size() - 1), args.end());
+    args.resize(hop.params.size() - 1);
+    args.emplace_back(std::move(spread));
+  }
+  if (args.size() != hop.params.size())
+    ins.fail(op.qualified + " takes " + std::to_string(hop.params.size()) + " arguments " + hop.layout() + ", the node has " +
              std::to_string(args.size()));
-  const bool loop = op.qualified == "higher_order::while_loop", map = op.qualified == "higher_order::map_impl";
-  const bool scan = op.qualified == "higher_order::scan";
-  if (map && (!args[0].is_graph() || !args[1].is_list() || !args[2].is_list()))
-    ins.fail("torch.map's arguments are (body_graph, xs, pos_args): expected an as_graph argument and two lists");
-  if (scan && (!args[0].is_graph() || !args[1].is_list() || !args[2].is_list() || !args[3].is_list()))
-    ins.fail("torch.scan's arguments are (combine_graph, init, xs, additional_inputs): expected an as_graph argument "
-             "and three lists");
-  if (!loop && !map && !scan && (!args[1].is_graph() || !args[2].is_graph() || !args[3].is_list()))
-    ins.fail("torch.cond's arguments are (pred, true_graph, false_graph, operands): expected two as_graph "
-             "arguments and a list of operands");
-  if (loop && (!args[0].is_graph() || !args[1].is_graph() || !args[2].is_list() || !args[3].is_list()))
-    ins.fail("torch.while_loop's arguments are (cond_graph, body_graph, carried_inputs, additional_inputs): "
-             "expected two as_graph arguments and two lists");
-  for (std::size_t a = map || scan ? 1 : loop ? 2 : 3; a < args.size(); ++a)
-    for (std::size_t i = 0; i < args[a].as_list().size(); ++i)
-      if (!args[a].as_list()[i].is_value() || args[a].as_list()[i].as_value().kind() != value_kind::tensor)
-        ins[a]["arg"].fail("operand " + std::to_string(i) + " of " + op.qualified + " is not a tensor: xport's "
-                           "control-flow operators pass tensors only (torch carries an int as an unbacked SymInt; "
-                           "carry it as a 0-d tensor, torch.tensor(n), instead)");
+  check_higher_order_args(hop, args, ins);
   std::vector<value_type> types;
   std::vector<std::string> names;
   const auto outs = nj["outputs"];
@@ -18794,7 +19316,7 @@ inline void read_higher_order_node(const at_path& nj, const std::string& target,
       types.push_back(type_of(where, name));
       names.push_back(name);
     });
-  const auto node_name = nj.get("name") ? nj["name"].str() : std::string(scan ? "scan" : map ? "map_impl" : loop ? "while_loop" : "cond");
+  const auto node_name = nj.get("name") ? nj["name"].str() : std::string(hop.name);
   node created;
   try {
     created = g.create_call_named(op, std::move(args), std::move(types), node_name, names);
@@ -18810,11 +19332,10 @@ inline void read_higher_order_node(const at_path& nj, const std::string& target,
 inline void read_call_node(const at_path& nj, const std::string& target, const value_types& type_of, graph& g,
                            value_scope& scope, std::vector<std::pair<std::string, std::string>>& module_types) {
   if (target.rfind("torch.ops.higher_order.", 0) == 0) {
-    if (target != "torch.ops.higher_order.cond" && target != "torch.ops.higher_order.while_loop" &&
-        target != "torch.ops.higher_order.map_impl" && target != "torch.ops.higher_order.scan")
+    if (!find_higher_order(target.substr(23)))
       nj["target"].fail("higher-order operator '" + target + "' (torch." + target.substr(23) +
                         ", with its subgraphs as as_graph arguments) is not supported by xport: of torch's "
-                        "control-flow operators it reads torch.cond, torch.while_loop, torch.map and torch.scan");
+                        "higher-order operators it reads " + higher_order_names());
     read_higher_order_node(nj, target, type_of, g, scope, module_types);
     return;
   }

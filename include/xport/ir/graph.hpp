@@ -89,6 +89,11 @@ struct source_location {
   std::uint32_t line = 0;
   std::string function;
   std::string code;
+  /// torch's `custom` node metadata (user annotations, `torch.fx.traceback.annotate`, and what
+  /// torch.compiler.disable marks), kept as the JSON text torch writes, and as torch prints it
+  /// after `# Annotation: ` (its Python dict, each value cut at 40 characters).
+  std::string custom_json;
+  std::string annotation;
   friend bool operator==(const source_location&, const source_location&) = default;
 };
 
@@ -1137,18 +1142,6 @@ inline argument::list_type subgraph_operands(const node& n) {
   for (const auto& a : n.args())
     if (a.is_list()) all.insert(all.end(), a.as_list().begin(), a.as_list().end());
   return all;
-}
-
-/// The operands of a control-flow call its subgraph takes one row of (sizes without the leading
-/// dim), as [first, last): torch.map's xs (its first list), torch.scan's xs (its second);
-/// none for cond and while_loop.
-inline std::pair<std::size_t, std::size_t> row_operands(const node& n) {
-  const auto args = n.args();
-  const auto& q = n.op().qualified;
-  if (q == "higher_order::map_impl" && args.size() > 1 && args[1].is_list()) return {0, args[1].as_list().size()};
-  if (q == "higher_order::scan" && args.size() > 2 && args[1].is_list() && args[2].is_list())
-    return {args[1].as_list().size(), args[1].as_list().size() + args[2].as_list().size()};
-  return {0, 0};
 }
 
 XPORT_END_NAMESPACE

@@ -2,9 +2,9 @@
 // An op_info is resolved once per operator overload (name -> c10::OperatorHandle + schema) and
 // interned for the life of the process; nodes hold a pointer to it. Lookup accepts
 // `aten::add.Tensor`, `aten::add` (the default overload), `aten.add.Tensor`,
-// `torch.ops.aten.add.Tensor` and `aten::add.default`. The control-flow operators torch calls
-// higher-order (`torch.ops.higher_order.cond`, `.while_loop`, `.map_impl`, `.scan`) are registered with the dispatcher here, on first
-// lookup, so that every part of xport treats them as operators.
+// `torch.ops.aten.add.Tensor` and `aten::add.default`. The operators torch calls higher-order
+// (`torch.ops.higher_order.cond`, ...) are registered with the dispatcher on their first lookup
+// (by the hook ops/higher_order.hpp installs), so that every part of xport treats them as operators.
 #pragma once
 
 #include <atomic>         // std::atomic
@@ -22,7 +22,6 @@
 #include <ATen/core/function_schema.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/core/stack.h>
-#include <ATen/ops/stack.h>
 
 #include <xport/config.hpp>
 #include <xport/detail/compat.hpp>
@@ -137,210 +136,21 @@ inline const subgraph_fn& subgraph_fn_of(const c10::IValue& v, const char* op, c
   return *fn;
 }
 
-/// torch.cond's predicate: a bool, or a tensor with one element (any dtype: nonzero is true).
-inline bool cond_predicate(const c10::IValue& pred) {
-  if (pred.isBool()) return pred.toBool();
-  if (pred.isInt()) return pred.toInt() != 0;
-  if (!pred.isTensor() || pred.toTensor().numel() != 1) {
-    std::string got = pred.isTensor() ? "a tensor of " + std::to_string(pred.toTensor().numel()) + " elements"
-                                      : pred.tagKind();
-    throw run_error("xport.run.cond_pred", "torch.cond: Expected pred to be bool or single-element tensor, but got " + got);
-  }
-  return pred.toTensor().item().toBool();
+using higher_order_registrar_fn = void (*)();
+/// Registers the higher-order operators (torch.ops.higher_order.*) with the dispatcher, set by
+/// ops/higher_order.hpp, whose descriptors they come from; called on the first lookup of one.
+inline higher_order_registrar_fn& higher_order_registrar() {
+  static higher_order_registrar_fn fn = nullptr;
+  return fn;
 }
-
-// higher_order::cond(Any pred, Any true_fn, Any false_fn, Tensor[] operands) -> Tensor[]: runs
-// the branch pred selects on the operands. Registered as CompositeImplicitAutograd, so the
-// branch's calls dispatch (and autograd records them) as if the user had made them.
-inline void cond_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
-  auto& s = *stack;
-  auto operands = s.back().toTensorVector();
-  const bool taken = cond_predicate(s[s.size() - 4]);
-  const auto& fn = subgraph_fn_of(s[s.size() - (taken ? 3 : 2)], "cond", taken ? "true_fn" : "false_fn");
-  torch::jit::drop(s, 4);
-  s.emplace_back(c10::List<at::Tensor>(fn.call(std::move(operands))));
-}
-
-/// What torch.while_loop's cond_fn returned, as a bool (torch's rule: a bool scalar tensor).
-inline bool while_loop_predicate(const std::vector<at::Tensor>& out) {
-  if (out.size() != 1 || !out[0].defined() || out[0].dim() != 0 || out[0].scalar_type() != at::kBool) {
-    std::string got = out.size() != 1  ? std::to_string(out.size()) + " values"
-                      : out[0].defined() ? "a tensor of sizes " + c10::str(out[0].sizes()) + " and dtype " +
-                                               std::string(c10::toString(out[0].scalar_type()))
-                                         : "an undefined tensor";
-    throw run_error("xport.run.while_loop_pred", "cond_fn must return a boolean scalar tensor or a boolean but got " + got);
-  }
-  return out[0].item<bool>();
-}
-
-// higher_order::while_loop(Any cond_fn, Any body_fn, Tensor[] carried_inputs, Tensor[]
-// additional_inputs) -> Tensor[]: while cond_fn(carried, additional) holds, carried =
-// body_fn(carried, additional); returns carried (copies when the body never ran, as torch does:
-// an output never aliases an input).
-inline void while_loop_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
-  auto& s = *stack;
-  const auto additional = s.back().toTensorVector();
-  auto carried = s[s.size() - 2].toTensorVector();
-  const auto& cond_fn = subgraph_fn_of(s[s.size() - 4], "while_loop", "cond_fn");
-  const auto& body_fn = subgraph_fn_of(s[s.size() - 3], "while_loop", "body_fn");
-  const auto operands = [&] {
-    auto all = carried;
-    all.insert(all.end(), additional.begin(), additional.end());
-    return all;
-  };
-  bool again = while_loop_predicate(cond_fn.call(operands()));
-  if (!again)
-    for (auto& t : carried) t = t.clone();
-  while (again) {
-    auto out = body_fn.call(operands());
-    if (out.size() != carried.size())
-      throw run_error("xport.run.while_loop_body", "body_fn should return the same number of elements as carried_inputs, got " +
-                                                       std::to_string(out.size()) + " vs " + std::to_string(carried.size()));
-    carried = std::move(out);
-    again = while_loop_predicate(cond_fn.call(operands()));
-  }
-  torch::jit::drop(s, 4);
-  s.emplace_back(c10::List<at::Tensor>(std::move(carried)));
-}
-
-/// torch.map's rules for what it maps over: tensors with the same leading dim, not 0.
-inline std::int64_t mapped_length(const std::vector<at::Tensor>& xs) {
-  if (xs.empty()) throw run_error("xport.run.map_xs", "torch.map: Mapped xs can only consist of tensors, and at least one");
-  std::string shapes;
-  bool consistent = true;
-  for (const auto& x : xs) {
-    if (x.dim() == 0) throw run_error("xport.run.map_xs", "torch.map: a mapped tensor has no leading dim to map over (0-d)");
-    consistent = consistent && x.size(0) == xs[0].size(0);
-    shapes += (shapes.empty() ? "" : ", ") + c10::str(x.sizes());
-  }
-  if (xs[0].size(0) == 0) throw run_error("xport.run.map_xs", "Leading dimensions of mapped xs cannot be 0.");
-  if (!consistent)
-    throw run_error("xport.run.map_xs", "Leading dimensions of mapped xs must be consistent. Got shapes [" + shapes + "].");
-  return xs[0].size(0);
-}
-
-// higher_order::map_impl(Any f, Tensor[] xs, Tensor[] pos_args) -> Tensor[]: f on each slice
-// i of the xs (with pos_args), its results stacked along a new leading dim, as torch's map.
-inline void map_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
-  auto& s = *stack;
-  const auto pos = s.back().toTensorVector();
-  const auto xs = s[s.size() - 2].toTensorVector();
-  const auto& fn = subgraph_fn_of(s[s.size() - 3], "map_impl", "body_fn");
-  const auto n = mapped_length(xs);
-  std::vector<std::vector<at::Tensor>> per_output;
-  for (std::int64_t i = 0; i < n; ++i) {
-    std::vector<at::Tensor> operands;
-    operands.reserve(xs.size() + pos.size());
-    for (const auto& x : xs) operands.push_back(x.select(0, i));
-    operands.insert(operands.end(), pos.begin(), pos.end());
-    auto out = fn.call(std::move(operands));
-    per_output.resize(out.size());
-    for (std::size_t k = 0; k < out.size(); ++k) per_output[k].push_back(std::move(out[k]));
-  }
-  std::vector<at::Tensor> stacked;
-  for (const auto& slices : per_output) stacked.push_back(at::stack(slices, 0));
-  torch::jit::drop(s, 3);
-  s.emplace_back(c10::List<at::Tensor>(std::move(stacked)));
-}
-
-/// torch.scan's rule for what it scans over: tensors of one dim or more with the same leading
-/// dim, not 0 (torch's text).
-inline std::int64_t scanned_length(const std::vector<at::Tensor>& xs) {
-  if (xs.empty()) throw run_error("xport.run.scan_xs", "torch.scan: xs is empty; it scans over one tensor at least");
-  for (const auto& x : xs)
-    if (x.dim() == 0 || x.size(0) == 0)
-      throw run_error("xport.run.scan_xs",
-                      "All xs leaves must at least have 'dim' number of dimensions and scan dimension > 0");
-  for (const auto& x : xs)
-    if (x.size(0) != xs[0].size(0))
-      throw run_error("xport.run.scan_xs", "torch.scan: the xs must have the same scan dimension; got sizes " +
-                                               c10::str(xs[0].sizes()) + " and " + c10::str(x.sizes()));
-  return xs[0].size(0);
-}
-
-// higher_order::scan(Any combine_fn, Tensor[] init, Tensor[] xs, Tensor[] additional_inputs)
-// -> Tensor[]: carry = init; for each row i of the xs, (carry, y_i) = combine_fn(carry, xs[i],
-// additional); returns the last carry, then each y stacked along a new leading dim.
-inline void scan_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
-  auto& s = *stack;
-  const auto additional = s.back().toTensorVector();
-  const auto xs = s[s.size() - 2].toTensorVector();
-  auto carry = s[s.size() - 3].toTensorVector();
-  const auto& fn = subgraph_fn_of(s[s.size() - 4], "scan", "combine_fn");
-  const auto n = scanned_length(xs);
-  const auto n_carry = carry.size();
-  std::vector<std::vector<at::Tensor>> ys;
-  for (std::int64_t i = 0; i < n; ++i) {
-    std::vector<at::Tensor> operands = carry;
-    for (const auto& x : xs) operands.push_back(x.select(0, i));
-    operands.insert(operands.end(), additional.begin(), additional.end());
-    auto out = fn.call(std::move(operands));
-    if (out.size() < n_carry)
-      throw run_error("xport.run.scan_body", "torch.scan: combine_fn returned " + std::to_string(out.size()) +
-                                                 " tensors, fewer than the " + std::to_string(n_carry) + " it carries");
-    ys.resize(out.size() - n_carry);
-    for (std::size_t k = 0; k < n_carry; ++k) carry[k] = std::move(out[k]);
-    for (std::size_t k = n_carry; k < out.size(); ++k) ys[k - n_carry].push_back(std::move(out[k]));
-  }
-  for (const auto& rows : ys) carry.push_back(at::stack(rows, 0));
-  torch::jit::drop(s, 4);
-  s.emplace_back(c10::List<at::Tensor>(std::move(carry)));
-}
-
-/// Registers the control-flow operators with the dispatcher, once per process (at run time: a
-/// static registration in a header would run once per translation unit and throw).
-inline void ensure_higher_order_ops() {
-  static const bool registered = [] {
-    auto& d = c10::Dispatcher::singleton();
-    const auto any = c10::AnyType::get();
-    const auto tensors = c10::ListType::create(c10::TensorType::get());
-    c10::FunctionSchema cond("higher_order::cond", "",
-                             {c10::Argument("pred", any), c10::Argument("true_fn", any),
-                              c10::Argument("false_fn", any), c10::Argument("operands", tensors)},
-                             {c10::Argument("", tensors)});
-    // the handles live as long as the process: never deregistered
-    new c10::RegistrationHandleRAII(d.registerDef(std::move(cond), "xport: torch.ops.higher_order.cond"));
-    new c10::RegistrationHandleRAII(d.registerImpl(c10::OperatorName("higher_order::cond", ""),
-                                                   c10::DispatchKey::CompositeImplicitAutograd,
-                                                   c10::KernelFunction::makeFromBoxedFunction<&cond_kernel>(),
-                                                   c10::nullopt, nullptr, "xport: cond kernel"));
-    c10::FunctionSchema loop("higher_order::while_loop", "",
-                             {c10::Argument("cond_fn", any), c10::Argument("body_fn", any),
-                              c10::Argument("carried_inputs", tensors), c10::Argument("additional_inputs", tensors)},
-                             {c10::Argument("", tensors)});
-    new c10::RegistrationHandleRAII(d.registerDef(std::move(loop), "xport: torch.ops.higher_order.while_loop"));
-    new c10::RegistrationHandleRAII(d.registerImpl(c10::OperatorName("higher_order::while_loop", ""),
-                                                   c10::DispatchKey::CompositeImplicitAutograd,
-                                                   c10::KernelFunction::makeFromBoxedFunction<&while_loop_kernel>(),
-                                                   c10::nullopt, nullptr, "xport: while_loop kernel"));
-    c10::FunctionSchema map("higher_order::map_impl", "",
-                            {c10::Argument("f", any), c10::Argument("xs", tensors), c10::Argument("pos_args", tensors)},
-                            {c10::Argument("", tensors)});
-    new c10::RegistrationHandleRAII(d.registerDef(std::move(map), "xport: torch.ops.higher_order.map_impl"));
-    new c10::RegistrationHandleRAII(d.registerImpl(c10::OperatorName("higher_order::map_impl", ""),
-                                                   c10::DispatchKey::CompositeImplicitAutograd,
-                                                   c10::KernelFunction::makeFromBoxedFunction<&map_kernel>(),
-                                                   c10::nullopt, nullptr, "xport: map kernel"));
-    c10::FunctionSchema scan("higher_order::scan", "",
-                             {c10::Argument("combine_fn", any), c10::Argument("init", tensors), c10::Argument("xs", tensors),
-                              c10::Argument("additional_inputs", tensors)},
-                             {c10::Argument("", tensors)});
-    new c10::RegistrationHandleRAII(d.registerDef(std::move(scan), "xport: torch.ops.higher_order.scan"));
-    new c10::RegistrationHandleRAII(d.registerImpl(c10::OperatorName("higher_order::scan", ""),
-                                                   c10::DispatchKey::CompositeImplicitAutograd,
-                                                   c10::KernelFunction::makeFromBoxedFunction<&scan_kernel>(),
-                                                   c10::nullopt, nullptr, "xport: scan kernel"));
-    return true;
-  }();
-  (void)registered;
-}
+inline void set_higher_order_registrar(higher_order_registrar_fn fn) { higher_order_registrar() = fn; }
 
 inline const op_info* op_registry::find(std::string_view text) {
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = by_text_.find(std::string(text)); it != by_text_.end()) return it->second;
   auto parts = split_op_name(text);
   if (parts.ns.empty() || parts.name.empty()) return nullptr;
-  if (parts.ns == "higher_order") ensure_higher_order_ops();
+  if (parts.ns == "higher_order" && higher_order_registrar()) higher_order_registrar()();
   std::string key = parts.ns + "::" + parts.name + "." + parts.overload;
   const op_info* info = nullptr;
   if (auto it = by_key_.find(key); it != by_key_.end()) {

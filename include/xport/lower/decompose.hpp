@@ -19,6 +19,7 @@
 #include <unordered_set>  // std::unordered_set
 #include <vector>         // std::vector
 
+#include <xport/ops/higher_order.hpp>
 #include <xport/detail/compat.hpp>
 
 #include <ATen/core/Tensor.h>
@@ -281,10 +282,42 @@ inline void recall_higher_order(capture& cap, const node& n, std::unordered_map<
   for (std::size_t k = 0; k < metas.size(); ++k) held[n.output(k).impl()] = lowering.hold(metas[k]);
 }
 
+inline void recall(capture& cap, const node& n, std::unordered_map<const value_impl*, c10::IValue>& held);
+
+/// A call that runs its body under a mode (no_grad, autocast), lowered as torch lowers it: the
+/// body's calls, inlined, under that mode (autocast's casts become `_to_copy` calls of their own).
+inline void recall_inlined(capture& cap, const node& n, const higher_order_op& hop,
+                           std::unordered_map<const value_impl*, c10::IValue>& held) {
+  const auto args = n.args();
+  const auto& body = args[hop.graph_params().at(0)].as_graph()->body;
+  const auto& operands = args.back().as_list();
+  std::unordered_map<const value_impl*, c10::IValue> inner;
+  const auto phs = body.placeholders();
+  for (std::size_t i = 0; i < phs.size() && i < operands.size(); ++i)
+    inner[phs[i].output(0).impl()] = held.at(operands[i].as_value().impl());
+  const auto run_body = [&] {
+    for (auto m : body.nodes())
+      if (m.is_call()) recall(cap, m, inner);
+  };
+  if (hop.which == higher_order_op::id::set_grad_enabled) {
+    const c10::AutoGradMode mode(args[0].as_bool());
+    run_body();
+  } else {
+    const auto dtype = args[1].is_dtype() ? args[1].as_dtype() : c10::ScalarType::Undefined;
+    const int cache = args[3].is_bool() ? static_cast<int>(args[3].as_bool()) : -1;
+    const autocast_scope mode(autocast_device(args[0].as_string()), dtype, args[2].as_bool(), cache);
+    run_body();
+  }
+  const auto outs = body.output_node().args();
+  for (std::size_t k = 0; k < outs.size() && k < n.num_outputs(); ++k)
+    held[n.output(k).impl()] = inner.at(outs[k].as_value().impl());
+}
+
 /// Calls node `n` again, under the active capture, on what its operands hold now (`held`:
 /// source value -> IValue), and records what each of its outputs holds after the call.
 inline void recall(capture& cap, const node& n, std::unordered_map<const value_impl*, c10::IValue>& held) {
   cap.builder().like(n);
+  if (const auto* hop = hop_of(n.op()); hop && hop->inlined_by_lowering) return recall_inlined(cap, n, *hop, held);
   if (n.op().higher_order) return recall_higher_order(cap, n, held);
   torch::jit::Stack stack;
   call_node(n, [&](const value& v) -> const c10::IValue& { return held.at(v.impl()); }, stack);
@@ -680,15 +713,20 @@ inline exported_program run_decompositions(const exported_program& p,
         {},
         [](const at::Tensor& meta) -> c10::IValue { return at::functionalization::impl::to_functional_tensor(meta); },
         [](const c10::IValue& v) { return detail::unwrap_functional(v).toTensor(); }};
-    for (auto n : s.graph().nodes())
-      if (n.is_call() && n.op().higher_order)
-        for_each_subgraph(n, [&](const subgraph& g) {
-          auto lowered = run_decompositions(subgraph_program(g), table);
-          auto body = lowered.graph().clone();
-          if (g.body.returns_bare()) body.set_returns_bare(true);
-          if (g.body.returns_list()) body.set_returns_list(true);
-          lowering.lowered.emplace(&g, std::make_shared<const subgraph>(subgraph{g.name, std::move(body)}));
-        });
+    // (a body lowering inlines, a no_grad or autocast region's, is looked into instead)
+    const std::function<void(const graph&)> lower_subgraphs = [&](const graph& outer) {
+      for (auto n : outer.nodes())
+        if (n.is_call() && n.op().higher_order)
+          for_each_subgraph(n, [&](const subgraph& g) {
+            if (const auto* hop = hop_of(n.op()); hop && hop->inlined_by_lowering) return lower_subgraphs(g.body);
+            auto lowered = run_decompositions(subgraph_program(g), table);
+            auto body = lowered.graph().clone();
+            if (g.body.returns_bare()) body.set_returns_bare(true);
+            if (g.body.returns_list()) body.set_returns_list(true);
+            lowering.lowered.emplace(&g, std::make_shared<const subgraph>(subgraph{g.name, std::move(body)}));
+          });
+    };
+    lower_subgraphs(s.graph());
     struct lowering_scope {
       const detail::subgraph_lowering* prev = detail::active_subgraph_lowering;
       ~lowering_scope() { detail::active_subgraph_lowering = prev; }

@@ -19,6 +19,7 @@
 #include <xport/config.hpp>
 #include <xport/ops/call.hpp>
 #include <xport/ops/conv_layout.hpp>
+#include <xport/ops/higher_order.hpp>
 #include <xport/ops/meta_rules.hpp>
 #include <xport/ops/schema.hpp>
 #include <xport/error.hpp>
@@ -269,8 +270,10 @@ inline tensor_meta mapped_output(const tensor_meta& slice, const std::vector<arg
 /// (mapped_output); scan's carries as its combine graph returns them, then its ys stacked; with
 /// requires_grad where any operand requires it.
 inline std::vector<value_type> subgraph_outputs(const op_info& op, const std::vector<argument>& args) {
-  const bool loop = op.qualified == "higher_order::while_loop";
-  const bool map = op.qualified == "higher_order::map_impl", scan = op.qualified == "higher_order::scan";
+  const auto* hop = hop_of(op);
+  using R = higher_order_op::results;
+  const bool loop = hop && hop->typing == R::last_graph;
+  const bool map = hop && hop->typing == R::mapped, scan = hop && hop->typing == R::scanned;
   const std::size_t n_carry = scan && args.size() > 1 && args[1].is_list() ? args[1].as_list().size() : 0;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const auto& a = args[loop ? args.size() - 1 - i : i];
@@ -282,7 +285,7 @@ inline std::vector<value_type> subgraph_outputs(const op_info& op, const std::ve
                                                              "' returns a constant; its outputs must be tensors");
       auto t = o.as_value().type();
       if (t.kind == value_kind::tensor && (map || (scan && types.size() >= n_carry)))
-        t.tensor = mapped_output(t.tensor, args, map ? 1 : 2);
+        t.tensor = mapped_output(t.tensor, args, static_cast<std::size_t>(hop->rows_param));
       if (t.kind == value_kind::tensor)  // only a float or complex tensor can require grad (a loop's count cannot)
         t.tensor.requires_grad = (c10::isFloatingType(t.tensor.dtype) || c10::isComplexType(t.tensor.dtype)) &&
                                  (t.tensor.requires_grad || any_requires_grad(args));

@@ -18,6 +18,7 @@
 #include <utility>        // std::move
 #include <vector>         // std::vector
 
+#include <xport/ops/higher_order.hpp>
 #include <xport/config.hpp>
 #include <xport/detail/python_repr.hpp>
 #include <xport/ops/schema.hpp>
@@ -119,6 +120,20 @@ inline std::string tuple_operands_repr(std::span<const argument> args, const sym
     s += '(';
     for (std::size_t i = 0; i < a.as_list().size(); ++i) s += (i ? ", " : "") + arg_repr(a.as_list()[i], syms);
     s += a.as_list().size() == 1 ? ",)" : ")";
+  }
+  return s;
+}
+
+/// The arguments of a higher-order call whose operands torch passes spread (`False, submod_1,
+/// x, w`): the last list's elements as arguments of their own.
+inline std::string spread_operands_repr(std::span<const argument> args, const sym_names& syms = {}) {
+  std::string s;
+  for (std::size_t k = 0; k < args.size(); ++k) {
+    if (k + 1 == args.size() && args[k].is_list()) {
+      for (const auto& e : args[k].as_list()) s += (s.empty() ? "" : ", ") + arg_repr(e, syms);
+      continue;
+    }
+    s += (s.empty() ? "" : ", ") + arg_repr(args[k], syms);
   }
   return s;
 }
@@ -435,10 +450,12 @@ inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
             lines.push_back({fx_line::kind::call, s.name, {}, "self." + s.name, {}, 0, src});
           });
         }
+        const auto* hop = hop_of(n.op());
         l.rhs = n.op().target + "(" +
-                (n.has_tuple_operands() ? tuple_operands_repr(n.args(), sizes.names,
-                                                              n.op().qualified == "higher_order::scan" ? 3 : 0)
-                                        : call_args_repr(n.op(), n.args(), sizes.names)) +
+                (hop && hop->spread_last ? spread_operands_repr(n.args(), sizes.names)
+                 : n.has_tuple_operands()
+                     ? tuple_operands_repr(n.args(), sizes.names, hop && hop->which == higher_order_op::id::scan ? 3 : 0)
+                     : call_args_repr(n.op(), n.args(), sizes.names)) +
                 ")";
         if (!n.has_tuple_output()) l.annotation = value_annotation(n.output(0), o);
         lines.push_back(std::move(l));
@@ -465,6 +482,11 @@ inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
 }
 
 inline std::string summary_of(const source_location* s) {
+  if (s && !s->annotation.empty()) {  // torch.fx: `# Annotation: {...} File: ...`
+    source_location bare = *s;
+    bare.annotation.clear();
+    return "Annotation: " + s->annotation + " " + summary_of(&bare);
+  }
   if (!s || (s->file.empty() && s->code.empty())) return "No stacktrace found for following nodes";
   if (s->file.empty()) return "File: <unknown>:" + std::to_string(s->line) + " in " +
                               (s->function.empty() ? "forward" : s->function) + ", code: " + s->code;

@@ -12,6 +12,7 @@
 #include <unordered_set>  // std::unordered_set
 #include <vector>         // std::vector
 
+#include <xport/ops/higher_order.hpp>
 #include <xport/config.hpp>
 #include <xport/ir/dtype.hpp>
 #include <xport/ops/schema.hpp>
@@ -421,12 +422,40 @@ inline void verify_scan(node n, const verify_options& opts) {
   }
 }
 
-/// Checks a control-flow call by the rules of its operator.
+/// Checks a call that runs its one subgraph under a mode (no_grad, autocast): its arguments are
+/// the operator's layout, the body takes the operands, and the outputs are what it returns.
+inline void verify_wrapped(node n, const higher_order_op& hop, const verify_options& opts) {
+  const auto args = n.args();
+  const auto graphs = hop.graph_params();
+  if (args.size() != hop.params.size() || graphs.size() != 1 || !args[graphs[0]].is_graph() || !args.back().is_list())
+    verify_fail(std::string(hop.name) + "_args", "'" + n.name() + "' calls " + hop.target() + " without " + hop.layout(), n.name());
+  const auto& body = *args[graphs[0]].as_graph();
+  verify_subgraph_of(n, std::string(hop.name), body, args.back().as_list(), opts);
+  const auto outs = body.body.output_node().args();
+  if (outs.size() != n.num_outputs())
+    verify_fail(std::string(hop.name) + "_outputs", "'" + n.name() + "' has " + std::to_string(n.num_outputs()) +
+                                                        " outputs, its body '" + body.name + "' returns " + std::to_string(outs.size()),
+                n.name());
+  for (std::size_t i = 0; i < outs.size(); ++i)
+    if (!outs[i].is_value() || outs[i].as_value().kind() != value_kind::tensor ||
+        outs[i].as_value().meta().dtype != n.output(i).meta().dtype || outs[i].as_value().meta().sizes != n.output(i).meta().sizes)
+      verify_fail(std::string(hop.name) + "_outputs", "'" + n.name() + "' output " + std::to_string(i) +
+                                                          " is not what its body '" + body.name + "' returns",
+                  n.name());
+}
+
+/// Checks a higher-order call by the rules of its operator (ops/higher_order.hpp).
 inline void verify_higher_order(node n, const verify_options& opts) {
-  if (n.op().qualified == "higher_order::while_loop") return verify_while_loop(n, opts);
-  if (n.op().qualified == "higher_order::map_impl") return verify_map(n, opts);
-  if (n.op().qualified == "higher_order::scan") return verify_scan(n, opts);
-  verify_cond(n, opts);
+  const auto* hop = hop_of(n.op());
+  if (!hop) verify_fail("higher_order", "'" + n.name() + "' calls " + n.op().qualified + ", which xport does not know", n.name());
+  switch (hop->which) {
+    case higher_order_op::id::cond: return verify_cond(n, opts);
+    case higher_order_op::id::while_loop: return verify_while_loop(n, opts);
+    case higher_order_op::id::map: return verify_map(n, opts);
+    case higher_order_op::id::scan: return verify_scan(n, opts);
+    case higher_order_op::id::set_grad_enabled:
+    case higher_order_op::id::autocast: return verify_wrapped(n, *hop, opts);
+  }
 }
 
 /// Checks every recorded use points at an operand slot holding the value, once; returns how many uses there are.

@@ -505,7 +505,7 @@ class interpreter {
 namespace detail {
 
 // Note [Subgraphs as capsules]: a control-flow node's subgraph argument reaches its kernel
-// (ir/op.hpp, cond_kernel) as a constant: a capsule holding the subgraph compiled once into an
+// (ops/higher_order.hpp, cond_kernel) as a constant: a capsule holding the subgraph compiled once into an
 // interpreter of its own, run without guards (the operands are what the calling program made).
 // The interpreter and the engine push it like any other constant, so a cond runs, records
 // autograd and plans memory around it as any call does.

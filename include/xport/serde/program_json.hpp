@@ -21,7 +21,9 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <caffe2/serialize/versions.h>
 
+#include <xport/ops/higher_order.hpp>
 #include <xport/config.hpp>
+#include <xport/detail/python_repr.hpp>
 #include <xport/ir/unbacked.hpp>
 #include <xport/serde/json.hpp>
 
@@ -63,6 +65,50 @@ inline std::shared_ptr<const source_location> source_of(const std::string& trace
     s.code = first == std::string::npos ? std::string() : code.substr(first);
   }
   return std::make_shared<const source_location>(std::move(s));
+}
+
+/// Python's repr of a JSON value read as Python reads it (json.loads, keys in their order): `{'a': True, 'b': [1, 'x']}`.
+inline std::string python_repr_of_json(const nlohmann::ordered_json& j) {
+  switch (j.type()) {
+    case nlohmann::ordered_json::value_t::null: return "None";
+    case nlohmann::ordered_json::value_t::boolean: return j.get<bool>() ? "True" : "False";
+    case nlohmann::ordered_json::value_t::number_integer: return std::to_string(j.get<std::int64_t>());
+    case nlohmann::ordered_json::value_t::number_unsigned: return std::to_string(j.get<std::uint64_t>());
+    case nlohmann::ordered_json::value_t::number_float: return python_float_repr(j.get<double>());
+    case nlohmann::ordered_json::value_t::string: return python_str_repr(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::array: {
+      std::string s = "[";
+      for (std::size_t i = 0; i < j.size(); ++i) s += (i ? ", " : "") + python_repr_of_json(j[i]);
+      return s + "]";
+    }
+    case nlohmann::ordered_json::value_t::object: {
+      std::string s = "{";
+      bool first = true;
+      for (const auto& [k, v] : j.items()) {
+        s += (first ? "" : ", ") + python_str_repr(k) + ": " + python_repr_of_json(v);
+        first = false;
+      }
+      return s + "}";
+    }
+    default: return "None";
+  }
+}
+
+/// How torch.fx prints a node's `custom` metadata after `# Annotation: `: its dict, each value
+/// whose str() is longer than 40 characters cut there and ended with `...`; empty when it is
+/// not a JSON object (or is an empty one).
+inline std::string annotation_of(const std::string& custom_json) {
+  const auto j = nlohmann::ordered_json::parse(custom_json, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || j.empty()) return "";
+  std::string s = "{";
+  bool first = true;
+  for (const auto& [k, v] : j.items()) {
+    const std::string str = v.is_string() ? v.get<std::string>() : python_repr_of_json(v);
+    s += (first ? "" : ", ") + python_str_repr(k) + ": " +
+         (str.size() > 40 ? python_str_repr(str.substr(0, 40) + "...") : python_repr_of_json(v));
+    first = false;
+  }
+  return s + "}";
 }
 
 // ---- program -> JSON -------------------------------------------------------------------------
@@ -341,7 +387,12 @@ inline json graph_json(const exported_program& p) {
     const auto& params = op.schema().arguments();
     json in = json::array();
     const auto args = n.args();
+    const auto* hop = hop_of(op);
     for (std::size_t i = 0; i < params.size() && i < args.size(); ++i) {
+      if (hop && hop->spread_last && i + 1 == params.size() && args[i].is_list()) {  // written spread, as torch writes it
+        for (const auto& e : args[i].as_list()) in.push_back({{"name", ""}, {"arg", argument_json(e, nullptr, namer)}, {"kind", 1}});
+        continue;
+      }
       // a control-flow call's arguments are positional and unnamed, its subgraphs written whole
       json arg = args[i].is_graph() ? json{{"as_graph", {{"name", args[i].as_graph()->name},
                                                          {"graph", graph_json(subgraph_program_of(p, *args[i].as_graph()))}}}}
@@ -364,7 +415,8 @@ inline json graph_json(const exported_program& p) {
     }
     for (auto v : n.outputs()) record(v, name_of(n, v));
     json meta = json::object();
-    if (const auto& s = n.source()) meta["stack_trace"] = stack_trace_of(*s);
+    if (const auto& s = n.source(); s && !s->file.empty()) meta["stack_trace"] = stack_trace_of(*s);
+    if (const auto& s = n.source(); s && !s->custom_json.empty()) meta["custom"] = s->custom_json;
     meta["nn_module_stack"] = nn_module_stack_of(n.module_path(), types);
     nodes.push_back({{"target", op.target}, {"inputs", std::move(in)}, {"outputs", std::move(out)},
                      {"metadata", std::move(meta)}, {"name", n.name()}});
@@ -777,16 +829,49 @@ inline void read_node_metadata(const at_path& nj, node created,
                                std::vector<std::pair<std::string, std::string>>& module_types) {
   const auto meta = nj["metadata"];
   (void)meta.object();
-  if (auto st = meta.get("stack_trace")) created.set_source(source_of(st->str()));
+  std::shared_ptr<const source_location> src;
+  if (auto st = meta.get("stack_trace")) src = source_of(st->str());
+  if (auto custom = meta.get("custom")) {
+    auto s = src ? *src : source_location{};
+    s.custom_json = custom->str();
+    s.annotation = annotation_of(s.custom_json);
+    src = std::make_shared<const source_location>(std::move(s));
+  }
+  if (src) created.set_source(std::move(src));
   if (auto ms = meta.get("nn_module_stack")) created.set_module_path(module_path_of_stack(ms->str(), &module_types));
 }
 
-/// Reads a call of a control-flow operator (torch.cond, while_loop, map, scan): positional arguments, subgraphs as
-/// as_graph, one as_tensor output per result.
+/// Fails unless `args` fit the layout of higher-order operator `hop` (graphs where it takes
+/// subgraphs, tensors in its lists, a bool, a string or a dtype where it takes one).
+inline void check_higher_order_args(const higher_order_op& hop, const std::vector<argument>& args, const at_path& ins) {
+  using T = higher_order_op::param::type;
+  for (std::size_t a = 0; a < args.size(); ++a) {
+    const auto& p = hop.params[a];
+    const auto& x = args[a];
+    const bool ok = p.kind == T::any || (p.kind == T::graph && x.is_graph()) || (p.kind == T::tensors && x.is_list()) ||
+                    (p.kind == T::boolean && x.is_bool()) || (p.kind == T::string && x.is_string()) ||
+                    (p.kind == T::dtype_opt && (x.is_dtype() || x.is_none())) ||
+                    (p.kind == T::bool_opt && (x.is_bool() || x.is_none()));
+    if (!ok)
+      ins.fail(std::string(hop.python) + "'s arguments are " + hop.layout() + ": argument " + std::to_string(a) + " (" +
+               std::string(p.name) + ") is not " + (p.kind == T::graph ? "a subgraph (as_graph)" : p.kind == T::tensors ? "a list of tensors" : "of its type"));
+    if (p.kind != T::tensors) continue;
+    for (std::size_t i = 0; i < x.as_list().size(); ++i)
+      if (!x.as_list()[i].is_value() || x.as_list()[i].as_value().kind() != value_kind::tensor)
+        ins.fail("operand " + std::to_string(i) + " of " + hop.target() + " is not a tensor: xport's higher-order "
+                 "operators pass tensors only (torch carries an int as an unbacked SymInt; carry it as a 0-d tensor, "
+                 "torch.tensor(n), instead)");
+  }
+}
+
+/// Reads a call of a higher-order operator (torch.cond, while_loop, map, scan, wrap_with_...):
+/// positional arguments (trailing ones gathered into one list where torch spreads them),
+/// subgraphs as as_graph, one as_tensor output per result.
 inline void read_higher_order_node(const at_path& nj, const std::string& target, const value_types& type_of,
                                    graph& g, value_scope& scope,
                                    std::vector<std::pair<std::string, std::string>>& module_types) {
   const auto& op = find_op(target);
+  const auto& hop = *hop_of(op);
   const auto ins = nj["inputs"];
   std::vector<argument> args;
   for (std::size_t a = 0, n = ins.size_of_array(); a < n; ++a) {
@@ -794,28 +879,15 @@ inline void read_higher_order_node(const at_path& nj, const std::string& target,
     args.push_back(aj.object().contains("as_graph") ? argument(subgraph_of(aj["as_graph"], module_types))
                                                    : argument_of(aj, scope));
   }
-  if (args.size() != op.schema().arguments().size())
-    ins.fail(op.qualified + " takes " + std::to_string(op.schema().arguments().size()) + " arguments, the node has " +
+  if (hop.spread_last && args.size() + 1 >= hop.params.size()) {  // the trailing operands, one list
+    argument::list_type spread(args.begin() + static_cast<std::ptrdiff_t>(hop.params.size() - 1), args.end());
+    args.resize(hop.params.size() - 1);
+    args.emplace_back(std::move(spread));
+  }
+  if (args.size() != hop.params.size())
+    ins.fail(op.qualified + " takes " + std::to_string(hop.params.size()) + " arguments " + hop.layout() + ", the node has " +
              std::to_string(args.size()));
-  const bool loop = op.qualified == "higher_order::while_loop", map = op.qualified == "higher_order::map_impl";
-  const bool scan = op.qualified == "higher_order::scan";
-  if (map && (!args[0].is_graph() || !args[1].is_list() || !args[2].is_list()))
-    ins.fail("torch.map's arguments are (body_graph, xs, pos_args): expected an as_graph argument and two lists");
-  if (scan && (!args[0].is_graph() || !args[1].is_list() || !args[2].is_list() || !args[3].is_list()))
-    ins.fail("torch.scan's arguments are (combine_graph, init, xs, additional_inputs): expected an as_graph argument "
-             "and three lists");
-  if (!loop && !map && !scan && (!args[1].is_graph() || !args[2].is_graph() || !args[3].is_list()))
-    ins.fail("torch.cond's arguments are (pred, true_graph, false_graph, operands): expected two as_graph "
-             "arguments and a list of operands");
-  if (loop && (!args[0].is_graph() || !args[1].is_graph() || !args[2].is_list() || !args[3].is_list()))
-    ins.fail("torch.while_loop's arguments are (cond_graph, body_graph, carried_inputs, additional_inputs): "
-             "expected two as_graph arguments and two lists");
-  for (std::size_t a = map || scan ? 1 : loop ? 2 : 3; a < args.size(); ++a)
-    for (std::size_t i = 0; i < args[a].as_list().size(); ++i)
-      if (!args[a].as_list()[i].is_value() || args[a].as_list()[i].as_value().kind() != value_kind::tensor)
-        ins[a]["arg"].fail("operand " + std::to_string(i) + " of " + op.qualified + " is not a tensor: xport's "
-                           "control-flow operators pass tensors only (torch carries an int as an unbacked SymInt; "
-                           "carry it as a 0-d tensor, torch.tensor(n), instead)");
+  check_higher_order_args(hop, args, ins);
   std::vector<value_type> types;
   std::vector<std::string> names;
   const auto outs = nj["outputs"];
@@ -824,7 +896,7 @@ inline void read_higher_order_node(const at_path& nj, const std::string& target,
       types.push_back(type_of(where, name));
       names.push_back(name);
     });
-  const auto node_name = nj.get("name") ? nj["name"].str() : std::string(scan ? "scan" : map ? "map_impl" : loop ? "while_loop" : "cond");
+  const auto node_name = nj.get("name") ? nj["name"].str() : std::string(hop.name);
   node created;
   try {
     created = g.create_call_named(op, std::move(args), std::move(types), node_name, names);
@@ -840,11 +912,10 @@ inline void read_higher_order_node(const at_path& nj, const std::string& target,
 inline void read_call_node(const at_path& nj, const std::string& target, const value_types& type_of, graph& g,
                            value_scope& scope, std::vector<std::pair<std::string, std::string>>& module_types) {
   if (target.rfind("torch.ops.higher_order.", 0) == 0) {
-    if (target != "torch.ops.higher_order.cond" && target != "torch.ops.higher_order.while_loop" &&
-        target != "torch.ops.higher_order.map_impl" && target != "torch.ops.higher_order.scan")
+    if (!find_higher_order(target.substr(23)))
       nj["target"].fail("higher-order operator '" + target + "' (torch." + target.substr(23) +
                         ", with its subgraphs as as_graph arguments) is not supported by xport: of torch's "
-                        "control-flow operators it reads torch.cond, torch.while_loop, torch.map and torch.scan");
+                        "higher-order operators it reads " + higher_order_names());
     read_higher_order_node(nj, target, type_of, g, scope, module_types);
     return;
   }

@@ -1,5 +1,6 @@
 // xport/trace/control_flow.hpp: xport::cond, xport::while_loop, xport::map and xport::scan:
-// torch.cond, torch.while_loop, torch.map and torch.scan for C++ code. The same call runs eagerly
+// torch.cond, torch.while_loop, torch.map and torch.scan for C++ code; xport::no_grad and
+// xport::enable_grad, torch's grad-mode blocks, captured as torch.export captures them. The same call runs eagerly
 // (the branch the predicate picks), under non-strict export (at::Tensor code) and under strict
 // export (xport::sym_tensor code); exported, both branches are captured as subgraphs
 // (`true_graph_0`, `false_graph_0`) of one `torch.ops.higher_order.cond` node.
@@ -34,11 +35,12 @@
 #include <tuple>        // std::tuple, std::apply
 #include <type_traits>  // std::is_same_v
 #include <unordered_map>  // std::unordered_map
-#include <utility>      // std::move, std::pair
+#include <utility>      // std::move, std::pair, std::forward
 #include <vector>       // std::vector
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/stack.h>
+#include <c10/core/GradMode.h>
 
 #include <xport/config.hpp>
 #include <xport/error.hpp>
@@ -64,9 +66,11 @@ struct traced_branch {
 };
 
 /// The operands in [rows.first, rows.second) are torch.map's or torch.scan's xs: the branch gets
-/// one row of each.
+/// one row of each. `by_fqn`: the lifted values ordered as dynamo lifts a branch's free variables
+/// (module state by FQN first); else in the order first read, as torch's split of a graph
+/// around a grad-mode region orders its submodule's inputs.
 inline traced_branch trace_branch(capture& outer, const std::vector<value>& operands, const branch_tracer& trace,
-                                  std::pair<std::size_t, std::size_t> rows = {0, 0}) {
+                                  std::pair<std::size_t, std::size_t> rows = {0, 0}, bool by_fqn = true) {
   capture c(outer);
   std::vector<value> ins;
   std::vector<at::Tensor> metas;
@@ -82,7 +86,7 @@ inline traced_branch trace_branch(capture& outer, const std::vector<value>& oper
   // path): module state first, by FQN, then the other tensors in the order first read
   std::vector<std::pair<std::string, value>> lifted;
   for (const auto& o : c.lifted()) lifted.emplace_back(outer.state_name(o), o);
-  std::stable_sort(lifted.begin(), lifted.end(), [](const auto& x, const auto& y) {
+  if (by_fqn) std::stable_sort(lifted.begin(), lifted.end(), [](const auto& x, const auto& y) {
     if (x.first.empty() != y.first.empty()) return !x.first.empty();
     return x.first < y.first;
   });
@@ -243,6 +247,20 @@ inline traced_cond trace_scan(capture& outer, std::vector<value> init, std::vect
                                                  operands.end())};
   // torch prints init and xs as lists, the additional inputs as a tuple
   return record_control_flow(outer, "higher_order::scan", std::move(args), std::move(src), true);
+}
+
+/// Records `higher_order::wrap_with_set_grad_enabled(enabled, submod_<k>, *operands)` in `outer`
+/// after tracing `body` on the operands under that grad mode (what it lifts is appended to them),
+/// as torch.export records a `with torch.no_grad():` block of the training IR. torch names the
+/// region's submodule by the split around it (submod_0 before, submod_1 the region, ...): the
+/// i-th region of a graph is submod_<2i+1>.
+inline traced_cond trace_set_grad_enabled(capture& outer, bool enabled, std::vector<value> operands, const branch_tracer& body) {
+  auto b = trace_branch(outer, operands, body, {0, 0}, /*by_fqn=*/false);
+  lift_free_values({&b}, operands);
+  const auto index = std::to_string(2 * outer.next_subgraph_index("submod") + 1);
+  std::vector<argument> args{enabled, std::make_shared<const subgraph>(subgraph{"submod_" + index, std::move(b.body)}),
+                             argument::list_type(operands.begin(), operands.end())};
+  return record_control_flow(outer, "higher_order::wrap_with_set_grad_enabled", std::move(args), nullptr, true);
 }
 
 /// Makes the strict front end record into a branch's capture for the guard's lifetime.
@@ -467,6 +485,61 @@ template <class Pred, class TrueFn, class FalseFn, class Operands>
 auto cond(Pred pred, TrueFn&& true_fn, FalseFn&& false_fn, const Operands& operands) {
   detail::check_branches<TrueFn, FalseFn, Operands>();
   return pred ? std::apply(true_fn, operands) : std::apply(false_fn, operands);
+}
+
+/// `with torch.set_grad_enabled(enabled):` for a block of at::Tensor code: `fn(operands...)` with
+/// autograd on or off. Eagerly it runs under c10::AutoGradMode; under export (non-strict), where
+/// it changes the grad mode, `fn` is captured as the body of one
+/// torch.ops.higher_order.wrap_with_set_grad_enabled node, as torch.export captures the block
+/// (where the mode stays as it is, its calls are recorded inline, as torch records them).
+/// Tensors `fn` reads without being passed them (module parameters, computed tensors) become
+/// operands, as for xport::cond. Returns what `fn` returns (tensors, or a std::tuple of them).
+///
+///   auto y = xport::no_grad([&](const at::Tensor& x) { return rotary(x); }, std::tuple{x});
+template <class Fn, class Operands>
+auto set_grad_enabled(bool enabled, Fn&& fn, const Operands& operands) {
+  static_assert(detail::is_std_tuple<Operands>, "xport::no_grad: pass the operands as a std::tuple (std::tuple{x, y}); "
+                                                "fn is called with them as its arguments");
+  using R = decltype(std::apply(fn, operands));
+  auto* outer = detail::active_capture;
+  if (!outer || c10::GradMode::is_enabled() == enabled) {
+    const c10::AutoGradMode mode(enabled);
+    return std::apply(fn, operands);
+  }
+  std::vector<value> operand_values;
+  auto of = [&](const at::Tensor& t) { operand_values.push_back(outer->value_of(t)); };
+  (void)detail::flatten_into(operands, of);
+  std::optional<R> result;
+  const detail::branch_tracer body = [&](detail::capture& c, const std::vector<value>&, const std::vector<at::Tensor>& metas) {
+    std::size_t k = 0;
+    auto to_meta = [&](const at::Tensor&) { return metas.at(k++); };
+    const auto args = detail::map_tensors(operands, to_meta);
+    {
+      detail::capture_scope scope(c);
+      const c10::AutoGradMode mode(enabled);
+      result.emplace(std::apply(fn, args));
+    }
+    std::vector<value> outs;
+    auto out = [&](const at::Tensor& t) { outs.push_back(c.value_of(t)); };
+    (void)detail::flatten_into(*result, out);
+    return outs;
+  };
+  const auto r = detail::trace_set_grad_enabled(*outer, enabled, std::move(operand_values), body);
+  std::size_t k = 0;
+  auto from_node = [&](const at::Tensor&) { return r.metas.at(k++); };
+  return detail::map_tensors(*result, from_node);
+}
+
+/// `with torch.no_grad():` for a block of at::Tensor code (see set_grad_enabled).
+template <class Fn, class Operands>
+auto no_grad(Fn&& fn, const Operands& operands) {
+  return set_grad_enabled(false, std::forward<Fn>(fn), operands);
+}
+
+/// `with torch.enable_grad():` for a block of at::Tensor code (see set_grad_enabled).
+template <class Fn, class Operands>
+auto enable_grad(Fn&& fn, const Operands& operands) {
+  return set_grad_enabled(true, std::forward<Fn>(fn), operands);
 }
 
 /// torch.while_loop for at::Tensor code: while `cond_fn(carried...)` holds, `carried =

@@ -31,6 +31,7 @@
 #include <c10/util/Exception.h>
 
 #include <xport/config.hpp>
+#include <xport/ops/higher_order.hpp>
 #include <xport/ops/op_sets.hpp>
 #include <xport/ops/schema.hpp>
 #include <xport/ops/shape_formulas.hpp>

@@ -1,0 +1,482 @@
+// xport/ops/higher_order.hpp: torch's higher-order operators, one descriptor each.
+// A higher-order operator (torch.ops.higher_order.cond, .while_loop, .map_impl, .scan,
+// .wrap_with_set_grad_enabled, .wrap_with_autocast) takes subgraphs as arguments. Each has one
+// entry here: its schema as the dispatcher sees it, how torch lays its arguments out in a
+// program (a trailing list written spread, as `wrap_with_set_grad_enabled(False, submod_1, x,
+// w)`), which operands its subgraphs take (and which one row at a time), how its outputs are
+// typed, and its kernel. Verify, print, serde, the tracers, the lowering and the runners look the
+// entry up (`hop_of(op)`), never the operator's name. Registered with the dispatcher on first
+// lookup (ir/op.hpp calls the hook this header installs).
+#pragma once
+
+#include <cstddef>      // std::size_t
+#include <cstdint>      // std::int64_t
+#include <memory>       // std::make_unique
+#include <string>       // std::string
+#include <string_view>  // std::string_view
+#include <utility>      // std::pair
+#include <vector>       // std::vector
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <ATen/ops/stack.h>
+#include <c10/core/GradMode.h>
+
+#include <xport/config.hpp>
+#include <xport/detail/compat.hpp>
+#include <xport/error.hpp>
+#include <xport/ir/graph.hpp>
+#include <xport/ir/op.hpp>
+
+// LibTorch's autocast state (ATen/autocast_mode.h), declared here: that header includes all of
+// ATen, against the narrow-headers rule. Per device type since 2.4; CPU and CUDA apart before.
+namespace at::autocast {
+#if XPORT_TORCH_VERSION_AT_LEAST(2, 4)
+TORCH_API bool is_autocast_enabled(at::DeviceType device_type);
+TORCH_API void set_autocast_enabled(at::DeviceType device_type, bool enabled);
+TORCH_API at::ScalarType get_autocast_dtype(at::DeviceType device_type);
+TORCH_API void set_autocast_dtype(at::DeviceType device_type, at::ScalarType dtype);
+#else
+TORCH_API bool is_enabled();
+TORCH_API void set_enabled(bool enabled);
+TORCH_API bool is_cpu_enabled();
+TORCH_API void set_cpu_enabled(bool enabled);
+TORCH_API at::ScalarType get_autocast_gpu_dtype();
+TORCH_API at::ScalarType get_autocast_cpu_dtype();
+TORCH_API void set_autocast_gpu_dtype(at::ScalarType dtype);
+TORCH_API void set_autocast_cpu_dtype(at::ScalarType dtype);
+#endif
+TORCH_API void clear_cache();
+TORCH_API int increment_nesting();
+TORCH_API int decrement_nesting();
+TORCH_API bool is_autocast_cache_enabled();
+TORCH_API void set_autocast_cache_enabled(bool enabled);
+}  // namespace at::autocast
+
+XPORT_BEGIN_NAMESPACE
+
+/// One higher-order operator: everything xport knows about it (see the header comment).
+struct higher_order_op {
+  enum class id : std::uint8_t { cond, while_loop, map, scan, set_grad_enabled, autocast };
+  /// A parameter of the operator: its name and type in the dispatcher's schema.
+  struct param {
+    std::string_view name;
+    enum class type : std::uint8_t { any, boolean, string, dtype_opt, bool_opt, graph, tensors } kind;
+  };
+  /// How its results are typed: as its first subgraph returns them (cond's true branch), its
+  /// last (while_loop's body), map's (each stacked), scan's (carries, then ys stacked).
+  enum class results : std::uint8_t { first_graph, last_graph, mapped, scanned };
+
+  id which;
+  std::string_view name;    ///< `cond`: torch.ops.higher_order.cond
+  std::string_view python;  ///< what a user wrote, for messages: `torch.cond`
+  std::vector<param> params;
+  /// torch writes the last parameter (a Tensor[]) spread into the call's trailing arguments
+  /// (`wrap_with_set_grad_enabled(False, submod_1, x, w)`); the others' lists stay lists.
+  bool spread_last = false;
+  results typing = results::first_graph;
+  /// The parameter whose tensors a subgraph takes one row of (map's xs, scan's xs), or -1.
+  int rows_param = -1;
+  /// Run as its subgraph's calls inlined, under the mode it sets (torch's run_decompositions
+  /// inlines these: the inference IR has no grad or autocast regions).
+  bool inlined_by_lowering = false;
+  c10::KernelFunction::BoxedKernelFunction* kernel = nullptr;
+
+  [[nodiscard]] std::string qualified() const { return "higher_order::" + std::string(name); }
+  [[nodiscard]] std::string target() const { return "torch.ops.higher_order." + std::string(name); }
+  /// The index of each subgraph parameter, in order.
+  [[nodiscard]] std::vector<std::size_t> graph_params() const {
+    std::vector<std::size_t> out;
+    for (std::size_t i = 0; i < params.size(); ++i)
+      if (params[i].kind == param::type::graph) out.push_back(i);
+    return out;
+  }
+  /// A text of the parameters for messages: `(pred, true_graph, false_graph, operands)`.
+  [[nodiscard]] std::string layout() const {
+    std::string s;
+    for (std::size_t i = 0; i < params.size(); ++i)
+      s += (i ? ", " : "") + std::string(spread_last && i + 1 == params.size() ? "*" : "") + std::string(params[i].name);
+    return "(" + s + ")";
+  }
+};
+
+namespace detail {
+
+/// torch.cond's predicate: a bool, or a tensor with one element (any dtype: nonzero is true).
+inline bool cond_predicate(const c10::IValue& pred) {
+  if (pred.isBool()) return pred.toBool();
+  if (pred.isInt()) return pred.toInt() != 0;
+  if (!pred.isTensor() || pred.toTensor().numel() != 1) {
+    std::string got = pred.isTensor() ? "a tensor of " + std::to_string(pred.toTensor().numel()) + " elements"
+                                      : pred.tagKind();
+    throw run_error("xport.run.cond_pred", "torch.cond: Expected pred to be bool or single-element tensor, but got " + got);
+  }
+  return pred.toTensor().item().toBool();
+}
+
+// higher_order::cond(Any pred, Any true_fn, Any false_fn, Tensor[] operands) -> Tensor[]: runs
+// the branch pred selects on the operands. Registered as CompositeImplicitAutograd (as every
+// higher-order operator here), so the branch's calls dispatch (and autograd records them) as if
+// the user had made them.
+inline void cond_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  auto operands = s.back().toTensorVector();
+  const bool taken = cond_predicate(s[s.size() - 4]);
+  const auto& fn = subgraph_fn_of(s[s.size() - (taken ? 3 : 2)], "cond", taken ? "true_fn" : "false_fn");
+  torch::jit::drop(s, 4);
+  s.emplace_back(c10::List<at::Tensor>(fn.call(std::move(operands))));
+}
+
+/// What torch.while_loop's cond_fn returned, as a bool (torch's rule: a bool scalar tensor).
+inline bool while_loop_predicate(const std::vector<at::Tensor>& out) {
+  if (out.size() != 1 || !out[0].defined() || out[0].dim() != 0 || out[0].scalar_type() != at::kBool) {
+    std::string got = out.size() != 1  ? std::to_string(out.size()) + " values"
+                      : out[0].defined() ? "a tensor of sizes " + c10::str(out[0].sizes()) + " and dtype " +
+                                               std::string(c10::toString(out[0].scalar_type()))
+                                         : "an undefined tensor";
+    throw run_error("xport.run.while_loop_pred", "cond_fn must return a boolean scalar tensor or a boolean but got " + got);
+  }
+  return out[0].item<bool>();
+}
+
+// higher_order::while_loop(Any cond_fn, Any body_fn, Tensor[] carried_inputs, Tensor[]
+// additional_inputs) -> Tensor[]: while cond_fn(carried, additional) holds, carried =
+// body_fn(carried, additional); returns carried (copies when the body never ran, as torch does:
+// an output never aliases an input).
+inline void while_loop_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  const auto additional = s.back().toTensorVector();
+  auto carried = s[s.size() - 2].toTensorVector();
+  const auto& cond_fn = subgraph_fn_of(s[s.size() - 4], "while_loop", "cond_fn");
+  const auto& body_fn = subgraph_fn_of(s[s.size() - 3], "while_loop", "body_fn");
+  const auto operands = [&] {
+    auto all = carried;
+    all.insert(all.end(), additional.begin(), additional.end());
+    return all;
+  };
+  bool again = while_loop_predicate(cond_fn.call(operands()));
+  if (!again)
+    for (auto& t : carried) t = t.clone();
+  while (again) {
+    auto out = body_fn.call(operands());
+    if (out.size() != carried.size())
+      throw run_error("xport.run.while_loop_body", "body_fn should return the same number of elements as carried_inputs, got " +
+                                                       std::to_string(out.size()) + " vs " + std::to_string(carried.size()));
+    carried = std::move(out);
+    again = while_loop_predicate(cond_fn.call(operands()));
+  }
+  torch::jit::drop(s, 4);
+  s.emplace_back(c10::List<at::Tensor>(std::move(carried)));
+}
+
+/// torch.map's rules for what it maps over: tensors with the same leading dim, not 0.
+inline std::int64_t mapped_length(const std::vector<at::Tensor>& xs) {
+  if (xs.empty()) throw run_error("xport.run.map_xs", "torch.map: Mapped xs can only consist of tensors, and at least one");
+  std::string shapes;
+  bool consistent = true;
+  for (const auto& x : xs) {
+    if (x.dim() == 0) throw run_error("xport.run.map_xs", "torch.map: a mapped tensor has no leading dim to map over (0-d)");
+    consistent = consistent && x.size(0) == xs[0].size(0);
+    shapes += (shapes.empty() ? "" : ", ") + c10::str(x.sizes());
+  }
+  if (xs[0].size(0) == 0) throw run_error("xport.run.map_xs", "Leading dimensions of mapped xs cannot be 0.");
+  if (!consistent)
+    throw run_error("xport.run.map_xs", "Leading dimensions of mapped xs must be consistent. Got shapes [" + shapes + "].");
+  return xs[0].size(0);
+}
+
+// higher_order::map_impl(Any f, Tensor[] xs, Tensor[] pos_args) -> Tensor[]: f on each slice
+// i of the xs (with pos_args), its results stacked along a new leading dim, as torch's map.
+inline void map_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  const auto pos = s.back().toTensorVector();
+  const auto xs = s[s.size() - 2].toTensorVector();
+  const auto& fn = subgraph_fn_of(s[s.size() - 3], "map_impl", "body_fn");
+  const auto n = mapped_length(xs);
+  std::vector<std::vector<at::Tensor>> per_output;
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::vector<at::Tensor> operands;
+    operands.reserve(xs.size() + pos.size());
+    for (const auto& x : xs) operands.push_back(x.select(0, i));
+    operands.insert(operands.end(), pos.begin(), pos.end());
+    auto out = fn.call(std::move(operands));
+    per_output.resize(out.size());
+    for (std::size_t k = 0; k < out.size(); ++k) per_output[k].push_back(std::move(out[k]));
+  }
+  std::vector<at::Tensor> stacked;
+  for (const auto& slices : per_output) stacked.push_back(at::stack(slices, 0));
+  torch::jit::drop(s, 3);
+  s.emplace_back(c10::List<at::Tensor>(std::move(stacked)));
+}
+
+/// torch.scan's rule for what it scans over: tensors of one dim or more with the same leading
+/// dim, not 0 (torch's text).
+inline std::int64_t scanned_length(const std::vector<at::Tensor>& xs) {
+  if (xs.empty()) throw run_error("xport.run.scan_xs", "torch.scan: xs is empty; it scans over one tensor at least");
+  for (const auto& x : xs)
+    if (x.dim() == 0 || x.size(0) == 0)
+      throw run_error("xport.run.scan_xs",
+                      "All xs leaves must at least have 'dim' number of dimensions and scan dimension > 0");
+  for (const auto& x : xs)
+    if (x.size(0) != xs[0].size(0))
+      throw run_error("xport.run.scan_xs", "torch.scan: the xs must have the same scan dimension; got sizes " +
+                                               c10::str(xs[0].sizes()) + " and " + c10::str(x.sizes()));
+  return xs[0].size(0);
+}
+
+// higher_order::scan(Any combine_fn, Tensor[] init, Tensor[] xs, Tensor[] additional_inputs)
+// -> Tensor[]: carry = init; for each row i of the xs, (carry, y_i) = combine_fn(carry, xs[i],
+// additional); returns the last carry, then each y stacked along a new leading dim.
+inline void scan_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  const auto additional = s.back().toTensorVector();
+  const auto xs = s[s.size() - 2].toTensorVector();
+  auto carry = s[s.size() - 3].toTensorVector();
+  const auto& fn = subgraph_fn_of(s[s.size() - 4], "scan", "combine_fn");
+  const auto n = scanned_length(xs);
+  const auto n_carry = carry.size();
+  std::vector<std::vector<at::Tensor>> ys;
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::vector<at::Tensor> operands = carry;
+    for (const auto& x : xs) operands.push_back(x.select(0, i));
+    operands.insert(operands.end(), additional.begin(), additional.end());
+    auto out = fn.call(std::move(operands));
+    if (out.size() < n_carry)
+      throw run_error("xport.run.scan_body", "torch.scan: combine_fn returned " + std::to_string(out.size()) +
+                                                 " tensors, fewer than the " + std::to_string(n_carry) + " it carries");
+    ys.resize(out.size() - n_carry);
+    for (std::size_t k = 0; k < n_carry; ++k) carry[k] = std::move(out[k]);
+    for (std::size_t k = n_carry; k < out.size(); ++k) ys[k - n_carry].push_back(std::move(out[k]));
+  }
+  for (const auto& rows : ys) carry.push_back(at::stack(rows, 0));
+  torch::jit::drop(s, 4);
+  s.emplace_back(c10::List<at::Tensor>(std::move(carry)));
+}
+
+// higher_order::wrap_with_set_grad_enabled(bool enable, Any body, *Tensor[] args) -> Tensor[]:
+// the body with autograd on or off (a `with torch.no_grad():` block of the training IR).
+inline void set_grad_enabled_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  auto args = s.back().toTensorVector();
+  const auto& fn = subgraph_fn_of(s[s.size() - 2], "wrap_with_set_grad_enabled", "body");
+  const c10::AutoGradMode mode(s[s.size() - 3].toBool());
+  auto out = fn.call(std::move(args));
+  torch::jit::drop(s, 3);
+  s.emplace_back(c10::List<at::Tensor>(std::move(out)));
+}
+
+/// The device type of an autocast region (`cpu`, `cuda`).
+inline c10::DeviceType autocast_device(const std::string& device_type) {
+  try {
+    return c10::Device(device_type).type();
+  } catch (const c10::Error&) {
+    throw run_error("xport.run.autocast", "wrap_with_autocast: unknown device type '" + device_type + "'");
+  }
+}
+
+// autocast's state for one device type, over LibTorch's two APIs
+#if XPORT_TORCH_VERSION_AT_LEAST(2, 4)
+inline bool autocast_enabled(c10::DeviceType d) { return at::autocast::is_autocast_enabled(d); }
+inline void set_autocast_enabled(c10::DeviceType d, bool on) { at::autocast::set_autocast_enabled(d, on); }
+inline c10::ScalarType autocast_dtype(c10::DeviceType d) { return at::autocast::get_autocast_dtype(d); }
+inline void set_autocast_dtype(c10::DeviceType d, c10::ScalarType t) { at::autocast::set_autocast_dtype(d, t); }
+#else
+inline void require_autocast_device(c10::DeviceType d) {
+  if (d != c10::DeviceType::CPU && d != c10::DeviceType::CUDA)
+    throw run_error("xport.run.autocast", "wrap_with_autocast: LibTorch " + torch_version() +
+                                              " autocasts on CPU and CUDA only, not " + c10::DeviceTypeName(d, true));
+}
+inline bool autocast_enabled(c10::DeviceType d) {
+  require_autocast_device(d);
+  return d == c10::DeviceType::CPU ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled();
+}
+inline void set_autocast_enabled(c10::DeviceType d, bool on) {
+  if (d == c10::DeviceType::CPU) at::autocast::set_cpu_enabled(on);
+  else at::autocast::set_enabled(on);
+}
+inline c10::ScalarType autocast_dtype(c10::DeviceType d) {
+  return d == c10::DeviceType::CPU ? at::autocast::get_autocast_cpu_dtype() : at::autocast::get_autocast_gpu_dtype();
+}
+inline void set_autocast_dtype(c10::DeviceType d, c10::ScalarType t) {
+  if (d == c10::DeviceType::CPU) at::autocast::set_autocast_cpu_dtype(t);
+  else at::autocast::set_autocast_gpu_dtype(t);
+}
+#endif
+
+/// Autocast set for one device type for the life of the object, restored after (torch's
+/// `torch.autocast(device_type, dtype, enabled, cache_enabled)`). `dtype` Undefined and `cache`
+/// -1 keep the current ones (plain values, not optionals: GCC 12 sees the optionals' bytes as
+/// maybe uninitialized).
+class autocast_scope {
+ public:
+  autocast_scope(c10::DeviceType device, c10::ScalarType dtype, bool enabled, int cache)
+      : device_(device),
+        was_enabled_(autocast_enabled(device)),
+        was_dtype_(autocast_dtype(device)),
+        was_cache_(at::autocast::is_autocast_cache_enabled()) {
+    set_autocast_enabled(device, enabled);
+    if (dtype != c10::ScalarType::Undefined) set_autocast_dtype(device, dtype);
+    if (cache >= 0) at::autocast::set_autocast_cache_enabled(cache != 0);
+    at::autocast::increment_nesting();
+  }
+  autocast_scope(const autocast_scope&) = delete;
+  autocast_scope& operator=(const autocast_scope&) = delete;
+  ~autocast_scope() {
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    set_autocast_enabled(device_, was_enabled_);
+    set_autocast_dtype(device_, was_dtype_);
+    at::autocast::set_autocast_cache_enabled(was_cache_);
+  }
+
+ private:
+  c10::DeviceType device_;
+  bool was_enabled_;
+  c10::ScalarType was_dtype_;
+  bool was_cache_;
+};
+
+// higher_order::wrap_with_autocast(str device_type, ScalarType? dtype, bool enabled, bool?
+// cache_enabled, Any body, *Tensor[] args) -> Tensor[]: the body under torch.autocast.
+inline void autocast_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  auto args = s.back().toTensorVector();
+  const auto& fn = subgraph_fn_of(s[s.size() - 2], "wrap_with_autocast", "body");
+  const auto device = autocast_device(s[s.size() - 6].toStringRef());
+  const auto dtype = s[s.size() - 5].isNone() ? c10::ScalarType::Undefined : s[s.size() - 5].toScalarType();
+  const int cache = s[s.size() - 3].isNone() ? -1 : static_cast<int>(s[s.size() - 3].toBool());
+  std::vector<at::Tensor> out;
+  {
+    const autocast_scope scope(device, dtype, s[s.size() - 4].toBool(), cache);
+    out = fn.call(std::move(args));
+  }
+  torch::jit::drop(s, 6);
+  s.emplace_back(c10::List<at::Tensor>(std::move(out)));
+}
+
+}  // namespace detail
+
+/// Every higher-order operator xport reads, runs and writes, in one list.
+inline const std::vector<higher_order_op>& higher_order_ops() {
+  using P = higher_order_op::param;
+  using T = P::type;
+  using R = higher_order_op::results;
+  using I = higher_order_op::id;
+  static const std::vector<higher_order_op> ops{
+      {I::cond, "cond", "torch.cond",
+       {{"pred", T::any}, {"true_fn", T::graph}, {"false_fn", T::graph}, {"operands", T::tensors}},
+       false, R::first_graph, -1, false, &detail::cond_kernel},
+      {I::while_loop, "while_loop", "torch.while_loop",
+       {{"cond_fn", T::graph}, {"body_fn", T::graph}, {"carried_inputs", T::tensors}, {"additional_inputs", T::tensors}},
+       false, R::last_graph, -1, false, &detail::while_loop_kernel},
+      {I::map, "map_impl", "torch.map", {{"f", T::graph}, {"xs", T::tensors}, {"pos_args", T::tensors}},
+       false, R::mapped, 1, false, &detail::map_kernel},
+      {I::scan, "scan", "torch.scan",
+       {{"combine_fn", T::graph}, {"init", T::tensors}, {"xs", T::tensors}, {"additional_inputs", T::tensors}},
+       false, R::scanned, 2, false, &detail::scan_kernel},
+      {I::set_grad_enabled, "wrap_with_set_grad_enabled", "torch.no_grad / torch.enable_grad",
+       {{"enable", T::boolean}, {"body", T::graph}, {"args", T::tensors}},
+       true, R::first_graph, -1, true, &detail::set_grad_enabled_kernel},
+      {I::autocast, "wrap_with_autocast", "torch.autocast",
+       {{"device_type", T::string}, {"dtype", T::dtype_opt}, {"enabled", T::boolean}, {"cache_enabled", T::bool_opt},
+        {"body", T::graph}, {"args", T::tensors}},
+       true, R::first_graph, -1, true, &detail::autocast_kernel},
+  };
+  return ops;
+}
+
+/// The descriptor of `torch.ops.higher_order.<name>` (`cond`), or nullptr.
+inline const higher_order_op* find_higher_order(std::string_view name) {
+  for (const auto& h : higher_order_ops())
+    if (h.name == name) return &h;
+  return nullptr;
+}
+
+/// The descriptor of a higher-order operator `op` (op.higher_order), or nullptr for any other op.
+inline const higher_order_op* hop_of(const op_info& op) {
+  if (!op.higher_order) return nullptr;
+  return find_higher_order(std::string_view(op.name).substr(std::string_view("higher_order::").size()));
+}
+
+/// The operands of a higher-order call its subgraph takes one row of (sizes without the leading
+/// dim), as [first, last) of subgraph_operands(n): torch.map's xs, torch.scan's xs; none for the
+/// others.
+inline std::pair<std::size_t, std::size_t> row_operands(const node& n) {
+  const auto* h = n.is_call() ? hop_of(n.op()) : nullptr;
+  if (!h || h->rows_param < 0) return {0, 0};
+  const auto args = n.args();
+  std::size_t first = 0;
+  for (int i = 0; i < h->rows_param && static_cast<std::size_t>(i) < args.size(); ++i)
+    if (args[static_cast<std::size_t>(i)].is_list()) first += args[static_cast<std::size_t>(i)].as_list().size();
+  const auto rows = static_cast<std::size_t>(h->rows_param);
+  if (rows >= args.size() || !args[rows].is_list()) return {0, 0};
+  return {first, first + args[rows].as_list().size()};
+}
+
+/// The names of the higher-order operators xport reads, for messages: `torch.cond, ...`.
+inline std::string higher_order_names() {
+  std::string s;
+  for (const auto& h : higher_order_ops()) s += (s.empty() ? "" : ", ") + std::string(h.python);
+  return s;
+}
+
+namespace detail {
+
+/// The dispatcher schema of `h`.
+inline c10::FunctionSchema schema_of(const higher_order_op& h) {
+  std::vector<c10::Argument> args;
+  for (const auto& p : h.params) {
+    if (p.kind == higher_order_op::param::type::dtype_opt) {  // `ScalarType? dtype`: an int to the dispatcher
+      args.emplace_back(std::string(p.name), c10::OptionalType::create(c10::IntType::get()),
+                        c10::OptionalType::create(c10::ScalarTypeType::get()));
+      continue;
+    }
+    c10::TypePtr t;
+    switch (p.kind) {
+      case higher_order_op::param::type::any:
+      case higher_order_op::param::type::graph: t = c10::AnyType::get(); break;
+      case higher_order_op::param::type::boolean: t = c10::BoolType::get(); break;
+      case higher_order_op::param::type::string: t = c10::StringType::get(); break;
+      case higher_order_op::param::type::dtype_opt: break;  // above
+      case higher_order_op::param::type::bool_opt: t = c10::OptionalType::create(c10::BoolType::get()); break;
+      case higher_order_op::param::type::tensors: t = c10::ListType::create(c10::TensorType::get()); break;
+    }
+    args.emplace_back(std::string(p.name), std::move(t));
+  }
+  return c10::FunctionSchema(h.qualified(), "", std::move(args),
+                             {c10::Argument("", c10::ListType::create(c10::TensorType::get()))});
+}
+
+/// A boxed kernel from a function pointer known at run time (the descriptor's).
+struct boxed_kernel final : c10::OperatorKernel {
+  explicit boxed_kernel(c10::KernelFunction::BoxedKernelFunction* fn) : fn_(fn) {}
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) { fn_(op, stack); }
+
+ private:
+  c10::KernelFunction::BoxedKernelFunction* fn_;
+};
+
+/// Registers every higher-order operator with the dispatcher, once per process (at run time: a
+/// static registration in a header would run once per translation unit and throw).
+inline void register_higher_order_ops() {
+  static const bool registered = [] {
+    auto& d = c10::Dispatcher::singleton();
+    for (const auto& h : higher_order_ops()) {
+      // the handles live as long as the process: never deregistered
+      new c10::RegistrationHandleRAII(d.registerDef(schema_of(h), "xport: " + h.target()));
+      new c10::RegistrationHandleRAII(d.registerImpl(c10::OperatorName(h.qualified(), ""),
+                                                     c10::DispatchKey::CompositeImplicitAutograd,
+                                                     c10::KernelFunction::makeFromBoxedFunctor(std::make_unique<boxed_kernel>(h.kernel)),
+                                                     c10::nullopt, nullptr, "xport: " + std::string(h.name) + " kernel"));
+    }
+    return true;
+  }();
+  (void)registered;
+}
+
+/// Installs register_higher_order_ops as the registry's hook for the `higher_order` namespace.
+inline const bool higher_order_hook_installed = (set_higher_order_registrar(&register_higher_order_ops), true);
+
+}  // namespace detail
+
+XPORT_END_NAMESPACE
