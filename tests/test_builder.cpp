@@ -1,6 +1,10 @@
 // program_builder: schema binding (defaults, keywords, coercions), the errors for bad calls,
 // inferred output types (meta kernels and xport's shape rules) against eager, and the layout of
 // the program it builds.
+#include <map>
+#include <string>
+#include <vector>
+
 #include "common.hpp"
 
 using namespace xport;
@@ -115,6 +119,48 @@ TEST_CASE("builder: an op with neither meta kernel nor shape rule names the fix"
     const std::string what = e.what();
     CHECK(what.find("[xport.fake.missing_kernel] aten::_cdist_forward has no meta (fake) kernel") == 0);
     CHECK(what.find("Fix: add a shape rule for it") != std::string::npos);
+  }
+}
+
+TEST_CASE("builder: the fake kernels that live only in torch's Python, and how xport covers each") {
+  // tests/data/fake_kernels_torch-2.13.json (tools/fake_kernel_inventory.py; ctest checks it is
+  // current): every ATen operator whose fake kernel torch 2.13 gives from Python only.
+  const auto inventory =
+      nlohmann::json::parse(xport_test::read_file(xport_test::test_dir() + "/data/fake_kernels_torch-2.13.json"));
+  std::map<std::string, std::vector<std::string>> by_class;
+  std::map<std::string, std::string> class_of;
+  for (const auto& row : inventory["ops"]) {
+    const std::string name = row["op"];
+    const auto* op = try_find_op(name);
+    std::string c;
+    if (!op) c = "not in this LibTorch";
+    else if (op->handle.hasKernelForDispatchKey(c10::DispatchKey::Meta)) c = "LibTorch's C++ Meta kernel";
+    else if (xport::detail::find_meta_rule(op->qualified)) c = "xport shape rule";
+    else if (xport::detail::is_shape_only(op->qualified)) c = "xport: the CPU kernel on zeros";
+    else if (xport::detail::torch_decompositions().count(op->qualified) || xport::detail::torch_composite_decompositions().count(op->qualified))
+      c = "xport C++ decomposition";
+    else if (xport::detail::is_data_dependent_op(op->name)) c = "xport data-dependent (unbacked sizes or a graph break)";
+    else if (op->handle.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+             op->handle.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional))
+      c = "LibTorch composite (runs on meta tensors)";
+    else c = "missing";
+    by_class[c].push_back(name);
+    class_of[name] = c;
+  }
+  std::string summary;
+  for (const auto& [c, ops] : by_class) summary += "\n  " + std::to_string(ops.size()) + " " + c;
+  MESSAGE(inventory["ops"].size() << " operators have their fake kernel in torch " << inventory["torch"].get<std::string>()
+                                  << "'s Python only; on LibTorch " << xport::detail::torch_version() << ":" << summary);
+  std::string missing;
+  for (const auto& name : by_class["missing"]) missing += " " + name;
+  MESSAGE("missing (no kernel for meta tensors in LibTorch, no rule in xport):" << missing);
+  CHECK(inventory["ops"].size() > 1000);
+  // every one the corpora of real models meet (tests/test_corpus.cpp) is covered
+  for (const char* used : {"aten::_safe_softmax", "aten::_weight_norm_interface", "aten::floor_divide",
+                           "aten::max_pool2d_with_indices", "aten::max_pool3d_with_indices"}) {
+    INFO(used);
+    REQUIRE(class_of.count(used));
+    CHECK(class_of[used] != "missing");
   }
 }
 

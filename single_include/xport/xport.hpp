@@ -2522,6 +2522,17 @@ struct value_type {
 /// Where a node came from in the user's code: printed as
 /// `# File: {file}:{line} in {function}, code: {code}`.
 struct source_location {
+  source_location() = default;
+  /// (a constructor, not an aggregate: the metadata fields below may grow without a
+  /// -Wmissing-field-initializers warning in code that writes `{file, line, function, code}`)
+  source_location(std::string file_, std::uint32_t line_, std::string function_, std::string code_,
+                  std::string custom_json_ = {}, std::string annotation_ = {})
+      : file(std::move(file_)),
+        line(line_),
+        function(std::move(function_)),
+        code(std::move(code_)),
+        custom_json(std::move(custom_json_)),
+        annotation(std::move(annotation_)) {}
   std::string file;
   std::uint32_t line = 0;
   std::string function;
@@ -8192,7 +8203,7 @@ class program_builder {
     return *this;
   }
   /// Only the code text (`a = torch.sin(x)`) for the nodes created from now on.
-  program_builder& code(std::string text) { return at(source_location{{}, 0, {}, std::move(text), {}, {}}); }
+  program_builder& code(std::string text) { return at(source_location{{}, 0, {}, std::move(text)}); }
   /// Module path (FQN of the calling module) recorded on the nodes created from now on.
   program_builder& in_module(std::string path) {
     module_ = std::move(path);
@@ -10609,7 +10620,7 @@ inline std::string short_function_name(std::string_view full) {
 inline std::shared_ptr<const source_location> make_source(const std::source_location& loc) {
   return std::make_shared<const source_location>(
       source_location{loc.file_name(), loc.line(), short_function_name(loc.function_name()),
-                      source_line(loc.file_name(), loc.line()), {}, {}});
+                      source_line(loc.file_name(), loc.line())});
 }
 
 struct sym_slot {

@@ -85,6 +85,17 @@ struct value_type {
 /// Where a node came from in the user's code: printed as
 /// `# File: {file}:{line} in {function}, code: {code}`.
 struct source_location {
+  source_location() = default;
+  /// (a constructor, not an aggregate: the metadata fields below may grow without a
+  /// -Wmissing-field-initializers warning in code that writes `{file, line, function, code}`)
+  source_location(std::string file_, std::uint32_t line_, std::string function_, std::string code_,
+                  std::string custom_json_ = {}, std::string annotation_ = {})
+      : file(std::move(file_)),
+        line(line_),
+        function(std::move(function_)),
+        code(std::move(code_)),
+        custom_json(std::move(custom_json_)),
+        annotation(std::move(annotation_)) {}
   std::string file;
   std::uint32_t line = 0;
   std::string function;

@@ -151,7 +151,7 @@ class program_builder {
     return *this;
   }
   /// Only the code text (`a = torch.sin(x)`) for the nodes created from now on.
-  program_builder& code(std::string text) { return at(source_location{{}, 0, {}, std::move(text), {}, {}}); }
+  program_builder& code(std::string text) { return at(source_location{{}, 0, {}, std::move(text)}); }
   /// Module path (FQN of the calling module) recorded on the nodes created from now on.
   program_builder& in_module(std::string path) {
     module_ = std::move(path);

@@ -67,7 +67,7 @@ inline std::string short_function_name(std::string_view full) {
 inline std::shared_ptr<const source_location> make_source(const std::source_location& loc) {
   return std::make_shared<const source_location>(
       source_location{loc.file_name(), loc.line(), short_function_name(loc.function_name()),
-                      source_line(loc.file_name(), loc.line()), {}, {}});
+                      source_line(loc.file_name(), loc.line())});
 }
 
 struct sym_slot {
