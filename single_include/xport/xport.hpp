@@ -7269,7 +7269,7 @@ inline S weight_norm_interface(const S& a) {
     if (i != dim) keep.push_back(i);
   const auto norm_dtype = g.scalar_type() == c10::kBFloat16 ? c10::optional<c10::ScalarType>(c10::kFloat) : c10::nullopt;
   const auto norm = at::linalg_vector_norm(v, 2, keep, /*keepdim=*/true, norm_dtype);
-  return {v * (g / norm.to(g.scalar_type())), norm};
+  return {v.mul(g.div(norm.to(g.scalar_type()))), norm};
 }
 
 }  // namespace torch_decomp
