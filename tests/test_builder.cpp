@@ -137,8 +137,10 @@ TEST_CASE("builder: the fake kernels that live only in torch's Python, and how x
     else if (op->handle.hasKernelForDispatchKey(c10::DispatchKey::Meta)) c = "LibTorch's C++ Meta kernel";
     else if (xport::detail::find_meta_rule(op->qualified)) c = "xport shape rule";
     else if (xport::detail::is_shape_only(op->qualified)) c = "xport: the CPU kernel on zeros";
+#if XPORT_TEST_TORCH_FUNCTIONALIZATION  // xport's ports of torch's decompositions (LibTorch 2.1+)
     else if (xport::detail::torch_decompositions().count(op->qualified) || xport::detail::torch_composite_decompositions().count(op->qualified))
       c = "xport C++ decomposition";
+#endif
     else if (xport::detail::is_data_dependent_op(op->name)) c = "xport data-dependent (unbacked sizes or a graph break)";
     else if (op->handle.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
              op->handle.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional))
