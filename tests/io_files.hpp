@@ -18,7 +18,7 @@ namespace xport_test {
 /// $`env`/`sub`, made if missing; fails the case when ctest did not set `env`.
 inline std::filesystem::path shared_dir(const char* env, const std::string& sub, const char* tests) {
   const char* dir = std::getenv(env);
-  REQUIRE_MESSAGE(dir != nullptr, env << " is not set: run these cases through ctest (" << tests << " tests)");
+  REQUIRE_MESSAGE(dir != nullptr, std::string(env) << " is not set: run these cases through ctest (" << std::string(tests) << " tests)");
   const auto path = std::filesystem::path(dir) / sub;
   std::filesystem::create_directories(path);
   return path;

@@ -36,5 +36,6 @@ class program_builder;
 
 struct run_options;
 class interpreter;
+class program_module;
 
 XPORT_END_NAMESPACE

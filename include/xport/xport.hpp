@@ -48,6 +48,7 @@
 // lowering: functionalize, run_decompositions
 #include <xport/lower/functionalize.hpp>
 #include <xport/lower/decompose.hpp>
+#include <xport/lower/joint.hpp>
 
 // passes and pipelines
 #include <xport/passes/pass.hpp>

@@ -181,6 +181,7 @@ class program_builder;
 
 struct run_options;
 class interpreter;
+class program_module;
 
 XPORT_END_NAMESPACE
 
@@ -4461,6 +4462,13 @@ class basic_exported_program<default_policy> {
     invalidate();
   }
 
+  /// torch's `ep.module()`: the program as a torch::nn::Module that torch::optim trains, its
+  /// parameters and buffers this program's state (run/module.hpp; include <xport/train.hpp>).
+  template <class Module = program_module>
+  [[nodiscard]] std::shared_ptr<Module> module() const {
+    return std::make_shared<Module>(*this);
+  }
+
   /// The tensor a lifted input (parameter, buffer or constant) reads, by its input spec.
   [[nodiscard]] const at::Tensor& lifted_tensor(const input_spec& s) const {
     const bool in_state = s.kind == input_kind::parameter ||
@@ -5415,6 +5423,63 @@ inline std::vector<at::Tensor> rule_weight_norm_interface(const meta_stack& s) {
           meta_empty(sizes_of(g), g.scalar_type() == c10::kBFloat16 ? c10::kFloat : g.scalar_type())};
 }
 
+// ---- backward formulas (what a joint graph records, lower/joint.hpp) ---------------------------
+// A gradient has the size and dtype of what it is the gradient of. Ops with an `output_mask`
+// give an undefined tensor where the mask is false, as their kernels do.
+
+// the gradient like argument `at` (undefined when `at` is None)
+inline at::Tensor like_arg(const meta_stack& s, std::size_t at) {
+  return s[at].isTensor() ? meta_empty(sizes_of(s[at].toTensor()), s[at].toTensor().scalar_type()) : at::Tensor();
+}
+
+// `grads`, with those output_mask (argument `mask_at`) leaves out undefined
+inline std::vector<at::Tensor> masked(const meta_stack& s, std::size_t mask_at, std::vector<at::Tensor> grads) {
+  const auto mask = s[mask_at].toBoolList();
+  for (std::size_t i = 0; i < grads.size() && i < mask.size(); ++i)
+    if (!mask.get(i)) grads[i] = at::Tensor();
+  return grads;
+}
+
+// like self (argument 1): mse_loss_backward(grad_output, self, target, reduction),
+// max_pool2d_with_indices_backward(grad_output, self, ...), _adaptive_avg_pool2d_backward(grad_output, self)
+inline std::vector<at::Tensor> rule_like_arg1(const meta_stack& s) { return {like_arg(s, 1)}; }
+
+// native_batch_norm_backward(grad_out, input, weight?, running_mean?, running_var?, save_mean?,
+// save_invstd?, train, eps, output_mask) -> (grad_input, grad_weight [C], grad_bias [C])
+inline std::vector<at::Tensor> rule_native_batch_norm_backward(const meta_stack& s) {
+  const auto& x = s[1].toTensor();
+  const std::int64_t c = x.dim() > 1 ? x.size(1) : 1;
+  const auto wt = s[2].isTensor() ? s[2].toTensor().scalar_type() : x.scalar_type();
+  return masked(s, 9, {like_arg(s, 1), meta_empty({c}, wt), meta_empty({c}, wt)});
+}
+
+// native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight?, bias?,
+// output_mask) -> (grad_input, grad_weight, grad_bias)
+inline std::vector<at::Tensor> rule_native_layer_norm_backward(const meta_stack& s) {
+  return masked(s, 7, {like_arg(s, 1), like_arg(s, 5), like_arg(s, 6)});
+}
+
+// native_group_norm_backward(grad_out, input, mean, rstd, weight?, N, C, HxW, group, output_mask)
+inline std::vector<at::Tensor> rule_native_group_norm_backward(const meta_stack& s) {
+  const auto c = s[6].toInt();
+  const auto dt = s[1].toTensor().scalar_type();
+  return masked(s, 9, {like_arg(s, 1), meta_empty({c}, dt), meta_empty({c}, dt)});
+}
+
+// convolution_backward(grad_output, input, weight, bias_sizes?, stride, padding, dilation,
+// transposed, output_padding, groups, output_mask) -> (grad_input, grad_weight, grad_bias)
+inline std::vector<at::Tensor> rule_convolution_backward(const meta_stack& s) {
+  const auto dt = s[0].toTensor().scalar_type();
+  auto bias = s[3].isNone() ? at::Tensor() : meta_empty(int_list(s[3]), dt);
+  return masked(s, 10, {like_arg(s, 1), like_arg(s, 2), bias});
+}
+
+// embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)
+inline std::vector<at::Tensor> rule_embedding_dense_backward(const meta_stack& s) {
+  const auto& g = s[0].toTensor();
+  return {meta_empty({s[2].toInt(), g.size(-1)}, g.scalar_type())};
+}
+
 struct meta_rule_entry {
   std::string_view op;
   meta_rule rule;
@@ -5501,6 +5566,15 @@ inline constexpr meta_rule_entry meta_rule_table[] = {
     {"aten::_adaptive_avg_pool3d", rule_adaptive_pool},
     {"aten::adaptive_avg_pool3d", rule_adaptive_pool},
     {"aten::adaptive_avg_pool1d", rule_adaptive_pool},
+    {"aten::mse_loss_backward", rule_like_arg1},
+    {"aten::native_dropout_backward", rule_like_self},
+    {"aten::max_pool2d_with_indices_backward", rule_like_arg1},
+    {"aten::_adaptive_avg_pool2d_backward", rule_like_arg1},
+    {"aten::native_batch_norm_backward", rule_native_batch_norm_backward},
+    {"aten::native_layer_norm_backward", rule_native_layer_norm_backward},
+    {"aten::native_group_norm_backward", rule_native_group_norm_backward},
+    {"aten::convolution_backward", rule_convolution_backward},
+    {"aten::embedding_dense_backward", rule_embedding_dense_backward},
 };
 
 // ---- ops whose output sizes follow from argument sizes alone -----------------------------------
@@ -14274,6 +14348,7 @@ XPORT_END_NAMESPACE
 // (lower/functionalize.hpp).
 
 #include <functional>     // std::function
+#include <optional>       // std::optional
 #include <string>         // std::string
 #include <string_view>    // std::string_view
 #include <unordered_map>  // std::unordered_map
@@ -14864,7 +14939,8 @@ struct functional_replay {
 /// then reads what each input holds now and the outputs: pending views are replayed (recorded
 /// below, not decomposed again, as in torch).
 inline functional_replay replay_functional(capture& cap, const exported_program& p, const std::vector<at::Tensor>& inputs,
-                                           std::unordered_map<const value_impl*, c10::IValue>& held) {
+                                           std::unordered_map<const value_impl*, c10::IValue>& held,
+                                           const std::function<void()>& after_calls = {}) {
   const auto& g = p.graph();
   const auto phs = g.placeholders();
   functional_replay out{std::vector<std::optional<value>>(phs.size()), {}};
@@ -14874,6 +14950,7 @@ inline functional_replay replay_functional(capture& cap, const exported_program&
   reapply_views_scope views;
   for (auto n : g.nodes())
     if (n.is_call()) recall(cap, n, held);
+  if (after_calls) after_calls();  // the joint graph's backward (lower/joint.hpp), recorded the same way
   c10::impl::ExcludeDispatchKeyGuard below(capture_key);
   const auto now = [&](const value& v) { return cap.value_of(unwrap_functional(held.at(v.impl())).toTensor()); };
   for (std::size_t i = 0; i < phs.size(); ++i) {
@@ -14895,7 +14972,8 @@ inline functional_replay replay_functional(capture& cap, const exported_program&
 
 /// The lowered program's outputs: mutated inputs first (in input order), as torch orders them,
 /// then the other outputs of `p`.
-inline void lowered_outputs(capture& cap, const exported_program& p, const functional_replay& replay) {
+inline void lowered_outputs(capture& cap, const exported_program& p, const functional_replay& replay,
+                            std::optional<std::size_t> loss_index = std::nullopt) {
   const auto& specs = p.signature().input_specs;
   const auto& out_specs = p.signature().output_specs;
   const auto& results = replay.results;
@@ -14922,12 +15000,27 @@ inline void lowered_outputs(capture& cap, const exported_program& p, const funct
     }
   }
   for (std::size_t o = 0; o < out_specs.size(); ++o)
-    if (!mutation_target(out_specs[o])) cap.builder().output_arg(results[o], out_specs[o].kind, out_specs[o].target);
+    if (!mutation_target(out_specs[o]))
+      cap.builder().output_arg(results[o], o == loss_index ? output_kind::loss_output : out_specs[o].kind,
+                               out_specs[o].target);
 }
 
 /// torch.export's lowering of `p` (one size): every node called again on functional meta
 /// tensors; `table` decides above functionalization, the functional calls are recorded below.
-inline exported_program lower_functional(const exported_program& p, const decomposition_table& table) {
+/// What lower_functional adds for a joint graph (lower/joint.hpp): the backward, run by autograd
+/// on the replayed forward, and its gradients as outputs.
+struct joint_hooks {
+  std::size_t loss_index = 0;
+  // requires grad on what is differentiated: (placeholder index, its functional tensor)
+  std::function<void(std::size_t, at::Tensor&)> mark;
+  // runs the backward after the forward's calls (held: source value -> what the calls saw)
+  std::function<void(capture&, std::unordered_map<const value_impl*, c10::IValue>&)> backward;
+  // adds the gradient outputs, after the others
+  std::function<void(capture&)> outputs;
+};
+
+inline exported_program lower_functional(const exported_program& p, const decomposition_table& table,
+                                         const joint_hooks* joint = nullptr) {
   ensure_lowering_record_fallback();
   capture cap;
   cap.set_python_frontend(false);
@@ -14947,7 +15040,20 @@ inline exported_program lower_functional(const exported_program& p, const decomp
   active_lowering = &table;
   std::unordered_map<const value_impl*, c10::IValue> held;  // source value -> what the calls see
   const auto inputs = functional_placeholders(cap, p, grads, held);  // placeholder -> its meta tensor
-  lowered_outputs(cap, p, replay_functional(cap, p, inputs, held));
+  if (!joint) {
+    lowered_outputs(cap, p, replay_functional(cap, p, inputs, held));
+  } else {
+    const auto phs = p.graph().placeholders();
+    for (std::size_t i = 0; i < phs.size(); ++i)
+      if (auto& h = held.at(phs[i].output(0).impl()); h.isTensor()) {
+        auto t = h.toTensor();
+        joint->mark(i, t);
+        h = t;
+      }
+    lowered_outputs(cap, p, replay_functional(cap, p, inputs, held, [&] { joint->backward(cap, held); }),
+                    joint->loss_index);
+    joint->outputs(cap);
+  }
   cap.builder().set_state(p.state_dict(), p.constants());
   cap.builder().set_examples(p.example_inputs());
   auto q = std::move(cap.builder()).build(ir_dialect::aten, verify_options{.check_schemas = false});
@@ -15013,6 +15119,162 @@ inline exported_program run_decompositions(const exported_program& p,
   const auto to = q.graph().placeholders();
   for (std::size_t i = 0; i < from.size() && i < to.size(); ++i) to[i].copy_custom_meta_from(from[i]);
   return q;
+}
+
+XPORT_END_NAMESPACE
+// #include <xport/lower/joint.hpp>
+// xport/lower/joint.hpp: export_forward_backward(), the joint graph: one functional core-ATen
+// program that computes a loss and its gradients, torch's
+// `torch.export.experimental._export_forward_backward(ep, joint_loss_index)`.
+//
+// Made as torch makes it (AOTAutograd's joint trace): the program is lowered as
+// run_decompositions() lowers it (lower/decompose.hpp), with the parameters requiring grad and
+// autograd on above functionalization, then LibTorch's autograd engine runs the backward of the
+// loss on the same functional meta tensors; every call of the backward formulas is recorded,
+// decomposed by the same table. The program returns its buffer mutations, its outputs (the loss
+// as LOSS_OUTPUT) and the gradients: GRADIENT_TO_PARAMETER per parameter that requires grad,
+// GRADIENT_TO_USER_INPUT per user input that does.
+
+#include <cstddef>        // std::size_t
+#include <optional>       // std::optional
+#include <string>         // std::string
+#include <unordered_map>  // std::unordered_map
+#include <utility>        // std::pair
+#include <vector>         // std::vector
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/GradMode.h>
+
+// #include <xport/config.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ir/program.hpp>
+// #include <xport/lower/decompose.hpp>
+// #include <xport/ops/higher_order.hpp>
+// #include <xport/trace/symbolic.hpp>
+// #include <xport/program/verify.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+namespace detail {
+
+/// The gradients of `loss` to `inputs` (undefined where unused) by LibTorch's autograd engine,
+/// for the joint graph's backward. run/module.hpp installs it (xport/train.hpp): LibTorch's
+/// autograd API is parsed only by the programs that train.
+using autograd_grad_fn = std::vector<at::Tensor> (*)(const at::Tensor& loss, const std::vector<at::Tensor>& inputs);
+inline autograd_grad_fn autograd_grad = nullptr;
+
+#if XPORT_HAS_TORCH_FUNCTIONALIZATION
+
+/// What is differentiated: the parameters that require grad, and the user inputs that do.
+inline bool differentiated(const input_spec& spec, const value& v) {
+  if (v.kind() != value_kind::tensor || !c10::isFloatingType(v.meta().dtype)) return false;
+  if (spec.kind == input_kind::parameter) return v.meta().requires_grad;
+  return spec.kind == input_kind::user_input && v.meta().requires_grad;
+}
+
+/// The joint graph of one static program (export_forward_backward runs it at several sizes for
+/// dynamic dims).
+inline exported_program joint_functional(const exported_program& p, std::size_t loss_index,
+                                         const decomposition_table& table) {
+  const auto phs = p.graph().placeholders();
+  const auto& specs = p.signature().input_specs;
+  std::vector<std::pair<std::size_t, at::Tensor>> wrt;  // placeholder index, its functional tensor
+  std::vector<std::pair<std::size_t, value>> grads;     // placeholder index, its gradient's value
+  joint_hooks hooks;
+  hooks.loss_index = loss_index;
+  hooks.mark = [&](std::size_t i, at::Tensor& t) {
+    if (!differentiated(specs.at(i), phs[i].output(0))) return;
+    t.requires_grad_(true);
+    wrt.emplace_back(i, t);
+  };
+  hooks.backward = [&](capture& cap, std::unordered_map<const value_impl*, c10::IValue>& held) {
+    const auto outs = p.graph().output_node().args();
+    const auto& arg = outs[loss_index];
+    const at::Tensor loss = arg.is_value() && held.at(arg.as_value().impl()).isTensor()
+                                ? held.at(arg.as_value().impl()).toTensor()
+                                : at::Tensor();
+    if (!loss.defined() || loss.dim() != 0 || !loss.requires_grad())
+      throw export_error("xport.joint.loss",
+                         "export_forward_backward: output " + std::to_string(loss_index) +
+                             " is not a scalar loss that depends on a parameter requiring grad (it is " +
+                             (loss.defined() ? "a " + std::to_string(loss.dim()) + "-d tensor" +
+                                                   (loss.requires_grad() ? "" : " that requires no grad")
+                                             : std::string("not a tensor")) +
+                             "). Return the loss from the program (e.g. a torch::mse_loss of its output and a "
+                             "target input) and pass its output index");
+    std::vector<at::Tensor> inputs;
+    for (const auto& [i, t] : wrt) inputs.push_back(t);
+    const auto gs = autograd_grad(loss, inputs);
+    c10::impl::ExcludeDispatchKeyGuard below(capture_key);
+    for (std::size_t k = 0; k < gs.size(); ++k)
+      if (gs[k].defined()) grads.emplace_back(wrt[k].first, cap.value_of(unwrap_functional(gs[k]).toTensor()));
+  };
+  hooks.outputs = [&](capture& cap) {
+    for (const auto& [i, v] : grads) {
+      const auto& spec = specs.at(i);
+      if (spec.kind == input_kind::parameter) cap.builder().output(v, output_kind::gradient_to_parameter, spec.target);
+    }
+    for (const auto& [i, v] : grads) {
+      const auto& spec = specs.at(i);
+      if (spec.kind == input_kind::user_input) cap.builder().output(v, output_kind::gradient_to_user_input, spec.arg.name);
+    }
+  };
+  const c10::AutoGradMode grad_on(true);
+  return lower_functional(p, table, &hooks);
+}
+
+#endif  // XPORT_HAS_TORCH_FUNCTIONALIZATION
+
+}  // namespace detail
+
+/// torch's `_export_forward_backward(ep, joint_loss_index)`: the joint forward+backward program
+/// of `p`, whose output `loss_index` is a scalar loss. Functional core ATen (`table` decides, as
+/// in run_decompositions); its outputs are `p`'s buffer mutations, `p`'s outputs (output
+/// `loss_index` a LOSS_OUTPUT) and the gradients of the loss to every parameter (and user input)
+/// that requires grad, in signature order. Running it (xport::run, the engine) returns the user
+/// outputs, then the gradients; it saves and loads like any program. Needs LibTorch >= 2.1.
+inline exported_program export_forward_backward(const exported_program& p, std::size_t loss_index = 0,
+                                                const decomposition_table& table = decomposition_table::core_aten()) {
+#if XPORT_HAS_TORCH_FUNCTIONALIZATION
+  if (!detail::autograd_grad)
+    throw export_error("xport.joint.autograd", "export_forward_backward: include <xport/train.hpp> in the program that "
+                                               "calls it (it brings LibTorch's autograd API, which the backward runs on)");
+  std::size_t user = 0;
+  for (const auto& s : p.signature().output_specs)
+    user += s.kind == output_kind::user_output || s.kind == output_kind::loss_output;
+  if (loss_index >= user)
+    throw export_error("xport.joint.loss", "export_forward_backward: loss index " + std::to_string(loss_index) +
+                                               " is out of range: the program has " + std::to_string(user) +
+                                               " user output(s)");
+  for (auto n : p.graph().nodes())
+    if (n.is_call() && n.op().higher_order)
+      if (const auto* hop = hop_of(n.op()); !hop || !hop->inlined_by_lowering)
+        throw export_error("xport.joint.control_flow",
+                           "export_forward_backward: node " + n.name() + " calls " + n.op().qualified +
+                               "; the joint graph of a program with control flow is not supported (torch's is "
+                               "not either). Differentiate the program with p.module() instead");
+  // the loss index counts user outputs; the graph's outputs put the mutations first
+  std::size_t index = 0;
+  for (std::size_t o = 0, u = 0; o < p.signature().output_specs.size(); ++o) {
+    const auto k = p.signature().output_specs[o].kind;
+    if (k != output_kind::user_output && k != output_kind::loss_output) continue;
+    if (u++ == loss_index) index = o;
+  }
+  auto q = detail::transform_symbolic(p, "export_forward_backward", [&](const exported_program& s) {
+    try {
+      return detail::joint_functional(s, index, table);
+    } catch (const c10::Error& e) {
+      throw export_error("xport.joint.failed", "export_forward_backward: LibTorch refused a call while tracing the "
+                                               "backward: " + detail::first_line(e.what_without_backtrace()));
+    }
+  });
+  verify(q);
+  return q;
+#else
+  (void)p, (void)loss_index, (void)table;
+  throw export_error("xport.joint.unsupported", "export_forward_backward needs LibTorch >= 2.1 (its functionalization); "
+                                                "this build has " + detail::torch_version());
+#endif
 }
 
 XPORT_END_NAMESPACE
@@ -16836,6 +17098,7 @@ class interpreter {
     std::size_t output;   // index among graph outputs
     int user_input = -1;  // write back into this user input...
     at::Tensor state;     // ...or into this state tensor
+    bool statistics = false;  // running statistics only (Note [Running statistics written back])
   };
   static constexpr std::uint32_t dead = 0xffffffffu;
 
@@ -16880,7 +17143,9 @@ class interpreter {
       for (const auto& m : mutations_) {
         auto& target = m.user_input >= 0 ? inputs[static_cast<std::size_t>(m.user_input)] : m.state;
         const auto& fresh = outs[m.output].toTensor();
-        if (!target.is_same(fresh)) target.copy_(fresh);
+        if (target.is_same(fresh)) continue;
+        if (m.statistics) target.variable_data().copy_(fresh);  // its version unchanged
+        else target.copy_(fresh);
       }
     }
     return user;
@@ -17062,14 +17327,20 @@ class interpreter {
     const auto& spec = sig.output_specs.at(i);
     switch (spec.kind) {
       case output_kind::user_output:
-      case output_kind::loss_output: user_outputs_.push_back(i); break;
+      case output_kind::loss_output:
+      case output_kind::gradient_to_parameter:  // a joint graph's (lower/joint.hpp): after the user outputs
+      case output_kind::gradient_to_user_input: user_outputs_.push_back(i); break;
       case output_kind::buffer_mutation:
       case output_kind::parameter_mutation: {
         input_spec lookup;
         lookup.kind = spec.kind == output_kind::buffer_mutation ? input_kind::buffer : input_kind::parameter;
-        for (const auto& s : sig.input_specs)
-          if (s.kind == lookup.kind && s.target == spec.target) lookup = s;
-        mutations_.push_back({i, -1, p.lifted_tensor(lookup)});
+        std::size_t at = 0;
+        for (std::size_t k = 0; k < sig.input_specs.size(); ++k)
+          if (sig.input_specs[k].kind == lookup.kind && sig.input_specs[k].target == spec.target) {
+            lookup = sig.input_specs[k];
+            at = k;
+          }
+        mutations_.push_back({i, -1, p.lifted_tensor(lookup), only_running_statistics(p.graph().placeholders().at(at))});
         break;
       }
       case output_kind::user_input_mutation: {
@@ -17084,6 +17355,32 @@ class interpreter {
       }
       default: break;
     }
+  }
+
+  // Note [Running statistics written back]: a lowered BatchNorm in train mode is
+  // `_native_batch_norm_legit_functional`, which returns the new running mean and variance; the
+  // run writes them into the buffers afterwards. Autograd saved the buffers for the op's
+  // backward, so a plain copy_ bumps their version and the backward refuses to run (torch's
+  // unlifted module fails so). Eager updates them inside the op, and in train mode the backward
+  // never reads them: when batch-norm calls in train mode are a buffer's only readers, its new
+  // value is written without a version bump. Any other reader keeps copy_ and autograd's check.
+  static bool only_running_statistics(const node& placeholder) {
+    const auto v = placeholder.output(0);
+    if (v.num_uses() == 0) return false;
+    for (const auto& u : v.uses()) {
+      const auto user = u.user();
+      if (!user.is_call() || user.op().name.find("batch_norm") == std::string::npos) return false;
+      const auto& params = user.op().schema().arguments();
+      const auto args = user.args();
+      bool training = false, stats_only = true;
+      for (std::size_t i = 0; i < params.size() && i < args.size(); ++i) {
+        if (params[i].name() == "training" && args[i].is_bool()) training = args[i].as_bool();
+        if (args[i].is_value() && args[i].as_value() == v)
+          stats_only = stats_only && (params[i].name() == "running_mean" || params[i].name() == "running_var");
+      }
+      if (!training || !stats_only) return false;
+    }
+    return true;
   }
 
   // A register read by the output node must survive to the end: never move out of it.

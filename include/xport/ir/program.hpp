@@ -353,6 +353,13 @@ class basic_exported_program<default_policy> {
     invalidate();
   }
 
+  /// torch's `ep.module()`: the program as a torch::nn::Module that torch::optim trains, its
+  /// parameters and buffers this program's state (run/module.hpp; include <xport/train.hpp>).
+  template <class Module = program_module>
+  [[nodiscard]] std::shared_ptr<Module> module() const {
+    return std::make_shared<Module>(*this);
+  }
+
   /// The tensor a lifted input (parameter, buffer or constant) reads, by its input spec.
   [[nodiscard]] const at::Tensor& lifted_tensor(const input_spec& s) const {
     const bool in_state = s.kind == input_kind::parameter ||

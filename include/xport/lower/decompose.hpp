@@ -13,6 +13,7 @@
 #pragma once
 
 #include <functional>     // std::function
+#include <optional>       // std::optional
 #include <string>         // std::string
 #include <string_view>    // std::string_view
 #include <unordered_map>  // std::unordered_map
@@ -603,7 +604,8 @@ struct functional_replay {
 /// then reads what each input holds now and the outputs: pending views are replayed (recorded
 /// below, not decomposed again, as in torch).
 inline functional_replay replay_functional(capture& cap, const exported_program& p, const std::vector<at::Tensor>& inputs,
-                                           std::unordered_map<const value_impl*, c10::IValue>& held) {
+                                           std::unordered_map<const value_impl*, c10::IValue>& held,
+                                           const std::function<void()>& after_calls = {}) {
   const auto& g = p.graph();
   const auto phs = g.placeholders();
   functional_replay out{std::vector<std::optional<value>>(phs.size()), {}};
@@ -613,6 +615,7 @@ inline functional_replay replay_functional(capture& cap, const exported_program&
   reapply_views_scope views;
   for (auto n : g.nodes())
     if (n.is_call()) recall(cap, n, held);
+  if (after_calls) after_calls();  // the joint graph's backward (lower/joint.hpp), recorded the same way
   c10::impl::ExcludeDispatchKeyGuard below(capture_key);
   const auto now = [&](const value& v) { return cap.value_of(unwrap_functional(held.at(v.impl())).toTensor()); };
   for (std::size_t i = 0; i < phs.size(); ++i) {
@@ -634,7 +637,8 @@ inline functional_replay replay_functional(capture& cap, const exported_program&
 
 /// The lowered program's outputs: mutated inputs first (in input order), as torch orders them,
 /// then the other outputs of `p`.
-inline void lowered_outputs(capture& cap, const exported_program& p, const functional_replay& replay) {
+inline void lowered_outputs(capture& cap, const exported_program& p, const functional_replay& replay,
+                            std::optional<std::size_t> loss_index = std::nullopt) {
   const auto& specs = p.signature().input_specs;
   const auto& out_specs = p.signature().output_specs;
   const auto& results = replay.results;
@@ -661,12 +665,27 @@ inline void lowered_outputs(capture& cap, const exported_program& p, const funct
     }
   }
   for (std::size_t o = 0; o < out_specs.size(); ++o)
-    if (!mutation_target(out_specs[o])) cap.builder().output_arg(results[o], out_specs[o].kind, out_specs[o].target);
+    if (!mutation_target(out_specs[o]))
+      cap.builder().output_arg(results[o], o == loss_index ? output_kind::loss_output : out_specs[o].kind,
+                               out_specs[o].target);
 }
 
 /// torch.export's lowering of `p` (one size): every node called again on functional meta
 /// tensors; `table` decides above functionalization, the functional calls are recorded below.
-inline exported_program lower_functional(const exported_program& p, const decomposition_table& table) {
+/// What lower_functional adds for a joint graph (lower/joint.hpp): the backward, run by autograd
+/// on the replayed forward, and its gradients as outputs.
+struct joint_hooks {
+  std::size_t loss_index = 0;
+  // requires grad on what is differentiated: (placeholder index, its functional tensor)
+  std::function<void(std::size_t, at::Tensor&)> mark;
+  // runs the backward after the forward's calls (held: source value -> what the calls saw)
+  std::function<void(capture&, std::unordered_map<const value_impl*, c10::IValue>&)> backward;
+  // adds the gradient outputs, after the others
+  std::function<void(capture&)> outputs;
+};
+
+inline exported_program lower_functional(const exported_program& p, const decomposition_table& table,
+                                         const joint_hooks* joint = nullptr) {
   ensure_lowering_record_fallback();
   capture cap;
   cap.set_python_frontend(false);
@@ -686,7 +705,20 @@ inline exported_program lower_functional(const exported_program& p, const decomp
   active_lowering = &table;
   std::unordered_map<const value_impl*, c10::IValue> held;  // source value -> what the calls see
   const auto inputs = functional_placeholders(cap, p, grads, held);  // placeholder -> its meta tensor
-  lowered_outputs(cap, p, replay_functional(cap, p, inputs, held));
+  if (!joint) {
+    lowered_outputs(cap, p, replay_functional(cap, p, inputs, held));
+  } else {
+    const auto phs = p.graph().placeholders();
+    for (std::size_t i = 0; i < phs.size(); ++i)
+      if (auto& h = held.at(phs[i].output(0).impl()); h.isTensor()) {
+        auto t = h.toTensor();
+        joint->mark(i, t);
+        h = t;
+      }
+    lowered_outputs(cap, p, replay_functional(cap, p, inputs, held, [&] { joint->backward(cap, held); }),
+                    joint->loss_index);
+    joint->outputs(cap);
+  }
   cap.builder().set_state(p.state_dict(), p.constants());
   cap.builder().set_examples(p.example_inputs());
   auto q = std::move(cap.builder()).build(ir_dialect::aten, verify_options{.check_schemas = false});

@@ -354,6 +354,63 @@ inline std::vector<at::Tensor> rule_weight_norm_interface(const meta_stack& s) {
           meta_empty(sizes_of(g), g.scalar_type() == c10::kBFloat16 ? c10::kFloat : g.scalar_type())};
 }
 
+// ---- backward formulas (what a joint graph records, lower/joint.hpp) ---------------------------
+// A gradient has the size and dtype of what it is the gradient of. Ops with an `output_mask`
+// give an undefined tensor where the mask is false, as their kernels do.
+
+// the gradient like argument `at` (undefined when `at` is None)
+inline at::Tensor like_arg(const meta_stack& s, std::size_t at) {
+  return s[at].isTensor() ? meta_empty(sizes_of(s[at].toTensor()), s[at].toTensor().scalar_type()) : at::Tensor();
+}
+
+// `grads`, with those output_mask (argument `mask_at`) leaves out undefined
+inline std::vector<at::Tensor> masked(const meta_stack& s, std::size_t mask_at, std::vector<at::Tensor> grads) {
+  const auto mask = s[mask_at].toBoolList();
+  for (std::size_t i = 0; i < grads.size() && i < mask.size(); ++i)
+    if (!mask.get(i)) grads[i] = at::Tensor();
+  return grads;
+}
+
+// like self (argument 1): mse_loss_backward(grad_output, self, target, reduction),
+// max_pool2d_with_indices_backward(grad_output, self, ...), _adaptive_avg_pool2d_backward(grad_output, self)
+inline std::vector<at::Tensor> rule_like_arg1(const meta_stack& s) { return {like_arg(s, 1)}; }
+
+// native_batch_norm_backward(grad_out, input, weight?, running_mean?, running_var?, save_mean?,
+// save_invstd?, train, eps, output_mask) -> (grad_input, grad_weight [C], grad_bias [C])
+inline std::vector<at::Tensor> rule_native_batch_norm_backward(const meta_stack& s) {
+  const auto& x = s[1].toTensor();
+  const std::int64_t c = x.dim() > 1 ? x.size(1) : 1;
+  const auto wt = s[2].isTensor() ? s[2].toTensor().scalar_type() : x.scalar_type();
+  return masked(s, 9, {like_arg(s, 1), meta_empty({c}, wt), meta_empty({c}, wt)});
+}
+
+// native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight?, bias?,
+// output_mask) -> (grad_input, grad_weight, grad_bias)
+inline std::vector<at::Tensor> rule_native_layer_norm_backward(const meta_stack& s) {
+  return masked(s, 7, {like_arg(s, 1), like_arg(s, 5), like_arg(s, 6)});
+}
+
+// native_group_norm_backward(grad_out, input, mean, rstd, weight?, N, C, HxW, group, output_mask)
+inline std::vector<at::Tensor> rule_native_group_norm_backward(const meta_stack& s) {
+  const auto c = s[6].toInt();
+  const auto dt = s[1].toTensor().scalar_type();
+  return masked(s, 9, {like_arg(s, 1), meta_empty({c}, dt), meta_empty({c}, dt)});
+}
+
+// convolution_backward(grad_output, input, weight, bias_sizes?, stride, padding, dilation,
+// transposed, output_padding, groups, output_mask) -> (grad_input, grad_weight, grad_bias)
+inline std::vector<at::Tensor> rule_convolution_backward(const meta_stack& s) {
+  const auto dt = s[0].toTensor().scalar_type();
+  auto bias = s[3].isNone() ? at::Tensor() : meta_empty(int_list(s[3]), dt);
+  return masked(s, 10, {like_arg(s, 1), like_arg(s, 2), bias});
+}
+
+// embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)
+inline std::vector<at::Tensor> rule_embedding_dense_backward(const meta_stack& s) {
+  const auto& g = s[0].toTensor();
+  return {meta_empty({s[2].toInt(), g.size(-1)}, g.scalar_type())};
+}
+
 struct meta_rule_entry {
   std::string_view op;
   meta_rule rule;
@@ -440,6 +497,15 @@ inline constexpr meta_rule_entry meta_rule_table[] = {
     {"aten::_adaptive_avg_pool3d", rule_adaptive_pool},
     {"aten::adaptive_avg_pool3d", rule_adaptive_pool},
     {"aten::adaptive_avg_pool1d", rule_adaptive_pool},
+    {"aten::mse_loss_backward", rule_like_arg1},
+    {"aten::native_dropout_backward", rule_like_self},
+    {"aten::max_pool2d_with_indices_backward", rule_like_arg1},
+    {"aten::_adaptive_avg_pool2d_backward", rule_like_arg1},
+    {"aten::native_batch_norm_backward", rule_native_batch_norm_backward},
+    {"aten::native_layer_norm_backward", rule_native_layer_norm_backward},
+    {"aten::native_group_norm_backward", rule_native_group_norm_backward},
+    {"aten::convolution_backward", rule_convolution_backward},
+    {"aten::embedding_dense_backward", rule_embedding_dense_backward},
 };
 
 // ---- ops whose output sizes follow from argument sizes alone -----------------------------------

@@ -113,6 +113,7 @@ class interpreter {
     std::size_t output;   // index among graph outputs
     int user_input = -1;  // write back into this user input...
     at::Tensor state;     // ...or into this state tensor
+    bool statistics = false;  // running statistics only (Note [Running statistics written back])
   };
   static constexpr std::uint32_t dead = 0xffffffffu;
 
@@ -157,7 +158,9 @@ class interpreter {
       for (const auto& m : mutations_) {
         auto& target = m.user_input >= 0 ? inputs[static_cast<std::size_t>(m.user_input)] : m.state;
         const auto& fresh = outs[m.output].toTensor();
-        if (!target.is_same(fresh)) target.copy_(fresh);
+        if (target.is_same(fresh)) continue;
+        if (m.statistics) target.variable_data().copy_(fresh);  // its version unchanged
+        else target.copy_(fresh);
       }
     }
     return user;
@@ -339,14 +342,20 @@ class interpreter {
     const auto& spec = sig.output_specs.at(i);
     switch (spec.kind) {
       case output_kind::user_output:
-      case output_kind::loss_output: user_outputs_.push_back(i); break;
+      case output_kind::loss_output:
+      case output_kind::gradient_to_parameter:  // a joint graph's (lower/joint.hpp): after the user outputs
+      case output_kind::gradient_to_user_input: user_outputs_.push_back(i); break;
       case output_kind::buffer_mutation:
       case output_kind::parameter_mutation: {
         input_spec lookup;
         lookup.kind = spec.kind == output_kind::buffer_mutation ? input_kind::buffer : input_kind::parameter;
-        for (const auto& s : sig.input_specs)
-          if (s.kind == lookup.kind && s.target == spec.target) lookup = s;
-        mutations_.push_back({i, -1, p.lifted_tensor(lookup)});
+        std::size_t at = 0;
+        for (std::size_t k = 0; k < sig.input_specs.size(); ++k)
+          if (sig.input_specs[k].kind == lookup.kind && sig.input_specs[k].target == spec.target) {
+            lookup = sig.input_specs[k];
+            at = k;
+          }
+        mutations_.push_back({i, -1, p.lifted_tensor(lookup), only_running_statistics(p.graph().placeholders().at(at))});
         break;
       }
       case output_kind::user_input_mutation: {
@@ -361,6 +370,32 @@ class interpreter {
       }
       default: break;
     }
+  }
+
+  // Note [Running statistics written back]: a lowered BatchNorm in train mode is
+  // `_native_batch_norm_legit_functional`, which returns the new running mean and variance; the
+  // run writes them into the buffers afterwards. Autograd saved the buffers for the op's
+  // backward, so a plain copy_ bumps their version and the backward refuses to run (torch's
+  // unlifted module fails so). Eager updates them inside the op, and in train mode the backward
+  // never reads them: when batch-norm calls in train mode are a buffer's only readers, its new
+  // value is written without a version bump. Any other reader keeps copy_ and autograd's check.
+  static bool only_running_statistics(const node& placeholder) {
+    const auto v = placeholder.output(0);
+    if (v.num_uses() == 0) return false;
+    for (const auto& u : v.uses()) {
+      const auto user = u.user();
+      if (!user.is_call() || user.op().name.find("batch_norm") == std::string::npos) return false;
+      const auto& params = user.op().schema().arguments();
+      const auto args = user.args();
+      bool training = false, stats_only = true;
+      for (std::size_t i = 0; i < params.size() && i < args.size(); ++i) {
+        if (params[i].name() == "training" && args[i].is_bool()) training = args[i].as_bool();
+        if (args[i].is_value() && args[i].as_value() == v)
+          stats_only = stats_only && (params[i].name() == "running_mean" || params[i].name() == "running_var");
+      }
+      if (!training || !stats_only) return false;
+    }
+    return true;
   }
 
   // A register read by the output node must survive to the end: never move out of it.

@@ -1,0 +1,230 @@
+// xport: torch.export for C++, single-header edition.
+//
+// GENERATED FILE, DO NOT EDIT. It is made from include/xport/ by tools/amalgamate.py:
+//     python3 tools/amalgamate.py
+// Edit the headers under include/xport/ and regenerate.
+#pragma once
+
+#include <xport/xport.hpp>
+// xport/train.hpp: training in C++, an opt-in entry beside the umbrella header (it parses
+// torch::nn): `p.module()`, the program as a torch::nn::Module that torch::optim trains
+// (run/module.hpp); it also lets export_forward_backward() (lower/joint.hpp) run the backward.
+
+// #include <xport/xport.hpp>
+// #include <xport/run/module.hpp>
+// xport/run/module.hpp: an exported program as a torch::nn::Module, torch's `ep.module()`, so
+// that torch::optim trains it. The module's parameters and buffers are the program's state,
+// registered under their fully qualified names (nested as the names nest: `layers.0.weight` is
+// parameter `weight` of submodule `0` of submodule `layers`), and forward runs the program
+// through the interpreter with autograd on. Opt-in (xport/train.hpp): it parses torch::nn.
+
+#include <cstddef>        // std::size_t
+#include <memory>         // std::shared_ptr
+#include <optional>       // std::optional
+#include <string>         // std::string
+#include <unordered_map>  // std::unordered_map
+#include <utility>        // std::move
+#include <vector>         // std::vector
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/nn/module.h>
+
+// #include <xport/config.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ir/program.hpp>
+// #include <xport/lower/joint.hpp>
+// #include <xport/run/callable.hpp>
+// #include <xport/run/interpreter.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+namespace detail {
+
+/// The mode a program was exported in, read from its calls: an argument named `train` or
+/// `training` (dropout, batch_norm, native_dropout, _native_batch_norm_legit_functional...)
+/// holds it, `_native_batch_norm_legit_no_training` is eval. The node that decides it is named.
+/// Empty when no call depends on the mode (an MLP): such a program is the same in both.
+struct exported_mode {
+  bool training = false;
+  std::string node;  // the first call that fixes it, `batch_norm` (aten.batch_norm.default)
+};
+
+inline std::optional<exported_mode> exported_mode_of(const graph& g) {
+  for (auto n : g.nodes()) {
+    if (!n.is_call() || n.op().higher_order) continue;
+    const auto& op = n.op();
+    const auto where = n.name() + " (" + op.qualified + ")";
+    if (op.name.find("no_training") != std::string::npos) return exported_mode{false, where};
+    const auto& params = op.schema().arguments();
+    const auto args = n.args();
+    for (std::size_t i = 0; i < params.size() && i < args.size(); ++i)
+      if ((params[i].name() == "train" || params[i].name() == "training") && args[i].is_bool())
+        return exported_mode{args[i].as_bool(), where};
+  }
+  return std::nullopt;
+}
+
+inline std::vector<at::Tensor> autograd_grad_of(const at::Tensor& loss, const std::vector<at::Tensor>& inputs) {
+  // the seed as Python's torch.autograd.grad makes it (ones_like, preserving the loss's format)
+  const auto seed = at::ones_like(loss, at::MemoryFormat::Preserve);
+  return torch::autograd::grad({loss}, inputs, {seed}, /*retain_graph=*/false, /*create_graph=*/false,
+                               /*allow_unused=*/true);
+}
+inline const bool autograd_grad_installed = (autograd_grad = &autograd_grad_of, true);
+
+}  // namespace detail
+
+/// An exported program as a torch::nn::Module: torch's `ep.module()`, made by `p.module()`.
+///
+///     auto m = p.module();                                   // #include <xport/train.hpp>
+///     torch::optim::AdamW opt(m->parameters(), 1e-3);
+///     auto loss = m->forward({x, y})[0];
+///     opt.zero_grad(); loss.backward(); opt.step();
+///
+/// - The parameters and buffers are the program's state tensors: the same storage as `p`'s
+///   (training the module trains `p`'s weights, as in torch), registered once each by FQN
+///   (tied weights are one parameter, under the first name the signature gives it).
+///   Parameters are leaves that require grad as the program's state did; freeze one with
+///   `requires_grad_(false)`. Lifted constants are neither: they are not trained.
+/// - forward runs the program (guards checked, autograd on unless the caller turns it off);
+///   the buffers it mutates (BatchNorm's running statistics) are updated in place, as eager
+///   updates them.
+/// - A program is exported in one mode. train()/eval() to that mode, or on a program no call of
+///   which depends on the mode, is accepted; to the other mode it throws `xport.module.mode`
+///   naming the call that fixes the mode (torch's unlifted module refuses both always).
+/// - to(device) moves the state in place (the registered tensors stay the same objects, so an
+///   optimizer made before keeps working) and retargets the graph; to(dtype) is refused: a
+///   program's dtypes are fixed at export.
+class program_module : public torch::nn::Module {
+ public:
+  explicit program_module(const exported_program& p) : torch::nn::Module("xport::program_module"), program_(p.clone()) {
+    mode_ = detail::exported_mode_of(program_.graph());
+    register_state();
+    if (mode_) torch::nn::Module::train(mode_->training);
+  }
+
+  /// Runs the program on its user inputs (tensors, in signature order); returns its user outputs.
+  std::vector<at::Tensor> forward(const std::vector<at::Tensor>& inputs) { return run(program_, inputs, opts_); }
+
+  /// forward on the tensors given: `m(x, y)`.
+  template <class... Tensors>
+  std::vector<at::Tensor> operator()(const Tensors&... xs) {
+    return forward(std::vector<at::Tensor>{xs...});
+  }
+
+  /// The structured call: `m->as<at::Tensor(at::Tensor, at::Tensor)>()(x, y)` (run/callable.hpp),
+  /// bound to this module's program (valid while the module lives).
+  template <class Sig>
+  [[nodiscard]] callable<Sig> as() const {
+    return callable<Sig>(program_).with(opts_);
+  }
+
+  /// Options for every forward (guards on by default).
+  program_module& with(run_options o) {
+    opts_ = o;
+    return *this;
+  }
+
+  /// The program, its state the module's tensors: save it (xport::save) to hand the trained
+  /// weights to torch.export.load.
+  [[nodiscard]] const exported_program& program() const noexcept { return program_; }
+
+  /// The mode the program was exported in; empty when no call depends on it.
+  [[nodiscard]] std::optional<bool> exported_training() const {
+    return mode_ ? std::optional<bool>(mode_->training) : std::nullopt;
+  }
+
+  void train(bool on = true) override {
+    if (mode_ && mode_->training != on)
+      throw error("xport.module.mode",
+                  std::string("program_module::") + (on ? "train()" : "eval()") + ": the program was exported in " +
+                      (mode_->training ? "train" : "eval") + " mode, and call " + mode_->node +
+                      " keeps that mode in the graph (batch statistics, dropout). A program's mode is fixed at export: "
+                      "export the module again after module->" + (on ? "train()" : "eval()") +
+                      ", or keep this mode (gradients flow in either)");
+    torch::nn::Module::train(on);
+  }
+
+  void to(torch::Device device, bool non_blocking = false) override {
+    torch::nn::Module::to(device, non_blocking);  // set_data: the registered tensors stay the same objects
+    for (auto& [name, t] : program_.constants_mut())
+      if (t.defined() && t.device() != device) t.set_data(t.to(device, non_blocking));
+    detail::retarget_device(program_.graph_mut(), device);  // and the interpreter compiles again
+  }
+  void to(torch::Dtype dtype, bool non_blocking = false) override { refuse_dtype(dtype, non_blocking); }
+  void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false) override {
+    refuse_dtype(dtype, non_blocking);
+    to(device, non_blocking);
+  }
+
+ private:
+  // Every state tensor once, under its FQN: parameters as leaves sharing the program's storage,
+  // buffers as the program's own tensors (their in-place updates reach `p`).
+  void register_state() {
+    std::unordered_map<const c10::TensorImpl*, at::Tensor> seen;
+    for (const auto& spec : program_.signature().input_specs) {
+      if (spec.kind != input_kind::parameter && spec.kind != input_kind::buffer) continue;
+      if (!spec.target) continue;
+      const auto& fqn = *spec.target;
+      auto t = program_.lifted_tensor(spec);
+      const auto [it, fresh] = seen.try_emplace(t.unsafeGetTensorImpl(), at::Tensor());
+      if (!fresh) {  // a tied weight: one tensor, registered once
+        set_state(spec, fqn, it->second);
+        continue;
+      }
+      if (spec.kind == input_kind::parameter) {
+        const bool grad = t.requires_grad();
+        t = t.detach();
+        t.requires_grad_(grad);
+        owner(fqn).register_parameter(leaf(fqn), t, grad);
+      } else {
+        owner(fqn).register_buffer(leaf(fqn), t);
+      }
+      it->second = t;
+      set_state(spec, fqn, t);
+    }
+  }
+
+  void set_state(const input_spec& spec, const std::string& fqn, const at::Tensor& t) {
+    const bool in_state = spec.kind == input_kind::parameter || spec.persistent.value_or(true);
+    (in_state ? program_.state_dict_mut() : program_.constants_mut()).set(fqn, t);
+  }
+
+  static std::string leaf(const std::string& fqn) {
+    const auto dot = fqn.rfind('.');
+    return dot == std::string::npos ? fqn : fqn.substr(dot + 1);
+  }
+
+  // The submodule that holds `fqn`'s leaf, made as the name's prefixes nest.
+  torch::nn::Module& owner(const std::string& fqn) {
+    torch::nn::Module* m = this;
+    std::size_t start = 0;
+    for (auto dot = fqn.find('.'); dot != std::string::npos; start = dot + 1, dot = fqn.find('.', start)) {
+      const auto part = fqn.substr(start, dot - start);
+      auto children = m->named_children();
+      if (auto* child = children.find(part)) {
+        m = child->get();
+      } else {
+        m = m->register_module(part, std::make_shared<torch::nn::Module>("xport::program_module")).get();
+      }
+    }
+    return *m;
+  }
+
+  void refuse_dtype(torch::Dtype dtype, bool /*non_blocking*/) const {
+    for (const auto& [name, t] : program_.state_dict())
+      if (t.defined() && t.is_floating_point() && t.scalar_type() != dtype)
+        throw error("xport.module.dtype", "program_module::to(" + std::string(c10::toString(dtype)) + "): state '" + name +
+                                              "' is " + c10::toString(t.scalar_type()) +
+                                              "; a program's dtypes are fixed at export (its graph computes in them). "
+                                              "Convert the eager module and export it again");
+  }
+
+  exported_program program_;
+  std::optional<detail::exported_mode> mode_;
+  run_options opts_;
+};
+
+XPORT_END_NAMESPACE
