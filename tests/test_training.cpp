@@ -348,6 +348,7 @@ TEST_CASE("training: LSTM and GRU, RMSprop and Adam, through the training and co
   }
 }
 
+#if XPORT_TEST_TORCH_FUNCTIONALIZATION
 namespace {
 
 // The gradients of `loss` to every parameter of `mod` that requires grad, by name (eager autograd).
@@ -387,7 +388,6 @@ void check_joint_run(const xport::exported_program& joint, const std::vector<at:
 
 }  // namespace
 
-#if XPORT_TEST_TORCH_FUNCTIONALIZATION
 TEST_CASE("export_forward_backward: the joint graph of an MLP and its loss, run equal to autograd") {
   using Net = WithLossImpl<m::MLP>;
   auto [eager, exported] = twin_nets<Net>();
