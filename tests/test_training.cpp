@@ -99,6 +99,15 @@ std::pair<std::shared_ptr<Net>, std::shared_ptr<Net>> twin_nets(Args... args) {
   return {eager, std::make_shared<Net>(args...)};
 }
 
+// The gradients of `loss` to `mod`'s parameters (in named_parameters order), by eager autograd.
+std::vector<at::Tensor> eager_grads_of(torch::nn::Module& mod, const at::Tensor& loss) {
+  for (auto& p : mod.parameters()) p.mutable_grad() = at::Tensor();
+  loss.backward();
+  std::vector<at::Tensor> out;
+  for (auto& p : mod.parameters()) out.push_back(p.grad().clone());
+  return out;
+}
+
 using optimizer_factory = std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<at::Tensor>)>;
 using forward_fn = std::function<at::Tensor(const std::vector<at::Tensor>&)>;
 using loss_fn = std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>;
@@ -285,6 +294,25 @@ TEST_CASE("training: dynamic batch sizes, gradient accumulation and clipping, fr
   CHECK(xm->named_parameters()["layers.0.weight"].grad().defined() == false);
 }
 
+TEST_CASE("training: transposed and sliced inputs train as eager") {
+  // one step each: the module's loss and gradients equal eager's for the same values in any layout
+  const auto one_step = [](torch::nn::Module& eager, const forward_fn& fwd, xport::program_module& xm,
+                           const at::Tensor& x, const at::Tensor& t, const loss_fn& loss) {
+    const auto le = loss(fwd({x}), t);
+    const auto ge = eager_grads_of(eager, le);
+    const auto lx = loss(xm.forward({x})[0], t);
+    const auto gx = eager_grads_of(xm, lx);
+    CHECK(close(lx.detach(), le.detach(), 1e-5));
+    REQUIRE(gx.size() == ge.size());
+    for (std::size_t i = 0; i < ge.size(); ++i) CHECK(close(gx[i], ge[i], 1e-5));
+  };
+  auto [mlp, p] = twin_and_program<m::MLP>(at::randn({8, 16}), true, false);
+  auto xm = p.module();
+  const forward_fn mf = [&](const auto& in) { return mlp->forward(in[0]); };
+  one_step(*mlp, mf, *xm, torch::randn({16, 8}).t(), torch::randn({8, 4}), mse);                      // transposed
+  one_step(*mlp, mf, *xm, torch::randn({8, 40}).narrow(1, 3, 16), torch::randn({8, 4}), mse);         // sliced
+}
+
 TEST_CASE("training: an MLP with dropout under a seed per step") {
   const auto data = regression_batches(10, {8});
   auto [eager, p] = twin_and_program<DropoutMLP>(at::randn({8, 16}), true, false);
@@ -353,11 +381,13 @@ namespace {
 
 // The gradients of `loss` to every parameter of `mod` that requires grad, by name (eager autograd).
 std::vector<std::pair<std::string, at::Tensor>> eager_gradients(torch::nn::Module& mod, const at::Tensor& loss) {
-  for (auto& p : mod.parameters()) p.mutable_grad() = at::Tensor();
-  loss.backward();
+  const auto grads = eager_grads_of(mod, loss);
   std::vector<std::pair<std::string, at::Tensor>> out;
-  for (const auto& item : mod.named_parameters())
-    if (item.value().requires_grad()) out.emplace_back(item.key(), item.value().grad());
+  std::size_t i = 0;
+  for (const auto& item : mod.named_parameters()) {
+    if (item.value().requires_grad()) out.emplace_back(item.key(), grads[i]);
+    ++i;
+  }
   return out;
 }
 
