@@ -4549,7 +4549,8 @@ inline exported_program subgraph_program(const subgraph& s, ir_dialect dialect =
   graph_signature sig;
   for (auto ph : s.body.placeholders())
     sig.input_specs.push_back(input_spec{input_kind::user_input, argument_spec::tensor(ph.name()), {}, {}});
-  for (const auto& a : s.body.output_node().args())
+  const node out = s.body.output_node();
+  for (const auto& a : out.args())
     sig.output_specs.push_back(output_spec{output_kind::user_output,
                                            a.is_value() ? argument_spec::tensor(a.as_value().name())
                                                         : argument_spec::constant_value("", a),
@@ -6748,7 +6749,8 @@ inline std::vector<value_type> subgraph_outputs(const op_info& op, const std::ve
     const auto& a = args[loop ? args.size() - 1 - i : i];
     if (!a.is_graph()) continue;
     std::vector<value_type> types;
-    for (const auto& o : a.as_graph()->body.output_node().args()) {
+    const node body_out = a.as_graph()->body.output_node();
+    for (const auto& o : body_out.args()) {
       if (!o.is_value())
         throw graph_error("xport.graph.subgraph_output", op.qualified + ": subgraph '" + a.as_graph()->name +
                                                              "' returns a constant; its outputs must be tensors");
@@ -7599,7 +7601,8 @@ inline void verify_subgraph_of(const node& n, const std::string& hop, const subg
   const auto fits_input = [](const argument& a, const value& ph, bool slice) {
     if (!a.is_value() || a.as_value().kind() != ph.kind()) return false;
     if (ph.kind() != value_kind::tensor) return true;
-    const auto &m = a.as_value().meta(), &q = ph.meta();
+    const value av = a.as_value();
+    const auto &m = av.meta(), &q = ph.meta();
     if (slice && m.sizes.empty()) return false;
     const auto sizes = slice ? sym_shape(m.sizes.begin() + 1, m.sizes.end()) : m.sizes;
     return m.dtype == q.dtype && sizes == q.sizes && m.device == q.device;
@@ -7635,7 +7638,8 @@ inline void verify_subgraph_of(const node& n, const std::string& hop, const subg
       verify_fail(hop + "_mutation", "Higher order ops do not support input mutation: node '" + inner.name() + "' of subgraph '" +
                                          s.name + "' calls " + inner.op().qualified + "; compute a new tensor and return it instead",
                   n.name());
-  for (const auto& o : s.body.output_node().args())
+  const node body_out = s.body.output_node();
+  for (const auto& o : body_out.args())
     if (o.is_value() && o.as_value().producer().is_placeholder())
       verify_fail(hop + "_aliasing", "Higher order ops do not support aliasing: subgraph '" + s.name + "' of '" + n.name() +
                                          "' returns its input '" + o.as_value().name() +
@@ -7672,8 +7676,9 @@ inline void verify_cond(node n, const verify_options& opts) {
   for (std::size_t i = 0; i < outs0.size(); ++i) {
     if (!outs0[i].is_value() || !outs1[i].is_value())
       verify_fail("cond_outputs", "'" + n.name() + "': torch.cond's branches must return tensors (output " + std::to_string(i) + ")", n.name());
-    const auto& a = outs0[i].as_value().meta();
-    const auto& b = outs1[i].as_value().meta();
+    const value v0 = outs0[i].as_value(), v1 = outs1[i].as_value();
+    const auto& a = v0.meta();
+    const auto& b = v1.meta();
     if (a.dtype != b.dtype)
       verify_fail("cond_outputs", "When merging two branches' output in torch.cond,  expected same dtype but got " +
                                       python_repr(a.dtype) + " and " + python_repr(b.dtype) + " (output " + std::to_string(i) +
@@ -7725,10 +7730,12 @@ inline void verify_while_loop(node n, const verify_options& opts) {
                                           std::to_string(n.num_outputs()) + " outputs)",
                 n.name());
   for (std::size_t i = 0; i < outs.size(); ++i) {
-    const auto& c = carried[i].as_value().meta();
+    const value cv = carried[i].as_value();
+    const auto& c = cv.meta();
     if (!outs[i].is_value() || outs[i].as_value().kind() != value_kind::tensor)
       verify_fail("while_loop_outputs", "'" + n.name() + "': body_fn must return tensors (output " + std::to_string(i) + ")", n.name());
-    const auto& b = outs[i].as_value().meta();
+    const value bv = outs[i].as_value();
+    const auto& b = bv.meta();
     if (b.dtype != c.dtype || b.sizes != c.sizes || b.device != c.device)
       verify_fail("while_loop_outputs", "Expected body_fn_output and carried_inputs to have same metadata but found: pair[" +
                                             std::to_string(i) + "] differ, where body_fn returns " + b.annotation() +
@@ -7766,8 +7773,9 @@ inline void verify_map(node n, const verify_options& opts) {
   for (std::size_t i = 0; i < outs.size(); ++i) {
     if (!outs[i].is_value() || outs[i].as_value().kind() != value_kind::tensor)
       verify_fail("map_outputs", "'" + n.name() + "': torch.map's body must return tensors (output " + std::to_string(i) + ")", n.name());
-    const auto& slice = outs[i].as_value().meta();
-    const auto& m = n.output(i).meta();
+    const value sv = outs[i].as_value(), mv = n.output(i);
+    const auto& slice = sv.meta();
+    const auto& m = mv.meta();
     if (m.dtype != slice.dtype || m.sizes.empty() || m.sizes[0] != xs[0].as_value().meta().sizes[0] ||
         sym_shape(m.sizes.begin() + 1, m.sizes.end()) != slice.sizes)
       verify_fail("map_outputs", "'" + n.name() + "' output " + std::to_string(i) + " (" + m.annotation() +
@@ -7810,10 +7818,12 @@ inline void verify_scan(node n, const verify_options& opts) {
       verify_fail("scan_outputs", "'" + n.name() + "': torch.scan's combine_fn must return tensors (output " +
                                       std::to_string(i) + ")",
                   n.name());
-    const auto& b = outs[i].as_value().meta();
-    const auto& m = n.output(i).meta();
+    const value bv = outs[i].as_value(), mv = n.output(i);
+    const auto& b = bv.meta();
+    const auto& m = mv.meta();
     if (i < init.size()) {
-      const auto& c = init[i].as_value().meta();
+      const value cv = init[i].as_value();
+      const auto& c = cv.meta();
       if (b.dtype != c.dtype || b.sizes != c.sizes || b.device != c.device)
         verify_fail("scan_carry", "Expected init and carry to have same metadata but found: pair[" + std::to_string(i) +
                                       "] differ, where init is " + c.annotation() + " and carry is " + b.annotation() +
@@ -14958,7 +14968,8 @@ inline functional_replay replay_functional(capture& cap, const exported_program&
     const value nv = now(phs[i].output(0));
     if (nv != cap.value_of(inputs[i])) out.mutated[i] = nv;
   }
-  for (const auto& a : g.output_node().args()) {
+  const node graph_out = g.output_node();
+  for (const auto& a : graph_out.args()) {
     if (!a.is_value()) {  // a constant output (None): returned as it is
       out.results.push_back(a);
       continue;
@@ -16372,7 +16383,8 @@ struct rewrite_t : pass_base<rewrite_t> {
     for (const auto& [pn, tn] : m.nodes)
       for (std::size_t i = 0; i < tn.num_outputs(); ++i) {
         if (tn == anchor && i == anchor_output) continue;
-        for (const auto& u : tn.output(i).uses())
+        const value out = tn.output(i);
+        for (const auto& u : out.uses())
           if (!inside.count(u.user_impl)) return false;
       }
     return true;
@@ -16985,12 +16997,10 @@ class input_guards {
 XPORT_END_NAMESPACE
 // #include <xport/run/interpreter.hpp>
 // xport/run/interpreter.hpp: running an exported program through the LibTorch dispatcher.
-// The program is compiled once into a flat instruction list: operator handles resolved,
-// constant arguments pre-boxed (every argument passed as ops/call.hpp decides for all calls),
-// one register per value; each value is moved into its last use
-// (or dropped at once when nothing uses it), so memory is freed as early as in eager. Running checks the inputs
-// against the program's guards, then makes one boxed call per node; the dispatcher picks the
-// kernel (CPU or CUDA) from the tensors, and autograd records when parameters require grad.
+// The program is compiled once (run/compiled.hpp: a flat instruction list, one register per
+// value, each value moved into its last use). Running checks the inputs against the program's
+// guards, then makes one boxed call per instruction; the dispatcher picks the kernel (CPU or
+// CUDA) from the tensors, and autograd records when parameters require grad.
 // An interpreter is immutable after construction: any number of threads may run it at once.
 
 #include <cstddef>        // std::size_t
@@ -17019,50 +17029,47 @@ XPORT_END_NAMESPACE
 // #include <xport/ir/graph.hpp>
 // #include <xport/ir/program.hpp>
 // #include <xport/ir/unbacked.hpp>
+// #include <xport/run/compiled.hpp>
+// xport/run/compiled.hpp: a program compiled for running, the one contract between the
+// interpreter (run/interpreter.hpp), which makes and runs it, and the engine (run/engine.hpp),
+// which plans memory and dispatch over the same code. The compiled form is a flat instruction
+// list: operator handles resolved, constant arguments pre-boxed (every argument passed as
+// ops/call.hpp decides for all calls), one register per value, each value moved into its last
+// use (or dropped at once when nothing uses it), so memory is freed as early as in eager. Beside
+// the code it holds where the user inputs and the lifted state enter (their registers), what the
+// graph outputs are (registers or constants, user outputs or mutations to write back) and which
+// calls bind unbacked symbols. It is immutable after construction; running it (execute) needs
+// only a register file of the caller's, so any number of threads may run one at once.
+
+#include <cstddef>        // std::size_t
+#include <cstdint>        // std::uint32_t
+#include <optional>       // std::optional
+#include <string>         // std::string
+#include <unordered_map>  // std::unordered_map
+#include <unordered_set>  // std::unordered_set
+#include <utility>        // std::move, std::pair
+#include <vector>         // std::vector
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/core/stack.h>
+#include <c10/core/GradMode.h>
+
+// #include <xport/config.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ir/graph.hpp>
+// #include <xport/ir/program.hpp>
+// #include <xport/ir/unbacked.hpp>
+// #include <xport/ops/call.hpp>
+// #include <xport/ops/op_sets.hpp>
+// #include <xport/ops/schema.hpp>
 // #include <xport/run/guards.hpp>
 
 XPORT_BEGIN_NAMESPACE
 
-struct run_options {
-  /// Check inputs against the program's guards before running (count, dtype, device, shape).
-  bool check_inputs = true;
-  /// Run under c10::InferenceMode: no autograd recording, ~0.2 us less per op. Results are
-  /// inference tensors.
-  bool inference_mode = false;
-};
-
-class engine;
-
-class interpreter {
+class compiled_program {
  public:
-  explicit interpreter(const exported_program& p) : guards_(p) { compile(p); }
-
-  /// Runs on the user inputs (the tensor ones, in signature order: a specialized constant input
-  /// is no argument here, its value is the program's); returns the user outputs. Buffer and
-  /// input mutations the program returns are written back (into the program's state, and into
-  /// the given input tensors) as eager would have done in place.
-  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs, const run_options& opts = {}) const {
-    sym_env env = opts.check_inputs ? guards_.check_and_bind(inputs) : guards_.bind(inputs);
-    std::optional<c10::InferenceMode> inference;
-    if (opts.inference_mode) inference.emplace();
-    std::vector<at::Tensor> relaid;
-    return deliver(execute(in_exported_layout(inputs, relaid), std::move(env)), inputs);
-  }
-
-  /// Runs and returns every graph output (mutations included) as IValues, without guards or
-  /// write-back: the graph as a pure function of (lifted state, user inputs).
-  std::vector<c10::IValue> run_all(const std::vector<at::Tensor>& inputs) const {
-    std::vector<at::Tensor> relaid;
-    return execute(in_exported_layout(inputs, relaid), guards_.bind(inputs));
-  }
-
-  [[nodiscard]] std::size_t num_instructions() const noexcept { return code_.size(); }
-  /// Whether a call gives a symbol at run time (Note [Unbacked symbols]).
-  [[nodiscard]] bool binds_unbacked() const noexcept { return !unbacked_.empty(); }
-  [[nodiscard]] const input_guards& guards() const noexcept { return guards_; }
-
- private:
-  friend class engine;  // run/engine.hpp runs the same compiled code with planned memory
 
   // How one argument is pushed: a pre-boxed constant, a register (copied, or moved when this is
   // its last use), or a list assembled from registers.
@@ -17072,7 +17079,7 @@ class interpreter {
       symbolic_number, reg_number  // a size where a Tensor is expected: passed as a wrapped number
     };
     kind type;
-    std::uint32_t index;  // into constants_, regs, lists_ or syms_
+    std::uint32_t index;  // into constants, regs, lists or syms
   };
   struct list_op {
     std::vector<arg_op> elems;  // constant (None / int) or register
@@ -17101,6 +17108,33 @@ class interpreter {
     bool statistics = false;  // running statistics only (Note [Running statistics written back])
   };
   static constexpr std::uint32_t dead = 0xffffffffu;
+  struct output_slot {
+    bool is_reg;
+    std::uint32_t index;
+  };
+
+  /// Compiles `p`'s graph (its state is referenced, not copied: training it trains the program).
+  explicit compiled_program(const exported_program& p) { compile(p); }
+
+  // ---- the compiled form (read-only after construction) ----------------------------------------
+  std::vector<instr> code;
+  std::vector<c10::IValue> constants;
+  std::vector<list_op> lists;
+  std::vector<sym_int> syms;                 // symbolic arguments, evaluated per call
+  std::unordered_set<std::string> unbacked;  // the unbacked symbols a call binds
+  std::vector<std::uint32_t> user_slots;     // per tensor user input: its register
+  std::vector<std::optional<c10::MemoryFormat>> input_layout;  // per user input (see in_exported_layout)
+  std::vector<std::pair<std::uint32_t, at::Tensor>> state_slots;  // the lifted state's registers
+  std::vector<output_slot> outputs;      // per graph output: a register or a constant
+  std::vector<std::size_t> user_outputs;  // the graph outputs run() returns, in order
+  std::vector<mutation> mutations;       // the graph outputs run() writes back
+  std::size_t num_regs = 0;
+  std::size_t max_args = 0;  // the most arguments one call pushes
+
+  /// Whether a call gives a symbol at run time (Note [Unbacked symbols]).
+  [[nodiscard]] bool binds_unbacked() const noexcept { return !unbacked.empty(); }
+
+  // ---- running it ----------------------------------------------------------------------------
 
   // Note [Inputs in the exported layout]: a program assumes its examples' memory layout where
   // the ops it was traced through did: a composite kernel that called `.contiguous()` on a
@@ -17111,8 +17145,8 @@ class interpreter {
   // place are passed as they are (their writes must reach the caller's tensor).
   const std::vector<at::Tensor>& in_exported_layout(const std::vector<at::Tensor>& inputs,
                                                     std::vector<at::Tensor>& relaid) const {
-    for (std::size_t i = 0; i < inputs.size() && i < input_layout_.size(); ++i) {
-      const auto& fmt = input_layout_[i];
+    for (std::size_t i = 0; i < inputs.size() && i < input_layout.size(); ++i) {
+      const auto& fmt = input_layout[i];
       if (!fmt || !inputs[i].defined() || inputs[i].is_contiguous(*fmt)) continue;
       if (relaid.empty()) relaid = inputs;
       relaid[i] = inputs[i].contiguous(*fmt);
@@ -17120,6 +17154,152 @@ class interpreter {
     return relaid.empty() ? inputs : relaid;
   }
 
+  // The user outputs of a run's graph outputs `outs`, after writing its mutations back.
+  std::vector<at::Tensor> deliver(const std::vector<c10::IValue>& outs, const std::vector<at::Tensor>& inputs) const {
+    std::vector<at::Tensor> user;
+    user.reserve(user_outputs.size());
+    for (auto i : user_outputs) user.push_back(outs[i].isTensor() ? outs[i].toTensor() : at::Tensor());
+    if (!mutations.empty()) {
+      c10::NoGradGuard no_grad;
+      for (const auto& m : mutations) {
+        auto& target = m.user_input >= 0 ? inputs[static_cast<std::size_t>(m.user_input)] : m.state;
+        const auto& fresh = outs[m.output].toTensor();
+        if (target.is_same(fresh)) continue;
+        if (m.statistics) target.variable_data().copy_(fresh);  // its version unchanged
+        else target.copy_(fresh);
+      }
+    }
+    return user;
+  }
+
+  c10::IValue take(std::vector<c10::IValue>& regs, const sym_env& env, const arg_op& a) const {
+    switch (a.type) {
+      case arg_op::kind::symbolic: return env.eval(syms[a.index]);
+      case arg_op::kind::symbolic_number: return detail::wrapped_number(c10::IValue(env.eval(syms[a.index])));
+      case arg_op::kind::reg_number: return detail::wrapped_number(regs[a.index]);
+      case arg_op::kind::constant: return constants[a.index];
+      case arg_op::kind::reg_copy: return regs[a.index];
+      case arg_op::kind::reg_move: return std::move(regs[a.index]);
+      default: return {};
+    }
+  }
+
+  // The registers at the start of a run: the user inputs and the lifted state in their slots.
+  std::vector<c10::IValue> initial_registers(const std::vector<at::Tensor>& inputs) const {
+    std::vector<c10::IValue> regs(num_regs);
+    for (std::size_t i = 0; i < user_slots.size(); ++i) regs[user_slots[i]] = inputs[i];
+    for (const auto& [r, t] : state_slots) regs[r] = t;
+    return regs;
+  }
+
+  // Pushes instruction `in`'s arguments onto `stack` (moving registers at their last use).
+  void push_arguments(const instr& in, std::vector<c10::IValue>& regs, const sym_env& env, torch::jit::Stack& stack) const {
+    for (const auto& a : in.args) {
+      switch (a.type) {
+        case arg_op::kind::constant:
+        case arg_op::kind::symbolic:
+        case arg_op::kind::symbolic_number:
+        case arg_op::kind::reg_number:
+        case arg_op::kind::reg_copy:
+        case arg_op::kind::reg_move: stack.push_back(take(regs, env, a)); break;
+        case arg_op::kind::tensor_list: {
+          const auto& l = lists[a.index];
+          c10::List<at::Tensor> ts;
+          ts.reserve(l.elems.size());
+          for (const auto& e : l.elems) ts.push_back(take(regs, env, e).toTensor());
+          stack.emplace_back(std::move(ts));
+          break;
+        }
+        case arg_op::kind::opt_tensor_list: {
+          const auto& l = lists[a.index];
+          c10::List<c10::optional<at::Tensor>> ts;
+          ts.reserve(l.elems.size());
+          for (const auto& e : l.elems) {
+            auto v = take(regs, env, e);
+            if (v.isNone()) ts.push_back(c10::nullopt);
+            else ts.push_back(v.toTensor());
+          }
+          stack.emplace_back(std::move(ts));
+          break;
+        }
+        case arg_op::kind::int_list: {
+          const auto& l = lists[a.index];
+          c10::List<std::int64_t> is;
+          for (const auto& e : l.elems) is.push_back(take(regs, env, e).toInt());
+          stack.emplace_back(std::move(is));
+          break;
+        }
+      }
+    }
+  }
+
+  // The graph outputs, read from the registers at the end of a run.
+  std::vector<c10::IValue> graph_outputs(const std::vector<c10::IValue>& regs) const {
+    std::vector<c10::IValue> out;
+    out.reserve(outputs.size());
+    for (const auto& o : outputs) out.push_back(o.is_reg ? regs[o.index] : constants[o.index]);
+    return out;
+  }
+
+  [[noreturn]] static void throw_op_failed(const instr& in, const c10::Error& e) {
+    throw run_error("xport.run.op_failed",
+                    "node '" + in.node_name + "' (" + in.info->qualified + ") failed: " + e.what_without_backtrace());
+  }
+
+  std::vector<c10::IValue> execute(const std::vector<at::Tensor>& inputs, sym_env env) const {
+    auto regs = initial_registers(inputs);
+    torch::jit::Stack stack;
+    stack.reserve(max_args + 4);
+    for (const auto& in : code) {
+      push_arguments(in, regs, env, stack);
+      detail::call_op(*in.op, stack, [&](const c10::Error& e) { throw_op_failed(in, e); });
+      detail::take_outputs(stack, [&](std::size_t k, c10::IValue&& r) {
+        if (!in.binds.empty()) bind_unbacked(in, k, r, env);
+        if (k < in.outputs.size() && in.outputs[k] != dead) regs[in.outputs[k]] = std::move(r);
+      });
+      stack.clear();
+    }
+    return graph_outputs(regs);
+  }
+
+  // Binds the unbacked symbols of instruction `in` from its output `k`, `r` (Note [Unbacked symbols]).
+  static void bind_unbacked(const instr& in, std::size_t k, const c10::IValue& r, sym_env& env) {
+    for (const auto& b : in.binds) {
+      if (b.output != k) continue;
+      const auto v = b.dim < 0 ? r.toInt() : r.toTensor().size(b.dim);
+      env.bind_unbacked(b.symbol, v, in.node_name);
+    }
+  }
+
+  /// Calls `f(register)` for every register instruction `in` reads (lists included).
+  template <class F>
+  void for_each_register_use(const instr& in, F&& f) const {
+    const auto visit = [&](const arg_op& a) {
+      if (a.type == arg_op::kind::reg_copy || a.type == arg_op::kind::reg_move || a.type == arg_op::kind::reg_number) f(a.index);
+    };
+    for (const auto& a : in.args) {
+      if (a.type == arg_op::kind::tensor_list || a.type == arg_op::kind::opt_tensor_list || a.type == arg_op::kind::int_list) {
+        for (const auto& e : lists[a.index].elems) visit(e);
+      } else {
+        visit(a);
+      }
+    }
+  }
+
+  /// This code with every move out of a register made a copy: for runs whose calls read a
+  /// register from several threads (the engine's parallel branches).
+  [[nodiscard]] compiled_program copying() const {
+    compiled_program c = *this;
+    for (auto& in : c.code)
+      for (auto& a : in.args)
+        if (a.type == arg_op::kind::reg_move) a.type = arg_op::kind::reg_copy;
+    for (auto& l : c.lists)
+      for (auto& e : l.elems)
+        if (e.type == arg_op::kind::reg_move) e.type = arg_op::kind::reg_copy;
+    return c;
+  }
+
+ private:
   // The layout of a placeholder's example, when it is one `.contiguous(format)` makes.
   static std::optional<c10::MemoryFormat> exported_layout(const value& v) {
     if (v.kind() != value_kind::tensor) return std::nullopt;
@@ -17131,24 +17311,6 @@ class interpreter {
           t.is_contiguous(fmt))
         return fmt;
     return std::nullopt;
-  }
-
-  // The user outputs of a run's graph outputs `outs`, after writing its mutations back.
-  std::vector<at::Tensor> deliver(const std::vector<c10::IValue>& outs, const std::vector<at::Tensor>& inputs) const {
-    std::vector<at::Tensor> user;
-    user.reserve(user_outputs_.size());
-    for (auto i : user_outputs_) user.push_back(outs[i].isTensor() ? outs[i].toTensor() : at::Tensor());
-    if (!mutations_.empty()) {
-      c10::NoGradGuard no_grad;
-      for (const auto& m : mutations_) {
-        auto& target = m.user_input >= 0 ? inputs[static_cast<std::size_t>(m.user_input)] : m.state;
-        const auto& fresh = outs[m.output].toTensor();
-        if (target.is_same(fresh)) continue;
-        if (m.statistics) target.variable_data().copy_(fresh);  // its version unchanged
-        else target.copy_(fresh);
-      }
-    }
-    return user;
   }
 
   // Placeholders some in-place op writes to, directly or through a view.
@@ -17192,7 +17354,7 @@ class interpreter {
       for (std::size_t i = 0; i < n.num_inputs(); ++i) last_use[n.input(i).impl()] = n.impl();
     for (auto n : g.nodes())
       if (n.is_call()) compile_call(n, reg, last_use);
-    num_regs_ = reg.size();
+    num_regs = reg.size();
     compile_outputs(p, reg);
     keep_output_registers();
   }
@@ -17209,10 +17371,10 @@ class interpreter {
       if (spec.kind == input_kind::user_input && spec.arg.type == argument_spec::kind::constant) {
         continue;  // a specialized constant: nothing reads its placeholder
       } else if (spec.kind == input_kind::user_input) {
-        user_slots_.push_back(r);
-        input_layout_.push_back(written.count(phs[i].output(0).impl()) ? std::nullopt : exported_layout(phs[i].output(0)));
+        user_slots.push_back(r);
+        input_layout.push_back(written.count(phs[i].output(0).impl()) ? std::nullopt : exported_layout(phs[i].output(0)));
       } else {
-        state_slots_.emplace_back(r, p.lifted_tensor(spec));
+        state_slots.emplace_back(r, p.lifted_tensor(spec));
       }
     }
   }
@@ -17245,24 +17407,15 @@ class interpreter {
     }
     compile_unbacked_binds(n, in);
     run_views_as_reshape(in);
-    max_args_ = std::max(max_args_, in.args.size());
-    code_.push_back(std::move(in));
+    max_args = std::max(max_args, in.args.size());
+    code.push_back(std::move(in));
   }
 
   // The unbacked symbols call `n` is the first to give (Note [Unbacked symbols]).
   void compile_unbacked_binds(const node& n, instr& in) {
-    for_each_unbacked_given(n, unbacked_, [&](const value& v, std::int64_t dim, const std::string& s, const sym_int&) {
+    for_each_unbacked_given(n, unbacked, [&](const value& v, std::int64_t dim, const std::string& s, const sym_int&) {
       in.binds.push_back({v.index(), dim, s});
     });
-  }
-
-  // Binds the unbacked symbols of instruction `in` from its output `k`, `r` (Note [Unbacked symbols]).
-  static void bind_unbacked(const instr& in, std::size_t k, const c10::IValue& r, sym_env& env) {
-    for (const auto& b : in.binds) {
-      if (b.output != k) continue;
-      const auto v = b.dim < 0 ? r.toInt() : r.toTensor().size(b.dim);
-      env.bind_unbacked(b.symbol, v, in.node_name);
-    }
   }
 
   // How argument `a` of parameter `param` is pushed, as detail::form_of decides for every call;
@@ -17273,15 +17426,15 @@ class interpreter {
     const auto f = detail::form_of(param, a);
     switch (f) {
       case form::constant:
-        constants_.push_back(detail::constant_ivalue(param, a));
-        return {arg_op::kind::constant, static_cast<std::uint32_t>(constants_.size() - 1)};
+        constants.push_back(detail::constant_ivalue(param, a));
+        return {arg_op::kind::constant, static_cast<std::uint32_t>(constants.size() - 1)};
       case form::value: return reg_op(a.as_value());
       case form::value_number: return {arg_op::kind::reg_number, reg_op(a.as_value()).index};
       case form::symbolic:
       case form::symbolic_number:
-        syms_.push_back(a.as_sym());
+        syms.push_back(a.as_sym());
         return {f == form::symbolic ? arg_op::kind::symbolic : arg_op::kind::symbolic_number,
-                static_cast<std::uint32_t>(syms_.size() - 1)};
+                static_cast<std::uint32_t>(syms.size() - 1)};
       case form::tensor_list:
       case form::optional_tensor_list:
       case form::int_list: break;
@@ -17292,18 +17445,18 @@ class interpreter {
       if (e.is_value()) {
         l.elems.push_back(reg_op(e.as_value()));
       } else if (e.is_symbolic()) {
-        syms_.push_back(e.as_sym());
-        l.elems.push_back({arg_op::kind::symbolic, static_cast<std::uint32_t>(syms_.size() - 1)});
+        syms.push_back(e.as_sym());
+        l.elems.push_back({arg_op::kind::symbolic, static_cast<std::uint32_t>(syms.size() - 1)});
       } else {
-        constants_.push_back(e.is_int() ? c10::IValue(e.as_int()) : c10::IValue());
-        l.elems.push_back({arg_op::kind::constant, static_cast<std::uint32_t>(constants_.size() - 1)});
+        constants.push_back(e.is_int() ? c10::IValue(e.as_int()) : c10::IValue());
+        l.elems.push_back({arg_op::kind::constant, static_cast<std::uint32_t>(constants.size() - 1)});
       }
     }
-    lists_.push_back(std::move(l));
+    lists.push_back(std::move(l));
     const auto k = f == form::tensor_list            ? arg_op::kind::tensor_list
                    : f == form::optional_tensor_list ? arg_op::kind::opt_tensor_list
                                                      : arg_op::kind::int_list;
-    return {k, static_cast<std::uint32_t>(lists_.size() - 1)};
+    return {k, static_cast<std::uint32_t>(lists.size() - 1)};
   }
 
   // Where each graph output comes from (a register, or a constant), and what it is to run().
@@ -17312,10 +17465,10 @@ class interpreter {
     for (std::size_t i = 0; i < out_args.size(); ++i) {
       const auto& a = out_args[i];
       if (a.is_value()) {
-        outputs_.push_back({true, reg.at(a.as_value().impl())});
+        outputs.push_back({true, reg.at(a.as_value().impl())});
       } else {
-        constants_.push_back(detail::constant_ivalue(a, c10::AnyType::get()));
-        outputs_.push_back({false, static_cast<std::uint32_t>(constants_.size() - 1)});
+        constants.push_back(detail::constant_ivalue(a, c10::AnyType::get()));
+        outputs.push_back({false, static_cast<std::uint32_t>(constants.size() - 1)});
       }
       compile_output_kind(p, i);
     }
@@ -17329,7 +17482,7 @@ class interpreter {
       case output_kind::user_output:
       case output_kind::loss_output:
       case output_kind::gradient_to_parameter:  // a joint graph's (lower/joint.hpp): after the user outputs
-      case output_kind::gradient_to_user_input: user_outputs_.push_back(i); break;
+      case output_kind::gradient_to_user_input: user_outputs.push_back(i); break;
       case output_kind::buffer_mutation:
       case output_kind::parameter_mutation: {
         input_spec lookup;
@@ -17340,7 +17493,7 @@ class interpreter {
             lookup = sig.input_specs[k];
             at = k;
           }
-        mutations_.push_back({i, -1, p.lifted_tensor(lookup), only_running_statistics(p.graph().placeholders().at(at))});
+        mutations.push_back({i, -1, p.lifted_tensor(lookup), only_running_statistics(p.graph().placeholders().at(at))});
         break;
       }
       case output_kind::user_input_mutation: {
@@ -17350,7 +17503,7 @@ class interpreter {
           if (s.arg.name == spec.target) break;
           ++k;
         }
-        mutations_.push_back({i, k, {}});
+        mutations.push_back({i, k, {}});
         break;
       }
       default: break;
@@ -17385,15 +17538,15 @@ class interpreter {
 
   // A register read by the output node must survive to the end: never move out of it.
   void keep_output_registers() {
-    std::vector<bool> is_output_reg(num_regs_, false);
-    for (const auto& o : outputs_)
+    std::vector<bool> is_output_reg(num_regs, false);
+    for (const auto& o : outputs)
       if (o.is_reg) is_output_reg[o.index] = true;
     const auto keep = [&](arg_op& a) {
       if (a.type == arg_op::kind::reg_move && is_output_reg[a.index]) a.type = arg_op::kind::reg_copy;
     };
-    for (auto& in : code_)
+    for (auto& in : code)
       for (auto& a : in.args) keep(a);
-    for (auto& l : lists_)
+    for (auto& l : lists)
       for (auto& e : l.elems) keep(e);
   }
 
@@ -17409,117 +17562,54 @@ class interpreter {
     in.op = &reshape.handle;
     in.args.resize(2);  // self, size (`_reshape_alias`'s strides are the example's: dropped)
   }
+};
 
-  c10::IValue take(std::vector<c10::IValue>& regs, const sym_env& env, const arg_op& a) const {
-    const auto& constants = constants_;
-    switch (a.type) {
-      case arg_op::kind::symbolic: return env.eval(syms_[a.index]);
-      case arg_op::kind::symbolic_number: return detail::wrapped_number(c10::IValue(env.eval(syms_[a.index])));
-      case arg_op::kind::reg_number: return detail::wrapped_number(regs[a.index]);
-      case arg_op::kind::constant: return constants[a.index];
-      case arg_op::kind::reg_copy: return regs[a.index];
-      case arg_op::kind::reg_move: return std::move(regs[a.index]);
-      default: return {};
-    }
+XPORT_END_NAMESPACE
+// #include <xport/run/guards.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+struct run_options {
+  /// Check inputs against the program's guards before running (count, dtype, device, shape).
+  bool check_inputs = true;
+  /// Run under c10::InferenceMode: no autograd recording, ~0.2 us less per op. Results are
+  /// inference tensors.
+  bool inference_mode = false;
+};
+
+class interpreter {
+ public:
+  explicit interpreter(const exported_program& p) : guards_(p), code_(p) {}
+
+  /// Runs on the user inputs (the tensor ones, in signature order: a specialized constant input
+  /// is no argument here, its value is the program's); returns the user outputs. Buffer and
+  /// input mutations the program returns are written back (into the program's state, and into
+  /// the given input tensors) as eager would have done in place.
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs, const run_options& opts = {}) const {
+    sym_env env = opts.check_inputs ? guards_.check_and_bind(inputs) : guards_.bind(inputs);
+    std::optional<c10::InferenceMode> inference;
+    if (opts.inference_mode) inference.emplace();
+    std::vector<at::Tensor> relaid;
+    return code_.deliver(code_.execute(code_.in_exported_layout(inputs, relaid), std::move(env)), inputs);
   }
 
-  // The registers at the start of a run: the user inputs and the lifted state in their slots.
-  std::vector<c10::IValue> initial_registers(const std::vector<at::Tensor>& inputs) const {
-    std::vector<c10::IValue> regs(num_regs_);
-    for (std::size_t i = 0; i < user_slots_.size(); ++i) regs[user_slots_[i]] = inputs[i];
-    for (const auto& [r, t] : state_slots_) regs[r] = t;
-    return regs;
+  /// Runs and returns every graph output (mutations included) as IValues, without guards or
+  /// write-back: the graph as a pure function of (lifted state, user inputs).
+  std::vector<c10::IValue> run_all(const std::vector<at::Tensor>& inputs) const {
+    std::vector<at::Tensor> relaid;
+    return code_.execute(code_.in_exported_layout(inputs, relaid), guards_.bind(inputs));
   }
 
-  // Pushes instruction `in`'s arguments onto `stack` (moving registers at their last use).
-  void push_arguments(const instr& in, std::vector<c10::IValue>& regs, const sym_env& env, torch::jit::Stack& stack) const {
-    for (const auto& a : in.args) {
-      switch (a.type) {
-        case arg_op::kind::constant:
-        case arg_op::kind::symbolic:
-        case arg_op::kind::symbolic_number:
-        case arg_op::kind::reg_number:
-        case arg_op::kind::reg_copy:
-        case arg_op::kind::reg_move: stack.push_back(take(regs, env, a)); break;
-        case arg_op::kind::tensor_list: {
-          const auto& l = lists_[a.index];
-          c10::List<at::Tensor> ts;
-          ts.reserve(l.elems.size());
-          for (const auto& e : l.elems) ts.push_back(take(regs, env, e).toTensor());
-          stack.emplace_back(std::move(ts));
-          break;
-        }
-        case arg_op::kind::opt_tensor_list: {
-          const auto& l = lists_[a.index];
-          c10::List<c10::optional<at::Tensor>> ts;
-          ts.reserve(l.elems.size());
-          for (const auto& e : l.elems) {
-            auto v = take(regs, env, e);
-            if (v.isNone()) ts.push_back(c10::nullopt);
-            else ts.push_back(v.toTensor());
-          }
-          stack.emplace_back(std::move(ts));
-          break;
-        }
-        case arg_op::kind::int_list: {
-          const auto& l = lists_[a.index];
-          c10::List<std::int64_t> is;
-          for (const auto& e : l.elems) is.push_back(take(regs, env, e).toInt());
-          stack.emplace_back(std::move(is));
-          break;
-        }
-      }
-    }
-  }
+  [[nodiscard]] std::size_t num_instructions() const noexcept { return code_.code.size(); }
+  /// Whether a call gives a symbol at run time (Note [Unbacked symbols]).
+  [[nodiscard]] bool binds_unbacked() const noexcept { return code_.binds_unbacked(); }
+  [[nodiscard]] const input_guards& guards() const noexcept { return guards_; }
+  /// The compiled code this interpreter runs (what the engine plans over).
+  [[nodiscard]] const compiled_program& compiled() const noexcept { return code_; }
 
-  // The graph outputs, read from the registers at the end of a run.
-  std::vector<c10::IValue> graph_outputs(const std::vector<c10::IValue>& regs) const {
-    std::vector<c10::IValue> out;
-    out.reserve(outputs_.size());
-    for (const auto& o : outputs_) out.push_back(o.is_reg ? regs[o.index] : constants_[o.index]);
-    return out;
-  }
-
-  [[noreturn]] static void throw_op_failed(const instr& in, const c10::Error& e) {
-    throw run_error("xport.run.op_failed",
-                    "node '" + in.node_name + "' (" + in.info->qualified + ") failed: " + e.what_without_backtrace());
-  }
-
-  std::vector<c10::IValue> execute(const std::vector<at::Tensor>& inputs, sym_env env) const {
-    auto regs = initial_registers(inputs);
-    torch::jit::Stack stack;
-    stack.reserve(max_args_ + 4);
-    for (const auto& in : code_) {
-      push_arguments(in, regs, env, stack);
-      detail::call_op(*in.op, stack, [&](const c10::Error& e) { throw_op_failed(in, e); });
-      detail::take_outputs(stack, [&](std::size_t k, c10::IValue&& r) {
-        if (!in.binds.empty()) bind_unbacked(in, k, r, env);
-        if (k < in.outputs.size() && in.outputs[k] != dead) regs[in.outputs[k]] = std::move(r);
-      });
-      stack.clear();
-    }
-    return graph_outputs(regs);
-  }
-
-  struct output_slot {
-    bool is_reg;
-    std::uint32_t index;
-  };
-
+ private:
   input_guards guards_;
-  std::vector<instr> code_;
-  std::vector<c10::IValue> constants_;
-  std::vector<list_op> lists_;
-  std::vector<sym_int> syms_;  // symbolic arguments, evaluated per call
-  std::unordered_set<std::string> unbacked_;  // the unbacked symbols a call binds
-  std::vector<std::uint32_t> user_slots_;
-  std::vector<std::optional<c10::MemoryFormat>> input_layout_;  // per user input (see in_exported_layout)
-  std::vector<std::pair<std::uint32_t, at::Tensor>> state_slots_;
-  std::vector<output_slot> outputs_;
-  std::vector<std::size_t> user_outputs_;
-  std::vector<mutation> mutations_;
-  std::size_t num_regs_ = 0;
-  std::size_t max_args_ = 0;
+  compiled_program code_;
 };
 
 namespace detail {

@@ -440,7 +440,8 @@ inline exported_program subgraph_program(const subgraph& s, ir_dialect dialect =
   graph_signature sig;
   for (auto ph : s.body.placeholders())
     sig.input_specs.push_back(input_spec{input_kind::user_input, argument_spec::tensor(ph.name()), {}, {}});
-  for (const auto& a : s.body.output_node().args())
+  const node out = s.body.output_node();
+  for (const auto& a : out.args())
     sig.output_specs.push_back(output_spec{output_kind::user_output,
                                            a.is_value() ? argument_spec::tensor(a.as_value().name())
                                                         : argument_spec::constant_value("", a),

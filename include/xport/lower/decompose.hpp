@@ -623,7 +623,8 @@ inline functional_replay replay_functional(capture& cap, const exported_program&
     const value nv = now(phs[i].output(0));
     if (nv != cap.value_of(inputs[i])) out.mutated[i] = nv;
   }
-  for (const auto& a : g.output_node().args()) {
+  const node graph_out = g.output_node();
+  for (const auto& a : graph_out.args()) {
     if (!a.is_value()) {  // a constant output (None): returned as it is
       out.results.push_back(a);
       continue;

@@ -279,7 +279,8 @@ inline std::vector<value_type> subgraph_outputs(const op_info& op, const std::ve
     const auto& a = args[loop ? args.size() - 1 - i : i];
     if (!a.is_graph()) continue;
     std::vector<value_type> types;
-    for (const auto& o : a.as_graph()->body.output_node().args()) {
+    const node body_out = a.as_graph()->body.output_node();
+    for (const auto& o : body_out.args()) {
       if (!o.is_value())
         throw graph_error("xport.graph.subgraph_output", op.qualified + ": subgraph '" + a.as_graph()->name +
                                                              "' returns a constant; its outputs must be tensors");

@@ -134,7 +134,8 @@ struct rewrite_t : pass_base<rewrite_t> {
     for (const auto& [pn, tn] : m.nodes)
       for (std::size_t i = 0; i < tn.num_outputs(); ++i) {
         if (tn == anchor && i == anchor_output) continue;
-        for (const auto& u : tn.output(i).uses())
+        const value out = tn.output(i);
+        for (const auto& u : out.uses())
           if (!inside.count(u.user_impl)) return false;
       }
     return true;

@@ -189,7 +189,8 @@ inline void verify_subgraph_of(const node& n, const std::string& hop, const subg
   const auto fits_input = [](const argument& a, const value& ph, bool slice) {
     if (!a.is_value() || a.as_value().kind() != ph.kind()) return false;
     if (ph.kind() != value_kind::tensor) return true;
-    const auto &m = a.as_value().meta(), &q = ph.meta();
+    const value av = a.as_value();
+    const auto &m = av.meta(), &q = ph.meta();
     if (slice && m.sizes.empty()) return false;
     const auto sizes = slice ? sym_shape(m.sizes.begin() + 1, m.sizes.end()) : m.sizes;
     return m.dtype == q.dtype && sizes == q.sizes && m.device == q.device;
@@ -225,7 +226,8 @@ inline void verify_subgraph_of(const node& n, const std::string& hop, const subg
       verify_fail(hop + "_mutation", "Higher order ops do not support input mutation: node '" + inner.name() + "' of subgraph '" +
                                          s.name + "' calls " + inner.op().qualified + "; compute a new tensor and return it instead",
                   n.name());
-  for (const auto& o : s.body.output_node().args())
+  const node body_out = s.body.output_node();
+  for (const auto& o : body_out.args())
     if (o.is_value() && o.as_value().producer().is_placeholder())
       verify_fail(hop + "_aliasing", "Higher order ops do not support aliasing: subgraph '" + s.name + "' of '" + n.name() +
                                          "' returns its input '" + o.as_value().name() +
@@ -262,8 +264,9 @@ inline void verify_cond(node n, const verify_options& opts) {
   for (std::size_t i = 0; i < outs0.size(); ++i) {
     if (!outs0[i].is_value() || !outs1[i].is_value())
       verify_fail("cond_outputs", "'" + n.name() + "': torch.cond's branches must return tensors (output " + std::to_string(i) + ")", n.name());
-    const auto& a = outs0[i].as_value().meta();
-    const auto& b = outs1[i].as_value().meta();
+    const value v0 = outs0[i].as_value(), v1 = outs1[i].as_value();
+    const auto& a = v0.meta();
+    const auto& b = v1.meta();
     if (a.dtype != b.dtype)
       verify_fail("cond_outputs", "When merging two branches' output in torch.cond,  expected same dtype but got " +
                                       python_repr(a.dtype) + " and " + python_repr(b.dtype) + " (output " + std::to_string(i) +
@@ -315,10 +318,12 @@ inline void verify_while_loop(node n, const verify_options& opts) {
                                           std::to_string(n.num_outputs()) + " outputs)",
                 n.name());
   for (std::size_t i = 0; i < outs.size(); ++i) {
-    const auto& c = carried[i].as_value().meta();
+    const value cv = carried[i].as_value();
+    const auto& c = cv.meta();
     if (!outs[i].is_value() || outs[i].as_value().kind() != value_kind::tensor)
       verify_fail("while_loop_outputs", "'" + n.name() + "': body_fn must return tensors (output " + std::to_string(i) + ")", n.name());
-    const auto& b = outs[i].as_value().meta();
+    const value bv = outs[i].as_value();
+    const auto& b = bv.meta();
     if (b.dtype != c.dtype || b.sizes != c.sizes || b.device != c.device)
       verify_fail("while_loop_outputs", "Expected body_fn_output and carried_inputs to have same metadata but found: pair[" +
                                             std::to_string(i) + "] differ, where body_fn returns " + b.annotation() +
@@ -356,8 +361,9 @@ inline void verify_map(node n, const verify_options& opts) {
   for (std::size_t i = 0; i < outs.size(); ++i) {
     if (!outs[i].is_value() || outs[i].as_value().kind() != value_kind::tensor)
       verify_fail("map_outputs", "'" + n.name() + "': torch.map's body must return tensors (output " + std::to_string(i) + ")", n.name());
-    const auto& slice = outs[i].as_value().meta();
-    const auto& m = n.output(i).meta();
+    const value sv = outs[i].as_value(), mv = n.output(i);
+    const auto& slice = sv.meta();
+    const auto& m = mv.meta();
     if (m.dtype != slice.dtype || m.sizes.empty() || m.sizes[0] != xs[0].as_value().meta().sizes[0] ||
         sym_shape(m.sizes.begin() + 1, m.sizes.end()) != slice.sizes)
       verify_fail("map_outputs", "'" + n.name() + "' output " + std::to_string(i) + " (" + m.annotation() +
@@ -400,10 +406,12 @@ inline void verify_scan(node n, const verify_options& opts) {
       verify_fail("scan_outputs", "'" + n.name() + "': torch.scan's combine_fn must return tensors (output " +
                                       std::to_string(i) + ")",
                   n.name());
-    const auto& b = outs[i].as_value().meta();
-    const auto& m = n.output(i).meta();
+    const value bv = outs[i].as_value(), mv = n.output(i);
+    const auto& b = bv.meta();
+    const auto& m = mv.meta();
     if (i < init.size()) {
-      const auto& c = init[i].as_value().meta();
+      const value cv = init[i].as_value();
+      const auto& c = cv.meta();
       if (b.dtype != c.dtype || b.sizes != c.sizes || b.device != c.device)
         verify_fail("scan_carry", "Expected init and carry to have same metadata but found: pair[" + std::to_string(i) +
                                       "] differ, where init is " + c.annotation() + " and carry is " + b.annotation() +

@@ -20,31 +20,28 @@
 //     nodes that made its arguments, a write (in place, into an arena buffer, an op of the graph
 //     that mutates) waits for every earlier reader and writer of that memory, and random or
 //     effectful ops keep their order; results are identical to a sequential run's.
+// The engine runs the interpreter's compiled code (run/compiled.hpp, the contract between the
+// two); its parts live beside it: the overload and kernel choices (run/overloads.hpp), the plans,
+// their lifetimes and their pool (run/plan.hpp), the parallel schedule (run/schedule.hpp).
 // A plan is made per input signature (sizes, strides, dtype, device of every input) on its first
 // run, which runs as the interpreter does and records each result's metadata; a dynamic program
 // gets one plan per shape it sees, the last `max_plans` signatures kept. Runs from many threads
 // are safe: each run takes a plan of its own (another instance is made when all are busy).
 #pragma once
 
-#include <algorithm>  // std::max
-#include <atomic>     // std::atomic
+#include <algorithm>           // std::max
+#include <atomic>              // std::atomic
 #include <condition_variable>  // std::condition_variable
-#include <cstddef>    // std::size_t
-#include <cstdint>    // std::int64_t, std::uint8_t
-#include <deque>      // std::deque
-#include <exception>  // std::exception_ptr
-#include <functional>  // std::function
-#include <list>       // std::list
-#include <memory>     // std::unique_ptr, std::shared_ptr
-#include <mutex>      // std::mutex, std::lock_guard
-#include <thread>     // std::thread
-#include <optional>   // std::optional
-#include <string>     // std::string
-#include <unordered_map>  // std::unordered_map
-#include <utility>    // std::move
-#include <vector>     // std::vector
+#include <cstddef>             // std::size_t
+#include <cstdint>             // std::int64_t, std::uint8_t, std::uint32_t
+#include <exception>           // std::exception_ptr, std::exception
+#include <memory>              // std::unique_ptr, std::shared_ptr
+#include <mutex>               // std::mutex, std::unique_lock
+#include <optional>            // std::optional
+#include <string>              // std::string, std::to_string
+#include <utility>             // std::move, std::pair
+#include <vector>              // std::vector
 
-#include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -52,12 +49,16 @@
 #include <ATen/core/stack.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/InferenceMode.h>
-#include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <xport/config.hpp>
 #include <xport/error.hpp>
 #include <xport/ir/program.hpp>
+#include <xport/run/compiled.hpp>
+#include <xport/run/graphs.hpp>
 #include <xport/run/interpreter.hpp>
+#include <xport/run/overloads.hpp>
+#include <xport/run/plan.hpp>
+#include <xport/run/schedule.hpp>
 
 XPORT_BEGIN_NAMESPACE
 
@@ -76,86 +77,22 @@ struct engine_options {
   /// node after the other). Each takes LibTorch's intra-op thread count, so set OMP_NUM_THREADS
   /// (or at::set_num_threads) low enough that the two kinds together fit the cores.
   std::size_t threads = 1;
+  /// Capture each plan's run into a CUDA graph on its second run (the first planned one is the
+  /// warm-up) and replay it on later runs of that input signature: one launch for the whole
+  /// program. Inputs are copied into the graph's static inputs, outputs copied out of its static
+  /// outputs (a result the caller keeps is never overwritten by the next replay). Needs
+  /// <xport/cuda_graphs.hpp> (a CUDA build of LibTorch); where a plan cannot be captured (no
+  /// backend, a CPU input or op, parallel branches, a host sync) it runs as it would without,
+  /// and plan_info().graph_fallback says why.
+  bool cuda_graphs = false;
 };
-
-/// What one plan does (engine::plan_info).
-struct engine_plan_info {
-  std::size_t nodes = 0;              ///< call nodes in the program
-  std::size_t out_variant_nodes = 0;  ///< nodes that write into the arena through an out= kernel
-  std::size_t in_place_nodes = 0;     ///< nodes run in place on a result nothing else uses
-  std::size_t hoisted_nodes = 0;      ///< views of the program's state, made once per engine
-  std::size_t resolved_nodes = 0;     ///< nodes called with a resolved dispatch key set
-  std::size_t arena_buffers = 0;      ///< buffers the arena holds
-  std::size_t arena_bytes = 0;        ///< their bytes
-  std::size_t planned_bytes = 0;      ///< bytes of all planned results (what eager allocates for them)
-  std::size_t parallel_width = 0;     ///< most nodes the schedule can run at once (`threads` > 1), else 0
-};
-
-namespace detail {
-
-/// A fixed set of threads running posted jobs (the engine's parallel branches). Each thread takes
-/// LibTorch's intra-op thread count as its own, as LibTorch's own pools do.
-class branch_pool {
- public:
-  explicit branch_pool(std::size_t workers) {
-    for (std::size_t i = 0; i < workers; ++i)
-      threads_.emplace_back([this] {
-        at::init_num_threads();
-        for (;;) {
-          std::function<void()> job;
-          {
-            std::unique_lock<std::mutex> lock(mutex_);
-            cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
-            if (jobs_.empty()) return;  // stopping
-            job = std::move(jobs_.front());
-            jobs_.pop_front();
-          }
-          job();
-        }
-      });
-  }
-  branch_pool(const branch_pool&) = delete;
-  branch_pool& operator=(const branch_pool&) = delete;
-  ~branch_pool() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
-
-  void post(std::function<void()> job) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      jobs_.push_back(std::move(job));
-    }
-    cv_.notify_one();
-  }
-  [[nodiscard]] std::size_t size() const noexcept { return threads_.size(); }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;
-  bool stop_ = false;
-  std::vector<std::thread> threads_;
-};
-
-}  // namespace detail
 
 class engine {
  public:
-  explicit engine(const exported_program& p, engine_options opts = {}) : interp_(p), opts_(opts) {
+  explicit engine(const exported_program& p, engine_options opts = {}) : interp_(p), opts_(opts), plans_(opts.max_plans) {
     analyze();
     if (opts_.threads > 1) {
-      copying_.emplace(interp_);
-      for (auto& in : copying_->code_)
-        for (auto& a : in.args)
-          if (a.type == arg_kind::reg_move) a.type = arg_kind::reg_copy;
-      for (auto& l : copying_->lists_)
-        for (auto& e : l.elems)
-          if (e.type == arg_kind::reg_move) e.type = arg_kind::reg_copy;
+      copying_.emplace(compiled().copying());
       pool_ = std::make_unique<detail::branch_pool>(opts_.threads - 1);
     }
   }
@@ -168,13 +105,13 @@ class engine {
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) const {
     // sizes only the data knows (Note [Unbacked symbols]) are bound call by call: no plan
     if (interp_.binds_unbacked()) return interp_.run(inputs, {.check_inputs = opts_.check_inputs, .inference_mode = true});
-    const sym_env env = opts_.check_inputs ? interp_.guards_.check_and_bind(inputs) : interp_.guards_.bind(inputs);
+    const sym_env env = opts_.check_inputs ? interp_.guards().check_and_bind(inputs) : interp_.guards().bind(inputs);
     c10::InferenceMode inference;
     std::vector<at::Tensor> relaid;
-    const auto& in = interp_.in_exported_layout(inputs, relaid);
+    const auto& in = compiled().in_exported_layout(inputs, relaid);
     thread_local std::vector<std::int64_t> key;
-    signature_of(in, key);
-    auto p = checkout(key);
+    detail::signature_of(in, key);
+    auto p = plans_.checkout(key);
     std::vector<c10::IValue> outs;
     if (!p) {
       p = std::make_unique<plan>();
@@ -182,12 +119,13 @@ class engine {
       std::vector<std::uint32_t> alias;
       outs = record(in, env, *p, alias);
       make_arena(*p, alias);
-      checkin(std::move(p), true);
+      plans_.checkin(std::move(p), true);
     } else {
-      outs = execute(in, env, *p);
-      checkin(std::move(p), false);
+      if (opts_.cuda_graphs && !p->graph_tried) try_capture(in, env, *p);
+      outs = p->graph ? replay(in, *p) : execute(in, env, *p);
+      plans_.checkin(std::move(p), false);
     }
-    return interp_.deliver(outs, inputs);
+    return compiled().deliver(outs, inputs);
   }
 
   std::vector<at::Tensor> operator()(const std::vector<at::Tensor>& inputs) const { return run(inputs); }
@@ -198,11 +136,8 @@ class engine {
       c10::InferenceMode inference;  // the state run() computes signatures in
       std::vector<at::Tensor> relaid;
       std::vector<std::int64_t> key;
-      signature_of(interp_.in_exported_layout(inputs, relaid), key);
-      std::lock_guard<std::mutex> lock(mutex_);
-      for (const auto& p : idle_)
-        if (p->key == key) return p->info;
-      return std::nullopt;
+      detail::signature_of(compiled().in_exported_layout(inputs, relaid), key);
+      return plans_.info(key);
     };
     if (auto info = find()) return *info;
     (void)run(inputs);
@@ -212,188 +147,25 @@ class engine {
 
   /// Plans kept now (instances for concurrent runs included).
   [[nodiscard]] std::size_t num_plans() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return idle_.size();
+    return plans_.size();
   }
 
   [[nodiscard]] const interpreter& code() const noexcept { return interp_; }
+  /// The compiled code every run executes (run/compiled.hpp).
+  [[nodiscard]] const compiled_program& compiled() const noexcept { return interp_.compiled(); }
 
  private:
-  using instr = interpreter::instr;
-  using arg_kind = interpreter::arg_op::kind;
+  using instr = compiled_program::instr;
+  using plan = detail::engine_plan;
+  using arg_kind = compiled_program::arg_op::kind;
   static constexpr std::uint32_t none = 0xffffffffu;
 
-  // A result's metadata, recorded on a plan's first run.
-  struct result_meta {
-    std::vector<std::int64_t> sizes, strides;
-    c10::ScalarType dtype = c10::ScalarType::Undefined;
-    c10::Device device = c10::kCPU;
-    std::size_t bytes = 0;
-  };
-
-  static bool same_layout(const c10::IValue& a, const c10::IValue& b) {
-    if (!a.isTensor() || !b.isTensor()) return false;
-    const auto &x = a.toTensor(), &y = b.toTensor();
-    return x.defined() && y.defined() && x.layout() == c10::kStrided && y.layout() == c10::kStrided &&
-           x.scalar_type() == y.scalar_type() && x.device() == y.device() && x.sizes() == y.sizes() &&
-           x.strides() == y.strides() && x.is_non_overlapping_and_dense();
-  }
-
-  struct plan {
-    std::vector<std::int64_t> key;
-    std::vector<c10::DispatchKeySet> keys;  // per instruction, valid where `resolved`
-    std::vector<std::uint8_t> resolved;
-    std::vector<result_meta> meta;  // per instruction, for out= candidates
-    std::vector<at::Tensor> out;    // per instruction: the slot its out= kernel writes (or undefined)
-    std::vector<std::uint8_t> in_place;  // per instruction: runs as its in-place overload
-    bool unplannable = false;            // an alias the plan cannot follow was seen: plain calls
-    std::vector<at::Tensor> buffers;
-    std::vector<c10::IValue> regs;  // the registers, kept between runs (empty after each)
-    torch::jit::Stack stack;
-    engine_plan_info info;
-    // the schedule of parallel runs (threads > 1): per instruction its predecessor count and its
-    // successors, per register how many argument uses read it (cleared after the last; `keep`:
-    // an output, never cleared), and the instructions nothing waits for at the start
-    std::vector<std::uint32_t> deps, reads;
-    std::vector<std::vector<std::uint32_t>> succ;
-    std::vector<std::uint8_t> keep;
-    std::vector<std::uint32_t> roots;
-  };
-
   // ---- analysis, once per program ------------------------------------------------------------
-
-  // Every out= overload of the operators named like `op`, by operator name (built once).
-  static const std::vector<c10::OperatorName>& overloads_of(const std::string& name) {
-    static const auto table = [] {
-      std::unordered_map<std::string, std::vector<c10::OperatorName>> t;
-      for (const auto& n : c10::Dispatcher::singleton().getAllOpNames()) t[n.name].push_back(n);
-      return t;
-    }();
-    static const std::vector<c10::OperatorName> empty;
-    const auto it = table.find(name);
-    return it == table.end() ? empty : it->second;
-  }
-
-  // Whether `op` is functional: no argument or return aliased, one Tensor returned.
-  static bool is_functional(const op_info& op) {
-    const auto& f = op.schema();
-    if (op.is_mutable || op.is_view || op.returns_list || f.returns().size() != 1 ||
-        f.returns()[0].type()->kind() != c10::TypeKind::TensorType || f.returns()[0].alias_info())
-      return false;
-    for (const auto& a : f.arguments())
-      if (a.alias_info()) return false;
-    return true;
-  }
-
-  static bool same_arguments(const std::vector<c10::Argument>& a, const std::vector<c10::Argument>& b, std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i)
-      if (a[i].name() != b[i].name() || !(*a[i].type() == *b[i].type())) return false;
-    return true;
-  }
-
-  // The out= overload of functional op `op`: the same arguments (names and types), then one
-  // keyword-only `Tensor(a!) out`, returning it. Null when there is none.
-  static const c10::OperatorHandle* out_overload(const op_info& op) {
-    if (!is_functional(op)) return nullptr;
-    const auto& f = op.schema().arguments();
-    for (const auto& name : overloads_of(op.name)) {
-      const auto* info = try_find_op(name.overload_name.empty() ? name.name : name.name + "." + name.overload_name);
-      if (!info || info == &op) continue;
-      const auto& s = info->schema();
-      const auto& args = s.arguments();
-      if (args.size() != f.size() + 1 || s.returns().size() != 1 || !same_arguments(args, f, f.size())) continue;
-      const auto& out = args.back();
-      if (out.kwarg_only() && out.alias_info() && out.alias_info()->isWrite() &&
-          out.type()->kind() == c10::TypeKind::TensorType && s.returns()[0].alias_info())
-        return &info->handle;
-    }
-    return nullptr;
-  }
-
-  // The in-place overload of functional op `op` (relu -> relu_, add.Tensor -> add_.Tensor): the
-  // same arguments, the first written (`Tensor(a!) self`) and returned. Null when there is none.
-  static const c10::OperatorHandle* in_place_overload(const op_info& op) {
-    if (!is_functional(op) || op.schema().arguments().empty()) return nullptr;
-    const auto* info = try_find_op(op.name + "_" + (op.overload.empty() ? "" : "." + op.overload));
-    if (!info) return nullptr;
-    const auto& s = info->schema();
-    const auto& f = op.schema().arguments();
-    const auto& args = s.arguments();
-    if (args.size() != f.size() || s.returns().size() != 1 || !s.returns()[0].alias_info()) return nullptr;
-    const auto* self = args[0].alias_info();
-    if (!self || !self->isWrite() || args[0].type()->kind() != c10::TypeKind::TensorType) return nullptr;
-    for (std::size_t i = 1; i < args.size(); ++i)
-      if (args[i].alias_info()) return nullptr;
-    return same_arguments(args, f, f.size()) ? &info->handle : nullptr;
-  }
-
-  template <class F>
-  void for_each_register_use(const instr& in, F&& f) const {
-    const auto visit = [&](const interpreter::arg_op& a) {
-      if (a.type == arg_kind::reg_copy || a.type == arg_kind::reg_move || a.type == arg_kind::reg_number) f(a.index);
-    };
-    for (const auto& a : in.args) {
-      if (a.type == arg_kind::tensor_list || a.type == arg_kind::opt_tensor_list || a.type == arg_kind::int_list) {
-        for (const auto& e : interp_.lists_[a.index].elems) visit(e);
-      } else {
-        visit(a);
-      }
-    }
-  }
-
-  // Roots and lifetimes: a view's (or an in-place op's) result has the root of what it aliases, a
-  // root lives until the last use of any alias (`last`), and a root some graph output or in-place
-  // op of the graph reaches is `pinned`: never planned. `in_place[i]`: instruction i's result
-  // aliases its first argument too.
-  struct lifetimes {
-    std::vector<std::uint32_t> root, def, last;
-    std::vector<std::uint8_t> pinned;
-  };
-
-  // `in_place[i]`: instruction i runs in place; `alias[i]`: the register instruction i's result
-  // was seen to alias on the plan's first run (a functional op may return its argument itself,
-  // as dropout does in eval mode), or `none`.
-  lifetimes trace_lifetimes(const std::vector<std::uint8_t>& in_place, const std::vector<std::uint32_t>& alias) const {
-    const auto& code = interp_.code_;
-    lifetimes l;
-    l.root.resize(interp_.num_regs_);
-    for (std::uint32_t r = 0; r < l.root.size(); ++r) l.root[r] = r;
-    l.def.assign(interp_.num_regs_, none);
-    l.last.assign(interp_.num_regs_, 0);
-    l.pinned.assign(interp_.num_regs_, 0);
-    for (std::size_t i = 0; i < code.size(); ++i) {
-      const auto& in = code[i];
-      const auto& op = *in.info;
-      std::uint32_t aliased = none;
-      if (alias[i] != none) {
-        aliased = l.root[alias[i]];
-      } else if (op.is_view || op.is_mutable || op.inplace_view || in.op != &op.handle || in_place[i]) {
-        // the first argument with an alias annotation (reshape, run for a view, aliases its self)
-        const auto& params = op.schema().arguments();
-        for (std::size_t k = 0; k < in.args.size() && k < params.size() && aliased == none; ++k) {
-          const auto& a = in.args[k];
-          if ((params[k].alias_info() || k == 0) && (a.type == arg_kind::reg_copy || a.type == arg_kind::reg_move))
-            aliased = l.root[a.index];
-        }
-        if (op.is_mutable)
-          for_each_register_use(in, [&](std::uint32_t r) { l.pinned[l.root[r]] = 1; });
-      }
-      for_each_register_use(in, [&](std::uint32_t r) { l.last[l.root[r]] = static_cast<std::uint32_t>(i); });
-      for (auto r : in.outputs) {
-        if (r == interpreter::dead) continue;
-        if (aliased != none) l.root[r] = aliased;
-        else l.def[r] = static_cast<std::uint32_t>(i);
-      }
-    }
-    for (const auto& o : interp_.outputs_)
-      if (o.is_reg) l.pinned[l.root[o.index]] = 1;
-    return l;
-  }
 
   // What each instruction may become (per plan, see make_plan): hoisted, an out= call, an in-place
   // call. A program with a data-dependent size gets neither of the last two.
   void analyze() {
-    const auto& code = interp_.code_;
+    const auto& code = compiled().code;
     const std::size_t n = code.size();
     out_ops_.assign(n, nullptr);
     in_place_ops_.assign(n, nullptr);
@@ -404,9 +176,9 @@ class engine {
     for (std::size_t i = 0; i < n; ++i) {
       const auto& in = code[i];
       if (hoisted_[i] || in.op != &in.info->handle || in.outputs.size() != 1) continue;
-      out_ops_[i] = out_overload(*in.info);
+      out_ops_[i] = detail::out_overload(*in.info);
       const bool self_reg = !in.args.empty() && (in.args[0].type == arg_kind::reg_move || in.args[0].type == arg_kind::reg_copy);
-      if (opts_.in_place && self_reg) in_place_ops_[i] = in_place_overload(*in.info);
+      if (opts_.in_place && self_reg) in_place_ops_[i] = detail::in_place_overload(*in.info);
     }
   }
 
@@ -414,14 +186,14 @@ class engine {
   // no view of anything, nothing uses it (or a view of it) later, it is no output, it occurs once
   // among the arguments, and the result has its size, strides and dtype.
   void choose_in_place(plan& p, const std::vector<std::uint32_t>& alias) const {
-    const auto& code = interp_.code_;
-    const auto plain = trace_lifetimes(std::vector<std::uint8_t>(code.size(), 0), alias);
+    const auto& code = compiled().code;
+    const auto plain = detail::trace_lifetimes(compiled(), std::vector<std::uint8_t>(code.size(), 0), alias);
     for (std::size_t i = 0; i < code.size(); ++i) {
       if (!p.in_place[i]) continue;
       const auto& in = code[i];
       const auto r = in.args[0].index;
       std::size_t uses = 0;
-      for_each_register_use(in, [&](std::uint32_t u) { uses += u == r ? 1 : 0; });
+      compiled().for_each_register_use(in, [&](std::uint32_t u) { uses += u == r ? 1 : 0; });
       const bool ok = uses == 1 && plain.root[r] == r && plain.def[r] != none && plain.last[r] == i && !plain.pinned[r];
       p.in_place[i] = ok ? 1 : 0;
     }
@@ -429,13 +201,13 @@ class engine {
 
   // Views of the program's state (and of such views) with constant arguments: made once, here.
   void hoist() {
-    const auto& code = interp_.code_;
+    const auto& code = compiled().code;
     hoisted_.assign(code.size(), 0);
-    std::vector<std::uint8_t> constant(interp_.num_regs_, 0);
-    for (const auto& [r, t] : interp_.state_slots_) constant[r] = 1;
+    std::vector<std::uint8_t> constant(compiled().num_regs, 0);
+    for (const auto& [r, t] : compiled().state_slots) constant[r] = 1;
     c10::InferenceMode inference;
-    std::vector<c10::IValue> regs(interp_.num_regs_);
-    for (const auto& [r, t] : interp_.state_slots_) regs[r] = t;
+    std::vector<c10::IValue> regs(compiled().num_regs);
+    for (const auto& [r, t] : compiled().state_slots) regs[r] = t;
     torch::jit::Stack stack;
     for (std::size_t i = 0; i < code.size(); ++i) {
       const auto& in = code[i];
@@ -447,7 +219,7 @@ class engine {
                     ((a.type == arg_kind::reg_copy || a.type == arg_kind::reg_move) && constant[a.index]));
       if (!ok) continue;
       for (const auto& a : in.args) {  // push without moving: the state stays in its register
-        if (a.type == arg_kind::constant) stack.push_back(interp_.constants_[a.index]);
+        if (a.type == arg_kind::constant) stack.push_back(compiled().constants[a.index]);
         else stack.push_back(regs[a.index]);
       }
       try {
@@ -457,7 +229,7 @@ class engine {
         continue;  // left to run
       }
       hoisted_[i] = 1;
-      if (in.outputs[0] != interpreter::dead) {
+      if (in.outputs[0] != compiled_program::dead) {
         constant[in.outputs[0]] = 1;
         regs[in.outputs[0]] = stack[0];
         preset_.emplace_back(in.outputs[0], stack[0]);
@@ -468,127 +240,24 @@ class engine {
 
   // ---- plans, per input signature ------------------------------------------------------------
 
-  static void add_tensor_key(std::vector<std::int64_t>& key, const at::Tensor& t) {
-    if (!t.defined()) {
-      key.push_back(-1);
-      return;
-    }
-    key.push_back(t.dim());
-    key.insert(key.end(), t.sizes().begin(), t.sizes().end());
-    if (t.layout() == c10::kStrided) key.insert(key.end(), t.strides().begin(), t.strides().end());
-    key.push_back(static_cast<std::int64_t>(t.scalar_type()));
-    key.push_back(static_cast<std::int64_t>(t.device().type()) * 1024 + t.device().index());
-    key.push_back(static_cast<std::int64_t>(t.layout()) * 2 + (t.requires_grad() ? 1 : 0));
-  }
-
-  // What a plan depends on: each input's sizes, strides, dtype, device and layout, and the
-  // thread's dispatch state (autocast, ...), which resolved key sets include.
-  static void signature_of(const std::vector<at::Tensor>& inputs, std::vector<std::int64_t>& key) {
-    key.clear();
-    auto tls = c10::impl::tls_local_dispatch_key_set();  // (raw_repr is not const in LibTorch 1.13)
-    key.push_back(static_cast<std::int64_t>(tls.included_.raw_repr()));
-    key.push_back(static_cast<std::int64_t>(tls.excluded_.raw_repr()));
-    for (const auto& t : inputs) add_tensor_key(key, t);
-  }
-
-  std::unique_ptr<plan> checkout(const std::vector<std::int64_t>& key) const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (auto it = idle_.begin(); it != idle_.end(); ++it) {
-      if ((*it)->key != key) continue;
-      auto p = std::move(*it);
-      idle_.erase(it);
-      return p;
-    }
-    return nullptr;
-  }
-
-  // Returns a plan to the pool, first in line; a new one drops the plans of signatures beyond
-  // `max_plans` (the least recently used).
-  void checkin(std::unique_ptr<plan> p, bool fresh) const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    idle_.push_front(std::move(p));
-    if (!fresh) return;
-    std::vector<const std::vector<std::int64_t>*> seen;
-    for (auto it = idle_.begin(); it != idle_.end();) {
-      bool known = false;
-      for (const auto* k : seen) known = known || *k == (*it)->key;
-      if (!known) seen.push_back(&(*it)->key);
-      if (!known && seen.size() > std::max<std::size_t>(opts_.max_plans, 1)) {
-        it = idle_.erase(it);
-        seen.pop_back();
-      } else {
-        ++it;
-      }
-    }
-  }
-
-  // The key set the dispatcher computes for a functional op's arguments on `stack`: the tensors'
-  // keys with the thread's included keys added and excluded ones removed, less BackendSelect and
-  // ADInplaceOrView, which only factories and in-place or view ops have kernels for (the
-  // dispatcher skips them for the others). Resolved only where that leaves a dense CPU or CUDA
-  // kernel; anything else (a factory, a view, sparse, ...) is dispatched on every call.
-  static bool resolve_keys(const op_info& op, const torch::jit::Stack& stack, c10::DispatchKeySet& ks) {
-    if (op.is_factory || op.is_view || op.is_mutable || op.inplace_view || op.device_arg >= 0) return false;
-    c10::DispatchKeySet seen;
-    bool any = false;
-    const auto add = [&](const c10::IValue& v) {
-      if (v.isTensor() && v.toTensor().defined()) {
-        seen = seen | v.toTensor().key_set();
-        any = true;
-      }
-    };
-    for (const auto& v : stack) {
-      if (v.isTensorList()) {
-        for (const auto& t : v.toTensorVector()) add(c10::IValue(t));
-      } else if (v.isList()) {
-        for (const auto& e : v.toListRef()) add(e);
-      } else {
-        add(v);
-      }
-    }
-    if (!any) return false;
-    const auto tls = c10::impl::tls_local_dispatch_key_set();
-    ks = ((seen | tls.included_) - tls.excluded_).remove(c10::DispatchKey::BackendSelect).remove(c10::DispatchKey::ADInplaceOrView);
-    const auto top = ks.highestPriorityTypeId();
-    return top == c10::DispatchKey::CPU || top == c10::DispatchKey::CUDA;
-  }
-
-  static result_meta meta_of(const c10::IValue& v) {
-    result_meta m;
-    if (!v.isTensor()) return m;
-    const auto& t = v.toTensor();
-    if (!t.defined() || t.layout() != c10::kStrided || t.is_quantized()) return m;
-    m.sizes = t.sizes().vec();
-    m.strides = t.strides().vec();
-    m.dtype = t.scalar_type();
-    m.device = t.device();
-    std::size_t extent = 1;
-    for (std::size_t d = 0; d < m.sizes.size(); ++d) {
-      if (m.sizes[d] == 0) return result_meta{};  // nothing to plan
-      extent += static_cast<std::size_t>((m.sizes[d] - 1) * m.strides[d]);
-    }
-    m.bytes = extent * t.element_size();
-    return m;
-  }
-
   // The registers at the start of a run: the user inputs, the state, the hoisted views.
   void load_registers(plan& p, const std::vector<at::Tensor>& inputs) const {
-    p.regs.resize(interp_.num_regs_);
-    for (std::size_t i = 0; i < interp_.user_slots_.size(); ++i) p.regs[interp_.user_slots_[i]] = inputs[i];
-    for (const auto& [r, t] : interp_.state_slots_) p.regs[r] = t;
+    p.regs.resize(compiled().num_regs);
+    for (std::size_t i = 0; i < compiled().user_slots.size(); ++i) p.regs[compiled().user_slots[i]] = inputs[i];
+    for (const auto& [r, t] : compiled().state_slots) p.regs[r] = t;
     for (const auto& [r, v] : preset_) p.regs[r] = v;
   }
 
   // The graph outputs; the registers are emptied (nothing is held between runs).
   std::vector<c10::IValue> unload_registers(plan& p) const {
-    auto outs = interp_.graph_outputs(p.regs);
+    auto outs = compiled().graph_outputs(p.regs);
     for (auto& r : p.regs) r = c10::IValue();
     return outs;
   }
 
   void store_results(const instr& in, plan& p) const {
     detail::take_outputs(p.stack, [&](std::size_t k, c10::IValue&& r) {
-      if (k < in.outputs.size() && in.outputs[k] != interpreter::dead) p.regs[in.outputs[k]] = std::move(r);
+      if (k < in.outputs.size() && in.outputs[k] != compiled_program::dead) p.regs[in.outputs[k]] = std::move(r);
     });
     p.stack.clear();
   }
@@ -615,24 +284,38 @@ class engine {
     }
   }
 
+  // Notes the first node whose result is on another device than the inputs' (a CPU op in a CUDA
+  // program: no graph can hold it).
+  static void note_device(plan& p, const instr& in, const std::optional<c10::Device>& home) {
+    if (!home || !p.host_node.empty()) return;
+    for (const auto& r : p.stack)
+      if (r.isTensor() && r.toTensor().defined() && r.toTensor().device() != *home) {
+        p.host_node = in.node_name;
+        return;
+      }
+  }
+
   // A plan's first run: the interpreter's functional calls, recording each instruction's key set,
   // each candidate's result metadata, and whether an in-place candidate's result is laid out as
   // its first argument.
   std::vector<c10::IValue> record(const std::vector<at::Tensor>& inputs, const sym_env& env, plan& p,
                                  std::vector<std::uint32_t>& alias) const {
-    const auto& code = interp_.code_;
+    const auto& code = compiled().code;
     p.keys.assign(code.size(), c10::DispatchKeySet());
     p.resolved.assign(code.size(), 0);
     p.in_place.assign(code.size(), 0);
-    p.meta.assign(code.size(), result_meta{});
+    p.meta.assign(code.size(), detail::result_meta{});
     alias.assign(code.size(), none);
     load_registers(p, inputs);
-    p.stack.reserve(interp_.max_args_ + 4);
+    p.stack.reserve(compiled().max_args + 4);
+    std::optional<c10::Device> home;  // the inputs' device
+    for (const auto& t : inputs)
+      if (!home && t.defined()) home = t.device();
     for (std::size_t i = 0; i < code.size(); ++i) {
       if (hoisted_[i]) continue;
       const auto& in = code[i];
-      interp_.push_arguments(in, p.regs, env, p.stack);
-      const bool dense = resolve_keys(*in.info, p.stack, p.keys[i]);
+      compiled().push_arguments(in, p.regs, env, p.stack);
+      const bool dense = detail::resolve_keys(*in.info, p.stack, p.keys[i]);
       p.resolved[i] = dense && opts_.resolve_dispatch ? 1 : 0;
       const c10::IValue self = in_place_ops_[i] && dense ? p.stack[0] : c10::IValue();
       std::vector<std::pair<const c10::StorageImpl*, std::uint32_t>> arg_storage;  // tensor arguments
@@ -640,36 +323,33 @@ class engine {
         if (p.stack[k].isTensor() && p.stack[k].toTensor().defined() && p.stack[k].toTensor().has_storage())
           arg_storage.emplace_back(p.stack[k].toTensor().storage().unsafeGetStorageImpl(),
                                    in.args[k].type == arg_kind::reg_copy || in.args[k].type == arg_kind::reg_move ? in.args[k].index : none);
-      detail::call_op(*in.op, p.stack, [&](const c10::Error& e) { interpreter::throw_op_failed(in, e); });
+      detail::call_op(*in.op, p.stack, [&](const c10::Error& e) { compiled_program::throw_op_failed(in, e); });
       if (!in.info->is_view && !in.info->is_mutable && in.op == &in.info->handle)
         note_alias(p, i, arg_storage, alias);
-      if (out_ops_[i] && dense && p.stack.size() == 1) p.meta[i] = meta_of(p.stack[0]);
-      if (!self.isNone() && p.stack.size() == 1 && same_layout(p.stack[0], self) && own_kernels(i, in_place_ops_[i], p))
+      note_device(p, in, home);
+      if (out_ops_[i] && dense && p.stack.size() == 1) p.meta[i] = detail::meta_of(p.stack[0]);
+      if (!self.isNone() && p.stack.size() == 1 && detail::same_layout(p.stack[0], self) && own_kernels(i, in_place_ops_[i], p))
         p.in_place[i] = 1;
       store_results(in, p);
     }
     return unload_registers(p);
   }
 
-  // Whether instruction i's op and its overload `other` (out= or in-place) both have a kernel of
-  // their own for the plan's backend: then they are one kernel (a structured kernel's functional,
-  // out= and in-place forms), and the overload computes the same bits. A composite functional op
-  // is not: adaptive_avg_pool2d is a mean for a 1x1 output, its out= form a pooling kernel.
+  // Whether instruction i's op and `other` are one kernel for plan `p`'s backend (detail::own_kernels).
   bool own_kernels(std::size_t i, const c10::OperatorHandle* other, const plan& p) const {
-    const auto key = p.keys[i].highestPriorityTypeId();
-    return interp_.code_[i].info->handle.hasKernelForDispatchKey(key) && other->hasKernelForDispatchKey(key);
+    return detail::own_kernels(*compiled().code[i].info, *other, p.keys[i].highestPriorityTypeId());
   }
 
   // Gives every recorded candidate a slot: a buffer no result alive at the same time uses (the
   // smallest free one that fits, else the largest free one grown, else a new one), on its device.
   void make_arena(plan& p, const std::vector<std::uint32_t>& alias) const {
-    const auto& code = interp_.code_;
+    const auto& code = compiled().code;
     if (p.unplannable) {
       p.in_place.assign(code.size(), 0);
-      p.meta.assign(code.size(), result_meta{});
+      p.meta.assign(code.size(), detail::result_meta{});
     }
     choose_in_place(p, alias);
-    const auto l = trace_lifetimes(p.in_place, alias);
+    const auto l = detail::trace_lifetimes(compiled(), p.in_place, alias);
     struct buffer {
       std::size_t bytes;
       c10::Device device;
@@ -679,11 +359,11 @@ class engine {
     std::vector<std::uint32_t> slot(code.size(), none);
     for (std::size_t i = 0; i < code.size(); ++i) {
       const auto& m = p.meta[i];
-      const auto r = code[i].outputs.empty() ? interpreter::dead : code[i].outputs[0];
+      const auto r = code[i].outputs.empty() ? compiled_program::dead : code[i].outputs[0];
       if (!out_ops_[i] || p.in_place[i] || m.bytes == 0 || alias[i] != none || !own_kernels(i, out_ops_[i], p) ||
-          (r != interpreter::dead && (l.pinned[r] || l.root[r] != r || l.def[r] != i)))
+          (r != compiled_program::dead && (l.pinned[r] || l.root[r] != r || l.def[r] != i)))
         continue;
-      const auto last_use = r == interpreter::dead ? static_cast<std::uint32_t>(i) : std::max(l.last[r], static_cast<std::uint32_t>(i));
+      const auto last_use = r == compiled_program::dead ? static_cast<std::uint32_t>(i) : std::max(l.last[r], static_cast<std::uint32_t>(i));
       std::uint32_t best = none, largest = none;
       for (std::uint32_t b = 0; b < bufs.size(); ++b) {
         if (bufs[b].device != m.device || bufs[b].busy_until >= i) continue;
@@ -718,108 +398,87 @@ class engine {
     for (auto r : p.resolved) p.info.resolved_nodes += r;
     for (auto r : p.in_place) p.info.in_place_nodes += r;
     for (auto h : hoisted_) p.info.hoisted_nodes += h;
-    if (pool_) schedule(p, l, slot, static_cast<std::uint32_t>(bufs.size()));
+    if (pool_) detail::schedule(p, compiled(), hoisted_, l, slot, static_cast<std::uint32_t>(bufs.size()));
   }
 
-  // The hazards of a planned run as edges between instructions. Memory is tracked per resource:
-  // the arena buffer a planned root lives in, else the root itself (views and in-place results
-  // share their base's); one more resource orders random and effectful ops. An instruction
-  // follows the makers of its arguments and the last writer of each resource it reads; one that
-  // writes a resource (a fresh result, an in-place or out= call, a mutating op) follows every
-  // earlier reader and writer of it.
-  void schedule(plan& p, const lifetimes& l, const std::vector<std::uint32_t>& slot, std::uint32_t buffers) const {
-    const auto& code = interp_.code_;
-    const auto nregs = static_cast<std::uint32_t>(interp_.num_regs_);
-    const std::uint32_t effects = nregs + buffers;
-    const auto resource = [&](std::uint32_t r) {
-      const auto root = l.root[r];
-      const auto d = l.def[root];
-      return d != none && slot[d] != none ? nregs + slot[d] : root;
+  // ---- captured runs (engine_options::cuda_graphs) ---------------------------------------------
+
+  // Why plan `p` cannot be captured for `inputs`, or "" when it can: every input and every piece
+  // of state on one device the backend captures, no result on the CPU, one thread.
+  std::string graph_fallback(const std::vector<at::Tensor>& inputs, const plan& p, c10::Device& device) const {
+    const auto* backend = detail::installed_graph_backend;
+    if (!backend) return "no graph backend: include <xport/cuda_graphs.hpp> (a CUDA build of LibTorch)";
+    if (opts_.threads > 1) return "parallel branches (threads > 1) are not captured";
+    std::optional<c10::Device> seen;
+    const auto check = [&](const at::Tensor& t, const std::string& what) -> std::string {
+      if (!t.defined()) return "";
+      if (!backend->supports(t.device()))
+        return what + " is on " + t.device().str() + ": a " + backend->name() + " graph runs " + backend->name() + " tensors only";
+      if (seen && *seen != t.device()) return what + " is on " + t.device().str() + ", another on " + seen->str();
+      seen = t.device();
+      return "";
     };
-    struct use {
-      std::uint32_t writer = none;
-      std::vector<std::uint32_t> readers;
-    };
-    std::vector<use> uses(effects + 1);
-    std::vector<std::uint32_t> maker(nregs, none);
-    p.deps.assign(code.size(), 0);
-    p.succ.assign(code.size(), {});
-    p.reads.assign(nregs, 0);
-    p.keep.assign(nregs, 0);
-    for (const auto& o : interp_.outputs_)
-      if (o.is_reg) p.keep[o.index] = 1;
-    std::vector<std::uint32_t> preds, reads, writes;
-    for (std::uint32_t i = 0; i < code.size(); ++i) {
-      if (hoisted_[i]) continue;
-      const auto& in = code[i];
-      const auto& op = *in.info;
-      preds.clear();
-      reads.clear();
-      writes.clear();
-      for_each_register_use(in, [&](std::uint32_t r) {
-        ++p.reads[r];
-        if (maker[r] != none) preds.push_back(maker[r]);
-        reads.push_back(resource(r));
-      });
-      if (p.in_place[i]) writes.push_back(resource(in.args[0].index));
-      if (op.is_mutable || op.inplace_view) writes.insert(writes.end(), reads.begin(), reads.end());
-      if (op.nondeterministic || in.outputs.empty() || op.data_dependent) writes.push_back(effects);
-      for (auto r : in.outputs)
-        if (r != interpreter::dead && l.def[r] == i) writes.push_back(resource(r));
-      for (auto res : reads)
-        if (uses[res].writer != none) preds.push_back(uses[res].writer);
-      for (auto res : writes) {
-        if (uses[res].writer != none) preds.push_back(uses[res].writer);
-        preds.insert(preds.end(), uses[res].readers.begin(), uses[res].readers.end());
-      }
-      for (auto res : reads) uses[res].readers.push_back(i);
-      for (auto res : writes) {
-        uses[res].writer = i;
-        uses[res].readers.clear();
-      }
-      for (auto r : in.outputs)
-        if (r != interpreter::dead) maker[r] = i;
-      std::sort(preds.begin(), preds.end());
-      preds.erase(std::unique(preds.begin(), preds.end()), preds.end());
-      for (auto q : preds) {
-        if (q == i) continue;
-        p.succ[q].push_back(i);
-        ++p.deps[i];
-      }
-    }
-    p.roots.clear();
-    for (std::uint32_t i = 0; i < code.size(); ++i)
-      if (!hoisted_[i] && p.deps[i] == 0) p.roots.push_back(i);
-    p.info.parallel_width = parallel_width(p);
+    for (std::size_t i = 0; i < inputs.size(); ++i)
+      if (auto why = check(inputs[i], "input " + std::to_string(i)); !why.empty()) return why;
+    for (const auto& [r, t] : compiled().state_slots)
+      if (auto why = check(t, "a state tensor"); !why.empty()) return why;
+    if (!seen) return "no tensor input or state gives the device";
+    if (!p.host_node.empty()) return "node '" + p.host_node + "' gives a CPU tensor";
+    device = *seen;
+    return "";
   }
 
-  // The most instructions at one depth of the schedule (a level is one more than its deepest predecessor).
-  std::size_t parallel_width(const plan& p) const {
-    std::vector<std::uint32_t> level(p.deps.size(), 0), count;
-    std::size_t widest = 0;
-    for (std::uint32_t i = 0; i < p.deps.size(); ++i) {  // predecessors come first in code order
-      if (hoisted_[i]) continue;
-      if (level[i] >= count.size()) count.resize(level[i] + 1, 0);
-      widest = std::max<std::size_t>(widest, ++count[level[i]]);
-      for (auto s : p.succ[i]) level[s] = std::max(level[s], level[i] + 1);
+  // Captures plan `p`'s run once (its static inputs are copies of `inputs`); on failure the plan
+  // runs without a graph from now on, plan_info saying why.
+  void try_capture(const std::vector<at::Tensor>& inputs, const sym_env& env, plan& p) const {
+    p.graph_tried = true;
+    c10::Device device = c10::kCPU;
+    p.info.graph_fallback = graph_fallback(inputs, p, device);
+    if (!p.info.graph_fallback.empty()) return;
+    p.graph_inputs.clear();
+    for (const auto& t : inputs)
+      p.graph_inputs.push_back(t.defined() ? at::empty_strided(t.sizes(), t.strides(), t.options()).copy_(t) : t);
+    p.graph_env.emplace(env);
+    auto* pp = &p;  // the plan outlives its graph
+    try {
+      p.graph = detail::installed_graph_backend->capture(
+          device, [this, pp] { pp->graph_outputs = execute(pp->graph_inputs, *pp->graph_env, *pp); });
+    } catch (const std::exception& e) {
+      p.graph.reset();
+      p.graph_outputs.clear();
+      p.graph_inputs.clear();
+      for (auto& r : p.regs) r = c10::IValue();
+      p.info.graph_fallback = std::string("capture failed: ") + e.what();
+      return;
     }
-    return widest;
+    p.info.graph = true;
+  }
+
+  // A replay of plan `p`'s graph on `inputs`: copied in, replayed, outputs copied out.
+  std::vector<c10::IValue> replay(const std::vector<at::Tensor>& inputs, plan& p) const {
+    for (std::size_t i = 0; i < inputs.size(); ++i)
+      if (inputs[i].defined()) p.graph_inputs[i].copy_(inputs[i]);
+    p.graph->replay();
+    std::vector<c10::IValue> outs;
+    outs.reserve(p.graph_outputs.size());
+    for (const auto& o : p.graph_outputs) outs.push_back(o.isTensor() && o.toTensor().defined() ? c10::IValue(o.toTensor().clone()) : o);
+    return outs;
   }
 
   // A planned run: out= kernels into the arena, in-place overloads, resolved key sets.
   std::vector<c10::IValue> execute(const std::vector<at::Tensor>& inputs, const sym_env& env, plan& p) const {
     if (pool_ && p.info.parallel_width > 1) return execute_parallel(inputs, env, p);  // (a chain: one by one)
-    const auto& code = interp_.code_;
+    const auto& code = compiled().code;
     load_registers(p, inputs);
     for (std::size_t i = 0; i < code.size(); ++i)
-      if (!hoisted_[i]) call_planned(interp_, i, env, p, p.stack);
+      if (!hoisted_[i]) call_planned(compiled(), i, env, p, p.stack);
     return unload_registers(p);
   }
 
   // Instruction i as plan `p` runs it, its arguments pushed by `code` (the interpreter, or its
   // copy that never moves out of a register), its results stored.
-  void call_planned(const interpreter& code, std::size_t i, const sym_env& env, plan& p, torch::jit::Stack& stack) const {
-    const auto& in = code.code_[i];
+  void call_planned(const compiled_program& code, std::size_t i, const sym_env& env, plan& p, torch::jit::Stack& stack) const {
+    const auto& in = code.code[i];
     code.push_arguments(in, p.regs, env, stack);
     const c10::OperatorHandle* op = in.op;
     if (p.out[i].defined()) {
@@ -833,10 +492,10 @@ class engine {
       else op->callBoxed(stack);
     } catch (const c10::Error& e) {
       stack.clear();
-      interpreter::throw_op_failed(in, e);  // (the plan is dropped with what it held)
+      compiled_program::throw_op_failed(in, e);  // (the plan is dropped with what it held)
     }
     detail::take_outputs(stack, [&](std::size_t k, c10::IValue&& r) {
-      if (k < in.outputs.size() && in.outputs[k] != interpreter::dead) p.regs[in.outputs[k]] = std::move(r);
+      if (k < in.outputs.size() && in.outputs[k] != compiled_program::dead) p.regs[in.outputs[k]] = std::move(r);
     });
     stack.clear();
   }
@@ -873,7 +532,7 @@ class engine {
       } catch (...) {
         failed = std::current_exception();
       }
-      for_each_register_use(interp_.code_[i], [&](std::uint32_t r) {
+      compiled().for_each_register_use(compiled().code[i], [&](std::uint32_t r) {
         if (run.reads[r].fetch_sub(1) == 1 && !run.p->keep[r]) run.p->regs[r] = c10::IValue();
       });
       std::size_t woke = 0;
@@ -925,9 +584,8 @@ class engine {
   std::vector<const c10::OperatorHandle*> in_place_ops_;  // per instruction: its in-place overload, when it may run so
   std::vector<std::uint8_t> hoisted_;                     // per instruction: made once, in hoist()
   std::vector<std::pair<std::uint32_t, c10::IValue>> preset_;  // registers hoist() filled
-  mutable std::mutex mutex_;
-  mutable std::list<std::unique_ptr<plan>> idle_;  // plans not running now, most recent first
-  std::optional<interpreter> copying_;             // threads > 1: the code, copying every register it reads
+  mutable detail::plan_pool plans_;                 // the plans not running now
+  std::optional<compiled_program> copying_;        // threads > 1: the code, copying every register it reads
   std::unique_ptr<detail::branch_pool> pool_;      // threads > 1: the helpers (threads - 1)
 };
 

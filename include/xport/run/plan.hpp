@@ -1,0 +1,244 @@
+// xport/run/plan.hpp: the engine's plans (run/engine.hpp), one per input signature: what a
+// plan records on its first run (each candidate result's metadata, resolved key sets), the
+// lifetimes of the registers an arena is laid out by, and the pool that keeps the plans of the
+// signatures seen last.
+#pragma once
+
+#include <algorithm>  // std::max
+#include <cstddef>    // std::size_t
+#include <cstdint>    // std::int64_t, std::uint8_t, std::uint32_t
+#include <list>       // std::list
+#include <memory>     // std::unique_ptr
+#include <mutex>      // std::mutex, std::lock_guard
+#include <optional>   // std::optional
+#include <string>     // std::string
+#include <vector>     // std::vector
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/core/stack.h>
+#include <c10/core/DispatchKeySet.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <xport/config.hpp>
+#include <xport/run/compiled.hpp>
+#include <xport/run/graphs.hpp>
+#include <xport/run/guards.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+/// What one plan does (engine::plan_info).
+struct engine_plan_info {
+  std::size_t nodes = 0;              ///< call nodes in the program
+  std::size_t out_variant_nodes = 0;  ///< nodes that write into the arena through an out= kernel
+  std::size_t in_place_nodes = 0;     ///< nodes run in place on a result nothing else uses
+  std::size_t hoisted_nodes = 0;      ///< views of the program's state, made once per engine
+  std::size_t resolved_nodes = 0;     ///< nodes called with a resolved dispatch key set
+  std::size_t arena_buffers = 0;      ///< buffers the arena holds
+  std::size_t arena_bytes = 0;        ///< their bytes
+  std::size_t planned_bytes = 0;      ///< bytes of all planned results (what eager allocates for them)
+  std::size_t parallel_width = 0;     ///< most nodes the schedule can run at once (`threads` > 1), else 0
+  bool graph = false;                 ///< runs replay a captured graph (engine_options::cuda_graphs)
+  std::string graph_fallback;         ///< why the plan runs without one, when cuda_graphs asked for it
+};
+
+namespace detail {
+
+inline constexpr std::uint32_t no_reg = 0xffffffffu;  // no register (or no instruction, no slot)
+
+// A result's metadata, recorded on a plan's first run.
+struct result_meta {
+  std::vector<std::int64_t> sizes, strides;
+  c10::ScalarType dtype = c10::ScalarType::Undefined;
+  c10::Device device = c10::kCPU;
+  std::size_t bytes = 0;
+};
+
+inline bool same_layout(const c10::IValue& a, const c10::IValue& b) {
+  if (!a.isTensor() || !b.isTensor()) return false;
+  const auto &x = a.toTensor(), &y = b.toTensor();
+  return x.defined() && y.defined() && x.layout() == c10::kStrided && y.layout() == c10::kStrided &&
+         x.scalar_type() == y.scalar_type() && x.device() == y.device() && x.sizes() == y.sizes() &&
+         x.strides() == y.strides() && x.is_non_overlapping_and_dense();
+}
+
+inline result_meta meta_of(const c10::IValue& v) {
+  result_meta m;
+  if (!v.isTensor()) return m;
+  const auto& t = v.toTensor();
+  if (!t.defined() || t.layout() != c10::kStrided || t.is_quantized()) return m;
+  m.sizes = t.sizes().vec();
+  m.strides = t.strides().vec();
+  m.dtype = t.scalar_type();
+  m.device = t.device();
+  std::size_t extent = 1;
+  for (std::size_t d = 0; d < m.sizes.size(); ++d) {
+    if (m.sizes[d] == 0) return result_meta{};  // nothing to plan
+    extent += static_cast<std::size_t>((m.sizes[d] - 1) * m.strides[d]);
+  }
+  m.bytes = extent * t.element_size();
+  return m;
+}
+
+struct engine_plan {
+  std::vector<std::int64_t> key;
+  std::vector<c10::DispatchKeySet> keys;  // per instruction, valid where `resolved`
+  std::vector<std::uint8_t> resolved;
+  std::vector<result_meta> meta;  // per instruction, for out= candidates
+  std::vector<at::Tensor> out;    // per instruction: the slot its out= kernel writes (or undefined)
+  std::vector<std::uint8_t> in_place;  // per instruction: runs as its in-place overload
+  bool unplannable = false;            // an alias the plan cannot follow was seen: plain calls
+  std::vector<at::Tensor> buffers;
+  std::vector<c10::IValue> regs;  // the registers, kept between runs (empty after each)
+  torch::jit::Stack stack;
+  engine_plan_info info;
+  // the schedule of parallel runs (threads > 1): per instruction its predecessor count and its
+  // successors, per register how many argument uses read it (cleared after the last; `keep`:
+  // an output, never cleared), and the instructions nothing waits for at the start
+  std::vector<std::uint32_t> deps, reads;
+  std::vector<std::vector<std::uint32_t>> succ;
+  std::vector<std::uint8_t> keep;
+  std::vector<std::uint32_t> roots;
+  // a captured run (engine_options::cuda_graphs): tried once per plan, on its second run; the
+  // graph reads its inputs from `graph_inputs` and leaves its outputs in `graph_outputs`
+  bool graph_tried = false;
+  std::string host_node;  // a node whose result was on the CPU in a device program (no capture)
+  std::unique_ptr<captured_run> graph;
+  std::vector<at::Tensor> graph_inputs;
+  std::vector<c10::IValue> graph_outputs;
+  std::optional<sym_env> graph_env;
+};
+
+// Roots and lifetimes: a view's (or an in-place op's) result has the root of what it aliases, a
+// root lives until the last use of any alias (`last`), and a root some graph output or in-place
+// op of the graph reaches is `pinned`: never planned. `in_place[i]`: instruction i's result
+// aliases its first argument too.
+struct lifetimes {
+  std::vector<std::uint32_t> root, def, last;
+  std::vector<std::uint8_t> pinned;
+};
+
+// `in_place[i]`: instruction i runs in place; `alias[i]`: the register instruction i's result
+// was seen to alias on the plan's first run (a functional op may return its argument itself,
+// as dropout does in eval mode), or `no_reg`.
+inline lifetimes trace_lifetimes(const compiled_program& cp, const std::vector<std::uint8_t>& in_place,
+                                 const std::vector<std::uint32_t>& alias) {
+  const auto& code = cp.code;
+  lifetimes l;
+  l.root.resize(cp.num_regs);
+  for (std::uint32_t r = 0; r < l.root.size(); ++r) l.root[r] = r;
+  l.def.assign(cp.num_regs, no_reg);
+  l.last.assign(cp.num_regs, 0);
+  l.pinned.assign(cp.num_regs, 0);
+  for (std::size_t i = 0; i < code.size(); ++i) {
+    const auto& in = code[i];
+    const auto& op = *in.info;
+    std::uint32_t aliased = no_reg;
+    if (alias[i] != no_reg) {
+      aliased = l.root[alias[i]];
+    } else if (op.is_view || op.is_mutable || op.inplace_view || in.op != &op.handle || in_place[i]) {
+      // the first argument with an alias annotation (reshape, run for a view, aliases its self)
+      const auto& params = op.schema().arguments();
+      for (std::size_t k = 0; k < in.args.size() && k < params.size() && aliased == no_reg; ++k) {
+        const auto& a = in.args[k];
+        if ((params[k].alias_info() || k == 0) && (a.type == compiled_program::arg_op::kind::reg_copy || a.type == compiled_program::arg_op::kind::reg_move))
+          aliased = l.root[a.index];
+      }
+      if (op.is_mutable)
+        cp.for_each_register_use(in, [&](std::uint32_t r) { l.pinned[l.root[r]] = 1; });
+    }
+    cp.for_each_register_use(in, [&](std::uint32_t r) { l.last[l.root[r]] = static_cast<std::uint32_t>(i); });
+    for (auto r : in.outputs) {
+      if (r == compiled_program::dead) continue;
+      if (aliased != no_reg) l.root[r] = aliased;
+      else l.def[r] = static_cast<std::uint32_t>(i);
+    }
+  }
+  for (const auto& o : cp.outputs)
+    if (o.is_reg) l.pinned[l.root[o.index]] = 1;
+  return l;
+}
+
+inline void add_tensor_key(std::vector<std::int64_t>& key, const at::Tensor& t) {
+  if (!t.defined()) {
+    key.push_back(-1);
+    return;
+  }
+  key.push_back(t.dim());
+  key.insert(key.end(), t.sizes().begin(), t.sizes().end());
+  if (t.layout() == c10::kStrided) key.insert(key.end(), t.strides().begin(), t.strides().end());
+  key.push_back(static_cast<std::int64_t>(t.scalar_type()));
+  key.push_back(static_cast<std::int64_t>(t.device().type()) * 1024 + t.device().index());
+  key.push_back(static_cast<std::int64_t>(t.layout()) * 2 + (t.requires_grad() ? 1 : 0));
+}
+
+// What a plan depends on: each input's sizes, strides, dtype, device and layout, and the
+// thread's dispatch state (autocast, ...), which resolved key sets include.
+inline void signature_of(const std::vector<at::Tensor>& inputs, std::vector<std::int64_t>& key) {
+  key.clear();
+  auto tls = c10::impl::tls_local_dispatch_key_set();  // (raw_repr is not const in LibTorch 1.13)
+  key.push_back(static_cast<std::int64_t>(tls.included_.raw_repr()));
+  key.push_back(static_cast<std::int64_t>(tls.excluded_.raw_repr()));
+  for (const auto& t : inputs) add_tensor_key(key, t);
+}
+
+// The plans not running now, most recent first: a run takes the plan of its signature (or makes
+// one when all are busy) and gives it back after.
+class plan_pool {
+ public:
+  explicit plan_pool(std::size_t max_plans) : max_plans_(max_plans) {}
+
+  /// The idle plan of signature `key`, taken out of the pool; null when there is none.
+  std::unique_ptr<engine_plan> checkout(const std::vector<std::int64_t>& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = idle_.begin(); it != idle_.end(); ++it) {
+      if ((*it)->key != key) continue;
+      auto p = std::move(*it);
+      idle_.erase(it);
+      return p;
+    }
+    return nullptr;
+  }
+
+  /// Returns a plan to the pool, first in line; a `fresh` one drops the plans of signatures
+  /// beyond `max_plans` (the least recently used).
+  void checkin(std::unique_ptr<engine_plan> p, bool fresh) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    idle_.push_front(std::move(p));
+    if (!fresh) return;
+    std::vector<const std::vector<std::int64_t>*> seen;
+    for (auto it = idle_.begin(); it != idle_.end();) {
+      bool known = false;
+      for (const auto* k : seen) known = known || *k == (*it)->key;
+      if (!known) seen.push_back(&(*it)->key);
+      if (!known && seen.size() > std::max<std::size_t>(max_plans_, 1)) {
+        it = idle_.erase(it);
+        seen.pop_back();
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  /// What the idle plan of signature `key` does, if one is kept.
+  [[nodiscard]] std::optional<engine_plan_info> info(const std::vector<std::int64_t>& key) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& p : idle_)
+      if (p->key == key) return p->info;
+    return std::nullopt;
+  }
+
+  [[nodiscard]] std::size_t size() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return idle_.size();
+  }
+
+ private:
+  std::size_t max_plans_;
+  mutable std::mutex mutex_;
+  std::list<std::unique_ptr<engine_plan>> idle_;
+};
+
+}  // namespace detail
+
+XPORT_END_NAMESPACE
