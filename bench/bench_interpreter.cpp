@@ -38,6 +38,8 @@
 
 #include <xport/engine.hpp>
 
+#include "icount.hpp"
+
 #include "../tests/models.hpp"
 #include "../tests/models_branches.hpp"
 
@@ -165,7 +167,7 @@ at::Tensor chain_eager(int n, const at::Tensor& x0, const at::Tensor& y) {
 void BM_chain_eager(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0));
   const auto x0 = at::randn({1, 8}), y = at::randn({1, 8});
-  for (auto _ : state) benchmark::DoNotOptimize(chain_eager(n, x0, y));
+  for (XPORT_TIMED(state)) benchmark::DoNotOptimize(chain_eager(n, x0, y));
   set_per_op(state, n);
   set_peak(state, allocator().peak_of([&] { benchmark::DoNotOptimize(chain_eager(n, x0, y)); }));
 }
@@ -180,7 +182,7 @@ void BM_chain_xport(benchmark::State& state) {
   auto p = chain_program(n);
   xport::interpreter interp(p);
   const std::vector<at::Tensor> in{at::randn({1, 8}), at::randn({1, 8})};
-  for (auto _ : state) benchmark::DoNotOptimize(interp.run(in));
+  for (XPORT_TIMED(state)) benchmark::DoNotOptimize(interp.run(in));
   set_per_op(state, n);
   set_peak(state, allocator().peak_of([&] { benchmark::DoNotOptimize(interp.run(in)); }));
 }
@@ -191,7 +193,7 @@ void BM_chain_engine(benchmark::State& state) {
   xport::engine e(p);
   const std::vector<at::Tensor> in{at::randn({1, 8}), at::randn({1, 8})};
   benchmark::DoNotOptimize(e.run(in));  // the first run of a signature makes its plan
-  for (auto _ : state) benchmark::DoNotOptimize(e.run(in));
+  for (XPORT_TIMED(state)) benchmark::DoNotOptimize(e.run(in));
   set_per_op(state, n);
   set_peak(state, allocator().peak_of([&] { benchmark::DoNotOptimize(e.run(in)); }) + e.plan_info(in).arena_bytes);
 }
@@ -201,7 +203,7 @@ void BM_chain_static_runtime(benchmark::State& state) {
   torch::jit::StaticModule sm(chain_torchscript(n));
   const std::vector<c10::IValue> in{at::randn({1, 8}), at::randn({1, 8})};
   benchmark::DoNotOptimize(sm(in));
-  for (auto _ : state) benchmark::DoNotOptimize(sm(in));
+  for (XPORT_TIMED(state)) benchmark::DoNotOptimize(sm(in));
   set_per_op(state, n);
   set_peak(state, allocator().peak_of([&] { benchmark::DoNotOptimize(sm(in)); }));
 }
@@ -214,7 +216,7 @@ void BM_chain_torchscript_executor(benchmark::State& state) {
     torch::jit::Stack s{x, y};
     exec.run(s);
   }
-  for (auto _ : state) {
+  for (XPORT_TIMED(state)) {
     torch::jit::Stack s{x, y};
     exec.run(s);
     benchmark::DoNotOptimize(s);
@@ -226,7 +228,7 @@ void BM_chain_torchscript_interpreter(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0));
   torch::jit::Code code(chain_torchscript(n), "chain");
   const auto x = at::randn({1, 8}), y = at::randn({1, 8});
-  for (auto _ : state) {
+  for (XPORT_TIMED(state)) {
     torch::jit::Stack s{x, y};
     torch::jit::InterpreterState(code).run(s);
     benchmark::DoNotOptimize(s);
@@ -246,7 +248,7 @@ void BM_chain_xport_inference(benchmark::State& state) {
   const std::vector<at::Tensor> in{at::randn({1, 8}), at::randn({1, 8})};
   xport::run_options o;
   o.inference_mode = true;
-  for (auto _ : state) benchmark::DoNotOptimize(interp.run(in, o));
+  for (XPORT_TIMED(state)) benchmark::DoNotOptimize(interp.run(in, o));
   set_per_op(state, n);
   set_peak(state, allocator().peak_of([&] { benchmark::DoNotOptimize(interp.run(in, o)); }));
 }
@@ -302,7 +304,7 @@ at::Tensor mlp_eager(const mlp_weights& m, const at::Tensor& x) {
 void BM_mlp_eager(benchmark::State& state) {
   mlp_weights m;
   const auto x = at::randn({1, mlp_width});
-  for (auto _ : state) benchmark::DoNotOptimize(mlp_eager(m, x));
+  for (XPORT_TIMED(state)) benchmark::DoNotOptimize(mlp_eager(m, x));
   set_per_op(state, 2 * mlp_layers);
   set_peak(state, allocator().peak_of([&] { benchmark::DoNotOptimize(mlp_eager(m, x)); }));
 }
@@ -326,7 +328,7 @@ void BM_mlp_xport(benchmark::State& state) {
   const std::vector<at::Tensor> in{at::randn({1, mlp_width})};
   xport::run_options o;
   o.inference_mode = true;
-  for (auto _ : state) benchmark::DoNotOptimize(interp.run(in, o));
+  for (XPORT_TIMED(state)) benchmark::DoNotOptimize(interp.run(in, o));
   set_per_op(state, 2 * mlp_layers);
   set_peak(state, allocator().peak_of([&] { benchmark::DoNotOptimize(interp.run(in, o)); }));
 }
@@ -338,7 +340,7 @@ void BM_mlp_engine(benchmark::State& state) {
   xport::engine e(p);
   const std::vector<at::Tensor> in{at::randn({1, mlp_width})};
   benchmark::DoNotOptimize(e.run(in));
-  for (auto _ : state) benchmark::DoNotOptimize(e.run(in));
+  for (XPORT_TIMED(state)) benchmark::DoNotOptimize(e.run(in));
   set_per_op(state, 2 * mlp_layers);
   set_peak(state, allocator().peak_of([&] { benchmark::DoNotOptimize(e.run(in)); }) + e.plan_info(in).arena_bytes);
 }
@@ -352,7 +354,7 @@ void BM_mlp_static_runtime(benchmark::State& state) {
     in.emplace_back(m.b[static_cast<std::size_t>(i)]);
   }
   benchmark::DoNotOptimize(sm(in));
-  for (auto _ : state) benchmark::DoNotOptimize(sm(in));
+  for (XPORT_TIMED(state)) benchmark::DoNotOptimize(sm(in));
   set_per_op(state, 2 * mlp_layers);
   set_peak(state, allocator().peak_of([&] { benchmark::DoNotOptimize(sm(in)); }));
 }
@@ -369,7 +371,7 @@ void BM_mlp_torchscript_executor(benchmark::State& state) {
     auto s = proto;
     exec.run(s);
   }
-  for (auto _ : state) {
+  for (XPORT_TIMED(state)) {
     auto s = proto;
     exec.run(s);
     benchmark::DoNotOptimize(s);
@@ -385,7 +387,7 @@ void BM_mlp_torchscript_interpreter(benchmark::State& state) {
     proto.emplace_back(m.w[static_cast<std::size_t>(i)]);
     proto.emplace_back(m.b[static_cast<std::size_t>(i)]);
   }
-  for (auto _ : state) {
+  for (XPORT_TIMED(state)) {
     auto s = proto;
     torch::jit::InterpreterState(code).run(s);
     benchmark::DoNotOptimize(s);
@@ -429,7 +431,7 @@ void BM_model_eager(benchmark::State& state) {
   std::optional<c10::InferenceMode> inference;
   if (state.range(0) == 1) no_grad.emplace();
   if (state.range(0) == 2) inference.emplace();
-  for (auto _ : state) benchmark::DoNotOptimize(net->forward(x));
+  for (XPORT_TIMED(state)) benchmark::DoNotOptimize(net->forward(x));
   set_peak(state, allocator().peak_of([&] { benchmark::DoNotOptimize(net->forward(x)); }));
 }
 
@@ -454,7 +456,7 @@ void BM_model_xport(benchmark::State& state) {
   const std::vector<at::Tensor> in{M::input()};
   xport::run_options o;
   o.inference_mode = true;
-  for (auto _ : state) benchmark::DoNotOptimize(interp.run(in, o));
+  for (XPORT_TIMED(state)) benchmark::DoNotOptimize(interp.run(in, o));
   set_nodes(state, p);
   set_peak(state, allocator().peak_of([&] { benchmark::DoNotOptimize(interp.run(in, o)); }));
 }
@@ -469,7 +471,7 @@ void BM_model_engine(benchmark::State& state) {
   xport::engine e(p, o);
   const std::vector<at::Tensor> in{M::input()};
   benchmark::DoNotOptimize(e.run(in));
-  for (auto _ : state) benchmark::DoNotOptimize(e.run(in));
+  for (XPORT_TIMED(state)) benchmark::DoNotOptimize(e.run(in));
   set_nodes(state, p);
   const auto info = e.plan_info(in);
   state.counters["planned"] = static_cast<double>(info.out_variant_nodes);
@@ -501,7 +503,7 @@ void BM_scan_rnn_eager(benchmark::State& state) {
   std::optional<c10::InferenceMode> inference;
   if (state.range(0) == 1) no_grad.emplace();
   if (state.range(0) == 2) inference.emplace();
-  for (auto _ : state) benchmark::DoNotOptimize(net->forward(rnn_h0(), rnn_xs()));
+  for (XPORT_TIMED(state)) benchmark::DoNotOptimize(net->forward(rnn_h0(), rnn_xs()));
 }
 
 void BM_scan_rnn_xport(benchmark::State& state) {
@@ -510,7 +512,7 @@ void BM_scan_rnn_xport(benchmark::State& state) {
   const std::vector<at::Tensor> in{rnn_h0(), rnn_xs()};
   xport::run_options o;
   o.inference_mode = true;
-  for (auto _ : state) benchmark::DoNotOptimize(interp.run(in, o));
+  for (XPORT_TIMED(state)) benchmark::DoNotOptimize(interp.run(in, o));
 }
 
 void BM_scan_rnn_engine(benchmark::State& state) {
@@ -518,7 +520,7 @@ void BM_scan_rnn_engine(benchmark::State& state) {
   xport::engine e(p);
   const std::vector<at::Tensor> in{rnn_h0(), rnn_xs()};
   benchmark::DoNotOptimize(e.run(in));
-  for (auto _ : state) benchmark::DoNotOptimize(e.run(in));
+  for (XPORT_TIMED(state)) benchmark::DoNotOptimize(e.run(in));
 }
 
 // MoE (tests/models.hpp): a gated mixture of three experts routing 256 tokens with nonzero. The
@@ -541,7 +543,7 @@ void BM_moe_eager(benchmark::State& state) {
   std::optional<c10::InferenceMode> inference;
   if (state.range(0) == 1) no_grad.emplace();
   if (state.range(0) == 2) inference.emplace();
-  for (auto _ : state) benchmark::DoNotOptimize(net->forward(moe_tokens()));
+  for (XPORT_TIMED(state)) benchmark::DoNotOptimize(net->forward(moe_tokens()));
 }
 
 void BM_moe_xport(benchmark::State& state) {
@@ -550,14 +552,14 @@ void BM_moe_xport(benchmark::State& state) {
   const std::vector<at::Tensor> in{moe_tokens()};
   xport::run_options o;
   o.inference_mode = true;
-  for (auto _ : state) benchmark::DoNotOptimize(interp.run(in, o));
+  for (XPORT_TIMED(state)) benchmark::DoNotOptimize(interp.run(in, o));
 }
 
 void BM_moe_engine(benchmark::State& state) {
   const auto p = xport::export_program(moe_model(), std::tuple{moe_tokens()});
   xport::engine e(p);
   const std::vector<at::Tensor> in{moe_tokens()};
-  for (auto _ : state) benchmark::DoNotOptimize(e.run(in));
+  for (XPORT_TIMED(state)) benchmark::DoNotOptimize(e.run(in));
 }
 
 }  // namespace

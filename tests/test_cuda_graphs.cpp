@@ -170,6 +170,27 @@ TEST_CASE("cuda graphs: parallel branches and a failed capture fall back, saying
   CHECK(backend.replays == 0);
 }
 
+TEST_CASE("cuda graphs: a data-dependent program runs unplanned, saying why (CPU stand-in)") {
+  stand_in_backend backend;
+  installed use(&backend);
+  torch::manual_seed(0);
+  m::MoE moe;
+  moe->eval();
+  const auto x = at::randn({6, 8});
+  const auto p = run_decompositions(export_program(moe, std::tuple{x}));
+  engine e(p, graphs());
+  interpreter interp(p);
+  for (int k = 0; k < 3; ++k) {
+    const auto v = at::randn({6, 8});
+    CHECK(at::allclose(e.run({v})[0], interp.run({v})[0]));
+  }
+  const auto info = e.plan_info({x});
+  CHECK_FALSE(info.graph);
+  CHECK(info.graph_fallback == "a size only the data knows (nonzero, item, ...): runs unplanned, no graph");
+  CHECK(info.nodes == interp.num_instructions());
+  CHECK(backend.captures == 0);
+}
+
 #if XPORT_TEST_CUDA_GRAPHS
 // ---- CUDA (tools/gpu-check.sh runs these on a lent GPU) -----------------------------------------
 

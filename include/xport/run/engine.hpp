@@ -131,7 +131,15 @@ class engine {
   std::vector<at::Tensor> operator()(const std::vector<at::Tensor>& inputs) const { return run(inputs); }
 
   /// The plan for `inputs`' signature (made by running once when there is none).
+  /// A program with a size only the data knows gets no plan: its info counts the nodes, and
+  /// says so in graph_fallback when CUDA graphs were asked for.
   [[nodiscard]] engine_plan_info plan_info(const std::vector<at::Tensor>& inputs) const {
+    if (interp_.binds_unbacked()) {
+      engine_plan_info info;
+      info.nodes = compiled().code.size();
+      if (opts_.cuda_graphs) info.graph_fallback = "a size only the data knows (nonzero, item, ...): runs unplanned, no graph";
+      return info;
+    }
     const auto find = [&]() -> std::optional<engine_plan_info> {
       c10::InferenceMode inference;  // the state run() computes signatures in
       std::vector<at::Tensor> relaid;
@@ -350,55 +358,18 @@ class engine {
     }
     choose_in_place(p, alias);
     const auto l = detail::trace_lifetimes(compiled(), p.in_place, alias);
-    struct buffer {
-      std::size_t bytes;
-      c10::Device device;
-      std::uint32_t busy_until;
-    };
-    std::vector<buffer> bufs;
-    std::vector<std::uint32_t> slot(code.size(), none);
+    std::vector<std::uint8_t> candidate(code.size(), 0);  // results an out= kernel writes into the arena
     for (std::size_t i = 0; i < code.size(); ++i) {
-      const auto& m = p.meta[i];
       const auto r = code[i].outputs.empty() ? compiled_program::dead : code[i].outputs[0];
-      if (!out_ops_[i] || p.in_place[i] || m.bytes == 0 || alias[i] != none || !own_kernels(i, out_ops_[i], p) ||
-          (r != compiled_program::dead && (l.pinned[r] || l.root[r] != r || l.def[r] != i)))
-        continue;
-      const auto last_use = r == compiled_program::dead ? static_cast<std::uint32_t>(i) : std::max(l.last[r], static_cast<std::uint32_t>(i));
-      std::uint32_t best = none, largest = none;
-      for (std::uint32_t b = 0; b < bufs.size(); ++b) {
-        if (bufs[b].device != m.device || bufs[b].busy_until >= i) continue;
-        if (bufs[b].bytes >= m.bytes && (best == none || bufs[b].bytes < bufs[best].bytes)) best = b;
-        if (largest == none || bufs[b].bytes > bufs[largest].bytes) largest = b;
-      }
-      if (best == none && largest != none) best = largest;
-      if (best == none) {
-        best = static_cast<std::uint32_t>(bufs.size());
-        bufs.push_back({0, m.device, 0});
-      }
-      bufs[best].bytes = std::max(bufs[best].bytes, m.bytes);
-      bufs[best].busy_until = last_use;
-      slot[i] = best;
-      p.info.planned_bytes += m.bytes;
+      candidate[i] = out_ops_[i] && !p.in_place[i] && p.meta[i].bytes > 0 && alias[i] == none && own_kernels(i, out_ops_[i], p) &&
+                     (r == compiled_program::dead || (!l.pinned[r] && l.root[r] == r && l.def[r] == i));
     }
-    for (const auto& b : bufs) {
-      p.buffers.push_back(at::empty({static_cast<std::int64_t>(b.bytes)}, at::TensorOptions().dtype(at::kByte).device(b.device)));
-      p.info.arena_bytes += b.bytes;
-    }
-    p.out.assign(code.size(), at::Tensor());
-    for (std::size_t i = 0; i < code.size(); ++i) {
-      if (slot[i] == none) continue;
-      const auto& m = p.meta[i];
-      p.out[i] = at::empty({0}, at::TensorOptions().dtype(m.dtype).device(m.device));
-      p.out[i].set_(p.buffers[slot[i]].storage(), 0, m.sizes, m.strides);
-      ++p.info.out_variant_nodes;
-    }
-    p.meta.clear();
+    const auto slot = detail::lay_out_arena(p, compiled(), l, candidate);
     p.info.nodes = code.size();
-    p.info.arena_buffers = bufs.size();
     for (auto r : p.resolved) p.info.resolved_nodes += r;
     for (auto r : p.in_place) p.info.in_place_nodes += r;
     for (auto h : hoisted_) p.info.hoisted_nodes += h;
-    if (pool_) detail::schedule(p, compiled(), hoisted_, l, slot, static_cast<std::uint32_t>(bufs.size()));
+    if (pool_) detail::schedule(p, compiled(), hoisted_, l, slot, static_cast<std::uint32_t>(p.buffers.size()));
   }
 
   // ---- captured runs (engine_options::cuda_graphs) ---------------------------------------------
@@ -440,16 +411,21 @@ class engine {
       p.graph_inputs.push_back(t.defined() ? at::empty_strided(t.sizes(), t.strides(), t.options()).copy_(t) : t);
     p.graph_env.emplace(env);
     auto* pp = &p;  // the plan outlives its graph
-    try {
-      p.graph = detail::installed_graph_backend->capture(
-          device, [this, pp] { pp->graph_outputs = execute(pp->graph_inputs, *pp->graph_env, *pp); });
-    } catch (const std::exception& e) {
+    const auto give_up = [&](const std::string& why) {
       p.graph.reset();
       p.graph_outputs.clear();
       p.graph_inputs.clear();
       for (auto& r : p.regs) r = c10::IValue();
-      p.info.graph_fallback = std::string("capture failed: ") + e.what();
-      return;
+      p.stack.clear();
+      p.info.graph_fallback = "capture failed: " + why;
+    };
+    try {
+      p.graph = detail::installed_graph_backend->capture(
+          device, [this, pp] { pp->graph_outputs = execute(pp->graph_inputs, *pp->graph_env, *pp); });
+    } catch (const c10::Error& e) {  // (without LibTorch's backtrace)
+      return give_up(e.what_without_backtrace());
+    } catch (const std::exception& e) {
+      return give_up(e.what());
     }
     p.info.graph = true;
   }

@@ -15,6 +15,7 @@
 #include <vector>     // std::vector
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/core/stack.h>
 #include <c10/core/DispatchKeySet.h>
@@ -157,6 +158,58 @@ inline lifetimes trace_lifetimes(const compiled_program& cp, const std::vector<s
   for (const auto& o : cp.outputs)
     if (o.is_reg) l.pinned[l.root[o.index]] = 1;
   return l;
+}
+
+// The arena of plan `p`: gives every `candidate` instruction's result a slot, a buffer no result
+// alive at the same time uses (the smallest free one that fits, else the largest free one grown,
+// else a new one) on its device, and makes the buffers and each result's view of its slot
+// (p.out). Returns the slot per instruction (no_reg: none); p.meta is spent.
+inline std::vector<std::uint32_t> lay_out_arena(engine_plan& p, const compiled_program& cp, const lifetimes& l,
+                                                const std::vector<std::uint8_t>& candidate) {
+  const auto& code = cp.code;
+  struct buffer {
+    std::size_t bytes;
+    c10::Device device;
+    std::uint32_t busy_until;
+  };
+  std::vector<buffer> bufs;
+  std::vector<std::uint32_t> slot(code.size(), no_reg);
+  for (std::size_t i = 0; i < code.size(); ++i) {
+    if (!candidate[i]) continue;
+    const auto& m = p.meta[i];
+    const auto r = code[i].outputs.empty() ? compiled_program::dead : code[i].outputs[0];
+    const auto last_use = r == compiled_program::dead ? static_cast<std::uint32_t>(i) : std::max(l.last[r], static_cast<std::uint32_t>(i));
+    std::uint32_t best = no_reg, largest = no_reg;
+    for (std::uint32_t b = 0; b < bufs.size(); ++b) {
+      if (bufs[b].device != m.device || bufs[b].busy_until >= i) continue;
+      if (bufs[b].bytes >= m.bytes && (best == no_reg || bufs[b].bytes < bufs[best].bytes)) best = b;
+      if (largest == no_reg || bufs[b].bytes > bufs[largest].bytes) largest = b;
+    }
+    if (best == no_reg && largest != no_reg) best = largest;
+    if (best == no_reg) {
+      best = static_cast<std::uint32_t>(bufs.size());
+      bufs.push_back({0, m.device, 0});
+    }
+    bufs[best].bytes = std::max(bufs[best].bytes, m.bytes);
+    bufs[best].busy_until = last_use;
+    slot[i] = best;
+    p.info.planned_bytes += m.bytes;
+  }
+  for (const auto& b : bufs) {
+    p.buffers.push_back(at::empty({static_cast<std::int64_t>(b.bytes)}, at::TensorOptions().dtype(at::kByte).device(b.device)));
+    p.info.arena_bytes += b.bytes;
+  }
+  p.out.assign(code.size(), at::Tensor());
+  for (std::size_t i = 0; i < code.size(); ++i) {
+    if (slot[i] == no_reg) continue;
+    const auto& m = p.meta[i];
+    p.out[i] = at::empty({0}, at::TensorOptions().dtype(m.dtype).device(m.device));
+    p.out[i].set_(p.buffers[slot[i]].storage(), 0, m.sizes, m.strides);
+    ++p.info.out_variant_nodes;
+  }
+  p.meta.clear();
+  p.info.arena_buffers = bufs.size();
+  return slot;
 }
 
 inline void add_tensor_key(std::vector<std::int64_t>& key, const at::Tensor& t) {
