@@ -9,7 +9,8 @@ Benchmark grows its loops until the time is reached; the first calls' one-time c
 first, short ones) by its iterations. Single
 threaded (OMP_NUM_THREADS=1), as the README's wall-time table.
 
-    tools/icount.py                        # the README's workloads, as a markdown table
+    tools/icount.py                        # the README's workloads, as a markdown table (InferenceMode
+                                           # eager / each variant in parentheses)
     tools/icount.py --filter 'BM_mlp_.*'   # some benchmarks, one line each
 """
 import argparse
@@ -100,14 +101,16 @@ def main():
         for name in [n for n in names if re.fullmatch(args.filter, n)]:
             print(f"{name}\t{count(args.bench, name):.0f}", flush=True)
         return
-    print("| workload | " + " | ".join(["variant: instructions per run (InferenceMode eager / variant)"]) + " |")
-    print("|---|---|")
+    columns = ["eager", "eager NoGrad", "eager InferenceMode", "TorchScript", "Static Runtime", "interpreter", "engine"]
+    print("| workload | " + " | ".join(columns) + " | engine vs InferenceMode eager |")
+    print("|---" * (len(columns) + 2) + "|")
     for workload, variants in WORKLOADS:
         counts = {col: count(args.bench, name) for col, name in variants}
         base = counts["eager InferenceMode"]
-        cells = [f"{col} {fmt(n)} ({base / n:.2f}x)" for col, n in counts.items()]
-        print(f"| {workload} | " + "; ".join(cells) + " |", flush=True)
-
+        cells = [f"{fmt(counts[c])} ({base / counts[c]:.2f}x)" if c in counts else "-" for c in columns]
+        extra = [f"{c} {fmt(n)} ({base / n:.2f}x)" for c, n in counts.items() if c not in columns]
+        ratio = f"{base / counts['engine']:.2f}x" + ("; " + "; ".join(extra) if extra else "")
+        print(f"| {workload} | " + " | ".join(cells) + f" | {ratio} |", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -36,7 +36,8 @@ class cuda_captured_run final : public captured_run {
       c10::cuda::CUDAStreamGuard on_side(side);
       body();  // warm-up, outside the capture
       side.synchronize();
-      graph_.capture_begin();
+      // thread-local capture: another thread's CUDA calls (its own capture, an allocation) go on
+      graph_.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
       try {
         body();
       } catch (...) {
