@@ -2,12 +2,15 @@
 """Every function in include/ is a readable step: at most LIMIT lines, signature to closing brace.
 
     python3 tools/check_function_length.py [--limit N] [--top K] [files...]
+    python3 tools/check_function_length.py --self-test
 
 Prints each function over the limit (`file:line name lines`) and exits 1 if there is one;
 --top K lists the K longest instead (exit 0). Comments, string and character literals are
 blanked first, so braces inside them do not count. A brace opens a function body when it
 follows a declarator (`...) const {`, `...) : member_(x) {`) at namespace or class scope;
-lambdas and local classes count toward the function around them.
+lambdas and local classes count toward the function around them. Parentheses are tracked: a
+brace inside a parameter list (`f(const options& o = {})`) belongs to the signature. --self-test
+checks the scanner on made-up code (a ctest runs it).
 """
 import argparse
 import pathlib
@@ -82,10 +85,16 @@ def functions(path):
     text = blank(path.read_text())
     stack = []  # 'scope' or ('func', name, start_line)
     header_start = 0
+    parens = 0  # depth of ( ) outside function bodies: a brace there is a braced default argument
     line_of = lambda pos: text.count("\n", 0, pos) + 1
     for pos, ch in enumerate(text):
-        if ch in ";{}":
+        if ch in "()":
+            if not any(isinstance(s, tuple) for s in stack):
+                parens = max(0, parens + (1 if ch == "(" else -1))
+        elif ch in ";{}":
             in_func = any(isinstance(s, tuple) for s in stack)
+            if parens > 0 and not in_func:
+                continue  # `f(const options& o = {})`: part of the signature
             if ch == "{":
                 if in_func:
                     stack.append("block")
@@ -97,7 +106,7 @@ def functions(path):
                         lines = h.split("\n")
                         skip = 0
                         while skip < len(lines) - 1 and (not lines[skip].strip() or re.match(
-                                r"\s*(template\b|requires\b|\[\[)", lines[skip])):
+                                r"\s*(template\b|requires\b|\[\[|(public|private|protected)\s*:\s*$)", lines[skip])):
                             skip += 1
                         start = line_of(header_start) + skip
                         stack.append(("func", name, start))
@@ -110,12 +119,51 @@ def functions(path):
             header_start = pos + 1
 
 
+SELF_TEST = """
+namespace n {
+struct options { int k = 0; };
+int counter{3};
+// a braced default argument, then a body of 85 lines
+inline int long_one(const options& o = {}, std::vector<int> v = {1, 2}) {
+""" + "  ++counter;\n" * 85 + """  return o.k;
+}
+class c {
+ public:
+  int member(options o = {}) const { if (o.k) { return 1; } return 2; }
+  template <class F>
+  void visit(F&& f, int depth = int{0}) {
+    for (int i = 0; i < depth; ++i) {
+      f(i);
+    }
+  }
+};
+}  // namespace n
+"""
+
+
+def self_test():
+    import tempfile
+    with tempfile.NamedTemporaryFile("w", suffix=".hpp", delete=False) as f:
+        f.write(SELF_TEST)
+    got = {name: n for name, _, n in functions(pathlib.Path(f.name))}
+    pathlib.Path(f.name).unlink()
+    want = {"long_one": 88, "member": 1, "visit": 5}
+    if got != want:
+        print(f"self-test: found {got}, want {want}")
+        return 1
+    print("self-test: functions with braced default arguments are measured whole")
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--self-test", action="store_true")
     ap.add_argument("--limit", type=int, default=LIMIT)
     ap.add_argument("--top", type=int, default=0)
     ap.add_argument("files", nargs="*")
     a = ap.parse_args()
+    if a.self_test:
+        return self_test()
     root = pathlib.Path(__file__).resolve().parent.parent
     files = [pathlib.Path(f) for f in a.files] or sorted((root / "include").rglob("*.hpp"))
     found = []
