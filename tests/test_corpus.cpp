@@ -242,7 +242,7 @@ void check_corpus(const corpus_spec& c) {
   for (std::size_t i = 0; i < steps().size(); ++i) md << "---|";
   md << "\n";
   std::map<std::string, std::size_t> passed;
-  std::size_t cells = 0, ok_cells = 0, cases_ok = 0;
+  std::size_t cases_ok = 0;
   std::vector<std::string> reasons;
   for (const auto& [name, row] : table) {
     md << "| " << name << " |";
@@ -255,9 +255,7 @@ void check_corpus(const corpus_spec& c) {
         continue;
       }
       const auto& o = it->second;
-      ++cells;
       if (o.kind == outcome::ok) {
-        ++ok_cells;
         ++passed[s];
         md << " ok |";
         continue;

@@ -99,7 +99,7 @@ std::vector<op_case> op_cases() {
        [](auto& b, V v) {
          return N{b.call("aten::mean.dim", {v[0], ints{0}}), b.call("aten::var.correction", {v[0], ints{1}})};
        },
-       [](I x) { return T{at::mean(x[0], {0}), at::var(x[0], {1})}; }},
+       [](I x) { return T{at::mean(x[0], at::IntArrayRef{0}), at::var(x[0], at::IntArrayRef{1})}; }},
       {"softmax and log_softmax", {r({4, 5})},
        [](auto& b, V v) {
          return N{b.call("aten::_softmax", {v[0], 1, false}), b.call("aten::_log_softmax", {v[0], -1, false})};
