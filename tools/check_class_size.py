@@ -9,13 +9,12 @@ Prints each class or struct over the limit (`file:line name lines`) and exits 1 
 Comments and literals are blanked first (with that tool's scanner); a class nested in another
 counts toward both. --self-test checks the scanner on made-up code (a ctest runs it).
 """
-import argparse
 import pathlib
 import re
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from check_function_length import blank  # noqa: E402
+from check_function_length import blank, run_check  # noqa: E402
 
 LIMIT = 700
 CLASS_HEAD = re.compile(r"\b(class|struct|union)\s+(?:\[\[[^\]]*\]\]\s*)?(?:alignas\([^)]*\)\s*)?(\w+)[^;()]*$")
@@ -90,31 +89,7 @@ def self_test():
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--limit", type=int, default=LIMIT)
-    ap.add_argument("--top", type=int, default=0)
-    ap.add_argument("--self-test", action="store_true")
-    ap.add_argument("files", nargs="*")
-    a = ap.parse_args()
-    if a.self_test:
-        return self_test()
-    root = pathlib.Path(__file__).resolve().parent.parent
-    files = [pathlib.Path(f) for f in a.files] or sorted((root / "include").rglob("*.hpp"))
-    found = []
-    for f in files:
-        for name, line, n in classes(f):
-            rel = f.resolve().relative_to(root) if f.resolve().is_relative_to(root) else f
-            found.append((n, f"{rel}:{line}", name))
-    if a.top:
-        for n, where, name in sorted(found, reverse=True)[:a.top]:
-            print(f"{where} {name} {n}")
-        return 0
-    over = sorted((x for x in found if x[0] > a.limit), reverse=True)
-    for n, where, name in over:
-        print(f"{where} {name}: {n} lines (limit {a.limit}; split it along its seams)")
-    print(f"{len(found)} classes, {len(over)} over {a.limit} lines", file=sys.stderr)
-    return 1 if over else 0
-
+    return run_check(classes, LIMIT, "classes", "split it along its seams", self_test)
 
 if __name__ == "__main__":
     sys.exit(main())

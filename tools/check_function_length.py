@@ -155,10 +155,12 @@ def self_test():
     return 0
 
 
-def main():
+def run_check(measure, limit, what, advice, self_test):
+    """The command line both size checks share: `measure(path)` yields (name, line, lines) of
+    each `what` (functions, classes) in a file; over `limit` lines is an error with `advice`."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--self-test", action="store_true")
-    ap.add_argument("--limit", type=int, default=LIMIT)
+    ap.add_argument("--limit", type=int, default=limit)
     ap.add_argument("--top", type=int, default=0)
     ap.add_argument("files", nargs="*")
     a = ap.parse_args()
@@ -168,7 +170,7 @@ def main():
     files = [pathlib.Path(f) for f in a.files] or sorted((root / "include").rglob("*.hpp"))
     found = []
     for f in files:
-        for name, line, n in functions(f):
+        for name, line, n in measure(f):
             rel = f.resolve().relative_to(root) if f.resolve().is_relative_to(root) else f
             found.append((n, f"{rel}:{line}", name))
     if a.top:
@@ -177,10 +179,13 @@ def main():
         return 0
     over = sorted((x for x in found if x[0] > a.limit), reverse=True)
     for n, where, name in over:
-        print(f"{where} {name}: {n} lines (limit {a.limit}; split it into named steps)")
-    print(f"{len(found)} functions, {len(over)} over {a.limit} lines", file=sys.stderr)
+        print(f"{where} {name}: {n} lines (limit {a.limit}; {advice})")
+    print(f"{len(found)} {what}, {len(over)} over {a.limit} lines", file=sys.stderr)
     return 1 if over else 0
 
+
+def main():
+    return run_check(functions, LIMIT, "functions", "split it into named steps", self_test)
 
 if __name__ == "__main__":
     sys.exit(main())
