@@ -9,7 +9,7 @@
 #include <string>
 
 #include <xport/engine.hpp>
-#if XPORT_TEST_CUDA_GRAPHS
+#if defined(XPORT_TEST_CUDA_GRAPHS)
 #include <xport/cuda_graphs.hpp>
 #endif
 
@@ -191,7 +191,48 @@ TEST_CASE("cuda graphs: a data-dependent program runs unplanned, saying why (CPU
   CHECK(backend.captures == 0);
 }
 
-#if XPORT_TEST_CUDA_GRAPHS
+TEST_CASE("cuda graphs: broadcast and sliced inputs keep their strides, overlapping ones fall back (CPU stand-in)") {
+  // Examples in these layouts export with no layout to copy into: run() passes such inputs as
+  // they are, and the static copies must have their strides (the plan was made for them).
+  stand_in_backend backend;
+  installed use(&backend);
+  const auto f = [](const at::Tensor& x, const at::Tensor& y) { return (x * 2 + y).sum(1); };
+  const auto rows = [] { return at::randn({1, 8}).expand({4, 8}); };  // stride 0 in dimension 0
+  const auto sliced = [] { return at::randn({4, 16}).slice(1, 0, 16, 2); };  // strides (16, 2)
+  const auto p = export_program(f, std::tuple{rows(), sliced()});
+  engine plain(p), e(p, graphs());
+  std::vector<at::Tensor> kept, xs, ys;
+  for (int k = 0; k < 5; ++k) {
+    CAPTURE(k);
+    xs.push_back(rows());
+    ys.push_back(sliced());
+    REQUIRE(xs.back().stride(0) == 0);
+    const auto got = e.run({xs.back(), ys.back()});
+    CHECK(at::equal(got[0], plain.run({xs.back(), ys.back()})[0]));
+    CHECK(at::allclose(got[0], (xs.back() * 2 + ys.back()).sum(1)));
+    kept.push_back(got[0]);
+  }
+  for (std::size_t k = 0; k < kept.size(); ++k) CHECK(at::equal(kept[k], plain.run({xs[k], ys[k]})[0]));
+  CHECK(e.plan_info({rows(), sliced()}).graph);
+  CHECK(backend.captures == 1);
+  CHECK(backend.replays == 4);
+
+  // elements that overlap otherwise (as_strided): no copy keeps the strides, so no graph
+  const auto overlapping = [] { return at::randn({12}).as_strided({4, 8}, {1, 1}); };
+  const auto q = export_program(f, std::tuple{overlapping(), sliced()});
+  engine plain_q(q), eq(q, graphs());
+  for (int k = 0; k < 3; ++k) {
+    const auto x = overlapping(), y = sliced();
+    CHECK(at::equal(eq.run({x, y})[0], plain_q.run({x, y})[0]));
+  }
+  const auto info = eq.plan_info({overlapping(), sliced()});
+  CHECK_FALSE(info.graph);
+  CHECK(info.graph_fallback ==
+        "capture failed: input 0 has overlapping elements (strides [1, 1]): no static copy keeps them; pass it contiguous (.contiguous())");
+  CHECK(backend.captures == 1);  // (the first program's)
+}
+
+#if defined(XPORT_TEST_CUDA_GRAPHS)
 // ---- CUDA (tools/gpu-check.sh runs these on a lent GPU) -----------------------------------------
 
 TEST_CASE("cuda graphs: CUDA graphs replay the engine's results" * doctest::skip(!at::hasCUDA())) {
