@@ -299,6 +299,24 @@ class dynamic_shapes {
 
 namespace detail {
 
+/// torch's report of dynamic dims that the code or the examples do not allow, thrown as
+/// constraint_violation (the one place that writes it):
+///   Constraints violated (a, b)!
+///     - <problem>
+///   Suggested fixes:
+///     <fix, one per line>
+/// `dims` are sorted; without fixes there is no "Suggested fixes".
+[[noreturn]] inline void throw_constraints_violated(std::vector<std::string> dims, const std::string& problem,
+                                                    const std::vector<std::string>& fixes = {}) {
+  std::sort(dims.begin(), dims.end());
+  std::string msg = "Constraints violated (";
+  for (std::size_t i = 0; i < dims.size(); ++i) msg += (i ? ", " : "") + dims[i];
+  msg += ")!\n  - " + problem;
+  if (!fixes.empty()) msg += "\nSuggested fixes:";
+  for (const auto& f : fixes) msg += "\n  " + f;
+  throw constraint_violation("xport.export.constraint_violation", msg);
+}
+
 /// One symbol of a dynamic export: a user's Dim, or a dimension marked with a hint.
 struct dyn_root {
   std::string dim_name;  ///< the user's name (`batch`), or the input path for hints
@@ -557,12 +575,10 @@ class dyn_resolver {
       const auto where = leaf_names_[u.leaf] + ".shape[" + std::to_string(u.dim) + "]";
       const auto want = u.spec.scale() * r.hint + u.spec.offset();
       if (want != size)
-        throw constraint_violation(
-            "xport.export.constraint_violation",
-            "Constraints violated (" + u.spec.root() + ")! " + where + " = " + std::to_string(size) +
-                " is not equal to " + (u.spec.derived() ? u.spec.name() + " = " : "") + std::to_string(want) +
-                " (" + u.spec.root() + " = " + std::to_string(r.hint) + " from " + r.where +
-                "): the example inputs must satisfy the relations dynamic_shapes states");
+        throw_constraints_violated({u.spec.root()}, where + " = " + std::to_string(size) + " is not equal to " +
+                                                        (u.spec.derived() ? u.spec.name() + " = " : "") + std::to_string(want) +
+                                                        " (" + u.spec.root() + " = " + std::to_string(r.hint) + " from " +
+                                                        r.where + "): the example inputs must satisfy the relations dynamic_shapes states");
       if (r.hint < r.min || r.hint > r.max)
         fail("the example inputs give " + r.dim_name + " = " + std::to_string(r.hint) + " (from " + r.where +
              "), outside " + def_of(slot_of(u).root).str() + "; pick example sizes inside the Dim's range");

@@ -204,27 +204,18 @@ exported_program trace_non_strict(Call&& call, const std::tuple<Args...>& args, 
   return finish(cap, std::move(outs), std::move(in_spec), std::move(out_spec), opts);
 }
 
-inline std::string violation_report(const dyn_plan& plan, const dim_specialized& s) {
-  std::vector<std::string> names;
-  if (s.root >= 0) names.push_back(plan.roots[static_cast<std::size_t>(s.root)].dim_name);
-  else
+[[noreturn]] inline void throw_specialized(const dyn_plan& plan, const dim_specialized& s) {
+  if (s.root < 0) {
+    std::vector<std::string> names;
     for (const auto& r : plan.roots) names.push_back(r.dim_name);
-  std::sort(names.begin(), names.end());
-  std::string head;
-  for (const auto& n : names) head += (head.empty() ? "" : ", ") + n;
-  std::string msg = "Constraints violated (" + head + ")!\n  - ";
-  std::string fixes;
-  if (s.root >= 0) {
-    const auto& r = plan.roots[static_cast<std::size_t>(s.root)];
-    msg += "You marked " + r.dim_name + " as dynamic but your code specialized it to be a constant (" +
-           std::to_string(r.hint) + "): " + s.why + ".";
-    if (r.named) fixes = "  " + r.dim_name + " = " + std::to_string(r.hint);
-    else fixes = "  use Dim::static_ (or Dim::automatic) for " + r.where + " instead of Dim::dynamic";
-  } else {
-    msg += "The dynamic dims cannot all be kept: " + s.why + ".";
+    throw_constraints_violated(std::move(names), "The dynamic dims cannot all be kept: " + s.why + ".");
   }
-  if (!fixes.empty()) msg += "\nSuggested fixes:\n" + fixes;
-  return msg;
+  const auto& r = plan.roots[static_cast<std::size_t>(s.root)];
+  throw_constraints_violated({r.dim_name},
+                             "You marked " + r.dim_name + " as dynamic but your code specialized it to be a constant (" +
+                                 std::to_string(r.hint) + "): " + s.why + ".",
+                             {r.named ? r.dim_name + " = " + std::to_string(r.hint)
+                                      : "use Dim::static_ (or Dim::automatic) for " + r.where + " instead of Dim::dynamic"});
 }
 
 inline void drop_root(dyn_plan& plan, int root) {
@@ -588,7 +579,7 @@ exported_program export_dynamic(Attempt& attempt, const std::tuple<Args...>& arg
         drop_root(plan, s.root);  // Dim::automatic: static after all
         continue;
       }
-      throw constraint_violation("xport.export.constraint_violation", violation_report(plan, s));
+      throw_specialized(plan, s);
     } catch (const dims_related& s) {
       // a: the earlier dim, b: the later one, which the fix defines as a
       const auto& a = plan.roots[static_cast<std::size_t>(std::min(s.root, s.other))];
@@ -598,12 +589,10 @@ exported_program export_dynamic(Attempt& attempt, const std::tuple<Args...>& arg
         merge_roots(plan, a.named ? ib : ia, a.named ? ia : ib);
         continue;
       }
-      throw constraint_violation(
-          "xport.export.constraint_violation",
-          "Constraints violated (" + std::min(a.dim_name, b.dim_name) + ", " + std::max(a.dim_name, b.dim_name) +
-              ")!\n  - The values of " + b.dim_name + " = " + b.where + " and " + a.dim_name + " = " + a.where +
-              " must always be equal (moved alone, " + s.why + ").\nSuggested fixes:\n  " + b.dim_name + " = " +
-              a.dim_name);
+      throw_constraints_violated({a.dim_name, b.dim_name},
+                                 "The values of " + b.dim_name + " = " + b.where + " and " + a.dim_name + " = " + a.where +
+                                     " must always be equal (moved alone, " + s.why + ").",
+                                 {b.dim_name + " = " + a.dim_name});
     } catch (const dim_narrowed& s) {
       auto& r = plan.roots[static_cast<std::size_t>(s.root)];
       if (!r.named) {  // bounds of a hint are hints: take the range that works
@@ -614,12 +603,11 @@ exported_program export_dynamic(Attempt& attempt, const std::tuple<Args...>& arg
       const Dim fixed(r.dim_name, s.lo, s.hi == int_oo ? std::nullopt : std::optional<std::int64_t>(s.hi));
       const auto range = std::to_string(r.min) + " <= " + r.dim_name + (r.max == int_oo ? "" : " <= " + std::to_string(r.max));
       const auto guard = s.bad < s.lo ? std::to_string(s.lo) + " <= " + r.where : r.where + " <= " + std::to_string(s.hi);
-      throw constraint_violation("xport.export.constraint_violation",
-                                 "Constraints violated (" + r.dim_name + ")!\n  - Not all values of " + r.dim_name +
-                                     " = " + r.where + " in the specified range " + range +
+      throw_constraints_violated({r.dim_name},
+                                 "Not all values of " + r.dim_name + " = " + r.where + " in the specified range " + range +
                                      " satisfy the generated guard " + guard + ": with " + r.dim_name + " = " +
-                                     std::to_string(s.bad) + ", " + s.why + ".\nSuggested fixes:\n  " + r.dim_name +
-                                     " = " + fixed.str());
+                                     std::to_string(s.bad) + ", " + s.why + ".",
+                                 {r.dim_name + " = " + fixed.str()});
     }
   }
 }
