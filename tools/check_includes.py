@@ -20,9 +20,13 @@ LAYERS = [
     ("passes", "passes/"),      # passes and pipelines
     ("run", "run/"),            # guards, the interpreter, callable
     ("serde", "serde/"),        # .pt2 archives
-    ("umbrella", "xport.hpp engine.hpp train.hpp cuda_graphs.hpp"),
+    ("umbrella", "xport.hpp engine.hpp train.hpp cuda_graphs.hpp compiled.hpp"),
 ]
 __doc__ += "".join(f"    {i}. {name:9} {paths}\n" for i, (name, paths) in enumerate(LAYERS))
+
+# All that <xport/compiled.hpp> may reach (the compiled mode: a TU that includes it must not
+# parse the header-only library; tools/compile_time.py measures it).
+LIGHT = {"config.hpp", "version.hpp", "error.hpp", "fwd.hpp", "run/engine_options.hpp"}
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*<xport/([^>]+)>', re.M)
 
@@ -68,6 +72,15 @@ def main():
     for n in graph:
         if not state.get(n):
             visit(n, [])
+    # the compiled mode's header stays light: what it reaches of xport, transitively, is this
+    reach, todo = set(), ["compiled.hpp"] if "compiled.hpp" in graph else []
+    while todo:
+        for d in graph.get(todo.pop(), []):
+            if d not in reach:
+                reach.add(d)
+                todo.append(d)
+    for d in sorted(reach - LIGHT):
+        bad.append(f"compiled.hpp reaches <xport/{d}>: the compiled mode's header must parse only {sorted(LIGHT)}")
     for b in bad:
         print(b)
     arrows = sum(len(v) for v in graph.values())

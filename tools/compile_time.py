@@ -20,7 +20,7 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TORCH = os.path.dirname(torch.__file__)
-HEADERS = ["ATen/ATen.h", "xport/xport.hpp", "torch/torch.h"]
+HEADERS = ["ATen/ATen.h", "xport/xport.hpp", "xport/compiled.hpp", "torch/torch.h"]
 
 
 def dependency_headers():
@@ -28,6 +28,8 @@ def dependency_headers():
     found = set()
     for dirpath, _, files in os.walk(os.path.join(ROOT, "include", "xport")):
         for name in files:
+            if name == "cuda_graphs.hpp":  # (CUDA builds only: its CUDA headers are not in a CPU wheel)
+                continue
             with open(os.path.join(dirpath, name)) as f:
                 found.update(re.findall(r"^\s*#\s*include\s*<((?:ATen|c10|torch|caffe2|nlohmann)/[^>]+)>", f.read(), re.M))
     return sorted(found)
