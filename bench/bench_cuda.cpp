@@ -19,7 +19,7 @@
 #include <torch/torch.h>
 
 #include <xport/engine.hpp>
-#if XPORT_BENCH_CUDA_GRAPHS
+#if defined(XPORT_BENCH_CUDA_GRAPHS)
 #include <xport/cuda_graphs.hpp>
 #endif
 

@@ -9,7 +9,7 @@ Workloads (same sizes on both sides; the Python models are the twins of tests/py
                 against torch.export.load + ep.module()(x) once
   run           the inference IR: xport::run against ep.module()(x) of torch's run_decompositions()
                 and against eager LibTorch (C++) and eager PyTorch
-nativert is not a peer: the torch 2.13 wheel ships no usable nativert (see README).
+nativert is not a peer: the torch 2.13 wheel ships no usable nativert (see docs/versions.md).
 """
 import argparse
 import json

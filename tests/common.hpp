@@ -63,6 +63,12 @@ inline void check_golden(const std::string& name, const std::string& actual) {
   CHECK(actual == expected);
 }
 
+/// `p` saved to .pt2 bytes and loaded back (save_to_string, load_from_memory).
+inline xport::exported_program reload(const xport::exported_program& p) {
+  const auto bytes = xport::save_to_string(p);
+  return xport::load_from_memory(bytes.data(), bytes.size());
+}
+
 /// `x` in the layouts a caller may pass, same values: as it is, with its strides reversed
 /// (a transposed copy transposed back), a strided slice of a larger tensor, and channels_last
 /// (4-d) or channels_last_3d (5-d).

@@ -47,4 +47,23 @@ inline c10::IValue field(const c10::impl::GenericDict& d, const std::string& key
   return it->value();
 }
 
+/// One call of an io file: its args and kwargs as saved, the program's tensor inputs in its
+/// order, and the outputs torch gave (None ones left out: run() gives undefined tensors for them,
+/// and Python checks them).
+struct io_call {
+  c10::IValue args, kwargs;
+  std::vector<at::Tensor> inputs;
+  std::vector<at::Tensor> outputs;
+};
+
+inline io_call call_of(const xport::exported_program& p, const c10::impl::GenericDict& d, const std::string& what) {
+  io_call c;
+  c.args = field(d, "args");
+  c.kwargs = field(d, "kwargs");
+  c.inputs = xport::detail::inputs_of_call(c10::ivalue::Tuple::create({c.args, c.kwargs}), p.in_spec(), what);
+  for (const auto& t : field(d, "outputs").toListRef())
+    if (!t.isNone()) c.outputs.push_back(t.toTensor());
+  return c;
+}
+
 }  // namespace xport_test

@@ -32,29 +32,12 @@
 using namespace xport;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-using xport_test::field, xport_test::read_index, xport_test::read_pickle, xport_test::write_pickle;
+using xport_test::call_of, xport_test::field, xport_test::io_call, xport_test::read_index, xport_test::read_pickle, xport_test::write_pickle;
 
 namespace {
 
 fs::path corpus_dir(const std::string& sub) { return xport_test::shared_dir("XPORT_CORPUS_DIR", sub, "corpus_*"); }
 
-/// One call of an io file: the program's tensor inputs, and the outputs torch gave (None ones
-/// left out, as run() gives undefined tensors for them).
-struct corpus_call {
-  c10::IValue args, kwargs;
-  std::vector<at::Tensor> inputs;
-  std::vector<at::Tensor> outputs;
-};
-corpus_call call_of(const exported_program& p, const c10::impl::GenericDict& d, const std::string& what) {
-  corpus_call c;
-  c.args = field(d, "args");
-  c.kwargs = field(d, "kwargs");
-  const auto args_kwargs = c10::ivalue::Tuple::create({c.args, c.kwargs});
-  c.inputs = xport::detail::inputs_of_call(args_kwargs, p.in_spec(), what);
-  for (const auto& t : field(d, "outputs").toListRef())
-    if (!t.isNone()) c.outputs.push_back(t.toTensor());
-  return c;
-}
 
 std::vector<at::Tensor> defined(std::vector<at::Tensor> ts) {
   std::vector<at::Tensor> out;
@@ -119,7 +102,7 @@ c10::impl::GenericList as_list(const std::vector<at::Tensor>& ts) {
 }
 
 /// Saves `p` into `dir` as <name>.pt2 with an io file of xport's outputs for `calls`.
-void save_for_torch(const fs::path& dir, const std::string& name, const exported_program& p, const std::vector<corpus_call>& calls,
+void save_for_torch(const fs::path& dir, const std::string& name, const exported_program& p, const std::vector<io_call>& calls,
                     const std::vector<std::vector<at::Tensor>>& outputs, json& index) {
   save(p, (dir / (name + ".pt2")).string());
   c10::impl::GenericDict io(c10::StringType::get(), c10::AnyType::get());
@@ -180,7 +163,7 @@ void check_corpus(const corpus_spec& c) {
       verify(*p);
       return std::string();
     });
-    std::vector<corpus_call> calls;
+    std::vector<io_call> calls;
     const auto io = read_pickle(dir / (name + ".io.pt")).toGenericDict();
     calls.push_back(call_of(*p, io, name));
     for (const auto& x : field(io, "extra").toListRef()) calls.push_back(call_of(*p, x.toGenericDict(), name + " (extra)"));

@@ -62,9 +62,9 @@ struct Counter : torch::nn::Module {
   torch::Tensor count, scale;
 };
 
-struct RenormedEmbedding : torch::nn::Module {
+struct MaxNormEmbedding : torch::nn::Module {
   torch::nn::Embedding emb{torch::nn::EmbeddingOptions(10, 4).max_norm(1.0)};
-  RenormedEmbedding() { register_module("emb", emb); }
+  MaxNormEmbedding() { register_module("emb", emb); }
   torch::Tensor forward(torch::Tensor i) { return emb(i); }
 };
 
@@ -137,7 +137,7 @@ TEST_CASE("dtypes: factories without a dtype make torch's default dtype, in both
   for (const auto& [ir, q] : both_irs(p)) {
     INFO(ir << ":\n" << to_string(q));
     check_same(run(q, {x})[0], want);
-    auto back = load_from_memory(save_to_string(q).data(), save_to_string(q).size());
+    auto back = xport_test::reload(q);
     check_same(run(back, {x})[0], want);
     for (auto n : q.graph().nodes())
       if (n.is_call() && n.op().name == "aten::full") CHECK((n.output(0).meta().dtype == at::kFloat));
@@ -219,7 +219,7 @@ TEST_CASE("None outputs: an undefined tensor in the result is None, as torch.exp
   const auto want = std::get<0>(m->forward(q));
   for (const auto& [ir, r] : both_irs(p)) {
     INFO(ir);
-    auto back = load_from_memory(save_to_string(r).data(), save_to_string(r).size());
+    auto back = xport_test::reload(r);
     for (const auto* prog : std::vector<const exported_program*>{&r, &back}) {
       callable<std::tuple<at::Tensor, at::Tensor>(at::Tensor)> f(*prog);
       const auto [out, weights] = f(q);
@@ -235,7 +235,7 @@ TEST_CASE("None outputs: an undefined tensor in the result is None, as torch.exp
 
 TEST_CASE("nn::Embedding with max_norm renorms its weight as eager does (torch's detach + embedding_renorm_)") {
   torch::manual_seed(0);
-  auto m = std::make_shared<RenormedEmbedding>();
+  auto m = std::make_shared<MaxNormEmbedding>();
   const auto idx = at::tensor({1, 2, 7}, at::kLong);
   auto p = export_program(m, std::tuple{idx});
   const auto text = to_string(p);
@@ -250,7 +250,7 @@ TEST_CASE("nn::Embedding with max_norm renorms its weight as eager does (torch's
 #endif
   for (auto* q : {&p, &inf}) {
     torch::manual_seed(0);
-    auto fresh = std::make_shared<RenormedEmbedding>();
+    auto fresh = std::make_shared<MaxNormEmbedding>();
     for (const auto& i : {idx, at::tensor({0, 7, 9}, at::kLong)}) {
       const auto got = run(*q, {i})[0];
       const auto want = fresh->forward(i);
@@ -271,8 +271,7 @@ TEST_CASE("sizes: products of dims (s0**2) print as sym_size and _operator nodes
   CHECK(text.find("torch.ops.aten.reshape.default(x, [mul_1])") != std::string::npos);
   for (const auto& [ir, q] : both_irs(p)) {
     INFO(ir);
-    const auto bytes = save_to_string(q);
-    auto back = load_from_memory(bytes.data(), bytes.size());
+    auto back = xport_test::reload(q);
     for (std::int64_t n : {2, 5, 9}) {
       const auto x = at::randn({n, n});
       CHECK(at::allclose(run(back, {x})[0], f(x)));
@@ -283,8 +282,7 @@ TEST_CASE("sizes: products of dims (s0**2) print as sym_size and _operator nodes
   auto a = run_decompositions(export_program(
       attn, std::tuple{at::randn({2, 5, 8})},
       {.dynamic_shapes = dynamic_shapes::positional({shape(Dim::static_, Dim("seq", 2, 64), Dim::static_)})}));
-  const auto bytes = save_to_string(a);
-  auto back = load_from_memory(bytes.data(), bytes.size());
+  auto back = xport_test::reload(a);
   const auto x = at::randn({2, 11, 8});
   CHECK(at::allclose(run(back, {x})[0], attn(x), 1e-4, 1e-5));
 }

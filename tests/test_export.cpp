@@ -104,8 +104,7 @@ TEST_CASE("export: registered aggregates are inputs and outputs, flattened as to
                            "exported with (AttnIn(x=*, mask=*),)");
   }
   SUBCASE("saved and loaded, the type name and context are kept") {
-    const auto bytes = save_to_string(p);
-    const auto q = load_from_memory(bytes.data(), bytes.size());
+    const auto q = xport_test::reload(p);
     CHECK((q.in_spec() == p.in_spec()));
     CHECK((q.out_spec() == p.out_spec()));
     const auto got = callable<attn_out(attn_in)>(q)(in);

@@ -33,25 +33,12 @@ using namespace xport;
 namespace fs = std::filesystem;
 namespace m = xport_models;
 using json = nlohmann::json;
-using xport_test::field, xport_test::read_index, xport_test::read_pickle, xport_test::write_pickle;
+using xport_test::call_of, xport_test::field, xport_test::io_call, xport_test::read_index, xport_test::read_pickle, xport_test::write_pickle;
 
 namespace {
 
 fs::path oracle_dir(const std::string& sub) { return xport_test::shared_dir("XPORT_ORACLE_DIR", sub, "oracle_*"); }
 
-/// One call of an io file: its tensor inputs in the program's order, and the expected outputs.
-struct call {
-  std::vector<at::Tensor> inputs;
-  std::vector<at::Tensor> outputs;
-};
-call call_of(const exported_program& p, const c10::impl::GenericDict& d, const std::string& what) {
-  call c;
-  const auto args_kwargs = c10::ivalue::Tuple::create({field(d, "args"), field(d, "kwargs")});
-  c.inputs = xport::detail::inputs_of_call(args_kwargs, p.in_spec(), what);
-  for (const auto& t : field(d, "outputs").toListRef())
-    if (!t.isNone()) c.outputs.push_back(t.toTensor());  // a None output: checked by Python
-  return c;
-}
 
 bool same(const at::Tensor& a, const at::Tensor& b, bool exact) {
   if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type()) return false;
@@ -60,7 +47,7 @@ bool same(const at::Tensor& a, const at::Tensor& b, bool exact) {
 }
 
 /// Runs `p` on `c` (after seeding) and checks every output; returns how many outputs were bit-equal.
-int check_outputs(const exported_program& p, const call& c, std::int64_t seed, const std::string& what) {
+int check_outputs(const exported_program& p, const io_call& c, std::int64_t seed, const std::string& what) {
   torch::manual_seed(static_cast<std::uint64_t>(seed));
   std::vector<at::Tensor> got;
   for (auto& t : run(p, c.inputs))
@@ -180,8 +167,7 @@ TEST_CASE("interop: xport loads, runs and describes every program torch.export s
       ++calls;
     }
     // a program torch wrote survives xport's save and load
-    const auto bytes = save_to_string(p);
-    auto r = load_from_memory(bytes.data(), bytes.size());
+    auto r = xport_test::reload(p);
     CHECK(to_string(r) == to_string(p));
     CHECK((r.in_spec() == p.in_spec()));
     CHECK((r.out_spec() == p.out_spec()));

@@ -342,16 +342,16 @@ TEST_CASE("passes: a user's pass types compose with each other, with built-ins a
   CHECK(at::allclose(run(p, {at::ones({3})})[0], at::ones({3}).sin() * 2));
 }
 
-TEST_CASE("passes: the pass manager knows every built-in pass, and the README names each") {
+TEST_CASE("passes: the pass manager knows every built-in pass, and docs/passes.md names each") {
   const auto names = ps::pass_manager::registered();
   std::vector<std::string> builtin;
   std::apply([&](const auto&... pass) { (builtin.emplace_back(pass.name), ...); }, ps::builtin_passes());
   CHECK(builtin.size() == std::tuple_size_v<decltype(ps::builtin_passes())>);
-  const auto readme = xport_test::read_file(xport_test::test_dir() + "/../README.md");
-  REQUIRE_FALSE(readme.empty());
+  const auto doc = xport_test::read_file(xport_test::test_dir() + "/../docs/passes.md");
+  REQUIRE_FALSE(doc.empty());
   for (const auto& name : builtin) {
     CHECK_MESSAGE(std::count(names.begin(), names.end(), name) == 1, "the pass manager does not know `", name, "`");
-    CHECK_MESSAGE(readme.find("| `" + name) != std::string::npos, "README.md's pass table has no row for `", name, "`");
+    CHECK_MESSAGE(doc.find("| `" + name) != std::string::npos, "docs/passes.md's pass table has no row for `", name, "`");
   }
 }
 

@@ -68,10 +68,7 @@ json model_json(const std::string& bytes) {
 }
 std::string with_model(const std::string& bytes, const json& j) { return rewrite(bytes, "models/model.json", j.dump()); }
 
-exported_program reload(const exported_program& p) {
-  const auto bytes = save_to_string(p);
-  return load_from_memory(bytes.data(), bytes.size());
-}
+using xport_test::reload;
 
 /// load(save(p)) prints as p prints, and runs bit-identically (same seed, same inputs).
 void check_round_trip(const exported_program& p, const std::vector<at::Tensor>& inputs) {

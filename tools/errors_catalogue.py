@@ -190,7 +190,7 @@ def render():
         "",
         "```cpp",
         "try {",
-        "  auto out = xport::run(p, {x});",
+        "  auto out = xport::run(ep, {x});  // ep: an exported_program, x: a tensor",
         "} catch (const xport::guard_error& e) {",
         "  if (e.id() == \"xport.guard.shape\") { /* a size the program does not accept */ }",
         "}",

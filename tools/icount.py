@@ -7,9 +7,9 @@ there; instruction counts are the same from run to run. Each benchmark runs alon
 only, one profile per loop; this divides the instructions of the last, longest loop (Google
 Benchmark grows its loops until the time is reached; the first calls' one-time costs stay in the
 first, short ones) by its iterations. Single
-threaded (OMP_NUM_THREADS=1), as the README's wall-time table.
+threaded (OMP_NUM_THREADS=1), as the wall-time table of docs/engine.md.
 
-    tools/icount.py                        # the README's workloads, as a markdown table (InferenceMode
+    tools/icount.py                        # docs/engine.md's workloads, as a markdown table (InferenceMode
                                            # eager / each variant in parentheses)
     tools/icount.py --filter 'BM_mlp_.*'   # some benchmarks, one line each
 """
@@ -22,7 +22,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# (workload, [(column, benchmark name)]) - the README's rows; InferenceMode eager is the baseline
+# (workload, [(column, benchmark name)]) - docs/engine.md's rows; InferenceMode eager is the baseline
 WORKLOADS = [
     ("chain of 1000 elementwise ops, [1, 8]", [
         ("eager", "BM_chain_eager/1000"), ("eager NoGrad", "BM_chain_eager_nograd/1000"),

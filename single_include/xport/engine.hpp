@@ -66,6 +66,42 @@
 // #include <xport/error.hpp>
 // #include <xport/ir/program.hpp>
 // #include <xport/run/compiled.hpp>
+// #include <xport/run/engine_options.hpp>
+// xport/run/engine_options.hpp: how an engine runs (run/engine.hpp), in a header of its own so
+// that <xport/compiled.hpp> gives it to TUs that do not parse the engine.
+
+#include <cstddef>  // std::size_t
+
+// #include <xport/config.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+struct engine_options {
+  /// Check inputs against the program's guards before running (count, dtype, device, shape).
+  bool check_inputs = true;
+  /// Write the results of ops with an out= kernel into a per-signature arena reused across runs.
+  bool plan_memory = true;
+  /// Run a functional op in place on its first argument when nothing else uses that result.
+  bool in_place = true;
+  /// Call each node's kernel with the dispatch key set its plan resolved (no key computation).
+  bool resolve_dispatch = true;
+  /// Input signatures whose plans are kept (the least recently used goes first).
+  std::size_t max_plans = 4;
+  /// Threads that run a planned run's independent nodes at once, the caller's included (1: one
+  /// node after the other). Each takes LibTorch's intra-op thread count, so set OMP_NUM_THREADS
+  /// (or at::set_num_threads) low enough that the two kinds together fit the cores.
+  std::size_t threads = 1;
+  /// Capture each plan's run into a CUDA graph on its second run (the first planned one is the
+  /// warm-up) and replay it on later runs of that input signature: one launch for the whole
+  /// program. Inputs are copied into the graph's static inputs, outputs copied out of its static
+  /// outputs (a result the caller keeps is never overwritten by the next replay). Needs
+  /// <xport/cuda_graphs.hpp> (a CUDA build of LibTorch); where a plan cannot be captured (no
+  /// backend, a CPU input or op, parallel branches, a host sync) it runs as it would without,
+  /// and plan_info().graph_fallback says why.
+  bool cuda_graphs = false;
+};
+
+XPORT_END_NAMESPACE
 // #include <xport/run/graphs.hpp>
 // xport/run/graphs.hpp: what the engine needs to capture a planned run into a graph and replay
 // it (engine_options::cuda_graphs). The engine holds the logic (when to capture, the static
@@ -73,10 +109,17 @@
 // <xport/cuda_graphs.hpp> in a CUDA build of LibTorch (at::cuda::CUDAGraph), so this header and
 // the engine parse without CUDA's headers.
 
+#include <algorithm>   // std::sort
+#include <cstdint>     // std::int64_t
 #include <functional>  // std::function
 #include <memory>      // std::unique_ptr
+#include <optional>    // std::optional
 #include <string>      // std::string
+#include <utility>     // std::pair
+#include <vector>      // std::vector
 
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty_strided.h>
 #include <c10/core/Device.h>
 
 // #include <xport/config.hpp>
@@ -102,6 +145,34 @@ class graph_backend {
                                                               const std::function<void()>& body) const = 0;
   [[nodiscard]] virtual std::string name() const = 0;
 };
+
+/// `t` without its broadcast: each dimension of stride 0 narrowed to one element, so the
+/// elements it holds are each held once (a graph's static input is copied in through this).
+inline at::Tensor without_broadcast(at::Tensor t) {
+  for (std::int64_t d = 0; d < t.dim(); ++d)
+    if (t.stride(d) == 0 && t.size(d) > 1) t = t.narrow(d, 0, 1);
+  return t;
+}
+
+/// A graph's static copy of input `t`, with its sizes and strides (a plan is made for them):
+/// fresh memory holding its elements once, broadcast again where `t` is (an expand()ed input).
+/// Null when `t`'s elements overlap otherwise (an as_strided view): no copy can keep its strides.
+inline std::optional<at::Tensor> static_copy(const at::Tensor& t) {
+  const auto base = without_broadcast(t);
+  // no two indices at one offset: sorted by stride, each dimension steps past all the smaller
+  std::vector<std::pair<std::int64_t, std::int64_t>> dims;  // (stride, size) of sizes > 1
+  for (std::int64_t d = 0; d < base.dim(); ++d)
+    if (base.size(d) > 1) dims.emplace_back(base.stride(d), base.size(d));
+  std::sort(dims.begin(), dims.end());
+  std::int64_t reach = 0;  // the largest offset the smaller dimensions make
+  for (const auto& [stride, size] : dims) {
+    if (stride <= reach) return std::nullopt;
+    reach += stride * (size - 1);
+  }
+  auto copy = at::empty_strided(base.sizes(), base.strides(), base.options());
+  copy.copy_(base);
+  return copy.expand(t.sizes());
+}
 
 /// The installed backend (<xport/cuda_graphs.hpp> installs CUDA's), or null.
 inline const graph_backend* installed_graph_backend = nullptr;
@@ -704,31 +775,6 @@ XPORT_END_NAMESPACE
 
 XPORT_BEGIN_NAMESPACE
 
-struct engine_options {
-  /// Check inputs against the program's guards before running (count, dtype, device, shape).
-  bool check_inputs = true;
-  /// Write the results of ops with an out= kernel into a per-signature arena reused across runs.
-  bool plan_memory = true;
-  /// Run a functional op in place on its first argument when nothing else uses that result.
-  bool in_place = true;
-  /// Call each node's kernel with the dispatch key set its plan resolved (no key computation).
-  bool resolve_dispatch = true;
-  /// Input signatures whose plans are kept (the least recently used goes first).
-  std::size_t max_plans = 4;
-  /// Threads that run a planned run's independent nodes at once, the caller's included (1: one
-  /// node after the other). Each takes LibTorch's intra-op thread count, so set OMP_NUM_THREADS
-  /// (or at::set_num_threads) low enough that the two kinds together fit the cores.
-  std::size_t threads = 1;
-  /// Capture each plan's run into a CUDA graph on its second run (the first planned one is the
-  /// warm-up) and replay it on later runs of that input signature: one launch for the whole
-  /// program. Inputs are copied into the graph's static inputs, outputs copied out of its static
-  /// outputs (a result the caller keeps is never overwritten by the next replay). Needs
-  /// <xport/cuda_graphs.hpp> (a CUDA build of LibTorch); where a plan cannot be captured (no
-  /// backend, a CPU input or op, parallel branches, a host sync) it runs as it would without,
-  /// and plan_info().graph_fallback says why.
-  bool cuda_graphs = false;
-};
-
 class engine {
  public:
   explicit engine(const exported_program& p, engine_options opts = {}) : interp_(p), opts_(opts), plans_(opts.max_plans) {
@@ -1048,9 +1094,6 @@ class engine {
     c10::Device device = c10::kCPU;
     p.info.graph_fallback = graph_fallback(inputs, p, device);
     if (!p.info.graph_fallback.empty()) return;
-    p.graph_inputs.clear();
-    for (const auto& t : inputs)
-      p.graph_inputs.push_back(t.defined() ? at::empty_strided(t.sizes(), t.strides(), t.options()).copy_(t) : t);
     p.graph_env.emplace(env);
     auto* pp = &p;  // the plan outlives its graph
     const auto give_up = [&](const std::string& why) {
@@ -1062,6 +1105,7 @@ class engine {
       p.info.graph_fallback = "capture failed: " + why;
     };
     try {
+      if (auto why = make_static_inputs(inputs, p); !why.empty()) return give_up(why);
       p.graph = detail::installed_graph_backend->capture(
           device, [this, pp] { pp->graph_outputs = execute(pp->graph_inputs, *pp->graph_env, *pp); });
     } catch (const c10::Error& e) {  // (without LibTorch's backtrace)
@@ -1072,10 +1116,29 @@ class engine {
     p.info.graph = true;
   }
 
-  // A replay of plan `p`'s graph on `inputs`: copied in, replayed, outputs copied out.
+  // Plan `p`'s static inputs, copies of `inputs` with their strides; why not, when one cannot be.
+  static std::string make_static_inputs(const std::vector<at::Tensor>& inputs, plan& p) {
+    p.graph_inputs.clear();
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const auto& t = inputs[i];
+      if (!t.defined()) {
+        p.graph_inputs.push_back(t);
+        continue;
+      }
+      auto copy = detail::static_copy(t);
+      if (!copy)
+        return "input " + std::to_string(i) + " has overlapping elements (strides " + c10::str(t.strides()) +
+               "): no static copy keeps them; pass it contiguous (.contiguous())";
+      p.graph_inputs.push_back(std::move(*copy));
+    }
+    return "";
+  }
+
+  // A replay of plan `p`'s graph on `inputs`: copied in, replayed, outputs copied out. (Each
+  // input has its static copy's strides, the plan's signature: a broadcast one is copied once.)
   std::vector<c10::IValue> replay(const std::vector<at::Tensor>& inputs, plan& p) const {
     for (std::size_t i = 0; i < inputs.size(); ++i)
-      if (inputs[i].defined()) p.graph_inputs[i].copy_(inputs[i]);
+      if (inputs[i].defined()) detail::without_broadcast(p.graph_inputs[i]).copy_(detail::without_broadcast(inputs[i]));
     p.graph->replay();
     std::vector<c10::IValue> outs;
     outs.reserve(p.graph_outputs.size());

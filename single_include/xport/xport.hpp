@@ -12227,6 +12227,24 @@ class dynamic_shapes {
 
 namespace detail {
 
+/// torch's report of dynamic dims that the code or the examples do not allow, thrown as
+/// constraint_violation (the one place that writes it):
+///   Constraints violated (a, b)!
+///     - <problem>
+///   Suggested fixes:
+///     <fix, one per line>
+/// `dims` are sorted; without fixes there is no "Suggested fixes".
+[[noreturn]] inline void throw_constraints_violated(std::vector<std::string> dims, const std::string& problem,
+                                                    const std::vector<std::string>& fixes = {}) {
+  std::sort(dims.begin(), dims.end());
+  std::string msg = "Constraints violated (";
+  for (std::size_t i = 0; i < dims.size(); ++i) msg += (i ? ", " : "") + dims[i];
+  msg += ")!\n  - " + problem;
+  if (!fixes.empty()) msg += "\nSuggested fixes:";
+  for (const auto& f : fixes) msg += "\n  " + f;
+  throw constraint_violation("xport.export.constraint_violation", msg);
+}
+
 /// One symbol of a dynamic export: a user's Dim, or a dimension marked with a hint.
 struct dyn_root {
   std::string dim_name;  ///< the user's name (`batch`), or the input path for hints
@@ -12485,12 +12503,10 @@ class dyn_resolver {
       const auto where = leaf_names_[u.leaf] + ".shape[" + std::to_string(u.dim) + "]";
       const auto want = u.spec.scale() * r.hint + u.spec.offset();
       if (want != size)
-        throw constraint_violation(
-            "xport.export.constraint_violation",
-            "Constraints violated (" + u.spec.root() + ")! " + where + " = " + std::to_string(size) +
-                " is not equal to " + (u.spec.derived() ? u.spec.name() + " = " : "") + std::to_string(want) +
-                " (" + u.spec.root() + " = " + std::to_string(r.hint) + " from " + r.where +
-                "): the example inputs must satisfy the relations dynamic_shapes states");
+        throw_constraints_violated({u.spec.root()}, where + " = " + std::to_string(size) + " is not equal to " +
+                                                        (u.spec.derived() ? u.spec.name() + " = " : "") + std::to_string(want) +
+                                                        " (" + u.spec.root() + " = " + std::to_string(r.hint) + " from " +
+                                                        r.where + "): the example inputs must satisfy the relations dynamic_shapes states");
       if (r.hint < r.min || r.hint > r.max)
         fail("the example inputs give " + r.dim_name + " = " + std::to_string(r.hint) + " (from " + r.where +
              "), outside " + def_of(slot_of(u).root).str() + "; pick example sizes inside the Dim's range");
@@ -13503,27 +13519,18 @@ exported_program trace_non_strict(Call&& call, const std::tuple<Args...>& args, 
   return finish(cap, std::move(outs), std::move(in_spec), std::move(out_spec), opts);
 }
 
-inline std::string violation_report(const dyn_plan& plan, const dim_specialized& s) {
-  std::vector<std::string> names;
-  if (s.root >= 0) names.push_back(plan.roots[static_cast<std::size_t>(s.root)].dim_name);
-  else
+[[noreturn]] inline void throw_specialized(const dyn_plan& plan, const dim_specialized& s) {
+  if (s.root < 0) {
+    std::vector<std::string> names;
     for (const auto& r : plan.roots) names.push_back(r.dim_name);
-  std::sort(names.begin(), names.end());
-  std::string head;
-  for (const auto& n : names) head += (head.empty() ? "" : ", ") + n;
-  std::string msg = "Constraints violated (" + head + ")!\n  - ";
-  std::string fixes;
-  if (s.root >= 0) {
-    const auto& r = plan.roots[static_cast<std::size_t>(s.root)];
-    msg += "You marked " + r.dim_name + " as dynamic but your code specialized it to be a constant (" +
-           std::to_string(r.hint) + "): " + s.why + ".";
-    if (r.named) fixes = "  " + r.dim_name + " = " + std::to_string(r.hint);
-    else fixes = "  use Dim::static_ (or Dim::automatic) for " + r.where + " instead of Dim::dynamic";
-  } else {
-    msg += "The dynamic dims cannot all be kept: " + s.why + ".";
+    throw_constraints_violated(std::move(names), "The dynamic dims cannot all be kept: " + s.why + ".");
   }
-  if (!fixes.empty()) msg += "\nSuggested fixes:\n" + fixes;
-  return msg;
+  const auto& r = plan.roots[static_cast<std::size_t>(s.root)];
+  throw_constraints_violated({r.dim_name},
+                             "You marked " + r.dim_name + " as dynamic but your code specialized it to be a constant (" +
+                                 std::to_string(r.hint) + "): " + s.why + ".",
+                             {r.named ? r.dim_name + " = " + std::to_string(r.hint)
+                                      : "use Dim::static_ (or Dim::automatic) for " + r.where + " instead of Dim::dynamic"});
 }
 
 inline void drop_root(dyn_plan& plan, int root) {
@@ -13887,7 +13894,7 @@ exported_program export_dynamic(Attempt& attempt, const std::tuple<Args...>& arg
         drop_root(plan, s.root);  // Dim::automatic: static after all
         continue;
       }
-      throw constraint_violation("xport.export.constraint_violation", violation_report(plan, s));
+      throw_specialized(plan, s);
     } catch (const dims_related& s) {
       // a: the earlier dim, b: the later one, which the fix defines as a
       const auto& a = plan.roots[static_cast<std::size_t>(std::min(s.root, s.other))];
@@ -13897,12 +13904,10 @@ exported_program export_dynamic(Attempt& attempt, const std::tuple<Args...>& arg
         merge_roots(plan, a.named ? ib : ia, a.named ? ia : ib);
         continue;
       }
-      throw constraint_violation(
-          "xport.export.constraint_violation",
-          "Constraints violated (" + std::min(a.dim_name, b.dim_name) + ", " + std::max(a.dim_name, b.dim_name) +
-              ")!\n  - The values of " + b.dim_name + " = " + b.where + " and " + a.dim_name + " = " + a.where +
-              " must always be equal (moved alone, " + s.why + ").\nSuggested fixes:\n  " + b.dim_name + " = " +
-              a.dim_name);
+      throw_constraints_violated({a.dim_name, b.dim_name},
+                                 "The values of " + b.dim_name + " = " + b.where + " and " + a.dim_name + " = " + a.where +
+                                     " must always be equal (moved alone, " + s.why + ").",
+                                 {b.dim_name + " = " + a.dim_name});
     } catch (const dim_narrowed& s) {
       auto& r = plan.roots[static_cast<std::size_t>(s.root)];
       if (!r.named) {  // bounds of a hint are hints: take the range that works
@@ -13913,12 +13918,11 @@ exported_program export_dynamic(Attempt& attempt, const std::tuple<Args...>& arg
       const Dim fixed(r.dim_name, s.lo, s.hi == int_oo ? std::nullopt : std::optional<std::int64_t>(s.hi));
       const auto range = std::to_string(r.min) + " <= " + r.dim_name + (r.max == int_oo ? "" : " <= " + std::to_string(r.max));
       const auto guard = s.bad < s.lo ? std::to_string(s.lo) + " <= " + r.where : r.where + " <= " + std::to_string(s.hi);
-      throw constraint_violation("xport.export.constraint_violation",
-                                 "Constraints violated (" + r.dim_name + ")!\n  - Not all values of " + r.dim_name +
-                                     " = " + r.where + " in the specified range " + range +
+      throw_constraints_violated({r.dim_name},
+                                 "Not all values of " + r.dim_name + " = " + r.where + " in the specified range " + range +
                                      " satisfy the generated guard " + guard + ": with " + r.dim_name + " = " +
-                                     std::to_string(s.bad) + ", " + s.why + ".\nSuggested fixes:\n  " + r.dim_name +
-                                     " = " + fixed.str());
+                                     std::to_string(s.bad) + ", " + s.why + ".",
+                                 {r.dim_name + " = " + fixed.str()});
     }
   }
 }

@@ -2,7 +2,7 @@
 
 The twins of the C++ test models (twins.py) are built from these wherever the C++ frontend
 calls other ATen ops than Python's torch.nn does; each class names the C++ code it follows
-and how it differs from its torch.nn namesake. README.md's table "C++ frontend and Python
+and how it differs from its torch.nn namesake. docs/export.md's table "C++ frontend and Python
 torch.nn" lists the same differences, and print_diff.py checks that the table and this module
 agree and that every difference is real (the torch.nn module prints differently).
 """
@@ -11,7 +11,7 @@ import math
 import torch
 from torch import nn
 
-# name -> (what the C++ frontend does, how torch.nn differs); README.md's table, checked
+# name -> (what the C++ frontend does, how torch.nn differs); docs/export.md's table, checked
 DIFFERENCES = {}
 
 

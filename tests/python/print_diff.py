@@ -1,6 +1,6 @@
 """xport prints what torch.export 2.13 prints (ctest oracle_print_diff).
 
-Usage: python3 print_diff.py ORACLE_DIR README.md
+Usage: python3 print_diff.py ORACLE_DIR docs/export.md
 
 0. The seed program, source lines included: tests/golden/seed_torch_export.txt (xport's print
    of it) equals torch's print of the same Python code at the same path.
@@ -12,7 +12,7 @@ Usage: python3 print_diff.py ORACLE_DIR README.md
    golden output, checked by its own ctest) equals torch.export's of the twin in
    exportdb_twins.py; for strict cases the source-line comments (and the blank lines between
    their groups) are left out on both sides.
-3. README.md's table "Where xport's print differs from torch.export's" lists exactly the
+3. docs/export.md's table "Where xport's print differs from torch.export's" lists exactly the
    (case, program) pairs that differ, and its table "C++ frontend and Python torch.nn" exactly the
    modules of cpp_nn.py; each of those is checked to call other ops than its torch.nn namesake.
 Exit status 1 with a report on any difference.
@@ -129,13 +129,13 @@ def seed_prints():
         yield "seed", "training", f.read(), str(ep)
 
 
-def readme_table(readme, title):
+def doc_table(path, doc, title):
     """Rows (lists of cells, backticks stripped) of the markdown table under the heading `title`."""
-    lines = readme.splitlines()
+    lines = doc.splitlines()
     try:
         start = next(i for i, l in enumerate(lines) if l.startswith("#") and l.lstrip("#").strip() == title)
     except StopIteration:
-        raise SystemExit(f"print_diff: README.md has no section '{title}'")
+        raise SystemExit(f"print_diff: {path} has no section '{title}'")
     rows = []
     for line in lines[start + 1:]:
         if line.startswith("#"):
@@ -160,25 +160,25 @@ def calls(module, args):
             for n in ep.graph.nodes if n.op == "call_function"]
 
 
-def check_frontend_table(readme, failures):
-    rows = readme_table(readme, "C++ frontend and Python torch.nn")
+def check_frontend_table(path, doc, failures):
+    rows = doc_table(path, doc, "C++ frontend and Python torch.nn")
     listed = {r[0]: r for r in rows}
     if set(listed) != set(cpp_nn.DIFFERENCES):
-        failures.append("README's table 'C++ frontend and Python torch.nn' lists " + str(sorted(listed)) +
+        failures.append("docs/export.md's table 'C++ frontend and Python torch.nn' lists " + str(sorted(listed)) +
                         ", tests/python/cpp_nn.py models " + str(sorted(cpp_nn.DIFFERENCES)))
     for name, (mirror, python, args) in cpp_nn.PROBES.items():
         if calls(mirror(), args) == calls(python(), args):
             failures.append(f"cpp_nn.{name} calls the same ops as its torch.nn namesake: drop it from cpp_nn.py "
-                            "and the README table")
+                            "and the table in docs/export.md")
     for name in set(cpp_nn.DIFFERENCES) - set(cpp_nn.PROBES):
         failures.append(f"cpp_nn.{name} has no probe in cpp_nn.PROBES")
 
 
 def main():
-    oracle, readme_path = sys.argv[1], sys.argv[2]
-    with open(readme_path) as f:
-        readme = f.read()
-    documented = {(r[0], r[1]): r for r in readme_table(readme, "Where xport's print differs from torch.export's")}
+    oracle, doc_path = sys.argv[1], sys.argv[2]
+    with open(doc_path) as f:
+        doc = f.read()
+    documented = {(r[0], r[1]): r for r in doc_table(doc_path, doc, "Where xport's print differs from torch.export's")}
     failures, differing, checked = [], set(), 0
     for case, program, ours, theirs in list(seed_prints()) + list(model_prints(oracle)) + list(exportdb_prints()):
         checked += 1
@@ -188,11 +188,11 @@ def main():
         if (case, program) not in documented:
             diff = "".join(difflib.unified_diff(theirs.splitlines(True), ours.splitlines(True),
                                                 "torch.export 2.13", "xport", n=1))
-            failures.append(f"{case} ({program}): xport's print differs from torch's and README.md does not "
+            failures.append(f"{case} ({program}): xport's print differs from torch's and docs/export.md does not "
                             f"say why:\n{diff}")
     for key in sorted(set(documented) - differing):
-        failures.append(f"README lists {key} as differing, but xport now prints what torch prints: remove the row")
-    check_frontend_table(readme, failures)
+        failures.append(f"docs/export.md lists {key} as differing, but xport now prints what torch prints: remove the row")
+    check_frontend_table(doc_path, doc, failures)
     if checked < 40:
         failures.append(f"only {checked} programs compared; expected every model (both IRs) and ExportDB case")
     if failures:
