@@ -96,6 +96,19 @@ def to_cpp(files):
     return to_cpp_samples((f.relative_to(ROOT), start, lines) for f in files for start, lines in samples(f))
 
 
+def lines_of_scope(rel, start, lines, scope, want, rewrite=lambda line: line):
+    """The lines of scope `want`, each run of them after a #line naming its Markdown line."""
+    out, last = [], None
+    for k, line in enumerate(lines):
+        if scope[k] != want:
+            continue
+        if last is None or k != last + 1:
+            out.append(f'#line {start + k} "{rel}"')
+        out.append(rewrite(line))
+        last = k
+    return out
+
+
 def to_cpp_samples(items):
     """The C++ file for (markdown path, first line, lines) samples, and their number."""
     includes, parts = ['#include "doc_samples_prelude.hpp"'], []
@@ -105,33 +118,18 @@ def to_cpp_samples(items):
         scope = split(lines)
         for k, line in enumerate(lines):  # a sample's includes: at the top of the file
             if line.startswith("#include"):
-                includes += [f'#line {start + k} "{rel}"', line]
                 scope[k] = "top"
+        includes += lines_of_scope(rel, start, lines, scope, "top")
         parts.append(f"namespace doc_sample_{n} {{  // {rel}:{start}")
-        for want, opener in (("ns", None), ("fn", f"[[maybe_unused]] void sample_{n}() {{")):
-            if opener:
-                if "fn" not in scope:
-                    continue
-                parts.append(opener)
-            last = None
-            for k, line in enumerate(lines):
-                if scope[k] != want:
-                    continue
-                if last is None or k != last + 1:
-                    parts.append(f'#line {start + k} "{rel}"')
-                parts.append(line)
-                last = k
-            if opener:
-                parts.append("}")
+        parts += lines_of_scope(rel, start, lines, scope, "ns")
+        if "fn" in scope:
+            parts.append(f"[[maybe_unused]] void sample_{n}() {{")
+            parts += lines_of_scope(rel, start, lines, scope, "fn")
+            parts.append("}")
         parts.append(f"}}  // namespace doc_sample_{n}")
-        last = None
-        for k, line in enumerate(lines):  # XPORT_DATACLASS: at global scope, the type qualified
-            if scope[k] != "global":
-                continue
-            if last is None or k != last + 1:
-                parts.append(f'#line {start + k} "{rel}"')
-            parts.append(GLOBAL.sub(lambda m: f"XPORT_DATACLASS(doc_sample_{n}::{m.group(1)}", line, count=1))
-            last = k
+        # XPORT_DATACLASS: at global scope, the type qualified
+        qualify = lambda line, n=n: GLOBAL.sub(lambda m: f"XPORT_DATACLASS(doc_sample_{n}::{m.group(1)}", line, count=1)
+        parts += lines_of_scope(rel, start, lines, scope, "global", qualify)
         parts.append("")
     return "\n".join(includes + [""] + parts) + "\n", n
 
