@@ -2,7 +2,7 @@
 // an MLP, LeNet-5, a DCGAN generator and discriminator, ResNet-18, a Transformer encoder layer,
 // an LSTM and a GRU, an embedding + mean-pool text classifier, and a gated pair of experts that
 // picks one with xport::cond (torch.cond). Shared by the tests and the benchmarks. Each comes
-// with an example input (small sizes, so tests stay fast).
+// with an example input (small sizes, so tests stay fast): for_each_model is the one table of them.
 #pragma once
 
 #include <optional>
@@ -266,6 +266,22 @@ struct MoEImpl : nn::Module {
   }
 };
 TORCH_MODULE(MoE);
+
+/// The suite's table of plain models (no control flow, no data-dependent sizes), one row each:
+/// `f(title, key, module, example)` with a fresh module and an example input. `key` is the
+/// snake-case name archives are written under (tests/python reads them by it).
+template <class F>
+void for_each_model(F&& f) {
+  f("MLP", "mlp", MLP(), torch::randn({5, 16}));
+  f("LeNet", "lenet", LeNet(), torch::randn({2, 1, 28, 28}));
+  f("DCGAN G", "generator", Generator(), torch::randn({2, 16, 1, 1}));
+  f("DCGAN D", "discriminator", Discriminator(), torch::randn({2, 3, 16, 16}));
+  f("ResNet-18", "resnet18", ResNet18(), torch::randn({2, 3, 32, 32}));
+  f("Transformer", "encoder", Encoder(), torch::randn({5, 2, 32}));
+  f("LSTM", "lstm", LSTMNet(), torch::randn({2, 5, 8}));
+  f("GRU", "gru", GRUNet(), torch::randn({2, 5, 8}));
+  f("embedding", "embedding", EmbeddingClassifier(), torch::randint(100, {4, 7}, torch::kLong));
+}
 
 // Aggregates registered as pytree node types (torch.export.register_dataclass's C++ side);
 // tests/python/pytree_types.py registers their Python twins under the same names.

@@ -101,9 +101,9 @@ TEST_CASE("builder: bad calls are errors that name the op, the argument and the 
 TEST_CASE("builder: a data-dependent op cannot be captured, and says why") {
   program_builder b;
   auto x = b.input("x", at::randn({4}));
-  XPORT_CHECK_THROWS_MSG(b.call("aten::nonzero", {x}), missing_fake_kernel,
-                         "[xport.fake.data_dependent] aten::nonzero has an output that depends on "
-                         "tensor data");
+  XPORT_CHECK_THROWS_MSG(b.call("aten::nonzero", {x}), graph_break,
+                         "[xport.export.graph_break] graph break: aten::nonzero (at::nonzero) reads the contents "
+                         "of a tensor, which export cannot know");
 }
 
 TEST_CASE("builder: an op with neither meta kernel nor shape rule names the fix") {
@@ -141,7 +141,7 @@ TEST_CASE("builder: the fake kernels that live only in torch's Python, and how x
     else if (xport::detail::torch_decompositions().count(op->qualified) || xport::detail::torch_composite_decompositions().count(op->qualified))
       c = "xport C++ decomposition";
 #endif
-    else if (xport::detail::is_data_dependent_op(op->name)) c = "xport data-dependent (unbacked sizes or a graph break)";
+    else if (xport::detail::reads_data(op->name)) c = "xport data-dependent (unbacked sizes or a graph break)";
     else if (op->handle.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
              op->handle.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional))
       c = "LibTorch composite (runs on meta tensors)";

@@ -389,15 +389,7 @@ TEST_CASE("interop: xport writes an archive of every kind of program for torch.e
       w.add(name + mode + "_core_aten", run_decompositions(p), std::tuple{x}, {}, 11);
     }
   };
-  model("mlp", m::MLP(), at::randn({5, 16}));
-  model("lenet", m::LeNet(), at::randn({2, 1, 28, 28}));
-  model("generator", m::Generator(), at::randn({2, 16, 1, 1}));
-  model("discriminator", m::Discriminator(), at::randn({2, 3, 16, 16}));
-  model("resnet18", m::ResNet18(), at::randn({2, 3, 32, 32}));
-  model("encoder", m::Encoder(), at::randn({5, 2, 32}));
-  model("lstm", m::LSTMNet(), at::randn({2, 5, 8}));
-  model("gru", m::GRUNet(), at::randn({2, 5, 8}));
-  model("embedding", m::EmbeddingClassifier(), at::randint(100, {4, 7}, at::kLong));
+  m::for_each_model([&](const char*, const char* key, auto net, at::Tensor x) { model(key, net, x); });
   model("custom_ops_block", xport_test::GatedBlock(), at::randn({2, 5, 32}));  // the suite's xport_ops operators
   model("cond_gate", m::CondGate(), at::randn({5, 16}));                      // xport::cond, captured
 

@@ -114,15 +114,9 @@ void check_model(Module model, at::Tensor x) {
 
 TEST_CASE("serde: real models round-trip in both IRs, eval and train") {
   torch::manual_seed(0);
-  SUBCASE("MLP") { check_model(m::MLP(), at::randn({5, 16})); }
-  SUBCASE("LeNet") { check_model(m::LeNet(), at::randn({2, 1, 28, 28})); }
-  SUBCASE("DCGAN G") { check_model(m::Generator(), at::randn({2, 16, 1, 1})); }
-  SUBCASE("DCGAN D") { check_model(m::Discriminator(), at::randn({2, 3, 16, 16})); }
-  SUBCASE("ResNet-18") { check_model(m::ResNet18(), at::randn({2, 3, 32, 32})); }
-  SUBCASE("Transformer") { check_model(m::Encoder(), at::randn({5, 2, 32})); }
-  SUBCASE("LSTM") { check_model(m::LSTMNet(), at::randn({2, 5, 8})); }
-  SUBCASE("GRU") { check_model(m::GRUNet(), at::randn({2, 5, 8})); }
-  SUBCASE("embedding") { check_model(m::EmbeddingClassifier(), at::randint(100, {4, 7}, at::kLong)); }
+  m::for_each_model([](const char* title, const char*, auto net, at::Tensor x) {
+    SUBCASE(title) { check_model(net, x); }
+  });
 }
 
 TEST_CASE("serde: structure, constants, strict source lines and module paths round-trip") {
@@ -893,13 +887,9 @@ void check_mapped(Module model, const at::Tensor& x) {
 
 TEST_CASE("serde: load with mmap maps every weight read-only, on real models in both IRs") {
   torch::manual_seed(0);
-  SUBCASE("MLP") { check_mapped(m::MLP(), at::randn({5, 16})); }
-  SUBCASE("LeNet") { check_mapped(m::LeNet(), at::randn({2, 1, 28, 28})); }
-  SUBCASE("ResNet-18") { check_mapped(m::ResNet18(), at::randn({2, 3, 32, 32})); }
-  SUBCASE("Transformer") { check_mapped(m::Encoder(), at::randn({5, 2, 32})); }
-  SUBCASE("LSTM") { check_mapped(m::LSTMNet(), at::randn({2, 5, 8})); }
-  SUBCASE("GRU") { check_mapped(m::GRUNet(), at::randn({2, 5, 8})); }
-  SUBCASE("embedding") { check_mapped(m::EmbeddingClassifier(), at::randint(100, {4, 7}, at::kLong)); }
+  m::for_each_model([](const char* title, const char*, auto net, at::Tensor x) {
+    SUBCASE(title) { check_mapped(net, x); }
+  });
 }
 
 TEST_CASE("serde: a mapped weight refuses writes, and the mapping lives as long as its tensors") {

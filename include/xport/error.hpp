@@ -62,8 +62,9 @@ class export_error : public error {
   using error::error;
 };
 
-/// The traced code read tensor data (`item()`, `nonzero`, `unique`, a tensor used as a bool):
-/// torch.export's graph break. The message names the op and the way out.
+/// The traced code read tensor data (`item()`, `nonzero`, `unique`, a tensor used as a bool)
+/// where no value can stand for it: torch.export's graph break. A program_builder call of such
+/// an op is the same error. The message names the op and the way out (ops/data_dependent.hpp).
 class graph_break : public export_error {
  public:
   using export_error::export_error;

@@ -16,7 +16,7 @@
 #include <xport/ir/tensor_meta.hpp>
 #include <xport/ir/op.hpp>
 #include <xport/ir/graph.hpp>
-#include <xport/ir/dead_code.hpp>
+#include <xport/program/dead_code.hpp>
 #include <xport/ir/signature.hpp>
 #include <xport/ir/treespec.hpp>
 #include <xport/ir/program.hpp>

@@ -65,6 +65,7 @@
 // #include <xport/config.hpp>
 // #include <xport/error.hpp>
 // #include <xport/ir/program.hpp>
+// #include <xport/ops/data_dependent.hpp>
 // #include <xport/run/compiled.hpp>
 // #include <xport/run/engine_options.hpp>
 // xport/run/engine_options.hpp: how an engine runs (run/engine.hpp), in a header of its own so
@@ -625,6 +626,7 @@ XPORT_END_NAMESPACE
 #include <ATen/Parallel.h>
 
 // #include <xport/config.hpp>
+// #include <xport/ops/data_dependent.hpp>
 // #include <xport/run/compiled.hpp>
 // #include <xport/run/plan.hpp>
 
@@ -727,7 +729,7 @@ inline void schedule(engine_plan& p, const compiled_program& cp, const std::vect
     });
     if (p.in_place[i]) writes.push_back(resource(in.args[0].index));
     if (op.is_mutable || op.inplace_view) writes.insert(writes.end(), reads.begin(), reads.end());
-    if (op.nondeterministic || in.outputs.empty() || op.data_dependent) writes.push_back(effects);
+    if (op.nondeterministic || in.outputs.empty() || reads_data(op)) writes.push_back(effects);
     for (auto r : in.outputs)
       if (r != compiled_program::dead && l.def[r] == i) writes.push_back(resource(r));
     for (auto res : reads)
@@ -867,7 +869,7 @@ class engine {
     in_place_ops_.assign(n, nullptr);
     hoist();
     bool data_dependent = false;
-    for (const auto& in : code) data_dependent = data_dependent || in.info->data_dependent;
+    for (const auto& in : code) data_dependent = data_dependent || detail::reads_data(*in.info);
     if (data_dependent || !opts_.plan_memory) return;
     for (std::size_t i = 0; i < n; ++i) {
       const auto& in = code[i];

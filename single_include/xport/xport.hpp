@@ -98,8 +98,9 @@ class export_error : public error {
   using error::error;
 };
 
-/// The traced code read tensor data (`item()`, `nonzero`, `unique`, a tensor used as a bool):
-/// torch.export's graph break. The message names the op and the way out.
+/// The traced code read tensor data (`item()`, `nonzero`, `unique`, a tensor used as a bool)
+/// where no value can stand for it: torch.export's graph break. A program_builder call of such
+/// an op is the same error. The message names the op and the way out (ops/data_dependent.hpp).
 class graph_break : public export_error {
  public:
   using export_error::export_error;
@@ -1834,8 +1835,6 @@ struct op_info {
   bool is_mutable = false;    ///< some argument is written to (in-place and out= ops)
   bool returns_list = false;  ///< the single return is a Tensor[]
   bool is_view = false;       ///< some return aliases an argument without writing to it
-  /// The output's shape depends on tensor data (nonzero, unique, item, ...): never traceable.
-  bool data_dependent = false;
   /// Draws random numbers (torch's `nondeterministic_seeded` tag): never merged or removed.
   bool nondeterministic = false;
   /// Changes only its argument's metadata (torch's `inplace_view` tag: transpose_, squeeze_, ...).
@@ -1887,15 +1886,6 @@ inline op_name_parts split_op_name(std::string_view s) {
   }
   if (p.overload == "default") p.overload.clear();
   return p;
-}
-
-/// Ops whose output shape depends on tensor data: no meta kernel can exist for them.
-inline bool is_data_dependent_op(std::string_view name) {
-  return name == "aten::nonzero" || name == "aten::_local_scalar_dense" || name == "aten::item" ||
-         name == "aten::unique" || name == "aten::_unique" || name == "aten::_unique2" ||
-         name == "aten::unique_dim" || name == "aten::unique_consecutive" ||
-         name == "aten::masked_select" || name == "aten::is_nonzero" || name == "aten::equal" ||
-         name == "aten::allclose" || name == "aten::nonzero_numpy" || name == "aten::argwhere";
 }
 
 class op_registry {
@@ -1953,7 +1943,7 @@ inline const op_info* op_registry::find(std::string_view text) {
     auto handle = c10::Dispatcher::singleton().findSchema(
         {parts.ns + "::" + parts.name, parts.overload});
     if (!handle) return nullptr;
-    std::unique_ptr<op_info> op(new op_info{*handle, {}, {}, {}, {}, {}, false, false, false, false, false, false, -1, -1, false, false, {0}});
+    std::unique_ptr<op_info> op(new op_info{*handle, {}, {}, {}, {}, {}, false, false, false, false, false, -1, -1, false, false, {0}});
     fill(*op, parts);
     info = op.get();
     by_key_.emplace(std::move(key), std::move(op));
@@ -1974,7 +1964,6 @@ inline void op_registry::fill(op_info& op, const op_name_parts& p) {
   op.returns_list = rets.size() == 1 && rets[0].type()->kind() == c10::TypeKind::ListType;
   for (const auto& r : rets)
     if (r.alias_info() && !r.alias_info()->isWrite()) op.is_view = true;
-  op.data_dependent = is_data_dependent_op(op.name);
   // the tag, and the dropout family (composite ops the tag misses in LibTorch 1.13)
   op.nondeterministic = op.handle.hasTag(at::Tag::nondeterministic_seeded) || p.name.find("dropout") != std::string::npos ||
                         p.name == "rrelu" || p.name == "rrelu_with_noise";
@@ -3607,12 +3596,14 @@ struct std::hash<xport::node> {
     return std::hash<const void*>{}(n.impl());
   }
 };
-// #include <xport/ir/dead_code.hpp>
-// xport/ir/dead_code.hpp: removing the calls whose results nothing uses (torch.fx's
+// #include <xport/program/dead_code.hpp>
+// xport/program/dead_code.hpp: removing the calls whose results nothing uses (torch.fx's
 // Graph.eliminate_dead_code). A call stays when it has an effect beyond its outputs: it writes to
 // an argument (in-place and out= ops), draws random numbers (removing it would shift every
-// later random draw), or gives a symbol only the data knows (its range is asserted on every run). Signature outputs are uses, so they are kept. One backward walk: a node's
-// death frees its inputs' producers before they are visited. passes/dce.hpp makes it a pass.
+// later random draw), reads tensor data (ops/data_dependent.hpp), or gives a symbol only the data
+// knows (its range is asserted on every run). Signature outputs are uses, so they are kept. One
+// backward walk: a node's death frees its inputs' producers before they are visited.
+// passes/dce.hpp makes it a pass.
 
 #include <cstddef>  // std::size_t
 
@@ -3675,6 +3666,179 @@ inline bool gives_unbacked(const node& n) {
 }
 
 XPORT_END_NAMESPACE
+// #include <xport/ops/data_dependent.hpp>
+// xport/ops/data_dependent.hpp: the ops that read tensor data, in one place.
+// Export runs on shapes only (meta tensors), so an op whose result depends on the values a
+// tensor holds has no meta kernel. xport knows three kinds (torch.export's own split):
+//  - ops that give a row count only the data knows (nonzero, masked_select, unique, an index by
+//    a boolean mask): recorded with an unbacked size when the capture plans one (Note [Unbacked
+//    sizes in a capture], trace/unbacked.hpp), the shape rule below making the meta result;
+//  - item() of an integer tensor of one element: an unbacked SymInt, the same way;
+//  - every other read (item() of a float, a tensor used as a bool, equal, allclose, the unique
+//    variants torch.export does not record): a graph break.
+// Every read of data export cannot stand a value for is one error: graph_break, id
+// xport.export.graph_break (the tracer's other breaks, on a made-up row count, share it).
+// The tracer (trace/capture.hpp) asks these predicates and records; the IR's dead-code removal
+// (program/dead_code.hpp), the builder's inference (ops/meta_infer.hpp) and the engine's plan
+// (run/engine.hpp, run/schedule.hpp) ask reads_data.
+
+#include <cstddef>      // std::size_t
+#include <cstdint>      // std::int64_t
+#include <string>       // std::string
+#include <string_view>  // std::string_view
+#include <vector>       // std::vector
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/ScalarType.h>
+
+// #include <xport/config.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ir/op.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+/// What an op that reads tensor data gives back.
+enum class data_read : std::uint8_t {
+  rows,    ///< a tensor with as many rows as the data holds (recorded with an unbacked size)
+  number,  ///< a Python number (item(): an unbacked SymInt when the tensor is an integer)
+  answer,  ///< a bool or a result torch.export does not record: always a graph break
+};
+
+/// One op that reads tensor data, and how the traced C++ code spells the call (for messages).
+struct data_reading_op {
+  std::string_view name;
+  std::string_view call;
+  data_read gives;
+};
+
+/// Every op xport knows to read tensor data (names without overload).
+inline constexpr data_reading_op data_reading_ops[] = {
+    {"aten::nonzero", "at::nonzero", data_read::rows},
+    {"aten::masked_select", "at::masked_select", data_read::rows},
+    {"aten::_unique2", "at::_unique2", data_read::rows},
+    {"aten::_local_scalar_dense", "Tensor::item()", data_read::number},
+    {"aten::item", "Tensor::item()", data_read::number},
+    {"aten::is_nonzero", "using a tensor as a bool (Tensor::is_nonzero())", data_read::answer},
+    {"aten::equal", "at::equal", data_read::answer},
+    {"aten::allclose", "at::allclose", data_read::answer},
+    {"aten::unique", "at::unique", data_read::answer},
+    {"aten::_unique", "at::_unique", data_read::answer},
+    {"aten::unique_dim", "at::unique_dim", data_read::answer},
+    {"aten::unique_consecutive", "at::unique_consecutive", data_read::answer},
+    {"aten::nonzero_numpy", "at::nonzero_numpy", data_read::answer},
+    {"aten::argwhere", "at::argwhere", data_read::answer},
+};
+
+inline const data_reading_op* find_data_reading_op(std::string_view name) {
+  if (name.size() < 6 || name.substr(0, 6) != "aten::") return nullptr;
+  for (const auto& op : data_reading_ops)
+    if (op.name == name) return &op;
+  return nullptr;
+}
+
+/// Whether the op's result depends on tensor data: no meta kernel can exist for it, dead-code
+/// removal keeps it, and the engine plans no memory around it.
+inline bool reads_data(std::string_view name) { return find_data_reading_op(name) != nullptr; }
+inline bool reads_data(const op_info& op) { return reads_data(op.name); }
+
+/// What the traced C++ call was, for graph-break messages.
+inline std::string user_facing_call(std::string_view name) {
+  const auto* op = find_data_reading_op(name);
+  return std::string(op ? op->call : name);
+}
+
+/// Whether an index list holds a boolean (or uint8) mask anywhere.
+inline bool has_mask_index(const c10::IValue& indices) {
+  if (!indices.isList()) return false;
+  for (const auto& e : indices.toListRef()) {
+    if (!e.isTensor() || !e.toTensor().defined()) continue;
+    const auto st = e.toTensor().scalar_type();
+    if (st == c10::kBool || st == c10::kByte) return true;
+  }
+  return false;
+}
+
+/// Whether `op` on `stack` (its arguments last) gives as many rows as its data holds, a count
+/// export makes a symbol of: nonzero, masked_select, `_unique2` (what at::_unique2 and
+/// torch.unique call), an index by one boolean (or uint8) mask in the first position.
+inline bool gives_unbacked_rows(const op_info& op, const std::vector<c10::IValue>& stack) {
+  if (op.overload.empty()) {
+    const auto* known = find_data_reading_op(op.name);
+    if (known && known->gives == data_read::rows) return true;
+  }
+  if (op.name != "aten::index" || op.overload != "Tensor") return false;
+  const auto& indices = stack.back();
+  if (!indices.isList() || indices.toListRef().empty()) return false;
+  const auto& list = indices.toListRef();
+  for (std::size_t i = 1; i < list.size(); ++i)
+    if (list[i].isTensor() && list[i].toTensor().defined()) return false;
+  if (!list[0].isTensor() || !list[0].toTensor().defined()) return false;
+  const auto st = list[0].toTensor().scalar_type();
+  return st == c10::kBool || st == c10::kByte;
+}
+
+/// Whether `op` on `stack` is item() of an integer tensor of one element: an int only the data knows.
+inline bool reads_unbacked_int(const op_info& op, const std::vector<c10::IValue>& stack) {
+  if (op.name != "aten::item" && op.name != "aten::_local_scalar_dense") return false;
+  const auto& self = stack.back();
+  return self.isTensor() && self.toTensor().defined() && self.toTensor().numel() == 1 &&
+         c10::isIntegralType(self.toTensor().scalar_type(), /*includeBool=*/false);
+}
+
+/// The shape rule of a call gives_unbacked_rows accepts: its meta results, given its meta
+/// arguments and the row count `rows`. `[rows, self.dim()]` int64 (nonzero), `[rows]`
+/// (masked_select), `[rows, self's dims after the mask's]` (a mask index); `_unique2`'s values
+/// `[rows]`, inverse (self's shape, or `[0]` when not asked for) and counts (`[rows]`, or `[0]`).
+inline std::vector<at::Tensor> unbacked_rows_results(const op_info& op, const std::vector<c10::IValue>& args,
+                                                     std::int64_t rows) {
+  const auto self = args[0].toTensor();
+  const auto index = self.options().dtype(at::kLong);
+  if (op.name == "aten::_unique2") {
+    const bool inverse = args[2].toBool(), counts = args[3].toBool();
+    return {at::empty({rows}, self.options()), inverse ? at::empty(self.sizes(), index) : at::empty({0}, index),
+            counts ? at::empty({rows}, index) : at::empty({0}, index)};
+  }
+  if (op.name == "aten::nonzero") return {at::empty({rows, self.dim()}, index)};
+  if (op.name == "aten::masked_select") return {at::empty({rows}, self.options())};
+  const auto mask_dims = args[1].toListRef()[0].toTensor().dim();
+  if (mask_dims > self.dim())
+    throw graph_error("xport.fake.op_rejected", op.qualified + ": a mask of " + std::to_string(mask_dims) +
+                                                    " dims indexes a tensor of " + std::to_string(self.dim()));
+  std::vector<std::int64_t> sizes{rows};
+  for (auto d = mask_dims; d < self.dim(); ++d) sizes.push_back(self.size(d));
+  return {at::empty(sizes, self.options())};
+}
+
+/// The one error for a call that reads tensor data where no value can stand for it: torch's
+/// graph break, with the way out.
+[[noreturn]] inline void throw_reads_data(const op_info& op) {
+  throw graph_break(
+      "xport.export.graph_break",
+      "graph break: " + op.qualified + " (" + user_facing_call(op.name) +
+          ") reads the contents of a tensor, which export cannot know: it runs on shapes only, "
+          "and the program must be the same for every input. Way out: make the value an input "
+          "of the program (a C++ int64_t/double/bool argument is specialized as a constant), or "
+          "write the computation without reading data (e.g. at::where / at::clamp instead of "
+          "branching on a value, masks with at::where instead of at::nonzero)");
+}
+
+/// Boolean-mask indexing (`x.index({mask})`, `x[mask]`) where no row count can stand for the
+/// result: its size is the mask's count of true elements.
+[[noreturn]] inline void throw_mask_index_break(const op_info& op) {
+  throw graph_break(
+      "xport.export.graph_break",
+      "graph break: " + op.qualified + " with a boolean (or uint8) mask as an index selects as many "
+          "elements as the mask holds true values, a data-dependent output size that export cannot "
+          "know: it runs on shapes only. Way out: keep the shape and zero the rest "
+          "(at::where(mask, x, 0), x * mask), or index with positions computed outside the "
+          "program and passed as an input");
+}
+
+}  // namespace detail
+XPORT_END_NAMESPACE
 
 XPORT_BEGIN_NAMESPACE
 
@@ -3682,7 +3846,7 @@ XPORT_BEGIN_NAMESPACE
 inline bool has_side_effects(const node& n) {
   if (!n.is_call()) return true;
   const auto& op = n.op();
-  return op.is_mutable || op.nondeterministic || op.data_dependent || gives_unbacked(n);
+  return op.is_mutable || op.nondeterministic || detail::reads_data(op) || gives_unbacked(n);
 }
 
 /// Removes dead call nodes, and the getitems of unused outputs (value::unpacked); returns how
@@ -4566,15 +4730,13 @@ XPORT_END_NAMESPACE
 // Each set is a predicate over an operator's name (`aten::reshape`, overload not included) and
 // says what the members share and which part of xport relies on it. Sets that LibTorch tags
 // itself (`core`, `maybe_aliasing_or_mutating`) are read from the tags where the running
-// LibTorch has them (ops/core_ops.hpp, lower/decompose.hpp). One set stays with the operator
-// handle: the ops that read tensor data (op_info::data_dependent, ir/op.hpp), since a node's
-// op carries the flag and the IR sits below this folder.
+// LibTorch has them (ops/core_ops.hpp, lower/decompose.hpp). The ops that read tensor data have
+// their own header, with their shape rules: ops/data_dependent.hpp.
 
 #include <algorithm>    // std::find
 #include <cstddef>      // std::size_t
 #include <iterator>     // std::begin, std::end
 #include <string_view>  // std::string_view
-#include <utility>      // std::pair
 
 // #include <xport/config.hpp>
 
@@ -4633,17 +4795,6 @@ inline constexpr std::string_view maybe_aliasing_or_mutating_ops[] = {
     "aten::_batch_norm_impl_index", "aten::alpha_dropout", "aten::atleast_1d", "aten::atleast_2d",
     "aten::atleast_3d", "aten::batch_norm", "aten::cartesian_prod", "aten::conj_physical", "aten::dropout",
     "aten::feature_alpha_dropout", "aten::feature_dropout", "aten::unsafe_chunk", "aten::native_batch_norm"};
-
-/// Ops that read tensor data (`ir/op.hpp`'s op_info::data_dependent), as the traced C++ code
-/// spells the call, for graph-break messages (trace/capture.hpp).
-inline constexpr std::pair<std::string_view, std::string_view> data_reading_calls[] = {
-    {"aten::_local_scalar_dense", "Tensor::item()"},
-    {"aten::item", "Tensor::item()"},
-    {"aten::is_nonzero", "using a tensor as a bool (Tensor::is_nonzero())"},
-    {"aten::nonzero", "at::nonzero"},
-    {"aten::equal", "at::equal"},
-    {"aten::allclose", "at::allclose"},
-    {"aten::masked_select", "at::masked_select"}};
 
 }  // namespace detail
 XPORT_END_NAMESPACE
@@ -6008,6 +6159,7 @@ inline at::Tensor in_format(const at::Tensor& out, c10::MemoryFormat format) {
 
 }  // namespace detail
 XPORT_END_NAMESPACE
+// #include <xport/ops/data_dependent.hpp>
 // #include <xport/ops/higher_order.hpp>
 // xport/ops/higher_order.hpp: torch's higher-order operators, one descriptor each.
 // A higher-order operator (torch.ops.higher_order.cond, .while_loop, .map_impl, .scan,
@@ -6535,16 +6687,6 @@ inline bool any_requires_grad(const std::vector<argument>& args) {
   return r;
 }
 
-/// Why a data-dependent op cannot be captured, and the way out.
-[[noreturn]] inline void throw_data_dependent(const op_info& op) {
-  throw missing_fake_kernel(
-      "xport.fake.data_dependent",
-      op.qualified + " has an output that depends on tensor data, so its shape cannot be known "
-                     "before running. Make the value an input of the program, or write the "
-                     "computation without reading data (e.g. masks with aten::where instead of "
-                     "aten::nonzero)");
-}
-
 /// The op has no meta kernel and xport no shape rule: what to write. A user's operator (any
 /// namespace but LibTorch's own) gets the C++ registration of a Meta kernel, spelled out for it.
 [[noreturn]] inline void throw_missing_meta_kernel(const op_info& op, const char* libtorch_said) {
@@ -6769,7 +6911,7 @@ inline std::vector<value_type> subgraph_outputs(const op_info& op, const std::ve
 
 inline std::vector<value_type> infer_outputs(const op_info& op, const std::vector<argument>& args) {
   if (op.higher_order) return subgraph_outputs(op, args);
-  if (op.data_dependent) throw_data_dependent(op);
+  if (reads_data(op)) throw_reads_data(op);
   torch::jit::Stack stack;
   push_meta_arguments(op, args, [](const value& v) { return v.meta().make_meta(); }, stack);
   const auto device = output_device(op, args);
@@ -9675,7 +9817,8 @@ XPORT_END_NAMESPACE
 /// a Python dataclass: an input or output of that type is flattened to the fields that hold a
 /// value (an undefined tensor or an empty optional is None), written under `serialized_name`,
 /// the name a Python user registers the twin dataclass under. List every non-static data member
-/// in declaration order (a wrong count is a compile error). At namespace scope:
+/// in declaration order (a wrong count is a compile error). At global scope (the macro
+/// specializes xport::dataclass_traits, which only the global namespace or xport's may do):
 ///   struct lm_output { at::Tensor logits; std::optional<at::Tensor> loss; };
 ///   XPORT_DATACLASS(lm_output, "mymodels.LMOutput", logits, loss);
 #define XPORT_DATACLASS(Type, serialized_name, ...)                                          \
@@ -9705,6 +9848,7 @@ XPORT_END_NAMESPACE
 #include <cstddef>        // std::size_t
 #include <cstdint>        // std::uint64_t
 #include <functional>     // std::function
+#include <iterator>       // std::make_move_iterator
 #include <memory>         // std::make_shared
 #include <optional>       // std::optional
 #include <stdexcept>      // std::runtime_error
@@ -9723,8 +9867,8 @@ XPORT_END_NAMESPACE
 
 // #include <xport/config.hpp>
 // #include <xport/ops/call.hpp>
+// #include <xport/ops/data_dependent.hpp>
 // #include <xport/ops/meta_infer.hpp>
-// #include <xport/ops/op_sets.hpp>
 // #include <xport/ops/schema.hpp>
 // #include <xport/error.hpp>
 // #include <xport/program/builder.hpp>
@@ -9874,36 +10018,6 @@ inline void ensure_capture_fallback() {
     return true;
   }();
   (void)registered;
-}
-
-/// What the traced C++ call was, for graph-break messages.
-inline std::string user_facing_call(std::string_view op) {
-  for (const auto& [name, call] : data_reading_calls)
-    if (op == name) return std::string(call);
-  return std::string(op);
-}
-
-/// Boolean-mask indexing (`x.index({mask})`, `x[mask]`): its output size is the mask's count of
-/// true elements, a value export cannot know.
-[[noreturn]] inline void throw_mask_index_break(const op_info& op) {
-  throw graph_break(
-      "xport.export.graph_break",
-      "graph break: " + op.qualified + " with a boolean (or uint8) mask as an index selects as many "
-          "elements as the mask holds true values, a data-dependent output size that export cannot "
-          "know: it runs on shapes only. Way out: keep the shape and zero the rest "
-          "(at::where(mask, x, 0), x * mask), or index with positions computed outside the "
-          "program and passed as an input");
-}
-
-[[noreturn]] inline void throw_graph_break(const op_info& op) {
-  throw graph_break(
-      "xport.export.graph_break",
-      "graph break: " + op.qualified + " (" + user_facing_call(op.name) +
-          ") reads the contents of a tensor, which export cannot know: it runs on shapes only, "
-          "and the program must be the same for every input. Way out: make the value an input "
-          "of the program (a C++ int64_t/double/bool argument is specialized as a constant), or "
-          "write the computation without reading data (e.g. at::where / at::clamp instead of "
-          "branching on a value)");
 }
 
 /// Switches recording back on inside the fallback (where it is off), for ops a decomposition
@@ -10056,7 +10170,7 @@ class capture {
   /// schema and checked like program_builder::call; the op runs on the values' meta tensors.
   node call(const op_info& op, std::vector<argument> args, std::vector<kwarg> kwargs,
             std::shared_ptr<const source_location> src) {
-    if (op.data_dependent) throw_graph_break(op);
+    if (reads_data(op)) throw_reads_data(op);
     auto bound = bind_arguments(op, std::move(args), std::move(kwargs));
     if (outer_)
       for (auto& a : bound) a = localized(a);
@@ -10103,10 +10217,10 @@ class capture {
 
   /// Records `op` with the arguments on `stack` and leaves its (meta) results there.
   void record_op(const op_info& op, torch::jit::Stack& stack) {
-    if (op.data_dependent && op.name == "aten::equal" && decided_equal(stack)) return;
+    if (op.name == "aten::equal" && decided_equal(stack)) return;
     if (active_unbacked && gives_unbacked_rows(op, stack)) return record_unbacked_rows(op, stack);
     if (active_unbacked && reads_unbacked_int(op, stack)) return record_unbacked_int(op, stack);
-    if (op.data_dependent) throw_graph_break(op);
+    if (reads_data(op)) throw_reads_data(op);
     if (op.name == "aten::index" && has_mask_index(stack.back())) throw_mask_index_break(op);
     auto args = take_arguments(op, stack);
     if (python_frontend_) fill_python_defaults(op, args);
@@ -10229,32 +10343,6 @@ class capture {
     return false;
   }
 
-  // Whether `op` on `stack` gives as many rows as its data holds, a count export makes a symbol
-  // of (Note [Unbacked sizes in a capture]): nonzero, masked_select, unique (`_unique2`, what
-  // at::_unique2 and torch.unique call), an index by one boolean (or uint8) mask in the first position.
-  static bool gives_unbacked_rows(const op_info& op, const torch::jit::Stack& stack) {
-    if (op.name == "aten::nonzero" && op.overload.empty()) return true;
-    if (op.name == "aten::masked_select" && op.overload.empty()) return true;
-    if (op.name == "aten::_unique2" && op.overload.empty()) return true;
-    if (op.name != "aten::index" || op.overload != "Tensor") return false;
-    const auto& indices = stack.back();
-    if (!indices.isList() || indices.toListRef().empty()) return false;
-    const auto& list = indices.toListRef();
-    for (std::size_t i = 1; i < list.size(); ++i)
-      if (list[i].isTensor() && list[i].toTensor().defined()) return false;
-    if (!list[0].isTensor() || !list[0].toTensor().defined()) return false;
-    const auto st = list[0].toTensor().scalar_type();
-    return st == c10::kBool || st == c10::kByte;
-  }
-
-  // Whether `op` is item() of an integer tensor of one element: an int only the data knows.
-  static bool reads_unbacked_int(const op_info& op, const torch::jit::Stack& stack) {
-    if (op.name != "aten::item" && op.name != "aten::_local_scalar_dense") return false;
-    const auto& self = stack.back();
-    return self.isTensor() && self.toTensor().defined() && self.toTensor().numel() == 1 &&
-           c10::isIntegralType(self.toTensor().scalar_type(), /*includeBool=*/false);
-  }
-
   // Records item() of an integer tensor (reads_unbacked_int): its value is the one the
   // capture's plan gives it (Note [Unbacked sizes in a capture]), a SymInt in the graph.
   void record_unbacked_int(const op_info& op, torch::jit::Stack& stack) {
@@ -10269,40 +10357,13 @@ class capture {
     originals_.clear();
   }
 
-  // Records a call gives_unbacked_rows accepts, its meta result made with the row count the
-  // capture's plan gives it: `[n, self.dim()]` int64 (nonzero), `[n]` (masked_select),
-  // `[n, rest of self's dims]` (a mask index); `_unique2`'s values `[n]`, inverse (self's
-  // shape, or `[0]` when not asked for) and counts (`[n]`, or `[0]`).
+  // Records a call gives_unbacked_rows accepts, its meta results made by the op's shape rule
+  // (ops/data_dependent.hpp) with the row count the capture's plan gives it.
   void record_unbacked_rows(const op_info& op, torch::jit::Stack& stack) {
     auto args = take_arguments(op, stack);
     if (python_frontend_) fill_python_defaults(op, args);
-    const auto self = meta_stack_[0].toTensor();
-    const auto rows = active_unbacked->take({0, int_oo});
-    at::Tensor out;
-    if (op.name == "aten::_unique2") {
-      const bool inverse = meta_stack_[2].toBool(), counts = meta_stack_[3].toBool();
-      const auto index = self.options().dtype(at::kLong);
-      meta_stack_.clear();
-      meta_stack_.emplace_back(at::empty({rows}, self.options()));
-      meta_stack_.emplace_back(inverse ? at::empty(self.sizes(), index) : at::empty({0}, index));
-      meta_stack_.emplace_back(counts ? at::empty({rows}, index) : at::empty({0}, index));
-      return record_unbacked_results(op, std::move(args), stack);
-    }
-    if (op.name == "aten::nonzero") {
-      out = at::empty({rows, self.dim()}, self.options().dtype(at::kLong));
-    } else if (op.name == "aten::masked_select") {
-      out = at::empty({rows}, self.options());
-    } else {
-      const auto mask_dims = meta_stack_[1].toListRef()[0].toTensor().dim();
-      if (mask_dims > self.dim())
-        throw graph_error("xport.fake.op_rejected", op.qualified + ": a mask of " + std::to_string(mask_dims) +
-                                                        " dims indexes a tensor of " + std::to_string(self.dim()));
-      std::vector<std::int64_t> sizes{rows};
-      for (auto d = mask_dims; d < self.dim(); ++d) sizes.push_back(self.size(d));
-      out = at::empty(sizes, self.options());
-    }
-    meta_stack_.clear();
-    meta_stack_.emplace_back(std::move(out));
+    auto results = unbacked_rows_results(op, meta_stack_, active_unbacked->take({0, int_oo}));
+    meta_stack_.assign(std::make_move_iterator(results.begin()), std::make_move_iterator(results.end()));
     record_unbacked_results(op, std::move(args), stack);
   }
 
@@ -10314,16 +10375,6 @@ class capture {
     hand_back_results(op, node, 0, stack);
     meta_stack_.clear();
     originals_.clear();
-  }
-
-  static bool has_mask_index(const c10::IValue& indices) {
-    if (!indices.isList()) return false;
-    for (const auto& e : indices.toListRef()) {
-      if (!e.isTensor() || !e.toTensor().defined()) continue;
-      const auto st = e.toTensor().scalar_type();
-      if (st == c10::kBool || st == c10::kByte) return true;
-    }
-    return false;
   }
 
   // Note [No-grad updates of module state]: code that updates a parameter in place under
@@ -14393,7 +14444,7 @@ XPORT_END_NAMESPACE
 // #include <xport/ops/op_sets.hpp>
 // #include <xport/ops/decompositions.hpp>
 // #include <xport/ir/program.hpp>
-// #include <xport/ir/dead_code.hpp>
+// #include <xport/program/dead_code.hpp>
 // #include <xport/lower/functionalize.hpp>
 // #include <xport/trace/capture.hpp>
 // #include <xport/trace/symbolic.hpp>
@@ -15683,7 +15734,7 @@ constexpr auto operator|(A&& a, B&& b) {
 // xport/passes/standard.hpp: every built-in pass, and the one list of them.
 // Functionalization, decomposition and verify() as pipeline stages are defined here; the other
 // passes have a header each. `builtin_passes()` is the list the pass manager registers by name
-// (and a test checks the README names each one): a new built-in pass is its header, one
+// (and a test checks that docs/passes.md names each one): a new built-in pass is its header, one
 // include and one entry below.
 
 #include <string_view>  // std::string_view
@@ -15923,12 +15974,12 @@ class alias_classes {
 
 XPORT_END_NAMESPACE
 // #include <xport/passes/dce.hpp>
-// xport/passes/dce.hpp: dead-code elimination as a pass (ir/dead_code.hpp does the work).
+// xport/passes/dce.hpp: dead-code elimination as a pass (program/dead_code.hpp does the work).
 
 #include <string_view>  // std::string_view
 
 // #include <xport/config.hpp>
-// #include <xport/ir/dead_code.hpp>
+// #include <xport/program/dead_code.hpp>
 // #include <xport/passes/pass.hpp>
 
 XPORT_BEGIN_NAMESPACE
@@ -16262,7 +16313,7 @@ XPORT_END_NAMESPACE
 //   auto replacement = xport::export_program([](const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
 //     return at::linear(x, w, b);
 //   }, std::tuple{x, w, b});
-//   program | xport::passes::rewrite(pattern, replacement);
+//   auto result = program | xport::passes::rewrite(std::move(pattern), std::move(replacement));
 //
 // Matching is structural, anchored at the pattern's output: the same ops, constants equal to
 // the pattern's (constant constraints), each pattern input bound to one value, with the

@@ -40,8 +40,6 @@ struct op_info {
   bool is_mutable = false;    ///< some argument is written to (in-place and out= ops)
   bool returns_list = false;  ///< the single return is a Tensor[]
   bool is_view = false;       ///< some return aliases an argument without writing to it
-  /// The output's shape depends on tensor data (nonzero, unique, item, ...): never traceable.
-  bool data_dependent = false;
   /// Draws random numbers (torch's `nondeterministic_seeded` tag): never merged or removed.
   bool nondeterministic = false;
   /// Changes only its argument's metadata (torch's `inplace_view` tag: transpose_, squeeze_, ...).
@@ -93,15 +91,6 @@ inline op_name_parts split_op_name(std::string_view s) {
   }
   if (p.overload == "default") p.overload.clear();
   return p;
-}
-
-/// Ops whose output shape depends on tensor data: no meta kernel can exist for them.
-inline bool is_data_dependent_op(std::string_view name) {
-  return name == "aten::nonzero" || name == "aten::_local_scalar_dense" || name == "aten::item" ||
-         name == "aten::unique" || name == "aten::_unique" || name == "aten::_unique2" ||
-         name == "aten::unique_dim" || name == "aten::unique_consecutive" ||
-         name == "aten::masked_select" || name == "aten::is_nonzero" || name == "aten::equal" ||
-         name == "aten::allclose" || name == "aten::nonzero_numpy" || name == "aten::argwhere";
 }
 
 class op_registry {
@@ -159,7 +148,7 @@ inline const op_info* op_registry::find(std::string_view text) {
     auto handle = c10::Dispatcher::singleton().findSchema(
         {parts.ns + "::" + parts.name, parts.overload});
     if (!handle) return nullptr;
-    std::unique_ptr<op_info> op(new op_info{*handle, {}, {}, {}, {}, {}, false, false, false, false, false, false, -1, -1, false, false, {0}});
+    std::unique_ptr<op_info> op(new op_info{*handle, {}, {}, {}, {}, {}, false, false, false, false, false, -1, -1, false, false, {0}});
     fill(*op, parts);
     info = op.get();
     by_key_.emplace(std::move(key), std::move(op));
@@ -180,7 +169,6 @@ inline void op_registry::fill(op_info& op, const op_name_parts& p) {
   op.returns_list = rets.size() == 1 && rets[0].type()->kind() == c10::TypeKind::ListType;
   for (const auto& r : rets)
     if (r.alias_info() && !r.alias_info()->isWrite()) op.is_view = true;
-  op.data_dependent = is_data_dependent_op(op.name);
   // the tag, and the dropout family (composite ops the tag misses in LibTorch 1.13)
   op.nondeterministic = op.handle.hasTag(at::Tag::nondeterministic_seeded) || p.name.find("dropout") != std::string::npos ||
                         p.name == "rrelu" || p.name == "rrelu_with_noise";

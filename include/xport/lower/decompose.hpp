@@ -44,7 +44,7 @@
 #include <xport/ops/op_sets.hpp>
 #include <xport/ops/decompositions.hpp>
 #include <xport/ir/program.hpp>
-#include <xport/ir/dead_code.hpp>
+#include <xport/program/dead_code.hpp>
 #include <xport/lower/functionalize.hpp>
 #include <xport/trace/capture.hpp>
 #include <xport/trace/symbolic.hpp>

@@ -19,6 +19,7 @@
 #include <xport/config.hpp>
 #include <xport/ops/call.hpp>
 #include <xport/ops/conv_layout.hpp>
+#include <xport/ops/data_dependent.hpp>
 #include <xport/ops/higher_order.hpp>
 #include <xport/ops/meta_rules.hpp>
 #include <xport/ops/schema.hpp>
@@ -63,16 +64,6 @@ inline bool any_requires_grad(const std::vector<argument>& args) {
       if (v && v.kind() == value_kind::tensor && v.meta().requires_grad) r = true;
     });
   return r;
-}
-
-/// Why a data-dependent op cannot be captured, and the way out.
-[[noreturn]] inline void throw_data_dependent(const op_info& op) {
-  throw missing_fake_kernel(
-      "xport.fake.data_dependent",
-      op.qualified + " has an output that depends on tensor data, so its shape cannot be known "
-                     "before running. Make the value an input of the program, or write the "
-                     "computation without reading data (e.g. masks with aten::where instead of "
-                     "aten::nonzero)");
 }
 
 /// The op has no meta kernel and xport no shape rule: what to write. A user's operator (any
@@ -299,7 +290,7 @@ inline std::vector<value_type> subgraph_outputs(const op_info& op, const std::ve
 
 inline std::vector<value_type> infer_outputs(const op_info& op, const std::vector<argument>& args) {
   if (op.higher_order) return subgraph_outputs(op, args);
-  if (op.data_dependent) throw_data_dependent(op);
+  if (reads_data(op)) throw_reads_data(op);
   torch::jit::Stack stack;
   push_meta_arguments(op, args, [](const value& v) { return v.meta().make_meta(); }, stack);
   const auto device = output_device(op, args);

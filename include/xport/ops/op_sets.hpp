@@ -2,16 +2,14 @@
 // Each set is a predicate over an operator's name (`aten::reshape`, overload not included) and
 // says what the members share and which part of xport relies on it. Sets that LibTorch tags
 // itself (`core`, `maybe_aliasing_or_mutating`) are read from the tags where the running
-// LibTorch has them (ops/core_ops.hpp, lower/decompose.hpp). One set stays with the operator
-// handle: the ops that read tensor data (op_info::data_dependent, ir/op.hpp), since a node's
-// op carries the flag and the IR sits below this folder.
+// LibTorch has them (ops/core_ops.hpp, lower/decompose.hpp). The ops that read tensor data have
+// their own header, with their shape rules: ops/data_dependent.hpp.
 #pragma once
 
 #include <algorithm>    // std::find
 #include <cstddef>      // std::size_t
 #include <iterator>     // std::begin, std::end
 #include <string_view>  // std::string_view
-#include <utility>      // std::pair
 
 #include <xport/config.hpp>
 
@@ -70,17 +68,6 @@ inline constexpr std::string_view maybe_aliasing_or_mutating_ops[] = {
     "aten::_batch_norm_impl_index", "aten::alpha_dropout", "aten::atleast_1d", "aten::atleast_2d",
     "aten::atleast_3d", "aten::batch_norm", "aten::cartesian_prod", "aten::conj_physical", "aten::dropout",
     "aten::feature_alpha_dropout", "aten::feature_dropout", "aten::unsafe_chunk", "aten::native_batch_norm"};
-
-/// Ops that read tensor data (`ir/op.hpp`'s op_info::data_dependent), as the traced C++ code
-/// spells the call, for graph-break messages (trace/capture.hpp).
-inline constexpr std::pair<std::string_view, std::string_view> data_reading_calls[] = {
-    {"aten::_local_scalar_dense", "Tensor::item()"},
-    {"aten::item", "Tensor::item()"},
-    {"aten::is_nonzero", "using a tensor as a bool (Tensor::is_nonzero())"},
-    {"aten::nonzero", "at::nonzero"},
-    {"aten::equal", "at::equal"},
-    {"aten::allclose", "at::allclose"},
-    {"aten::masked_select", "at::masked_select"}};
 
 }  // namespace detail
 XPORT_END_NAMESPACE

@@ -1,10 +1,10 @@
-// xport/passes/dce.hpp: dead-code elimination as a pass (ir/dead_code.hpp does the work).
+// xport/passes/dce.hpp: dead-code elimination as a pass (program/dead_code.hpp does the work).
 #pragma once
 
 #include <string_view>  // std::string_view
 
 #include <xport/config.hpp>
-#include <xport/ir/dead_code.hpp>
+#include <xport/program/dead_code.hpp>
 #include <xport/passes/pass.hpp>
 
 XPORT_BEGIN_NAMESPACE

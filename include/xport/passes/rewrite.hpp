@@ -8,7 +8,7 @@
 //   auto replacement = xport::export_program([](const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
 //     return at::linear(x, w, b);
 //   }, std::tuple{x, w, b});
-//   program | xport::passes::rewrite(pattern, replacement);
+//   auto result = program | xport::passes::rewrite(std::move(pattern), std::move(replacement));
 //
 // Matching is structural, anchored at the pattern's output: the same ops, constants equal to
 // the pattern's (constant constraints), each pattern input bound to one value, with the

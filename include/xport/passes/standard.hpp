@@ -1,7 +1,7 @@
 // xport/passes/standard.hpp: every built-in pass, and the one list of them.
 // Functionalization, decomposition and verify() as pipeline stages are defined here; the other
 // passes have a header each. `builtin_passes()` is the list the pass manager registers by name
-// (and a test checks the README names each one): a new built-in pass is its header, one
+// (and a test checks that docs/passes.md names each one): a new built-in pass is its header, one
 // include and one entry below.
 #pragma once
 

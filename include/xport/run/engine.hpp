@@ -53,6 +53,7 @@
 #include <xport/config.hpp>
 #include <xport/error.hpp>
 #include <xport/ir/program.hpp>
+#include <xport/ops/data_dependent.hpp>
 #include <xport/run/compiled.hpp>
 #include <xport/run/engine_options.hpp>
 #include <xport/run/graphs.hpp>
@@ -155,7 +156,7 @@ class engine {
     in_place_ops_.assign(n, nullptr);
     hoist();
     bool data_dependent = false;
-    for (const auto& in : code) data_dependent = data_dependent || in.info->data_dependent;
+    for (const auto& in : code) data_dependent = data_dependent || detail::reads_data(*in.info);
     if (data_dependent || !opts_.plan_memory) return;
     for (std::size_t i = 0; i < n; ++i) {
       const auto& in = code[i];

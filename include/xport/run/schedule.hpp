@@ -17,6 +17,7 @@
 #include <ATen/Parallel.h>
 
 #include <xport/config.hpp>
+#include <xport/ops/data_dependent.hpp>
 #include <xport/run/compiled.hpp>
 #include <xport/run/plan.hpp>
 
@@ -119,7 +120,7 @@ inline void schedule(engine_plan& p, const compiled_program& cp, const std::vect
     });
     if (p.in_place[i]) writes.push_back(resource(in.args[0].index));
     if (op.is_mutable || op.inplace_view) writes.insert(writes.end(), reads.begin(), reads.end());
-    if (op.nondeterministic || in.outputs.empty() || op.data_dependent) writes.push_back(effects);
+    if (op.nondeterministic || in.outputs.empty() || reads_data(op)) writes.push_back(effects);
     for (auto r : in.outputs)
       if (r != compiled_program::dead && l.def[r] == i) writes.push_back(resource(r));
     for (auto res : reads)

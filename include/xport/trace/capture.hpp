@@ -11,6 +11,7 @@
 #include <cstddef>        // std::size_t
 #include <cstdint>        // std::uint64_t
 #include <functional>     // std::function
+#include <iterator>       // std::make_move_iterator
 #include <memory>         // std::make_shared
 #include <optional>       // std::optional
 #include <stdexcept>      // std::runtime_error
@@ -29,8 +30,8 @@
 
 #include <xport/config.hpp>
 #include <xport/ops/call.hpp>
+#include <xport/ops/data_dependent.hpp>
 #include <xport/ops/meta_infer.hpp>
-#include <xport/ops/op_sets.hpp>
 #include <xport/ops/schema.hpp>
 #include <xport/error.hpp>
 #include <xport/program/builder.hpp>
@@ -72,36 +73,6 @@ inline void ensure_capture_fallback() {
     return true;
   }();
   (void)registered;
-}
-
-/// What the traced C++ call was, for graph-break messages.
-inline std::string user_facing_call(std::string_view op) {
-  for (const auto& [name, call] : data_reading_calls)
-    if (op == name) return std::string(call);
-  return std::string(op);
-}
-
-/// Boolean-mask indexing (`x.index({mask})`, `x[mask]`): its output size is the mask's count of
-/// true elements, a value export cannot know.
-[[noreturn]] inline void throw_mask_index_break(const op_info& op) {
-  throw graph_break(
-      "xport.export.graph_break",
-      "graph break: " + op.qualified + " with a boolean (or uint8) mask as an index selects as many "
-          "elements as the mask holds true values, a data-dependent output size that export cannot "
-          "know: it runs on shapes only. Way out: keep the shape and zero the rest "
-          "(at::where(mask, x, 0), x * mask), or index with positions computed outside the "
-          "program and passed as an input");
-}
-
-[[noreturn]] inline void throw_graph_break(const op_info& op) {
-  throw graph_break(
-      "xport.export.graph_break",
-      "graph break: " + op.qualified + " (" + user_facing_call(op.name) +
-          ") reads the contents of a tensor, which export cannot know: it runs on shapes only, "
-          "and the program must be the same for every input. Way out: make the value an input "
-          "of the program (a C++ int64_t/double/bool argument is specialized as a constant), or "
-          "write the computation without reading data (e.g. at::where / at::clamp instead of "
-          "branching on a value)");
 }
 
 /// Switches recording back on inside the fallback (where it is off), for ops a decomposition
@@ -254,7 +225,7 @@ class capture {
   /// schema and checked like program_builder::call; the op runs on the values' meta tensors.
   node call(const op_info& op, std::vector<argument> args, std::vector<kwarg> kwargs,
             std::shared_ptr<const source_location> src) {
-    if (op.data_dependent) throw_graph_break(op);
+    if (reads_data(op)) throw_reads_data(op);
     auto bound = bind_arguments(op, std::move(args), std::move(kwargs));
     if (outer_)
       for (auto& a : bound) a = localized(a);
@@ -301,10 +272,10 @@ class capture {
 
   /// Records `op` with the arguments on `stack` and leaves its (meta) results there.
   void record_op(const op_info& op, torch::jit::Stack& stack) {
-    if (op.data_dependent && op.name == "aten::equal" && decided_equal(stack)) return;
+    if (op.name == "aten::equal" && decided_equal(stack)) return;
     if (active_unbacked && gives_unbacked_rows(op, stack)) return record_unbacked_rows(op, stack);
     if (active_unbacked && reads_unbacked_int(op, stack)) return record_unbacked_int(op, stack);
-    if (op.data_dependent) throw_graph_break(op);
+    if (reads_data(op)) throw_reads_data(op);
     if (op.name == "aten::index" && has_mask_index(stack.back())) throw_mask_index_break(op);
     auto args = take_arguments(op, stack);
     if (python_frontend_) fill_python_defaults(op, args);
@@ -427,32 +398,6 @@ class capture {
     return false;
   }
 
-  // Whether `op` on `stack` gives as many rows as its data holds, a count export makes a symbol
-  // of (Note [Unbacked sizes in a capture]): nonzero, masked_select, unique (`_unique2`, what
-  // at::_unique2 and torch.unique call), an index by one boolean (or uint8) mask in the first position.
-  static bool gives_unbacked_rows(const op_info& op, const torch::jit::Stack& stack) {
-    if (op.name == "aten::nonzero" && op.overload.empty()) return true;
-    if (op.name == "aten::masked_select" && op.overload.empty()) return true;
-    if (op.name == "aten::_unique2" && op.overload.empty()) return true;
-    if (op.name != "aten::index" || op.overload != "Tensor") return false;
-    const auto& indices = stack.back();
-    if (!indices.isList() || indices.toListRef().empty()) return false;
-    const auto& list = indices.toListRef();
-    for (std::size_t i = 1; i < list.size(); ++i)
-      if (list[i].isTensor() && list[i].toTensor().defined()) return false;
-    if (!list[0].isTensor() || !list[0].toTensor().defined()) return false;
-    const auto st = list[0].toTensor().scalar_type();
-    return st == c10::kBool || st == c10::kByte;
-  }
-
-  // Whether `op` is item() of an integer tensor of one element: an int only the data knows.
-  static bool reads_unbacked_int(const op_info& op, const torch::jit::Stack& stack) {
-    if (op.name != "aten::item" && op.name != "aten::_local_scalar_dense") return false;
-    const auto& self = stack.back();
-    return self.isTensor() && self.toTensor().defined() && self.toTensor().numel() == 1 &&
-           c10::isIntegralType(self.toTensor().scalar_type(), /*includeBool=*/false);
-  }
-
   // Records item() of an integer tensor (reads_unbacked_int): its value is the one the
   // capture's plan gives it (Note [Unbacked sizes in a capture]), a SymInt in the graph.
   void record_unbacked_int(const op_info& op, torch::jit::Stack& stack) {
@@ -467,40 +412,13 @@ class capture {
     originals_.clear();
   }
 
-  // Records a call gives_unbacked_rows accepts, its meta result made with the row count the
-  // capture's plan gives it: `[n, self.dim()]` int64 (nonzero), `[n]` (masked_select),
-  // `[n, rest of self's dims]` (a mask index); `_unique2`'s values `[n]`, inverse (self's
-  // shape, or `[0]` when not asked for) and counts (`[n]`, or `[0]`).
+  // Records a call gives_unbacked_rows accepts, its meta results made by the op's shape rule
+  // (ops/data_dependent.hpp) with the row count the capture's plan gives it.
   void record_unbacked_rows(const op_info& op, torch::jit::Stack& stack) {
     auto args = take_arguments(op, stack);
     if (python_frontend_) fill_python_defaults(op, args);
-    const auto self = meta_stack_[0].toTensor();
-    const auto rows = active_unbacked->take({0, int_oo});
-    at::Tensor out;
-    if (op.name == "aten::_unique2") {
-      const bool inverse = meta_stack_[2].toBool(), counts = meta_stack_[3].toBool();
-      const auto index = self.options().dtype(at::kLong);
-      meta_stack_.clear();
-      meta_stack_.emplace_back(at::empty({rows}, self.options()));
-      meta_stack_.emplace_back(inverse ? at::empty(self.sizes(), index) : at::empty({0}, index));
-      meta_stack_.emplace_back(counts ? at::empty({rows}, index) : at::empty({0}, index));
-      return record_unbacked_results(op, std::move(args), stack);
-    }
-    if (op.name == "aten::nonzero") {
-      out = at::empty({rows, self.dim()}, self.options().dtype(at::kLong));
-    } else if (op.name == "aten::masked_select") {
-      out = at::empty({rows}, self.options());
-    } else {
-      const auto mask_dims = meta_stack_[1].toListRef()[0].toTensor().dim();
-      if (mask_dims > self.dim())
-        throw graph_error("xport.fake.op_rejected", op.qualified + ": a mask of " + std::to_string(mask_dims) +
-                                                        " dims indexes a tensor of " + std::to_string(self.dim()));
-      std::vector<std::int64_t> sizes{rows};
-      for (auto d = mask_dims; d < self.dim(); ++d) sizes.push_back(self.size(d));
-      out = at::empty(sizes, self.options());
-    }
-    meta_stack_.clear();
-    meta_stack_.emplace_back(std::move(out));
+    auto results = unbacked_rows_results(op, meta_stack_, active_unbacked->take({0, int_oo}));
+    meta_stack_.assign(std::make_move_iterator(results.begin()), std::make_move_iterator(results.end()));
     record_unbacked_results(op, std::move(args), stack);
   }
 
@@ -512,16 +430,6 @@ class capture {
     hand_back_results(op, node, 0, stack);
     meta_stack_.clear();
     originals_.clear();
-  }
-
-  static bool has_mask_index(const c10::IValue& indices) {
-    if (!indices.isList()) return false;
-    for (const auto& e : indices.toListRef()) {
-      if (!e.isTensor() || !e.toTensor().defined()) continue;
-      const auto st = e.toTensor().scalar_type();
-      if (st == c10::kBool || st == c10::kByte) return true;
-    }
-    return false;
   }
 
   // Note [No-grad updates of module state]: code that updates a parameter in place under

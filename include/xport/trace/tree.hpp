@@ -509,7 +509,8 @@ XPORT_END_NAMESPACE
 /// a Python dataclass: an input or output of that type is flattened to the fields that hold a
 /// value (an undefined tensor or an empty optional is None), written under `serialized_name`,
 /// the name a Python user registers the twin dataclass under. List every non-static data member
-/// in declaration order (a wrong count is a compile error). At namespace scope:
+/// in declaration order (a wrong count is a compile error). At global scope (the macro
+/// specializes xport::dataclass_traits, which only the global namespace or xport's may do):
 ///   struct lm_output { at::Tensor logits; std::optional<at::Tensor> loss; };
 ///   XPORT_DATACLASS(lm_output, "mymodels.LMOutput", logits, loss);
 #define XPORT_DATACLASS(Type, serialized_name, ...)                                          \

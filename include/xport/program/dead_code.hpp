@@ -1,8 +1,10 @@
-// xport/ir/dead_code.hpp: removing the calls whose results nothing uses (torch.fx's
+// xport/program/dead_code.hpp: removing the calls whose results nothing uses (torch.fx's
 // Graph.eliminate_dead_code). A call stays when it has an effect beyond its outputs: it writes to
 // an argument (in-place and out= ops), draws random numbers (removing it would shift every
-// later random draw), or gives a symbol only the data knows (its range is asserted on every run). Signature outputs are uses, so they are kept. One backward walk: a node's
-// death frees its inputs' producers before they are visited. passes/dce.hpp makes it a pass.
+// later random draw), reads tensor data (ops/data_dependent.hpp), or gives a symbol only the data
+// knows (its range is asserted on every run). Signature outputs are uses, so they are kept. One
+// backward walk: a node's death frees its inputs' producers before they are visited.
+// passes/dce.hpp makes it a pass.
 #pragma once
 
 #include <cstddef>  // std::size_t
@@ -10,6 +12,7 @@
 #include <xport/config.hpp>
 #include <xport/ir/graph.hpp>
 #include <xport/ir/unbacked.hpp>
+#include <xport/ops/data_dependent.hpp>
 
 XPORT_BEGIN_NAMESPACE
 
@@ -17,7 +20,7 @@ XPORT_BEGIN_NAMESPACE
 inline bool has_side_effects(const node& n) {
   if (!n.is_call()) return true;
   const auto& op = n.op();
-  return op.is_mutable || op.nondeterministic || op.data_dependent || gives_unbacked(n);
+  return op.is_mutable || op.nondeterministic || detail::reads_data(op) || gives_unbacked(n);
 }
 
 /// Removes dead call nodes, and the getitems of unused outputs (value::unpacked); returns how
