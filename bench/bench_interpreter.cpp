@@ -461,6 +461,25 @@ void BM_model_xport(benchmark::State& state) {
   set_peak(state, allocator().peak_of([&] { benchmark::DoNotOptimize(interp.run(in, o)); }));
 }
 
+// The LSTM's inference IR with its unrolled layers fused back (passes::fuse_lstm): range(0) == 0
+// runs it on the interpreter, 1 on the engine.
+void BM_lstm_fused(benchmark::State& state) {
+  auto p = model_program<lstm>();
+  if (!(p | xport::passes::fuse_lstm).changed) state.SkipWithError("fuse_lstm found no LSTM layer");
+  const std::vector<at::Tensor> in{lstm::input()};
+  if (state.range(0) == 0) {
+    xport::interpreter interp(p);
+    xport::run_options o;
+    o.inference_mode = true;
+    for (XPORT_TIMED(state)) benchmark::DoNotOptimize(interp.run(in, o));
+  } else {
+    xport::engine e(p);
+    benchmark::DoNotOptimize(e.run(in));
+    for (XPORT_TIMED(state)) benchmark::DoNotOptimize(e.run(in));
+  }
+  set_nodes(state, p);
+}
+
 template <class M>
 void BM_model_engine(benchmark::State& state) {
   // range(1) == 1: the training IR (an eval-mode model's is functional too, and keeps fused ops
@@ -590,6 +609,7 @@ BENCHMARK(BM_model_engine<transformer>)->Name("BM_transformer_engine")->ArgNames
 BENCHMARK(BM_model_eager<lstm>)->Name("BM_lstm_eager")->ArgName("mode")->Arg(0)->Arg(1)->Arg(2);
 BENCHMARK(BM_model_xport<lstm>)->Name("BM_lstm_xport");
 BENCHMARK(BM_model_engine<lstm>)->Name("BM_lstm_engine")->ArgNames({"threads", "training_ir"})->Args({1, 0})->Args({1, 1});
+BENCHMARK(BM_lstm_fused)->ArgName("engine")->Arg(0)->Arg(1);
 BENCHMARK(BM_scan_rnn_eager)->ArgName("mode")->Arg(0)->Arg(1)->Arg(2);
 BENCHMARK(BM_scan_rnn_xport);
 BENCHMARK(BM_scan_rnn_engine);

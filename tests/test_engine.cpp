@@ -183,6 +183,7 @@ TEST_CASE("engine: results that are never alive together share one buffer") {
   CHECK(info.out_variant_nodes == 0);
   CHECK(info.arena_bytes == 0);
   CHECK(info.resolved_nodes == 30);
+  CHECK(info.unboxed_nodes == 30);  // sin, sin_, add_, mul_: each called through its typed kernel
   engine_options no_reuse;
   no_reuse.plan_memory = true;
   no_reuse.in_place = false;
@@ -193,6 +194,7 @@ TEST_CASE("engine: results that are never alive together share one buffer") {
   CHECK(ai.arena_buffers == 2);       // each result dies at the next op: two buffers ping-pong
   CHECK(ai.arena_bytes == 2 * 4 * 8 * sizeof(float));
   CHECK(ai.planned_bytes == 29 * 4 * 8 * sizeof(float));
+  CHECK(ai.unboxed_nodes == 30);  // sin.out, add.out, mul.out too
   for (int k = 0; k < 3; ++k) {
     const auto a = at::randn({4, 8}), b = at::randn({4, 8});
     CHECK(at::equal(arena.run({a, b})[0], chain_eager(30, a, b)));
@@ -217,6 +219,7 @@ TEST_CASE("engine: results that are never alive together share one buffer") {
   const auto none = unplanned.plan_info({x, y});
   CHECK(none.out_variant_nodes == 0);
   CHECK(none.resolved_nodes == 0);
+  CHECK(none.unboxed_nodes == 0);  // unresolved: called boxed
   CHECK(at::equal(unplanned.run({x, y})[0], chain_eager(30, x, y)));
 }
 

@@ -8,6 +8,8 @@
 
 #include <torch/torch.h>
 
+#include <xport/engine.hpp>
+
 #include "models.hpp"
 
 #include "common.hpp"
@@ -365,6 +367,122 @@ TEST_CASE("passes: ResNet-18's inference IR through dce | cse | fold stays equal
   verify(p);
   const auto x = at::randn({1, 3, 64, 64});
   CHECK(at::allclose(run(p, {x})[0], net->forward(x), 1e-4, 1e-5));
+}
+
+namespace {
+
+// An LSTM as users write one: optional initial state, any number of layers, one direction or two.
+struct SeqNetImpl : torch::nn::Module {
+  torch::nn::LSTM lstm{nullptr};
+  torch::nn::Linear head{nullptr};
+  SeqNetImpl(std::int64_t layers, bool bidirectional, bool batch_first) {
+    lstm = register_module("lstm", torch::nn::LSTM(torch::nn::LSTMOptions(8, 16).num_layers(layers)
+                                                       .bidirectional(bidirectional).batch_first(batch_first)));
+    head = register_module("head", torch::nn::Linear(bidirectional ? 32 : 16, 3));
+  }
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& h0, const at::Tensor& c0) {
+    auto [out, state] = lstm(x, std::make_tuple(h0, c0));
+    return {head(out), std::get<0>(state), std::get<1>(state)};
+  }
+};
+TORCH_MODULE(SeqNet);
+
+// `fast` (fused) against `slow` (decomposed) and eager, on inputs in every layout.
+void check_fused_equal(const exported_program& fast, const exported_program& slow, SeqNet& net,
+                       const std::vector<at::Tensor>& in) {
+  for (const auto& [layout, x] : xport_test::layouts_of(in[0])) {
+    INFO("layout " << layout);
+    const std::vector<at::Tensor> args{x, in[1], in[2]};
+    const auto got = run(fast, args);
+    const auto want = run(slow, args);
+    const auto [y, h, c] = net->forward(x, in[1], in[2]);
+    const std::vector<at::Tensor> eager{y, h, c};
+    REQUIRE(got.size() == 3);
+    for (std::size_t i = 0; i < 3; ++i) {
+      INFO("output " << i);
+      CHECK((got[i].sizes() == want[i].sizes()));
+      CHECK(at::allclose(got[i], want[i], 1e-5, 1e-6));
+      CHECK(at::allclose(got[i], eager[i], 1e-5, 1e-6));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("passes: fuse_lstm runs each unrolled LSTM layer as one lstm.input, equal to the decomposed program") {
+  struct shape {
+    std::int64_t layers;
+    bool bidirectional, batch_first;
+    std::size_t fused;  // layers fused: the forward direction of each
+  };
+  for (const auto s : {shape{1, false, false, 1}, shape{2, false, true, 2}, shape{3, true, true, 3}}) {
+    CAPTURE(s.layers);
+    CAPTURE(s.bidirectional);
+    CAPTURE(s.batch_first);
+    torch::manual_seed(0);
+    SeqNet net(s.layers, s.bidirectional, s.batch_first);
+    net->eval();
+    const auto dirs = s.bidirectional ? 2 : 1;
+    const auto x = s.batch_first ? at::randn({2, 6, 8}) : at::randn({6, 2, 8});
+    const auto h0 = at::randn({s.layers * dirs, 2, 16}), c0 = at::randn({s.layers * dirs, 2, 16});
+    const auto slow = run_decompositions(export_program(net, std::tuple{x, h0, c0}));
+    REQUIRE(count_op(slow, "aten::lstm.input") == 0);
+    auto fast = run_decompositions(export_program(net, std::tuple{x, h0, c0}));
+    const auto before = fast.graph().size();
+    const auto r = fast | ps::fuse_lstm;
+    REQUIRE(r.ok());
+    CHECK(r.changed);
+    CHECK(count_op(fast, "aten::lstm.input") == s.fused);
+    // a reversed direction stays unrolled; a forward one leaves no cell behind
+    CHECK(count_op(fast, "aten::split_with_sizes") == (s.bidirectional ? 6 * s.layers : 0));
+    CHECK(fast.graph().size() < before);
+    verify(fast);
+    check_fused_equal(fast, slow, net, {x, h0, c0});
+    // saved and loaded, the fused program is the same program
+    const auto loaded = xport_test::reload(fast);
+    CHECK(count_op(loaded, "aten::lstm.input") == s.fused);
+    CHECK(at::allclose(run(loaded, {x, h0, c0})[0], run(slow, {x, h0, c0})[0], 1e-5, 1e-6));
+    // and the engine runs it
+    xport::engine e(fast);
+    for (int rep = 0; rep < 2; ++rep) CHECK(at::allclose(e.run({x, h0, c0})[0], run(slow, {x, h0, c0})[0], 1e-5, 1e-6));
+  }
+}
+
+TEST_CASE("passes: fuse_lstm keeps a dynamic batch, leaves other programs alone, and runs by name") {
+  torch::manual_seed(0);
+  SeqNet net(2, false, true);
+  net->eval();
+  const auto x = at::randn({3, 5, 8}), h0 = at::randn({2, 3, 16}), c0 = at::randn({2, 3, 16});
+  const Dim batch("batch", 1, 64);
+  export_options o;
+  o.dynamic_shapes = dynamic_shapes::positional({shape(batch, 5, 8), shape(2, batch, 16), shape(2, batch, 16)});
+  const auto slow = run_decompositions(export_program(net, std::tuple{x, h0, c0}, o));
+  auto fast = run_decompositions(export_program(net, std::tuple{x, h0, c0}, o));
+  REQUIRE((fast | ps::fuse_lstm).changed);
+  CHECK(count_op(fast, "aten::lstm.input") == 2);
+  for (const std::int64_t b : {1, 7}) {
+    CAPTURE(b);
+    check_fused_equal(fast, slow, net, {at::randn({b, 5, 8}), at::randn({2, b, 16}), at::randn({2, b, 16})});
+  }
+  // the guards still hold: the time dim was unrolled, so it stays static
+  XPORT_CHECK_THROWS_MSG(run(fast, {at::randn({3, 6, 8}), h0, c0}), guard_error, "dim 1 must be 5, got 6");
+
+  // nothing to fuse: the GRU's cells, ResNet's graph, and the training IR (lstm kept whole)
+  torch::manual_seed(0);
+  xport_models::GRUNet gru;
+  gru->eval();
+  auto g = run_decompositions(export_program(gru, std::tuple{at::randn({2, 5, 8})}));
+  const auto printed = to_string(g);
+  CHECK_FALSE((g | ps::fuse_lstm).changed);
+  CHECK(to_string(g) == printed);
+  auto trained = export_program(net, std::tuple{x, h0, c0});
+  CHECK_FALSE((trained | ps::fuse_lstm).changed);
+
+  // by name, as a pipeline from a config
+  auto named = run_decompositions(export_program(net, std::tuple{x, h0, c0}));
+  const auto pipeline = ps::pass_manager::parse("fuse_lstm,dce");
+  REQUIRE(pipeline.run(named).ok());
+  CHECK(count_op(named, "aten::lstm.input") == 2);
 }
 
 // ---- graph policies: basic_graph<Policy> / basic_exported_program<Policy> ----------------------

@@ -42,7 +42,8 @@ WORKLOADS = [
         ("eager", "BM_lstm_eager/mode:0"), ("eager NoGrad", "BM_lstm_eager/mode:1"),
         ("eager InferenceMode", "BM_lstm_eager/mode:2"),
         ("interpreter", "BM_lstm_xport"), ("engine", "BM_lstm_engine/threads:1/training_ir:0"),
-        ("engine, training IR", "BM_lstm_engine/threads:1/training_ir:1")]),
+        ("engine, training IR", "BM_lstm_engine/threads:1/training_ir:1"),
+        ("interpreter, fuse_lstm", "BM_lstm_fused/engine:0"), ("engine, fuse_lstm", "BM_lstm_fused/engine:1")]),
     ("MoE, 3 experts, data-dependent routing", [
         ("eager", "BM_moe_eager/mode:0"), ("eager NoGrad", "BM_moe_eager/mode:1"),
         ("eager InferenceMode", "BM_moe_eager/mode:2"),

@@ -14,6 +14,7 @@
 #include <xport/passes/cse.hpp>
 #include <xport/passes/dce.hpp>
 #include <xport/passes/fold.hpp>
+#include <xport/passes/fuse_lstm.hpp>
 #include <xport/lower/functionalize.hpp>
 #include <xport/passes/pass.hpp>
 #include <xport/passes/rewrite.hpp>
@@ -65,7 +66,7 @@ inline constexpr verify_t verify_stage{};
 
 /// Every built-in pass, in the order `pass_manager::registered()` lists them.
 inline auto builtin_passes() {
-  return std::tie(dce, cse, fold, canonicalize, propagate_shapes, functionalize, decompose, verify_stage);
+  return std::tie(dce, cse, fold, fuse_lstm, canonicalize, propagate_shapes, functionalize, decompose, verify_stage);
 }
 
 }  // namespace passes

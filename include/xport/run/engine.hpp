@@ -347,6 +347,19 @@ class engine {
     for (auto r : p.in_place) p.info.in_place_nodes += r;
     for (auto h : hoisted_) p.info.hoisted_nodes += h;
     if (pool_) detail::schedule(p, compiled(), hoisted_, l, slot, static_cast<std::uint32_t>(p.buffers.size()));
+    make_unboxed(p);
+  }
+
+  // Each resolved instruction's typed call, as plan `p` makes it (Note [Unboxed planned calls]).
+  void make_unboxed(plan& p) const {
+    const auto& code = compiled().code;
+    p.unboxed.assign(code.size(), detail::unboxed_call{});
+    for (std::size_t i = 0; i < code.size(); ++i) {
+      if (hoisted_[i] || !p.resolved[i]) continue;
+      const c10::OperatorHandle* op = p.out[i].defined() ? out_ops_[i] : p.in_place[i] ? in_place_ops_[i] : code[i].op;
+      p.unboxed[i] = detail::make_unboxed(compiled(), code[i], *op);
+      p.info.unboxed_nodes += p.unboxed[i].run ? 1 : 0;
+    }
   }
 
   // ---- captured runs (engine_options::cuda_graphs) ---------------------------------------------
@@ -440,8 +453,19 @@ class engine {
     if (pool_ && p.info.parallel_width > 1) return execute_parallel(inputs, env, p);  // (a chain: one by one)
     const auto& code = compiled().code;
     load_registers(p, inputs);
-    for (std::size_t i = 0; i < code.size(); ++i)
-      if (!hoisted_[i]) call_planned(compiled(), i, env, p, p.stack);
+    for (std::size_t i = 0; i < code.size(); ++i) {
+      if (hoisted_[i]) continue;
+      const auto& u = p.unboxed[i];
+      if (!u.run) {
+        call_planned(compiled(), i, env, p, p.stack);
+        continue;
+      }
+      try {
+        u.run(u, p.regs, p.out[i], p.keys[i]);
+      } catch (const c10::Error& e) {
+        compiled_program::throw_op_failed(code[i], e);  // (the plan is dropped with what it held)
+      }
+    }
     return unload_registers(p);
   }
 

@@ -25,6 +25,7 @@
 #include <xport/run/compiled.hpp>
 #include <xport/run/graphs.hpp>
 #include <xport/run/guards.hpp>
+#include <xport/run/unboxed.hpp>
 
 XPORT_BEGIN_NAMESPACE
 
@@ -35,6 +36,7 @@ struct engine_plan_info {
   std::size_t in_place_nodes = 0;     ///< nodes run in place on a result nothing else uses
   std::size_t hoisted_nodes = 0;      ///< views of the program's state, made once per engine
   std::size_t resolved_nodes = 0;     ///< nodes called with a resolved dispatch key set
+  std::size_t unboxed_nodes = 0;      ///< of those, nodes called through their typed kernel (no boxed stack)
   std::size_t arena_buffers = 0;      ///< buffers the arena holds
   std::size_t arena_bytes = 0;        ///< their bytes
   std::size_t planned_bytes = 0;      ///< bytes of all planned results (what eager allocates for them)
@@ -88,6 +90,7 @@ struct engine_plan {
   std::vector<result_meta> meta;  // per instruction, for out= candidates
   std::vector<at::Tensor> out;    // per instruction: the slot its out= kernel writes (or undefined)
   std::vector<std::uint8_t> in_place;  // per instruction: runs as its in-place overload
+  std::vector<unboxed_call> unboxed;    // per instruction: its typed call, where it has one (run/unboxed.hpp)
   bool unplannable = false;            // an alias the plan cannot follow was seen: plain calls
   std::vector<at::Tensor> buffers;
   std::vector<c10::IValue> regs;  // the registers, kept between runs (empty after each)
