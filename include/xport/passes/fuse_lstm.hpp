@@ -10,7 +10,8 @@
 // stand for the steps' `cat`, the last h and the last c; the glue between layers (the batch-first
 // permutes, the stacks of final states) stays as it was. Chains it does not recognize (the
 // reversed direction of a bidirectional LSTM, no biases, a step whose h or c is read elsewhere)
-// stay decomposed. The result is the same computation in another kernel: equal within floating
+// stay decomposed, as does an LSTM that LibTorch 1.13 lowered (its own C++ composite: `unsafe_split`
+// cells over `unbind` steps, a `stack` of them). The result is the same computation in another kernel: equal within floating
 // point rounding, not bit for bit (tests compare with the unfused program at 1e-5).
 //
 //   auto fast = xport::run_decompositions(ep);
