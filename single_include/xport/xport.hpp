@@ -16448,7 +16448,8 @@ inline std::optional<cell> match_cell(node split) {
       c.args()[1].as_value() != fresh.out() || only_user(fresh.out()) != c)
     return std::nullopt;
   node tanh_c;
-  for (const auto& u : c.out().uses())
+  const value c_out = c.out();
+  for (const auto& u : c_out.uses())
     if (is_op(u.user(), "aten::tanh") && only_user(u.user().out()) == o) tanh_c = u.user();
   if (!tanh_c || !is_op(o, "aten::mul.Tensor") || o.args()[0].as_value() != act[3].out() ||
       o.args()[1].as_value() != tanh_c.out())
