@@ -45,6 +45,13 @@ void check_same_state(const exported_program& p, const std::vector<std::pair<std
   }
 }
 
+// How the interpreter runs to give the engine's results: under InferenceMode.
+run_options inference_options() {
+  run_options o;
+  o.inference_mode = true;
+  return o;
+}
+
 engine_options with_threads(std::size_t threads, engine_options o = {}) {
   o.threads = threads;
   return o;
@@ -59,8 +66,7 @@ engine_plan_info check_program(const exported_program& p, Module& eager, Input m
   const auto before = snapshot(p);
   engine e(p, with_threads(threads));
   interpreter interp(p);
-  run_options inference;
-  inference.inference_mode = true;
+  const run_options inference = inference_options();
   for (int k = 0; k < 3; ++k) {
     const auto x = make_input();
     for (const auto& [layout, xl] : xport_test::layouts_of(x)) {
@@ -140,6 +146,13 @@ TEST_CASE("engine: ResNet-18") {
 
 TEST_CASE("engine: Transformer encoder layer") {
   check_model<m::Encoder>([] { return m::Encoder(); }, [] { return at::randn({5, 2, 32}); }, 15);
+  torch::manual_seed(0);
+  m::Encoder net;
+  net->eval();
+  const auto x = at::randn({5, 2, 32});
+  const auto info = engine(run_decompositions(export_program(net, std::tuple{x}))).plan_info({x});
+  CHECK(info.elided_nodes >= 3);    // eval-mode dropouts, clones in the inference IR
+  CHECK(info.planned_views >= 15);  // views of the projections' results, made once per plan
 }
 
 TEST_CASE("engine: LSTM, GRU and an embedding classifier") {
@@ -261,6 +274,152 @@ TEST_CASE("engine: a result the caller keeps is never overwritten by the next ru
   // nothing above may be planned: every result is an output or is viewed by one
   CHECK(e.plan_info({at::randn({4, 6})}).out_variant_nodes == 0);
   }
+}
+
+// Note [addmm's bias copied by the plan]: the plan copies a contiguous bias row (or matrix) into
+// the arena's result itself and calls addmm with that result as its bias; every bias the copy does
+// not cover (a column, a scalar, beta 0) takes the plain out= call. Either way the result must be
+// the interpreter's bit for bit, in every dtype the CPU's addmm has and every input layout.
+TEST_CASE("engine: addmm whose bias the plan copies gives the interpreter's bits") {
+  struct bias_case {
+    const char* what;
+    std::vector<std::int64_t> sizes;
+    double beta;
+  };
+  const std::vector<bias_case> cases{{"a row", {6}, 1.0},           {"a 1 x n row", {1, 6}, 1.0},
+                                     {"the whole matrix", {5, 6}, 1.0}, {"a row, beta 0.5", {6}, 0.5},
+                                     {"a column (plain call)", {5, 1}, 1.0}, {"beta 0 (plain call)", {6}, 0.0}};
+  for (const auto dtype : {at::kFloat, at::kDouble, at::kBFloat16}) {
+    for (const auto& c : cases) {
+      CAPTURE(dtype);
+      INFO("bias " << std::string(c.what));
+      const auto opts = at::TensorOptions().dtype(dtype);
+      program_builder b;
+      auto x = b.input("x", at::randn({5, 4}, opts));
+      auto w = b.parameter("w", at::randn({6, 4}, opts));
+      auto bias = b.parameter("bias", at::randn(c.sizes, opts));
+      auto wt = b.call("aten::permute", {w, std::vector<std::int64_t>{1, 0}});
+      auto mm = b.call("aten::addmm", {bias, x, wt}, {{"beta", c.beta}});
+      auto scale = b.parameter("scale", at::randn({5, 6}, opts));
+      b.output(b.call("aten::mul.Tensor", {scale, mm}));  // the addmm's result is the arena's, not an output
+      const auto p = std::move(b).build();
+      for (const std::size_t threads : {1, 3}) {
+        CAPTURE(threads);
+        engine e(p, with_threads(threads));
+        interpreter interp(p);
+        const run_options inference = inference_options();
+        for (int k = 0; k < 2; ++k) {
+          const auto in = at::randn({5, 4}, opts);
+          for (const auto& [layout, xl] : xport_test::layouts_of(in)) {
+            INFO("layout " << layout);
+            for (int rep = 0; rep < 2; ++rep) CHECK(at::equal(e.run({xl})[0], interp.run({xl}, inference)[0]));
+          }
+        }
+        CHECK(e.plan_info({at::randn({5, 4}, opts)}).out_variant_nodes >= 1);
+      }
+    }
+  }
+}
+
+// A clone of a result nothing uses after it (dropout in eval mode becomes one in the inference IR)
+// is that result itself; a clone of an input, of a result used later, or into another layout
+// copies as before.
+TEST_CASE("engine: a clone of a result nothing uses after it is elided, with the interpreter's results") {
+  program_builder b;
+  auto x = b.input("x", at::randn({4, 6}));
+  auto s = b.call("aten::sin", {x});
+  auto v = b.call("aten::view", {s, std::vector<std::int64_t>{6, 4}});
+  auto c1 = b.call("aten::clone", {v});                    // of a view of a dead result: elided
+  auto r = b.call("aten::relu", {c1});
+  auto e1 = b.call("aten::exp", {x});
+  auto c2 = b.call("aten::clone", {e1});                   // e1 is used after: copied
+  auto sum = b.call("aten::add.Tensor", {c2, e1});
+  auto c3 = b.call("aten::clone", {x});                    // the caller's input: copied
+  auto t = b.call("aten::t", {b.call("aten::cos", {x})});
+  auto c4 = b.call("aten::clone", {t}, {{"memory_format", c10::MemoryFormat::Contiguous}});  // another layout: copied
+  auto c5 = b.call("aten::clone", {b.call("aten::tanh", {x})});  // an output: elided, never overwritten
+  auto t6 = b.call("aten::t", {b.call("aten::sigmoid", {x})});
+  auto c6 = b.call("aten::clone", {t6}, {{"memory_format", c10::MemoryFormat::Contiguous}});  // copied into the arena
+  auto scale = b.parameter("scale", at::randn({6, 4}));
+  b.output(r);
+  b.output(sum);
+  b.output(c3);
+  b.output(c4);
+  b.output(c5);
+  b.output(b.call("aten::mul.Tensor", {scale, c6}));
+  const auto p = std::move(b).build();
+  const auto sc = p.state_dict().at("scale");
+  const auto eager = [&](const at::Tensor& in) {
+    const auto e = in.exp();
+    return std::vector<at::Tensor>{in.sin().view({6, 4}).relu(), e + e, in.clone(), in.cos().t().contiguous(), in.tanh(),
+                                   sc * in.sigmoid().t().contiguous()};
+  };
+  interpreter interp(p);
+  const run_options inference = inference_options();
+  for (const std::size_t threads : {1, 3}) {
+    CAPTURE(threads);
+    engine e(p, with_threads(threads));
+    const auto info = e.plan_info({at::randn({4, 6})});
+    CHECK(info.elided_nodes == 2);
+    CHECK(info.out_variant_nodes == 4);  // exp, cos, sigmoid, and the clone of sigmoid's transpose (a copy)
+    std::vector<std::vector<at::Tensor>> kept, want;
+    for (int k = 0; k < 4; ++k) {
+      const auto in = at::randn({4, 6});
+      const auto before = in.clone();
+      kept.push_back(e.run({in}));
+      want.push_back(eager(in));
+      CHECK(at::equal(in, before));  // the input a clone copies is never the result
+      const auto same = interp.run({in}, inference);
+      for (std::size_t i = 0; i < same.size(); ++i) CHECK(at::equal(kept.back()[i], same[i]));
+      CHECK(!kept.back()[2].is_same(in));
+      CHECK(kept.back()[3].is_contiguous());
+    }
+    for (std::size_t k = 0; k < kept.size(); ++k)
+      for (std::size_t i = 0; i < want[k].size(); ++i) {
+        INFO("run " << k << ", output " << i);
+        CHECK(at::equal(kept[k][i], want[k][i]));
+      }
+  }
+  engine_options no_reuse;
+  no_reuse.in_place = false;
+  CHECK(engine(p, no_reuse).plan_info({at::randn({4, 6})}).elided_nodes == 0);
+}
+
+// Note [Views made once per plan]: a view of an arena result is made when the plan is; a view op
+// that copies (reshape of a transpose) must still run on every run, or it would give the first
+// run's values again.
+TEST_CASE("engine: views of the arena's results are made once per plan; a view op that copies runs every run") {
+  program_builder b;
+  auto x = b.input("x", at::randn({4, 6}));
+  auto s = b.call("aten::sin", {x});
+  auto t = b.call("aten::t", {s});                                                  // a view of s: made once
+  auto r = b.call("aten::reshape", {t, std::vector<std::int64_t>{24}});            // copies: runs
+  auto v = b.call("aten::view", {b.call("aten::cos", {x}), std::vector<std::int64_t>{24}});  // made once
+  auto parts = b.call("aten::split_with_sizes", {v, std::vector<std::int64_t>{10, 14}});       // made once
+  auto a = b.call("aten::mul.Tensor", {r, v});
+  b.output(b.call("aten::add.Tensor", {a, b.call("aten::sum", {parts.output(1)})}));
+  const auto p = std::move(b).build();
+  const auto eager = [](const at::Tensor& in) {
+    const auto cv = in.cos().view({24});
+    return in.sin().t().reshape({24}) * cv + cv.split_with_sizes({10, 14})[1].sum();
+  };
+  interpreter interp(p);
+  const run_options inference = inference_options();
+  for (const std::size_t threads : {1, 3}) {
+    CAPTURE(threads);
+    engine e(p, with_threads(threads));
+    const auto info = e.plan_info({at::randn({4, 6})});
+    CHECK(info.planned_views == 3);  // t, view, split_with_sizes; not the reshape that copies
+    for (int k = 0; k < 4; ++k) {
+      const auto in = at::randn({4, 6});
+      const auto got = e.run({in});
+      CHECK(at::equal(got[0], interp.run({in}, inference)[0]));
+      CHECK(at::allclose(got[0], eager(in), 1e-5, 1e-6));
+    }
+  }
+  engine_options unplanned;
+  unplanned.plan_memory = false;
+  CHECK(engine(p, unplanned).plan_info({at::randn({4, 6})}).planned_views == 0);  // no arena: nothing to view
 }
 
 TEST_CASE("engine: dynamic shapes get a plan per signature, the last max_plans kept") {
@@ -511,8 +670,7 @@ TEST_CASE("engine: on CUDA the same engine plans, runs in place and in parallel"
     const auto xg = x.to(gpu);
     const auto want = eager_outputs(net, xg);
     interpreter interp(p);
-    run_options inference;
-    inference.inference_mode = true;
+    const run_options inference = inference_options();
     for (const std::size_t threads : {1, 3}) {
       CAPTURE(threads);
       engine e(p, with_threads(threads));

@@ -21,9 +21,12 @@
 //     keeps is never overwritten by the next run.
 //   * in-place reuse: a functional op whose first argument is a fresh result used nowhere after it
 //     (relu of a matmul's result) runs as its in-place overload (relu_) when the result has that
-//     argument's size and dtype, so it allocates nothing; the two then share one lifetime.
+//     argument's size and dtype, so it allocates nothing; the two then share one lifetime. A
+//     `clone` of such a result (dropout in eval mode, in the inference IR) with the same layout is
+//     elided: its result is that tensor itself. Any other planned clone copies into the arena.
 //   * hoisted views: a view of the program's state (the `permute` of a weight in the inference IR)
-//     is made once, when the engine is built, not on every run.
+//     is made once, when the engine is built, not on every run; a view of a result the arena
+//     holds, once per plan (Note [Views made once per plan], run/plan.hpp).
 //   * resolved dispatch: the dispatch key set of each node is computed on the first run of a plan
 //     and the kernel is called with it directly on later runs (redispatch), under InferenceMode,
 //     so neither autograd nor ADInplaceOrView is visited.
@@ -41,10 +44,10 @@
 // gets one plan per shape it sees, the last `max_plans` signatures kept. Runs from many threads
 // are safe: each run takes a plan of its own (another instance is made when all are busy).
 
-#include <algorithm>           // std::max
+#include <algorithm>           // std::max, std::copy
 #include <atomic>              // std::atomic
 #include <condition_variable>  // std::condition_variable
-#include <cstddef>             // std::size_t
+#include <cstddef>             // std::size_t, std::ptrdiff_t
 #include <cstdint>             // std::int64_t, std::uint8_t, std::uint32_t
 #include <exception>           // std::exception_ptr, std::exception
 #include <memory>              // std::unique_ptr, std::shared_ptr
@@ -316,7 +319,7 @@ XPORT_END_NAMESPACE
 // lifetimes of the registers an arena is laid out by, and the pool that keeps the plans of the
 // signatures seen last.
 
-#include <algorithm>  // std::max
+#include <algorithm>  // std::max, std::find
 #include <cstddef>    // std::size_t
 #include <cstdint>    // std::int64_t, std::uint8_t, std::uint32_t
 #include <list>       // std::list
@@ -324,6 +327,7 @@ XPORT_END_NAMESPACE
 #include <mutex>      // std::mutex, std::lock_guard
 #include <optional>   // std::optional
 #include <string>     // std::string
+#include <utility>    // std::pair
 #include <vector>     // std::vector
 
 #include <ATen/core/Tensor.h>
@@ -351,7 +355,8 @@ XPORT_END_NAMESPACE
 
 #include <array>        // std::array
 #include <cstddef>      // std::size_t
-#include <cstdint>      // std::uint8_t, std::uint32_t
+#include <cstdint>      // std::int64_t, std::uint8_t, std::uint32_t
+#include <cstring>      // std::memcpy
 #include <string>       // std::string
 #include <string_view>  // std::string_view
 #include <tuple>        // std::tuple, std::apply
@@ -363,6 +368,8 @@ XPORT_END_NAMESPACE
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
+#include <ATen/ops/copy_ops.h>
+#include <ATen/ops/native_layer_norm_ops.h>
 #include <c10/core/DispatchKeySet.h>
 #include <c10/core/Scalar.h>
 
@@ -373,8 +380,9 @@ XPORT_BEGIN_NAMESPACE
 namespace detail {
 
 // How an argument of an unboxed form is passed: a tensor read from a register ('T'), the
-// in-place self read from a register and written ('W'), a scalar constant ('S'), the out=
-// tensor of the plan's arena ('O').
+// in-place self read from a register and written ('W'), a scalar constant ('S'), an int ('I'),
+// bool ('B') or string ('V') constant, a constant list of sizes ('L', SymInt[]) or of ints ('K',
+// int[]), the out= tensor of the plan's arena ('O').
 template <char C>
 struct unboxed_arg_type;
 template <>
@@ -385,6 +393,16 @@ template <>
 struct unboxed_arg_type<'S'> { using type = const c10::Scalar&; };
 template <>
 struct unboxed_arg_type<'O'> { using type = at::Tensor&; };
+template <>
+struct unboxed_arg_type<'I'> { using type = std::int64_t; };
+template <>
+struct unboxed_arg_type<'B'> { using type = bool; };
+template <>
+struct unboxed_arg_type<'V'> { using type = c10::string_view; };
+template <>
+struct unboxed_arg_type<'L'> { using type = c10::SymIntArrayRef; };
+template <>
+struct unboxed_arg_type<'K'> { using type = at::IntArrayRef; };
 
 // One form: the argument classes, and whether the op returns a new tensor (functional) or its
 // written argument (in place, out=).
@@ -405,7 +423,12 @@ using unboxed_forms = std::tuple<
     unboxed_form<false, 'W', 'S'>, unboxed_form<false, 'W', 'S', 'S'>,
     unboxed_form<false, 'T', 'O'>, unboxed_form<false, 'T', 'T', 'O'>, unboxed_form<false, 'T', 'T', 'S', 'O'>,
     unboxed_form<false, 'T', 'S', 'O'>, unboxed_form<false, 'T', 'S', 'S', 'O'>,
-    unboxed_form<false, 'T', 'T', 'T', 'S', 'S', 'O'>>;
+    unboxed_form<false, 'T', 'T', 'T', 'S', 'S', 'O'>,
+    // softmax and log_softmax (dim, half_to_float); gelu (approximate)
+    unboxed_form<true, 'T', 'I', 'B'>, unboxed_form<false, 'T', 'I', 'B', 'O'>,
+    unboxed_form<true, 'T', 'V'>, unboxed_form<false, 'W', 'V'>, unboxed_form<false, 'T', 'V', 'O'>,
+    // views: view, reshape, _unsafe_view (sizes); permute (dims); expand (sizes, implicit)
+    unboxed_form<true, 'T', 'L'>, unboxed_form<true, 'T', 'K'>, unboxed_form<true, 'T', 'L', 'B'>>;
 
 template <class Forms>
 struct unboxed_handles;
@@ -419,8 +442,15 @@ struct unboxed_call {
   using runner = void (*)(const unboxed_call&, std::vector<c10::IValue>& regs, at::Tensor& out, c10::DispatchKeySet ks);
   runner run = nullptr;
   typename unboxed_handles<unboxed_forms>::type handle;
-  std::array<std::uint32_t, 3> reg{};     // the tensor arguments' registers, in order
+  std::array<std::uint32_t, 3> reg{};     // the tensor arguments' registers, in order (a constant's: past the program's)
   std::array<c10::Scalar, 2> scalar{};    // the scalar arguments, in order
+  std::array<std::int64_t, 1> ints{};     // the int arguments
+  std::array<bool, 1> bools{};            // the bool arguments
+  std::string text;                       // the string argument
+  std::vector<c10::SymInt> sizes;         // the sizes argument ('L'; native_layer_norm: normalized_shape)
+  std::vector<std::int64_t> dims;         // the int[] argument ('K')
+  std::array<std::uint32_t, 3> results{};  // native_layer_norm: its three results' registers (or dead)
+  std::uint8_t given = 0;                  // native_layer_norm: bit k, reg[k + 1] holds weight (0) or bias (1)
   std::uint8_t moves = 0;                 // bit k: reg[k]'s last use (cleared after the call)
   std::uint32_t result = compiled_program::dead;
 };
@@ -435,11 +465,26 @@ constexpr std::size_t count_before(bool (*pred)(char)) {
 constexpr bool is_register_arg(char c) { return c == 'T' || c == 'W'; }
 constexpr bool is_scalar_arg(char c) { return c == 'S'; }
 
+// Argument X of a call, the T-th register or the S-th scalar (the only int, bool and string).
 template <char X, std::size_t T, std::size_t S>
 decltype(auto) unboxed_fetch(const unboxed_call& c, std::vector<c10::IValue>& regs, at::Tensor& out) {
   if constexpr (X == 'S') return (c.scalar[S]);
+  else if constexpr (X == 'I') return c.ints[0];
+  else if constexpr (X == 'B') return c.bools[0];
+  else if constexpr (X == 'V') return c10::string_view(c.text.data(), c.text.size());
+  else if constexpr (X == 'L') return c10::SymIntArrayRef(c.sizes);
+  else if constexpr (X == 'K') return at::IntArrayRef(c.dims);
   else if constexpr (X == 'O') return (out);
   else return (regs[c.reg[T]].toTensor());
+}
+
+// After a call that wrote `r` (its self or out= tensor): the arguments used for the last time
+// leave their registers, and `r` goes to the result's.
+inline void unboxed_store(const unboxed_call& c, std::vector<c10::IValue>& regs, at::Tensor& r) {
+  c10::IValue kept(r);  // the written tensor (self or out), before its register is cleared
+  for (std::size_t k = 0; k < c.reg.size(); ++k)
+    if (c.moves & (1u << k)) regs[c.reg[k]] = c10::IValue();
+  if (c.result != compiled_program::dead) regs[c.result] = std::move(kept);
 }
 
 template <class F, char... C, std::size_t... K>
@@ -456,7 +501,7 @@ void unboxed_invoke(const unboxed_call& c, std::vector<c10::IValue>& regs, at::T
   } else {
     at::Tensor& r = h.redispatch(ks, unboxed_fetch<cs[K], count_before<K, C...>(is_register_arg),
                                                     count_before<K, C...>(is_scalar_arg)>(c, regs, out)...);
-    c10::IValue kept(r);  // the written tensor (self or out), before its register is cleared
+    c10::IValue kept(r);  // (unboxed_store, here in line: every node pays for a call)
     for (std::size_t k = 0; k < c.reg.size(); ++k)
       if (c.moves & (1u << k)) regs[c.reg[k]] = c10::IValue();
     if (c.result != compiled_program::dead) regs[c.result] = std::move(kept);
@@ -472,12 +517,122 @@ struct unboxed_runner<unboxed_form<Functional, C...>> {
   }
 };
 
+// Note [addmm's bias copied by the plan]: on the CPU, addmm.out(bias, x, w, out) first copies
+// its bias, expanded to the result's rows, into `out` (an `expand` and a TensorIterator copy:
+// about half of what a small linear layer costs), then runs the gemm with beta on `out`; it
+// skips the copy when its bias *is* `out` (the in-place addmm_ and mm call it so). When `out`
+// is contiguous and the bias a contiguous row (or the whole matrix) of its dtype, the plan
+// copies the bias rows itself (memcpy) and calls the same kernel with `out` as its bias: the
+// same gemm runs on the same bytes, so the result is the same bit for bit. Any other bias (a
+// column, a broadcast view, a conjugate, another device) takes the plain out= call.
+inline bool copy_addmm_bias(const at::Tensor& bias, at::Tensor& out) {
+  if (!bias.defined() || bias.layout() != c10::kStrided || out.layout() != c10::kStrided || !bias.is_cpu() ||
+      !out.is_cpu() || bias.scalar_type() != out.scalar_type() || out.dim() != 2 || bias.is_conj() || bias.is_neg() ||
+      out.is_conj() || out.is_neg() || !bias.is_contiguous() || !out.is_contiguous() || bias.is_same(out) ||
+      out.numel() == 0 || !bias.has_storage() || !out.has_storage())
+    return false;
+  const auto rows = out.size(0), cols = out.size(1);
+  const auto row_bytes = static_cast<std::size_t>(cols) * out.element_size();
+  const bool row = (bias.dim() == 1 && bias.size(0) == cols) || (bias.dim() == 2 && bias.size(0) == 1 && bias.size(1) == cols);
+  const bool whole = bias.dim() == 2 && bias.size(0) == rows && bias.size(1) == cols;
+  if (!row && !whole) return false;
+  const auto* from = static_cast<const char*>(bias.data_ptr());
+  auto* to = static_cast<char*>(out.data_ptr());
+  if (whole) {
+    std::memcpy(to, from, row_bytes * static_cast<std::size_t>(rows));
+  } else {
+    for (std::int64_t r = 0; r < rows; ++r) std::memcpy(to + static_cast<std::size_t>(r) * row_bytes, from, row_bytes);
+  }
+  return true;
+}
+
+// addmm.out with its bias copied by the plan (Note [addmm's bias copied by the plan]).
+inline void run_addmm_copied_bias(const unboxed_call& c, std::vector<c10::IValue>& regs, at::Tensor& out, c10::DispatchKeySet ks) {
+  using F = unboxed_form<false, 'T', 'T', 'T', 'S', 'S', 'O'>;
+  if (!copy_addmm_bias(regs[c.reg[0]].toTensor(), out)) return unboxed_runner<F>::run(c, regs, out, ks);
+  const auto& h = *std::get_if<typename F::handle>(&c.handle);
+  at::Tensor& r = h.redispatch(ks, out, regs[c.reg[1]].toTensor(), regs[c.reg[2]].toTensor(), c.scalar[0], c.scalar[1], out);
+  unboxed_store(c, regs, r);
+}
+
+// An elided clone (engine: a clone of a result nothing uses after it is that result itself).
+inline void run_identity(const unboxed_call& c, std::vector<c10::IValue>& regs, at::Tensor&, c10::DispatchKeySet) {
+  c10::IValue v = (c.moves & 1u) ? std::move(regs[c.reg[0]]) : regs[c.reg[0]];
+  if (c.moves & 1u) regs[c.reg[0]] = c10::IValue();
+  if (c.result != compiled_program::dead) regs[c.result] = std::move(v);
+}
+
+// A clone into the arena: a copy of its argument into the plan's slot, of the clone's layout,
+// with the clone's resolved key set (its argument's), or dispatched.
+inline void run_copy_into(const unboxed_call& c, std::vector<c10::IValue>& regs, at::Tensor& out, c10::DispatchKeySet ks) {
+  at::_ops::copy_::redispatch(ks, out, regs[c.reg[0]].toTensor(), false);
+  unboxed_store(c, regs, out);
+}
+inline void run_copy_into_dispatched(const unboxed_call& c, std::vector<c10::IValue>& regs, at::Tensor& out, c10::DispatchKeySet) {
+  out.copy_(regs[c.reg[0]].toTensor());
+  unboxed_store(c, regs, out);
+}
+
+// native_layer_norm, the inference IR's layer_norm: a list of sizes, two optional tensors, three
+// results (the generated typed entry, with the plan's key set).
+inline void run_native_layer_norm(const unboxed_call& c, std::vector<c10::IValue>& regs, at::Tensor&, c10::DispatchKeySet ks) {
+  const auto optional = [&](std::size_t k) {
+    return (c.given & (1u << k)) ? c10::optional<at::Tensor>(regs[c.reg[k + 1]].toTensor()) : c10::optional<at::Tensor>();
+  };
+  auto r = at::_ops::native_layer_norm::redispatch(ks, regs[c.reg[0]].toTensor(), c10::SymIntArrayRef(c.sizes), optional(0),
+                                                   optional(1), c.scalar[0].toDouble());
+  for (std::size_t k = 0; k < c.reg.size(); ++k)
+    if (c.moves & (1u << k)) regs[c.reg[k]] = c10::IValue();
+  if (c.results[0] != compiled_program::dead) regs[c.results[0]] = std::move(std::get<0>(r));
+  if (c.results[1] != compiled_program::dead) regs[c.results[1]] = std::move(std::get<1>(r));
+  if (c.results[2] != compiled_program::dead) regs[c.results[2]] = std::move(std::get<2>(r));
+}
+
+// The typed call of native_layer_norm `in` (constant sizes and eps), or one with an empty `run`.
+inline unboxed_call make_native_layer_norm(const compiled_program& cp, const compiled_program::instr& in) {
+  using kind = compiled_program::arg_op::kind;
+  unboxed_call c;
+  const auto is_reg = [](const compiled_program::arg_op& a) { return a.type == kind::reg_copy || a.type == kind::reg_move; };
+  const auto constant = [&](const compiled_program::arg_op& a) { return a.type == kind::constant ? &cp.constants[a.index] : nullptr; };
+  if (in.args.size() != 5 || in.outputs.size() != 3 || !in.binds.empty() || !is_reg(in.args[0])) return c;
+  const auto* shape = constant(in.args[1]);
+  const auto* eps = constant(in.args[4]);
+  if (!shape || !shape->isIntList() || !eps || !eps->isDouble()) return c;
+  for (auto d : shape->toIntVector()) c.sizes.emplace_back(d);
+  for (std::size_t k = 0; k < 3; ++k) {
+    const auto& a = in.args[k == 0 ? 0 : k + 1];
+    if (is_reg(a)) {
+      c.reg[k] = a.index;
+      if (a.type == kind::reg_move) c.moves |= static_cast<std::uint8_t>(1u << k);
+      if (k > 0) c.given |= static_cast<std::uint8_t>(1u << (k - 1));
+    } else if (!constant(a) || !constant(a)->isNone()) {
+      return unboxed_call{};
+    }
+  }
+  c.scalar[0] = eps->toDouble();
+  for (std::size_t k = 0; k < 3; ++k) c.results[k] = in.outputs[k];
+  c.run = &run_native_layer_norm;
+  return c;
+}
+
+/// The call of clone `in` as a plan runs it: `elided`, its argument handed on as its result
+/// (run_identity); else a copy into its arena slot (run_copy_into, `resolved`: with the plan's
+/// key set).
+inline unboxed_call make_clone(const compiled_program::instr& in, bool elided, bool resolved) {
+  unboxed_call c;
+  c.run = elided ? &run_identity : resolved ? &run_copy_into : &run_copy_into_dispatched;
+  c.reg[0] = in.args[0].index;
+  c.moves = in.args[0].type == compiled_program::arg_op::kind::reg_move ? 1 : 0;
+  c.result = in.outputs.empty() ? compiled_program::dead : in.outputs[0];
+  return c;
+}
+
 // The form code of `op`'s schema ("TTSO"), or "" when an argument or the return is of another
 // kind (optional, list, int, ...). `out`: the op is called with the plan's out= tensor.
 inline std::string unboxed_code(const c10::FunctionSchema& s, bool& functional) {
   const auto& rets = s.returns();
   if (rets.size() != 1 || rets[0].type()->kind() != c10::TypeKind::TensorType) return "";
-  functional = !rets[0].alias_info();
+  functional = !rets[0].alias_info() || !rets[0].alias_info()->isWrite();  // (a view returns a new tensor too)
   std::string code;
   const auto& args = s.arguments();
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -486,6 +641,11 @@ inline std::string unboxed_code(const c10::FunctionSchema& s, bool& functional) 
     const bool written = a.alias_info() && a.alias_info()->isWrite();
     if (kind == c10::TypeKind::TensorType) code += !written ? 'T' : i == 0 ? 'W' : i + 1 == args.size() ? 'O' : '?';
     else if (kind == c10::TypeKind::NumberType) code += 'S';
+    else if (kind == c10::TypeKind::IntType) code += 'I';
+    else if (kind == c10::TypeKind::BoolType) code += 'B';
+    else if (kind == c10::TypeKind::StringType) code += 'V';
+    else if (kind == c10::TypeKind::ListType && a.type()->containedTypes()[0]->kind() == c10::TypeKind::SymIntType) code += 'L';
+    else if (kind == c10::TypeKind::ListType && a.type()->containedTypes()[0]->kind() == c10::TypeKind::IntType) code += 'K';
     else return "";
   }
   return code.find('?') == std::string::npos ? code : "";
@@ -504,23 +664,50 @@ bool try_unboxed_form(const c10::OperatorHandle& op, std::string_view code, bool
 }
 
 /// The unboxed form of instruction `in` called as `op` (its functional op, its in-place overload,
-/// or its out= overload with `out`), or one with an empty `run` when it has none.
-inline unboxed_call make_unboxed(const compiled_program& cp, const compiled_program::instr& in, const c10::OperatorHandle& op) {
+/// or its out= overload with `out`), or one with an empty `run` when it has none. A constant
+/// tensor argument is read from a register past the program's: the call appends it to
+/// `constants`, the plan's registers from cp.num_regs on (pushed only when the call is made).
+inline unboxed_call make_unboxed(const compiled_program& cp, const compiled_program::instr& in, const c10::OperatorHandle& op,
+                                 std::vector<c10::IValue>& constants) {
+  const auto given_constants = constants.size();
+  const auto fail = [&] {
+    constants.resize(given_constants);
+    return unboxed_call{};
+  };
   unboxed_call c;
+  if (op.schema().name() == "aten::native_layer_norm" && op.schema().overload_name().empty()) return make_native_layer_norm(cp, in);
   if (in.outputs.size() != 1 || !in.binds.empty()) return c;
   bool functional = false;
   const auto code = unboxed_code(op.schema(), functional);
   const std::size_t given = code.empty() || code.back() != 'O' ? code.size() : code.size() - 1;
   if (code.empty() || in.args.size() != given) return c;
-  std::size_t t = 0, s = 0;
+  std::size_t t = 0, s = 0, ints = 0, bools = 0, texts = 0, lists = 0;
   for (std::size_t k = 0; k < given; ++k) {
     const auto& a = in.args[k];
     using kind = compiled_program::arg_op::kind;
+    const c10::IValue* v = a.type == kind::constant ? &cp.constants[a.index] : nullptr;
     if (code[k] == 'S') {
-      if (a.type != kind::constant || !cp.constants[a.index].isScalar() || s == c.scalar.size()) return c;
-      c.scalar[s++] = cp.constants[a.index].toScalar();
+      if (!v || !v->isScalar() || s == c.scalar.size()) return fail();
+      c.scalar[s++] = v->toScalar();
+    } else if (code[k] == 'I') {
+      if (!v || !v->isInt() || ints++ == c.ints.size()) return fail();
+      c.ints[0] = v->toInt();
+    } else if (code[k] == 'B') {
+      if (!v || !v->isBool() || bools++ == c.bools.size()) return fail();
+      c.bools[0] = v->toBool();
+    } else if (code[k] == 'V') {
+      if (!v || !v->isString() || texts++ == 1) return fail();
+      c.text = v->toStringRef();
+    } else if (code[k] == 'L' || code[k] == 'K') {
+      if (!v || !v->isIntList() || lists++ == 1) return fail();
+      c.dims = v->toIntVector();
+      c.sizes.assign(c.dims.begin(), c.dims.end());
+    } else if (code[k] == 'T' && v && v->isTensor()) {  // (a number where a Tensor is expected)
+      if (t == c.reg.size()) return fail();
+      c.reg[t++] = static_cast<std::uint32_t>(cp.num_regs + constants.size());
+      constants.push_back(*v);
     } else {
-      if ((a.type != kind::reg_copy && a.type != kind::reg_move) || t == c.reg.size()) return c;
+      if ((a.type != kind::reg_copy && a.type != kind::reg_move) || t == c.reg.size()) return fail();
       if (a.type == kind::reg_move) c.moves |= static_cast<std::uint8_t>(1u << t);
       c.reg[t++] = a.index;
     }
@@ -528,7 +715,10 @@ inline unboxed_call make_unboxed(const compiled_program& cp, const compiled_prog
   c.result = in.outputs[0];
   std::apply([&](auto... f) { (void)(try_unboxed_form<decltype(f)>(op, code, functional, c) || ...); },
              unboxed_forms{});
-  if (!c.run) c = unboxed_call{};
+  if (!c.run) return fail();
+  const auto& name = op.schema().operator_name();
+  if (name.name == "aten::addmm" && name.overload_name == "out" && c.scalar[0].toComplexDouble() != 0.0)
+    c.run = &run_addmm_copied_bias;
   return c;
 }
 
@@ -542,7 +732,9 @@ struct engine_plan_info {
   std::size_t nodes = 0;              ///< call nodes in the program
   std::size_t out_variant_nodes = 0;  ///< nodes that write into the arena through an out= kernel
   std::size_t in_place_nodes = 0;     ///< nodes run in place on a result nothing else uses
+  std::size_t elided_nodes = 0;       ///< clones of a result nothing uses after them: that result itself
   std::size_t hoisted_nodes = 0;      ///< views of the program's state, made once per engine
+  std::size_t planned_views = 0;      ///< views of the arena's results, made once per plan
   std::size_t resolved_nodes = 0;     ///< nodes called with a resolved dispatch key set
   std::size_t unboxed_nodes = 0;      ///< of those, nodes called through their typed kernel (no boxed stack)
   std::size_t arena_buffers = 0;      ///< buffers the arena holds
@@ -599,7 +791,10 @@ struct engine_plan {
   std::vector<at::Tensor> out;    // per instruction: the slot its out= kernel writes (or undefined)
   std::vector<std::uint8_t> in_place;  // per instruction: runs as its in-place overload
   std::vector<unboxed_call> unboxed;    // per instruction: its typed call, where it has one (run/unboxed.hpp)
+  std::vector<c10::IValue> constants;   // the constant tensors typed calls read, in registers num_regs on
   bool unplannable = false;            // an alias the plan cannot follow was seen: plain calls
+  std::vector<std::uint8_t> skip;      // per instruction: no part of a run (hoisted, or a planned view)
+  std::vector<std::pair<std::uint32_t, c10::IValue>> views;  // the planned views' registers, preset on each run
   std::vector<at::Tensor> buffers;
   std::vector<c10::IValue> regs;  // the registers, kept between runs (empty after each)
   torch::jit::Stack stack;
@@ -721,6 +916,79 @@ inline std::vector<std::uint32_t> lay_out_arena(engine_plan& p, const compiled_p
   p.meta.clear();
   p.info.arena_buffers = bufs.size();
   return slot;
+}
+
+// Note [Views made once per plan]: a view's result depends on its base's metadata only, and in a
+// plan the arena's results are the same tensors on every run (an out= kernel writes into its
+// slot's tensor, an in-place one into its argument, an elided clone is its argument). So a view
+// of one (or of the state), its other arguments constants or sizes of the plan's signature, is
+// made once, when the plan is, and preset in its register on every run (engine_plan::views).
+// Left to run: a view op that copied (its result is on other storage: a reshape of a
+// non-contiguous tensor), one whose result the graph mutates or returns, one that fails.
+inline void make_planned_views(engine_plan& p, const compiled_program& cp, const std::vector<std::uint8_t>& hoisted,
+                               const std::vector<std::pair<std::uint32_t, c10::IValue>>& preset, const sym_env& env) {
+  const auto& code = cp.code;
+  p.skip = hoisted;
+  std::vector<c10::IValue> stable(cp.num_regs);  // the registers that hold the same tensor on every run
+  for (const auto& [r, t] : cp.state_slots) stable[r] = t;
+  for (const auto& [r, v] : preset) stable[r] = v;
+  std::vector<std::uint8_t> kept(cp.num_regs, 0);  // graph outputs, and what the graph mutates
+  for (const auto& o : cp.outputs)
+    if (o.is_reg) kept[o.index] = 1;
+  for (const auto& in : code)
+    if (in.info->is_mutable || in.info->inplace_view) cp.for_each_register_use(in, [&](std::uint32_t r) { kept[r] = 1; });
+  torch::jit::Stack stack;
+  std::vector<std::pair<std::uint32_t, c10::IValue>> used;
+  for (std::size_t i = 0; i < code.size(); ++i) {
+    if (hoisted[i]) continue;
+    const auto& in = code[i];
+    const auto out0 = in.outputs.empty() ? compiled_program::dead : in.outputs[0];
+    if (p.out[i].defined() || p.in_place[i]) {
+      const c10::IValue t = p.out[i].defined() ? c10::IValue(p.out[i]) : stable[in.args[0].index];
+      if (out0 != compiled_program::dead && t.isTensor()) stable[out0] = t;
+      continue;
+    }
+    const auto& op = *in.info;
+    if (!op.is_view || op.is_mutable || op.inplace_view || !in.binds.empty() || in.outputs.empty()) continue;
+    bool ok = true;
+    std::vector<const c10::StorageImpl*> bases;
+    used.clear();
+    cp.for_each_register_use(in, [&](std::uint32_t r) {
+      ok = ok && stable[r].isTensor() && stable[r].toTensor().has_storage();
+      if (ok) bases.push_back(stable[r].toTensor().storage().unsafeGetStorageImpl());
+      used.emplace_back(r, stable[r]);
+    });
+    for (auto r : in.outputs) ok = ok && (r == compiled_program::dead || !kept[r]);
+    if (!ok || bases.empty()) continue;
+    cp.push_arguments(in, stable, env, stack);
+    for (auto& [r, v] : used) stable[r] = v;  // (a last use moves out of its register)
+    try {
+      in.op->callBoxed(stack);
+    } catch (const c10::Error&) {
+      stack.clear();
+      continue;
+    }
+    const auto on_bases = [&](const at::Tensor& t) {
+      return t.defined() && t.has_storage() &&
+             std::find(bases.begin(), bases.end(), t.storage().unsafeGetStorageImpl()) != bases.end();
+    };
+    for (const auto& v : stack) {
+      if (v.isTensor()) ok = ok && on_bases(v.toTensor());
+      else if (v.isTensorList())
+        for (const auto& t : v.toTensorVector()) ok = ok && on_bases(t);
+      else ok = false;
+    }
+    if (ok) {
+      detail::take_outputs(stack, [&](std::size_t k, c10::IValue&& r) {
+        if (k >= in.outputs.size() || in.outputs[k] == compiled_program::dead) return;
+        stable[in.outputs[k]] = r;
+        p.views.emplace_back(in.outputs[k], std::move(r));
+      });
+      p.skip[i] = 1;
+      ++p.info.planned_views;
+    }
+    stack.clear();
+  }
 }
 
 inline void add_tensor_key(std::vector<std::int64_t>& key, const at::Tensor& t) {
@@ -1007,7 +1275,7 @@ class engine {
       p->key = key;
       std::vector<std::uint32_t> alias;
       outs = record(in, env, *p, alias);
-      make_arena(*p, alias);
+      make_arena(*p, alias, env);
       plans_.checkin(std::move(p), true);
     } else {
       if (opts_.cuda_graphs && !p->graph_tried) try_capture(in, env, *p);
@@ -1066,6 +1334,7 @@ class engine {
     const std::size_t n = code.size();
     out_ops_.assign(n, nullptr);
     in_place_ops_.assign(n, nullptr);
+    clone_.assign(n, 0);
     hoist();
     bool data_dependent = false;
     for (const auto& in : code) data_dependent = data_dependent || detail::reads_data(*in.info);
@@ -1076,12 +1345,14 @@ class engine {
       out_ops_[i] = detail::out_overload(*in.info);
       const bool self_reg = !in.args.empty() && (in.args[0].type == arg_kind::reg_move || in.args[0].type == arg_kind::reg_copy);
       if (opts_.in_place && self_reg) in_place_ops_[i] = detail::in_place_overload(*in.info);
+      clone_[i] = self_reg && in.info->qualified == "aten::clone" ? 1 : 0;
     }
   }
 
   // Which candidates of plan `p` run in place: the first argument is a result of an earlier call,
   // no view of anything, nothing uses it (or a view of it) later, it is no output, it occurs once
-  // among the arguments, and the result has its size, strides and dtype.
+  // among the arguments, and the result has its size, strides and dtype. An elided clone's
+  // argument may be a view (of such a result): the clone's result is that view.
   void choose_in_place(plan& p, const std::vector<std::uint32_t>& alias) const {
     const auto& code = compiled().code;
     const auto plain = detail::trace_lifetimes(compiled(), std::vector<std::uint8_t>(code.size(), 0), alias);
@@ -1091,7 +1362,8 @@ class engine {
       const auto r = in.args[0].index;
       std::size_t uses = 0;
       compiled().for_each_register_use(in, [&](std::uint32_t u) { uses += u == r ? 1 : 0; });
-      const bool ok = uses == 1 && plain.root[r] == r && plain.def[r] != none && plain.last[r] == i && !plain.pinned[r];
+      const auto root = clone_[i] ? plain.root[r] : r;
+      const bool ok = uses == 1 && plain.root[r] == root && plain.def[root] != none && plain.last[root] == i && !plain.pinned[root];
       p.in_place[i] = ok ? 1 : 0;
     }
   }
@@ -1139,10 +1411,12 @@ class engine {
 
   // The registers at the start of a run: the user inputs, the state, the hoisted views.
   void load_registers(plan& p, const std::vector<at::Tensor>& inputs) const {
-    p.regs.resize(compiled().num_regs);
+    p.regs.resize(compiled().num_regs + p.constants.size());
+    std::copy(p.constants.begin(), p.constants.end(), p.regs.begin() + static_cast<std::ptrdiff_t>(compiled().num_regs));
     for (std::size_t i = 0; i < compiled().user_slots.size(); ++i) p.regs[compiled().user_slots[i]] = inputs[i];
     for (const auto& [r, t] : compiled().state_slots) p.regs[r] = t;
     for (const auto& [r, v] : preset_) p.regs[r] = v;
+    for (const auto& [r, v] : p.views) p.regs[r] = v;
   }
 
   // The graph outputs; the registers are emptied (nothing is held between runs).
@@ -1214,7 +1488,7 @@ class engine {
       compiled().push_arguments(in, p.regs, env, p.stack);
       const bool dense = detail::resolve_keys(*in.info, p.stack, p.keys[i]);
       p.resolved[i] = dense && opts_.resolve_dispatch ? 1 : 0;
-      const c10::IValue self = in_place_ops_[i] && dense ? p.stack[0] : c10::IValue();
+      const c10::IValue self = (in_place_ops_[i] || (clone_[i] && opts_.in_place)) && dense ? p.stack[0] : c10::IValue();
       std::vector<std::pair<const c10::StorageImpl*, std::uint32_t>> arg_storage;  // tensor arguments
       for (std::size_t k = 0; k < p.stack.size() && k < in.args.size(); ++k)
         if (p.stack[k].isTensor() && p.stack[k].toTensor().defined() && p.stack[k].toTensor().has_storage())
@@ -1224,8 +1498,9 @@ class engine {
       if (!in.info->is_view && !in.info->is_mutable && in.op == &in.info->handle)
         note_alias(p, i, arg_storage, alias);
       note_device(p, in, home);
-      if (out_ops_[i] && dense && p.stack.size() == 1) p.meta[i] = detail::meta_of(p.stack[0]);
-      if (!self.isNone() && p.stack.size() == 1 && detail::same_layout(p.stack[0], self) && own_kernels(i, in_place_ops_[i], p))
+      if ((out_ops_[i] || clone_[i]) && dense && p.stack.size() == 1) p.meta[i] = detail::meta_of(p.stack[0]);
+      if (!self.isNone() && p.stack.size() == 1 && detail::same_layout(p.stack[0], self) &&
+          (clone_[i] || own_kernels(i, in_place_ops_[i], p)))
         p.in_place[i] = 1;
       store_results(in, p);
     }
@@ -1239,7 +1514,7 @@ class engine {
 
   // Gives every recorded candidate a slot: a buffer no result alive at the same time uses (the
   // smallest free one that fits, else the largest free one grown, else a new one), on its device.
-  void make_arena(plan& p, const std::vector<std::uint32_t>& alias) const {
+  void make_arena(plan& p, const std::vector<std::uint32_t>& alias, const sym_env& env) const {
     const auto& code = compiled().code;
     if (p.unplannable) {
       p.in_place.assign(code.size(), 0);
@@ -1250,15 +1525,17 @@ class engine {
     std::vector<std::uint8_t> candidate(code.size(), 0);  // results an out= kernel writes into the arena
     for (std::size_t i = 0; i < code.size(); ++i) {
       const auto r = code[i].outputs.empty() ? compiled_program::dead : code[i].outputs[0];
-      candidate[i] = out_ops_[i] && !p.in_place[i] && p.meta[i].bytes > 0 && alias[i] == none && own_kernels(i, out_ops_[i], p) &&
+      candidate[i] = (out_ops_[i] || clone_[i]) && !p.in_place[i] && p.meta[i].bytes > 0 && alias[i] == none &&
+                     (clone_[i] || own_kernels(i, out_ops_[i], p)) &&
                      (r == compiled_program::dead || (!l.pinned[r] && l.root[r] == r && l.def[r] == i));
     }
     const auto slot = detail::lay_out_arena(p, compiled(), l, candidate);
     p.info.nodes = code.size();
     for (auto r : p.resolved) p.info.resolved_nodes += r;
-    for (auto r : p.in_place) p.info.in_place_nodes += r;
+    for (std::size_t i = 0; i < code.size(); ++i) (clone_[i] ? p.info.elided_nodes : p.info.in_place_nodes) += p.in_place[i];
     for (auto h : hoisted_) p.info.hoisted_nodes += h;
-    if (pool_) detail::schedule(p, compiled(), hoisted_, l, slot, static_cast<std::uint32_t>(p.buffers.size()));
+    detail::make_planned_views(p, compiled(), hoisted_, preset_, env);
+    if (pool_) detail::schedule(p, compiled(), p.skip, l, slot, static_cast<std::uint32_t>(p.buffers.size()));
     make_unboxed(p);
   }
 
@@ -1266,10 +1543,15 @@ class engine {
   void make_unboxed(plan& p) const {
     const auto& code = compiled().code;
     p.unboxed.assign(code.size(), detail::unboxed_call{});
+    p.constants.clear();
     for (std::size_t i = 0; i < code.size(); ++i) {
-      if (hoisted_[i] || !p.resolved[i]) continue;
+      if (clone_[i] && (p.in_place[i] || p.out[i].defined())) {  // elided, or a copy into the arena
+        p.unboxed[i] = detail::make_clone(code[i], p.in_place[i] != 0, p.resolved[i] != 0);
+        continue;
+      }
+      if (p.skip[i] || !p.resolved[i]) continue;
       const c10::OperatorHandle* op = p.out[i].defined() ? out_ops_[i] : p.in_place[i] ? in_place_ops_[i] : code[i].op;
-      p.unboxed[i] = detail::make_unboxed(compiled(), code[i], *op);
+      p.unboxed[i] = detail::make_unboxed(compiled(), code[i], *op, p.constants);
       p.info.unboxed_nodes += p.unboxed[i].run ? 1 : 0;
     }
   }
@@ -1366,7 +1648,7 @@ class engine {
     const auto& code = compiled().code;
     load_registers(p, inputs);
     for (std::size_t i = 0; i < code.size(); ++i) {
-      if (hoisted_[i]) continue;
+      if (p.skip[i]) continue;
       const auto& u = p.unboxed[i];
       if (!u.run) {
         call_planned(compiled(), i, env, p, p.stack);
@@ -1385,6 +1667,11 @@ class engine {
   // copy that never moves out of a register), its results stored.
   void call_planned(const compiled_program& code, std::size_t i, const sym_env& env, plan& p, torch::jit::Stack& stack) const {
     const auto& in = code.code[i];
+    if (clone_[i] && (p.in_place[i] || p.out[i].defined())) {  // elided, or a copy into the arena
+      const auto u = detail::make_clone(in, p.in_place[i] != 0, p.resolved[i] != 0);
+      u.run(u, p.regs, p.out[i], p.keys[i]);
+      return;
+    }
     code.push_arguments(in, p.regs, env, stack);
     const c10::OperatorHandle* op = in.op;
     if (p.out[i].defined()) {
@@ -1466,7 +1753,7 @@ class engine {
     run->reads = std::make_unique<std::atomic<std::uint32_t>[]>(p.reads.size());
     for (std::size_t r = 0; r < p.reads.size(); ++r) run->reads[r] = p.reads[r];
     run->ready.assign(p.roots.rbegin(), p.roots.rend());
-    for (std::size_t i = 0; i < p.deps.size(); ++i) run->left += hoisted_[i] ? 0 : 1;
+    for (std::size_t i = 0; i < p.deps.size(); ++i) run->left += p.skip[i] ? 0 : 1;
     for (std::size_t t = 0; t < pool_->size(); ++t)
       pool_->post([run] {  // the run outlives every helper (shared), and the plan every running one
         at::ThreadLocalStateGuard guard(run->tls);
@@ -1488,6 +1775,7 @@ class engine {
   engine_options opts_;
   std::vector<const c10::OperatorHandle*> out_ops_;       // per instruction: its out= overload, when plannable
   std::vector<const c10::OperatorHandle*> in_place_ops_;  // per instruction: its in-place overload, when it may run so
+  std::vector<std::uint8_t> clone_;                       // per instruction: a clone (elided, or copied into the arena)
   std::vector<std::uint8_t> hoisted_;                     // per instruction: made once, in hoist()
   std::vector<std::pair<std::uint32_t, c10::IValue>> preset_;  // registers hoist() filled
   mutable detail::plan_pool plans_;                 // the plans not running now

@@ -99,6 +99,7 @@ struct cell {
   std::int64_t step = 0;
   node split;
   node tanh_c;                    // tanh(c): the one reader of c within its own cell
+  node forget;                    // sigmoid(f) * c_prev: the one reader of c_prev
   node next_view;                 // filled when chained: the next cell's view of h
   std::vector<node> nodes;        // every call of the cell, h's view and hh's permute included
 };
@@ -156,6 +157,7 @@ inline std::optional<cell> match_cell(node split) {
   out.c = c.out();
   out.h = o.out();
   out.tanh_c = tanh_c;
+  out.forget = forget;
   for (auto n : {act[0], act[1], act[2], act[3], forget, fresh, c, tanh_c, o}) out.nodes.push_back(n);
   return out;
 }
@@ -216,16 +218,15 @@ inline const cell* next_cell(const std::vector<cell>& cells, const cell& prev, n
   return nullptr;
 }
 
-// Whether the uses of a step's h and c are only what the fused call replaces.
-inline bool state_stays_inside(const cell& k, node cat, bool last) {
-  for (const auto& u : k.h.uses()) {
-    const node n = u.user();
-    if (n != cat && n != k.next_view && !last) return false;
-  }
-  for (const auto& u : k.c.uses()) {
-    const node n = u.user();
-    if (!last && n != k.tanh_c && !(is_op(n, "aten::mul.Tensor") && u.index == 1 && n != k.tanh_c)) return false;
-  }
+// Whether the uses of a step's h and c are only what the fused call replaces: the cat and the
+// next step's view of h; this step's tanh(c) and the next step's forget gate. (The last step's
+// h and c are the call's results: anything may read them.)
+inline bool state_stays_inside(const cell& k, const cell* next, node cat) {
+  if (!next) return true;
+  for (const auto& u : k.h.uses())
+    if (u.user() != cat && u.user() != k.next_view) return false;
+  for (const auto& u : k.c.uses())
+    if (u.user() != k.tanh_c && u.user() != next->forget) return false;
   return true;
 }
 
@@ -258,7 +259,7 @@ inline std::optional<layer> chain_from(const std::vector<cell>& cells, const cel
   if (!in) return std::nullopt;
   l.input = std::move(*in);
   for (std::size_t t = 0; t < l.cells.size(); ++t)
-    if (!state_stays_inside(l.cells[t], l.cat, t + 1 == l.cells.size())) return std::nullopt;
+    if (!state_stays_inside(l.cells[t], t + 1 < l.cells.size() ? &l.cells[t + 1] : nullptr, l.cat)) return std::nullopt;
   return l;
 }
 

@@ -8,9 +8,12 @@
 //     keeps is never overwritten by the next run.
 //   * in-place reuse: a functional op whose first argument is a fresh result used nowhere after it
 //     (relu of a matmul's result) runs as its in-place overload (relu_) when the result has that
-//     argument's size and dtype, so it allocates nothing; the two then share one lifetime.
+//     argument's size and dtype, so it allocates nothing; the two then share one lifetime. A
+//     `clone` of such a result (dropout in eval mode, in the inference IR) with the same layout is
+//     elided: its result is that tensor itself. Any other planned clone copies into the arena.
 //   * hoisted views: a view of the program's state (the `permute` of a weight in the inference IR)
-//     is made once, when the engine is built, not on every run.
+//     is made once, when the engine is built, not on every run; a view of a result the arena
+//     holds, once per plan (Note [Views made once per plan], run/plan.hpp).
 //   * resolved dispatch: the dispatch key set of each node is computed on the first run of a plan
 //     and the kernel is called with it directly on later runs (redispatch), under InferenceMode,
 //     so neither autograd nor ADInplaceOrView is visited.
@@ -29,10 +32,10 @@
 // are safe: each run takes a plan of its own (another instance is made when all are busy).
 #pragma once
 
-#include <algorithm>           // std::max
+#include <algorithm>           // std::max, std::copy
 #include <atomic>              // std::atomic
 #include <condition_variable>  // std::condition_variable
-#include <cstddef>             // std::size_t
+#include <cstddef>             // std::size_t, std::ptrdiff_t
 #include <cstdint>             // std::int64_t, std::uint8_t, std::uint32_t
 #include <exception>           // std::exception_ptr, std::exception
 #include <memory>              // std::unique_ptr, std::shared_ptr
@@ -95,7 +98,7 @@ class engine {
       p->key = key;
       std::vector<std::uint32_t> alias;
       outs = record(in, env, *p, alias);
-      make_arena(*p, alias);
+      make_arena(*p, alias, env);
       plans_.checkin(std::move(p), true);
     } else {
       if (opts_.cuda_graphs && !p->graph_tried) try_capture(in, env, *p);
@@ -154,6 +157,7 @@ class engine {
     const std::size_t n = code.size();
     out_ops_.assign(n, nullptr);
     in_place_ops_.assign(n, nullptr);
+    clone_.assign(n, 0);
     hoist();
     bool data_dependent = false;
     for (const auto& in : code) data_dependent = data_dependent || detail::reads_data(*in.info);
@@ -164,12 +168,14 @@ class engine {
       out_ops_[i] = detail::out_overload(*in.info);
       const bool self_reg = !in.args.empty() && (in.args[0].type == arg_kind::reg_move || in.args[0].type == arg_kind::reg_copy);
       if (opts_.in_place && self_reg) in_place_ops_[i] = detail::in_place_overload(*in.info);
+      clone_[i] = self_reg && in.info->qualified == "aten::clone" ? 1 : 0;
     }
   }
 
   // Which candidates of plan `p` run in place: the first argument is a result of an earlier call,
   // no view of anything, nothing uses it (or a view of it) later, it is no output, it occurs once
-  // among the arguments, and the result has its size, strides and dtype.
+  // among the arguments, and the result has its size, strides and dtype. An elided clone's
+  // argument may be a view (of such a result): the clone's result is that view.
   void choose_in_place(plan& p, const std::vector<std::uint32_t>& alias) const {
     const auto& code = compiled().code;
     const auto plain = detail::trace_lifetimes(compiled(), std::vector<std::uint8_t>(code.size(), 0), alias);
@@ -179,7 +185,8 @@ class engine {
       const auto r = in.args[0].index;
       std::size_t uses = 0;
       compiled().for_each_register_use(in, [&](std::uint32_t u) { uses += u == r ? 1 : 0; });
-      const bool ok = uses == 1 && plain.root[r] == r && plain.def[r] != none && plain.last[r] == i && !plain.pinned[r];
+      const auto root = clone_[i] ? plain.root[r] : r;
+      const bool ok = uses == 1 && plain.root[r] == root && plain.def[root] != none && plain.last[root] == i && !plain.pinned[root];
       p.in_place[i] = ok ? 1 : 0;
     }
   }
@@ -227,10 +234,12 @@ class engine {
 
   // The registers at the start of a run: the user inputs, the state, the hoisted views.
   void load_registers(plan& p, const std::vector<at::Tensor>& inputs) const {
-    p.regs.resize(compiled().num_regs);
+    p.regs.resize(compiled().num_regs + p.constants.size());
+    std::copy(p.constants.begin(), p.constants.end(), p.regs.begin() + static_cast<std::ptrdiff_t>(compiled().num_regs));
     for (std::size_t i = 0; i < compiled().user_slots.size(); ++i) p.regs[compiled().user_slots[i]] = inputs[i];
     for (const auto& [r, t] : compiled().state_slots) p.regs[r] = t;
     for (const auto& [r, v] : preset_) p.regs[r] = v;
+    for (const auto& [r, v] : p.views) p.regs[r] = v;
   }
 
   // The graph outputs; the registers are emptied (nothing is held between runs).
@@ -302,7 +311,7 @@ class engine {
       compiled().push_arguments(in, p.regs, env, p.stack);
       const bool dense = detail::resolve_keys(*in.info, p.stack, p.keys[i]);
       p.resolved[i] = dense && opts_.resolve_dispatch ? 1 : 0;
-      const c10::IValue self = in_place_ops_[i] && dense ? p.stack[0] : c10::IValue();
+      const c10::IValue self = (in_place_ops_[i] || (clone_[i] && opts_.in_place)) && dense ? p.stack[0] : c10::IValue();
       std::vector<std::pair<const c10::StorageImpl*, std::uint32_t>> arg_storage;  // tensor arguments
       for (std::size_t k = 0; k < p.stack.size() && k < in.args.size(); ++k)
         if (p.stack[k].isTensor() && p.stack[k].toTensor().defined() && p.stack[k].toTensor().has_storage())
@@ -312,8 +321,9 @@ class engine {
       if (!in.info->is_view && !in.info->is_mutable && in.op == &in.info->handle)
         note_alias(p, i, arg_storage, alias);
       note_device(p, in, home);
-      if (out_ops_[i] && dense && p.stack.size() == 1) p.meta[i] = detail::meta_of(p.stack[0]);
-      if (!self.isNone() && p.stack.size() == 1 && detail::same_layout(p.stack[0], self) && own_kernels(i, in_place_ops_[i], p))
+      if ((out_ops_[i] || clone_[i]) && dense && p.stack.size() == 1) p.meta[i] = detail::meta_of(p.stack[0]);
+      if (!self.isNone() && p.stack.size() == 1 && detail::same_layout(p.stack[0], self) &&
+          (clone_[i] || own_kernels(i, in_place_ops_[i], p)))
         p.in_place[i] = 1;
       store_results(in, p);
     }
@@ -327,7 +337,7 @@ class engine {
 
   // Gives every recorded candidate a slot: a buffer no result alive at the same time uses (the
   // smallest free one that fits, else the largest free one grown, else a new one), on its device.
-  void make_arena(plan& p, const std::vector<std::uint32_t>& alias) const {
+  void make_arena(plan& p, const std::vector<std::uint32_t>& alias, const sym_env& env) const {
     const auto& code = compiled().code;
     if (p.unplannable) {
       p.in_place.assign(code.size(), 0);
@@ -338,15 +348,17 @@ class engine {
     std::vector<std::uint8_t> candidate(code.size(), 0);  // results an out= kernel writes into the arena
     for (std::size_t i = 0; i < code.size(); ++i) {
       const auto r = code[i].outputs.empty() ? compiled_program::dead : code[i].outputs[0];
-      candidate[i] = out_ops_[i] && !p.in_place[i] && p.meta[i].bytes > 0 && alias[i] == none && own_kernels(i, out_ops_[i], p) &&
+      candidate[i] = (out_ops_[i] || clone_[i]) && !p.in_place[i] && p.meta[i].bytes > 0 && alias[i] == none &&
+                     (clone_[i] || own_kernels(i, out_ops_[i], p)) &&
                      (r == compiled_program::dead || (!l.pinned[r] && l.root[r] == r && l.def[r] == i));
     }
     const auto slot = detail::lay_out_arena(p, compiled(), l, candidate);
     p.info.nodes = code.size();
     for (auto r : p.resolved) p.info.resolved_nodes += r;
-    for (auto r : p.in_place) p.info.in_place_nodes += r;
+    for (std::size_t i = 0; i < code.size(); ++i) (clone_[i] ? p.info.elided_nodes : p.info.in_place_nodes) += p.in_place[i];
     for (auto h : hoisted_) p.info.hoisted_nodes += h;
-    if (pool_) detail::schedule(p, compiled(), hoisted_, l, slot, static_cast<std::uint32_t>(p.buffers.size()));
+    detail::make_planned_views(p, compiled(), hoisted_, preset_, env);
+    if (pool_) detail::schedule(p, compiled(), p.skip, l, slot, static_cast<std::uint32_t>(p.buffers.size()));
     make_unboxed(p);
   }
 
@@ -354,10 +366,15 @@ class engine {
   void make_unboxed(plan& p) const {
     const auto& code = compiled().code;
     p.unboxed.assign(code.size(), detail::unboxed_call{});
+    p.constants.clear();
     for (std::size_t i = 0; i < code.size(); ++i) {
-      if (hoisted_[i] || !p.resolved[i]) continue;
+      if (clone_[i] && (p.in_place[i] || p.out[i].defined())) {  // elided, or a copy into the arena
+        p.unboxed[i] = detail::make_clone(code[i], p.in_place[i] != 0, p.resolved[i] != 0);
+        continue;
+      }
+      if (p.skip[i] || !p.resolved[i]) continue;
       const c10::OperatorHandle* op = p.out[i].defined() ? out_ops_[i] : p.in_place[i] ? in_place_ops_[i] : code[i].op;
-      p.unboxed[i] = detail::make_unboxed(compiled(), code[i], *op);
+      p.unboxed[i] = detail::make_unboxed(compiled(), code[i], *op, p.constants);
       p.info.unboxed_nodes += p.unboxed[i].run ? 1 : 0;
     }
   }
@@ -454,7 +471,7 @@ class engine {
     const auto& code = compiled().code;
     load_registers(p, inputs);
     for (std::size_t i = 0; i < code.size(); ++i) {
-      if (hoisted_[i]) continue;
+      if (p.skip[i]) continue;
       const auto& u = p.unboxed[i];
       if (!u.run) {
         call_planned(compiled(), i, env, p, p.stack);
@@ -473,6 +490,11 @@ class engine {
   // copy that never moves out of a register), its results stored.
   void call_planned(const compiled_program& code, std::size_t i, const sym_env& env, plan& p, torch::jit::Stack& stack) const {
     const auto& in = code.code[i];
+    if (clone_[i] && (p.in_place[i] || p.out[i].defined())) {  // elided, or a copy into the arena
+      const auto u = detail::make_clone(in, p.in_place[i] != 0, p.resolved[i] != 0);
+      u.run(u, p.regs, p.out[i], p.keys[i]);
+      return;
+    }
     code.push_arguments(in, p.regs, env, stack);
     const c10::OperatorHandle* op = in.op;
     if (p.out[i].defined()) {
@@ -554,7 +576,7 @@ class engine {
     run->reads = std::make_unique<std::atomic<std::uint32_t>[]>(p.reads.size());
     for (std::size_t r = 0; r < p.reads.size(); ++r) run->reads[r] = p.reads[r];
     run->ready.assign(p.roots.rbegin(), p.roots.rend());
-    for (std::size_t i = 0; i < p.deps.size(); ++i) run->left += hoisted_[i] ? 0 : 1;
+    for (std::size_t i = 0; i < p.deps.size(); ++i) run->left += p.skip[i] ? 0 : 1;
     for (std::size_t t = 0; t < pool_->size(); ++t)
       pool_->post([run] {  // the run outlives every helper (shared), and the plan every running one
         at::ThreadLocalStateGuard guard(run->tls);
@@ -576,6 +598,7 @@ class engine {
   engine_options opts_;
   std::vector<const c10::OperatorHandle*> out_ops_;       // per instruction: its out= overload, when plannable
   std::vector<const c10::OperatorHandle*> in_place_ops_;  // per instruction: its in-place overload, when it may run so
+  std::vector<std::uint8_t> clone_;                       // per instruction: a clone (elided, or copied into the arena)
   std::vector<std::uint8_t> hoisted_;                     // per instruction: made once, in hoist()
   std::vector<std::pair<std::uint32_t, c10::IValue>> preset_;  // registers hoist() filled
   mutable detail::plan_pool plans_;                 // the plans not running now

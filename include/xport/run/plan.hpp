@@ -4,7 +4,7 @@
 // signatures seen last.
 #pragma once
 
-#include <algorithm>  // std::max
+#include <algorithm>  // std::max, std::find
 #include <cstddef>    // std::size_t
 #include <cstdint>    // std::int64_t, std::uint8_t, std::uint32_t
 #include <list>       // std::list
@@ -12,6 +12,7 @@
 #include <mutex>      // std::mutex, std::lock_guard
 #include <optional>   // std::optional
 #include <string>     // std::string
+#include <utility>    // std::pair
 #include <vector>     // std::vector
 
 #include <ATen/core/Tensor.h>
@@ -34,7 +35,9 @@ struct engine_plan_info {
   std::size_t nodes = 0;              ///< call nodes in the program
   std::size_t out_variant_nodes = 0;  ///< nodes that write into the arena through an out= kernel
   std::size_t in_place_nodes = 0;     ///< nodes run in place on a result nothing else uses
+  std::size_t elided_nodes = 0;       ///< clones of a result nothing uses after them: that result itself
   std::size_t hoisted_nodes = 0;      ///< views of the program's state, made once per engine
+  std::size_t planned_views = 0;      ///< views of the arena's results, made once per plan
   std::size_t resolved_nodes = 0;     ///< nodes called with a resolved dispatch key set
   std::size_t unboxed_nodes = 0;      ///< of those, nodes called through their typed kernel (no boxed stack)
   std::size_t arena_buffers = 0;      ///< buffers the arena holds
@@ -91,7 +94,10 @@ struct engine_plan {
   std::vector<at::Tensor> out;    // per instruction: the slot its out= kernel writes (or undefined)
   std::vector<std::uint8_t> in_place;  // per instruction: runs as its in-place overload
   std::vector<unboxed_call> unboxed;    // per instruction: its typed call, where it has one (run/unboxed.hpp)
+  std::vector<c10::IValue> constants;   // the constant tensors typed calls read, in registers num_regs on
   bool unplannable = false;            // an alias the plan cannot follow was seen: plain calls
+  std::vector<std::uint8_t> skip;      // per instruction: no part of a run (hoisted, or a planned view)
+  std::vector<std::pair<std::uint32_t, c10::IValue>> views;  // the planned views' registers, preset on each run
   std::vector<at::Tensor> buffers;
   std::vector<c10::IValue> regs;  // the registers, kept between runs (empty after each)
   torch::jit::Stack stack;
@@ -213,6 +219,79 @@ inline std::vector<std::uint32_t> lay_out_arena(engine_plan& p, const compiled_p
   p.meta.clear();
   p.info.arena_buffers = bufs.size();
   return slot;
+}
+
+// Note [Views made once per plan]: a view's result depends on its base's metadata only, and in a
+// plan the arena's results are the same tensors on every run (an out= kernel writes into its
+// slot's tensor, an in-place one into its argument, an elided clone is its argument). So a view
+// of one (or of the state), its other arguments constants or sizes of the plan's signature, is
+// made once, when the plan is, and preset in its register on every run (engine_plan::views).
+// Left to run: a view op that copied (its result is on other storage: a reshape of a
+// non-contiguous tensor), one whose result the graph mutates or returns, one that fails.
+inline void make_planned_views(engine_plan& p, const compiled_program& cp, const std::vector<std::uint8_t>& hoisted,
+                               const std::vector<std::pair<std::uint32_t, c10::IValue>>& preset, const sym_env& env) {
+  const auto& code = cp.code;
+  p.skip = hoisted;
+  std::vector<c10::IValue> stable(cp.num_regs);  // the registers that hold the same tensor on every run
+  for (const auto& [r, t] : cp.state_slots) stable[r] = t;
+  for (const auto& [r, v] : preset) stable[r] = v;
+  std::vector<std::uint8_t> kept(cp.num_regs, 0);  // graph outputs, and what the graph mutates
+  for (const auto& o : cp.outputs)
+    if (o.is_reg) kept[o.index] = 1;
+  for (const auto& in : code)
+    if (in.info->is_mutable || in.info->inplace_view) cp.for_each_register_use(in, [&](std::uint32_t r) { kept[r] = 1; });
+  torch::jit::Stack stack;
+  std::vector<std::pair<std::uint32_t, c10::IValue>> used;
+  for (std::size_t i = 0; i < code.size(); ++i) {
+    if (hoisted[i]) continue;
+    const auto& in = code[i];
+    const auto out0 = in.outputs.empty() ? compiled_program::dead : in.outputs[0];
+    if (p.out[i].defined() || p.in_place[i]) {
+      const c10::IValue t = p.out[i].defined() ? c10::IValue(p.out[i]) : stable[in.args[0].index];
+      if (out0 != compiled_program::dead && t.isTensor()) stable[out0] = t;
+      continue;
+    }
+    const auto& op = *in.info;
+    if (!op.is_view || op.is_mutable || op.inplace_view || !in.binds.empty() || in.outputs.empty()) continue;
+    bool ok = true;
+    std::vector<const c10::StorageImpl*> bases;
+    used.clear();
+    cp.for_each_register_use(in, [&](std::uint32_t r) {
+      ok = ok && stable[r].isTensor() && stable[r].toTensor().has_storage();
+      if (ok) bases.push_back(stable[r].toTensor().storage().unsafeGetStorageImpl());
+      used.emplace_back(r, stable[r]);
+    });
+    for (auto r : in.outputs) ok = ok && (r == compiled_program::dead || !kept[r]);
+    if (!ok || bases.empty()) continue;
+    cp.push_arguments(in, stable, env, stack);
+    for (auto& [r, v] : used) stable[r] = v;  // (a last use moves out of its register)
+    try {
+      in.op->callBoxed(stack);
+    } catch (const c10::Error&) {
+      stack.clear();
+      continue;
+    }
+    const auto on_bases = [&](const at::Tensor& t) {
+      return t.defined() && t.has_storage() &&
+             std::find(bases.begin(), bases.end(), t.storage().unsafeGetStorageImpl()) != bases.end();
+    };
+    for (const auto& v : stack) {
+      if (v.isTensor()) ok = ok && on_bases(v.toTensor());
+      else if (v.isTensorList())
+        for (const auto& t : v.toTensorVector()) ok = ok && on_bases(t);
+      else ok = false;
+    }
+    if (ok) {
+      detail::take_outputs(stack, [&](std::size_t k, c10::IValue&& r) {
+        if (k >= in.outputs.size() || in.outputs[k] == compiled_program::dead) return;
+        stable[in.outputs[k]] = r;
+        p.views.emplace_back(in.outputs[k], std::move(r));
+      });
+      p.skip[i] = 1;
+      ++p.info.planned_views;
+    }
+    stack.clear();
+  }
 }
 
 inline void add_tensor_key(std::vector<std::int64_t>& key, const at::Tensor& t) {
