@@ -150,8 +150,13 @@ TEST_CASE("engine: Transformer encoder layer") {
   m::Encoder net;
   net->eval();
   const auto x = at::randn({5, 2, 32});
-  const auto info = engine(run_decompositions(export_program(net, std::tuple{x}))).plan_info({x});
-  CHECK(info.elided_nodes >= 3);    // eval-mode dropouts, clones in the inference IR
+  const auto lowered = run_decompositions(export_program(net, std::tuple{x}));
+  const auto info = engine(lowered).plan_info({x});
+#if XPORT_TEST_TORCH_FUNCTIONALIZATION
+  CHECK(info.elided_nodes >= 3);  // eval-mode dropouts: clones in the inference IR of LibTorch 2.1+
+#else
+  CHECK(info.elided_nodes == 0);  // LibTorch 1.13 lowers them to nothing; its clones make views contiguous
+#endif
   CHECK(info.planned_views >= 15);  // views of the projections' results, made once per plan
 }
 
