@@ -356,7 +356,7 @@ TEST_CASE("engine: a clone of a result nothing uses after it is elided, with the
   const auto sc = p.state_dict().at("scale");
   const auto eager = [&](const at::Tensor& in) {
     const auto e = in.exp();
-    return std::vector<at::Tensor>{in.sin().view({6, 4}).relu(), e + e, in.clone(), in.cos().t().contiguous(), in.tanh(),
+    return std::vector<at::Tensor>{in.sin().reshape({6, 4}).relu(), e + e, in.clone(), in.cos().t().contiguous(), in.tanh(),
                                    sc * in.sigmoid().t().contiguous()};
   };
   interpreter interp(p);
@@ -369,15 +369,17 @@ TEST_CASE("engine: a clone of a result nothing uses after it is elided, with the
     CHECK(info.out_variant_nodes == 4);  // exp, cos, sigmoid, and the clone of sigmoid's transpose (a copy)
     std::vector<std::vector<at::Tensor>> kept, want;
     for (int k = 0; k < 4; ++k) {
-      const auto in = at::randn({4, 6});
-      const auto before = in.clone();
-      kept.push_back(e.run({in}));
-      want.push_back(eager(in));
-      CHECK(at::equal(in, before));  // the input a clone copies is never the result
-      const auto same = interp.run({in}, inference);
-      for (std::size_t i = 0; i < same.size(); ++i) CHECK(at::equal(kept.back()[i], same[i]));
-      CHECK(!kept.back()[2].is_same(in));
-      CHECK(kept.back()[3].is_contiguous());
+      for (const auto& [layout, in] : xport_test::layouts_of(at::randn({4, 6}))) {
+        INFO("layout " << layout);
+        const auto before = in.clone();
+        kept.push_back(e.run({in}));
+        want.push_back(eager(in));
+        CHECK(at::equal(in, before));  // the input a clone copies is never the result
+        const auto same = interp.run({in}, inference);
+        for (std::size_t i = 0; i < same.size(); ++i) CHECK(at::equal(kept.back()[i], same[i]));
+        CHECK(!kept.back()[2].is_same(in));
+        CHECK(kept.back()[3].is_contiguous());
+      }
     }
     for (std::size_t k = 0; k < kept.size(); ++k)
       for (std::size_t i = 0; i < want[k].size(); ++i) {
@@ -405,7 +407,7 @@ TEST_CASE("engine: views of the arena's results are made once per plan; a view o
   b.output(b.call("aten::add.Tensor", {a, b.call("aten::sum", {parts.output(1)})}));
   const auto p = std::move(b).build();
   const auto eager = [](const at::Tensor& in) {
-    const auto cv = in.cos().view({24});
+    const auto cv = in.cos().reshape({24});
     return in.sin().t().reshape({24}) * cv + cv.split_with_sizes({10, 14})[1].sum();
   };
   interpreter interp(p);
@@ -416,10 +418,12 @@ TEST_CASE("engine: views of the arena's results are made once per plan; a view o
     const auto info = e.plan_info({at::randn({4, 6})});
     CHECK(info.planned_views == 3);  // t, view, split_with_sizes; not the reshape that copies
     for (int k = 0; k < 4; ++k) {
-      const auto in = at::randn({4, 6});
-      const auto got = e.run({in});
-      CHECK(at::equal(got[0], interp.run({in}, inference)[0]));
-      CHECK(at::allclose(got[0], eager(in), 1e-5, 1e-6));
+      for (const auto& [layout, in] : xport_test::layouts_of(at::randn({4, 6}))) {
+        INFO("layout " << layout);
+        const auto got = e.run({in});
+        CHECK(at::equal(got[0], interp.run({in}, inference)[0]));
+        CHECK(at::allclose(got[0], eager(in), 1e-5, 1e-6));
+      }
     }
   }
   engine_options unplanned;

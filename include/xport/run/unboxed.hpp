@@ -29,6 +29,7 @@
 #include <ATen/ops/native_layer_norm_ops.h>
 #include <c10/core/DispatchKeySet.h>
 #include <c10/core/Scalar.h>
+#include <c10/macros/Macros.h>
 
 #include <xport/config.hpp>
 #include <xport/run/compiled.hpp>
@@ -135,13 +136,18 @@ decltype(auto) unboxed_fetch(const unboxed_call& c, std::vector<c10::IValue>& re
   else return (regs[c.reg[T]].toTensor());
 }
 
-// After a call that wrote `r` (its self or out= tensor): the arguments used for the last time
-// leave their registers, and `r` goes to the result's.
-inline void unboxed_store(const unboxed_call& c, std::vector<c10::IValue>& regs, at::Tensor& r) {
-  c10::IValue kept(r);  // the written tensor (self or out), before its register is cleared
+// After a call: the arguments used for the last time leave their registers (in line: every
+// node of a planned run pays for these).
+C10_ALWAYS_INLINE void clear_moved(const unboxed_call& c, std::vector<c10::IValue>& regs) {
   for (std::size_t k = 0; k < c.reg.size(); ++k)
     if (c.moves & (1u << k)) regs[c.reg[k]] = c10::IValue();
-  if (c.result != compiled_program::dead) regs[c.result] = std::move(kept);
+}
+
+// ... and the call's result goes to its register (taken before the arguments' are cleared: an
+// in-place or out= call's result is one of them).
+C10_ALWAYS_INLINE void unboxed_store(const unboxed_call& c, std::vector<c10::IValue>& regs, c10::IValue result) {
+  clear_moved(c, regs);
+  if (c.result != compiled_program::dead) regs[c.result] = std::move(result);
 }
 
 template <class F, char... C, std::size_t... K>
@@ -152,16 +158,11 @@ void unboxed_invoke(const unboxed_call& c, std::vector<c10::IValue>& regs, at::T
   if constexpr (F::functional) {
     auto r = h.redispatch(ks, unboxed_fetch<cs[K], count_before<K, C...>(is_register_arg),
                                              count_before<K, C...>(is_scalar_arg)>(c, regs, out)...);
-    for (std::size_t k = 0; k < c.reg.size(); ++k)
-      if (c.moves & (1u << k)) regs[c.reg[k]] = c10::IValue();
-    if (c.result != compiled_program::dead) regs[c.result] = std::move(r);
+    unboxed_store(c, regs, c10::IValue(std::move(r)));
   } else {
     at::Tensor& r = h.redispatch(ks, unboxed_fetch<cs[K], count_before<K, C...>(is_register_arg),
                                                     count_before<K, C...>(is_scalar_arg)>(c, regs, out)...);
-    c10::IValue kept(r);  // (unboxed_store, here in line: every node pays for a call)
-    for (std::size_t k = 0; k < c.reg.size(); ++k)
-      if (c.moves & (1u << k)) regs[c.reg[k]] = c10::IValue();
-    if (c.result != compiled_program::dead) regs[c.result] = std::move(kept);
+    unboxed_store(c, regs, c10::IValue(r));
   }
 }
 
@@ -209,25 +210,24 @@ inline void run_addmm_copied_bias(const unboxed_call& c, std::vector<c10::IValue
   if (!copy_addmm_bias(regs[c.reg[0]].toTensor(), out)) return unboxed_runner<F>::run(c, regs, out, ks);
   const auto& h = *std::get_if<typename F::handle>(&c.handle);
   at::Tensor& r = h.redispatch(ks, out, regs[c.reg[1]].toTensor(), regs[c.reg[2]].toTensor(), c.scalar[0], c.scalar[1], out);
-  unboxed_store(c, regs, r);
+  unboxed_store(c, regs, c10::IValue(r));
 }
 
 // An elided clone (engine: a clone of a result nothing uses after it is that result itself).
 inline void run_identity(const unboxed_call& c, std::vector<c10::IValue>& regs, at::Tensor&, c10::DispatchKeySet) {
-  c10::IValue v = (c.moves & 1u) ? std::move(regs[c.reg[0]]) : regs[c.reg[0]];
-  if (c.moves & 1u) regs[c.reg[0]] = c10::IValue();
-  if (c.result != compiled_program::dead) regs[c.result] = std::move(v);
+  c10::IValue v = regs[c.reg[0]];
+  unboxed_store(c, regs, std::move(v));
 }
 
 // A clone into the arena: a copy of its argument into the plan's slot, of the clone's layout,
 // with the clone's resolved key set (its argument's), or dispatched.
 inline void run_copy_into(const unboxed_call& c, std::vector<c10::IValue>& regs, at::Tensor& out, c10::DispatchKeySet ks) {
   at::_ops::copy_::redispatch(ks, out, regs[c.reg[0]].toTensor(), false);
-  unboxed_store(c, regs, out);
+  unboxed_store(c, regs, c10::IValue(out));
 }
 inline void run_copy_into_dispatched(const unboxed_call& c, std::vector<c10::IValue>& regs, at::Tensor& out, c10::DispatchKeySet) {
   out.copy_(regs[c.reg[0]].toTensor());
-  unboxed_store(c, regs, out);
+  unboxed_store(c, regs, c10::IValue(out));
 }
 
 // native_layer_norm, the inference IR's layer_norm: a list of sizes, two optional tensors, three
@@ -238,8 +238,7 @@ inline void run_native_layer_norm(const unboxed_call& c, std::vector<c10::IValue
   };
   auto r = at::_ops::native_layer_norm::redispatch(ks, regs[c.reg[0]].toTensor(), c10::SymIntArrayRef(c.sizes), optional(0),
                                                    optional(1), c.scalar[0].toDouble());
-  for (std::size_t k = 0; k < c.reg.size(); ++k)
-    if (c.moves & (1u << k)) regs[c.reg[k]] = c10::IValue();
+  clear_moved(c, regs);
   if (c.results[0] != compiled_program::dead) regs[c.results[0]] = std::move(std::get<0>(r));
   if (c.results[1] != compiled_program::dead) regs[c.results[1]] = std::move(std::get<1>(r));
   if (c.results[2] != compiled_program::dead) regs[c.results[2]] = std::move(std::get<2>(r));
@@ -285,7 +284,8 @@ inline unboxed_call make_clone(const compiled_program::instr& in, bool elided, b
 }
 
 // The form code of `op`'s schema ("TTSO"), or "" when an argument or the return is of another
-// kind (optional, list, int, ...). `out`: the op is called with the plan's out= tensor.
+// kind (optional, a list of tensors, float, ...) or more than one result. `functional`: the op
+// returns a new tensor (a view too), not one it wrote.
 inline std::string unboxed_code(const c10::FunctionSchema& s, bool& functional) {
   const auto& rets = s.returns();
   if (rets.size() != 1 || rets[0].type()->kind() != c10::TypeKind::TensorType) return "";
@@ -357,8 +357,9 @@ inline unboxed_call make_unboxed(const compiled_program& cp, const compiled_prog
       c.text = v->toStringRef();
     } else if (code[k] == 'L' || code[k] == 'K') {
       if (!v || !v->isIntList() || lists++ == 1) return fail();
-      c.dims = v->toIntVector();
-      c.sizes.assign(c.dims.begin(), c.dims.end());
+      const auto ints_of = v->toIntVector();
+      if (code[k] == 'K') c.dims = ints_of;
+      else c.sizes.assign(ints_of.begin(), ints_of.end());
     } else if (code[k] == 'T' && v && v->isTensor()) {  // (a number where a Tensor is expected)
       if (t == c.reg.size()) return fail();
       c.reg[t++] = static_cast<std::uint32_t>(cp.num_regs + constants.size());
