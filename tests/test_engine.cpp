@@ -384,7 +384,9 @@ TEST_CASE("engine: a clone of a result nothing uses after it is elided, with the
     for (std::size_t k = 0; k < kept.size(); ++k)
       for (std::size_t i = 0; i < want[k].size(); ++i) {
         INFO("run " << k << ", output " << i);
-        CHECK(at::equal(kept[k][i], want[k][i]));
+        // close to eager (equal to the interpreter, above): LibTorch 1.13's eager sigmoid of a
+        // transposed input differs from the program's in the last bit
+        CHECK(at::allclose(kept[k][i], want[k][i], 1e-6, 1e-7));
       }
   }
   engine_options no_reuse;
