@@ -3600,8 +3600,8 @@ struct std::hash<xport::node> {
 // xport/program/dead_code.hpp: removing the calls whose results nothing uses (torch.fx's
 // Graph.eliminate_dead_code). A call stays when it has an effect beyond its outputs: it writes to
 // an argument (in-place and out= ops), draws random numbers (removing it would shift every
-// later random draw), reads tensor data (ops/data_dependent.hpp), or gives a symbol only the data
-// knows (its range is asserted on every run). Signature outputs are uses, so they are kept. One
+// later random draw), reads tensor data (ops/data_dependent.hpp), gives a symbol only the data
+// knows (its range is asserted on every run), or checks something (`_assert_tensor_metadata`). Signature outputs are uses, so they are kept. One
 // backward walk: a node's death frees its inputs' producers before they are visited.
 // passes/dce.hpp makes it a pass.
 
@@ -3839,6 +3839,86 @@ inline std::vector<at::Tensor> unbacked_rows_results(const op_info& op, const st
 
 }  // namespace detail
 XPORT_END_NAMESPACE
+// #include <xport/ops/op_sets.hpp>
+// xport/ops/op_sets.hpp: the named sets of ATen operators xport treats alike, in one place.
+// Each set is a predicate over an operator's name (`aten::reshape`, overload not included) and
+// says what the members share and which part of xport relies on it. Sets that LibTorch tags
+// itself (`core`, `maybe_aliasing_or_mutating`) are read from the tags where the running
+// LibTorch has them (ops/core_ops.hpp, lower/decompose.hpp). The ops that read tensor data have
+// their own header, with their shape rules: ops/data_dependent.hpp; those that may return their
+// input itself, with the rules that decide it: ops/aliasing.hpp.
+
+#include <algorithm>    // std::find
+#include <cstddef>      // std::size_t
+#include <iterator>     // std::begin, std::end
+#include <string_view>  // std::string_view
+
+// #include <xport/config.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+template <std::size_t N>
+constexpr bool in_set(std::string_view name, const std::string_view (&set)[N]) {
+  return std::find(std::begin(set), std::end(set), name) != std::end(set);
+}
+
+/// Ops that only change memory layout: a capture at another size may record them or not
+/// (`contiguous()` records nothing on a tensor that already is), so export's structure
+/// comparison may skip them (trace/symbolic.hpp).
+inline constexpr std::string_view layout_only_ops[] = {"aten::contiguous", "aten::clone"};
+constexpr bool is_layout_only_op(std::string_view name) { return in_set(name, layout_only_ops); }
+
+/// Batch norm with running statistics as arguments (updated in place in training).
+inline constexpr std::string_view batch_norm_ops[] = {"aten::batch_norm", "aten::native_batch_norm"};
+constexpr bool is_batch_norm_op(std::string_view name) { return in_set(name, batch_norm_ops); }
+
+/// Windowed ops whose output length is ops/shape_formulas.hpp's window formula.
+/// convolution(input, weight, bias, stride, padding, dilation, transposed, ...), conv{1,2,3}d
+/// (input, weight, bias, stride, padding, dilation, groups).
+inline constexpr std::string_view convolution_ops[] = {"aten::convolution", "aten::_convolution", "aten::conv1d",
+                                                       "aten::conv2d", "aten::conv3d"};
+constexpr bool is_convolution_op(std::string_view name) { return in_set(name, convolution_ops); }
+/// max_pool(input, kernel, stride, padding, dilation, ceil_mode).
+inline constexpr std::string_view max_pool_ops[] = {"aten::max_pool1d", "aten::max_pool2d",
+                                                    "aten::max_pool2d_with_indices", "aten::max_pool3d",
+                                                    "aten::max_pool3d_with_indices"};
+constexpr bool is_max_pool_op(std::string_view name) { return in_set(name, max_pool_ops); }
+/// avg_pool(input, kernel, stride, padding, ceil_mode, ...).
+inline constexpr std::string_view avg_pool_ops[] = {"aten::avg_pool1d", "aten::avg_pool2d", "aten::avg_pool3d"};
+constexpr bool is_avg_pool_op(std::string_view name) { return in_set(name, avg_pool_ops); }
+
+/// Ops whose result is a view of the input with the given sizes, which the interpreter runs as
+/// `reshape` (the same view when one exists, a copy otherwise: an input in another layout than
+/// its example's). `aten::view` counts only in its default overload (`view.dtype` is no reshape).
+inline constexpr std::string_view reshaping_view_ops[] = {"aten::view", "aten::_unsafe_view", "aten::_reshape_alias"};
+constexpr bool is_reshaping_view(std::string_view name, std::string_view overload) {
+  return in_set(name, reshaping_view_ops) && (name != "aten::view" || overload.empty());
+}
+
+/// LibTorch 2.13's ops tagged `maybe_aliasing_or_mutating`, for versions without the tag: their
+/// composite is re-run for functionalization (lower/decompose.hpp). Qualified names.
+inline constexpr std::string_view maybe_aliasing_or_mutating_ops[] = {
+    "aten::_batch_norm_impl_index", "aten::alpha_dropout", "aten::atleast_1d", "aten::atleast_2d",
+    "aten::atleast_3d", "aten::batch_norm", "aten::cartesian_prod", "aten::conj_physical", "aten::dropout",
+    "aten::feature_alpha_dropout", "aten::feature_dropout", "aten::unsafe_chunk", "aten::native_batch_norm"};
+
+/// Ops called for what they check or record, not for a result (torch.fx's
+/// `_side_effectful_functions`): dead-code elimination keeps them (program/dead_code.hpp).
+inline constexpr std::string_view checking_ops[] = {
+    "aten::_assert_tensor_metadata", "aten::_assert_async", "profiler::_record_function_enter",
+    "profiler::_record_function_enter_new", "profiler::_record_function_exit"};
+constexpr bool is_checking_op(std::string_view name) { return in_set(name, checking_ops); }
+
+/// Ops with a CompositeImplicitAutograd kernel that torch.export's default decomposition table
+/// keeps whole (torch.export.decomp_utils.PRESERVED_ATEN_CIA_OPS, less `_fused_rms_norm`, which
+/// its table decomposes by a Python decomposition instead): lower/decompose.hpp records them as
+/// they are. Qualified names.
+inline constexpr std::string_view preserved_composite_ops[] = {
+    "aten::upsample_bilinear2d.vec", "aten::upsample_nearest2d.vec", "aten::silu_backward", "aten::mish_backward"};
+
+}  // namespace detail
+XPORT_END_NAMESPACE
 
 XPORT_BEGIN_NAMESPACE
 
@@ -3846,7 +3926,8 @@ XPORT_BEGIN_NAMESPACE
 inline bool has_side_effects(const node& n) {
   if (!n.is_call()) return true;
   const auto& op = n.op();
-  return op.is_mutable || op.nondeterministic || detail::reads_data(op) || gives_unbacked(n);
+  return op.is_mutable || op.nondeterministic || detail::reads_data(op) || gives_unbacked(n) ||
+         detail::is_checking_op(op.name);
 }
 
 /// Removes dead call nodes, and the getitems of unused outputs (value::unpacked); returns how
@@ -4726,78 +4807,6 @@ XPORT_END_NAMESPACE
 
 // what xport knows about ATen operators
 // #include <xport/ops/op_sets.hpp>
-// xport/ops/op_sets.hpp: the named sets of ATen operators xport treats alike, in one place.
-// Each set is a predicate over an operator's name (`aten::reshape`, overload not included) and
-// says what the members share and which part of xport relies on it. Sets that LibTorch tags
-// itself (`core`, `maybe_aliasing_or_mutating`) are read from the tags where the running
-// LibTorch has them (ops/core_ops.hpp, lower/decompose.hpp). The ops that read tensor data have
-// their own header, with their shape rules: ops/data_dependent.hpp.
-
-#include <algorithm>    // std::find
-#include <cstddef>      // std::size_t
-#include <iterator>     // std::begin, std::end
-#include <string_view>  // std::string_view
-
-// #include <xport/config.hpp>
-
-XPORT_BEGIN_NAMESPACE
-namespace detail {
-
-template <std::size_t N>
-constexpr bool in_set(std::string_view name, const std::string_view (&set)[N]) {
-  return std::find(std::begin(set), std::end(set), name) != std::end(set);
-}
-
-/// Ops that return an alias of their input only sometimes (a copy otherwise); functionalization
-/// treats them as copies (lower/functionalize.hpp).
-inline constexpr std::string_view maybe_alias_ops[] = {
-    "aten::reshape",      "aten::contiguous",      "aten::to",        "aten::flatten",    "aten::type_as",
-    "aten::unflatten",    "aten::dropout",         "aten::feature_dropout", "aten::alpha_dropout",
-    "aten::_to_copy",     "aten::clone",           "aten::lift_fresh", "aten::view_as"};
-constexpr bool is_maybe_alias_op(std::string_view name) { return in_set(name, maybe_alias_ops); }
-
-/// Ops that only change memory layout: a capture at another size may record them or not
-/// (`contiguous()` records nothing on a tensor that already is), so export's structure
-/// comparison may skip them (trace/symbolic.hpp).
-inline constexpr std::string_view layout_only_ops[] = {"aten::contiguous", "aten::clone"};
-constexpr bool is_layout_only_op(std::string_view name) { return in_set(name, layout_only_ops); }
-
-/// Batch norm with running statistics as arguments (updated in place in training).
-inline constexpr std::string_view batch_norm_ops[] = {"aten::batch_norm", "aten::native_batch_norm"};
-constexpr bool is_batch_norm_op(std::string_view name) { return in_set(name, batch_norm_ops); }
-
-/// Windowed ops whose output length is ops/shape_formulas.hpp's window formula.
-/// convolution(input, weight, bias, stride, padding, dilation, transposed, ...), conv{1,2,3}d
-/// (input, weight, bias, stride, padding, dilation, groups).
-inline constexpr std::string_view convolution_ops[] = {"aten::convolution", "aten::_convolution", "aten::conv1d",
-                                                       "aten::conv2d", "aten::conv3d"};
-constexpr bool is_convolution_op(std::string_view name) { return in_set(name, convolution_ops); }
-/// max_pool(input, kernel, stride, padding, dilation, ceil_mode).
-inline constexpr std::string_view max_pool_ops[] = {"aten::max_pool1d", "aten::max_pool2d",
-                                                    "aten::max_pool2d_with_indices", "aten::max_pool3d",
-                                                    "aten::max_pool3d_with_indices"};
-constexpr bool is_max_pool_op(std::string_view name) { return in_set(name, max_pool_ops); }
-/// avg_pool(input, kernel, stride, padding, ceil_mode, ...).
-inline constexpr std::string_view avg_pool_ops[] = {"aten::avg_pool1d", "aten::avg_pool2d", "aten::avg_pool3d"};
-constexpr bool is_avg_pool_op(std::string_view name) { return in_set(name, avg_pool_ops); }
-
-/// Ops whose result is a view of the input with the given sizes, which the interpreter runs as
-/// `reshape` (the same view when one exists, a copy otherwise: an input in another layout than
-/// its example's). `aten::view` counts only in its default overload (`view.dtype` is no reshape).
-inline constexpr std::string_view reshaping_view_ops[] = {"aten::view", "aten::_unsafe_view", "aten::_reshape_alias"};
-constexpr bool is_reshaping_view(std::string_view name, std::string_view overload) {
-  return in_set(name, reshaping_view_ops) && (name != "aten::view" || overload.empty());
-}
-
-/// LibTorch 2.13's ops tagged `maybe_aliasing_or_mutating`, for versions without the tag: their
-/// composite is re-run for functionalization (lower/decompose.hpp). Qualified names.
-inline constexpr std::string_view maybe_aliasing_or_mutating_ops[] = {
-    "aten::_batch_norm_impl_index", "aten::alpha_dropout", "aten::atleast_1d", "aten::atleast_2d",
-    "aten::atleast_3d", "aten::batch_norm", "aten::cartesian_prod", "aten::conj_physical", "aten::dropout",
-    "aten::feature_alpha_dropout", "aten::feature_dropout", "aten::unsafe_chunk", "aten::native_batch_norm"};
-
-}  // namespace detail
-XPORT_END_NAMESPACE
 // #include <xport/ops/shape_formulas.hpp>
 // xport/ops/shape_formulas.hpp: the output-size formulas of windowed ops (convolution, its
 // transpose, pooling), each written once over any integer type: std::int64_t where a shape rule
@@ -5559,6 +5568,11 @@ inline std::vector<at::Tensor> rule_broadcast_binary(const meta_stack& s) {
   return {meta_empty(sizes_of(a), at::result_type(a, s[1].toScalar()))};
 }
 
+// logical_and / or / xor: their arguments' broadcast shape, bool (torch's meta is Python's)
+inline std::vector<at::Tensor> rule_broadcast_bool(const meta_stack& s) {
+  return {meta_empty(broadcast_sizes({sizes_of(s[0].toTensor()), sizes_of(s[1].toTensor())}), c10::kBool)};
+}
+
 // _safe_softmax(self, dim, dtype=None): self's shape, in `dtype` where given (torch's meta comes
 // from its Python decomposition; LibTorch has none)
 inline std::vector<at::Tensor> rule_safe_softmax(const meta_stack& s) {
@@ -5657,6 +5671,9 @@ inline constexpr meta_rule_entry meta_rule_table[] = {
     {"aten::isinf", rule_like_self_bool},
     {"aten::isfinite", rule_like_self_bool},
     {"aten::logical_not", rule_like_self_bool},
+    {"aten::logical_and", rule_broadcast_bool},
+    {"aten::logical_or", rule_broadcast_bool},
+    {"aten::logical_xor", rule_broadcast_bool},
     {"aten::angle", rule_like_self_real},
     {"aten::max", rule_reduce_all},
     {"aten::min", rule_reduce_all},
@@ -7000,8 +7017,10 @@ XPORT_END_NAMESPACE
 // run_decompositions() takes from Python (torch._decomp, torch._refs) where they call other ATen
 // ops than the op's C++ CompositeImplicitAutograd kernel, or where the op has no such kernel.
 // Each records exactly the calls the Python one makes, so the lowered program prints as
-// torch's. Ops not listed here lower by their C++ kernel, as torch's do. LibTorch >= 2.1 only
-// (the 1.13 path keeps its own table in lower/decompose.hpp).
+// torch's, and computes in the dtypes it does (opmath upcasts: `pw_cast_for_opmath`). Ops not
+// listed here lower by their C++ kernel, as torch's do. The elementwise ones, with their type
+// promotion, are in ops/decompositions_refs.hpp. The tables are LibTorch >= 2.1's (the 1.13 path
+// keeps its own in lower/decompose.hpp).
 
 #include <functional>  // std::function
 #include <vector>      // std::vector
@@ -7010,12 +7029,287 @@ XPORT_END_NAMESPACE
 
 // #include <xport/config.hpp>
 // #include <xport/detail/compat.hpp>
+// #include <xport/ops/decompositions_refs.hpp>
+// xport/ops/decompositions_refs.hpp: C++ counterparts of the elementwise decompositions torch.export
+// takes from torch._refs and torch._decomp for ops that have no CompositeImplicitAutograd kernel
+// (activations, masked fills, clamps, interpolation weights), with their type promotion: each
+// converts its arguments to the computation dtype torch's wrapper computes in
+// (`elementwise_type_promotion_wrapper`, `pw_cast_for_opmath`: float32 for float16 and bfloat16)
+// and its result back, with the `_to_copy` calls torch records. Each records the calls the Python
+// one makes, in its order, so that the lowered program prints as torch's and computes the same
+// bits (tests/python/pt2_fixtures.py's low_precision_* fixtures, in three dtypes). The table that
+// maps ops to them is in ops/decompositions.hpp. The promotion helpers and silu serve every
+// LibTorch; the rest LibTorch >= 2.1.
+
+#include <cstdint>           // std::int64_t
+#include <initializer_list>  // std::initializer_list
+#include <limits>            // std::numeric_limits
+#include <utility>           // std::pair
+#include <vector>            // std::vector
+
+#include <ATen/Dispatch.h>
+#include <ATen/ScalarOps.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/native/TypeProperties.h>
+#include <ATen/ops/abs.h>
+#include <ATen/ops/amax.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/clamp.h>
+#include <ATen/ops/exp.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/isnan.h>
+#include <ATen/ops/isneginf.h>
+#include <ATen/ops/isposinf.h>
+#include <ATen/ops/log1p.h>
+#include <ATen/ops/masked_fill.h>
+#include <ATen/ops/softplus.h>
+#include <ATen/ops/squeeze.h>
+#include <ATen/ops/sum.h>
+#include <ATen/ops/tanh.h>
+#include <ATen/ops/where.h>
+#include <ATen/ops/zeros_like.h>
+#include <c10/core/DefaultDtype.h>
+
+// #include <xport/config.hpp>
+// #include <xport/detail/compat.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+namespace torch_decomp {
+
+// torch._prims_common's computation dtype of `dtype` (get_computation_dtype): the precision a
+// decomposition computes in (float for float16 and bfloat16, complex64 for complex32)
+inline c10::ScalarType computation_dtype(c10::ScalarType dtype) {
+  switch (dtype) {
+    case c10::ScalarType::Half:
+    case c10::ScalarType::BFloat16: return c10::ScalarType::Float;
+    case c10::ScalarType::ComplexHalf: return c10::ScalarType::ComplexFloat;
+    default: return dtype;
+  }
+}
+
+// `x` in `dtype` as torch's decompositions convert (prims.convert_element_type, recorded as
+// `_to_copy(x, dtype=...)`), `x` itself when it already is
+inline at::Tensor converted(const at::Tensor& x, c10::ScalarType dtype) {
+  if (x.scalar_type() == dtype) return x;
+  return at::_ops::_to_copy::call(x, dtype, c10::nullopt, c10::nullopt, c10::nullopt, false, c10::nullopt);
+}
+
+// torch._decomp's @pw_cast_for_opmath on a one-tensor pointwise decomposition: `f` computed in
+// the computation dtype of `x`'s, its result converted back to `x`'s dtype
+template <class F>
+at::Tensor in_opmath(const at::Tensor& x, F&& f) {
+  const auto dtype = x.scalar_type();
+  return converted(f(converted(x, computation_dtype(dtype))), dtype);
+}
+
+// torch._decomp.silu (@pw_cast_for_opmath): x * sigmoid(x)
+inline std::vector<c10::IValue> silu(const std::vector<c10::IValue>& a) {
+  return {in_opmath(a[0].toTensor(), [](const at::Tensor& x) { return x.mul(at::sigmoid(x)); })};
+}
+
+}  // namespace torch_decomp
+}  // namespace detail
+XPORT_END_NAMESPACE
+
+#if XPORT_HAS_TORCH_FUNCTIONALIZATION
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+namespace torch_decomp {
+
+using S = std::vector<c10::IValue>;
+
+/// torch._prims_common.ELEMENTWISE_TYPE_PROMOTION_KIND (the kinds these decompositions use).
+enum class promotion : std::uint8_t { default_kind, int_to_float, always_bool };
+
+/// torch._prims_common.elementwise_dtypes: the dtype a decomposition computes in and the dtype of
+/// its result, from its promoting tensors and numbers.
+inline std::pair<c10::ScalarType, c10::ScalarType> elementwise_dtypes(std::initializer_list<at::Tensor> tensors,
+                                                                      std::initializer_list<c10::Scalar> numbers,
+                                                                      promotion kind) {
+  at::native::ResultTypeState state;
+  for (const auto& t : tensors) state = at::native::update_result_type_state(t, state);
+  for (const auto& n : numbers) state = at::native::update_result_type_state(n, state);
+  auto result = at::native::result_type(state);
+  if (kind == promotion::int_to_float && c10::isIntegralType(result, /*includeBool=*/true))
+    result = c10::typeMetaToScalarType(c10::get_default_dtype());
+  const auto compute = computation_dtype(result);
+  return {compute, kind == promotion::always_bool ? c10::ScalarType::Bool : result};
+}
+
+/// A number operand of an arithmetic op as Python passes it (a wrapped number), so that `x + 3`
+/// records `add.Tensor(x, 3)` as torch's decompositions do (comparisons take the number itself:
+/// `gt.Scalar`).
+inline at::Tensor number(const c10::Scalar& v) { return at::native::wrapped_scalar_tensor(v); }
+
+/// Whether Scalar argument `v` is absent or the schema's default `d`: torch records a call
+/// without the arguments left at their defaults, and its Python decomposition then takes its own
+/// (softplus's `beta=None`).
+inline bool at_default(const c10::IValue& v, double d) { return v.isNone() || v.toScalar().toDouble() == d; }
+
+/// A number as `a`'s Python type (`_maybe_convert_to_dtype(value, a.dtype)`): a masked fill of a
+/// float tensor with 0 fills 0.0.
+inline c10::Scalar as_type_of(const c10::Scalar& v, const at::Tensor& a) {
+  if (a.scalar_type() == c10::ScalarType::Bool) return v.toBool();
+  if (c10::isIntegralType(a.scalar_type(), false)) return v.toLong();
+  if (c10::isComplexType(a.scalar_type())) return v.toComplexDouble();
+  return v.toDouble();
+}
+
+// torch._decomp.hardswish (@pw_cast_for_opmath): x * clamp(clamp(x + 3, min=0), max=6) / 6
+inline S hardswish(const S& a) {
+  return {in_opmath(a[0].toTensor(), [](const at::Tensor& x) {
+    return x.mul(at::clamp(at::clamp(x.add(number(3)), 0), c10::nullopt, 6)).div(number(6));
+  })};
+}
+
+// torch._decomp.hardsigmoid (@pw_cast_for_opmath): clamp(clamp(x + 3, min=0), max=6) / 6
+inline S hardsigmoid(const S& a) {
+  return {in_opmath(a[0].toTensor(), [](const at::Tensor& x) {
+    return at::clamp(at::clamp(x.add(number(3)), 0), c10::nullopt, 6).div(number(6));
+  })};
+}
+
+// torch._refs.nn.functional.softplus (DEFAULT promotion): log1p(exp(x * beta)) / beta where
+// x * beta <= threshold, else x (no scaling at the default beta, as torch records it)
+inline S softplus(const S& a) {
+  const bool scaled = !at_default(a[1], 1);
+  const auto threshold = a[2].isNone() ? c10::Scalar(20) : a[2].toScalar();
+  return {in_opmath(a[0].toTensor(), [&](const at::Tensor& x) {
+    const at::Tensor in = scaled ? x.mul(number(a[1].toScalar())) : x;
+    at::Tensor rhs = at::log1p(at::exp(in));
+    if (scaled) rhs = rhs.div(number(a[1].toScalar()));
+    return at::where(in.gt(threshold), x, rhs);
+  })};
+}
+
+// torch._refs.nn.functional.mish (DEFAULT promotion): x * tanh(softplus(x))
+inline S mish(const S& a) {
+  return {in_opmath(a[0].toTensor(), [](const at::Tensor& x) { return x.mul(at::tanh(at::softplus(x))); })};
+}
+
+// torch._refs.addcmul / addcdiv: self + value * t1 (* or /) t2, the three tensors converted to
+// the computation dtype one by one
+inline at::Tensor addc(const S& a, promotion kind, bool divide) {
+  const auto &self = a[0].toTensor(), &t1 = a[1].toTensor(), &t2 = a[2].toTensor();
+  const auto [compute, result] = elementwise_dtypes({self, t1, t2}, {}, kind);
+  const auto s = converted(self, compute), x = converted(t1, compute), y = converted(t2, compute);
+  const at::Tensor scaled = x.mul(number(a[3].isNone() ? c10::Scalar(1) : a[3].toScalar()));
+  return converted(s.add(divide ? scaled.div(y) : scaled.mul(y)), result);
+}
+inline S addcmul(const S& a) { return {addc(a, promotion::default_kind, false)}; }
+inline S addcdiv(const S& a) { return {addc(a, promotion::int_to_float, true)}; }
+
+// torch._refs.masked_fill: where(mask, value as a's type, a), contiguous
+inline S masked_fill(const S& a) {
+  const auto& x = a[0].toTensor();
+  const auto& mask = a[1].toTensor();
+  if (a[2].isTensor()) return {at::where(mask, converted(a[2].toTensor(), x.scalar_type()), x).contiguous()};
+  return {at::where(mask, as_type_of(a[2].toScalar(), x), x).contiguous()};
+}
+
+// torch._refs.logsumexp (INT_TO_FLOAT promotion): the maxima (0 where infinite) taken out of the
+// exponentials and added back
+inline S logsumexp(const S& a) {
+  const auto& self = a[0].toTensor();
+  const auto dims = a[1].toIntVector();
+  const bool keepdim = a[2].toBool();
+  const auto [compute, result] = elementwise_dtypes({self}, {}, promotion::int_to_float);
+  const auto x = converted(self, compute);
+  if (x.numel() == 0) return {converted(at::sum(at::exp(x), dims, keepdim).log(), result)};
+  at::Tensor maxes = at::amax(x, dims, true);
+  maxes = maxes.masked_fill(maxes.abs().eq(std::numeric_limits<double>::infinity()), 0);
+  const at::Tensor squeezed = keepdim ? maxes : at::squeeze(maxes, dims);
+  const at::Tensor sum = at::sum(at::exp(x.sub(maxes)), dims, keepdim);
+  return {converted(sum.log().add(squeezed), result)};
+}
+
+// torch._refs.isposinf / isneginf (ALWAYS_BOOL promotion): a == +-inf for floating types
+inline at::Tensor is_inf_of_sign(const at::Tensor& self, double inf) {
+  if (!c10::isFloatingType(self.scalar_type())) return at::zeros_like(self, c10::ScalarType::Bool);
+  return converted(self, computation_dtype(self.scalar_type())).eq(inf);
+}
+inline S isposinf(const S& a) { return {is_inf_of_sign(a[0].toTensor(), std::numeric_limits<double>::infinity())}; }
+inline S isneginf(const S& a) { return {is_inf_of_sign(a[0].toTensor(), -std::numeric_limits<double>::infinity())}; }
+
+// torch._refs.nan_to_num: NaN, -inf and inf replaced in turn (the dtype's extremes by default)
+inline S nan_to_num(const S& a) {
+  const auto& x = a[0].toTensor();
+  if (!c10::isFloatingType(x.scalar_type()) && !c10::isComplexType(x.scalar_type())) return {x.clone()};
+  double lowest = 0, highest = 0;
+  AT_DISPATCH_FLOATING_TYPES_AND2(c10::ScalarType::Half, c10::ScalarType::BFloat16, x.scalar_type(), "nan_to_num", [&] {
+    lowest = static_cast<double>(std::numeric_limits<scalar_t>::lowest());
+    highest = static_cast<double>(std::numeric_limits<scalar_t>::max());
+  });
+  const double nan = a[1].isNone() ? 0.0 : a[1].toDouble();
+  const double posinf = a[2].isNone() ? highest : a[2].toDouble();
+  const double neginf = a[3].isNone() ? lowest : a[3].toDouble();
+  at::Tensor r = at::where(at::isnan(x), nan, x);
+  r = at::where(at::isneginf(x), neginf, r);
+  return {at::where(at::isposinf(x), posinf, r)};
+}
+
+// torch._refs.clamp_min / clamp_max: clamp with one bound
+inline S clamp_min(const S& a) {
+  if (a[1].isTensor()) return {at::clamp(a[0].toTensor(), a[1].toTensor(), c10::optional<at::Tensor>())};
+  return {at::clamp(a[0].toTensor(), a[1].toScalar(), c10::nullopt)};
+}
+inline S clamp_max(const S& a) {
+  if (a[1].isTensor()) return {at::clamp(a[0].toTensor(), c10::optional<at::Tensor>(), a[1].toTensor())};
+  return {at::clamp(a[0].toTensor(), c10::nullopt, a[1].toScalar())};
+}
+
+// torch._refs.tril / triu: where the column minus the row is <= (>=) the diagonal, else 0
+inline at::Tensor triangle(const S& a, bool lower) {
+  const auto& x = a[0].toTensor();
+  const auto h = x.size(-2), w = x.size(-1);
+  const auto opts = at::TensorOptions().device(x.device());
+  const at::Tensor offset = at::arange(w, opts).unsqueeze(-2).sub(at::arange(h, opts).unsqueeze(-1));
+  const auto diagonal = a[1].toInt();
+  const at::Tensor mask = lower ? offset.le(diagonal) : offset.ge(diagonal);
+  const at::Tensor kept = x.scalar_type() == c10::ScalarType::Bool ? mask.logical_and(x) : at::where(mask, x, 0);
+  return kept.contiguous();
+}
+inline S tril(const S& a) { return {triangle(a, true)}; }
+inline S triu(const S& a) { return {triangle(a, false)}; }
+
+// torch._refs.new_full: full with the tensor's dtype, layout and device where not given
+inline S new_full(const S& a) {
+  const auto& x = a[0].toTensor();
+  const auto dtype = a[3].isNone() ? x.scalar_type() : a[3].toScalarType();
+  const auto layout = a[4].isNone() ? x.layout() : a[4].toLayout();
+  const auto device = a[5].isNone() ? x.device() : a[5].toDevice();
+  return {at::_ops::full::call(a[1].toSymIntVector(), a[2].toScalar(), dtype, layout, device,
+                               a[6].isNone() ? false : a[6].toBool())};
+}
+
+// torch._refs.lerp (DEFAULT promotion): coefficient and base chosen for precision by |weight|
+// (start + weight * (end - start) for |weight| < 0.5, end + (weight - 1) * (end - start) above)
+inline S lerp(const S& a) {
+  const auto &start = a[0].toTensor(), &end = a[1].toTensor();
+  const bool by_number = !a[2].isTensor();
+  const auto [compute, result] = by_number ? elementwise_dtypes({start, end}, {a[2].toScalar()}, promotion::default_kind)
+                                        : elementwise_dtypes({start, end, a[2].toTensor()}, {}, promotion::default_kind);
+  const auto s = converted(start, compute), e = converted(end, compute);
+  const at::Tensor weight = by_number ? s.new_full({}, a[2].toScalar()) : converted(a[2].toTensor(), compute);
+  const at::Tensor mask = weight.abs().ge(0.5);
+  const at::Tensor coeff = at::where(mask, weight.sub(number(1)), weight);
+  const at::Tensor base = at::where(mask, e, s);
+  return {converted(coeff.mul(e.sub(s)).add(base), result)};
+}
+
+}  // namespace torch_decomp
+}  // namespace detail
+XPORT_END_NAMESPACE
+#endif  // XPORT_HAS_TORCH_FUNCTIONALIZATION
 
 XPORT_BEGIN_NAMESPACE
 namespace detail {
 /// A decomposition: the op's arguments (as the dispatcher passes them) in, its results out,
 /// computed with at:: calls, which are recorded in place of the op.
 using decomposition_fn = std::function<std::vector<c10::IValue>(const std::vector<c10::IValue>& args)>;
+
 }  // namespace detail
 XPORT_END_NAMESPACE
 
@@ -7159,12 +7453,6 @@ inline S new_full_of(const S& a, int value) {
 inline S rsub(const S& a) {
   // a wrapped number: recorded as the number, as torch records it
   return {at::_ops::sub_Tensor::call(at::native::wrapped_scalar_tensor(a[1].toScalar()), a[0].toTensor(), a[2].toScalar())};
-}
-
-// torch._decomp.silu: x * sigmoid(x)
-inline S silu(const S& a) {
-  const auto& x = a[0].toTensor();
-  return {x.mul(at::sigmoid(x))};
 }
 
 // torch._decomp.squeeze_default: squeeze.dims
@@ -7542,6 +7830,28 @@ inline const std::unordered_map<std::string, decomposition_fn>& torch_decomposit
       {"aten::unbind.int", d::unbind_int},
       {"aten::_safe_softmax", d::safe_softmax},
       {"aten::_weight_norm_interface", d::weight_norm_interface},
+      // elementwise, with their type promotion (ops/decompositions_refs.hpp)
+      {"aten::hardswish", d::hardswish},
+      {"aten::hardsigmoid", d::hardsigmoid},
+      {"aten::softplus", d::softplus},
+      {"aten::mish", d::mish},
+      {"aten::addcmul", d::addcmul},
+      {"aten::addcdiv", d::addcdiv},
+      {"aten::masked_fill.Scalar", d::masked_fill},
+      {"aten::masked_fill.Tensor", d::masked_fill},
+      {"aten::logsumexp", d::logsumexp},
+      {"aten::isposinf", d::isposinf},
+      {"aten::isneginf", d::isneginf},
+      {"aten::nan_to_num", d::nan_to_num},
+      {"aten::clamp_min", d::clamp_min},
+      {"aten::clamp_min.Tensor", d::clamp_min},
+      {"aten::clamp_max", d::clamp_max},
+      {"aten::clamp_max.Tensor", d::clamp_max},
+      {"aten::tril", d::tril},
+      {"aten::triu", d::triu},
+      {"aten::new_full", d::new_full},
+      {"aten::lerp.Scalar", d::lerp},
+      {"aten::lerp.Tensor", d::lerp},
   };
   return table;
 }
@@ -9866,6 +10176,188 @@ XPORT_END_NAMESPACE
 #include <c10/util/StringUtil.h>
 
 // #include <xport/config.hpp>
+// #include <xport/ops/aliasing.hpp>
+// xport/ops/aliasing.hpp: the operators that may return their input itself, and when they do.
+// A schema cannot say it: `to(Tensor(a) self, ...) -> Tensor(a)` annotates a view on an op that
+// copies whenever it converts, `contiguous` and `reshape` copy unless the layout allows a view,
+// and `dropout(Tensor input, ...) -> Tensor` has no annotation yet returns its input in eval
+// mode. Each rule here is the ATen kernel's own test (`to_will_alias`, `is_contiguous`,
+// `computeStride`, `_dropout_impl`), decided on a node's tensor metadata, so that whoever must
+// know before running (functionalization, lower/functionalize.hpp) makes a write through
+// `t = buf.to(...); t.add_(1)` reach the buffer exactly when eager's does. Lowering asks LibTorch
+// itself instead (trace/capture.hpp: devices as the code sees them); the engine sees aliasing
+// on a plan's first run (run/plan.hpp). tests/test_functional.cpp checks every rule against the
+// kernels on real tensors in every layout.
+
+#include <cstddef>      // std::size_t
+#include <cstdint>      // std::int64_t, std::uint8_t
+#include <optional>     // std::optional
+#include <span>         // std::span
+#include <string_view>  // std::string_view
+#include <vector>       // std::vector
+
+#include <ATen/InferSize.h>
+#include <ATen/TensorUtils.h>
+#include <c10/core/MemoryFormat.h>
+#include <c10/core/WrapDimMinimal.h>
+
+// #include <xport/config.hpp>
+// #include <xport/ir/graph.hpp>
+// #include <xport/ir/op.hpp>
+// #include <xport/ops/op_sets.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+/// What a call of an op that may return its input gives back.
+enum class returns : std::uint8_t {
+  copy,   ///< a new tensor (its own storage)
+  input,  ///< its first argument itself (the same tensor)
+  view,   ///< a view of its first argument (same storage, other sizes or strides)
+};
+
+namespace detail {
+
+/// The ops whose result may or may not alias their first argument, by the rule that decides it.
+/// `_to_copy` and `clone` are here as what `to` and `contiguous` become when they copy: always a copy.
+inline constexpr std::string_view conversion_ops[] = {"aten::to", "aten::type_as"};
+inline constexpr std::string_view reshape_ops[] = {"aten::reshape", "aten::reshape_as", "aten::flatten",
+                                                   "aten::unflatten", "aten::view_as"};
+inline constexpr std::string_view dropout_ops[] = {"aten::dropout", "aten::feature_dropout", "aten::alpha_dropout",
+                                                   "aten::feature_alpha_dropout"};
+inline constexpr std::string_view at_least_ops[] = {"aten::atleast_1d", "aten::atleast_2d", "aten::atleast_3d"};
+inline constexpr std::string_view copy_ops[] = {"aten::_to_copy", "aten::clone"};
+
+/// Whether `name` (`aten::to`, no overload) is an op whose result may be its input or a copy.
+constexpr bool is_maybe_alias_op(std::string_view name) {
+  return in_set(name, conversion_ops) || in_set(name, reshape_ops) || in_set(name, dropout_ops) ||
+         in_set(name, at_least_ops) || in_set(name, copy_ops) || name == "aten::contiguous" ||
+         name == "aten::lift_fresh";
+}
+
+/// The argument of `op` named `param` in its schema, or nullptr (this overload has none).
+inline const argument* named_arg(const op_info& op, std::span<const argument> args, std::string_view param) {
+  const auto& params = op.schema().arguments();
+  for (std::size_t i = 0; i < params.size() && i < args.size(); ++i)
+    if (params[i].name() == param) return &args[i];
+  return nullptr;
+}
+
+/// A meta tensor laid out as `m` (its strides, at the sizes' hints): what the kernels' layout
+/// tests read.
+inline at::Tensor layout_probe(const tensor_meta& m) { return m.make_meta(); }
+
+/// ATen's `is_null_or_equal_to(device, self.device())` after `ensure_has_index`: a device with
+/// no index names the current one, which xport takes to be index 0.
+inline bool same_device(c10::Device asked, c10::Device have) {
+  if (asked.type() != have.type()) return false;
+  if (asked.has_index() && have.has_index()) return asked.index() == have.index();
+  const auto index = asked.has_index() ? asked.index() : have.index();
+  return asked.is_cpu() || index <= 0;
+}
+
+/// `to_will_alias`: nothing to convert, no copy asked, the memory format kept.
+inline returns conversion_result(const op_info& op, std::span<const argument> args, const tensor_meta& self) {
+  auto dtype = std::optional<c10::ScalarType>{};
+  auto layout = std::optional<c10::Layout>{};
+  auto device = std::optional<c10::Device>{};
+  if (const auto* other = named_arg(op, args, "other"); other && other->is_value()) {  // to.other, type_as
+    const auto& o = other->as_value().meta();
+    dtype = o.dtype;
+    layout = o.layout;
+    device = o.device;
+  }
+  if (const auto* a = named_arg(op, args, "dtype"); a && a->is_dtype()) dtype = a->as_dtype();
+  if (const auto* a = named_arg(op, args, "layout"); a && a->is_layout()) layout = a->as_layout();
+  if (const auto* a = named_arg(op, args, "device"); a && a->is_device()) device = a->as_device();
+  const auto* copy = named_arg(op, args, "copy");
+  const auto* mf = named_arg(op, args, "memory_format");
+  const auto format = mf && mf->is_memory_format() ? mf->as_memory_format() : c10::MemoryFormat::Preserve;
+  const bool alias = (!dtype || *dtype == self.dtype) && (!layout || *layout == self.layout) &&
+                     (!device || same_device(*device, self.device)) && !(copy && copy->is_bool() && copy->as_bool()) &&
+                     (format == c10::MemoryFormat::Preserve || layout_probe(self).suggest_memory_format() == format);
+  return alias ? returns::input : returns::copy;
+}
+
+/// The sizes a reshape-like call asks for (`-1` inferred), or nullopt when `self` is kept as it is.
+inline std::optional<std::vector<std::int64_t>> reshape_target(const op_info& op, std::span<const argument> args,
+                                                               const tensor_meta& self) {
+  const auto sizes_of = [](const argument& a) {
+    std::vector<std::int64_t> out;
+    if (a.is_value()) return a.as_value().meta().size_hints();
+    for (const auto& e : a.as_list()) out.push_back(e.is_symbolic() ? e.as_sym().hint() : e.as_int());
+    return out;
+  };
+  auto have = self.size_hints();
+  std::int64_t numel = 1;
+  for (auto s : have) numel *= s;
+  const auto rank = self.dim();
+  if (op.name == "aten::reshape") return at::infer_size(sizes_of(*named_arg(op, args, "shape")), numel);
+  if (op.name == "aten::reshape_as" || op.name == "aten::view_as") return sizes_of(*named_arg(op, args, "other"));
+  if (op.name == "aten::flatten") {
+    if (rank == 0) return std::vector<std::int64_t>{1};
+    const auto start = c10::maybe_wrap_dim(named_arg(op, args, "start_dim")->as_int(), rank);
+    const auto end = c10::maybe_wrap_dim(named_arg(op, args, "end_dim")->as_int(), rank);
+    if (start == end) return std::nullopt;
+    std::vector<std::int64_t> out(have.begin(), have.begin() + start);
+    std::int64_t folded = 1;
+    for (auto d = start; d <= end; ++d) folded *= have[static_cast<std::size_t>(d)];
+    out.push_back(folded);
+    out.insert(out.end(), have.begin() + end + 1, have.end());
+    return out;
+  }
+  // unflatten(dim, sizes)
+  const auto dim = c10::maybe_wrap_dim(named_arg(op, args, "dim")->as_int(), rank);
+  const auto parts = sizes_of(*named_arg(op, args, "sizes"));
+  std::vector<std::int64_t> out(have.begin(), have.begin() + dim);
+  const auto inner = at::infer_size(parts, have[static_cast<std::size_t>(dim)]);
+  out.insert(out.end(), inner.begin(), inner.end());
+  out.insert(out.end(), have.begin() + dim + 1, have.end());
+  return out;
+}
+
+}  // namespace detail
+
+/// What a call of `op` with schema-bound `args` returns, where `op` may return its input or a
+/// copy by its arguments and its input's layout (detail::is_maybe_alias_op); nullopt for every
+/// other op (its schema says: a view op's result aliases, a functional op's does not). Sizes are
+/// taken at their hints.
+inline std::optional<returns> result_aliasing(const op_info& op, std::span<const argument> args) {
+  using namespace detail;
+  if (!is_maybe_alias_op(op.name)) return std::nullopt;
+  if (in_set(op.name, copy_ops)) return returns::copy;
+  if (args.empty() || !args[0].is_value() || args[0].as_value().kind() != value_kind::tensor) return std::nullopt;
+  const auto& self = args[0].as_value().meta();
+  if (op.name == "aten::lift_fresh") return returns::input;
+  if (in_set(op.name, conversion_ops)) return conversion_result(op, args, self);
+  if (op.name == "aten::contiguous") {
+    const auto* mf = named_arg(op, args, "memory_format");
+    const auto format = mf && mf->is_memory_format() ? mf->as_memory_format() : c10::MemoryFormat::Contiguous;
+    return layout_probe(self).is_contiguous(format) ? returns::input : returns::copy;
+  }
+  if (in_set(op.name, dropout_ops)) {  // _dropout_impl: nothing dropped, the input itself
+    const auto* p = named_arg(op, args, "p");
+    const auto* train = named_arg(op, args, "train");
+    std::int64_t numel = 1;
+    for (auto s : self.size_hints()) numel *= s;
+    const bool drops = train && train->is_bool() && train->as_bool() && p && p->is_double() && p->as_double() != 0;
+    return drops && numel != 0 ? returns::copy : returns::input;
+  }
+  if (in_set(op.name, at_least_ops)) {  // atleast_Nd: the input when it has N dims, else a view
+    const auto n = op.name[op.name.size() - 2] - '0';
+    return self.dim() >= n ? returns::input : returns::view;
+  }
+  const auto target = reshape_target(op, args, self);
+  if (!target) return returns::input;
+  return at::detail::computeStride(self.size_hints(), self.stride_hints(), *target) ? returns::view : returns::copy;
+}
+
+/// result_aliasing of call node `n`.
+inline std::optional<returns> result_aliasing(const node& n) {
+  if (!n.is_call() || n.op().higher_order) return std::nullopt;
+  return result_aliasing(n.op(), n.args());
+}
+
+XPORT_END_NAMESPACE
 // #include <xport/ops/call.hpp>
 // #include <xport/ops/data_dependent.hpp>
 // #include <xport/ops/meta_infer.hpp>
@@ -10054,6 +10546,18 @@ class capture {
   [[nodiscard]] program_builder& builder() noexcept { return builder_; }
   [[nodiscard]] c10::Device fake_device() const noexcept { return fake_device_; }
   void set_fake_device(c10::Device d) noexcept { fake_device_ = d; }
+
+  /// Makes the arguments of `op` on top of `stack` what code running on this capture's meta
+  /// tensors must see before it runs (a decomposition, an op's composite kernel): a device
+  /// argument naming the program's device is the meta device, as a fake tensor reports the
+  /// device it stands for. Kernels compare it with their tensors' (`to` returns its input itself
+  /// when nothing converts: ops/aliasing.hpp); what the code then records is reported on the
+  /// program's device again (see convert).
+  void devices_as_code_sees(const op_info& op, torch::jit::Stack& stack) const {
+    const auto n = op.schema().arguments().size();
+    for (auto it = stack.end() - static_cast<std::ptrdiff_t>(n); it != stack.end(); ++it)
+      if (it->isDevice() && detail::same_device(it->toDevice(), fake_device_)) *it = c10::Device(c10::kMeta);
+  }
 
   /// A user input named `name`, typed like `example`; returns the meta tensor the traced code
   /// receives in its place.
@@ -14056,6 +14560,7 @@ XPORT_END_NAMESPACE
 // #include <xport/ir/graph.hpp>
 // #include <xport/ir/op.hpp>
 // #include <xport/ir/program.hpp>
+// #include <xport/ops/aliasing.hpp>
 // #include <xport/ops/op_sets.hpp>
 
 XPORT_BEGIN_NAMESPACE
@@ -14115,6 +14620,7 @@ class functionalizer {
       if (is_batch_norm_with_stats(n)) batch_norm(n);
       else if (n.op().inplace_view) inplace_view(n);
       else if (n.op().is_mutable) mutation(n);
+      else if (const auto r = result_aliasing(n)) maybe_alias(n, *r);
       else copy(n, is_view_op(n.op()));
     }
     // mutated placeholders first (in input order), then the user outputs
@@ -14222,6 +14728,16 @@ class functionalizer {
         cur_[src.impl()] = dst;
       }
     }
+  }
+
+  // An op that may return its input (ops/aliasing.hpp), as its rule decides this call: its
+  // input itself is no new value (a write through it reaches what the input is), a view is a view.
+  void maybe_alias(const node& n, returns r) {
+    if (r != returns::input) return copy(n, r == returns::view);
+    const value in = n.args()[0].as_value();
+    const alias a = base_of(in);
+    alias_[n.output(0).impl()] = a;
+    if (auto it = views_.find(in.impl()); it != views_.end()) views_[n.output(0).impl()] = it->second;
   }
 
   // The out-of-place twin of an in-place op: same name without `_`, and the overload whose
@@ -14334,7 +14850,8 @@ class functionalizer {
       return b_.call("aten::permute", {src, inv});
     }
     if (name == "aten::view" || name == "aten::_reshape_alias" || name == "aten::unsqueeze" ||
-        name == "aten::squeeze" || name == "aten::alias" || name == "aten::detach" || name == "aten::_unsafe_view")
+        name == "aten::squeeze" || name == "aten::alias" || name == "aten::detach" || name == "aten::_unsafe_view" ||
+        in_set(name, reshape_ops) || in_set(name, at_least_ops))
       return b_.call("aten::view", {src, base.meta().size_hints()});
     if (name == "aten::split" || name == "aten::split_with_sizes" || name == "aten::unbind") {
       const auto dim = name == "aten::unbind" ? args[1].as_int() : args[2].as_int();
@@ -14547,10 +15064,7 @@ inline const std::unordered_map<std::string, decomposition>& builtin_decompositi
       if (!a[2].toBool()) return {x};
       return {std::get<0>(at::native_dropout(x, a[1].toDouble(), true))};
     };
-    t["aten::silu"] = [](const S& a) -> S {
-      const auto& x = a[0].toTensor();
-      return {x.mul(x.sigmoid())};
-    };
+    t["aten::silu"] = torch_decomp::silu;  // computed in float for float16 and bfloat16, as torch's
     // the dtype is always given: `full` infers i64 from an integer fill value, zeros is f32
     const auto full_of = [](const S& a, int fill) -> S {
       const auto dtype = a[1].isNone() ? c10::get_default_dtype_as_scalartype() : a[1].toScalarType();
@@ -14617,6 +15131,7 @@ inline decomposition_table::action decomposition_table::lowering(const op_info& 
     return {cia ? action::decompose : action::functionalize};
   }
   if (port != ports.end()) return {action::decompose, &port->second};
+  if (cia && functional_schema && detail::in_set(op.qualified, detail::preserved_composite_ops)) return {action::preserve};
   if (cia && !detail::is_core_op(op)) return {action::decompose};
   return {action::functionalize};
 }
@@ -14737,10 +15252,11 @@ inline void recall(capture& cap, const node& n, std::unordered_map<const value_i
 /// Re-captures `p` with `table`'s decompositions applied (no functionalization).
 inline exported_program decompose(const exported_program& p, const decomposition_table& table) {
   capture cap;
-  cap.set_decompose_hook([&table](const op_info& op, torch::jit::Stack& stack) {
+  cap.set_decompose_hook([&table, &cap](const op_info& op, torch::jit::Stack& stack) {
     const auto* d = table.find(op);
     if (!d) return false;
     capture_reenabled recording;  // the decomposition's own ATen calls are recorded
+    cap.devices_as_code_sees(op, stack);
     try {
       if (*d) {
         const auto n = op.schema().arguments().size();
@@ -14801,8 +15317,11 @@ inline constexpr c10::DispatchKey lowering_record_key = c10::DispatchKey::Fake;
 /// The table of the lowering running on this thread (what the recording fallback decomposes).
 inline thread_local const decomposition_table* active_lowering = nullptr;
 
-/// Runs `a`'s decomposition of `op` on `stack`: its calls come back to the key that called this.
-inline void run_decomposition(const op_info& op, const decomposition_table::action& a, torch::jit::Stack& stack) {
+/// Runs `a`'s decomposition of `op` on `stack` (its device arguments as `cap`'s code sees them):
+/// its calls come back to the key that called this.
+inline void run_decomposition(const capture& cap, const op_info& op, const decomposition_table::action& a,
+                              torch::jit::Stack& stack) {
+  cap.devices_as_code_sees(op, stack);
   if (a.fn && *a.fn) {
     const auto n = op.schema().arguments().size();
     std::vector<c10::IValue> args(std::make_move_iterator(stack.end() - static_cast<std::ptrdiff_t>(n)),
@@ -14831,7 +15350,7 @@ inline void lowering_record_fallback(const c10::OperatorHandle& handle, torch::j
     c10::impl::ExcludeDispatchKeyGuard no_top(capture_key);
     c10::impl::tls_set_dispatch_key_excluded(lowering_record_key, false);
     try {
-      run_decomposition(op, a, *stack);
+      run_decomposition(*active_capture, op, a, *stack);
     } catch (...) {
       c10::impl::tls_set_dispatch_key_excluded(lowering_record_key, true);
       throw;
@@ -14958,7 +15477,7 @@ inline capture::decompose_hook lowering_hook(capture& cap, const decomposition_t
       const bool was_below = below_autograd;
       below_autograd = below_autograd || (a.fn && detail::runs_below_autograd(op));
       try {
-        run_decomposition(op, a, stack);
+        run_decomposition(cap, op, a, stack);
       } catch (...) {
         below_autograd = was_below;
         throw;
@@ -17480,6 +17999,88 @@ XPORT_END_NAMESPACE
 // #include <xport/ir/program.hpp>
 // #include <xport/ir/unbacked.hpp>
 // #include <xport/ops/call.hpp>
+// #include <xport/ops/dense_inputs.hpp>
+// xport/ops/dense_inputs.hpp: operators whose kernels require an input dense in its suggested
+// memory format, which a program does not guarantee, and the twins xport runs them as.
+//
+// Note [Kernels that need a dense input]: LibTorch 2.13's CPU `native_group_norm` checks
+// `X.is_contiguous(X.suggest_memory_format())`. In eager its composite (`group_norm`) makes X so
+// before the call; a program lowered to core ATen calls the kernel directly, on whatever the
+// previous op gave. After a `view` of a permuted tensor with a size-1 dim the format is ambiguous
+// (`[1, 64, 16, 16]` with strides `(64, 1, 1024, 64)`: diffusers' attention blocks, just before
+// their residual GroupNorm) and the kernel refuses it; torch 2.13's own `ep.module()` fails the
+// same way, and 2.14's kernel makes X dense itself. The interpreter and the engine run such a call
+// as its `xport::` twin (run/compiled.hpp): the same schema, X made dense in its suggested format
+// (nothing is copied when it already is), then the op itself, so autograd sees both calls. The
+// program keeps the op torch wrote: printing, passes and saving see no difference.
+
+#include <cstddef>        // std::size_t
+#include <memory>         // std::make_unique
+#include <mutex>          // std::mutex, std::lock_guard
+#include <string>         // std::string
+#include <string_view>    // std::string_view
+#include <unordered_map>  // std::unordered_map
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+// #include <xport/config.hpp>
+// #include <xport/ir/op.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+/// The ops whose kernels require argument `arg` dense in its suggested memory format.
+struct dense_input_op {
+  std::string_view op;  ///< qualified name
+  std::size_t arg;
+};
+inline constexpr dense_input_op dense_input_ops[] = {{"aten::native_group_norm", 0}};
+
+/// The twin's kernel: argument `arg` made dense, then the original op.
+struct dense_input_kernel final : c10::OperatorKernel {
+  dense_input_kernel(c10::OperatorHandle original, std::size_t arg) : original_(std::move(original)), arg_(arg) {}
+  void operator()(const c10::OperatorHandle&, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    const auto n = original_.schema().arguments().size();
+    auto& x = (*stack)[stack->size() - n + arg_];
+    if (x.isTensor() && x.toTensor().defined() && x.toTensor().layout() == c10::kStrided) {
+      const auto& t = x.toTensor();
+      x = t.contiguous(t.suggest_memory_format());
+    }
+    original_.callBoxed(stack);
+  }
+
+ private:
+  c10::OperatorHandle original_;
+  std::size_t arg_;
+};
+
+/// The `xport::` twin of `op` when its kernel needs a dense input (registered with the
+/// dispatcher on first use, once per process), else nullptr.
+inline const c10::OperatorHandle* dense_input_twin(const op_info& op) {
+  const dense_input_op* entry = nullptr;
+  for (const auto& e : dense_input_ops)
+    if (e.op == op.qualified) entry = &e;
+  if (!entry) return nullptr;
+  static std::mutex mutex;
+  static std::unordered_map<std::string, c10::OperatorHandle> twins;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = twins.find(op.qualified); it != twins.end()) return &it->second;
+  auto& d = c10::Dispatcher::singleton();
+  const auto name = "xport::" + op.name.substr(op.name.find("::") + 2);
+  // the handles live as long as the process: never deregistered
+  new c10::RegistrationHandleRAII(d.registerDef(op.schema().cloneWithName(name, op.overload), "xport: dense input twin"));
+  const c10::OperatorName twin_name(name, op.overload);
+  new c10::RegistrationHandleRAII(d.registerImpl(
+      twin_name, c10::DispatchKey::CompositeImplicitAutograd,
+      c10::KernelFunction::makeFromBoxedFunctor(std::make_unique<dense_input_kernel>(op.handle, entry->arg)),
+      c10::nullopt, nullptr, "xport: " + name + " (its input made dense first)"));
+  return &twins.emplace(op.qualified, d.findSchemaOrThrow(name.c_str(), op.overload.c_str())).first->second;
+}
+
+}  // namespace detail
+XPORT_END_NAMESPACE
 // #include <xport/ops/op_sets.hpp>
 // #include <xport/ops/schema.hpp>
 // #include <xport/run/guards.hpp>
@@ -17825,6 +18426,7 @@ class compiled_program {
     }
     compile_unbacked_binds(n, in);
     run_views_as_reshape(in);
+    if (const auto* twin = detail::dense_input_twin(*in.info)) in.op = twin;  // See Note [Kernels that need a dense input]
     max_args = std::max(max_args, in.args.size());
     code.push_back(std::move(in));
   }
@@ -18376,6 +18978,7 @@ XPORT_END_NAMESPACE
 // #include <xport/config.hpp>
 // #include <xport/detail/compat.hpp>
 // #include <xport/ops/schema.hpp>
+// #include <xport/ir/dtype.hpp>
 // #include <xport/ir/graph.hpp>
 // #include <xport/ir/op.hpp>
 // #include <xport/ir/program.hpp>
@@ -18394,88 +18997,83 @@ namespace detail::serde {
 using json = nlohmann::json;
 
 // ---- enums, with the schema's numbering ---------------------------------------------------
+// One table per enum (torch's serializer keeps one dict, `_TORCH_TO_SERIALIZE_DTYPE`, and derives
+// the reverse): both directions read it.
+
+/// A dtype and its number in the export schema (ScalarType), by its c10 name: LibTorch's enum
+/// grows between versions (1.13 has no uint16 or float8_e8m0fnu), the names do not change.
+struct scalar_type_row {
+  std::string_view c10;
+  int number;
+};
+inline constexpr scalar_type_row scalar_type_rows[] = {
+    {"Byte", 1},           {"Char", 2},           {"Short", 3},           {"Int", 4},
+    {"Long", 5},           {"Half", 6},           {"Float", 7},           {"Double", 8},
+    {"ComplexHalf", 9},    {"ComplexFloat", 10},  {"ComplexDouble", 11},  {"Bool", 12},
+    {"BFloat16", 13},      {"UInt16", 28},        {"Float8_e4m3fn", 29},  {"Float8_e5m2", 30},
+    {"Float8_e4m3fnuz", 31}, {"Float8_e5m2fnuz", 32}, {"Float8_e8m0fnu", 33}, {"UInt32", 34},
+    {"UInt64", 35},
+};
+
+/// The running LibTorch's dtype named `c10` (its c10::toString spelling), if it has one.
+inline std::optional<c10::ScalarType> scalar_type_named(std::string_view c10) {
+  for (int i = 0; i < static_cast<int>(c10::ScalarType::NumOptions); ++i) {
+    const auto t = static_cast<c10::ScalarType>(i);
+    if (c10::toString(t) == c10) return t;
+  }
+  return std::nullopt;
+}
 
 inline int scalar_type_number(c10::ScalarType t) {
-  using S = c10::ScalarType;
-  switch (t) {
-    case S::Byte: return 1;
-    case S::Char: return 2;
-    case S::Short: return 3;
-    case S::Int: return 4;
-    case S::Long: return 5;
-    case S::Half: return 6;
-    case S::Float: return 7;
-    case S::Double: return 8;
-    case S::ComplexHalf: return 9;
-    case S::ComplexFloat: return 10;
-    case S::ComplexDouble: return 11;
-    case S::Bool: return 12;
-    case S::BFloat16: return 13;
-    default: break;
-  }
-  throw error("xport.save.dtype", std::string("dtype ") + c10::toString(t) + " has no number in the export schema");
+  const std::string_view name = c10::toString(t);
+  for (const auto& r : scalar_type_rows)
+    if (r.c10 == name) return r.number;
+  throw error("xport.save.dtype", std::string("dtype ") + python_repr(t) + " has no number in the export schema "
+                                  "(torch.export cannot save it either)");
 }
-inline std::optional<c10::ScalarType> scalar_type_of(std::int64_t n) {
-  using S = c10::ScalarType;
-  switch (n) {
-    case 1: return S::Byte;
-    case 2: return S::Char;
-    case 3: return S::Short;
-    case 4: return S::Int;
-    case 5: return S::Long;
-    case 6: return S::Half;
-    case 7: return S::Float;
-    case 8: return S::Double;
-    case 9: return S::ComplexHalf;
-    case 10: return S::ComplexFloat;
-    case 11: return S::ComplexDouble;
-    case 12: return S::Bool;
-    case 13: return S::BFloat16;
-    default: return std::nullopt;
+/// The dtype of schema number `n`; nullopt when the schema has no such number or the running
+/// LibTorch no such dtype (`unknown` says which: the dtype's c10 name, empty for a bad number).
+inline std::optional<c10::ScalarType> scalar_type_of(std::int64_t n, std::string* unknown = nullptr) {
+  for (const auto& r : scalar_type_rows) {
+    if (r.number != n) continue;
+    auto t = scalar_type_named(r.c10);
+    if (!t && unknown) *unknown = std::string(r.c10);
+    return t;
   }
+  return std::nullopt;
 }
-inline int layout_number(c10::Layout l) {
-  switch (l) {
-    case c10::kStrided: return 7;
-    case c10::kSparse: return 1;
-    case c10::kSparseCsr: return 2;
-    case c10::kSparseCsc: return 3;
-    case c10::kSparseBsr: return 4;
-    case c10::kSparseBsc: return 5;
-    case c10::kMkldnn: return 6;
-    default: return 0;
-  }
+
+/// Layouts and memory formats: the same in every LibTorch, numbered by the schema.
+template <class E>
+struct enum_row {
+  E value;
+  int number;
+};
+inline constexpr enum_row<c10::Layout> layout_rows[] = {
+    {c10::kSparse, 1}, {c10::kSparseCsr, 2}, {c10::kSparseCsc, 3}, {c10::kSparseBsr, 4},
+    {c10::kSparseBsc, 5}, {c10::kMkldnn, 6}, {c10::kStrided, 7}};
+inline constexpr enum_row<c10::MemoryFormat> memory_format_rows[] = {
+    {c10::MemoryFormat::Contiguous, 1}, {c10::MemoryFormat::ChannelsLast, 2},
+    {c10::MemoryFormat::ChannelsLast3d, 3}, {c10::MemoryFormat::Preserve, 4}};
+
+/// The schema's number of `v` by `rows` (0, the schema's Unknown, when it has none).
+template <class E, std::size_t N>
+constexpr int number_of(const enum_row<E> (&rows)[N], E v) {
+  for (const auto& r : rows)
+    if (r.value == v) return r.number;
+  return 0;
 }
-inline std::optional<c10::Layout> layout_of(std::int64_t n) {
-  switch (n) {
-    case 7: return c10::kStrided;
-    case 1: return c10::kSparse;
-    case 2: return c10::kSparseCsr;
-    case 3: return c10::kSparseCsc;
-    case 4: return c10::kSparseBsr;
-    case 5: return c10::kSparseBsc;
-    case 6: return c10::kMkldnn;
-    default: return std::nullopt;
-  }
+/// The value of schema number `n` by `rows`.
+template <class E, std::size_t N>
+constexpr std::optional<E> value_of(const enum_row<E> (&rows)[N], std::int64_t n) {
+  for (const auto& r : rows)
+    if (r.number == n) return r.value;
+  return std::nullopt;
 }
-inline int memory_format_number(c10::MemoryFormat m) {
-  switch (m) {
-    case c10::MemoryFormat::Contiguous: return 1;
-    case c10::MemoryFormat::ChannelsLast: return 2;
-    case c10::MemoryFormat::ChannelsLast3d: return 3;
-    case c10::MemoryFormat::Preserve: return 4;
-    default: return 0;
-  }
-}
-inline std::optional<c10::MemoryFormat> memory_format_of(std::int64_t n) {
-  switch (n) {
-    case 1: return c10::MemoryFormat::Contiguous;
-    case 2: return c10::MemoryFormat::ChannelsLast;
-    case 3: return c10::MemoryFormat::ChannelsLast3d;
-    case 4: return c10::MemoryFormat::Preserve;
-    default: return std::nullopt;
-  }
-}
+inline int layout_number(c10::Layout l) { return number_of(layout_rows, l); }
+inline std::optional<c10::Layout> layout_of(std::int64_t n) { return value_of(layout_rows, n); }
+inline int memory_format_number(c10::MemoryFormat m) { return number_of(memory_format_rows, m); }
+inline std::optional<c10::MemoryFormat> memory_format_of(std::int64_t n) { return value_of(memory_format_rows, n); }
 
 // ---- checked reading ------------------------------------------------------------------------
 
@@ -18666,12 +19264,21 @@ inline json tensor_meta_json(const tensor_meta& m) {
           {"device", device_json(m.device)},     {"strides", std::move(strides)}, {"storage_offset", sym_int_json(m.storage_offset)},
           {"layout", layout_number(m.layout)}};
 }
+/// The dtype schema number `v` names, in the running LibTorch.
+inline c10::ScalarType dtype_at(const at_path& v) {
+  std::string unknown;
+  const auto n = v.integer();
+  const auto t = scalar_type_of(n, &unknown);
+  if (!t)
+    v.fail(unknown.empty() ? "unknown ScalarType " + std::to_string(n)
+                           : "dtype " + unknown + " (ScalarType " + std::to_string(n) + ") does not exist in this LibTorch (" +
+                                 torch_version() + "); load the archive with a LibTorch that has it");
+  return *t;
+}
+
 inline tensor_meta tensor_meta_of(const at_path& j) {
   tensor_meta m;
-  const auto dt = j["dtype"];
-  const auto st = scalar_type_of(dt.integer());
-  if (!st) dt.fail("unknown ScalarType " + std::to_string(dt.integer()));
-  m.dtype = *st;
+  m.dtype = dtype_at(j["dtype"]);
   const auto sizes = j["sizes"], strides = j["strides"];
   const auto n = sizes.size_of_array();
   if (n > 64) sizes.fail("more than 64 dimensions");
@@ -18858,9 +19465,7 @@ inline argument argument_of(const at_path& j, const value_scope& scope) {
   if (k == "as_bool") return v.boolean();
   if (k == "as_string") return v.str();
   if (k == "as_scalar_type") {
-    const auto t = scalar_type_of(v.integer());
-    if (!t) v.fail("unknown ScalarType " + std::to_string(v.integer()));
-    return *t;
+    return dtype_at(v);
   }
   if (k == "as_layout") {
     const auto l = layout_of(v.integer());

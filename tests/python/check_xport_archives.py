@@ -34,14 +34,27 @@ import xport_ops  # noqa: E402,F401  (the suite's custom operators: xport's arch
 MIN_ARCHIVES = {"cpp": 74, "xport_saved": 81}
 
 
+# dtypes LibTorch's pickler writes as torch.load(weights_only=True) refuses them (io files leave them out)
+V3_DTYPES = {torch.uint16, torch.uint32, torch.uint64, torch.complex32, torch.float8_e4m3fn, torch.float8_e5m2,
+             torch.float8_e4m3fnuz, torch.float8_e5m2fnuz, torch.float8_e8m0fnu}
+
+# dtypes torch.equal has no kernel for: compared by their bytes
+BYTES_ONLY = {torch.complex32, torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz,
+              torch.float8_e8m0fnu}
+
+
 def same(a, b, exact):
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
         return a == b
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
+    if a.dtype in BYTES_ONLY:
+        return torch.equal(a.reshape(-1).contiguous().view(torch.uint8), b.reshape(-1).contiguous().view(torch.uint8))
     if exact or not a.is_floating_point():
         return torch.equal(a, b)
-    return torch.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True)
+    # within rounding of the dtype (a float16 decomposition may differ from its kernel in the last bit)
+    eps = max(1e-5, 2 * torch.finfo(a.dtype).eps)
+    return torch.allclose(a, b, rtol=eps, atol=max(1e-6, eps / 10), equal_nan=True)
 
 
 def run(ep, args, kwargs, seed):
@@ -90,6 +103,8 @@ def check_archive(oracle, folder, name, failures):
     # 2. weights, bit for bit
     saved = dict(io["state"])
     loaded = {**ep.state_dict, **{k: v for k, v in ep.constants.items() if isinstance(v, torch.Tensor)}}
+    # (dtypes the io files cannot carry are left out of them: the program's outputs show those)
+    loaded = {k: v for k, v in loaded.items() if v.dtype not in V3_DTYPES}
     if set(saved) != set(loaded):
         failures.append(f"{name}: state {sorted(loaded)} but xport saved {sorted(saved)}")
     for k in saved.keys() & loaded.keys():

@@ -72,7 +72,7 @@ class Writer:
         self.index = []
         os.makedirs(out, exist_ok=True)
 
-    def add(self, name, ep, args, kwargs=None, extra=(), runs=True, printed=False):
+    def add(self, name, ep, args, kwargs=None, extra=(), runs=True, printed=False, lowered=False):
         kwargs = kwargs or {}
         path = os.path.join(self.out, name + ".pt2")
         torch.export.save(ep, path)
@@ -81,7 +81,7 @@ class Writer:
             entry["python_inputs"] = True
         if runs:
             outputs, module, after = call(path, args, kwargs)
-            buffers = {k: v.detach().clone() for k, v in module.named_buffers()}
+            buffers = {k: v.detach().clone() for k, v in module.named_buffers() if v.dtype not in V3_DTYPES}
             io = {
                 "args": pytree_types.plain(args), "kwargs": dict(kwargs), "outputs": outputs, "seed": SEED,
                 "after": {"state": buffers, "inputs": [t.detach().clone() for t in tensors(after)]},
@@ -89,6 +89,16 @@ class Writer:
             }
             for a, kw in extra:
                 io["extra"].append({"args": tuple(a), "kwargs": dict(kw), "outputs": call(path, a, kw)[0]})
+            if lowered:  # torch's own lowering, run on the same call: what xport's must give
+                low = os.path.join(self.out, name + ".lowered.pt2")
+                lowered_ep = torch.export.load(path).run_decompositions()
+                entry["printed_lowered"] = str(lowered_ep)  # in memory: a load would name the unused outputs
+                torch.export.save(lowered_ep, low)
+                outputs, module, after = call(low, args, kwargs)
+                io["lowered"] = {"outputs": outputs,
+                                 "after": {"state": {k: v.detach().clone() for k, v in module.named_buffers()},
+                                           "inputs": [t.detach().clone() for t in tensors(after)]}}
+                os.remove(low)
             torch.save(io, os.path.join(self.out, name + ".io.pt"))
             sig = ep.module_call_graph[0].signature
             entry.update(forward_arg_names=list(sig.forward_arg_names or []),
@@ -99,11 +109,12 @@ class Writer:
         self.index.append(entry)
         print(name, flush=True)
 
-    def export(self, name, module, args, kwargs=None, dynamic_shapes=None, extra=(), decompose=False, printed=False):
+    def export(self, name, module, args, kwargs=None, dynamic_shapes=None, extra=(), decompose=False, printed=False,
+               lowered=False):
         ep = torch.export.export(module, tuple(args), kwargs or {}, dynamic_shapes=dynamic_shapes)
         if decompose:
             ep = ep.run_decompositions()
-        self.add(name, ep, args, kwargs, extra, printed=printed)
+        self.add(name, ep, args, kwargs, extra, printed=printed, lowered=lowered)
 
     def close(self):
         with open(os.path.join(self.out, "index.json"), "w") as f:
@@ -437,6 +448,84 @@ class AutocastBlock(nn.Module):
         return y.float() + 1
 
 
+class ThroughTo(nn.Module):
+    """Buffers written through what returns them (transformers' static cache counts its tokens
+    through `.to(...)`): `to` that converts nothing (to.device, to.dtype_layout, to.dtype),
+    `contiguous()` of a contiguous buffer, a `reshape` that views; and one `to` that converts,
+    whose write never reaches its buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("n", torch.zeros((), dtype=torch.int64))
+        self.register_buffer("seen", torch.zeros((), dtype=torch.int64))
+        self.register_buffer("m", torch.zeros(2, 3))
+        self.register_buffer("k", torch.zeros(4, dtype=torch.int32))
+        self.register_buffer("c", torch.zeros(6))
+
+    def forward(self, x):
+        t = self.n.to(device="cpu", dtype=torch.int64)
+        t.add_(1)
+        self.seen.to(x.device).add_(2)
+        self.m.to(torch.float32).add_(x[:2, :3])
+        self.m.contiguous().mul_(2)
+        u = self.k.to(torch.int64)
+        u.add_(5)
+        self.c.view(2, 3).reshape(3, 2).add_(1)
+        return x + t, u
+
+
+class LowPrecision(nn.Module):
+    """Pointwise, normalization, reduction and attention ops in float16 or bfloat16, whose
+    lowerings compute in float32 where torch's do (opmath upcasts: Llama's MLP calls silu)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ln, self.rms, self.lin = nn.LayerNorm(16), nn.RMSNorm(16), nn.Linear(16, 16)
+        self.gn, self.bn = nn.GroupNorm(4, 8), nn.BatchNorm2d(8)
+
+    def forward(self, x, img):
+        F = nn.functional
+        q = x.view(2, 4, 16)
+        return (F.silu(x), F.gelu(x), F.gelu(x, approximate="tanh"), F.softplus(x), F.mish(x), F.hardswish(x),
+                F.hardsigmoid(x), F.elu(x), F.leaky_relu(x, 0.1), x.sigmoid() * x.tanh(), torch.softmax(x, -1),
+                torch.log_softmax(x, -1), self.ln(x), self.rms(x), self.lin(x), x.mean(-1), x.var(-1), x.sum(-1),
+                torch.logsumexp(x, -1), 1 - x, x.masked_fill(x > 0, 0.5), torch.addcmul(x, x, x, value=0.5),
+                torch.lerp(x, x.flip(0), 0.25), x.rsqrt().nan_to_num(), x.clamp_min(-0.5), x.cumsum(0),
+                self.gn(img), self.bn(img), F.interpolate(img, scale_factor=2.0, mode="nearest"),
+                F.interpolate(img, scale_factor=2.0, mode="bilinear"), F.avg_pool2d(img, 2),
+                F.scaled_dot_product_attention(q, q, q, is_causal=True))
+
+
+# every dtype torch.export's schema numbers (torch/_export/serde/schema.py ScalarType)
+SCHEMA_DTYPES = [torch.uint8, torch.int8, torch.uint16, torch.int16, torch.int32, torch.int64, torch.float16,
+                 torch.float32, torch.float64, torch.complex32, torch.complex64, torch.complex128, torch.bool,
+                 torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz,
+                 torch.float8_e8m0fnu, torch.uint32, torch.uint64]
+
+
+# dtypes torch.save writes with _rebuild_tensor_v3, which LibTorch's unpickler does not read: the
+# io files carry them as their bytes (uint8)
+V3_DTYPES = {torch.uint16, torch.uint32, torch.uint64, torch.complex32, torch.float8_e4m3fn, torch.float8_e5m2,
+             torch.float8_e4m3fnuz, torch.float8_e5m2fnuz, torch.float8_e8m0fnu}
+
+
+class Dtypes(nn.Module):
+    """A buffer of every dtype the schema numbers, and a conversion of the input to each
+    (`as_scalar_type` arguments, tensor metadata and weights of all 21); those the io files cannot
+    carry are returned as their bytes (`view(torch.uint8)`)."""
+
+    def __init__(self):
+        super().__init__()
+        for i, d in enumerate(SCHEMA_DTYPES):
+            self.register_buffer(f"b{i}", (torch.arange(6).reshape(2, 3) % 3).to(d))
+
+    def forward(self, x):
+        def readable(t):
+            return t.view(torch.uint8) if t.dtype in V3_DTYPES else t
+        return tuple(readable(x.to(d)) for d in SCHEMA_DTYPES) + tuple(readable(getattr(self, f"b{i}").clone())
+                                                                       for i in range(len(SCHEMA_DTYPES)))
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -469,6 +558,15 @@ def main():
     w.export("buffer_mutation_core_aten", Counter(), (torch.randn(3, 4),), decompose=True)
     w.export("input_mutation", Bump(), (torch.randn(4), torch.randn(4)))
     w.export("input_mutation_core_aten", Bump(), (torch.randn(4), torch.randn(4)), decompose=True)
+    # xport's own lowering of a program torch wrote, run against torch's (buffers after included)
+    w.export("through_to", ThroughTo(), (torch.randn(3, 4),), lowered=True)
+    w.export("input_mutation_lowered", Bump(), (torch.randn(4), torch.randn(4)), lowered=True)
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        torch.manual_seed(0)
+        module = LowPrecision().eval().to(dtype)
+        w.export("low_precision_" + str(dtype).split(".")[1], module,
+                 (torch.randn(8, 16, dtype=dtype), torch.randn(2, 8, 6, 6, dtype=dtype)), lowered=True)
+    w.export("dtypes", Dtypes(), (torch.arange(6.0).reshape(2, 3),))
     w.export("lifted_constant", Lifted(), (torch.randn(4, 2),))
     w.export("structured", Structured(), ({"a": torch.randn(3), "b": torch.randn(3)}, [torch.randn(3), torch.randn(3)], 2))
     w.export("causal_mask", CausalMask(), (torch.randn(2, 5, 4),))

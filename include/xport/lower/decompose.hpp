@@ -147,10 +147,7 @@ inline const std::unordered_map<std::string, decomposition>& builtin_decompositi
       if (!a[2].toBool()) return {x};
       return {std::get<0>(at::native_dropout(x, a[1].toDouble(), true))};
     };
-    t["aten::silu"] = [](const S& a) -> S {
-      const auto& x = a[0].toTensor();
-      return {x.mul(x.sigmoid())};
-    };
+    t["aten::silu"] = torch_decomp::silu;  // computed in float for float16 and bfloat16, as torch's
     // the dtype is always given: `full` infers i64 from an integer fill value, zeros is f32
     const auto full_of = [](const S& a, int fill) -> S {
       const auto dtype = a[1].isNone() ? c10::get_default_dtype_as_scalartype() : a[1].toScalarType();
@@ -217,6 +214,7 @@ inline decomposition_table::action decomposition_table::lowering(const op_info& 
     return {cia ? action::decompose : action::functionalize};
   }
   if (port != ports.end()) return {action::decompose, &port->second};
+  if (cia && functional_schema && detail::in_set(op.qualified, detail::preserved_composite_ops)) return {action::preserve};
   if (cia && !detail::is_core_op(op)) return {action::decompose};
   return {action::functionalize};
 }
@@ -337,10 +335,11 @@ inline void recall(capture& cap, const node& n, std::unordered_map<const value_i
 /// Re-captures `p` with `table`'s decompositions applied (no functionalization).
 inline exported_program decompose(const exported_program& p, const decomposition_table& table) {
   capture cap;
-  cap.set_decompose_hook([&table](const op_info& op, torch::jit::Stack& stack) {
+  cap.set_decompose_hook([&table, &cap](const op_info& op, torch::jit::Stack& stack) {
     const auto* d = table.find(op);
     if (!d) return false;
     capture_reenabled recording;  // the decomposition's own ATen calls are recorded
+    cap.devices_as_code_sees(op, stack);
     try {
       if (*d) {
         const auto n = op.schema().arguments().size();
@@ -401,8 +400,11 @@ inline constexpr c10::DispatchKey lowering_record_key = c10::DispatchKey::Fake;
 /// The table of the lowering running on this thread (what the recording fallback decomposes).
 inline thread_local const decomposition_table* active_lowering = nullptr;
 
-/// Runs `a`'s decomposition of `op` on `stack`: its calls come back to the key that called this.
-inline void run_decomposition(const op_info& op, const decomposition_table::action& a, torch::jit::Stack& stack) {
+/// Runs `a`'s decomposition of `op` on `stack` (its device arguments as `cap`'s code sees them):
+/// its calls come back to the key that called this.
+inline void run_decomposition(const capture& cap, const op_info& op, const decomposition_table::action& a,
+                              torch::jit::Stack& stack) {
+  cap.devices_as_code_sees(op, stack);
   if (a.fn && *a.fn) {
     const auto n = op.schema().arguments().size();
     std::vector<c10::IValue> args(std::make_move_iterator(stack.end() - static_cast<std::ptrdiff_t>(n)),
@@ -431,7 +433,7 @@ inline void lowering_record_fallback(const c10::OperatorHandle& handle, torch::j
     c10::impl::ExcludeDispatchKeyGuard no_top(capture_key);
     c10::impl::tls_set_dispatch_key_excluded(lowering_record_key, false);
     try {
-      run_decomposition(op, a, *stack);
+      run_decomposition(*active_capture, op, a, *stack);
     } catch (...) {
       c10::impl::tls_set_dispatch_key_excluded(lowering_record_key, true);
       throw;
@@ -558,7 +560,7 @@ inline capture::decompose_hook lowering_hook(capture& cap, const decomposition_t
       const bool was_below = below_autograd;
       below_autograd = below_autograd || (a.fn && detail::runs_below_autograd(op));
       try {
-        run_decomposition(op, a, stack);
+        run_decomposition(cap, op, a, stack);
       } catch (...) {
         below_autograd = was_below;
         throw;

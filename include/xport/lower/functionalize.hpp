@@ -23,6 +23,7 @@
 #include <xport/ir/graph.hpp>
 #include <xport/ir/op.hpp>
 #include <xport/ir/program.hpp>
+#include <xport/ops/aliasing.hpp>
 #include <xport/ops/op_sets.hpp>
 
 XPORT_BEGIN_NAMESPACE
@@ -82,6 +83,7 @@ class functionalizer {
       if (is_batch_norm_with_stats(n)) batch_norm(n);
       else if (n.op().inplace_view) inplace_view(n);
       else if (n.op().is_mutable) mutation(n);
+      else if (const auto r = result_aliasing(n)) maybe_alias(n, *r);
       else copy(n, is_view_op(n.op()));
     }
     // mutated placeholders first (in input order), then the user outputs
@@ -189,6 +191,16 @@ class functionalizer {
         cur_[src.impl()] = dst;
       }
     }
+  }
+
+  // An op that may return its input (ops/aliasing.hpp), as its rule decides this call: its
+  // input itself is no new value (a write through it reaches what the input is), a view is a view.
+  void maybe_alias(const node& n, returns r) {
+    if (r != returns::input) return copy(n, r == returns::view);
+    const value in = n.args()[0].as_value();
+    const alias a = base_of(in);
+    alias_[n.output(0).impl()] = a;
+    if (auto it = views_.find(in.impl()); it != views_.end()) views_[n.output(0).impl()] = it->second;
   }
 
   // The out-of-place twin of an in-place op: same name without `_`, and the overload whose
@@ -301,7 +313,8 @@ class functionalizer {
       return b_.call("aten::permute", {src, inv});
     }
     if (name == "aten::view" || name == "aten::_reshape_alias" || name == "aten::unsqueeze" ||
-        name == "aten::squeeze" || name == "aten::alias" || name == "aten::detach" || name == "aten::_unsafe_view")
+        name == "aten::squeeze" || name == "aten::alias" || name == "aten::detach" || name == "aten::_unsafe_view" ||
+        in_set(name, reshape_ops) || in_set(name, at_least_ops))
       return b_.call("aten::view", {src, base.meta().size_hints()});
     if (name == "aten::split" || name == "aten::split_with_sizes" || name == "aten::unbind") {
       const auto dim = name == "aten::unbind" ? args[1].as_int() : args[2].as_int();

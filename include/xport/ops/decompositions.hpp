@@ -2,8 +2,10 @@
 // run_decompositions() takes from Python (torch._decomp, torch._refs) where they call other ATen
 // ops than the op's C++ CompositeImplicitAutograd kernel, or where the op has no such kernel.
 // Each records exactly the calls the Python one makes, so the lowered program prints as
-// torch's. Ops not listed here lower by their C++ kernel, as torch's do. LibTorch >= 2.1 only
-// (the 1.13 path keeps its own table in lower/decompose.hpp).
+// torch's, and computes in the dtypes it does (opmath upcasts: `pw_cast_for_opmath`). Ops not
+// listed here lower by their C++ kernel, as torch's do. The elementwise ones, with their type
+// promotion, are in ops/decompositions_refs.hpp. The tables are LibTorch >= 2.1's (the 1.13 path
+// keeps its own in lower/decompose.hpp).
 #pragma once
 
 #include <functional>  // std::function
@@ -13,12 +15,14 @@
 
 #include <xport/config.hpp>
 #include <xport/detail/compat.hpp>
+#include <xport/ops/decompositions_refs.hpp>
 
 XPORT_BEGIN_NAMESPACE
 namespace detail {
 /// A decomposition: the op's arguments (as the dispatcher passes them) in, its results out,
 /// computed with at:: calls, which are recorded in place of the op.
 using decomposition_fn = std::function<std::vector<c10::IValue>(const std::vector<c10::IValue>& args)>;
+
 }  // namespace detail
 XPORT_END_NAMESPACE
 
@@ -162,12 +166,6 @@ inline S new_full_of(const S& a, int value) {
 inline S rsub(const S& a) {
   // a wrapped number: recorded as the number, as torch records it
   return {at::_ops::sub_Tensor::call(at::native::wrapped_scalar_tensor(a[1].toScalar()), a[0].toTensor(), a[2].toScalar())};
-}
-
-// torch._decomp.silu: x * sigmoid(x)
-inline S silu(const S& a) {
-  const auto& x = a[0].toTensor();
-  return {x.mul(at::sigmoid(x))};
 }
 
 // torch._decomp.squeeze_default: squeeze.dims
@@ -545,6 +543,28 @@ inline const std::unordered_map<std::string, decomposition_fn>& torch_decomposit
       {"aten::unbind.int", d::unbind_int},
       {"aten::_safe_softmax", d::safe_softmax},
       {"aten::_weight_norm_interface", d::weight_norm_interface},
+      // elementwise, with their type promotion (ops/decompositions_refs.hpp)
+      {"aten::hardswish", d::hardswish},
+      {"aten::hardsigmoid", d::hardsigmoid},
+      {"aten::softplus", d::softplus},
+      {"aten::mish", d::mish},
+      {"aten::addcmul", d::addcmul},
+      {"aten::addcdiv", d::addcdiv},
+      {"aten::masked_fill.Scalar", d::masked_fill},
+      {"aten::masked_fill.Tensor", d::masked_fill},
+      {"aten::logsumexp", d::logsumexp},
+      {"aten::isposinf", d::isposinf},
+      {"aten::isneginf", d::isneginf},
+      {"aten::nan_to_num", d::nan_to_num},
+      {"aten::clamp_min", d::clamp_min},
+      {"aten::clamp_min.Tensor", d::clamp_min},
+      {"aten::clamp_max", d::clamp_max},
+      {"aten::clamp_max.Tensor", d::clamp_max},
+      {"aten::tril", d::tril},
+      {"aten::triu", d::triu},
+      {"aten::new_full", d::new_full},
+      {"aten::lerp.Scalar", d::lerp},
+      {"aten::lerp.Tensor", d::lerp},
   };
   return table;
 }

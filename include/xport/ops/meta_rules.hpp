@@ -338,6 +338,11 @@ inline std::vector<at::Tensor> rule_broadcast_binary(const meta_stack& s) {
   return {meta_empty(sizes_of(a), at::result_type(a, s[1].toScalar()))};
 }
 
+// logical_and / or / xor: their arguments' broadcast shape, bool (torch's meta is Python's)
+inline std::vector<at::Tensor> rule_broadcast_bool(const meta_stack& s) {
+  return {meta_empty(broadcast_sizes({sizes_of(s[0].toTensor()), sizes_of(s[1].toTensor())}), c10::kBool)};
+}
+
 // _safe_softmax(self, dim, dtype=None): self's shape, in `dtype` where given (torch's meta comes
 // from its Python decomposition; LibTorch has none)
 inline std::vector<at::Tensor> rule_safe_softmax(const meta_stack& s) {
@@ -436,6 +441,9 @@ inline constexpr meta_rule_entry meta_rule_table[] = {
     {"aten::isinf", rule_like_self_bool},
     {"aten::isfinite", rule_like_self_bool},
     {"aten::logical_not", rule_like_self_bool},
+    {"aten::logical_and", rule_broadcast_bool},
+    {"aten::logical_or", rule_broadcast_bool},
+    {"aten::logical_xor", rule_broadcast_bool},
     {"aten::angle", rule_like_self_real},
     {"aten::max", rule_reduce_all},
     {"aten::min", rule_reduce_all},

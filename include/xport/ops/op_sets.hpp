@@ -3,7 +3,8 @@
 // says what the members share and which part of xport relies on it. Sets that LibTorch tags
 // itself (`core`, `maybe_aliasing_or_mutating`) are read from the tags where the running
 // LibTorch has them (ops/core_ops.hpp, lower/decompose.hpp). The ops that read tensor data have
-// their own header, with their shape rules: ops/data_dependent.hpp.
+// their own header, with their shape rules: ops/data_dependent.hpp; those that may return their
+// input itself, with the rules that decide it: ops/aliasing.hpp.
 #pragma once
 
 #include <algorithm>    // std::find
@@ -20,14 +21,6 @@ template <std::size_t N>
 constexpr bool in_set(std::string_view name, const std::string_view (&set)[N]) {
   return std::find(std::begin(set), std::end(set), name) != std::end(set);
 }
-
-/// Ops that return an alias of their input only sometimes (a copy otherwise); functionalization
-/// treats them as copies (lower/functionalize.hpp).
-inline constexpr std::string_view maybe_alias_ops[] = {
-    "aten::reshape",      "aten::contiguous",      "aten::to",        "aten::flatten",    "aten::type_as",
-    "aten::unflatten",    "aten::dropout",         "aten::feature_dropout", "aten::alpha_dropout",
-    "aten::_to_copy",     "aten::clone",           "aten::lift_fresh", "aten::view_as"};
-constexpr bool is_maybe_alias_op(std::string_view name) { return in_set(name, maybe_alias_ops); }
 
 /// Ops that only change memory layout: a capture at another size may record them or not
 /// (`contiguous()` records nothing on a tensor that already is), so export's structure
@@ -68,6 +61,20 @@ inline constexpr std::string_view maybe_aliasing_or_mutating_ops[] = {
     "aten::_batch_norm_impl_index", "aten::alpha_dropout", "aten::atleast_1d", "aten::atleast_2d",
     "aten::atleast_3d", "aten::batch_norm", "aten::cartesian_prod", "aten::conj_physical", "aten::dropout",
     "aten::feature_alpha_dropout", "aten::feature_dropout", "aten::unsafe_chunk", "aten::native_batch_norm"};
+
+/// Ops called for what they check or record, not for a result (torch.fx's
+/// `_side_effectful_functions`): dead-code elimination keeps them (program/dead_code.hpp).
+inline constexpr std::string_view checking_ops[] = {
+    "aten::_assert_tensor_metadata", "aten::_assert_async", "profiler::_record_function_enter",
+    "profiler::_record_function_enter_new", "profiler::_record_function_exit"};
+constexpr bool is_checking_op(std::string_view name) { return in_set(name, checking_ops); }
+
+/// Ops with a CompositeImplicitAutograd kernel that torch.export's default decomposition table
+/// keeps whole (torch.export.decomp_utils.PRESERVED_ATEN_CIA_OPS, less `_fused_rms_norm`, which
+/// its table decomposes by a Python decomposition instead): lower/decompose.hpp records them as
+/// they are. Qualified names.
+inline constexpr std::string_view preserved_composite_ops[] = {
+    "aten::upsample_bilinear2d.vec", "aten::upsample_nearest2d.vec", "aten::silu_backward", "aten::mish_backward"};
 
 }  // namespace detail
 XPORT_END_NAMESPACE

@@ -31,6 +31,7 @@
 #include <xport/ir/program.hpp>
 #include <xport/ir/unbacked.hpp>
 #include <xport/ops/call.hpp>
+#include <xport/ops/dense_inputs.hpp>
 #include <xport/ops/op_sets.hpp>
 #include <xport/ops/schema.hpp>
 #include <xport/run/guards.hpp>
@@ -376,6 +377,7 @@ class compiled_program {
     }
     compile_unbacked_binds(n, in);
     run_views_as_reshape(in);
+    if (const auto* twin = detail::dense_input_twin(*in.info)) in.op = twin;  // See Note [Kernels that need a dense input]
     max_args = std::max(max_args, in.args.size());
     code.push_back(std::move(in));
   }

@@ -26,6 +26,7 @@
 #include <xport/config.hpp>
 #include <xport/detail/compat.hpp>
 #include <xport/ops/schema.hpp>
+#include <xport/ir/dtype.hpp>
 #include <xport/ir/graph.hpp>
 #include <xport/ir/op.hpp>
 #include <xport/ir/program.hpp>
@@ -44,88 +45,83 @@ namespace detail::serde {
 using json = nlohmann::json;
 
 // ---- enums, with the schema's numbering ---------------------------------------------------
+// One table per enum (torch's serializer keeps one dict, `_TORCH_TO_SERIALIZE_DTYPE`, and derives
+// the reverse): both directions read it.
+
+/// A dtype and its number in the export schema (ScalarType), by its c10 name: LibTorch's enum
+/// grows between versions (1.13 has no uint16 or float8_e8m0fnu), the names do not change.
+struct scalar_type_row {
+  std::string_view c10;
+  int number;
+};
+inline constexpr scalar_type_row scalar_type_rows[] = {
+    {"Byte", 1},           {"Char", 2},           {"Short", 3},           {"Int", 4},
+    {"Long", 5},           {"Half", 6},           {"Float", 7},           {"Double", 8},
+    {"ComplexHalf", 9},    {"ComplexFloat", 10},  {"ComplexDouble", 11},  {"Bool", 12},
+    {"BFloat16", 13},      {"UInt16", 28},        {"Float8_e4m3fn", 29},  {"Float8_e5m2", 30},
+    {"Float8_e4m3fnuz", 31}, {"Float8_e5m2fnuz", 32}, {"Float8_e8m0fnu", 33}, {"UInt32", 34},
+    {"UInt64", 35},
+};
+
+/// The running LibTorch's dtype named `c10` (its c10::toString spelling), if it has one.
+inline std::optional<c10::ScalarType> scalar_type_named(std::string_view c10) {
+  for (int i = 0; i < static_cast<int>(c10::ScalarType::NumOptions); ++i) {
+    const auto t = static_cast<c10::ScalarType>(i);
+    if (c10::toString(t) == c10) return t;
+  }
+  return std::nullopt;
+}
 
 inline int scalar_type_number(c10::ScalarType t) {
-  using S = c10::ScalarType;
-  switch (t) {
-    case S::Byte: return 1;
-    case S::Char: return 2;
-    case S::Short: return 3;
-    case S::Int: return 4;
-    case S::Long: return 5;
-    case S::Half: return 6;
-    case S::Float: return 7;
-    case S::Double: return 8;
-    case S::ComplexHalf: return 9;
-    case S::ComplexFloat: return 10;
-    case S::ComplexDouble: return 11;
-    case S::Bool: return 12;
-    case S::BFloat16: return 13;
-    default: break;
-  }
-  throw error("xport.save.dtype", std::string("dtype ") + c10::toString(t) + " has no number in the export schema");
+  const std::string_view name = c10::toString(t);
+  for (const auto& r : scalar_type_rows)
+    if (r.c10 == name) return r.number;
+  throw error("xport.save.dtype", std::string("dtype ") + python_repr(t) + " has no number in the export schema "
+                                  "(torch.export cannot save it either)");
 }
-inline std::optional<c10::ScalarType> scalar_type_of(std::int64_t n) {
-  using S = c10::ScalarType;
-  switch (n) {
-    case 1: return S::Byte;
-    case 2: return S::Char;
-    case 3: return S::Short;
-    case 4: return S::Int;
-    case 5: return S::Long;
-    case 6: return S::Half;
-    case 7: return S::Float;
-    case 8: return S::Double;
-    case 9: return S::ComplexHalf;
-    case 10: return S::ComplexFloat;
-    case 11: return S::ComplexDouble;
-    case 12: return S::Bool;
-    case 13: return S::BFloat16;
-    default: return std::nullopt;
+/// The dtype of schema number `n`; nullopt when the schema has no such number or the running
+/// LibTorch no such dtype (`unknown` says which: the dtype's c10 name, empty for a bad number).
+inline std::optional<c10::ScalarType> scalar_type_of(std::int64_t n, std::string* unknown = nullptr) {
+  for (const auto& r : scalar_type_rows) {
+    if (r.number != n) continue;
+    auto t = scalar_type_named(r.c10);
+    if (!t && unknown) *unknown = std::string(r.c10);
+    return t;
   }
+  return std::nullopt;
 }
-inline int layout_number(c10::Layout l) {
-  switch (l) {
-    case c10::kStrided: return 7;
-    case c10::kSparse: return 1;
-    case c10::kSparseCsr: return 2;
-    case c10::kSparseCsc: return 3;
-    case c10::kSparseBsr: return 4;
-    case c10::kSparseBsc: return 5;
-    case c10::kMkldnn: return 6;
-    default: return 0;
-  }
+
+/// Layouts and memory formats: the same in every LibTorch, numbered by the schema.
+template <class E>
+struct enum_row {
+  E value;
+  int number;
+};
+inline constexpr enum_row<c10::Layout> layout_rows[] = {
+    {c10::kSparse, 1}, {c10::kSparseCsr, 2}, {c10::kSparseCsc, 3}, {c10::kSparseBsr, 4},
+    {c10::kSparseBsc, 5}, {c10::kMkldnn, 6}, {c10::kStrided, 7}};
+inline constexpr enum_row<c10::MemoryFormat> memory_format_rows[] = {
+    {c10::MemoryFormat::Contiguous, 1}, {c10::MemoryFormat::ChannelsLast, 2},
+    {c10::MemoryFormat::ChannelsLast3d, 3}, {c10::MemoryFormat::Preserve, 4}};
+
+/// The schema's number of `v` by `rows` (0, the schema's Unknown, when it has none).
+template <class E, std::size_t N>
+constexpr int number_of(const enum_row<E> (&rows)[N], E v) {
+  for (const auto& r : rows)
+    if (r.value == v) return r.number;
+  return 0;
 }
-inline std::optional<c10::Layout> layout_of(std::int64_t n) {
-  switch (n) {
-    case 7: return c10::kStrided;
-    case 1: return c10::kSparse;
-    case 2: return c10::kSparseCsr;
-    case 3: return c10::kSparseCsc;
-    case 4: return c10::kSparseBsr;
-    case 5: return c10::kSparseBsc;
-    case 6: return c10::kMkldnn;
-    default: return std::nullopt;
-  }
+/// The value of schema number `n` by `rows`.
+template <class E, std::size_t N>
+constexpr std::optional<E> value_of(const enum_row<E> (&rows)[N], std::int64_t n) {
+  for (const auto& r : rows)
+    if (r.number == n) return r.value;
+  return std::nullopt;
 }
-inline int memory_format_number(c10::MemoryFormat m) {
-  switch (m) {
-    case c10::MemoryFormat::Contiguous: return 1;
-    case c10::MemoryFormat::ChannelsLast: return 2;
-    case c10::MemoryFormat::ChannelsLast3d: return 3;
-    case c10::MemoryFormat::Preserve: return 4;
-    default: return 0;
-  }
-}
-inline std::optional<c10::MemoryFormat> memory_format_of(std::int64_t n) {
-  switch (n) {
-    case 1: return c10::MemoryFormat::Contiguous;
-    case 2: return c10::MemoryFormat::ChannelsLast;
-    case 3: return c10::MemoryFormat::ChannelsLast3d;
-    case 4: return c10::MemoryFormat::Preserve;
-    default: return std::nullopt;
-  }
-}
+inline int layout_number(c10::Layout l) { return number_of(layout_rows, l); }
+inline std::optional<c10::Layout> layout_of(std::int64_t n) { return value_of(layout_rows, n); }
+inline int memory_format_number(c10::MemoryFormat m) { return number_of(memory_format_rows, m); }
+inline std::optional<c10::MemoryFormat> memory_format_of(std::int64_t n) { return value_of(memory_format_rows, n); }
 
 // ---- checked reading ------------------------------------------------------------------------
 
@@ -316,12 +312,21 @@ inline json tensor_meta_json(const tensor_meta& m) {
           {"device", device_json(m.device)},     {"strides", std::move(strides)}, {"storage_offset", sym_int_json(m.storage_offset)},
           {"layout", layout_number(m.layout)}};
 }
+/// The dtype schema number `v` names, in the running LibTorch.
+inline c10::ScalarType dtype_at(const at_path& v) {
+  std::string unknown;
+  const auto n = v.integer();
+  const auto t = scalar_type_of(n, &unknown);
+  if (!t)
+    v.fail(unknown.empty() ? "unknown ScalarType " + std::to_string(n)
+                           : "dtype " + unknown + " (ScalarType " + std::to_string(n) + ") does not exist in this LibTorch (" +
+                                 torch_version() + "); load the archive with a LibTorch that has it");
+  return *t;
+}
+
 inline tensor_meta tensor_meta_of(const at_path& j) {
   tensor_meta m;
-  const auto dt = j["dtype"];
-  const auto st = scalar_type_of(dt.integer());
-  if (!st) dt.fail("unknown ScalarType " + std::to_string(dt.integer()));
-  m.dtype = *st;
+  m.dtype = dtype_at(j["dtype"]);
   const auto sizes = j["sizes"], strides = j["strides"];
   const auto n = sizes.size_of_array();
   if (n > 64) sizes.fail("more than 64 dimensions");
@@ -508,9 +513,7 @@ inline argument argument_of(const at_path& j, const value_scope& scope) {
   if (k == "as_bool") return v.boolean();
   if (k == "as_string") return v.str();
   if (k == "as_scalar_type") {
-    const auto t = scalar_type_of(v.integer());
-    if (!t) v.fail("unknown ScalarType " + std::to_string(v.integer()));
-    return *t;
+    return dtype_at(v);
   }
   if (k == "as_layout") {
     const auto l = layout_of(v.integer());

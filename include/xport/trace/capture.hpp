@@ -29,6 +29,7 @@
 #include <c10/util/StringUtil.h>
 
 #include <xport/config.hpp>
+#include <xport/ops/aliasing.hpp>
 #include <xport/ops/call.hpp>
 #include <xport/ops/data_dependent.hpp>
 #include <xport/ops/meta_infer.hpp>
@@ -109,6 +110,18 @@ class capture {
   [[nodiscard]] program_builder& builder() noexcept { return builder_; }
   [[nodiscard]] c10::Device fake_device() const noexcept { return fake_device_; }
   void set_fake_device(c10::Device d) noexcept { fake_device_ = d; }
+
+  /// Makes the arguments of `op` on top of `stack` what code running on this capture's meta
+  /// tensors must see before it runs (a decomposition, an op's composite kernel): a device
+  /// argument naming the program's device is the meta device, as a fake tensor reports the
+  /// device it stands for. Kernels compare it with their tensors' (`to` returns its input itself
+  /// when nothing converts: ops/aliasing.hpp); what the code then records is reported on the
+  /// program's device again (see convert).
+  void devices_as_code_sees(const op_info& op, torch::jit::Stack& stack) const {
+    const auto n = op.schema().arguments().size();
+    for (auto it = stack.end() - static_cast<std::ptrdiff_t>(n); it != stack.end(); ++it)
+      if (it->isDevice() && detail::same_device(it->toDevice(), fake_device_)) *it = c10::Device(c10::kMeta);
+  }
 
   /// A user input named `name`, typed like `example`; returns the meta tensor the traced code
   /// receives in its place.
