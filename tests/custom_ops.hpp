@@ -5,6 +5,10 @@
 //   fused_bias_gelu(Tensor x, Tensor bias) -> Tensor                     gelu(x + bias, 'tanh')
 //   top_k_gate(Tensor logits, int k=2) -> (Tensor weights, Tensor indices)  softmax over the top k
 //   cpu_only_scale(Tensor x, float s) -> Tensor
+//   kv_write_(Tensor(a!) cache, Tensor pos, Tensor update) -> ()         cache.index_copy_(-2, pos, update)
+//   scale_add_(Tensor(a!) buf, Tensor x, float s) -> ()                  buf = buf * s + x
+//   accumulate(Tensor x, Tensor(a!) total) -> Tensor                     total += x; returns x * 2
+//   log_stat(Tensor x, str tag) -> Tensor                                x.sum(), an op with an effect in Python
 // tests/python/xport_ops.py registers the same schemas and computations in Python (torch.library),
 // so that torch.export programs using them run in both. And GatedBlock: a pre-norm transformer
 // block (causal self-attention, then a top-2 gated mixture of four expert MLPs) written with them.
@@ -51,6 +55,20 @@ inline std::tuple<at::Tensor, at::Tensor> top_k_gate_meta(const at::Tensor& logi
   return {at::empty(sizes, logits.options()), at::empty(sizes, logits.options().dtype(at::kLong))};
 }
 inline at::Tensor cpu_only_scale(const at::Tensor& x, double s) { return x * s; }
+// the mutating ones (torch.export lowers them to auto_functionalized_v2) and one with an effect
+inline void kv_write_(at::Tensor& cache, const at::Tensor& pos, const at::Tensor& update) {
+  cache.index_copy_(-2, pos, update);
+}
+inline void kv_write_meta(at::Tensor&, const at::Tensor&, const at::Tensor&) {}
+inline void scale_add_(at::Tensor& buf, const at::Tensor& x, double s) { buf.mul_(s).add_(x); }
+inline void scale_add_meta(at::Tensor&, const at::Tensor&, double) {}
+inline at::Tensor accumulate(const at::Tensor& x, at::Tensor& total) {
+  total.add_(x);
+  return x * 2;
+}
+inline at::Tensor accumulate_meta(const at::Tensor& x, at::Tensor&) { return at::empty_like(x); }
+inline at::Tensor log_stat(const at::Tensor& x, c10::string_view) { return x.sum().reshape({1}); }
+inline at::Tensor log_stat_meta(const at::Tensor& x, c10::string_view) { return at::empty({1}, x.options()); }
 
 }  // namespace custom_kernels
 
@@ -64,17 +82,29 @@ inline void load_custom_ops() {
     def.def("fused_bias_gelu(Tensor x, Tensor bias) -> Tensor");
     def.def("top_k_gate(Tensor logits, int k=2) -> (Tensor weights, Tensor indices)");
     def.def("cpu_only_scale(Tensor x, float s) -> Tensor");
+    def.def("kv_write_(Tensor(a!) cache, Tensor pos, Tensor update) -> ()");
+    def.def("scale_add_(Tensor(a!) buf, Tensor x, float s) -> ()");
+    def.def("accumulate(Tensor x, Tensor(a!) total) -> Tensor");
+    def.def("log_stat(Tensor x, str tag) -> Tensor");
     for (auto key : {c10::DispatchKey::CPU, c10::DispatchKey::CUDA}) {
       auto& impl = *libs.emplace_back(std::make_unique<torch::Library>(torch::Library::IMPL, "xport_ops", key, __FILE__, __LINE__));
       impl.impl("rms_norm", &k::rms_norm);
       impl.impl("fused_bias_gelu", &k::fused_bias_gelu);
       impl.impl("top_k_gate", &k::top_k_gate);
       if (key == c10::DispatchKey::CPU) impl.impl("cpu_only_scale", &k::cpu_only_scale);
+      impl.impl("kv_write_", &k::kv_write_);
+      impl.impl("scale_add_", &k::scale_add_);
+      impl.impl("accumulate", &k::accumulate);
+      impl.impl("log_stat", &k::log_stat);
     }
     auto& meta = *libs.emplace_back(std::make_unique<torch::Library>(torch::Library::IMPL, "xport_ops", c10::DispatchKey::Meta, __FILE__, __LINE__));
     meta.impl("rms_norm", &k::rms_norm_meta);
     meta.impl("fused_bias_gelu", &k::fused_bias_gelu_meta);
     meta.impl("top_k_gate", &k::top_k_gate_meta);
+    meta.impl("kv_write_", &k::kv_write_meta);
+    meta.impl("scale_add_", &k::scale_add_meta);
+    meta.impl("accumulate", &k::accumulate_meta);
+    meta.impl("log_stat", &k::log_stat_meta);
     return libs;
   }();
   (void)libraries;
@@ -113,7 +143,50 @@ inline at::Tensor cpu_only_scale(const at::Tensor& x, double s) {
   return op.call(x, s);
 }
 
+inline void kv_write_(at::Tensor& cache, const at::Tensor& pos, const at::Tensor& update) {
+  load_custom_ops();
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("xport_ops::kv_write_", "")
+                             .typed<void(at::Tensor&, const at::Tensor&, const at::Tensor&)>();
+  op.call(cache, pos, update);
+}
+inline void scale_add_(at::Tensor& buf, const at::Tensor& x, double s) {
+  load_custom_ops();
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("xport_ops::scale_add_", "")
+                             .typed<void(at::Tensor&, const at::Tensor&, double)>();
+  op.call(buf, x, s);
+}
+inline at::Tensor accumulate(const at::Tensor& x, at::Tensor& total) {
+  load_custom_ops();
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("xport_ops::accumulate", "")
+                             .typed<at::Tensor(const at::Tensor&, at::Tensor&)>();
+  return op.call(x, total);
+}
+
 }  // namespace custom
+
+/// A decoder step's cache, written by the suite's in-place kernels: the KV cache through
+/// kv_write_ (as an in-place cache kernel does), a running sum through scale_add_ (on the
+/// whole buffer and on a slice of it), a total through accumulate (which also returns).
+struct CacheWriterImpl : torch::nn::Module {
+  CacheWriterImpl() {
+    cache = register_buffer("cache", torch::zeros({2, 6, 4}));
+    running = register_buffer("running", torch::zeros({2, 4}));
+    total = register_buffer("total", torch::zeros({2, 4}));
+  }
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& pos) {
+    custom::kv_write_(cache, pos, x);
+    custom::scale_add_(running, x.sum(0), 0.5);
+    auto part = running.slice(0, 1, 2);
+    custom::scale_add_(part, x[0].slice(0, 0, 1), 2.0);
+    auto y = custom::accumulate(x.sum(1), total);
+    return y + cache.sum(1);
+  }
+  at::Tensor cache, running, total;
+};
+TORCH_MODULE(CacheWriter);
 
 /// One expert of the mixture: up-projection, the fused bias + GELU, down-projection.
 struct ExpertImpl : torch::nn::Module {

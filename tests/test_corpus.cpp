@@ -28,6 +28,7 @@
 #include "common.hpp"
 #include "io_files.hpp"
 #include <xport/engine.hpp>
+#include <xport/train.hpp>
 
 using namespace xport;
 namespace fs = std::filesystem;
@@ -282,6 +283,134 @@ TEST_CASE("corpus: every torchvision model torch 2.14 exports loads, runs, lower
           doctest::test_suite("corpus_tv")) {
   // archives of a newer torch, run by LibTorch 2.13's kernels: equal within rounding
   check_corpus({"torchvision (torch 2.14.1)", "tv", "tv_xport_saved", 1e-3, 1e-4, 50});
+}
+
+TEST_CASE("corpus: torchvision's ResNet-18 in train mode, one step through p.module(), has eager's loss and gradients" *
+          doctest::test_suite("corpus_tv")) {
+  // (torch 2.14.1's eager step against LibTorch 2.13's kernels: equal within rounding; counted
+  // bit-equal, which they are on one thread)
+  std::size_t tensors = 0, exact = 0;
+  for (const int batch : {2, 4}) {
+    const auto name = "resnet18_train_b" + std::to_string(batch);
+    CAPTURE(name);
+    auto p = load((corpus_dir("tv_training") / (name + ".pt2")).string());
+    const auto step = xport_test::read_pickle(corpus_dir("tv_training") / (name + ".step.pt")).toGenericDict();
+    auto m = p.module();
+    CHECK(m->is_training());
+    const auto out = m->forward({xport_test::field(step, "x").toTensor()});
+    const auto loss = at::cross_entropy_loss(out[0], xport_test::field(step, "target").toTensor());
+    loss.backward();
+    const auto want_loss = xport_test::field(step, "loss").toTensor();
+    CHECK(at::allclose(loss, want_loss, 1e-6, 0));
+    const auto check = [&](const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+      INFO(what);
+      CHECK((want.is_floating_point() ? at::allclose(got, want, 1e-4, 1e-6) : at::equal(got, want)));
+      exact += at::equal(got, want);
+      ++tensors;
+    };
+    check(loss, want_loss, "loss");
+    const auto grads = xport_test::field(step, "grads").toGenericDict();
+    const auto params = m->named_parameters();
+    REQUIRE(params.size() == grads.size());
+    for (const auto& g : grads) check(params[g.key().toStringRef()].grad(), g.value().toTensor(), g.key().toStringRef());
+    const auto buffers = m->named_buffers();  // running statistics, updated by the step as eager's
+    for (const auto& b : xport_test::field(step, "buffers").toGenericDict())
+      check(buffers[b.key().toStringRef()], b.value().toTensor(), b.key().toStringRef());
+  }
+  MESSAGE("ResNet-18 training step: " << exact << " of " << tensors << " tensors (loss, gradients, statistics) bit-equal to eager's");
+}
+
+namespace {
+
+/// The logits of one step of a one-token decoder program: (input_ids [1, 1], cache_position [1]).
+using llm_step = std::function<at::Tensor(const at::Tensor& ids, const at::Tensor& pos)>;
+
+/// Greedy generation as transformers' TorchExportableModuleWithStaticCache.generate does it: the
+/// prompt one token a call, then the token each call picks, `total` tokens in all. Returns the
+/// tokens and every call's logits (stacked).
+std::pair<at::Tensor, at::Tensor> generate(const llm_step& step, const at::Tensor& prompt, std::int64_t total) {
+  std::vector<std::int64_t> tokens(prompt.data_ptr<std::int64_t>(), prompt.data_ptr<std::int64_t>() + prompt.numel());
+  std::vector<at::Tensor> logits;
+  for (std::int64_t pos = 0; pos + 1 < total; ++pos) {
+    const auto out = step(at::tensor({tokens[static_cast<std::size_t>(pos)]}, at::kLong).view({1, 1}), at::tensor({pos}, at::kLong));
+    logits.push_back(out[0][-1].clone());
+    if (pos + 1 >= prompt.numel()) tokens.push_back(out[0][-1].argmax().item<std::int64_t>());
+  }
+  return {at::tensor(tokens, at::kLong), at::stack(logits)};
+}
+
+/// The buffers of `p` (KV caches, cumulative lengths) against those torch's ep.module() left.
+std::string compare_buffers(const exported_program& p, const c10::impl::GenericDict& want) {
+  for (const auto& b : want) {
+    const auto& name = b.key().toStringRef();
+    const auto* t = p.state_dict().find(name);
+    if (!t) t = p.constants().find(name);
+    if (!t) return "no buffer '" + name + "'";
+    const auto w = b.value().toTensor();
+    const double tol = w.scalar_type() == at::kBFloat16 || w.scalar_type() == at::kHalf ? 2e-2 : 1e-4;  // within rounding
+    if (!(t->is_floating_point() ? at::allclose(t->to(at::kFloat), w.to(at::kFloat), tol, tol / 10) : at::equal(*t, w)))
+      return "buffer '" + name + "' differs";
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("corpus: LLMs exported with transformers' static KV cache generate Python's tokens, logits and cache" *
+          doctest::test_suite("corpus_llm")) {
+  const auto dir = corpus_dir("llm"), saved = corpus_dir("llm_xport_saved");
+  const auto index = json::parse(xport_test::read_file((dir / "index.json").string()));
+  json saved_index = json::array();
+  std::size_t checked = 0, runs = 0, exact = 0, logits = 0;
+  for (const auto& entry : index) {
+    const std::string name = entry["name"];
+    CAPTURE(name);
+    REQUIRE_FALSE(entry.contains("torch_error"));  // transformers' export recipe works with torch 2.13
+    const auto path = (dir / (name + ".pt2")).string();
+    const auto gen = read_pickle(dir / (name + ".gen.pt")).toGenericDict();
+    const auto prompt = field(gen, "prompt").toTensor();
+    const auto want_logits = field(gen, "logits").toTensor();
+    const bool bf16 = entry["variant"] == "bf16";
+    const double rtol = bf16 ? 2e-2 : 1e-4, atol = bf16 ? 2e-2 : 1e-5;
+    // interpreter, engine and xport's own lowering, each from a fresh load (fresh caches)
+    for (const std::string how : {"interpreter", "engine", "run_decompositions"}) {
+      CAPTURE(how);
+      auto p = load(path);
+      if (how == "run_decompositions") p = run_decompositions(p);
+      std::optional<engine> e;
+      if (how == "engine") e.emplace(p);
+      const llm_step step = [&](const at::Tensor& ids, const at::Tensor& pos) {
+        return e ? e->run({ids, pos})[0] : run(p, {ids, pos})[0];
+      };
+      at::Tensor got_logits;
+      if (entry["variant"] == "prefill") {
+        got_logits = step(prompt.view({1, -1}), at::arange(prompt.numel(), at::kLong))[0];
+      } else {
+        auto [tokens, l] = generate(step, prompt, prompt.numel() + field(gen, "tokens").toTensor().numel() - prompt.numel());
+        CHECK(at::equal(tokens, field(gen, "tokens").toTensor()));  // Python's tokens
+        got_logits = l;
+        if (how == "interpreter") {  // saved again, with xport's generation, for torch to generate with
+          save(p, (saved / (name + ".pt2")).string());
+          c10::impl::GenericDict mine(c10::StringType::get(), c10::AnyType::get());
+          mine.insert("prompt", prompt);
+          mine.insert("tokens", tokens);
+          mine.insert("logits", l);
+          write_pickle(saved / (name + ".gen.pt"), mine);
+          saved_index.push_back({{"name", name}});
+        }
+      }
+      CHECK(at::allclose(got_logits.to(at::kFloat), want_logits.to(at::kFloat), rtol, atol));
+      exact += at::equal(got_logits, want_logits);
+      ++logits;
+      CHECK(compare_buffers(p, field(gen, "buffers").toGenericDict()) == "");  // the caches as Python's
+      ++runs;
+    }
+    ++checked;
+  }
+  std::ofstream(saved / "index.json") << saved_index.dump(1);
+  MESSAGE("static-cache LLM archives: " << checked << " (" << runs << " generations; " << exact << " of " << logits
+                                        << " logit sequences bit-equal to ep.module()'s)");
+  CHECK(checked >= 8);
 }
 
 namespace {

@@ -3,6 +3,7 @@
 // verified against their schemas, kept by run_decompositions and every pass, run by the
 // interpreter and the engine, saved and loaded (tests/test_serde.cpp: the load errors; and
 // tests/test_interop.cpp: both ways with torch 2.13), on a real model, GatedBlock.
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -99,6 +100,79 @@ TEST_CASE("custom ops: kept by run_decompositions and by every pass, run by the 
     engine e(core, o);
     for (const auto& in : layouts(3, 5)) CHECK(at::allclose(e.run({in})[0], net->forward(in), 1e-5, 1e-6));
   }
+}
+
+TEST_CASE("custom ops that write their arguments: the training IR calls them, lowering makes auto_functionalized_v2") {
+  using xport_test::CacheWriter;
+  CacheWriter traced;
+  const auto x = at::randn({2, 2, 4});
+  const auto pos = at::tensor({1, 4}, at::kLong);
+  const auto p = export_program(traced, std::tuple{x, pos});
+  CHECK(count(to_string(p), "torch.ops.xport_ops.scale_add_.default(") == 2);
+  const auto calls = [](std::int64_t k) {
+    torch::manual_seed(k);
+    return std::pair{at::randn({2, 2, 4}), at::tensor({k % 6, (k + 3) % 6}, at::kLong)};
+  };
+  // every form of the program runs as eager, its buffers written as eager's, three calls in a row
+  // (the programs share their state tensors: each check starts them at zero, as eager's)
+  const auto check_runs = [&](const exported_program& q, const std::string& what, bool by_engine = false) {
+    CAPTURE(what);
+    CAPTURE(by_engine);
+    CacheWriter eager;
+    for (const auto& [name, t] : q.state_dict()) t.zero_();
+    std::optional<engine> e;
+    if (by_engine) e.emplace(q);
+    for (std::int64_t k = 0; k < 3; ++k) {
+      const auto [xi, pi] = calls(k);
+      const auto got = by_engine ? e->run({xi, pi}) : run(q, {xi, pi});
+      CHECK(at::allclose(got[0], eager->forward(xi, pi)));
+      for (const auto& b : eager->named_buffers()) CHECK(at::allclose(q.state_dict().at(b.key()), b.value()));
+    }
+  };
+  check_runs(p, "training IR");
+  for (const bool decompose : {true, false}) {
+    const auto q = decompose ? run_decompositions(p) : functionalize(p);
+    verify(q);
+    const auto text = to_string(q);
+    INFO(text);
+    CHECK(count(text, "torch.ops.higher_order.auto_functionalized_v2(torch.ops.xport_ops.") == 4);
+    CHECK(text.find("torch.ops.xport_ops.kv_write_.default, pos = args_1, update = args_0, _cache_base_index = 0, "
+                    "_all_bases = [b_cache])") != std::string::npos);
+    for (auto n : q.graph().nodes()) CHECK_FALSE((n.is_call() && n.op().is_mutable));
+    check_runs(q, decompose ? "run_decompositions" : "functionalize");
+    const auto r = xport_test::reload(q);
+    std::string loaded;  // a loaded program names the None results getitems read (as torch's loader does)
+    std::istringstream lines(to_string(r));
+    for (std::string line; std::getline(lines, line);)
+      if (line.find("as_none") == std::string::npos) loaded += line + "\n";
+    CHECK(loaded == text);
+    CHECK(count(to_string(r), "= torch.ops.higher_order.auto_functionalized_v2(") == 4);
+    CHECK(to_string(xport_test::reload(r)) == to_string(r));
+    check_runs(r, "saved and loaded");
+    check_runs(q, "the engine", true);
+  }
+}
+
+TEST_CASE("custom ops that write their arguments: a call naming an unknown operator is refused") {
+  xport_test::load_custom_ops();
+  program_builder b;
+  auto buf = b.buffer("buf", at::zeros({3}));
+  auto x = b.input("x", at::randn({3}));
+  using L = argument::list_type;
+  const auto kw = [&](const std::string& op) {
+    return std::vector<argument>{op, L{L{"x", x}, L{"s", 0.5}, L{"_buf_base_index", 0}, L{"_all_bases", L{buf}}}};
+  };
+  const auto& hop = find_op("higher_order::auto_functionalized_v2");
+  const auto call = b.call_bound(hop, kw("xport_ops::scale_add_"));
+  CHECK(call.num_outputs() == 2);
+  CHECK(call.output(0).kind() == value_kind::none);
+  XPORT_CHECK_THROWS_MSG(b.call_bound(hop, kw("xport_ops::no_such_op")), xport::error,
+                         "auto_functionalized_v2 calls xport_ops::no_such_op, which is not registered");
+  b.output(call.output(1));
+  const auto p = std::move(b).build();
+  const auto text = to_string(p);
+  CHECK(text.find("torch.ops.higher_order.auto_functionalized_v2(torch.ops.xport_ops.scale_add_.default, x = x, s = 0.5, "
+                  "_buf_base_index = 0, _all_bases = [b_buf])") != std::string::npos);
 }
 
 TEST_CASE("custom ops: the training IR keeps them, with autograd through the parameters around them") {

@@ -2758,6 +2758,19 @@ class node {
   /// records it in a program it traced; a program it loaded holds a list (printed so).
   [[nodiscard]] bool has_tuple_operands() const;
   void set_tuple_operands(bool on) const;
+  /// Note [Call forms]: which of a call's schema-bound arguments its maker passed, and which of
+  /// those by keyword (bit i: argument i), as torch records them (`kind: 2` in a .pt2, `dtype =
+  /// torch.int64` in print(ep)): `_assert_tensor_metadata(b, dtype = torch.int64)` passes one of
+  /// three defaults, by name. Unknown (nullopt) for a call xport made: its form follows from the
+  /// schema (positional up to the last argument that is not its default, keyword-only ones by
+  /// name where not default), as the dispatcher hands a call to Python.
+  struct call_form {
+    std::uint64_t given = 0;
+    std::uint64_t keyword = 0;
+    friend bool operator==(const call_form&, const call_form&) = default;
+  };
+  [[nodiscard]] std::optional<call_form> form() const;
+  void set_form(std::optional<call_form> f) const;
 
   [[nodiscard]] node next() const;
   [[nodiscard]] node prev() const;
@@ -2844,6 +2857,8 @@ struct node_impl {
   node_kind kind = node_kind::call_function;
   bool tuple_output = false;
   bool tuple_operands = false;
+  bool has_form = false;  // node::form(): the call form torch recorded (Note [Call forms])
+  std::uint64_t form_given = 0, form_keyword = 0;
   bool bare_return = false;  // the output node of a graph returning its one value bare
   bool list_return = false;  // the output node of a graph returning a list (torch.scan's combine graph)
   c10::SmallVector<value_impl*, 1> outputs;
@@ -3171,6 +3186,9 @@ class basic_graph<default_policy> {
           c->op = n->op;
           c->tuple_output = n->tuple_output;
           c->tuple_operands = n->tuple_operands;
+          c->has_form = n->has_form;
+          c->form_given = n->form_given;
+          c->form_keyword = n->form_keyword;
           c->name = n->name;
           if (!c->name.empty()) g.names_.claim(c->name);
           for (auto* o : n->outputs) {
@@ -3221,7 +3239,7 @@ class basic_graph<default_policy> {
     v->index = static_cast<std::uint32_t>(n->outputs.size());
     v->type = std::move(t);
     v->name = std::move(name);
-    v->unpacked = true;
+    v->unpacked = v->type.kind != value_kind::none;  // a None result is read by no getitem (until a load says so)
     n->outputs.push_back(v);
   }
 
@@ -3442,6 +3460,15 @@ inline value node::out() const {
 inline bool node::has_tuple_output() const { return p_->tuple_output; }
 inline bool node::has_tuple_operands() const { return p_->tuple_operands; }
 inline void node::set_tuple_operands(bool on) const { p_->tuple_operands = on; }
+inline std::optional<node::call_form> node::form() const {
+  if (!p_->has_form) return std::nullopt;
+  return call_form{p_->form_given, p_->form_keyword};
+}
+inline void node::set_form(std::optional<call_form> f) const {
+  p_->has_form = f.has_value();
+  p_->form_given = f ? f->given : 0;
+  p_->form_keyword = f ? f->keyword : 0;
+}
 inline node node::next() const { return node(p_->next); }
 inline node node::prev() const { return node(p_->prev); }
 inline std::uint64_t node::order() const { return p_->order; }
@@ -4903,7 +4930,8 @@ XPORT_END_NAMESPACE
 // `to_ivalue` turns a bound constant argument into the IValue the dispatcher expects.
 
 #include <cstddef>      // std::size_t
-#include <cstdint>      // std::int64_t
+#include <cstdint>      // std::int64_t, std::uint64_t
+#include <span>         // std::span
 #include <sstream>      // std::ostringstream
 #include <string>       // std::string
 #include <vector>       // std::vector
@@ -5168,6 +5196,28 @@ c10::IValue to_ivalue(const argument& a, const c10::TypePtr& t, Lookup&& lookup)
       return l;
     }
   }
+}
+
+/// The call form (Note [Call forms], ir/graph.hpp) the dispatcher gives a call of `op` with
+/// schema-bound `args` when it hands it to Python: positional arguments up to the last one that
+/// is not its default, keyword-only ones by name where not their default. nullopt for a schema
+/// of more than 64 arguments.
+inline std::optional<node::call_form> default_call_form(const op_info& op, std::span<const argument> args) {
+  const auto& params = op.schema().arguments();
+  if (params.size() > 64 || args.size() != params.size()) return std::nullopt;
+  const auto is_default = [&](std::size_t i) {
+    return params[i].default_value() && default_argument(params[i]) == args[i];
+  };
+  node::call_form f;
+  std::size_t last_pos = 0;  // one past the last positional argument given
+  for (std::size_t i = 0; i < params.size(); ++i)
+    if (!params[i].kwarg_only() && !is_default(i)) last_pos = i + 1;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const auto bit = std::uint64_t{1} << i;
+    if (!params[i].kwarg_only() && i < last_pos) f.given |= bit;
+    if (params[i].kwarg_only() && !is_default(i)) f.given |= bit, f.keyword |= bit;
+  }
+  return f;
 }
 
 /// The schema-ordered argument list for `op`, defaults filled in.
@@ -5923,6 +5973,8 @@ enum class arg_form : std::uint8_t {
   tensor_list,           ///< a Tensor[] holding graph values
   optional_tensor_list,  ///< a Tensor?[] holding graph values (and Nones)
   int_list,              ///< a SymInt[] (or any other list) holding graph values or symbols
+  any_list,              ///< an Any[] holding graph values, maybe in nested lists (a higher-order
+                         ///< call's arguments by name: ops/auto_functionalize.hpp)
 };
 
 /// The form argument `a` takes as parameter `param`.
@@ -5942,6 +5994,7 @@ inline arg_form form_of(const c10::Argument& param, const argument& a) {
   const auto kind = lt->castRaw<c10::ListType>()->getElementType()->kind();
   return kind == c10::TypeKind::TensorType     ? arg_form::tensor_list
          : kind == c10::TypeKind::OptionalType ? arg_form::optional_tensor_list
+         : kind == c10::TypeKind::AnyType      ? arg_form::any_list
                                                : arg_form::int_list;
 }
 
@@ -6180,7 +6233,9 @@ XPORT_END_NAMESPACE
 // #include <xport/ops/higher_order.hpp>
 // xport/ops/higher_order.hpp: torch's higher-order operators, one descriptor each.
 // A higher-order operator (torch.ops.higher_order.cond, .while_loop, .map_impl, .scan,
-// .wrap_with_set_grad_enabled, .wrap_with_autocast) takes subgraphs as arguments. Each has one
+// .wrap_with_set_grad_enabled, .wrap_with_autocast) takes subgraphs as arguments, or calls
+// another operator by name (.auto_functionalized, .auto_functionalized_v2, .with_effects: their
+// kernels are in ops/auto_functionalize.hpp). Each has one
 // entry here: its schema as the dispatcher sees it, how torch lays its arguments out in a
 // program (a trailing list written spread, as `wrap_with_set_grad_enabled(False, submod_1, x,
 // w)`), which operands its subgraphs take (and which one row at a time), how its outputs are
@@ -6207,6 +6262,275 @@ XPORT_END_NAMESPACE
 // #include <xport/error.hpp>
 // #include <xport/ir/graph.hpp>
 // #include <xport/ir/op.hpp>
+// #include <xport/ops/auto_functionalize.hpp>
+// xport/ops/auto_functionalize.hpp: the kernels of torch's higher-order operators that call
+// another operator by name: auto_functionalized and auto_functionalized_v2 (a custom op that
+// mutates its arguments, run functionally: what it writes is cloned first and returned), and
+// with_effects (an op with a side effect, ordered by a token). Their descriptors are in
+// ops/higher_order.hpp; this header holds what they compute, as
+// torch/_higher_order_ops/auto_functionalize.py and effects.py define it.
+//
+// Such a call names its operator (`torch.ops.xt.kv_update_.default`, an `as_operator`
+// argument: xport holds its qualified name) and passes the operator's arguments by keyword. xport
+// holds those as one list of [name, value] pairs (`(Any op, Any[] kwargs)` to the dispatcher).
+
+#include <cstddef>      // std::size_t
+#include <cstdint>      // std::int64_t
+#include <optional>     // std::optional
+#include <string>       // std::string
+#include <string_view>  // std::string_view
+#include <utility>      // std::move
+#include <vector>       // std::vector
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/core/stack.h>
+#include <ATen/ops/alias.h>
+#include <ATen/ops/as_strided.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+#include <ATen/ops/slice.h>
+
+// #include <xport/config.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ir/op.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+/// A call's keyword arguments: [name, value] pairs, as the dispatcher hands them to a kernel.
+class keyword_args {
+ public:
+  keyword_args(const c10::IValue& pairs, std::string_view hop) : hop_(hop) {
+    for (const auto& p : pairs.toListRef()) {
+      const auto& kv = p.toListRef();
+      if (kv.size() != 2 || !kv[0].isString())
+        throw run_error("xport.run.hop_kwargs", std::string(hop) + ": a keyword argument is not a (name, value) pair");
+      names_.push_back(kv[0].toStringRef());
+      values_.push_back(kv[1]);
+    }
+  }
+  [[nodiscard]] bool has(std::string_view name) const { return index(name).has_value(); }
+  /// The value of `name`; None when the call does not pass it.
+  [[nodiscard]] const c10::IValue& get(std::string_view name) const {
+    static const c10::IValue none;
+    const auto i = index(name);
+    return i ? values_[*i] : none;
+  }
+  /// The value of `name`, which the call must pass.
+  [[nodiscard]] const c10::IValue& at(std::string_view name) const {
+    const auto i = index(name);
+    if (!i) throw run_error("xport.run.hop_kwargs", std::string(hop_) + ": the call has no argument '" + std::string(name) + "'");
+    return values_[*i];
+  }
+  void set(std::string_view name, c10::IValue v) {
+    if (const auto i = index(name)) values_[*i] = std::move(v);
+    else {
+      names_.emplace_back(name);
+      values_.push_back(std::move(v));
+    }
+  }
+  /// Pushes `op`'s arguments onto `stack`, `positional` first, then each parameter by name (its
+  /// default where the call does not pass it).
+  void push_for(const op_info& op, const std::vector<c10::IValue>& positional, torch::jit::Stack& stack) const {
+    const auto& params = op.schema().arguments();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if (i < positional.size()) {
+        stack.push_back(positional[i]);
+      } else if (const auto k = index(params[i].name())) {
+        stack.push_back(values_[*k]);
+      } else if (params[i].default_value()) {
+        stack.push_back(*params[i].default_value());
+      } else {
+        throw run_error("xport.run.hop_kwargs", std::string(hop_) + ": " + op.qualified + " needs argument '" +
+                                                     params[i].name() + "', which the call does not pass");
+      }
+    }
+  }
+
+ private:
+  [[nodiscard]] std::optional<std::size_t> index(std::string_view name) const {
+    for (std::size_t i = 0; i < names_.size(); ++i)
+      if (names_[i] == name) return i;
+    return std::nullopt;
+  }
+  std::string_view hop_;
+  std::vector<std::string> names_;
+  std::vector<c10::IValue> values_;
+};
+
+/// The operator a call names (its qualified name, as xport holds an `as_operator` argument).
+inline const op_info& named_operator(const c10::IValue& v, std::string_view hop) {
+  if (!v.isString()) throw run_error("xport.run.hop_operator", std::string(hop) + ": its first argument is not an operator");
+  const auto* op = try_find_op(v.toStringRef());
+  if (!op)
+    throw run_error("xport.run.hop_operator", std::string(hop) + " calls " + v.toStringRef() +
+                                                  ", which is not registered in this process (load its library first)");
+  return *op;
+}
+
+/// The names of `op`'s arguments it writes (`Tensor(a!)`, `Tensor(a!)[]`, `Tensor(a!)?`), in order.
+inline std::vector<std::string> mutated_arguments(const op_info& op) {
+  std::vector<std::string> out;
+  for (const auto& a : op.schema().arguments())
+    if (a.alias_info() && a.alias_info()->isWrite()) out.push_back(a.name());
+  return out;
+}
+
+/// Whether torch functionalizes `op` by auto_functionalized_v2 (torch's can_auto_functionalize):
+/// an operator outside ATen that writes to tensor arguments only and returns new tensors (or
+/// nothing).
+inline bool auto_functionalizable(const op_info& op) {
+  if (!op.is_mutable || op.higher_order) return false;
+  const auto ns = std::string_view(op.name).substr(0, op.name.find("::"));
+  if (ns == "aten" || ns == "prim" || ns == "prims") return false;
+  for (const auto& a : op.schema().arguments()) {
+    if (!a.alias_info() || !a.alias_info()->isWrite()) continue;
+    auto t = a.real_type();
+    if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
+    if (t->kind() == c10::TypeKind::ListType) t = t->castRaw<c10::ListType>()->getElementType();
+    if (t->kind() != c10::TypeKind::TensorType) return false;
+  }
+  for (const auto& r : op.schema().returns())
+    if (r.alias_info() || r.type()->kind() != c10::TypeKind::TensorType) return false;
+  return true;
+}
+
+/// torch._prims_common.clone_preserve_strides: a copy with `x`'s sizes, strides and offset.
+inline at::Tensor clone_preserve_strides(const at::Tensor& x) {
+  std::int64_t needed = 1;
+  for (std::int64_t d = 0; d < x.dim(); ++d) {
+    if (x.size(d) == 0) {
+      needed = 0;
+      break;
+    }
+    needed += (x.size(d) - 1) * x.stride(d);
+  }
+  needed += x.storage_offset();
+  const auto buffer = at::as_strided(x, {needed}, {1}, 0).clone();
+  return at::as_strided(buffer, x.sizes(), x.strides(), x.storage_offset());
+}
+
+/// A call's results as a higher-order operator returns them (one list): the op's own (None for
+/// an op that returns nothing, each of a tuple's), then `extra`.
+inline c10::List<at::Tensor> op_results(const op_info& op, torch::jit::Stack& stack, std::vector<at::Tensor> extra) {
+  c10::List<at::Tensor> out;
+  if (op.schema().returns().empty()) out.push_back(at::Tensor());
+  for (auto& r : stack) {
+    if (r.isTensor()) out.push_back(r.toTensor());
+    else if (r.isNone()) out.push_back(at::Tensor());
+    else if (r.isTensorList())
+      for (const auto& t : r.toTensorVector()) out.push_back(t);
+    else
+      throw run_error("xport.run.hop_result", op.qualified + " returns a " + r.tagKind() +
+                                                 ": xport's auto_functionalized and with_effects pass tensors only");
+  }
+  for (auto& t : extra) out.push_back(std::move(t));
+  return out;
+}
+
+// higher_order::auto_functionalized(Any op, Any[] kwargs) -> Tensor[]: op called with every
+// argument it writes cloned first (strides kept); returns op's results, then those clones.
+inline void auto_functionalized_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  const auto& op = named_operator(s[s.size() - 2], "auto_functionalized");
+  keyword_args kw(s.back(), "auto_functionalized");
+  std::vector<at::Tensor> written;
+  for (const auto& name : mutated_arguments(op)) {
+    const auto& v = kw.get(name);
+    if (!v.isTensor())
+      throw run_error("xport.run.hop_kwargs", "auto_functionalized: " + op.qualified + "'s argument '" + name +
+                                                   "' is not a tensor (xport auto-functionalizes written tensors only)");
+    written.push_back(clone_preserve_strides(v.toTensor()));
+    kw.set(name, written.back());
+  }
+  torch::jit::drop(s, 2);
+  torch::jit::Stack call;
+  kw.push_for(op, {}, call);
+  op.handle.callBoxed(call);
+  s.emplace_back(op_results(op, call, std::move(written)));
+}
+
+/// One written argument's view of its base, as auto_functionalized_v2 records it (`_x_base_index`,
+/// then `_x_alias`, `_x_size/_stride/_storage_offset` or `_x_slice_dim/_start/_end`).
+inline c10::IValue regenerate_view(const keyword_args& kw, const std::string& prefix, const std::vector<at::Tensor>& bases) {
+  const auto& index = kw.get(prefix + "_base_index");
+  if (index.isNone()) return {};
+  const auto i = index.toInt();
+  if (i < 0 || static_cast<std::size_t>(i) >= bases.size())
+    throw run_error("xport.run.hop_kwargs", "auto_functionalized_v2: " + prefix + "_base_index " + std::to_string(i) +
+                                                 " is not one of its " + std::to_string(bases.size()) + " bases");
+  const auto& base = bases[static_cast<std::size_t>(i)];
+  if (kw.has(prefix + "_alias")) return at::alias(base);
+  if (kw.has(prefix + "_storage_offset"))
+    return at::as_strided_symint(base, kw.at(prefix + "_size").toSymIntVector(), kw.at(prefix + "_stride").toSymIntVector(),
+                                 kw.at(prefix + "_storage_offset").toSymInt());
+  if (kw.has(prefix + "_slice_dim")) {
+    const auto& end = kw.get(prefix + "_slice_end");
+    return at::slice(base, kw.at(prefix + "_slice_dim").toInt(), kw.at(prefix + "_slice_start").toOptional<std::int64_t>(),
+                     end.toOptional<std::int64_t>());
+  }
+  return base;
+}
+
+// higher_order::auto_functionalized_v2(Any op, Any[] kwargs) -> Tensor[]: the bases of what op
+// writes (`_all_bases`) cloned, each written argument regenerated as its view of its base, op
+// called on them; returns op's results, then the new bases. An out= op (no bases) writes fresh
+// tensors of the recorded sizes (`_out_size`, ...) and returns op's results only.
+inline void auto_functionalized_v2_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  const auto& op = named_operator(s[s.size() - 2], "auto_functionalized_v2");
+  keyword_args kw(s.back(), "auto_functionalized_v2");
+  std::vector<at::Tensor> bases;
+  if (const auto& all = kw.get("_all_bases"); all.isList() || all.isTensorList())
+    for (const auto& b : all.toListRef()) bases.push_back(b.isTensor() ? clone_preserve_strides(b.toTensor()) : at::Tensor());
+  bool out_op = false;
+  for (const auto& name : mutated_arguments(op)) {
+    const auto prefix = "_" + name;
+    if (kw.has(prefix + "_dtype")) {  // an out= op: a fresh tensor of the recorded layout
+      out_op = true;
+      kw.set(name, at::empty_strided_symint(kw.at(prefix + "_size").toSymIntVector(), kw.at(prefix + "_stride").toSymIntVector(),
+                                            at::TensorOptions().dtype(kw.at(prefix + "_dtype").toScalarType())
+                                                .device(kw.at(prefix + "_device").toDevice())));
+    } else if (kw.has(prefix + "_length")) {  // a Tensor[]: one view per element
+      const auto& n = kw.at(prefix + "_length");
+      if (n.isNone()) continue;
+      c10::List<at::Tensor> views;
+      for (std::int64_t k = 0; k < n.toInt(); ++k) views.push_back(regenerate_view(kw, prefix + "_" + std::to_string(k), bases).toTensor());
+      kw.set(name, views);
+    } else {
+      kw.set(name, regenerate_view(kw, prefix, bases));
+    }
+  }
+  torch::jit::drop(s, 2);
+  torch::jit::Stack call;
+  kw.push_for(op, {}, call);
+  op.handle.callBoxed(call);
+  s.emplace_back(op_results(op, call, out_op ? std::vector<at::Tensor>{} : std::move(bases)));
+}
+
+// higher_order::with_effects(Tensor token, Any op, Any[] args, Any[] kwargs) -> Tensor[]: op
+// called on its arguments (positional, then by keyword), after whatever its token orders
+// before it; returns a new token (an empty tensor, as torch makes one), then op's results (None
+// for an op that returns nothing).
+inline void with_effects_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  const auto& op = named_operator(s[s.size() - 3], "with_effects");
+  const keyword_args kw(s.back(), "with_effects");
+  const auto positional = s[s.size() - 2].toListRef().vec();
+  torch::jit::drop(s, 4);
+  torch::jit::Stack call;
+  kw.push_for(op, positional, call);
+  op.handle.callBoxed(call);
+  c10::List<at::Tensor> out;
+  out.push_back(at::empty({0}));  // torch.tensor([])
+  for (const auto& t : op_results(op, call, {})) out.push_back(t);
+  s.emplace_back(std::move(out));
+}
+
+}  // namespace detail
+XPORT_END_NAMESPACE
 
 // LibTorch's autocast state (ATen/autocast_mode.h), declared here: that header includes all of
 // ATen, against the narrow-headers rule. Per device type since 2.4; CPU and CUDA apart before.
@@ -6237,15 +6561,21 @@ XPORT_BEGIN_NAMESPACE
 
 /// One higher-order operator: everything xport knows about it (see the header comment).
 struct higher_order_op {
-  enum class id : std::uint8_t { cond, while_loop, map, scan, set_grad_enabled, autocast };
-  /// A parameter of the operator: its name and type in the dispatcher's schema.
+  enum class id : std::uint8_t {
+    cond, while_loop, map, scan, set_grad_enabled, autocast, auto_functionalized, auto_functionalized_v2, with_effects
+  };
+  /// A parameter of the operator: its name and type in the dispatcher's schema. `op` is an
+  /// operator the call names (an `as_operator` argument: its qualified name, a string), `values`
+  /// that operator's positional arguments (any, written spread), `kwargs` its keyword arguments
+  /// (a list of [name, value] pairs, written `name = value`).
   struct param {
     std::string_view name;
-    enum class type : std::uint8_t { any, boolean, string, dtype_opt, bool_opt, graph, tensors } kind;
+    enum class type : std::uint8_t { any, boolean, string, dtype_opt, bool_opt, graph, tensors, op, values, kwargs } kind;
   };
   /// How its results are typed: as its first subgraph returns them (cond's true branch), its
-  /// last (while_loop's body), map's (each stacked), scan's (carries, then ys stacked).
-  enum class results : std::uint8_t { first_graph, last_graph, mapped, scanned };
+  /// last (while_loop's body), map's (each stacked), scan's (carries, then ys stacked), or by
+  /// running its kernel on meta tensors (the operators that call an operator by name).
+  enum class results : std::uint8_t { first_graph, last_graph, mapped, scanned, by_kernel };
 
   id which;
   std::string_view name;    ///< `cond`: torch.ops.higher_order.cond
@@ -6270,6 +6600,13 @@ struct higher_order_op {
     for (std::size_t i = 0; i < params.size(); ++i)
       if (params[i].kind == param::type::graph) out.push_back(i);
     return out;
+  }
+  /// Whether it calls an operator by name, its arguments by keyword (auto_functionalized,
+  /// with_effects): printed and written as `(op, *args, name = value, ...)`.
+  [[nodiscard]] bool calls_by_name() const {
+    for (const auto& p : params)
+      if (p.kind == param::type::op) return true;
+    return false;
   }
   /// A text of the parameters for messages: `(pred, true_graph, false_graph, operands)`.
   [[nodiscard]] std::string layout() const {
@@ -6560,6 +6897,14 @@ inline const std::vector<higher_order_op>& higher_order_ops() {
        {{"device_type", T::string}, {"dtype", T::dtype_opt}, {"enabled", T::boolean}, {"cache_enabled", T::bool_opt},
         {"body", T::graph}, {"args", T::tensors}},
        true, R::first_graph, -1, true, &detail::autocast_kernel},
+      {I::auto_functionalized, "auto_functionalized", "auto_functionalized (a custom op that mutates)",
+       {{"_mutable_op", T::op}, {"kwargs", T::kwargs}}, false, R::by_kernel, -1, false, &detail::auto_functionalized_kernel},
+      {I::auto_functionalized_v2, "auto_functionalized_v2", "auto_functionalized_v2 (a custom op that mutates)",
+       {{"_mutable_op", T::op}, {"kwargs", T::kwargs}}, false, R::by_kernel, -1, false,
+       &detail::auto_functionalized_v2_kernel},
+      {I::with_effects, "with_effects", "with_effects (an op with a side effect)",
+       {{"token", T::any}, {"op", T::op}, {"args", T::values}, {"kwargs", T::kwargs}}, false, R::by_kernel, -1, false,
+       &detail::with_effects_kernel},
   };
   return ops;
 }
@@ -6619,6 +6964,9 @@ inline c10::FunctionSchema schema_of(const higher_order_op& h) {
       case higher_order_op::param::type::dtype_opt: break;  // above
       case higher_order_op::param::type::bool_opt: t = c10::OptionalType::create(c10::BoolType::get()); break;
       case higher_order_op::param::type::tensors: t = c10::ListType::create(c10::TensorType::get()); break;
+      case higher_order_op::param::type::op: t = c10::StringType::get(); break;
+      case higher_order_op::param::type::values:
+      case higher_order_op::param::type::kwargs: t = c10::ListType::create(c10::AnyType::get()); break;
     }
     args.emplace_back(std::string(p.name), std::move(t));
   }
@@ -6927,7 +7275,8 @@ inline std::vector<value_type> subgraph_outputs(const op_info& op, const std::ve
 }
 
 inline std::vector<value_type> infer_outputs(const op_info& op, const std::vector<argument>& args) {
-  if (op.higher_order) return subgraph_outputs(op, args);
+  const auto* hop = hop_of(op);
+  if (op.higher_order && !(hop && hop->typing == higher_order_op::results::by_kernel)) return subgraph_outputs(op, args);
   if (reads_data(op)) throw_reads_data(op);
   torch::jit::Stack stack;
   push_meta_arguments(op, args, [](const value& v) { return v.meta().make_meta(); }, stack);
@@ -7897,6 +8246,7 @@ namespace detail {
 inline bool fits(const argument& a, const c10::TypePtr& t) {
   using K = c10::TypeKind;
   switch (t->kind()) {
+    case K::AnyType: return true;  // (a higher-order call's arguments by name: any argument, nested lists among them)
     case K::OptionalType: return a.is_none() || fits(a, t->castRaw<c10::OptionalType>()->getElementType());
     case K::ListType: {
       if (!a.is_list()) return false;
@@ -8316,6 +8666,34 @@ inline void verify_wrapped(node n, const higher_order_op& hop, const verify_opti
                   n.name());
 }
 
+/// Checks a call that names an operator (auto_functionalized, with_effects): the operator is
+/// registered (a mutating one for auto_functionalized), its keyword arguments are (name, value)
+/// pairs, with_effects threads a token tensor in and out.
+inline void verify_named_call(node n, const higher_order_op& hop) {
+  using T = higher_order_op::param::type;
+  const auto args = n.args();
+  const auto fail = [&](const std::string& what) { verify_fail(std::string(hop.name) + "_args", "'" + n.name() + "': " + what, n.name()); };
+  if (args.size() != hop.params.size()) fail("calls " + hop.target() + " without " + hop.layout());
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const auto kind = hop.params[i].kind;
+    if (kind == T::op) {
+      const auto* op = args[i].is_string() ? try_find_op(args[i].as_string()) : nullptr;
+      if (!op) fail("argument " + std::to_string(i) + " does not name a registered operator");
+      if (hop.which != higher_order_op::id::with_effects && !op->is_mutable)
+        fail(op->qualified + " mutates nothing: " + hop.target() + " calls an operator that writes to its arguments");
+    }
+    if ((kind == T::values || kind == T::kwargs) && !args[i].is_list()) fail("argument " + std::to_string(i) + " is not a list");
+    if (kind == T::kwargs)
+      for (const auto& kv : args[i].as_list())
+        if (!kv.is_list() || kv.as_list().size() != 2 || !kv.as_list()[0].is_string())
+          fail("a keyword argument is not a (name, value) pair");
+  }
+  if (hop.which == higher_order_op::id::with_effects &&
+      (!args[0].is_value() || args[0].as_value().kind() != value_kind::tensor || n.num_outputs() == 0 ||
+       n.output(0).kind() != value_kind::tensor))
+    fail("with_effects takes a token tensor first and returns a new one first");
+}
+
 /// Checks a higher-order call by the rules of its operator (ops/higher_order.hpp).
 inline void verify_higher_order(node n, const verify_options& opts) {
   const auto* hop = hop_of(n.op());
@@ -8327,6 +8705,9 @@ inline void verify_higher_order(node n, const verify_options& opts) {
     case higher_order_op::id::scan: return verify_scan(n, opts);
     case higher_order_op::id::set_grad_enabled:
     case higher_order_op::id::autocast: return verify_wrapped(n, *hop, opts);
+    case higher_order_op::id::auto_functionalized:
+    case higher_order_op::id::auto_functionalized_v2:
+    case higher_order_op::id::with_effects: return verify_named_call(n, *hop);
   }
 }
 
@@ -8888,6 +9269,7 @@ XPORT_END_NAMESPACE
 
 #include <algorithm>      // std::find, std::all_of, std::none_of
 #include <cstddef>        // std::size_t
+#include <cstdint>        // std::uint64_t
 #include <functional>     // std::function
 #include <optional>       // std::optional
 #include <ostream>        // std::ostream
@@ -8960,26 +9342,46 @@ inline std::string arg_repr(const argument& a, const sym_names& syms = {}) {
   return "?";
 }
 
-/// `x, 1, alpha = 2`: positional arguments up to the last one that differs from its default,
-/// keyword-only arguments that differ from their defaults (as the dispatcher hands them to
-/// Python).
-inline std::string call_args_repr(const op_info& op, std::span<const argument> args, const sym_names& syms = {}) {
+/// `x, 1, alpha = 2`: the arguments its maker passed, as `form` says (Note [Call forms]), else as
+/// the dispatcher hands the call to Python (detail::default_call_form).
+inline std::string call_args_repr(const op_info& op, std::span<const argument> args, const sym_names& syms = {},
+                                  std::optional<node::call_form> form = std::nullopt) {
   const auto& params = op.schema().arguments();
-  const auto is_default = [&](std::size_t i) {
-    return params[i].default_value() && default_argument(params[i]) == args[i];
-  };
-  std::size_t last_pos = 0;  // one past the last positional argument to print
-  for (std::size_t i = 0; i < params.size(); ++i)
-    if (!params[i].kwarg_only() && !is_default(i)) last_pos = i + 1;
-  std::string s;
-  for (std::size_t i = 0; i < last_pos; ++i) {
-    if (!s.empty()) s += ", ";
-    s += arg_repr(args[i], syms);
+  if (!form) form = default_call_form(op, args);
+  if (!form) {  // a schema too long for a form: every argument, in order
+    std::string s;
+    for (const auto& a : args) s += (s.empty() ? "" : ", ") + arg_repr(a, syms);
+    return s;
   }
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    if (!params[i].kwarg_only() || is_default(i)) continue;
-    if (!s.empty()) s += ", ";
-    s += params[i].name() + " = " + arg_repr(args[i], syms);
+  std::string s, kw;
+  for (std::size_t i = 0; i < params.size() && i < args.size(); ++i) {
+    const auto bit = std::uint64_t{1} << i;
+    if (!(form->given & bit)) continue;
+    auto& to = (form->keyword & bit) ? kw : s;
+    if (!to.empty()) to += ", ";
+    to += (form->keyword & bit) ? params[i].name() + " = " + arg_repr(args[i], syms) : arg_repr(args[i], syms);
+  }
+  return s.empty() ? kw : kw.empty() ? s : s + ", " + kw;
+}
+
+/// The arguments of a call that names an operator (auto_functionalized, with_effects), as torch
+/// prints it: `torch.ops.xt.update_.default, x, s = 0.5, _all_bases = [b]` (the operator, its
+/// positional arguments, then its keyword arguments).
+inline std::string named_call_repr(const higher_order_op& hop, std::span<const argument> args, const sym_names& syms = {}) {
+  using T = higher_order_op::param::type;
+  std::string s;
+  const auto add = [&](const std::string& piece) { s += (s.empty() ? "" : ", ") + piece; };
+  for (std::size_t i = 0; i < hop.params.size() && i < args.size(); ++i) {
+    switch (hop.params[i].kind) {
+      case T::op: add(find_op(args[i].as_string()).target); break;
+      case T::values:
+        for (const auto& e : args[i].as_list()) add(arg_repr(e, syms));
+        break;
+      case T::kwargs:
+        for (const auto& kv : args[i].as_list()) add(kv.as_list().at(0).as_string() + " = " + arg_repr(kv.as_list().at(1), syms));
+        break;
+      default: add(arg_repr(args[i], syms));
+    }
   }
   return s;
 }
@@ -9332,10 +9734,11 @@ inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
         }
         const auto* hop = hop_of(n.op());
         l.rhs = n.op().target + "(" +
-                (hop && hop->spread_last ? spread_operands_repr(n.args(), sizes.names)
+                (hop && hop->calls_by_name() ? named_call_repr(*hop, n.args(), sizes.names)
+                 : hop && hop->spread_last   ? spread_operands_repr(n.args(), sizes.names)
                  : n.has_tuple_operands()
                      ? tuple_operands_repr(n.args(), sizes.names, hop && hop->which == higher_order_op::id::scan ? 3 : 0)
-                     : call_args_repr(n.op(), n.args(), sizes.names)) +
+                     : call_args_repr(n.op(), n.args(), sizes.names, n.form())) +
                 ")";
         if (!n.has_tuple_output()) l.annotation = value_annotation(n.output(0), o);
         lines.push_back(std::move(l));
@@ -10800,7 +11203,10 @@ class capture {
       auto& res = results[r];
       if (res.isTensorList()) {
         auto ts = res.toTensorVector();
-        for (auto& t : ts) track(recorded.output(out_index++), t);
+        for (auto& t : ts) {
+          const auto v = recorded.output(out_index++);
+          if (t.defined()) track(v, t);  // (a None among a higher-order call's results: auto_functionalized's)
+        }
         stack.emplace_back(c10::List<at::Tensor>(ts));
         continue;
       }
@@ -11087,8 +11493,30 @@ class capture {
       meta = c10::IValue();
       return;
     }
+    if (iv.isList() && !iv.isIntList() && !iv.isDoubleList() && !iv.isBoolList() && is_any_list(type)) {
+      argument::list_type items;  // an Any[] (a higher-order call's arguments by name): each element in turn
+      c10::impl::GenericList metas(c10::AnyType::get());
+      for (const auto& e : iv.toListRef()) {
+        argument a;
+        c10::IValue m;
+        convert(e, c10::AnyType::get(), a, m);
+        items.push_back(std::move(a));
+        metas.push_back(std::move(m));
+      }
+      arg = std::move(items);
+      meta = std::move(metas);
+      return;
+    }
     arg = from_ivalue(iv, type);
     meta = iv;
+  }
+
+  // Whether `type` is Any or a list of Any (what a generic list argument is converted as).
+  static bool is_any_list(const c10::TypePtr& type) {
+    const auto t = unwrap_optional(type);
+    return t->kind() == c10::TypeKind::AnyType ||
+           (t->kind() == c10::TypeKind::ListType &&
+            t->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::AnyType);
   }
 
   // What Python's argument parser passes when the caller leaves them out, so that the program
@@ -14561,6 +14989,7 @@ XPORT_END_NAMESPACE
 // #include <xport/ir/op.hpp>
 // #include <xport/ir/program.hpp>
 // #include <xport/ops/aliasing.hpp>
+// #include <xport/ops/auto_functionalize.hpp>
 // #include <xport/ops/op_sets.hpp>
 
 XPORT_BEGIN_NAMESPACE
@@ -14619,6 +15048,7 @@ class functionalizer {
       b_.like(n);
       if (is_batch_norm_with_stats(n)) batch_norm(n);
       else if (n.op().inplace_view) inplace_view(n);
+      else if (auto_functionalizable(n.op())) auto_functionalized(n);
       else if (n.op().is_mutable) mutation(n);
       else if (const auto r = result_aliasing(n)) maybe_alias(n, *r);
       else copy(n, is_view_op(n.op()));
@@ -14807,6 +15237,50 @@ class functionalizer {
     // the in-place op's output is the target itself
     alias_[n.output(0).impl()] = base_of(target);
     if (!base_of(target).chain.empty()) views_[n.output(0).impl()] = {fresh, version(target)};
+  }
+
+  // A custom op that writes to its arguments: one auto_functionalized_v2 call, as torch lowers
+  // it (ops/auto_functionalize.hpp), each written argument its own base; the call's new bases
+  // are then written to what the op wrote (through their bases, for views).
+  void auto_functionalized(const node& n) {
+    const auto& op = n.op();
+    const auto& params = op.schema().arguments();
+    const auto now = current_args(n);
+    std::vector<value> targets;  // the source values written, each once
+    const auto base_index = [&](const value& v) -> std::int64_t {
+      for (std::size_t i = 0; i < targets.size(); ++i)
+        if (targets[i] == v) return static_cast<std::int64_t>(i);
+      targets.push_back(v);
+      return static_cast<std::int64_t>(targets.size() - 1);
+    };
+    const auto pair = [](std::string name, argument v) { return argument(argument::list_type{argument(std::move(name)), std::move(v)}); };
+    argument::list_type kwargs, written, bases;
+    const auto src = n.args();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const auto& name = params[i].name();
+      if (!params[i].alias_info() || !params[i].alias_info()->isWrite()) {
+        kwargs.push_back(pair(name, now[i]));
+      } else if (src[i].is_value()) {
+        written.push_back(pair("_" + name + "_base_index", base_index(src[i].as_value())));
+      } else if (src[i].is_none()) {
+        written.push_back(pair("_" + name + "_base_index", none));
+      } else {
+        const auto& items = src[i].as_list();
+        written.push_back(pair("_" + name + "_length", static_cast<std::int64_t>(items.size())));
+        for (std::size_t k = 0; k < items.size(); ++k)
+          written.push_back(pair("_" + name + "_" + std::to_string(k) + "_base_index", base_index(items[k].as_value())));
+      }
+    }
+    kwargs.insert(kwargs.end(), written.begin(), written.end());
+    for (const auto& t : targets) bases.emplace_back(get(t));
+    kwargs.push_back(pair("_all_bases", argument(std::move(bases))));
+    const node call = b_.call_bound(find_op("higher_order::auto_functionalized_v2"), {argument(op.qualified), argument(std::move(kwargs))});
+    const auto n_results = call.num_outputs() - targets.size();
+    for (std::size_t j = 0; j < targets.size(); ++j) write(targets[j], call.output(n_results + j));
+    for (std::size_t k = 0; k < n.num_outputs() && k < n_results; ++k) {
+      alias_[n.output(k).impl()] = alias{n.output(k).impl(), {}};
+      cur_[n.output(k).impl()] = call.output(k);
+    }
   }
 
   // `target` (a base, or a view of one) now holds `contents`.
@@ -15191,11 +15665,16 @@ inline void recall_higher_order(capture& cap, const node& n, std::unordered_map<
   };
   std::vector<argument> args;
   for (const auto& a : n.args()) args.push_back(now(a));
-  auto types = subgraph_outputs(n.op(), args);
+  const auto* hop = hop_of(n.op());
+  std::vector<value_type> types;
+  if (hop && hop->typing == higher_order_op::results::by_kernel)  // (auto_functionalized, with_effects): as they were
+    for (auto v : n.outputs()) types.push_back(v.type());
+  else
+    types = subgraph_outputs(n.op(), args);
   node recorded;
   const auto metas = cap.record_values(n.op(), std::move(args), std::move(types), &recorded);
   recorded.set_tuple_operands(n.has_tuple_operands());
-  for (std::size_t k = 0; k < metas.size(); ++k) held[n.output(k).impl()] = lowering.hold(metas[k]);
+  for (std::size_t k = 0; k < metas.size(); ++k) held[n.output(k).impl()] = metas[k].defined() ? lowering.hold(metas[k]) : c10::IValue();
 }
 
 inline void recall(capture& cap, const node& n, std::unordered_map<const value_impl*, c10::IValue>& held);
@@ -15416,6 +15895,67 @@ inline void record_preserved(capture& cap, const op_info& op, torch::jit::Stack&
   }
 }
 
+/// A custom op that writes to its arguments, lowered as torch lowers it: one
+/// auto_functionalized_v2 call (what it writes cloned, the op run on the clones), whose new bases
+/// then become what the written arguments hold. Each written argument is its own base (torch
+/// records a view's base and how to view it: xport writes the view back through its base, the
+/// same values); the op's own results are handed back.
+inline void record_auto_functionalized(capture& cap, const op_info& op, torch::jit::Stack& stack) {
+  namespace fz = at::functionalization::impl;
+  const auto& params = op.schema().arguments();
+  const auto n = params.size();
+  std::vector<c10::IValue> args(std::make_move_iterator(stack.end() - static_cast<std::ptrdiff_t>(n)),
+                                std::make_move_iterator(stack.end()));
+  torch::jit::drop(stack, n);
+  std::vector<at::Tensor> bases;  // the functional tensors written, each once
+  const auto base_index = [&](const at::Tensor& t) -> std::int64_t {
+    for (std::size_t i = 0; i < bases.size(); ++i)
+      if (bases[i].unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return static_cast<std::int64_t>(i);
+    bases.push_back(t);
+    return static_cast<std::int64_t>(bases.size() - 1);
+  };
+  c10::impl::GenericList kwargs(c10::AnyType::get()), written(c10::AnyType::get());
+  const auto pair = [](const std::string& name, c10::IValue v) {
+    c10::impl::GenericList kv(c10::AnyType::get());
+    kv.push_back(name);
+    kv.push_back(std::move(v));
+    return kv;
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& name = params[i].name();
+    if (!params[i].alias_info() || !params[i].alias_info()->isWrite()) {
+      kwargs.push_back(pair(name, unwrap_functional(args[i])));
+    } else if (args[i].isTensor()) {
+      written.push_back(pair("_" + name + "_base_index", base_index(args[i].toTensor())));
+    } else if (args[i].isNone()) {
+      written.push_back(pair("_" + name + "_base_index", c10::IValue()));
+    } else {  // a Tensor[]: its length, then each element's base
+      const auto ts = args[i].toTensorVector();
+      written.push_back(pair("_" + name + "_length", static_cast<std::int64_t>(ts.size())));
+      for (std::size_t k = 0; k < ts.size(); ++k)
+        written.push_back(pair("_" + name + "_" + std::to_string(k) + "_base_index", base_index(ts[k])));
+    }
+  }
+  for (const auto& w : written) kwargs.push_back(w);
+  c10::List<at::Tensor> unwrapped;
+  for (const auto& b : bases) unwrapped.push_back(unwrap_functional(b).toTensor());
+  kwargs.push_back(pair("_all_bases", unwrapped));
+  const op_info& hop = find_op("higher_order::auto_functionalized_v2");
+  torch::jit::Stack call{c10::IValue(op.qualified), c10::IValue(kwargs)};
+  {
+    c10::impl::ExcludeDispatchKeyGuard below(c10::DispatchKeySet({lowering_record_key, c10::DispatchKey::Functionalize}));
+    cap.record_op(hop, call);
+  }
+  const auto results = call.back().toTensorVector();
+  const auto n_results = results.size() - bases.size();
+  for (std::size_t j = 0; j < bases.size(); ++j) {  // what the bases hold now
+    fz::replace_(bases[j], results[n_results + j]);
+    fz::commit_update(bases[j]);
+    fz::sync(bases[j]);
+  }
+  for (std::size_t k = 0; k < op.schema().returns().size(); ++k) stack.emplace_back(fz::to_functional_tensor(results[k]));
+}
+
 /// What requires grad where torch's tracing runs autograd (above functionalization): parameters
 /// that do, and what differentiable ops make from them outside decompositions that run below
 /// autograd. xport lowers without autograd (it records nothing); this answers what torch's
@@ -15466,6 +16006,10 @@ struct reapply_views_scope {
 inline capture::decompose_hook lowering_hook(capture& cap, const decomposition_table& table, grad_tracker& grads,
                                              bool& below_autograd) {
   return [&cap, &table, &grads, &below_autograd](const op_info& op, torch::jit::Stack& stack) {
+    if (auto_functionalizable(op)) {  // a custom op that mutates: auto_functionalized_v2, as torch lowers it
+      record_auto_functionalized(cap, op, stack);
+      return true;
+    }
     const auto a = table.lowering(op);
     const bool grad = !below_autograd && grads.any(stack, op.schema().arguments().size());
     if (a.kind == decomposition_table::action::functionalize) {
@@ -17980,6 +18524,7 @@ XPORT_END_NAMESPACE
 
 #include <cstddef>        // std::size_t
 #include <cstdint>        // std::uint32_t
+#include <functional>     // std::function
 #include <optional>       // std::optional
 #include <string>         // std::string
 #include <unordered_map>  // std::unordered_map
@@ -17991,6 +18536,7 @@ XPORT_END_NAMESPACE
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/core/stack.h>
+#include <ATen/ops/empty.h>
 #include <c10/core/GradMode.h>
 
 // #include <xport/config.hpp>
@@ -18095,7 +18641,8 @@ class compiled_program {
   struct arg_op {
     enum class kind : std::uint8_t {
       constant, reg_copy, reg_move, tensor_list, opt_tensor_list, int_list, symbolic,
-      symbolic_number, reg_number  // a size where a Tensor is expected: passed as a wrapped number
+      symbolic_number, reg_number,  // a size where a Tensor is expected: passed as a wrapped number
+      any_list  // a generic list: its elements of any kind, nested lists among them (any_list elements)
     };
     kind type;
     std::uint32_t index;  // into constants, regs, lists or syms
@@ -18248,8 +18795,17 @@ class compiled_program {
           stack.emplace_back(std::move(is));
           break;
         }
+        case arg_op::kind::any_list: stack.push_back(take_any_list(regs, env, a.index)); break;
       }
     }
+  }
+
+  // The generic list `lists[index]`, its nested lists built in turn.
+  c10::IValue take_any_list(std::vector<c10::IValue>& regs, const sym_env& env, std::uint32_t index) const {
+    c10::impl::GenericList l(c10::AnyType::get());
+    for (const auto& e : lists[index].elems)
+      l.push_back(e.type == arg_op::kind::any_list ? take_any_list(regs, env, e.index) : take(regs, env, e));
+    return l;
   }
 
   // The graph outputs, read from the registers at the end of a run.
@@ -18296,13 +18852,15 @@ class compiled_program {
     const auto visit = [&](const arg_op& a) {
       if (a.type == arg_op::kind::reg_copy || a.type == arg_op::kind::reg_move || a.type == arg_op::kind::reg_number) f(a.index);
     };
-    for (const auto& a : in.args) {
-      if (a.type == arg_op::kind::tensor_list || a.type == arg_op::kind::opt_tensor_list || a.type == arg_op::kind::int_list) {
-        for (const auto& e : lists[a.index].elems) visit(e);
+    const std::function<void(const arg_op&)> visit_all = [&](const arg_op& a) {
+      if (a.type == arg_op::kind::tensor_list || a.type == arg_op::kind::opt_tensor_list || a.type == arg_op::kind::int_list ||
+          a.type == arg_op::kind::any_list) {
+        for (const auto& e : lists[a.index].elems) visit_all(e);
       } else {
         visit(a);
       }
-    }
+    };
+    for (const auto& a : in.args) visit_all(a);
   }
 
   /// This code with every move out of a register made a copy: for runs whose calls read a
@@ -18392,6 +18950,8 @@ class compiled_program {
       } else if (spec.kind == input_kind::user_input) {
         user_slots.push_back(r);
         input_layout.push_back(written.count(phs[i].output(0).impl()) ? std::nullopt : exported_layout(phs[i].output(0)));
+      } else if (spec.kind == input_kind::token) {  // an effect token: an empty tensor, as torch's module makes one
+        state_slots.emplace_back(r, at::empty({0}));
       } else {
         state_slots.emplace_back(r, p.lifted_tensor(spec));
       }
@@ -18455,6 +19015,7 @@ class compiled_program {
         syms.push_back(a.as_sym());
         return {f == form::symbolic ? arg_op::kind::symbolic : arg_op::kind::symbolic_number,
                 static_cast<std::uint32_t>(syms.size() - 1)};
+      case form::any_list: return compile_any_list(a, reg_op);
       case form::tensor_list:
       case form::optional_tensor_list:
       case form::int_list: break;
@@ -18477,6 +19038,28 @@ class compiled_program {
                    : f == form::optional_tensor_list ? arg_op::kind::opt_tensor_list
                                                      : arg_op::kind::int_list;
     return {k, static_cast<std::uint32_t>(lists.size() - 1)};
+  }
+
+  // A generic list argument (form any_list): each element a register, a symbol, a constant or a
+  // nested generic list.
+  template <class RegOp>
+  arg_op compile_any_list(const argument& a, RegOp&& reg_op) {
+    list_op l;
+    for (const auto& e : a.as_list()) {
+      if (e.is_value()) {
+        l.elems.push_back(reg_op(e.as_value()));
+      } else if (e.is_symbolic()) {
+        syms.push_back(e.as_sym());
+        l.elems.push_back({arg_op::kind::symbolic, static_cast<std::uint32_t>(syms.size() - 1)});
+      } else if (e.is_list()) {
+        l.elems.push_back(compile_any_list(e, reg_op));
+      } else {
+        constants.push_back(detail::constant_ivalue(e, c10::AnyType::get()));
+        l.elems.push_back({arg_op::kind::constant, static_cast<std::uint32_t>(constants.size() - 1)});
+      }
+    }
+    lists.push_back(std::move(l));
+    return {arg_op::kind::any_list, static_cast<std::uint32_t>(lists.size() - 1)};
   }
 
   // Where each graph output comes from (a register, or a constant), and what it is to run().
@@ -19418,6 +20001,8 @@ struct value_scope {
     sym_int rhs;
   };
   std::unordered_map<std::string, condition> conditions;
+  /// How many None results of higher-order calls were read (torch names them as_none, as_none_1, ...).
+  std::size_t nones = 0;
 
   /// A SymInt argument named `name`: a symbolic size, or a graph value.
   [[nodiscard]] argument sym_arg(const at_path& j, const std::string& name) const {
@@ -20193,6 +20778,60 @@ inline exported_program subgraph_program_of(const exported_program& p, const sub
   return q;
 }
 
+/// The inputs of a call of `hop` that names an operator (auto_functionalized, with_effects), as
+/// torch writes them: positional ones unnamed (the operator as_operator, its positional
+/// arguments spread), then its keyword arguments by name (kind 2).
+template <class Namer>
+json named_call_json(const higher_order_op& hop, std::span<const argument> args, Namer&& namer) {
+  using T = higher_order_op::param::type;
+  json in = json::array();
+  const auto positional = [&](json arg) { in.push_back({{"name", ""}, {"arg", std::move(arg)}, {"kind", 1}}); };
+  for (std::size_t i = 0; i < hop.params.size() && i < args.size(); ++i) {
+    switch (hop.params[i].kind) {
+      case T::op: positional({{"as_operator", find_op(args[i].as_string()).target}}); break;
+      case T::values:
+        for (const auto& e : args[i].as_list()) positional(argument_json(e, nullptr, namer));
+        break;
+      case T::kwargs:
+        for (const auto& kv : args[i].as_list())
+          in.push_back({{"name", kv.as_list().at(0).as_string()}, {"arg", argument_json(kv.as_list().at(1), nullptr, namer)},
+                        {"kind", 2}});
+        break;
+      default: positional(argument_json(args[i], nullptr, namer));
+    }
+  }
+  return in;
+}
+
+inline json graph_json(const exported_program& p);
+
+/// The inputs of call node `n` of `p`, as torch writes them: the arguments its maker passed
+/// (Note [Call forms]), by name and kind; a higher-order call's positional and unnamed (the
+/// trailing operands spread, subgraphs written whole), or by keyword after the operator it names.
+template <class Namer>
+json call_inputs_json(const exported_program& p, const node& n, Namer&& namer) {
+  const auto& op = n.op();
+  const auto& params = op.schema().arguments();
+  const auto args = n.args();
+  const auto* hop = hop_of(op);
+  if (hop && hop->calls_by_name()) return named_call_json(*hop, args, namer);
+  json in = json::array();
+  const auto form = op.higher_order ? std::nullopt : n.form() ? n.form() : default_call_form(op, args);
+  for (std::size_t i = 0; i < params.size() && i < args.size(); ++i) {
+    if (form && !(form->given >> i & 1)) continue;  // left at its default, as torch leaves it out
+    if (hop && hop->spread_last && i + 1 == params.size() && args[i].is_list()) {  // written spread, as torch writes it
+      for (const auto& e : args[i].as_list()) in.push_back({{"name", ""}, {"arg", argument_json(e, nullptr, namer)}, {"kind", 1}});
+      continue;
+    }
+    json arg = args[i].is_graph() ? json{{"as_graph", {{"name", args[i].as_graph()->name},
+                                                       {"graph", graph_json(subgraph_program_of(p, *args[i].as_graph()))}}}}
+                                  : argument_json(args[i], op.higher_order ? nullptr : params[i].real_type(), namer);
+    const bool keyword = form ? (form->keyword >> i & 1) != 0 : params[i].kwarg_only();
+    in.push_back({{"name", op.higher_order ? std::string() : params[i].name()}, {"arg", std::move(arg)}, {"kind", keyword ? 2 : 1}});
+  }
+  return in;
+}
+
 inline json graph_json(const exported_program& p) {
   const graph& g = p.graph();
   json inputs = json::array(), nodes = json::array(), outputs = json::array();
@@ -20225,23 +20864,7 @@ inline json graph_json(const exported_program& p) {
       continue;
     }
     const auto& op = n.op();
-    const auto& params = op.schema().arguments();
-    json in = json::array();
-    const auto args = n.args();
-    const auto* hop = hop_of(op);
-    for (std::size_t i = 0; i < params.size() && i < args.size(); ++i) {
-      if (hop && hop->spread_last && i + 1 == params.size() && args[i].is_list()) {  // written spread, as torch writes it
-        for (const auto& e : args[i].as_list()) in.push_back({{"name", ""}, {"arg", argument_json(e, nullptr, namer)}, {"kind", 1}});
-        continue;
-      }
-      // a control-flow call's arguments are positional and unnamed, its subgraphs written whole
-      json arg = args[i].is_graph() ? json{{"as_graph", {{"name", args[i].as_graph()->name},
-                                                         {"graph", graph_json(subgraph_program_of(p, *args[i].as_graph()))}}}}
-                                    : argument_json(args[i], op.higher_order ? nullptr : params[i].real_type(), namer);
-      in.push_back({{"name", op.higher_order ? std::string() : params[i].name()},
-                    {"arg", std::move(arg)},
-                    {"kind", params[i].kwarg_only() ? 2 : 1}});
-    }
+    json in = call_inputs_json(p, n, namer);
     json out = json::array();
     if (op.returns_list && !op.higher_order) {
       json list = json::array();
@@ -20682,6 +21305,43 @@ inline void read_node_metadata(const at_path& nj, node created,
   if (auto ms = meta.get("nn_module_stack")) created.set_module_path(module_path_of_stack(ms->str(), &module_types));
 }
 
+/// The arguments of a call of `hop` that names an operator (auto_functionalized, with_effects):
+/// positional ones fill its parameters in order (its `values` parameter takes the rest of them),
+/// the operator is an as_operator argument (xport holds its qualified name), keyword ones (kind
+/// 2) become [name, value] pairs.
+inline std::vector<argument> named_call_args(const higher_order_op& hop, const at_path& ins, value_scope& scope) {
+  using T = higher_order_op::param::type;
+  std::vector<argument> args(hop.params.size());
+  argument::list_type values, kwargs;
+  std::size_t next = 0;  // the parameter the next positional argument fills
+  for (std::size_t a = 0, n = ins.size_of_array(); a < n; ++a) {
+    const auto aj = ins[a]["arg"];
+    if (const auto kind = ins[a].get("kind"); kind && kind->integer() == 2) {
+      kwargs.push_back(argument::list_type{argument(ins[a]["name"].str()), argument_of(aj, scope)});
+      continue;
+    }
+    while (next < hop.params.size() && hop.params[next].kind == T::kwargs) ++next;
+    if (next >= hop.params.size())
+      ins.fail(hop.target() + " takes " + hop.layout() + ": argument " + std::to_string(a) + " is one too many");
+    if (hop.params[next].kind == T::values) {
+      values.push_back(argument_of(aj, scope));
+    } else if (hop.params[next].kind == T::op) {
+      if (!aj.object().contains("as_operator")) aj.fail(hop.target() + "'s argument " + std::to_string(a) + " is not an operator (as_operator)");
+      const auto target = aj["as_operator"].str();
+      const auto* op = try_find_op(target);
+      if (!op) aj.fail(unregistered_operator(target));
+      args[next++] = argument(op->qualified);
+    } else {
+      args[next++] = argument_of(aj, scope);
+    }
+  }
+  for (std::size_t i = 0; i < hop.params.size(); ++i) {
+    if (hop.params[i].kind == T::values) args[i] = std::move(values);
+    if (hop.params[i].kind == T::kwargs) args[i] = std::move(kwargs);
+  }
+  return args;
+}
+
 /// Fails unless `args` fit the layout of higher-order operator `hop` (graphs where it takes
 /// subgraphs, tensors in its lists, a bool, a string or a dtype where it takes one).
 inline void check_higher_order_args(const higher_order_op& hop, const std::vector<argument>& args, const at_path& ins) {
@@ -20692,7 +21352,8 @@ inline void check_higher_order_args(const higher_order_op& hop, const std::vecto
     const bool ok = p.kind == T::any || (p.kind == T::graph && x.is_graph()) || (p.kind == T::tensors && x.is_list()) ||
                     (p.kind == T::boolean && x.is_bool()) || (p.kind == T::string && x.is_string()) ||
                     (p.kind == T::dtype_opt && (x.is_dtype() || x.is_none())) ||
-                    (p.kind == T::bool_opt && (x.is_bool() || x.is_none()));
+                    (p.kind == T::bool_opt && (x.is_bool() || x.is_none())) || (p.kind == T::op && x.is_string()) ||
+                    ((p.kind == T::values || p.kind == T::kwargs) && x.is_list());
     if (!ok)
       ins.fail(std::string(hop.python) + "'s arguments are " + hop.layout() + ": argument " + std::to_string(a) + " (" +
                std::string(p.name) + ") is not " + (p.kind == T::graph ? "a subgraph (as_graph)" : p.kind == T::tensors ? "a list of tensors" : "of its type"));
@@ -20715,7 +21376,8 @@ inline void read_higher_order_node(const at_path& nj, const std::string& target,
   const auto& hop = *hop_of(op);
   const auto ins = nj["inputs"];
   std::vector<argument> args;
-  for (std::size_t a = 0, n = ins.size_of_array(); a < n; ++a) {
+  if (hop.calls_by_name()) args = named_call_args(hop, ins, scope);
+  for (std::size_t a = 0, n = hop.calls_by_name() ? 0 : ins.size_of_array(); a < n; ++a) {
     const auto aj = ins[a]["arg"];
     args.push_back(aj.object().contains("as_graph") ? argument(subgraph_of(aj["as_graph"], module_types))
                                                    : argument_of(aj, scope));
@@ -20732,20 +21394,49 @@ inline void read_higher_order_node(const at_path& nj, const std::string& target,
   std::vector<value_type> types;
   std::vector<std::string> names;
   const auto outs = nj["outputs"];
-  for (std::size_t o = 0, n = outs.size_of_array(); o < n; ++o)
+  const auto node_name = nj.get("name") ? nj["name"].str() : std::string(hop.name);
+  for (std::size_t o = 0, n = outs.size_of_array(); o < n; ++o) {
+    if (outs[o].object().contains("as_none")) {  // an operator's result that is None (auto_functionalized)
+      types.push_back(value_type{value_kind::none, {}, {}});
+      // named as torch's loader names it (a getitem it prints), though the file names nothing
+      names.push_back(scope.nones ? "as_none_" + std::to_string(scope.nones) : std::string("as_none"));
+      ++scope.nones;
+      continue;
+    }
     each_output_name(outs[o], [&](const at_path& where, const std::string& name) {
       types.push_back(type_of(where, name));
       names.push_back(name);
     });
-  const auto node_name = nj.get("name") ? nj["name"].str() : std::string(hop.name);
+  }
   node created;
   try {
     created = g.create_call_named(op, std::move(args), std::move(types), node_name, names);
   } catch (const graph_error& e) {
     nj.fail(e.what());
   }
-  for (auto v : created.outputs()) scope.defined.emplace(v.name(), v);
+  for (auto v : created.outputs()) {
+    scope.defined.emplace(v.name(), v);
+    if (v.kind() == value_kind::none) v.set_unpacked(true);  // printed, as torch prints a loaded program
+  }
   read_node_metadata(nj, created, module_types);
+}
+
+/// The call form of a node whose arguments `kwargs` (named, in the file's order) were passed by
+/// keyword where `by_keyword` says (Note [Call forms]); nullopt when the file names an argument
+/// the schema does not have (bind_arguments says so) or the schema has more than 64.
+inline std::optional<node::call_form> call_form_of(const op_info& op, const std::vector<kwarg>& kwargs,
+                                                  const std::vector<bool>& by_keyword) {
+  const auto& params = op.schema().arguments();
+  if (params.size() > 64) return std::nullopt;
+  node::call_form f;
+  for (std::size_t a = 0; a < kwargs.size(); ++a) {
+    std::size_t i = 0;
+    while (i < params.size() && params[i].name() != kwargs[a].name) ++i;
+    if (i == params.size()) return std::nullopt;
+    f.given |= std::uint64_t{1} << i;
+    if (by_keyword[a] || params[i].kwarg_only()) f.keyword |= std::uint64_t{1} << i;
+  }
+  return f;
 }
 
 /// Reads call node `nj` (of operator `target`) into `g`, its outputs into the scope; `module_types`
@@ -20764,8 +21455,13 @@ inline void read_call_node(const at_path& nj, const std::string& target, const v
   if (!op) nj["target"].fail(unregistered_operator(target));
   std::vector<kwarg> kwargs;
   const auto ins = nj["inputs"];
-  for (std::size_t a = 0, n = ins.size_of_array(); a < n; ++a)
+  std::vector<bool> by_keyword;
+  for (std::size_t a = 0, n = ins.size_of_array(); a < n; ++a) {
     kwargs.push_back(kwarg{ins[a]["name"].str(), argument_of(ins[a]["arg"], scope)});
+    const auto kind = ins[a].get("kind");
+    by_keyword.push_back(kind && kind->integer() == 2);
+  }
+  const auto form = call_form_of(*op, kwargs, by_keyword);
   std::vector<argument> args;
   try {
     args = detail::bind_arguments(*op, {}, std::move(kwargs));
@@ -20786,6 +21482,7 @@ inline void read_call_node(const at_path& nj, const std::string& target, const v
     scope.defined.emplace(v.name(), v);
     if (v.name() == created.name() + "_unused_" + std::to_string(v.index())) v.set_unpacked(false);
   }
+  created.set_form(form);
   read_node_metadata(nj, created, module_types);
 }
 

@@ -267,8 +267,8 @@ def cache_key():
     return f"torch-{torch.__version__}_transformers-{transformers.__version__}_{digest}"
 
 
-def write_cached(out_dir, key, cases, export):
-    """Exports `cases` (name -> (family, kind, make)) in three variants each into `out_dir` with
+def write_cached(out_dir, key, cases, export, variants=("static", "dynamic", "decomposed")):
+    """Exports `cases` (name -> (family, kind, make)) in each of `variants` into `out_dir` with
     `export(name, family, kind, make, variant, out_dir) -> index entry`, or copies them from the
     cache entry `key` when a run made it before."""
     cache = os.path.join(os.environ.get("XPORT_CORPUS_CACHE", os.path.expanduser("~/.cache/xport/corpus")), key)
@@ -280,7 +280,7 @@ def write_cached(out_dir, key, cases, export):
     os.makedirs(out_dir)
     index = []
     for name, (family, kind, make) in cases.items():
-        for variant in ("static", "dynamic", "decomposed"):
+        for variant in variants:
             entry = export(name, family, kind, make, variant, out_dir)
             index.append(entry)
             print(f"{entry['name']}: {entry.get('torch_error', 'ok')} ({entry.get('seconds', '-')} s)", flush=True)

@@ -138,8 +138,33 @@ def cache_key():
     return f"torch-{torch.__version__}_torchvision-{torchvision.__version__}_{digest}"
 
 
+def write_training(out_dir):
+    """torchvision's ResNet-18 in train mode (BatchNorm on batch statistics), at batch 2 and 4 on
+    224x224 images: the program, and one training step of the eager model (loss, gradients,
+    running statistics after), which tests/test_corpus.cpp repeats through p.module()."""
+    from torchvision import models as tvm
+    os.makedirs(out_dir, exist_ok=True)
+    for batch in (2, 4):
+        torch.manual_seed(SEED)
+        model = tvm.resnet18(weights=None).train()
+        g = torch.Generator().manual_seed(batch)
+        x = torch.randn(batch, 3, 224, 224, generator=g)
+        target = torch.randint(0, 1000, (batch,), generator=g)
+        name = f"resnet18_train_b{batch}"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.export.save(torch.export.export(model, (x,)), os.path.join(out_dir, name + ".pt2"))
+        loss = torch.nn.functional.cross_entropy(model(x), target)
+        loss.backward()
+        torch.save({"x": x, "target": target, "loss": loss.detach(),
+                    "grads": {k: p.grad for k, p in model.named_parameters()},
+                    "buffers": {k: b for k, b in model.named_buffers()}}, os.path.join(out_dir, name + ".step.pt"))
+        print(f"{name}: eager loss {loss.item():.6f}", flush=True)
+
+
 def write(root):
     corpus.write_cached(os.path.join(root, "tv"), cache_key(), models(), export_case)
+    write_training(os.path.join(root, "tv_training"))
 
 
 def read(root):

@@ -90,9 +90,12 @@ class Writer:
             for a, kw in extra:
                 io["extra"].append({"args": tuple(a), "kwargs": dict(kw), "outputs": call(path, a, kw)[0]})
             if lowered:  # torch's own lowering, run on the same call: what xport's must give
+                # ("values": the same values, not the same program: a custom op writing a view,
+                # whose base xport's lowering writes through instead of recording the view)
                 low = os.path.join(self.out, name + ".lowered.pt2")
                 lowered_ep = torch.export.load(path).run_decompositions()
                 entry["printed_lowered"] = str(lowered_ep)  # in memory: a load would name the unused outputs
+                entry["lowered_values_only"] = lowered == "values"
                 torch.export.save(lowered_ep, low)
                 outputs, module, after = call(low, args, kwargs)
                 io["lowered"] = {"outputs": outputs,
@@ -576,12 +579,10 @@ def main():
     w.export("nested_modules", Nested(), (torch.randn(2, 3),))
     # regions under a mode: wrap_with_set_grad_enabled and wrap_with_autocast (inlined by run_decompositions)
     torch.manual_seed(0)
-    # (autocast's training IR is not compared as printed: its `.float()` gives an
-    # _assert_tensor_metadata call whose dtype torch wrote by keyword, `dtype = torch.bfloat16`,
-    # and xport does not yet keep which arguments were passed by keyword: it prints
-    # `None, None, torch.bfloat16`, the same call)
+    # (autocast's `.float()` gives an _assert_tensor_metadata call whose dtype torch wrote by
+    # keyword, `dtype = torch.bfloat16`: xport keeps which arguments were passed by keyword)
     for name, module in (("no_grad", NoGradBlock()), ("autocast", AutocastBlock())):
-        w.export(name, module, (torch.randn(2, 4),), printed=name != "autocast")
+        w.export(name, module, (torch.randn(2, 4),), printed=True)
         w.export(name + "_core_aten", module, (torch.randn(2, 4),), decompose=True, printed=True)
     # pytree node types C++ does not have: kept by name and context, written back unchanged
     w.export("pytree_dataclass", pytree_types.Attend(), (pytree_types.AttnIn(torch.randn(2, 5), torch.ones(2, 5)),))
@@ -596,6 +597,13 @@ def main():
     w.export("custom_ops_block_core_aten", block, (torch.randn(3, 5, 32),), decompose=True)
     block.train(True)
     w.export("custom_ops_block_train", block, (torch.randn(2, 4, 32),))
+    # custom ops that write to their arguments (auto_functionalized_v2 once lowered) and one with
+    # an effect (with_effects and a TOKEN input and output once lowered)
+    x, pos = torch.randn(2, 2, 4), torch.tensor([1, 4])
+    w.export("custom_mutation", xport_ops.CacheWriter(), (x, pos), lowered="values")
+    w.export("custom_mutation_core_aten", xport_ops.CacheWriter(), (x, pos), decompose=True, printed=True)
+    w.export("effects", xport_ops.Logged(), (torch.randn(3),))
+    w.export("effects_core_aten", xport_ops.Logged(), (torch.randn(3),), decompose=True, printed=True)
 
     x = torch.randn(3)
     w.export("cond", Cond(), (x,), extra=[((x.abs() + 0.1,), {}), ((-x.abs() - 0.1,), {})], printed=True)

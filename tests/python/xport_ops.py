@@ -13,6 +13,10 @@ _lib = torch.library.Library("xport_ops", "DEF")
 _lib.define("rms_norm(Tensor x, Tensor weight, float eps=1e-06) -> Tensor")
 _lib.define("fused_bias_gelu(Tensor x, Tensor bias) -> Tensor")
 _lib.define("top_k_gate(Tensor logits, int k=2) -> (Tensor weights, Tensor indices)")
+_lib.define("kv_write_(Tensor(a!) cache, Tensor pos, Tensor update) -> ()")
+_lib.define("scale_add_(Tensor(a!) buf, Tensor x, float s) -> ()")
+_lib.define("accumulate(Tensor x, Tensor(a!) total) -> Tensor")
+_lib.define("log_stat(Tensor x, str tag) -> Tensor")
 
 
 def _rms_norm(x, weight, eps=1e-6):
@@ -28,8 +32,43 @@ def _top_k_gate(logits, k=2):
     return torch.softmax(values, -1), indices
 
 
-for _name, _fn in (("rms_norm", _rms_norm), ("fused_bias_gelu", _fused_bias_gelu), ("top_k_gate", _top_k_gate)):
+def _kv_write_(cache, pos, update):
+    cache.index_copy_(-2, pos, update)
+
+
+def _scale_add_(buf, x, s):
+    buf.mul_(s).add_(x)
+
+
+def _accumulate(x, total):
+    total.add_(x)
+    return x * 2
+
+
+def _log_stat(x, tag):
+    return x.sum().reshape(1)
+
+
+for _name, _fn in (("rms_norm", _rms_norm), ("fused_bias_gelu", _fused_bias_gelu), ("top_k_gate", _top_k_gate),
+                   ("kv_write_", _kv_write_), ("scale_add_", _scale_add_), ("accumulate", _accumulate),
+                   ("log_stat", _log_stat)):
     _lib.impl(_name, _fn, "CPU")
+
+
+@torch.library.register_fake("xport_ops::accumulate")
+def _(x, total):
+    return torch.empty_like(x)
+
+
+@torch.library.register_fake("xport_ops::log_stat")
+def _(x, tag):
+    return x.new_empty(1)
+
+
+# log_stat has an effect: torch.export orders its calls with tokens (with_effects)
+from torch._higher_order_ops.effects import _EffectType, _register_effectful_op  # noqa: E402
+
+_register_effectful_op(torch.ops.xport_ops.log_stat.default, _EffectType.ORDERED)
 
 
 @torch.library.register_fake("xport_ops::rms_norm")
@@ -49,6 +88,33 @@ def _(logits, k=2):
 
 
 ops = torch.ops.xport_ops
+
+
+class CacheWriter(nn.Module):
+    """tests/custom_ops.hpp's CacheWriter: buffers written by the in-place custom ops."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(2, 6, 4))
+        self.register_buffer("running", torch.zeros(2, 4))
+        self.register_buffer("total", torch.zeros(2, 4))
+
+    def forward(self, x, pos):
+        ops.kv_write_(self.cache, pos, x)
+        ops.scale_add_(self.running, x.sum(0), 0.5)
+        ops.scale_add_(self.running[1:2], x[0][:1], 2.0)
+        y = ops.accumulate(x.sum(1), self.total)
+        return y + self.cache.sum(1)
+
+
+class Logged(nn.Module):
+    """Two calls of log_stat, the op with an effect: with_effects and a token once lowered."""
+
+    def forward(self, x):
+        a = ops.log_stat(x, "first")
+        y = x * 2
+        b = ops.log_stat(y, "second")
+        return y + a + b
 
 
 class Expert(nn.Module):

@@ -331,6 +331,19 @@ class node {
   /// records it in a program it traced; a program it loaded holds a list (printed so).
   [[nodiscard]] bool has_tuple_operands() const;
   void set_tuple_operands(bool on) const;
+  /// Note [Call forms]: which of a call's schema-bound arguments its maker passed, and which of
+  /// those by keyword (bit i: argument i), as torch records them (`kind: 2` in a .pt2, `dtype =
+  /// torch.int64` in print(ep)): `_assert_tensor_metadata(b, dtype = torch.int64)` passes one of
+  /// three defaults, by name. Unknown (nullopt) for a call xport made: its form follows from the
+  /// schema (positional up to the last argument that is not its default, keyword-only ones by
+  /// name where not default), as the dispatcher hands a call to Python.
+  struct call_form {
+    std::uint64_t given = 0;
+    std::uint64_t keyword = 0;
+    friend bool operator==(const call_form&, const call_form&) = default;
+  };
+  [[nodiscard]] std::optional<call_form> form() const;
+  void set_form(std::optional<call_form> f) const;
 
   [[nodiscard]] node next() const;
   [[nodiscard]] node prev() const;
@@ -417,6 +430,8 @@ struct node_impl {
   node_kind kind = node_kind::call_function;
   bool tuple_output = false;
   bool tuple_operands = false;
+  bool has_form = false;  // node::form(): the call form torch recorded (Note [Call forms])
+  std::uint64_t form_given = 0, form_keyword = 0;
   bool bare_return = false;  // the output node of a graph returning its one value bare
   bool list_return = false;  // the output node of a graph returning a list (torch.scan's combine graph)
   c10::SmallVector<value_impl*, 1> outputs;
@@ -744,6 +759,9 @@ class basic_graph<default_policy> {
           c->op = n->op;
           c->tuple_output = n->tuple_output;
           c->tuple_operands = n->tuple_operands;
+          c->has_form = n->has_form;
+          c->form_given = n->form_given;
+          c->form_keyword = n->form_keyword;
           c->name = n->name;
           if (!c->name.empty()) g.names_.claim(c->name);
           for (auto* o : n->outputs) {
@@ -794,7 +812,7 @@ class basic_graph<default_policy> {
     v->index = static_cast<std::uint32_t>(n->outputs.size());
     v->type = std::move(t);
     v->name = std::move(name);
-    v->unpacked = true;
+    v->unpacked = v->type.kind != value_kind::none;  // a None result is read by no getitem (until a load says so)
     n->outputs.push_back(v);
   }
 
@@ -1015,6 +1033,15 @@ inline value node::out() const {
 inline bool node::has_tuple_output() const { return p_->tuple_output; }
 inline bool node::has_tuple_operands() const { return p_->tuple_operands; }
 inline void node::set_tuple_operands(bool on) const { p_->tuple_operands = on; }
+inline std::optional<node::call_form> node::form() const {
+  if (!p_->has_form) return std::nullopt;
+  return call_form{p_->form_given, p_->form_keyword};
+}
+inline void node::set_form(std::optional<call_form> f) const {
+  p_->has_form = f.has_value();
+  p_->form_given = f ? f->given : 0;
+  p_->form_keyword = f ? f->keyword : 0;
+}
 inline node node::next() const { return node(p_->next); }
 inline node node::prev() const { return node(p_->prev); }
 inline std::uint64_t node::order() const { return p_->order; }

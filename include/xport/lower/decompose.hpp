@@ -274,11 +274,16 @@ inline void recall_higher_order(capture& cap, const node& n, std::unordered_map<
   };
   std::vector<argument> args;
   for (const auto& a : n.args()) args.push_back(now(a));
-  auto types = subgraph_outputs(n.op(), args);
+  const auto* hop = hop_of(n.op());
+  std::vector<value_type> types;
+  if (hop && hop->typing == higher_order_op::results::by_kernel)  // (auto_functionalized, with_effects): as they were
+    for (auto v : n.outputs()) types.push_back(v.type());
+  else
+    types = subgraph_outputs(n.op(), args);
   node recorded;
   const auto metas = cap.record_values(n.op(), std::move(args), std::move(types), &recorded);
   recorded.set_tuple_operands(n.has_tuple_operands());
-  for (std::size_t k = 0; k < metas.size(); ++k) held[n.output(k).impl()] = lowering.hold(metas[k]);
+  for (std::size_t k = 0; k < metas.size(); ++k) held[n.output(k).impl()] = metas[k].defined() ? lowering.hold(metas[k]) : c10::IValue();
 }
 
 inline void recall(capture& cap, const node& n, std::unordered_map<const value_impl*, c10::IValue>& held);
@@ -499,6 +504,67 @@ inline void record_preserved(capture& cap, const op_info& op, torch::jit::Stack&
   }
 }
 
+/// A custom op that writes to its arguments, lowered as torch lowers it: one
+/// auto_functionalized_v2 call (what it writes cloned, the op run on the clones), whose new bases
+/// then become what the written arguments hold. Each written argument is its own base (torch
+/// records a view's base and how to view it: xport writes the view back through its base, the
+/// same values); the op's own results are handed back.
+inline void record_auto_functionalized(capture& cap, const op_info& op, torch::jit::Stack& stack) {
+  namespace fz = at::functionalization::impl;
+  const auto& params = op.schema().arguments();
+  const auto n = params.size();
+  std::vector<c10::IValue> args(std::make_move_iterator(stack.end() - static_cast<std::ptrdiff_t>(n)),
+                                std::make_move_iterator(stack.end()));
+  torch::jit::drop(stack, n);
+  std::vector<at::Tensor> bases;  // the functional tensors written, each once
+  const auto base_index = [&](const at::Tensor& t) -> std::int64_t {
+    for (std::size_t i = 0; i < bases.size(); ++i)
+      if (bases[i].unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return static_cast<std::int64_t>(i);
+    bases.push_back(t);
+    return static_cast<std::int64_t>(bases.size() - 1);
+  };
+  c10::impl::GenericList kwargs(c10::AnyType::get()), written(c10::AnyType::get());
+  const auto pair = [](const std::string& name, c10::IValue v) {
+    c10::impl::GenericList kv(c10::AnyType::get());
+    kv.push_back(name);
+    kv.push_back(std::move(v));
+    return kv;
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& name = params[i].name();
+    if (!params[i].alias_info() || !params[i].alias_info()->isWrite()) {
+      kwargs.push_back(pair(name, unwrap_functional(args[i])));
+    } else if (args[i].isTensor()) {
+      written.push_back(pair("_" + name + "_base_index", base_index(args[i].toTensor())));
+    } else if (args[i].isNone()) {
+      written.push_back(pair("_" + name + "_base_index", c10::IValue()));
+    } else {  // a Tensor[]: its length, then each element's base
+      const auto ts = args[i].toTensorVector();
+      written.push_back(pair("_" + name + "_length", static_cast<std::int64_t>(ts.size())));
+      for (std::size_t k = 0; k < ts.size(); ++k)
+        written.push_back(pair("_" + name + "_" + std::to_string(k) + "_base_index", base_index(ts[k])));
+    }
+  }
+  for (const auto& w : written) kwargs.push_back(w);
+  c10::List<at::Tensor> unwrapped;
+  for (const auto& b : bases) unwrapped.push_back(unwrap_functional(b).toTensor());
+  kwargs.push_back(pair("_all_bases", unwrapped));
+  const op_info& hop = find_op("higher_order::auto_functionalized_v2");
+  torch::jit::Stack call{c10::IValue(op.qualified), c10::IValue(kwargs)};
+  {
+    c10::impl::ExcludeDispatchKeyGuard below(c10::DispatchKeySet({lowering_record_key, c10::DispatchKey::Functionalize}));
+    cap.record_op(hop, call);
+  }
+  const auto results = call.back().toTensorVector();
+  const auto n_results = results.size() - bases.size();
+  for (std::size_t j = 0; j < bases.size(); ++j) {  // what the bases hold now
+    fz::replace_(bases[j], results[n_results + j]);
+    fz::commit_update(bases[j]);
+    fz::sync(bases[j]);
+  }
+  for (std::size_t k = 0; k < op.schema().returns().size(); ++k) stack.emplace_back(fz::to_functional_tensor(results[k]));
+}
+
 /// What requires grad where torch's tracing runs autograd (above functionalization): parameters
 /// that do, and what differentiable ops make from them outside decompositions that run below
 /// autograd. xport lowers without autograd (it records nothing); this answers what torch's
@@ -549,6 +615,10 @@ struct reapply_views_scope {
 inline capture::decompose_hook lowering_hook(capture& cap, const decomposition_table& table, grad_tracker& grads,
                                              bool& below_autograd) {
   return [&cap, &table, &grads, &below_autograd](const op_info& op, torch::jit::Stack& stack) {
+    if (auto_functionalizable(op)) {  // a custom op that mutates: auto_functionalized_v2, as torch lowers it
+      record_auto_functionalized(cap, op, stack);
+      return true;
+    }
     const auto a = table.lowering(op);
     const bool grad = !below_autograd && grads.any(stack, op.schema().arguments().size());
     if (a.kind == decomposition_table::action::functionalize) {

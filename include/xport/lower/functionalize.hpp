@@ -24,6 +24,7 @@
 #include <xport/ir/op.hpp>
 #include <xport/ir/program.hpp>
 #include <xport/ops/aliasing.hpp>
+#include <xport/ops/auto_functionalize.hpp>
 #include <xport/ops/op_sets.hpp>
 
 XPORT_BEGIN_NAMESPACE
@@ -82,6 +83,7 @@ class functionalizer {
       b_.like(n);
       if (is_batch_norm_with_stats(n)) batch_norm(n);
       else if (n.op().inplace_view) inplace_view(n);
+      else if (auto_functionalizable(n.op())) auto_functionalized(n);
       else if (n.op().is_mutable) mutation(n);
       else if (const auto r = result_aliasing(n)) maybe_alias(n, *r);
       else copy(n, is_view_op(n.op()));
@@ -270,6 +272,50 @@ class functionalizer {
     // the in-place op's output is the target itself
     alias_[n.output(0).impl()] = base_of(target);
     if (!base_of(target).chain.empty()) views_[n.output(0).impl()] = {fresh, version(target)};
+  }
+
+  // A custom op that writes to its arguments: one auto_functionalized_v2 call, as torch lowers
+  // it (ops/auto_functionalize.hpp), each written argument its own base; the call's new bases
+  // are then written to what the op wrote (through their bases, for views).
+  void auto_functionalized(const node& n) {
+    const auto& op = n.op();
+    const auto& params = op.schema().arguments();
+    const auto now = current_args(n);
+    std::vector<value> targets;  // the source values written, each once
+    const auto base_index = [&](const value& v) -> std::int64_t {
+      for (std::size_t i = 0; i < targets.size(); ++i)
+        if (targets[i] == v) return static_cast<std::int64_t>(i);
+      targets.push_back(v);
+      return static_cast<std::int64_t>(targets.size() - 1);
+    };
+    const auto pair = [](std::string name, argument v) { return argument(argument::list_type{argument(std::move(name)), std::move(v)}); };
+    argument::list_type kwargs, written, bases;
+    const auto src = n.args();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const auto& name = params[i].name();
+      if (!params[i].alias_info() || !params[i].alias_info()->isWrite()) {
+        kwargs.push_back(pair(name, now[i]));
+      } else if (src[i].is_value()) {
+        written.push_back(pair("_" + name + "_base_index", base_index(src[i].as_value())));
+      } else if (src[i].is_none()) {
+        written.push_back(pair("_" + name + "_base_index", none));
+      } else {
+        const auto& items = src[i].as_list();
+        written.push_back(pair("_" + name + "_length", static_cast<std::int64_t>(items.size())));
+        for (std::size_t k = 0; k < items.size(); ++k)
+          written.push_back(pair("_" + name + "_" + std::to_string(k) + "_base_index", base_index(items[k].as_value())));
+      }
+    }
+    kwargs.insert(kwargs.end(), written.begin(), written.end());
+    for (const auto& t : targets) bases.emplace_back(get(t));
+    kwargs.push_back(pair("_all_bases", argument(std::move(bases))));
+    const node call = b_.call_bound(find_op("higher_order::auto_functionalized_v2"), {argument(op.qualified), argument(std::move(kwargs))});
+    const auto n_results = call.num_outputs() - targets.size();
+    for (std::size_t j = 0; j < targets.size(); ++j) write(targets[j], call.output(n_results + j));
+    for (std::size_t k = 0; k < n.num_outputs() && k < n_results; ++k) {
+      alias_[n.output(k).impl()] = alias{n.output(k).impl(), {}};
+      cur_[n.output(k).impl()] = call.output(k);
+    }
   }
 
   // `target` (a base, or a view of one) now holds `contents`.

@@ -82,6 +82,8 @@ enum class arg_form : std::uint8_t {
   tensor_list,           ///< a Tensor[] holding graph values
   optional_tensor_list,  ///< a Tensor?[] holding graph values (and Nones)
   int_list,              ///< a SymInt[] (or any other list) holding graph values or symbols
+  any_list,              ///< an Any[] holding graph values, maybe in nested lists (a higher-order
+                         ///< call's arguments by name: ops/auto_functionalize.hpp)
 };
 
 /// The form argument `a` takes as parameter `param`.
@@ -101,6 +103,7 @@ inline arg_form form_of(const c10::Argument& param, const argument& a) {
   const auto kind = lt->castRaw<c10::ListType>()->getElementType()->kind();
   return kind == c10::TypeKind::TensorType     ? arg_form::tensor_list
          : kind == c10::TypeKind::OptionalType ? arg_form::optional_tensor_list
+         : kind == c10::TypeKind::AnyType      ? arg_form::any_list
                                                : arg_form::int_list;
 }
 

@@ -1,6 +1,8 @@
 // xport/ops/higher_order.hpp: torch's higher-order operators, one descriptor each.
 // A higher-order operator (torch.ops.higher_order.cond, .while_loop, .map_impl, .scan,
-// .wrap_with_set_grad_enabled, .wrap_with_autocast) takes subgraphs as arguments. Each has one
+// .wrap_with_set_grad_enabled, .wrap_with_autocast) takes subgraphs as arguments, or calls
+// another operator by name (.auto_functionalized, .auto_functionalized_v2, .with_effects: their
+// kernels are in ops/auto_functionalize.hpp). Each has one
 // entry here: its schema as the dispatcher sees it, how torch lays its arguments out in a
 // program (a trailing list written spread, as `wrap_with_set_grad_enabled(False, submod_1, x,
 // w)`), which operands its subgraphs take (and which one row at a time), how its outputs are
@@ -28,6 +30,7 @@
 #include <xport/error.hpp>
 #include <xport/ir/graph.hpp>
 #include <xport/ir/op.hpp>
+#include <xport/ops/auto_functionalize.hpp>
 
 // LibTorch's autocast state (ATen/autocast_mode.h), declared here: that header includes all of
 // ATen, against the narrow-headers rule. Per device type since 2.4; CPU and CUDA apart before.
@@ -58,15 +61,21 @@ XPORT_BEGIN_NAMESPACE
 
 /// One higher-order operator: everything xport knows about it (see the header comment).
 struct higher_order_op {
-  enum class id : std::uint8_t { cond, while_loop, map, scan, set_grad_enabled, autocast };
-  /// A parameter of the operator: its name and type in the dispatcher's schema.
+  enum class id : std::uint8_t {
+    cond, while_loop, map, scan, set_grad_enabled, autocast, auto_functionalized, auto_functionalized_v2, with_effects
+  };
+  /// A parameter of the operator: its name and type in the dispatcher's schema. `op` is an
+  /// operator the call names (an `as_operator` argument: its qualified name, a string), `values`
+  /// that operator's positional arguments (any, written spread), `kwargs` its keyword arguments
+  /// (a list of [name, value] pairs, written `name = value`).
   struct param {
     std::string_view name;
-    enum class type : std::uint8_t { any, boolean, string, dtype_opt, bool_opt, graph, tensors } kind;
+    enum class type : std::uint8_t { any, boolean, string, dtype_opt, bool_opt, graph, tensors, op, values, kwargs } kind;
   };
   /// How its results are typed: as its first subgraph returns them (cond's true branch), its
-  /// last (while_loop's body), map's (each stacked), scan's (carries, then ys stacked).
-  enum class results : std::uint8_t { first_graph, last_graph, mapped, scanned };
+  /// last (while_loop's body), map's (each stacked), scan's (carries, then ys stacked), or by
+  /// running its kernel on meta tensors (the operators that call an operator by name).
+  enum class results : std::uint8_t { first_graph, last_graph, mapped, scanned, by_kernel };
 
   id which;
   std::string_view name;    ///< `cond`: torch.ops.higher_order.cond
@@ -91,6 +100,13 @@ struct higher_order_op {
     for (std::size_t i = 0; i < params.size(); ++i)
       if (params[i].kind == param::type::graph) out.push_back(i);
     return out;
+  }
+  /// Whether it calls an operator by name, its arguments by keyword (auto_functionalized,
+  /// with_effects): printed and written as `(op, *args, name = value, ...)`.
+  [[nodiscard]] bool calls_by_name() const {
+    for (const auto& p : params)
+      if (p.kind == param::type::op) return true;
+    return false;
   }
   /// A text of the parameters for messages: `(pred, true_graph, false_graph, operands)`.
   [[nodiscard]] std::string layout() const {
@@ -381,6 +397,14 @@ inline const std::vector<higher_order_op>& higher_order_ops() {
        {{"device_type", T::string}, {"dtype", T::dtype_opt}, {"enabled", T::boolean}, {"cache_enabled", T::bool_opt},
         {"body", T::graph}, {"args", T::tensors}},
        true, R::first_graph, -1, true, &detail::autocast_kernel},
+      {I::auto_functionalized, "auto_functionalized", "auto_functionalized (a custom op that mutates)",
+       {{"_mutable_op", T::op}, {"kwargs", T::kwargs}}, false, R::by_kernel, -1, false, &detail::auto_functionalized_kernel},
+      {I::auto_functionalized_v2, "auto_functionalized_v2", "auto_functionalized_v2 (a custom op that mutates)",
+       {{"_mutable_op", T::op}, {"kwargs", T::kwargs}}, false, R::by_kernel, -1, false,
+       &detail::auto_functionalized_v2_kernel},
+      {I::with_effects, "with_effects", "with_effects (an op with a side effect)",
+       {{"token", T::any}, {"op", T::op}, {"args", T::values}, {"kwargs", T::kwargs}}, false, R::by_kernel, -1, false,
+       &detail::with_effects_kernel},
   };
   return ops;
 }
@@ -440,6 +464,9 @@ inline c10::FunctionSchema schema_of(const higher_order_op& h) {
       case higher_order_op::param::type::dtype_opt: break;  // above
       case higher_order_op::param::type::bool_opt: t = c10::OptionalType::create(c10::BoolType::get()); break;
       case higher_order_op::param::type::tensors: t = c10::ListType::create(c10::TensorType::get()); break;
+      case higher_order_op::param::type::op: t = c10::StringType::get(); break;
+      case higher_order_op::param::type::values:
+      case higher_order_op::param::type::kwargs: t = c10::ListType::create(c10::AnyType::get()); break;
     }
     args.emplace_back(std::string(p.name), std::move(t));
   }

@@ -289,7 +289,8 @@ inline std::vector<value_type> subgraph_outputs(const op_info& op, const std::ve
 }
 
 inline std::vector<value_type> infer_outputs(const op_info& op, const std::vector<argument>& args) {
-  if (op.higher_order) return subgraph_outputs(op, args);
+  const auto* hop = hop_of(op);
+  if (op.higher_order && !(hop && hop->typing == higher_order_op::results::by_kernel)) return subgraph_outputs(op, args);
   if (reads_data(op)) throw_reads_data(op);
   torch::jit::Stack stack;
   push_meta_arguments(op, args, [](const value& v) { return v.meta().make_meta(); }, stack);

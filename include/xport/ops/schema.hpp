@@ -6,7 +6,8 @@
 #pragma once
 
 #include <cstddef>      // std::size_t
-#include <cstdint>      // std::int64_t
+#include <cstdint>      // std::int64_t, std::uint64_t
+#include <span>         // std::span
 #include <sstream>      // std::ostringstream
 #include <string>       // std::string
 #include <vector>       // std::vector
@@ -271,6 +272,28 @@ c10::IValue to_ivalue(const argument& a, const c10::TypePtr& t, Lookup&& lookup)
       return l;
     }
   }
+}
+
+/// The call form (Note [Call forms], ir/graph.hpp) the dispatcher gives a call of `op` with
+/// schema-bound `args` when it hands it to Python: positional arguments up to the last one that
+/// is not its default, keyword-only ones by name where not their default. nullopt for a schema
+/// of more than 64 arguments.
+inline std::optional<node::call_form> default_call_form(const op_info& op, std::span<const argument> args) {
+  const auto& params = op.schema().arguments();
+  if (params.size() > 64 || args.size() != params.size()) return std::nullopt;
+  const auto is_default = [&](std::size_t i) {
+    return params[i].default_value() && default_argument(params[i]) == args[i];
+  };
+  node::call_form f;
+  std::size_t last_pos = 0;  // one past the last positional argument given
+  for (std::size_t i = 0; i < params.size(); ++i)
+    if (!params[i].kwarg_only() && !is_default(i)) last_pos = i + 1;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const auto bit = std::uint64_t{1} << i;
+    if (!params[i].kwarg_only() && i < last_pos) f.given |= bit;
+    if (params[i].kwarg_only() && !is_default(i)) f.given |= bit, f.keyword |= bit;
+  }
+  return f;
 }
 
 /// The schema-ordered argument list for `op`, defaults filled in.

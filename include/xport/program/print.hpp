@@ -8,6 +8,7 @@
 
 #include <algorithm>      // std::find, std::all_of, std::none_of
 #include <cstddef>        // std::size_t
+#include <cstdint>        // std::uint64_t
 #include <functional>     // std::function
 #include <optional>       // std::optional
 #include <ostream>        // std::ostream
@@ -80,26 +81,46 @@ inline std::string arg_repr(const argument& a, const sym_names& syms = {}) {
   return "?";
 }
 
-/// `x, 1, alpha = 2`: positional arguments up to the last one that differs from its default,
-/// keyword-only arguments that differ from their defaults (as the dispatcher hands them to
-/// Python).
-inline std::string call_args_repr(const op_info& op, std::span<const argument> args, const sym_names& syms = {}) {
+/// `x, 1, alpha = 2`: the arguments its maker passed, as `form` says (Note [Call forms]), else as
+/// the dispatcher hands the call to Python (detail::default_call_form).
+inline std::string call_args_repr(const op_info& op, std::span<const argument> args, const sym_names& syms = {},
+                                  std::optional<node::call_form> form = std::nullopt) {
   const auto& params = op.schema().arguments();
-  const auto is_default = [&](std::size_t i) {
-    return params[i].default_value() && default_argument(params[i]) == args[i];
-  };
-  std::size_t last_pos = 0;  // one past the last positional argument to print
-  for (std::size_t i = 0; i < params.size(); ++i)
-    if (!params[i].kwarg_only() && !is_default(i)) last_pos = i + 1;
-  std::string s;
-  for (std::size_t i = 0; i < last_pos; ++i) {
-    if (!s.empty()) s += ", ";
-    s += arg_repr(args[i], syms);
+  if (!form) form = default_call_form(op, args);
+  if (!form) {  // a schema too long for a form: every argument, in order
+    std::string s;
+    for (const auto& a : args) s += (s.empty() ? "" : ", ") + arg_repr(a, syms);
+    return s;
   }
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    if (!params[i].kwarg_only() || is_default(i)) continue;
-    if (!s.empty()) s += ", ";
-    s += params[i].name() + " = " + arg_repr(args[i], syms);
+  std::string s, kw;
+  for (std::size_t i = 0; i < params.size() && i < args.size(); ++i) {
+    const auto bit = std::uint64_t{1} << i;
+    if (!(form->given & bit)) continue;
+    auto& to = (form->keyword & bit) ? kw : s;
+    if (!to.empty()) to += ", ";
+    to += (form->keyword & bit) ? params[i].name() + " = " + arg_repr(args[i], syms) : arg_repr(args[i], syms);
+  }
+  return s.empty() ? kw : kw.empty() ? s : s + ", " + kw;
+}
+
+/// The arguments of a call that names an operator (auto_functionalized, with_effects), as torch
+/// prints it: `torch.ops.xt.update_.default, x, s = 0.5, _all_bases = [b]` (the operator, its
+/// positional arguments, then its keyword arguments).
+inline std::string named_call_repr(const higher_order_op& hop, std::span<const argument> args, const sym_names& syms = {}) {
+  using T = higher_order_op::param::type;
+  std::string s;
+  const auto add = [&](const std::string& piece) { s += (s.empty() ? "" : ", ") + piece; };
+  for (std::size_t i = 0; i < hop.params.size() && i < args.size(); ++i) {
+    switch (hop.params[i].kind) {
+      case T::op: add(find_op(args[i].as_string()).target); break;
+      case T::values:
+        for (const auto& e : args[i].as_list()) add(arg_repr(e, syms));
+        break;
+      case T::kwargs:
+        for (const auto& kv : args[i].as_list()) add(kv.as_list().at(0).as_string() + " = " + arg_repr(kv.as_list().at(1), syms));
+        break;
+      default: add(arg_repr(args[i], syms));
+    }
   }
   return s;
 }
@@ -452,10 +473,11 @@ inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
         }
         const auto* hop = hop_of(n.op());
         l.rhs = n.op().target + "(" +
-                (hop && hop->spread_last ? spread_operands_repr(n.args(), sizes.names)
+                (hop && hop->calls_by_name() ? named_call_repr(*hop, n.args(), sizes.names)
+                 : hop && hop->spread_last   ? spread_operands_repr(n.args(), sizes.names)
                  : n.has_tuple_operands()
                      ? tuple_operands_repr(n.args(), sizes.names, hop && hop->which == higher_order_op::id::scan ? 3 : 0)
-                     : call_args_repr(n.op(), n.args(), sizes.names)) +
+                     : call_args_repr(n.op(), n.args(), sizes.names, n.form())) +
                 ")";
         if (!n.has_tuple_output()) l.annotation = value_annotation(n.output(0), o);
         lines.push_back(std::move(l));

@@ -33,6 +33,7 @@ namespace detail {
 inline bool fits(const argument& a, const c10::TypePtr& t) {
   using K = c10::TypeKind;
   switch (t->kind()) {
+    case K::AnyType: return true;  // (a higher-order call's arguments by name: any argument, nested lists among them)
     case K::OptionalType: return a.is_none() || fits(a, t->castRaw<c10::OptionalType>()->getElementType());
     case K::ListType: {
       if (!a.is_list()) return false;
@@ -452,6 +453,34 @@ inline void verify_wrapped(node n, const higher_order_op& hop, const verify_opti
                   n.name());
 }
 
+/// Checks a call that names an operator (auto_functionalized, with_effects): the operator is
+/// registered (a mutating one for auto_functionalized), its keyword arguments are (name, value)
+/// pairs, with_effects threads a token tensor in and out.
+inline void verify_named_call(node n, const higher_order_op& hop) {
+  using T = higher_order_op::param::type;
+  const auto args = n.args();
+  const auto fail = [&](const std::string& what) { verify_fail(std::string(hop.name) + "_args", "'" + n.name() + "': " + what, n.name()); };
+  if (args.size() != hop.params.size()) fail("calls " + hop.target() + " without " + hop.layout());
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const auto kind = hop.params[i].kind;
+    if (kind == T::op) {
+      const auto* op = args[i].is_string() ? try_find_op(args[i].as_string()) : nullptr;
+      if (!op) fail("argument " + std::to_string(i) + " does not name a registered operator");
+      if (hop.which != higher_order_op::id::with_effects && !op->is_mutable)
+        fail(op->qualified + " mutates nothing: " + hop.target() + " calls an operator that writes to its arguments");
+    }
+    if ((kind == T::values || kind == T::kwargs) && !args[i].is_list()) fail("argument " + std::to_string(i) + " is not a list");
+    if (kind == T::kwargs)
+      for (const auto& kv : args[i].as_list())
+        if (!kv.is_list() || kv.as_list().size() != 2 || !kv.as_list()[0].is_string())
+          fail("a keyword argument is not a (name, value) pair");
+  }
+  if (hop.which == higher_order_op::id::with_effects &&
+      (!args[0].is_value() || args[0].as_value().kind() != value_kind::tensor || n.num_outputs() == 0 ||
+       n.output(0).kind() != value_kind::tensor))
+    fail("with_effects takes a token tensor first and returns a new one first");
+}
+
 /// Checks a higher-order call by the rules of its operator (ops/higher_order.hpp).
 inline void verify_higher_order(node n, const verify_options& opts) {
   const auto* hop = hop_of(n.op());
@@ -463,6 +492,9 @@ inline void verify_higher_order(node n, const verify_options& opts) {
     case higher_order_op::id::scan: return verify_scan(n, opts);
     case higher_order_op::id::set_grad_enabled:
     case higher_order_op::id::autocast: return verify_wrapped(n, *hop, opts);
+    case higher_order_op::id::auto_functionalized:
+    case higher_order_op::id::auto_functionalized_v2:
+    case higher_order_op::id::with_effects: return verify_named_call(n, *hop);
   }
 }
 

@@ -12,6 +12,7 @@
 
 #include <cstddef>        // std::size_t
 #include <cstdint>        // std::uint32_t
+#include <functional>     // std::function
 #include <optional>       // std::optional
 #include <string>         // std::string
 #include <unordered_map>  // std::unordered_map
@@ -23,6 +24,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/core/stack.h>
+#include <ATen/ops/empty.h>
 #include <c10/core/GradMode.h>
 
 #include <xport/config.hpp>
@@ -46,7 +48,8 @@ class compiled_program {
   struct arg_op {
     enum class kind : std::uint8_t {
       constant, reg_copy, reg_move, tensor_list, opt_tensor_list, int_list, symbolic,
-      symbolic_number, reg_number  // a size where a Tensor is expected: passed as a wrapped number
+      symbolic_number, reg_number,  // a size where a Tensor is expected: passed as a wrapped number
+      any_list  // a generic list: its elements of any kind, nested lists among them (any_list elements)
     };
     kind type;
     std::uint32_t index;  // into constants, regs, lists or syms
@@ -199,8 +202,17 @@ class compiled_program {
           stack.emplace_back(std::move(is));
           break;
         }
+        case arg_op::kind::any_list: stack.push_back(take_any_list(regs, env, a.index)); break;
       }
     }
+  }
+
+  // The generic list `lists[index]`, its nested lists built in turn.
+  c10::IValue take_any_list(std::vector<c10::IValue>& regs, const sym_env& env, std::uint32_t index) const {
+    c10::impl::GenericList l(c10::AnyType::get());
+    for (const auto& e : lists[index].elems)
+      l.push_back(e.type == arg_op::kind::any_list ? take_any_list(regs, env, e.index) : take(regs, env, e));
+    return l;
   }
 
   // The graph outputs, read from the registers at the end of a run.
@@ -247,13 +259,15 @@ class compiled_program {
     const auto visit = [&](const arg_op& a) {
       if (a.type == arg_op::kind::reg_copy || a.type == arg_op::kind::reg_move || a.type == arg_op::kind::reg_number) f(a.index);
     };
-    for (const auto& a : in.args) {
-      if (a.type == arg_op::kind::tensor_list || a.type == arg_op::kind::opt_tensor_list || a.type == arg_op::kind::int_list) {
-        for (const auto& e : lists[a.index].elems) visit(e);
+    const std::function<void(const arg_op&)> visit_all = [&](const arg_op& a) {
+      if (a.type == arg_op::kind::tensor_list || a.type == arg_op::kind::opt_tensor_list || a.type == arg_op::kind::int_list ||
+          a.type == arg_op::kind::any_list) {
+        for (const auto& e : lists[a.index].elems) visit_all(e);
       } else {
         visit(a);
       }
-    }
+    };
+    for (const auto& a : in.args) visit_all(a);
   }
 
   /// This code with every move out of a register made a copy: for runs whose calls read a
@@ -343,6 +357,8 @@ class compiled_program {
       } else if (spec.kind == input_kind::user_input) {
         user_slots.push_back(r);
         input_layout.push_back(written.count(phs[i].output(0).impl()) ? std::nullopt : exported_layout(phs[i].output(0)));
+      } else if (spec.kind == input_kind::token) {  // an effect token: an empty tensor, as torch's module makes one
+        state_slots.emplace_back(r, at::empty({0}));
       } else {
         state_slots.emplace_back(r, p.lifted_tensor(spec));
       }
@@ -406,6 +422,7 @@ class compiled_program {
         syms.push_back(a.as_sym());
         return {f == form::symbolic ? arg_op::kind::symbolic : arg_op::kind::symbolic_number,
                 static_cast<std::uint32_t>(syms.size() - 1)};
+      case form::any_list: return compile_any_list(a, reg_op);
       case form::tensor_list:
       case form::optional_tensor_list:
       case form::int_list: break;
@@ -428,6 +445,28 @@ class compiled_program {
                    : f == form::optional_tensor_list ? arg_op::kind::opt_tensor_list
                                                      : arg_op::kind::int_list;
     return {k, static_cast<std::uint32_t>(lists.size() - 1)};
+  }
+
+  // A generic list argument (form any_list): each element a register, a symbol, a constant or a
+  // nested generic list.
+  template <class RegOp>
+  arg_op compile_any_list(const argument& a, RegOp&& reg_op) {
+    list_op l;
+    for (const auto& e : a.as_list()) {
+      if (e.is_value()) {
+        l.elems.push_back(reg_op(e.as_value()));
+      } else if (e.is_symbolic()) {
+        syms.push_back(e.as_sym());
+        l.elems.push_back({arg_op::kind::symbolic, static_cast<std::uint32_t>(syms.size() - 1)});
+      } else if (e.is_list()) {
+        l.elems.push_back(compile_any_list(e, reg_op));
+      } else {
+        constants.push_back(detail::constant_ivalue(e, c10::AnyType::get()));
+        l.elems.push_back({arg_op::kind::constant, static_cast<std::uint32_t>(constants.size() - 1)});
+      }
+    }
+    lists.push_back(std::move(l));
+    return {arg_op::kind::any_list, static_cast<std::uint32_t>(lists.size() - 1)};
   }
 
   // Where each graph output comes from (a register, or a constant), and what it is to run().

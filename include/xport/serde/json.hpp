@@ -466,6 +466,8 @@ struct value_scope {
     sym_int rhs;
   };
   std::unordered_map<std::string, condition> conditions;
+  /// How many None results of higher-order calls were read (torch names them as_none, as_none_1, ...).
+  std::size_t nones = 0;
 
   /// A SymInt argument named `name`: a symbolic size, or a graph value.
   [[nodiscard]] argument sym_arg(const at_path& j, const std::string& name) const {

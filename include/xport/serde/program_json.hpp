@@ -352,6 +352,60 @@ inline exported_program subgraph_program_of(const exported_program& p, const sub
   return q;
 }
 
+/// The inputs of a call of `hop` that names an operator (auto_functionalized, with_effects), as
+/// torch writes them: positional ones unnamed (the operator as_operator, its positional
+/// arguments spread), then its keyword arguments by name (kind 2).
+template <class Namer>
+json named_call_json(const higher_order_op& hop, std::span<const argument> args, Namer&& namer) {
+  using T = higher_order_op::param::type;
+  json in = json::array();
+  const auto positional = [&](json arg) { in.push_back({{"name", ""}, {"arg", std::move(arg)}, {"kind", 1}}); };
+  for (std::size_t i = 0; i < hop.params.size() && i < args.size(); ++i) {
+    switch (hop.params[i].kind) {
+      case T::op: positional({{"as_operator", find_op(args[i].as_string()).target}}); break;
+      case T::values:
+        for (const auto& e : args[i].as_list()) positional(argument_json(e, nullptr, namer));
+        break;
+      case T::kwargs:
+        for (const auto& kv : args[i].as_list())
+          in.push_back({{"name", kv.as_list().at(0).as_string()}, {"arg", argument_json(kv.as_list().at(1), nullptr, namer)},
+                        {"kind", 2}});
+        break;
+      default: positional(argument_json(args[i], nullptr, namer));
+    }
+  }
+  return in;
+}
+
+inline json graph_json(const exported_program& p);
+
+/// The inputs of call node `n` of `p`, as torch writes them: the arguments its maker passed
+/// (Note [Call forms]), by name and kind; a higher-order call's positional and unnamed (the
+/// trailing operands spread, subgraphs written whole), or by keyword after the operator it names.
+template <class Namer>
+json call_inputs_json(const exported_program& p, const node& n, Namer&& namer) {
+  const auto& op = n.op();
+  const auto& params = op.schema().arguments();
+  const auto args = n.args();
+  const auto* hop = hop_of(op);
+  if (hop && hop->calls_by_name()) return named_call_json(*hop, args, namer);
+  json in = json::array();
+  const auto form = op.higher_order ? std::nullopt : n.form() ? n.form() : default_call_form(op, args);
+  for (std::size_t i = 0; i < params.size() && i < args.size(); ++i) {
+    if (form && !(form->given >> i & 1)) continue;  // left at its default, as torch leaves it out
+    if (hop && hop->spread_last && i + 1 == params.size() && args[i].is_list()) {  // written spread, as torch writes it
+      for (const auto& e : args[i].as_list()) in.push_back({{"name", ""}, {"arg", argument_json(e, nullptr, namer)}, {"kind", 1}});
+      continue;
+    }
+    json arg = args[i].is_graph() ? json{{"as_graph", {{"name", args[i].as_graph()->name},
+                                                       {"graph", graph_json(subgraph_program_of(p, *args[i].as_graph()))}}}}
+                                  : argument_json(args[i], op.higher_order ? nullptr : params[i].real_type(), namer);
+    const bool keyword = form ? (form->keyword >> i & 1) != 0 : params[i].kwarg_only();
+    in.push_back({{"name", op.higher_order ? std::string() : params[i].name()}, {"arg", std::move(arg)}, {"kind", keyword ? 2 : 1}});
+  }
+  return in;
+}
+
 inline json graph_json(const exported_program& p) {
   const graph& g = p.graph();
   json inputs = json::array(), nodes = json::array(), outputs = json::array();
@@ -384,23 +438,7 @@ inline json graph_json(const exported_program& p) {
       continue;
     }
     const auto& op = n.op();
-    const auto& params = op.schema().arguments();
-    json in = json::array();
-    const auto args = n.args();
-    const auto* hop = hop_of(op);
-    for (std::size_t i = 0; i < params.size() && i < args.size(); ++i) {
-      if (hop && hop->spread_last && i + 1 == params.size() && args[i].is_list()) {  // written spread, as torch writes it
-        for (const auto& e : args[i].as_list()) in.push_back({{"name", ""}, {"arg", argument_json(e, nullptr, namer)}, {"kind", 1}});
-        continue;
-      }
-      // a control-flow call's arguments are positional and unnamed, its subgraphs written whole
-      json arg = args[i].is_graph() ? json{{"as_graph", {{"name", args[i].as_graph()->name},
-                                                         {"graph", graph_json(subgraph_program_of(p, *args[i].as_graph()))}}}}
-                                    : argument_json(args[i], op.higher_order ? nullptr : params[i].real_type(), namer);
-      in.push_back({{"name", op.higher_order ? std::string() : params[i].name()},
-                    {"arg", std::move(arg)},
-                    {"kind", params[i].kwarg_only() ? 2 : 1}});
-    }
+    json in = call_inputs_json(p, n, namer);
     json out = json::array();
     if (op.returns_list && !op.higher_order) {
       json list = json::array();
@@ -841,6 +879,43 @@ inline void read_node_metadata(const at_path& nj, node created,
   if (auto ms = meta.get("nn_module_stack")) created.set_module_path(module_path_of_stack(ms->str(), &module_types));
 }
 
+/// The arguments of a call of `hop` that names an operator (auto_functionalized, with_effects):
+/// positional ones fill its parameters in order (its `values` parameter takes the rest of them),
+/// the operator is an as_operator argument (xport holds its qualified name), keyword ones (kind
+/// 2) become [name, value] pairs.
+inline std::vector<argument> named_call_args(const higher_order_op& hop, const at_path& ins, value_scope& scope) {
+  using T = higher_order_op::param::type;
+  std::vector<argument> args(hop.params.size());
+  argument::list_type values, kwargs;
+  std::size_t next = 0;  // the parameter the next positional argument fills
+  for (std::size_t a = 0, n = ins.size_of_array(); a < n; ++a) {
+    const auto aj = ins[a]["arg"];
+    if (const auto kind = ins[a].get("kind"); kind && kind->integer() == 2) {
+      kwargs.push_back(argument::list_type{argument(ins[a]["name"].str()), argument_of(aj, scope)});
+      continue;
+    }
+    while (next < hop.params.size() && hop.params[next].kind == T::kwargs) ++next;
+    if (next >= hop.params.size())
+      ins.fail(hop.target() + " takes " + hop.layout() + ": argument " + std::to_string(a) + " is one too many");
+    if (hop.params[next].kind == T::values) {
+      values.push_back(argument_of(aj, scope));
+    } else if (hop.params[next].kind == T::op) {
+      if (!aj.object().contains("as_operator")) aj.fail(hop.target() + "'s argument " + std::to_string(a) + " is not an operator (as_operator)");
+      const auto target = aj["as_operator"].str();
+      const auto* op = try_find_op(target);
+      if (!op) aj.fail(unregistered_operator(target));
+      args[next++] = argument(op->qualified);
+    } else {
+      args[next++] = argument_of(aj, scope);
+    }
+  }
+  for (std::size_t i = 0; i < hop.params.size(); ++i) {
+    if (hop.params[i].kind == T::values) args[i] = std::move(values);
+    if (hop.params[i].kind == T::kwargs) args[i] = std::move(kwargs);
+  }
+  return args;
+}
+
 /// Fails unless `args` fit the layout of higher-order operator `hop` (graphs where it takes
 /// subgraphs, tensors in its lists, a bool, a string or a dtype where it takes one).
 inline void check_higher_order_args(const higher_order_op& hop, const std::vector<argument>& args, const at_path& ins) {
@@ -851,7 +926,8 @@ inline void check_higher_order_args(const higher_order_op& hop, const std::vecto
     const bool ok = p.kind == T::any || (p.kind == T::graph && x.is_graph()) || (p.kind == T::tensors && x.is_list()) ||
                     (p.kind == T::boolean && x.is_bool()) || (p.kind == T::string && x.is_string()) ||
                     (p.kind == T::dtype_opt && (x.is_dtype() || x.is_none())) ||
-                    (p.kind == T::bool_opt && (x.is_bool() || x.is_none()));
+                    (p.kind == T::bool_opt && (x.is_bool() || x.is_none())) || (p.kind == T::op && x.is_string()) ||
+                    ((p.kind == T::values || p.kind == T::kwargs) && x.is_list());
     if (!ok)
       ins.fail(std::string(hop.python) + "'s arguments are " + hop.layout() + ": argument " + std::to_string(a) + " (" +
                std::string(p.name) + ") is not " + (p.kind == T::graph ? "a subgraph (as_graph)" : p.kind == T::tensors ? "a list of tensors" : "of its type"));
@@ -874,7 +950,8 @@ inline void read_higher_order_node(const at_path& nj, const std::string& target,
   const auto& hop = *hop_of(op);
   const auto ins = nj["inputs"];
   std::vector<argument> args;
-  for (std::size_t a = 0, n = ins.size_of_array(); a < n; ++a) {
+  if (hop.calls_by_name()) args = named_call_args(hop, ins, scope);
+  for (std::size_t a = 0, n = hop.calls_by_name() ? 0 : ins.size_of_array(); a < n; ++a) {
     const auto aj = ins[a]["arg"];
     args.push_back(aj.object().contains("as_graph") ? argument(subgraph_of(aj["as_graph"], module_types))
                                                    : argument_of(aj, scope));
@@ -891,20 +968,49 @@ inline void read_higher_order_node(const at_path& nj, const std::string& target,
   std::vector<value_type> types;
   std::vector<std::string> names;
   const auto outs = nj["outputs"];
-  for (std::size_t o = 0, n = outs.size_of_array(); o < n; ++o)
+  const auto node_name = nj.get("name") ? nj["name"].str() : std::string(hop.name);
+  for (std::size_t o = 0, n = outs.size_of_array(); o < n; ++o) {
+    if (outs[o].object().contains("as_none")) {  // an operator's result that is None (auto_functionalized)
+      types.push_back(value_type{value_kind::none, {}, {}});
+      // named as torch's loader names it (a getitem it prints), though the file names nothing
+      names.push_back(scope.nones ? "as_none_" + std::to_string(scope.nones) : std::string("as_none"));
+      ++scope.nones;
+      continue;
+    }
     each_output_name(outs[o], [&](const at_path& where, const std::string& name) {
       types.push_back(type_of(where, name));
       names.push_back(name);
     });
-  const auto node_name = nj.get("name") ? nj["name"].str() : std::string(hop.name);
+  }
   node created;
   try {
     created = g.create_call_named(op, std::move(args), std::move(types), node_name, names);
   } catch (const graph_error& e) {
     nj.fail(e.what());
   }
-  for (auto v : created.outputs()) scope.defined.emplace(v.name(), v);
+  for (auto v : created.outputs()) {
+    scope.defined.emplace(v.name(), v);
+    if (v.kind() == value_kind::none) v.set_unpacked(true);  // printed, as torch prints a loaded program
+  }
   read_node_metadata(nj, created, module_types);
+}
+
+/// The call form of a node whose arguments `kwargs` (named, in the file's order) were passed by
+/// keyword where `by_keyword` says (Note [Call forms]); nullopt when the file names an argument
+/// the schema does not have (bind_arguments says so) or the schema has more than 64.
+inline std::optional<node::call_form> call_form_of(const op_info& op, const std::vector<kwarg>& kwargs,
+                                                  const std::vector<bool>& by_keyword) {
+  const auto& params = op.schema().arguments();
+  if (params.size() > 64) return std::nullopt;
+  node::call_form f;
+  for (std::size_t a = 0; a < kwargs.size(); ++a) {
+    std::size_t i = 0;
+    while (i < params.size() && params[i].name() != kwargs[a].name) ++i;
+    if (i == params.size()) return std::nullopt;
+    f.given |= std::uint64_t{1} << i;
+    if (by_keyword[a] || params[i].kwarg_only()) f.keyword |= std::uint64_t{1} << i;
+  }
+  return f;
 }
 
 /// Reads call node `nj` (of operator `target`) into `g`, its outputs into the scope; `module_types`
@@ -923,8 +1029,13 @@ inline void read_call_node(const at_path& nj, const std::string& target, const v
   if (!op) nj["target"].fail(unregistered_operator(target));
   std::vector<kwarg> kwargs;
   const auto ins = nj["inputs"];
-  for (std::size_t a = 0, n = ins.size_of_array(); a < n; ++a)
+  std::vector<bool> by_keyword;
+  for (std::size_t a = 0, n = ins.size_of_array(); a < n; ++a) {
     kwargs.push_back(kwarg{ins[a]["name"].str(), argument_of(ins[a]["arg"], scope)});
+    const auto kind = ins[a].get("kind");
+    by_keyword.push_back(kind && kind->integer() == 2);
+  }
+  const auto form = call_form_of(*op, kwargs, by_keyword);
   std::vector<argument> args;
   try {
     args = detail::bind_arguments(*op, {}, std::move(kwargs));
@@ -945,6 +1056,7 @@ inline void read_call_node(const at_path& nj, const std::string& target, const v
     scope.defined.emplace(v.name(), v);
     if (v.name() == created.name() + "_unused_" + std::to_string(v.index())) v.set_unpacked(false);
   }
+  created.set_form(form);
   read_node_metadata(nj, created, module_types);
 }
 

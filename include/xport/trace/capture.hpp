@@ -364,7 +364,10 @@ class capture {
       auto& res = results[r];
       if (res.isTensorList()) {
         auto ts = res.toTensorVector();
-        for (auto& t : ts) track(recorded.output(out_index++), t);
+        for (auto& t : ts) {
+          const auto v = recorded.output(out_index++);
+          if (t.defined()) track(v, t);  // (a None among a higher-order call's results: auto_functionalized's)
+        }
         stack.emplace_back(c10::List<at::Tensor>(ts));
         continue;
       }
@@ -651,8 +654,30 @@ class capture {
       meta = c10::IValue();
       return;
     }
+    if (iv.isList() && !iv.isIntList() && !iv.isDoubleList() && !iv.isBoolList() && is_any_list(type)) {
+      argument::list_type items;  // an Any[] (a higher-order call's arguments by name): each element in turn
+      c10::impl::GenericList metas(c10::AnyType::get());
+      for (const auto& e : iv.toListRef()) {
+        argument a;
+        c10::IValue m;
+        convert(e, c10::AnyType::get(), a, m);
+        items.push_back(std::move(a));
+        metas.push_back(std::move(m));
+      }
+      arg = std::move(items);
+      meta = std::move(metas);
+      return;
+    }
     arg = from_ivalue(iv, type);
     meta = iv;
+  }
+
+  // Whether `type` is Any or a list of Any (what a generic list argument is converted as).
+  static bool is_any_list(const c10::TypePtr& type) {
+    const auto t = unwrap_optional(type);
+    return t->kind() == c10::TypeKind::AnyType ||
+           (t->kind() == c10::TypeKind::ListType &&
+            t->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::AnyType);
   }
 
   // What Python's argument parser passes when the caller leaves them out, so that the program
