@@ -320,6 +320,22 @@ TEST_CASE("corpus: torchvision's ResNet-18 in train mode, one step through p.mod
   MESSAGE("ResNet-18 training step: " << exact << " of " << tensors << " tensors (loss, gradients, statistics) bit-equal to eager's");
 }
 
+TEST_CASE("corpus: every diffusers model torch 2.13 exports loads, runs, lowers, optimizes and saves back" *
+          doctest::test_suite("corpus_diffusers")) {
+  // (the references of the core-ATen programs torch 2.13's own module cannot run are eager's)
+  check_corpus({"diffusers (torch 2.13)", "diffusers_2_13_0", "diffusers_2_13_0_xport_saved", 1e-4, 1e-5, 18});
+}
+
+TEST_CASE("corpus: every diffusers model torch 2.14 exports loads, runs, lowers, optimizes and saves back" *
+          doctest::test_suite("corpus_diffusers_tv")) {
+  check_corpus({"diffusers (torch 2.14.1)", "diffusers_2_14_1", "diffusers_2_14_1_xport_saved", 1e-3, 1e-4, 18});
+}
+
+TEST_CASE("corpus: every timm model torch 2.14 exports loads, runs, lowers, optimizes and saves back" *
+          doctest::test_suite("corpus_timm")) {
+  check_corpus({"timm (torch 2.14.1)", "timm", "timm_xport_saved", 1e-3, 1e-4, 30});
+}
+
 namespace {
 
 /// The logits of one step of a one-token decoder program: (input_ids [1, 1], cache_position [1]).

@@ -29,6 +29,7 @@
 #include "common.hpp"
 #include "io_files.hpp"
 #include <xport/engine.hpp>
+#include <xport/quantized.hpp>  // the quantized fixtures (PT2E) call quantized_decomposed operators
 
 using namespace xport;
 namespace fs = std::filesystem;
@@ -654,4 +655,24 @@ TEST_CASE("interop: the archives torch.export.save wrote again are the programs 
   }
   CHECK(checked == index.size());
   CHECK(checked >= 50);
+}
+
+TEST_CASE("interop: <xport/quantized.hpp> defines torch's quantized_decomposed operators, with torch's checks") {
+  auto& d = c10::Dispatcher::singleton();
+  for (const char* op : {"quantize_per_tensor", "dequantize_per_channel", "choose_qparams_per_token_asymmetric",
+                         "dequantize_per_channel_group", "fake_quant_per_channel"})
+    CHECK(d.findSchema({std::string("quantized_decomposed::") + op, ""}).has_value());
+  register_quantized_decomposed();  // again: nothing happens
+  const auto x = at::tensor({-1.0f, 0.0f, 0.26f, 10.0f});
+  const auto q = d.findSchemaOrThrow("quantized_decomposed::quantize_per_tensor", "")
+                     .typed<at::Tensor(const at::Tensor&, double, std::int64_t, std::int64_t, std::int64_t, at::ScalarType)>();
+  CHECK(at::equal(q.call(x, 0.1, 2, -128, 127, at::kChar), at::tensor({-8, 2, 5, 102}, at::kChar)));
+  CHECK(at::equal(q.call(x, 0.1, 2, 0, 5, at::kByte), at::tensor({0, 2, 5, 5}, at::kByte)));  // clamped
+  XPORT_CHECK_THROWS_MSG(q.call(x, 0.1, 0, -200, 127, at::kChar), std::exception,
+                         "quant_min out of bounds for dtype, quant_min_lower_bound: -128 quant_min: -200");
+  XPORT_CHECK_THROWS_MSG(q.call(x.to(at::kDouble), 0.1, 0, -128, 127, at::kChar), std::exception,
+                         "Expecting input to have dtype torch.float32, but got dtype: Double");
+  // where the header is not included, load() says to include it
+  const auto why = xport::detail::serde::unregistered_operator("torch.ops.quantized_decomposed.quantize_per_tensor.default");
+  CHECK(why.find("Fix: #include <xport/quantized.hpp>") != std::string::npos);
 }

@@ -38,19 +38,31 @@ if ! python3 -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != 
   pip=(python3 -m pip install --quiet --disable-pip-version-check "torch==$torch_version")
   "${pip[@]}" 2>/dev/null || "${pip[@]}" --break-system-packages
 fi
-# Hugging Face transformers, pinned (pure Python; it leaves torch as it is): the real-model corpus
-# of the interop tests builds its architectures from the library's code, random weights, no hub.
-transformers_version=5.25.0
-if ! python3 -c "import transformers, sys; sys.exit(transformers.__version__ != '$transformers_version')" 2>/dev/null; then
-  pip=(python3 -m pip install --quiet --disable-pip-version-check "transformers==$transformers_version" "torch==$torch_version")
+# The Python ecosystems the real-model corpora build their architectures from (library code,
+# random weights, no hub), pinned; pure Python, they leave torch as it is. `pin PYTHON PKG VERSION`
+# installs PKG==VERSION unless that version is there.
+transformers_version=5.25.0 diffusers_version=0.42.1 torchao_version=0.18.0 timm_version=1.0.31
+pin() {
+  local python=$1 pkg=$2 version=$3
+  "$python" -c "import importlib.metadata as m, sys; sys.exit(m.version('$pkg') != '$version')" 2>/dev/null && return
+  local pip=("$python" -m pip install --quiet --disable-pip-version-check "$pkg==$version")
+  [[ "$python" == python3 ]] && pip+=("torch==$torch_version")
   "${pip[@]}" 2>/dev/null || "${pip[@]}" --break-system-packages
-fi
+}
+pin python3 transformers "$transformers_version"
+pin python3 diffusers "$diffusers_version"
+pin python3 torchao "$torchao_version"
 # torch 2.14.1 + torchvision 0.29.1 in a venv of their own (PyPI's torchvision does not import
-# beside torch 2.13): the second Python oracle, which writes and reads the torchvision corpus.
+# beside torch 2.13): the second Python oracle, which writes and reads the torchvision corpus
+# and the diffusers and timm ones (timm needs torchvision).
 # About 5.5 GB (a CUDA build that runs on the CPU), taken from this machine's disk by pip.
 venv=${XPORT_TORCHVISION_VENV:-/opt/xport/torch-2.14.1}
-if [[ "$(uname -m)" == x86_64 ]] &&
-   ! "$venv/bin/python" -c "import torch, torchvision, sys; sys.exit(not (torch.__version__.startswith('2.14.1') and torchvision.__version__.startswith('0.29.1')))" 2>/dev/null; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check torch==2.14.1 torchvision==0.29.1
+if [[ "$(uname -m)" == x86_64 ]]; then
+  if ! "$venv/bin/python" -c "import torch, torchvision, sys; sys.exit(not (torch.__version__.startswith('2.14.1') and torchvision.__version__.startswith('0.29.1')))" 2>/dev/null; then
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check torch==2.14.1 torchvision==0.29.1
+  fi
+  for p in "transformers $transformers_version" "diffusers $diffusers_version" "torchao $torchao_version" "timm $timm_version"; do
+    pin "$venv/bin/python" $p
+  done
 fi

@@ -6464,8 +6464,8 @@ inline c10::IValue regenerate_view(const keyword_args& kw, const std::string& pr
   const auto& base = bases[static_cast<std::size_t>(i)];
   if (kw.has(prefix + "_alias")) return at::alias(base);
   if (kw.has(prefix + "_storage_offset"))
-    return at::as_strided_symint(base, kw.at(prefix + "_size").toSymIntVector(), kw.at(prefix + "_stride").toSymIntVector(),
-                                 kw.at(prefix + "_storage_offset").toSymInt());
+    return at::as_strided(base, kw.at(prefix + "_size").toIntVector(), kw.at(prefix + "_stride").toIntVector(),
+                          kw.at(prefix + "_storage_offset").toInt());
   if (kw.has(prefix + "_slice_dim")) {
     const auto& end = kw.get(prefix + "_slice_end");
     return at::slice(base, kw.at(prefix + "_slice_dim").toInt(), kw.at(prefix + "_slice_start").toOptional<std::int64_t>(),
@@ -6490,9 +6490,9 @@ inline void auto_functionalized_v2_kernel(const c10::OperatorHandle&, torch::jit
     const auto prefix = "_" + name;
     if (kw.has(prefix + "_dtype")) {  // an out= op: a fresh tensor of the recorded layout
       out_op = true;
-      kw.set(name, at::empty_strided_symint(kw.at(prefix + "_size").toSymIntVector(), kw.at(prefix + "_stride").toSymIntVector(),
-                                            at::TensorOptions().dtype(kw.at(prefix + "_dtype").toScalarType())
-                                                .device(kw.at(prefix + "_device").toDevice())));
+      kw.set(name, at::empty_strided(kw.at(prefix + "_size").toIntVector(), kw.at(prefix + "_stride").toIntVector(),
+                                     at::TensorOptions().dtype(kw.at(prefix + "_dtype").toScalarType())
+                                         .device(kw.at(prefix + "_device").toDevice())));
     } else if (kw.has(prefix + "_length")) {  // a Tensor[]: one view per element
       const auto& n = kw.at(prefix + "_length");
       if (n.isNone()) continue;
@@ -10599,7 +10599,6 @@ XPORT_END_NAMESPACE
 #include <string_view>  // std::string_view
 #include <vector>       // std::vector
 
-#include <ATen/InferSize.h>
 #include <ATen/TensorUtils.h>
 #include <c10/core/MemoryFormat.h>
 #include <c10/core/WrapDimMinimal.h>
@@ -10681,6 +10680,19 @@ inline returns conversion_result(const op_info& op, std::span<const argument> ar
   return alias ? returns::input : returns::copy;
 }
 
+/// `shape` with its `-1` (if any) inferred from `numel` (at::infer_size's rule, minus its checks:
+/// a call the program holds was checked when it was made).
+inline std::vector<std::int64_t> with_inferred_dim(std::vector<std::int64_t> shape, std::int64_t numel) {
+  std::int64_t known = 1;
+  std::size_t infer = shape.size();
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) infer = i;
+    else known *= shape[i];
+  }
+  if (infer < shape.size()) shape[infer] = known == 0 ? 0 : numel / known;
+  return shape;
+}
+
 /// The sizes a reshape-like call asks for (`-1` inferred), or nullopt when `self` is kept as it is.
 inline std::optional<std::vector<std::int64_t>> reshape_target(const op_info& op, std::span<const argument> args,
                                                                const tensor_meta& self) {
@@ -10694,7 +10706,7 @@ inline std::optional<std::vector<std::int64_t>> reshape_target(const op_info& op
   std::int64_t numel = 1;
   for (auto s : have) numel *= s;
   const auto rank = self.dim();
-  if (op.name == "aten::reshape") return at::infer_size(sizes_of(*named_arg(op, args, "shape")), numel);
+  if (op.name == "aten::reshape") return with_inferred_dim(sizes_of(*named_arg(op, args, "shape")), numel);
   if (op.name == "aten::reshape_as" || op.name == "aten::view_as") return sizes_of(*named_arg(op, args, "other"));
   if (op.name == "aten::flatten") {
     if (rank == 0) return std::vector<std::int64_t>{1};
@@ -10712,7 +10724,7 @@ inline std::optional<std::vector<std::int64_t>> reshape_target(const op_info& op
   const auto dim = c10::maybe_wrap_dim(named_arg(op, args, "dim")->as_int(), rank);
   const auto parts = sizes_of(*named_arg(op, args, "sizes"));
   std::vector<std::int64_t> out(have.begin(), have.begin() + dim);
-  const auto inner = at::infer_size(parts, have[static_cast<std::size_t>(dim)]);
+  const auto inner = with_inferred_dim(parts, have[static_cast<std::size_t>(dim)]);
   out.insert(out.end(), inner.begin(), inner.end());
   out.insert(out.end(), have.begin() + dim + 1, have.end());
   return out;
@@ -20730,13 +20742,16 @@ class sym_writer {
 
 /// torch's `nn_module_stack` of a node in module `path`: one `key,path,type` entry per
 /// module from the root down (`L__self__,,Net;L__self__fc,fc,torch::nn::LinearImpl`), joined
-/// by ';'. Types come from the program's module table ('<' '>' become '[' ']' so that commas of
-/// template arguments stay nested, as torch's reader expects; ';' becomes ':').
+/// by ';'. Types come from the program's module table (in a type with commas, C++ template
+/// arguments, '<' '>' become '[' ']' so that the commas stay nested, as torch's reader expects;
+/// other types, Python's `f.<locals>.Wrapper` among them, keep theirs; ';' becomes ':').
 inline std::string nn_module_stack_of(const std::string& path, const std::unordered_map<std::string, std::string>& types) {
   const auto entry = [&](const std::string& fqn) {
     std::string type;
-    if (auto it = types.find(fqn); it != types.end())
-      for (char c : it->second) type += c == '<' ? '[' : c == '>' ? ']' : c == ';' ? ':' : c;
+    if (auto it = types.find(fqn); it != types.end()) {
+      const bool commas = it->second.find(',') != std::string::npos;
+      for (char c : it->second) type += commas && c == '<' ? '[' : commas && c == '>' ? ']' : c == ';' ? ':' : c;
+    }
     return "L__self__" + fqn + "," + fqn + "," + type;
   };
   std::string out = entry("");
@@ -21263,6 +21278,10 @@ inline call_outputs read_call_outputs(const at_path& outs, const op_info& op, co
 inline std::string unregistered_operator(const std::string& target) {
   const auto parts = detail::split_op_name(target);
   const std::string name = parts.ns + "::" + parts.name + (parts.overload.empty() ? "" : "." + parts.overload);
+  if (parts.ns == "quantized_decomposed")
+    return "operator '" + target + "' is not registered in this process: torch defines the quantized_decomposed "
+           "operators (quantized programs: PT2E, torchao's convert_pt2e) in Python only. Fix: #include "
+           "<xport/quantized.hpp> in the program, which defines them in C++";
   if (parts.ns == "aten" || parts.ns == "prims")
     return "operator '" + target + "' is not registered in this LibTorch (" + torch_version() +
            "): the program needs a LibTorch that has " + name;

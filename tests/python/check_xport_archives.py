@@ -29,6 +29,8 @@ import torch.utils._pytree as pytree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pytree_types  # noqa: E402  (the suite's dataclasses and other node types, registered)
 import xport_ops  # noqa: E402,F401  (the suite's custom operators: xport's archives of GatedBlock call them)
+import torch.ao.quantization.fx._decomposed  # noqa: E402,F401  (quantized_decomposed: xport's archives of the quantized fixtures)
+import transformers.modeling_outputs  # noqa: E402,F401  (quantized_resnet returns a ModelOutput: its type registers itself)
 
 # what test_interop.cpp writes: a shorter index means archives went missing
 MIN_ARCHIVES = {"cpp": 74, "xport_saved": 81}

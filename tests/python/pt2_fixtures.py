@@ -15,6 +15,7 @@ Exports and torch.export.save's, into <dir>:
   - programs with data-dependent sizes (nonzero, boolean-mask indexing, item() bounded by
     torch._check, a gated mixture of experts routing with nonzero): unbacked symbols and their
     _assert_scalar nodes;
+  - quantized programs, as PT2E writes them (quantized_fixtures.py);
   - programs with content xport does not read (a complex scalar, a custom object, a tensor
     subclass weight), whose load_errors tests/test_interop.cpp checks.
 Each <name>.pt2 comes with <name>.io.pt (torch.save'd; the layout is in tests/test_interop.cpp):
@@ -36,6 +37,7 @@ from torch import nn
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pytree_types  # noqa: E402  (dataclasses, namedtuples and ModelOutput-like types, registered)
 import twins  # noqa: E402  (owned by the twins' author: imported, never edited here)
+import quantized_fixtures  # noqa: E402  (PT2E programs: torchao's quantizer)
 import xport_ops  # noqa: E402  (registers the suite's custom operators, as tests/custom_ops.hpp does in C++)
 
 Dim = torch.export.Dim
@@ -604,6 +606,8 @@ def main():
     w.export("custom_mutation_core_aten", xport_ops.CacheWriter(), (x, pos), decompose=True, printed=True)
     w.export("effects", xport_ops.Logged(), (torch.randn(3),))
     w.export("effects_core_aten", xport_ops.Logged(), (torch.randn(3),), decompose=True, printed=True)
+    # quantized programs (PT2E): torch's quantized_decomposed operators, which <xport/quantized.hpp> defines in C++
+    quantized_fixtures.write(w)
 
     x = torch.randn(3)
     w.export("cond", Cond(), (x,), extra=[((x.abs() + 0.1,), {}), ((-x.abs() - 0.1,), {})], printed=True)

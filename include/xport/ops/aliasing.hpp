@@ -18,7 +18,6 @@
 #include <string_view>  // std::string_view
 #include <vector>       // std::vector
 
-#include <ATen/InferSize.h>
 #include <ATen/TensorUtils.h>
 #include <c10/core/MemoryFormat.h>
 #include <c10/core/WrapDimMinimal.h>
@@ -100,6 +99,19 @@ inline returns conversion_result(const op_info& op, std::span<const argument> ar
   return alias ? returns::input : returns::copy;
 }
 
+/// `shape` with its `-1` (if any) inferred from `numel` (at::infer_size's rule, minus its checks:
+/// a call the program holds was checked when it was made).
+inline std::vector<std::int64_t> with_inferred_dim(std::vector<std::int64_t> shape, std::int64_t numel) {
+  std::int64_t known = 1;
+  std::size_t infer = shape.size();
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) infer = i;
+    else known *= shape[i];
+  }
+  if (infer < shape.size()) shape[infer] = known == 0 ? 0 : numel / known;
+  return shape;
+}
+
 /// The sizes a reshape-like call asks for (`-1` inferred), or nullopt when `self` is kept as it is.
 inline std::optional<std::vector<std::int64_t>> reshape_target(const op_info& op, std::span<const argument> args,
                                                                const tensor_meta& self) {
@@ -113,7 +125,7 @@ inline std::optional<std::vector<std::int64_t>> reshape_target(const op_info& op
   std::int64_t numel = 1;
   for (auto s : have) numel *= s;
   const auto rank = self.dim();
-  if (op.name == "aten::reshape") return at::infer_size(sizes_of(*named_arg(op, args, "shape")), numel);
+  if (op.name == "aten::reshape") return with_inferred_dim(sizes_of(*named_arg(op, args, "shape")), numel);
   if (op.name == "aten::reshape_as" || op.name == "aten::view_as") return sizes_of(*named_arg(op, args, "other"));
   if (op.name == "aten::flatten") {
     if (rank == 0) return std::vector<std::int64_t>{1};
@@ -131,7 +143,7 @@ inline std::optional<std::vector<std::int64_t>> reshape_target(const op_info& op
   const auto dim = c10::maybe_wrap_dim(named_arg(op, args, "dim")->as_int(), rank);
   const auto parts = sizes_of(*named_arg(op, args, "sizes"));
   std::vector<std::int64_t> out(have.begin(), have.begin() + dim);
-  const auto inner = at::infer_size(parts, have[static_cast<std::size_t>(dim)]);
+  const auto inner = with_inferred_dim(parts, have[static_cast<std::size_t>(dim)]);
   out.insert(out.end(), inner.begin(), inner.end());
   out.insert(out.end(), have.begin() + dim + 1, have.end());
   return out;

@@ -200,8 +200,8 @@ inline c10::IValue regenerate_view(const keyword_args& kw, const std::string& pr
   const auto& base = bases[static_cast<std::size_t>(i)];
   if (kw.has(prefix + "_alias")) return at::alias(base);
   if (kw.has(prefix + "_storage_offset"))
-    return at::as_strided_symint(base, kw.at(prefix + "_size").toSymIntVector(), kw.at(prefix + "_stride").toSymIntVector(),
-                                 kw.at(prefix + "_storage_offset").toSymInt());
+    return at::as_strided(base, kw.at(prefix + "_size").toIntVector(), kw.at(prefix + "_stride").toIntVector(),
+                          kw.at(prefix + "_storage_offset").toInt());
   if (kw.has(prefix + "_slice_dim")) {
     const auto& end = kw.get(prefix + "_slice_end");
     return at::slice(base, kw.at(prefix + "_slice_dim").toInt(), kw.at(prefix + "_slice_start").toOptional<std::int64_t>(),
@@ -226,9 +226,9 @@ inline void auto_functionalized_v2_kernel(const c10::OperatorHandle&, torch::jit
     const auto prefix = "_" + name;
     if (kw.has(prefix + "_dtype")) {  // an out= op: a fresh tensor of the recorded layout
       out_op = true;
-      kw.set(name, at::empty_strided_symint(kw.at(prefix + "_size").toSymIntVector(), kw.at(prefix + "_stride").toSymIntVector(),
-                                            at::TensorOptions().dtype(kw.at(prefix + "_dtype").toScalarType())
-                                                .device(kw.at(prefix + "_device").toDevice())));
+      kw.set(name, at::empty_strided(kw.at(prefix + "_size").toIntVector(), kw.at(prefix + "_stride").toIntVector(),
+                                     at::TensorOptions().dtype(kw.at(prefix + "_dtype").toScalarType())
+                                         .device(kw.at(prefix + "_device").toDevice())));
     } else if (kw.has(prefix + "_length")) {  // a Tensor[]: one view per element
       const auto& n = kw.at(prefix + "_length");
       if (n.isNone()) continue;

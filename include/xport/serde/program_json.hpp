@@ -304,13 +304,16 @@ class sym_writer {
 
 /// torch's `nn_module_stack` of a node in module `path`: one `key,path,type` entry per
 /// module from the root down (`L__self__,,Net;L__self__fc,fc,torch::nn::LinearImpl`), joined
-/// by ';'. Types come from the program's module table ('<' '>' become '[' ']' so that commas of
-/// template arguments stay nested, as torch's reader expects; ';' becomes ':').
+/// by ';'. Types come from the program's module table (in a type with commas, C++ template
+/// arguments, '<' '>' become '[' ']' so that the commas stay nested, as torch's reader expects;
+/// other types, Python's `f.<locals>.Wrapper` among them, keep theirs; ';' becomes ':').
 inline std::string nn_module_stack_of(const std::string& path, const std::unordered_map<std::string, std::string>& types) {
   const auto entry = [&](const std::string& fqn) {
     std::string type;
-    if (auto it = types.find(fqn); it != types.end())
-      for (char c : it->second) type += c == '<' ? '[' : c == '>' ? ']' : c == ';' ? ':' : c;
+    if (auto it = types.find(fqn); it != types.end()) {
+      const bool commas = it->second.find(',') != std::string::npos;
+      for (char c : it->second) type += commas && c == '<' ? '[' : commas && c == '>' ? ']' : c == ';' ? ':' : c;
+    }
     return "L__self__" + fqn + "," + fqn + "," + type;
   };
   std::string out = entry("");
@@ -837,6 +840,10 @@ inline call_outputs read_call_outputs(const at_path& outs, const op_info& op, co
 inline std::string unregistered_operator(const std::string& target) {
   const auto parts = detail::split_op_name(target);
   const std::string name = parts.ns + "::" + parts.name + (parts.overload.empty() ? "" : "." + parts.overload);
+  if (parts.ns == "quantized_decomposed")
+    return "operator '" + target + "' is not registered in this process: torch defines the quantized_decomposed "
+           "operators (quantized programs: PT2E, torchao's convert_pt2e) in Python only. Fix: #include "
+           "<xport/quantized.hpp> in the program, which defines them in C++";
   if (parts.ns == "aten" || parts.ns == "prims")
     return "operator '" + target + "' is not registered in this LibTorch (" + torch_version() +
            "): the program needs a LibTorch that has " + name;
