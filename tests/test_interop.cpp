@@ -16,6 +16,7 @@
 //   "extra"           more calls ({"args", "kwargs", "outputs"}) at other sizes (dynamic shapes)
 //   "seed"            the RNG seed set before each call
 // and an index.json listing the archives, so that a missing one fails the count.
+#include <array>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -655,6 +656,40 @@ TEST_CASE("interop: the archives torch.export.save wrote again are the programs 
   }
   CHECK(checked == index.size());
   CHECK(checked >= 50);
+}
+
+TEST_CASE("interop: the engine runs torch's quantized programs, in both IRs and optimized, as torch's module does" * doctest::test_suite("oracle")) {
+  const auto dir = oracle_dir("py");
+  std::size_t programs = 0, outputs = 0;
+  for (const auto& entry : read_index(dir)) {
+    const std::string name = entry["name"];
+    if (name.rfind("quantized", 0) != 0) continue;
+    CAPTURE(name);
+    const auto p = load((dir / (name + ".pt2")).string());
+    auto io = read_pickle(dir / (name + ".io.pt")).toGenericDict();
+    std::vector<io_call> calls{call_of(p, io, name)};
+    for (const auto& x : field(io, "extra").toListRef()) calls.push_back(call_of(p, x.toGenericDict(), name + " (extra)"));
+    const auto lowered = run_decompositions(p);
+    auto optimized = run_decompositions(p);
+    namespace ps = xport::passes;
+    const auto r = optimized | (ps::dce | ps::cse | ps::fold | ps::canonicalize);
+    REQUIRE_MESSAGE(r.ok(), r.error);
+    for (const exported_program* program : std::array<const exported_program*, 3>{&p, &lowered, &optimized}) {
+      const engine e(*program);
+      for (const auto& c : calls) {
+        const auto got = e.run(c.inputs);
+        REQUIRE(got.size() == c.outputs.size());
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          INFO("output " << i);
+          CHECK(same(got[i], c.outputs[i], true));  // the interpreter's kernels: bit for bit
+          ++outputs;
+        }
+      }
+    }
+    ++programs;
+  }
+  MESSAGE("quantized programs run by the engine: " << programs << " (" << outputs << " outputs; both IRs, optimized)");
+  CHECK(programs >= 4);
 }
 
 TEST_CASE("interop: <xport/quantized.hpp> defines torch's quantized_decomposed operators, with torch's checks") {

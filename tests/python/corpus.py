@@ -354,7 +354,7 @@ def import_output_types(index_path):
             continue
         for t in types(json.loads(entry["out_spec"])[1]):
             module = t.rsplit(".", 1)[0]
-            if module.startswith("transformers"):
+            if module.split(".")[0] in ("transformers", "diffusers"):
                 importlib.import_module(module)
 
 

@@ -172,7 +172,8 @@ def write(root):
 
 def read(root):
     import json
-    import diffusers  # noqa: F401  (its output dataclasses, registered as pytree nodes on import)
+    # the output dataclasses (UNet2DOutput, ...) register themselves when their module is imported
+    corpus.import_output_types(os.path.join(root, folder(), "index.json"))
     with open(os.path.join(root, folder(), "index.json")) as f:
         cannot = {e["name"] for e in json.load(f) if "reference_is_eager" in e}
     corpus.read_saved(os.path.join(root, folder() + "_xport_saved"),

@@ -1,5 +1,5 @@
 """Quantized programs, as PT2E writes them (torchao's prepare_pt2e / convert_pt2e with its
-XNNPACK quantizer, then torch.export): they call torch's `quantized_decomposed` operators, which
+XNNPACK and X86 quantizers, then torch.export): they call torch's `quantized_decomposed` operators, which
 torch defines in Python only and <xport/quantized.hpp> defines in C++. Written by
 pt2_fixtures.py (ctest `oracle_python_writes`) into the same index:
 
@@ -7,7 +7,8 @@ pt2_fixtures.py (ctest `oracle_python_writes`) into the same index:
     compared with torch's Python one, bit for bit, on the same call;
   - quantized_cnn / quantized_cnn_dynamic: a CNN with a linear head, static per-channel int8
     and dynamic (choose_qparams per call) quantization, run in every layout, printed and lowered
-    as torch prints and lowers them;
+    as torch prints and lowers them; quantized_cnn_x86(_dynamic): the same by the X86 quantizer
+    (uint8 activations);
   - quantized_resnet: transformers' ResNet (bottleneck blocks, BatchNorm folded into the convs
     by prepare_pt2e; random weights), static per-channel int8.
 """
@@ -70,12 +71,20 @@ class SmallCNN(nn.Module):
         return self.head(self.pool(h).flatten(1))
 
 
-def quantize(module, args, dynamic, dynamic_shapes=None, only=None):
+def quantize(module, args, dynamic, dynamic_shapes=None, only=None, x86=False):
+    """`module` through PT2E: exported, annotated by torchao's XNNPACK quantizer (per-channel
+    symmetric weights; `only` a module type) or its X86 one (uint8 activations), calibrated on
+    `args`, converted."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-    from torchao.testing.pt2e._xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
-    config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=dynamic)
-    quantizer = XNNPACKQuantizer()
-    quantizer = quantizer.set_module_type(only, config) if only else quantizer.set_global(config)
+    if x86:
+        import torchao.quantization.pt2e.quantizer.x86_inductor_quantizer as x86q
+        quantizer = x86q.X86InductorQuantizer().set_global(x86q.get_default_x86_inductor_quantization_config(
+            is_dynamic=dynamic))
+    else:
+        from torchao.testing.pt2e._xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
+        config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=dynamic)
+        quantizer = XNNPACKQuantizer()
+        quantizer = quantizer.set_module_type(only, config) if only else quantizer.set_global(config)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         prepared = prepare_pt2e(torch.export.export(module, args, dynamic_shapes=dynamic_shapes).module(), quantizer)
@@ -100,6 +109,9 @@ def write(w):
              extra=layouts + [((torch.randn(7, 3, 8, 8),), {})], lowered="values")
     # ("values": torch's lowering names the residual add `add_20`, after the nodes its retrace
     # made and dropped; the code is otherwise the same)
+
+    w.export("quantized_cnn_x86", quantize(cnn, (img,), dynamic=False, x86=True), (img,), extra=layouts)
+    w.export("quantized_cnn_x86_dynamic", quantize(cnn, (img,), dynamic=True, x86=True), (img,), extra=layouts)
 
     import transformers
     torch.manual_seed(0)

@@ -390,25 +390,25 @@ inline void register_quantized_decomposed() {
     def->def("dequantize_per_channel_group(Tensor input, Tensor scales, Tensor? zero_points, int quant_min, int quant_max, ScalarType dtype, int group_size, ScalarType output_dtype) -> Tensor");
     def->def("convert_element_type.no_fuse(Tensor input, ScalarType dtype) -> Tensor");
 
-    cpu->impl("quantize_per_tensor", TORCH_FN(q::quantize_per_tensor));
-    cpu->impl("quantize_per_tensor.tensor", TORCH_FN(q::quantize_per_tensor_tensor));
-    cpu->impl("quantize_per_tensor.tensor2", TORCH_FN(q::quantize_per_tensor_tensor2));
-    cpu->impl("dequantize_per_tensor", TORCH_FN(q::dequantize_per_tensor));
-    cpu->impl("dequantize_per_tensor.tensor", TORCH_FN(q::dequantize_per_tensor_tensor));
-    cpu->impl("dequantize_per_tensor.tensor2", TORCH_FN(q::dequantize_per_tensor_tensor2));
-    cpu->impl("choose_qparams.tensor", TORCH_FN(q::choose_qparams));
-    cpu->impl("choose_qparams_symmetric.tensor", TORCH_FN(q::choose_qparams_symmetric));
-    cpu->impl("quantize_per_channel", TORCH_FN(q::quantize_per_channel));
-    cpu->impl("dequantize_per_channel", TORCH_FN(q::dequantize_per_channel));
-    cpu->impl("choose_qparams_per_token", TORCH_FN(q::choose_qparams_per_token));
-    cpu->impl("choose_qparams_per_token_asymmetric", TORCH_FN(q::choose_qparams_per_token_asymmetric));
-    cpu->impl("quantize_per_token", TORCH_FN(q::quantize_per_token));
-    cpu->impl("dequantize_per_token", TORCH_FN(q::dequantize_per_token));
-    cpu->impl("quantize_per_channel_group", TORCH_FN(q::quantize_per_channel_group));
-    cpu->impl("dequantize_per_channel_group", TORCH_FN(q::dequantize_per_channel_group));
-    cpu->impl("convert_element_type.no_fuse", TORCH_FN(q::convert_element_type_no_fuse));
-    implicit->impl("_choose_qparams_per_token_asymmetric_impl", TORCH_FN(q::choose_qparams_per_token_asymmetric));
-    implicit->impl("fake_quant_per_channel", TORCH_FN(q::fake_quant_per_channel));
+    cpu->impl("quantize_per_tensor", &q::quantize_per_tensor);
+    cpu->impl("quantize_per_tensor.tensor", &q::quantize_per_tensor_tensor);
+    cpu->impl("quantize_per_tensor.tensor2", &q::quantize_per_tensor_tensor2);
+    cpu->impl("dequantize_per_tensor", &q::dequantize_per_tensor);
+    cpu->impl("dequantize_per_tensor.tensor", &q::dequantize_per_tensor_tensor);
+    cpu->impl("dequantize_per_tensor.tensor2", &q::dequantize_per_tensor_tensor2);
+    cpu->impl("choose_qparams.tensor", &q::choose_qparams);
+    cpu->impl("choose_qparams_symmetric.tensor", &q::choose_qparams_symmetric);
+    cpu->impl("quantize_per_channel", &q::quantize_per_channel);
+    cpu->impl("dequantize_per_channel", &q::dequantize_per_channel);
+    cpu->impl("choose_qparams_per_token", &q::choose_qparams_per_token);
+    cpu->impl("choose_qparams_per_token_asymmetric", &q::choose_qparams_per_token_asymmetric);
+    cpu->impl("quantize_per_token", &q::quantize_per_token);
+    cpu->impl("dequantize_per_token", &q::dequantize_per_token);
+    cpu->impl("quantize_per_channel_group", &q::quantize_per_channel_group);
+    cpu->impl("dequantize_per_channel_group", &q::dequantize_per_channel_group);
+    cpu->impl("convert_element_type.no_fuse", &q::convert_element_type_no_fuse);
+    implicit->impl("_choose_qparams_per_token_asymmetric_impl", &q::choose_qparams_per_token_asymmetric);
+    implicit->impl("fake_quant_per_channel", &q::fake_quant_per_channel);
 
     meta->impl("quantize_per_tensor", [](const at::Tensor& input, double, std::int64_t, std::int64_t quant_min,
                                          std::int64_t quant_max, at::ScalarType dtype) {
@@ -452,8 +452,8 @@ inline void register_quantized_decomposed() {
                   std::int64_t, std::int64_t, at::ScalarType, c10::optional<at::ScalarType> out_dtype) {
                  return q::like(input, out_dtype.value_or(at::kFloat));
                });
-    meta->impl("choose_qparams_per_token", TORCH_FN(q::per_token_qparams_meta));
-    meta->impl("choose_qparams_per_token_asymmetric", TORCH_FN(q::per_token_qparams_meta));
+    meta->impl("choose_qparams_per_token", &q::per_token_qparams_meta);
+    meta->impl("choose_qparams_per_token_asymmetric", &q::per_token_qparams_meta);
     meta->impl("quantize_per_token", [](const at::Tensor& input, const at::Tensor&, const at::Tensor&, std::int64_t,
                                         std::int64_t, at::ScalarType dtype) { return q::like(input, dtype); });
     meta->impl("dequantize_per_token", [](const at::Tensor& input, const at::Tensor&, const at::Tensor&, std::int64_t,
