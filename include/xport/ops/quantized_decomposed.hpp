@@ -353,6 +353,114 @@ inline std::tuple<at::Tensor, at::Tensor> per_token_qparams_meta(const at::Tenso
   return {at::empty(size, input.options().dtype(at::kDouble)), at::empty(size, input.options().dtype(at::kLong))};
 }
 
+/// The operators' schemas, torch 2.13's.
+inline void define_schemas(torch::Library& lib) {
+  const char* const dq = ", *, ScalarType? out_dtype=None) -> Tensor";
+  lib.def("quantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype) -> Tensor");
+  lib.def("quantize_per_tensor.tensor(Tensor input, Tensor scale, Tensor zero_point, int quant_min, int quant_max, ScalarType dtype) -> Tensor");
+  lib.def("quantize_per_tensor.tensor2(Tensor input, Tensor scale, Tensor zero_point, Tensor quant_min, Tensor quant_max, ScalarType dtype) -> Tensor");
+  lib.def((std::string("dequantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype") + dq).c_str());
+  lib.def((std::string("dequantize_per_tensor.tensor(Tensor input, Tensor scale, Tensor zero_point, int quant_min, int quant_max, ScalarType dtype") + dq).c_str());
+  lib.def((std::string("dequantize_per_tensor.tensor2(Tensor input, Tensor scale, Tensor zero_point, Tensor quant_min, Tensor quant_max, ScalarType dtype") + dq).c_str());
+  lib.def("choose_qparams.tensor(Tensor input, int quant_min, int quant_max, float eps, ScalarType dtype) -> (Tensor, Tensor)");
+  lib.def("choose_qparams_symmetric.tensor(Tensor input, int quant_min, int quant_max, float eps, ScalarType dtype) -> (Tensor, Tensor)");
+  lib.def("quantize_per_channel(Tensor input, Tensor scales, Tensor zero_points, int axis, int quant_min, int quant_max, ScalarType dtype) -> Tensor");
+  lib.def((std::string("dequantize_per_channel(Tensor input, Tensor scales, Tensor? zero_points, int axis, int quant_min, int quant_max, ScalarType dtype") + dq).c_str());
+  lib.def("fake_quant_per_channel(Tensor input, Tensor scales, Tensor zero_points, int axis, int quant_min, int quant_max) -> Tensor");
+  lib.def("choose_qparams_per_token(Tensor input, ScalarType dtype) -> (Tensor, Tensor)");
+  lib.def("_choose_qparams_per_token_asymmetric_impl(Tensor input, ScalarType dtype) -> (Tensor, Tensor)");
+  lib.def("choose_qparams_per_token_asymmetric(Tensor input, ScalarType dtype) -> (Tensor, Tensor)");
+  lib.def("quantize_per_token(Tensor input, Tensor scales, Tensor zero_points, int quant_min, int quant_max, ScalarType dtype) -> Tensor");
+  lib.def("dequantize_per_token(Tensor input, Tensor scales, Tensor zero_points, int quant_min, int quant_max, ScalarType dtype, ScalarType output_dtype) -> Tensor");
+  lib.def("quantize_per_channel_group(Tensor input, Tensor scales, Tensor zero_points, int quant_min, int quant_max, ScalarType dtype, int group_size) -> Tensor");
+  lib.def("dequantize_per_channel_group(Tensor input, Tensor scales, Tensor? zero_points, int quant_min, int quant_max, ScalarType dtype, int group_size, ScalarType output_dtype) -> Tensor");
+  lib.def("convert_element_type.no_fuse(Tensor input, ScalarType dtype) -> Tensor");
+}
+
+/// The kernels of the real devices (CompositeExplicitAutograd) and of the two operators torch
+/// gives composite (CompositeImplicitAutograd: autograd sees their ATen calls).
+inline void define_kernels(torch::Library& cpu, torch::Library& implicit) {
+  cpu.impl("quantize_per_tensor", &quantize_per_tensor);
+  cpu.impl("quantize_per_tensor.tensor", &quantize_per_tensor_tensor);
+  cpu.impl("quantize_per_tensor.tensor2", &quantize_per_tensor_tensor2);
+  cpu.impl("dequantize_per_tensor", &dequantize_per_tensor);
+  cpu.impl("dequantize_per_tensor.tensor", &dequantize_per_tensor_tensor);
+  cpu.impl("dequantize_per_tensor.tensor2", &dequantize_per_tensor_tensor2);
+  cpu.impl("choose_qparams.tensor", &choose_qparams);
+  cpu.impl("choose_qparams_symmetric.tensor", &choose_qparams_symmetric);
+  cpu.impl("quantize_per_channel", &quantize_per_channel);
+  cpu.impl("dequantize_per_channel", &dequantize_per_channel);
+  cpu.impl("choose_qparams_per_token", &choose_qparams_per_token);
+  cpu.impl("choose_qparams_per_token_asymmetric", &choose_qparams_per_token_asymmetric);
+  cpu.impl("quantize_per_token", &quantize_per_token);
+  cpu.impl("dequantize_per_token", &dequantize_per_token);
+  cpu.impl("quantize_per_channel_group", &quantize_per_channel_group);
+  cpu.impl("dequantize_per_channel_group", &dequantize_per_channel_group);
+  cpu.impl("convert_element_type.no_fuse", &convert_element_type_no_fuse);
+  implicit.impl("_choose_qparams_per_token_asymmetric_impl", &choose_qparams_per_token_asymmetric);
+  implicit.impl("fake_quant_per_channel", &fake_quant_per_channel);
+}
+
+/// The Meta kernels (torch's fake kernels).
+inline void define_meta_kernels(torch::Library& meta) {
+  meta.impl("quantize_per_tensor", [](const at::Tensor& input, double, std::int64_t, std::int64_t quant_min,
+                                       std::int64_t quant_max, at::ScalarType dtype) {
+    return quantize_meta(input, dtype);
+  });
+  meta.impl("quantize_per_tensor.tensor", [](const at::Tensor& input, const at::Tensor&, const at::Tensor&,
+                                              std::int64_t, std::int64_t, at::ScalarType dtype) {
+    return quantize_meta(input, dtype);
+  });
+  meta.impl("quantize_per_tensor.tensor2", [](const at::Tensor& input, const at::Tensor&, const at::Tensor&,
+                                               const at::Tensor&, const at::Tensor&, at::ScalarType dtype) {
+    return quantize_meta(input, dtype);
+  });
+  meta.impl("dequantize_per_tensor", [](const at::Tensor& input, double, std::int64_t, std::int64_t, std::int64_t,
+                                         at::ScalarType, c10::optional<at::ScalarType> out_dtype) {
+    return like(input, out_dtype.value_or(at::kFloat));
+  });
+  meta.impl("dequantize_per_tensor.tensor", [](const at::Tensor& input, const at::Tensor&, const at::Tensor&,
+                                                std::int64_t, std::int64_t, at::ScalarType,
+                                                c10::optional<at::ScalarType> out_dtype) {
+    return like(input, out_dtype.value_or(at::kFloat));
+  });
+  meta.impl("dequantize_per_tensor.tensor2", [](const at::Tensor& input, const at::Tensor&, const at::Tensor&,
+                                                 const at::Tensor&, const at::Tensor&, at::ScalarType,
+                                                 c10::optional<at::ScalarType> out_dtype) {
+    return like(input, out_dtype.value_or(at::kFloat));
+  });
+  meta.impl("choose_qparams.tensor", [](const at::Tensor& input, std::int64_t, std::int64_t, double, at::ScalarType) {
+    return one_qparam_meta(input);
+  });
+  meta.impl("choose_qparams_symmetric.tensor",
+             [](const at::Tensor& input, std::int64_t, std::int64_t, double, at::ScalarType) {
+               return one_qparam_meta(input);
+             });
+  meta.impl("quantize_per_channel", [](const at::Tensor& input, const at::Tensor&, const at::Tensor&, std::int64_t,
+                                        std::int64_t, std::int64_t, at::ScalarType dtype) {
+    return quantize_meta(input, dtype);
+  });
+  meta.impl("dequantize_per_channel",
+             [](const at::Tensor& input, const at::Tensor&, const c10::optional<at::Tensor>&, std::int64_t,
+                std::int64_t, std::int64_t, at::ScalarType, c10::optional<at::ScalarType> out_dtype) {
+               return like(input, out_dtype.value_or(at::kFloat));
+             });
+  meta.impl("choose_qparams_per_token", &per_token_qparams_meta);
+  meta.impl("choose_qparams_per_token_asymmetric", &per_token_qparams_meta);
+  meta.impl("quantize_per_token", [](const at::Tensor& input, const at::Tensor&, const at::Tensor&, std::int64_t,
+                                      std::int64_t, at::ScalarType dtype) { return like(input, dtype); });
+  meta.impl("dequantize_per_token", [](const at::Tensor& input, const at::Tensor&, const at::Tensor&, std::int64_t,
+                                        std::int64_t, at::ScalarType, at::ScalarType output_dtype) {
+    return like(input, output_dtype);
+  });
+  meta.impl("quantize_per_channel_group", [](const at::Tensor& input, const at::Tensor&, const at::Tensor&,
+                                              std::int64_t, std::int64_t, at::ScalarType dtype, std::int64_t) {
+    return like(input, dtype);
+  });
+  meta.impl("convert_element_type.no_fuse",
+             [](const at::Tensor& input, at::ScalarType dtype) { return like(input, dtype); });
+}
+
 }  // namespace detail::qd
 
 /// Defines torch's `quantized_decomposed` operators in this process (Note [quantized_decomposed
@@ -361,111 +469,13 @@ inline void register_quantized_decomposed() {
   static std::once_flag once;
   std::call_once(once, [] {
     if (c10::Dispatcher::singleton().findSchema({"quantized_decomposed::quantize_per_tensor", ""}).has_value()) return;
-    namespace q = detail::qd;
     // the libraries live as long as the process
-    auto* def = new torch::Library(torch::Library::DEF, "quantized_decomposed", c10::nullopt, __FILE__, __LINE__);
-    auto* cpu = new torch::Library(torch::Library::IMPL, "quantized_decomposed",
-                                   c10::DispatchKey::CompositeExplicitAutograd, __FILE__, __LINE__);
-    auto* meta = new torch::Library(torch::Library::IMPL, "quantized_decomposed", c10::DispatchKey::Meta, __FILE__, __LINE__);
-    auto* implicit = new torch::Library(torch::Library::IMPL, "quantized_decomposed",
-                                        c10::DispatchKey::CompositeImplicitAutograd, __FILE__, __LINE__);
-    const char* const dq = ", *, ScalarType? out_dtype=None) -> Tensor";
-    def->def("quantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype) -> Tensor");
-    def->def("quantize_per_tensor.tensor(Tensor input, Tensor scale, Tensor zero_point, int quant_min, int quant_max, ScalarType dtype) -> Tensor");
-    def->def("quantize_per_tensor.tensor2(Tensor input, Tensor scale, Tensor zero_point, Tensor quant_min, Tensor quant_max, ScalarType dtype) -> Tensor");
-    def->def((std::string("dequantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype") + dq).c_str());
-    def->def((std::string("dequantize_per_tensor.tensor(Tensor input, Tensor scale, Tensor zero_point, int quant_min, int quant_max, ScalarType dtype") + dq).c_str());
-    def->def((std::string("dequantize_per_tensor.tensor2(Tensor input, Tensor scale, Tensor zero_point, Tensor quant_min, Tensor quant_max, ScalarType dtype") + dq).c_str());
-    def->def("choose_qparams.tensor(Tensor input, int quant_min, int quant_max, float eps, ScalarType dtype) -> (Tensor, Tensor)");
-    def->def("choose_qparams_symmetric.tensor(Tensor input, int quant_min, int quant_max, float eps, ScalarType dtype) -> (Tensor, Tensor)");
-    def->def("quantize_per_channel(Tensor input, Tensor scales, Tensor zero_points, int axis, int quant_min, int quant_max, ScalarType dtype) -> Tensor");
-    def->def((std::string("dequantize_per_channel(Tensor input, Tensor scales, Tensor? zero_points, int axis, int quant_min, int quant_max, ScalarType dtype") + dq).c_str());
-    def->def("fake_quant_per_channel(Tensor input, Tensor scales, Tensor zero_points, int axis, int quant_min, int quant_max) -> Tensor");
-    def->def("choose_qparams_per_token(Tensor input, ScalarType dtype) -> (Tensor, Tensor)");
-    def->def("_choose_qparams_per_token_asymmetric_impl(Tensor input, ScalarType dtype) -> (Tensor, Tensor)");
-    def->def("choose_qparams_per_token_asymmetric(Tensor input, ScalarType dtype) -> (Tensor, Tensor)");
-    def->def("quantize_per_token(Tensor input, Tensor scales, Tensor zero_points, int quant_min, int quant_max, ScalarType dtype) -> Tensor");
-    def->def("dequantize_per_token(Tensor input, Tensor scales, Tensor zero_points, int quant_min, int quant_max, ScalarType dtype, ScalarType output_dtype) -> Tensor");
-    def->def("quantize_per_channel_group(Tensor input, Tensor scales, Tensor zero_points, int quant_min, int quant_max, ScalarType dtype, int group_size) -> Tensor");
-    def->def("dequantize_per_channel_group(Tensor input, Tensor scales, Tensor? zero_points, int quant_min, int quant_max, ScalarType dtype, int group_size, ScalarType output_dtype) -> Tensor");
-    def->def("convert_element_type.no_fuse(Tensor input, ScalarType dtype) -> Tensor");
-
-    cpu->impl("quantize_per_tensor", &q::quantize_per_tensor);
-    cpu->impl("quantize_per_tensor.tensor", &q::quantize_per_tensor_tensor);
-    cpu->impl("quantize_per_tensor.tensor2", &q::quantize_per_tensor_tensor2);
-    cpu->impl("dequantize_per_tensor", &q::dequantize_per_tensor);
-    cpu->impl("dequantize_per_tensor.tensor", &q::dequantize_per_tensor_tensor);
-    cpu->impl("dequantize_per_tensor.tensor2", &q::dequantize_per_tensor_tensor2);
-    cpu->impl("choose_qparams.tensor", &q::choose_qparams);
-    cpu->impl("choose_qparams_symmetric.tensor", &q::choose_qparams_symmetric);
-    cpu->impl("quantize_per_channel", &q::quantize_per_channel);
-    cpu->impl("dequantize_per_channel", &q::dequantize_per_channel);
-    cpu->impl("choose_qparams_per_token", &q::choose_qparams_per_token);
-    cpu->impl("choose_qparams_per_token_asymmetric", &q::choose_qparams_per_token_asymmetric);
-    cpu->impl("quantize_per_token", &q::quantize_per_token);
-    cpu->impl("dequantize_per_token", &q::dequantize_per_token);
-    cpu->impl("quantize_per_channel_group", &q::quantize_per_channel_group);
-    cpu->impl("dequantize_per_channel_group", &q::dequantize_per_channel_group);
-    cpu->impl("convert_element_type.no_fuse", &q::convert_element_type_no_fuse);
-    implicit->impl("_choose_qparams_per_token_asymmetric_impl", &q::choose_qparams_per_token_asymmetric);
-    implicit->impl("fake_quant_per_channel", &q::fake_quant_per_channel);
-
-    meta->impl("quantize_per_tensor", [](const at::Tensor& input, double, std::int64_t, std::int64_t quant_min,
-                                         std::int64_t quant_max, at::ScalarType dtype) {
-      return q::quantize_meta(input, dtype);
-    });
-    meta->impl("quantize_per_tensor.tensor", [](const at::Tensor& input, const at::Tensor&, const at::Tensor&,
-                                                std::int64_t, std::int64_t, at::ScalarType dtype) {
-      return q::quantize_meta(input, dtype);
-    });
-    meta->impl("quantize_per_tensor.tensor2", [](const at::Tensor& input, const at::Tensor&, const at::Tensor&,
-                                                 const at::Tensor&, const at::Tensor&, at::ScalarType dtype) {
-      return q::quantize_meta(input, dtype);
-    });
-    meta->impl("dequantize_per_tensor", [](const at::Tensor& input, double, std::int64_t, std::int64_t, std::int64_t,
-                                           at::ScalarType, c10::optional<at::ScalarType> out_dtype) {
-      return q::like(input, out_dtype.value_or(at::kFloat));
-    });
-    meta->impl("dequantize_per_tensor.tensor", [](const at::Tensor& input, const at::Tensor&, const at::Tensor&,
-                                                  std::int64_t, std::int64_t, at::ScalarType,
-                                                  c10::optional<at::ScalarType> out_dtype) {
-      return q::like(input, out_dtype.value_or(at::kFloat));
-    });
-    meta->impl("dequantize_per_tensor.tensor2", [](const at::Tensor& input, const at::Tensor&, const at::Tensor&,
-                                                   const at::Tensor&, const at::Tensor&, at::ScalarType,
-                                                   c10::optional<at::ScalarType> out_dtype) {
-      return q::like(input, out_dtype.value_or(at::kFloat));
-    });
-    meta->impl("choose_qparams.tensor", [](const at::Tensor& input, std::int64_t, std::int64_t, double, at::ScalarType) {
-      return q::one_qparam_meta(input);
-    });
-    meta->impl("choose_qparams_symmetric.tensor",
-               [](const at::Tensor& input, std::int64_t, std::int64_t, double, at::ScalarType) {
-                 return q::one_qparam_meta(input);
-               });
-    meta->impl("quantize_per_channel", [](const at::Tensor& input, const at::Tensor&, const at::Tensor&, std::int64_t,
-                                          std::int64_t, std::int64_t, at::ScalarType dtype) {
-      return q::quantize_meta(input, dtype);
-    });
-    meta->impl("dequantize_per_channel",
-               [](const at::Tensor& input, const at::Tensor&, const c10::optional<at::Tensor>&, std::int64_t,
-                  std::int64_t, std::int64_t, at::ScalarType, c10::optional<at::ScalarType> out_dtype) {
-                 return q::like(input, out_dtype.value_or(at::kFloat));
-               });
-    meta->impl("choose_qparams_per_token", &q::per_token_qparams_meta);
-    meta->impl("choose_qparams_per_token_asymmetric", &q::per_token_qparams_meta);
-    meta->impl("quantize_per_token", [](const at::Tensor& input, const at::Tensor&, const at::Tensor&, std::int64_t,
-                                        std::int64_t, at::ScalarType dtype) { return q::like(input, dtype); });
-    meta->impl("dequantize_per_token", [](const at::Tensor& input, const at::Tensor&, const at::Tensor&, std::int64_t,
-                                          std::int64_t, at::ScalarType, at::ScalarType output_dtype) {
-      return q::like(input, output_dtype);
-    });
-    meta->impl("quantize_per_channel_group", [](const at::Tensor& input, const at::Tensor&, const at::Tensor&,
-                                                std::int64_t, std::int64_t, at::ScalarType dtype, std::int64_t) {
-      return q::like(input, dtype);
-    });
-    meta->impl("convert_element_type.no_fuse",
-               [](const at::Tensor& input, at::ScalarType dtype) { return q::like(input, dtype); });
+    using L = torch::Library;
+    detail::qd::define_schemas(*new L(L::DEF, "quantized_decomposed", c10::nullopt, __FILE__, __LINE__));
+    detail::qd::define_kernels(
+        *new L(L::IMPL, "quantized_decomposed", c10::DispatchKey::CompositeExplicitAutograd, __FILE__, __LINE__),
+        *new L(L::IMPL, "quantized_decomposed", c10::DispatchKey::CompositeImplicitAutograd, __FILE__, __LINE__));
+    detail::qd::define_meta_kernels(*new L(L::IMPL, "quantized_decomposed", c10::DispatchKey::Meta, __FILE__, __LINE__));
   });
 }
 
