@@ -130,6 +130,11 @@ TEST_CASE("custom ops that write their arguments: the training IR calls them, lo
     }
   };
   check_runs(p, "training IR");
+#if !XPORT_TEST_TORCH_FUNCTIONALIZATION
+  // LibTorch 1.13 has no functionalization of its own to lower the call with: a typed refusal
+  XPORT_CHECK_THROWS_MSG(run_decompositions(p), xport::error, "is lowered only with LibTorch's functionalization");
+  return;
+#endif
   for (const bool decompose : {true, false}) {
     const auto q = decompose ? run_decompositions(p) : functionalize(p);
     verify(q);
