@@ -2,7 +2,7 @@
 // subgraphs), built by hand, verified, run by the interpreter and the engine, printed, saved and
 // loaded, lowered; then xport::cond captured from C++ code by both tracers (CondGate of
 // models.hpp, closures, nested conds, passes inside the branches); xport::while_loop
-// (LoopRefiner), xport::map and xport::scan (ScanRNN), both tracers, with torch's rules and texts. Programs torch.export wrote with torch.cond are checked against torch itself
+// (LoopRefiner), xport::map and xport::scan (ScanRNN), both tracers, with torch's rules and texts; xport::out_dtype (torch's out_dtype). Programs torch.export wrote with torch.cond are checked against torch itself
 // in test_interop.cpp (the cond* fixtures).
 #include "common.hpp"
 #include "models.hpp"
@@ -1013,4 +1013,77 @@ TEST_CASE("xport::no_grad (non-strict): captured as torch's wrap_with_set_grad_e
     CHECK(to_string(p2).find("higher_order") == std::string::npos);
   }
   CHECK(std::get<0>(net->forward(xe)).requires_grad());  // x + y: x still requires grad
+}
+
+namespace {
+
+// torch's out_dtype, written in C++ as tests/python/pt2_fixtures.py's OutDtype writes it in Python
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> out_dtype_calls(const at::Tensor& a, const at::Tensor& b,
+                                                                           const at::Tensor& x, const at::Tensor& w,
+                                                                           const at::Tensor& img, const at::Tensor& k) {
+  const std::vector<std::int64_t> one{1, 1}, pad{1, 0}, none{0, 0};
+  auto i = xport::out_dtype("aten::mm", at::kInt, {a, b});
+  auto h = xport::out_dtype("aten::linear", at::kHalf, {x, w});
+  auto c = xport::out_dtype("aten::convolution", at::kHalf, {img, k, c10::IValue(), one, pad, one, false, none, 1});
+  auto m = xport::out_dtype("aten::mul.Scalar", at::kFloat, {x, 0.3});
+  return {at::add(i, 1), h, c, m};
+}
+
+}  // namespace
+
+TEST_CASE("xport::out_dtype: computed in the promoted type as torch's, exported as one node, run, lowered and saved") {
+  const auto a = at::randint(-100, 100, {5, 16}, at::kChar), b = at::randint(-100, 100, {16, 3}, at::kChar);
+  const auto x = at::randn({4, 8}, at::kHalf), w = at::randn({6, 8}, at::kHalf);
+  const auto img = at::randn({2, 3, 6, 6}, at::kHalf), k = at::randn({4, 3, 3, 3}, at::kHalf);
+  // eager: torch's out_dtype_fallback (int8 operands promoted with int32: no overflow; half ones
+  // computed in float, then cast)
+  const auto [i, h, c, m] = out_dtype_calls(a, b, x, w, img, k);
+  CHECK(at::equal(i, at::add(at::mm(a.to(at::kInt), b.to(at::kInt)), 1)));
+  CHECK(at::equal(h, at::linear(x.to(at::kFloat), w.to(at::kFloat)).to(at::kHalf)));
+  CHECK(at::equal(c, at::convolution(img.to(at::kFloat), k.to(at::kFloat), {}, {1, 1}, {1, 0}, {1, 1}, false, {0, 0}, 1)
+                         .to(at::kHalf)));
+  CHECK((m.scalar_type() == at::kFloat));
+  CHECK(at::equal(m, at::mul(x.to(at::kFloat), 0.3)));
+
+  const auto p = export_program(out_dtype_calls, std::tuple{a, b, x, w, img, k}, {.input_names = {"a", "b", "x", "w", "img", "k"}});
+  const auto printed = to_string(p);  // torch's lines for the same calls (the oracle fixture prints them)
+  CHECK(printed.find("out_dtype: \"i32[5, 3]\" = torch.ops.higher_order.out_dtype(torch.ops.aten.mm.default, torch.int32, a, b)") !=
+        std::string::npos);
+  CHECK(printed.find("torch.ops.higher_order.out_dtype(torch.ops.aten.convolution.default, torch.float16, img, k, None, "
+                     "[1, 1], [1, 0], [1, 1], False, [0, 0], 1)") != std::string::npos);
+  CHECK(printed.find("out_dtype_3: \"f32[4, 8]\" = torch.ops.higher_order.out_dtype(torch.ops.aten.mul.Scalar, "
+                     "torch.float32, x, 0.3)") != std::string::npos);
+  CHECK(printed.find("out_dtype[0]") == std::string::npos);  // one tensor, not a list
+  const auto lowered = run_decompositions(p);  // kept, as torch's core ATen keeps it
+  CHECK(to_string(lowered).find("torch.ops.higher_order.out_dtype(torch.ops.aten.linear.default") != std::string::npos);
+  const auto reloaded = xport_test::reload(lowered);
+  engine e(reloaded);
+  // inputs a user may pass: contiguous, transposed, sliced, channels_last
+  const std::vector<std::vector<at::Tensor>> calls{
+      {a, b, x, w, img, k},
+      {a.t().contiguous().t(), b.slice(0, 0, 16), x * 4, w.t().contiguous().t(),
+       img.contiguous(at::MemoryFormat::ChannelsLast), -k}};
+  for (const auto& in : calls) {
+    const auto want = out_dtype_calls(in[0], in[1], in[2], in[3], in[4], in[5]);
+    for (const auto& got : {run(p, in), run(reloaded, in), e.run(in)}) {
+      REQUIRE(got.size() == 4);
+      CHECK(at::equal(got[0], std::get<0>(want)));
+      CHECK(at::equal(got[1], std::get<1>(want)));
+      CHECK(at::equal(got[2], std::get<2>(want)));
+      CHECK(at::equal(got[3], std::get<3>(want)));
+    }
+  }
+}
+
+TEST_CASE("xport::out_dtype: an operator torch's out_dtype does not take is refused with torch's text") {
+  const auto a = at::randn({2, 2});
+  CHECK_THROWS_WITH_AS(xport::out_dtype("aten::add.Tensor", at::kDouble, {a, a}),
+                       doctest::Contains("out_dtype only allows the following operators: aten::linear, aten::mm"),
+                       run_error);
+  CHECK_THROWS_WITH_AS(xport::out_dtype("aten::add_.Tensor", at::kDouble, {a, a}),
+                       doctest::Contains("needs to be a functional operator"), run_error);
+  CHECK_THROWS_WITH_AS(xport::out_dtype("aten::max.dim", at::kDouble, {a, 0}),
+                       doctest::Contains("can only apply to ops that return a single tensor"), run_error);
+  CHECK_THROWS_WITH_AS(xport::out_dtype("aten::nope", at::kDouble, {a}), doctest::Contains("no operator aten::nope"),
+                       run_error);
 }

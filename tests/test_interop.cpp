@@ -125,7 +125,7 @@ int check_lowered(const fs::path& path, const std::optional<std::string>& printe
 /// What xport says about each fixture holding content it does not support (test the messages).
 const std::map<std::string, std::string>& unsupported_fixtures() {
   static const std::map<std::string, std::string> m{
-      {"unsupported_complex", "argument kind 'as_complex' (a complex number) is not supported by xport"},
+      {"unsupported_vmap", "'torch._functorch.predispatch.lazy_load_decompositions' is a step of torch.vmap"},
       {"unsupported_custom_obj", "is a custom object (a TorchBind class instance), which xport does not support"},
       {"unsupported_pickled_weight", "pickled payloads are not read by xport (custom objects, tensor subclasses)"},
   };

@@ -2042,6 +2042,7 @@ XPORT_END_NAMESPACE
 // `graph` is `basic_graph<>`; `basic_graph<Policy>` (after the core class) names the node
 // metadata type and the memory resource of a user's graphs. Not here: building programs from op names (builder.hpp), checking (verify.hpp), printing.
 
+#include <complex>      // std::complex
 #include <cstddef>      // std::size_t
 #include <concepts>     // std::copy_constructible, std::default_initializable
 #include <cstdint>      // std::int64_t, std::uint32_t, std::uint64_t
@@ -2362,7 +2363,8 @@ XPORT_END_NAMESPACE
 // the same float (`1e-05`, `0.1`, `1.0`, `inf`) for the text format to match byte for byte.
 
 #include <charconv>     // std::to_chars
-#include <cmath>        // std::isnan, std::isinf
+#include <cmath>        // std::isnan, std::isinf, std::signbit
+#include <complex>      // std::complex
 #include <cstdio>       // std::snprintf
 #include <string>       // std::string
 #include <string_view>  // std::string_view
@@ -2421,6 +2423,20 @@ inline std::string python_float_repr(double x) {
   char ebuf[16];
   std::snprintf(ebuf, sizeof ebuf, "e%c%02d", e < 0 ? '-' : '+', e < 0 ? -e : e);
   return out + ebuf;
+}
+
+/// Python's `repr(complex)`: `(1+2j)`, `2j` (a real part of +0 is left out), its parts as floats
+/// without the `.0` a float gets (`(1.5-2j)`, `(1e+16+0j)`).
+inline std::string python_complex_repr(std::complex<double> c) {
+  const auto part = [](double x) {
+    auto s = python_float_repr(x);
+    if (s.size() > 2 && s.compare(s.size() - 2, 2, ".0") == 0) s.resize(s.size() - 2);
+    return s;
+  };
+  std::string imag = part(c.imag());
+  if (c.real() == 0 && !std::signbit(c.real())) return imag + "j";
+  if (imag.front() != '-') imag.insert(0, "+");
+  return "(" + part(c.real()) + imag + "j)";
 }
 
 /// Python's `repr(str)` for UTF-8 text: single quotes unless the text holds a single quote and
@@ -2584,7 +2600,7 @@ struct none_t {
 /// The None argument.
 inline constexpr none_t none{};
 
-/// A call argument: a constant (None, bool, int, float, str, dtype, device, layout, memory
+/// A call argument: a constant (None, bool, int, float, complex, str, dtype, device, layout, memory
 /// format), a graph value, a list of arguments, or a subgraph (a branch or body of a
 /// control-flow operator). Lists keep no element type of their own: the operator's schema says
 /// whether `[1, 2]` is an `int[]` or a `float[]`.
@@ -2592,7 +2608,8 @@ class argument {
  public:
   using list_type = std::vector<argument>;
   enum class kind : std::uint8_t {
-    none, boolean, integer, floating, string, dtype, device, layout, memory_format, value, list, symbolic, graph
+    none, boolean, integer, floating, string, dtype, device, layout, memory_format, value, list, symbolic, graph,
+    complex  ///< a Python complex number (`x * (1+2j)`): an `as_complex` argument
   };
 
   argument() noexcept = default;
@@ -2604,6 +2621,7 @@ class argument {
   argument(I i) noexcept : v_(static_cast<std::int64_t>(i)) {}  // NOLINT
   argument(double d) noexcept : v_(d) {}         // NOLINT
   argument(float d) noexcept : v_(static_cast<double>(d)) {}  // NOLINT
+  argument(std::complex<double> c) noexcept : v_(c) {}  // NOLINT
   argument(std::string s) : v_(std::move(s)) {}  // NOLINT
   argument(const char* s) : v_(std::string(s)) {}  // NOLINT
   argument(std::string_view s) : v_(std::string(s)) {}  // NOLINT
@@ -2644,10 +2662,12 @@ class argument {
   [[nodiscard]] bool is_list() const noexcept { return type() == kind::list; }
   [[nodiscard]] bool is_symbolic() const noexcept { return type() == kind::symbolic; }
   [[nodiscard]] bool is_graph() const noexcept { return type() == kind::graph; }
+  [[nodiscard]] bool is_complex() const noexcept { return type() == kind::complex; }
 
   [[nodiscard]] bool as_bool() const { return get<bool>(); }
   [[nodiscard]] std::int64_t as_int() const { return get<std::int64_t>(); }
   [[nodiscard]] double as_double() const { return get<double>(); }
+  [[nodiscard]] std::complex<double> as_complex() const { return get<std::complex<double>>(); }
   [[nodiscard]] const std::string& as_string() const { return get<std::string>(); }
   [[nodiscard]] c10::ScalarType as_dtype() const { return get<c10::ScalarType>(); }
   [[nodiscard]] c10::Device as_device() const { return get<c10::Device>(); }
@@ -2677,7 +2697,7 @@ class argument {
   [[nodiscard]] std::string_view type_name() const noexcept {
     constexpr std::string_view names[] = {"None", "bool", "int", "float", "str", "dtype",
                                           "device", "layout", "memory_format", "value", "list", "SymInt",
-                                          "GraphModule"};
+                                          "GraphModule", "complex"};
     return names[v_.index()];
   }
 
@@ -2692,7 +2712,8 @@ class argument {
   }
 
   std::variant<none_t, bool, std::int64_t, double, std::string, c10::ScalarType, c10::Device,
-               c10::Layout, c10::MemoryFormat, value, list_type, sym_int, std::shared_ptr<const subgraph>>
+               c10::Layout, c10::MemoryFormat, value, list_type, sym_int, std::shared_ptr<const subgraph>,
+               std::complex<double>>
       v_;
 };
 
@@ -4929,6 +4950,7 @@ XPORT_END_NAMESPACE
 // single int), or throws schema_error naming the op, the argument and the expected type.
 // `to_ivalue` turns a bound constant argument into the IValue the dispatcher expects.
 
+#include <complex>      // std::complex
 #include <cstddef>      // std::size_t
 #include <cstdint>      // std::int64_t, std::uint64_t
 #include <span>         // std::span
@@ -4963,6 +4985,7 @@ inline std::string describe(const argument& a) {
     case argument::kind::boolean: return std::string("bool ") + (a.as_bool() ? "True" : "False");
     case argument::kind::integer: return "int " + std::to_string(a.as_int());
     case argument::kind::floating: return "float " + python_float_repr(a.as_double());
+    case argument::kind::complex: return "complex " + python_complex_repr(a.as_complex());
     case argument::kind::string: return "str " + python_str_repr(a.as_string());
     case argument::kind::dtype: return "dtype";
     case argument::kind::device: return "device";
@@ -5002,8 +5025,12 @@ inline bool coerce(argument& a, const c10::TypePtr& t, const c10::optional<int32
       // A Python number where a Tensor is expected becomes a wrapped-number tensor, as in
       // torch (`aten.add.Tensor(x, 1)` is how torch.export records `x + 1`); a symbolic size
       // too (`aten.mul.Tensor(x, sym_size_int_1)` is `x * x.size(0)`).
-      return is_value_of(a, value_kind::tensor) || a.is_int() || a.is_double() || a.is_bool() || a.is_symbolic() ||
-             is_value_of(a, value_kind::sym_int) || is_value_of(a, value_kind::sym_float);
+      return is_value_of(a, value_kind::tensor) || a.is_int() || a.is_double() || a.is_bool() || a.is_complex() ||
+             a.is_symbolic() || is_value_of(a, value_kind::sym_int) || is_value_of(a, value_kind::sym_float);
+    case K::ComplexType:
+      if (a.is_int()) a = std::complex<double>(static_cast<double>(a.as_int()), 0);
+      if (a.is_double()) a = std::complex<double>(a.as_double(), 0);
+      return a.is_complex();
     case K::IntType:
     case K::SymIntType: return a.is_int() || a.is_symbolic() || is_value_of(a, value_kind::sym_int);
     case K::FloatType:
@@ -5011,7 +5038,7 @@ inline bool coerce(argument& a, const c10::TypePtr& t, const c10::optional<int32
       return a.is_double() || is_value_of(a, value_kind::sym_float);
     case K::BoolType: return a.is_bool() || is_value_of(a, value_kind::sym_bool);
     case K::NumberType:
-      return a.is_int() || a.is_double() || a.is_bool() || a.is_symbolic() || is_value_of(a, value_kind::sym_int) ||
+      return a.is_int() || a.is_double() || a.is_bool() || a.is_complex() || a.is_symbolic() || is_value_of(a, value_kind::sym_int) ||
              is_value_of(a, value_kind::sym_float);
     case K::StringType: return a.is_string();
     case K::ScalarTypeType: return a.is_dtype();
@@ -5061,6 +5088,7 @@ inline argument from_ivalue(const c10::IValue& v, const c10::TypePtr& t) {
     return i;
   }
   if (v.isDouble()) return v.toDouble();
+  if (v.isComplexDouble()) return std::complex<double>(v.toComplexDouble());
   if (v.isString()) return v.toStringRef();
   if (v.isDevice()) return v.toDevice();
   if (v.isList()) {
@@ -5079,7 +5107,9 @@ inline argument from_ivalue(const c10::IValue& v, const c10::TypePtr& t) {
 inline at::Tensor wrapped_number(const argument& a) {
   at::Tensor t = a.is_int()      ? at::detail::scalar_tensor_static(a.as_int(), c10::kLong, c10::kCPU)
                  : a.is_double() ? at::detail::scalar_tensor_static(a.as_double(), c10::kDouble, c10::kCPU)
-                                 : at::detail::scalar_tensor_static(a.as_bool(), c10::kBool, c10::kCPU);
+                 : a.is_complex()
+                     ? at::detail::scalar_tensor_static(c10::complex<double>(a.as_complex()), c10::kComplexDouble, c10::kCPU)
+                     : at::detail::scalar_tensor_static(a.as_bool(), c10::kBool, c10::kCPU);
   t.unsafeGetTensorImpl()->set_wrapped_number(true);
   return t;
 }
@@ -5090,6 +5120,7 @@ inline c10::IValue wrapped_number(c10::IValue v) {
   if (v.isInt()) return wrapped_number(argument(v.toInt()));
   if (v.isDouble()) return wrapped_number(argument(v.toDouble()));
   if (v.isBool()) return wrapped_number(argument(v.toBool()));
+  if (v.isComplexDouble()) return wrapped_number(argument(std::complex<double>(v.toComplexDouble())));
   return v;
 }
 
@@ -5126,7 +5157,7 @@ inline c10::IValue subgraph_ivalue(const subgraph& g) {
 template <class Lookup>
 c10::IValue to_ivalue(const argument& a, const c10::TypePtr& t, Lookup&& lookup) {
   using K = c10::TypeKind;
-  if (t->kind() == K::TensorType && (a.is_int() || a.is_double() || a.is_bool())) return wrapped_number(a);
+  if (t->kind() == K::TensorType && (a.is_int() || a.is_double() || a.is_bool() || a.is_complex())) return wrapped_number(a);
   if (t->kind() == K::TensorType && a.is_symbolic()) return wrapped_number(c10::IValue(a.as_sym().hint()));
   if (t->kind() == K::TensorType && a.is_value() && a.as_value() && a.as_value().kind() != value_kind::tensor)
     return wrapped_number(lookup(a.as_value()));
@@ -5135,6 +5166,7 @@ c10::IValue to_ivalue(const argument& a, const c10::TypePtr& t, Lookup&& lookup)
     case argument::kind::boolean: return a.as_bool();
     case argument::kind::integer: return a.as_int();
     case argument::kind::floating: return a.as_double();
+    case argument::kind::complex: return c10::complex<double>(a.as_complex());
     case argument::kind::string: return a.as_string();
     case argument::kind::dtype: return a.as_dtype();
     case argument::kind::device: return a.as_device();
@@ -6235,7 +6267,8 @@ XPORT_END_NAMESPACE
 // A higher-order operator (torch.ops.higher_order.cond, .while_loop, .map_impl, .scan,
 // .wrap_with_set_grad_enabled, .wrap_with_autocast) takes subgraphs as arguments, or calls
 // another operator by name (.auto_functionalized, .auto_functionalized_v2, .with_effects: their
-// kernels are in ops/auto_functionalize.hpp). Each has one
+// kernels are in ops/auto_functionalize.hpp; .out_dtype, an operator computed in a wider type
+// and cast to one it names). Each has one
 // entry here: its schema as the dispatcher sees it, how torch lays its arguments out in a
 // program (a trailing list written spread, as `wrap_with_set_grad_enabled(False, submod_1, x,
 // w)`), which operands its subgraphs take (and which one row at a time), how its outputs are
@@ -6243,9 +6276,12 @@ XPORT_END_NAMESPACE
 // entry up (`hop_of(op)`), never the operator's name. Registered with the dispatcher on first
 // lookup (ir/op.hpp calls the hook this header installs).
 
+#include <algorithm>    // std::max
 #include <cstddef>      // std::size_t
 #include <cstdint>      // std::int64_t
+#include <functional>   // std::function
 #include <memory>       // std::make_unique
+#include <optional>     // std::optional
 #include <string>       // std::string
 #include <string_view>  // std::string_view
 #include <utility>      // std::pair
@@ -6256,6 +6292,7 @@ XPORT_END_NAMESPACE
 #include <ATen/core/stack.h>
 #include <ATen/ops/stack.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/ScalarType.h>
 
 // #include <xport/config.hpp>
 // #include <xport/detail/compat.hpp>
@@ -6532,6 +6569,10 @@ inline void with_effects_kernel(const c10::OperatorHandle&, torch::jit::Stack* s
 }  // namespace detail
 XPORT_END_NAMESPACE
 
+#if XPORT_TORCH_VERSION_AT_LEAST(2, 1)
+#include <ATen/ops/_int_mm.h>  // (LibTorch 2.1 and newer)
+#endif
+
 // LibTorch's autocast state (ATen/autocast_mode.h), declared here: that header includes all of
 // ATen, against the narrow-headers rule. Per device type since 2.4; CPU and CUDA apart before.
 namespace at::autocast {
@@ -6562,7 +6603,8 @@ XPORT_BEGIN_NAMESPACE
 /// One higher-order operator: everything xport knows about it (see the header comment).
 struct higher_order_op {
   enum class id : std::uint8_t {
-    cond, while_loop, map, scan, set_grad_enabled, autocast, auto_functionalized, auto_functionalized_v2, with_effects
+    cond, while_loop, map, scan, set_grad_enabled, autocast, auto_functionalized, auto_functionalized_v2, with_effects,
+    out_dtype
   };
   /// A parameter of the operator: its name and type in the dispatcher's schema. `op` is an
   /// operator the call names (an `as_operator` argument: its qualified name, a string), `values`
@@ -6570,7 +6612,7 @@ struct higher_order_op {
   /// (a list of [name, value] pairs, written `name = value`).
   struct param {
     std::string_view name;
-    enum class type : std::uint8_t { any, boolean, string, dtype_opt, bool_opt, graph, tensors, op, values, kwargs } kind;
+    enum class type : std::uint8_t { any, boolean, string, dtype, dtype_opt, bool_opt, graph, tensors, op, values, kwargs } kind;
   };
   /// How its results are typed: as its first subgraph returns them (cond's true branch), its
   /// last (while_loop's body), map's (each stacked), scan's (carries, then ys stacked), or by
@@ -6591,6 +6633,9 @@ struct higher_order_op {
   /// inlines these: the inference IR has no grad or autocast regions).
   bool inlined_by_lowering = false;
   c10::KernelFunction::BoxedKernelFunction* kernel = nullptr;
+  /// It returns one tensor, not a list (out_dtype): torch writes `is_hop_single_tensor_return`
+  /// and prints no `[0]` after the call.
+  bool single_tensor = false;
 
   [[nodiscard]] std::string qualified() const { return "higher_order::" + std::string(name); }
   [[nodiscard]] std::string target() const { return "torch.ops.higher_order." + std::string(name); }
@@ -6870,6 +6915,144 @@ inline void autocast_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack
   s.emplace_back(c10::List<at::Tensor>(std::move(out)));
 }
 
+
+/// The operators torch's out_dtype takes (torch/_higher_order_ops/out_dtype.py, ALLOWABLE_OPS).
+inline constexpr std::string_view out_dtype_operators[] = {
+    "aten::linear", "aten::mm", "aten::conv2d", "aten::convolution", "aten::mul.Tensor", "aten::mul.Scalar",
+    "aten::div.Tensor", "aten::div.Scalar"};
+
+/// Why out_dtype may not call `op` (torch's texts), or empty: it takes a functional operator that
+/// returns one tensor, one of those torch allows.
+inline std::string out_dtype_refusal(const op_info& op) {
+  if (op.is_mutable) return "out_dtype's first argument needs to be a functional operator (" + op.qualified + " is not)";
+  const auto& returns = op.schema().returns();
+  if (returns.size() != 1 || returns[0].type()->kind() != c10::TypeKind::TensorType)
+    return "out_dtype's can only apply to ops that return a single tensor (" + op.qualified + " does not)";
+  std::string allowed;
+  for (const auto name : out_dtype_operators) {
+    if (op.qualified == name) return {};
+    allowed += (allowed.empty() ? "" : ", ") + std::string(name);
+  }
+  return "out_dtype only allows the following operators: " + allowed + "; not " + op.qualified;
+}
+
+/// The type torch's out_dtype computes in (out_dtype_fallback): the arguments' tensors and
+/// numbers and a 1-d tensor of `out` promoted as torch's prims promote (ELEMENTWISE_TYPE_PROMOTION_KIND
+/// DEFAULT: the highest category of any of them, then the highest dtype of that category among
+/// the tensors that have dimensions), then widened to its computation type (half and bfloat16 to
+/// float).
+inline at::ScalarType out_dtype_compute_type(const std::vector<c10::IValue>& args, at::ScalarType out) {
+  const auto category = [](at::ScalarType t) {
+    return t == at::kBool ? 0 : c10::isComplexType(t) ? 3 : c10::isFloatingType(t) ? 2 : 1;
+  };
+  int highest = category(out);
+  std::vector<std::pair<at::ScalarType, bool>> tensors{{out, true}};  // (dtype, has dimensions)
+  const std::function<void(const c10::IValue&)> leaf = [&](const c10::IValue& v) {
+    if (v.isNone()) return;
+    if (v.isTensor()) {
+      tensors.emplace_back(v.toTensor().scalar_type(), v.toTensor().dim() > 0);
+      highest = std::max(highest, category(v.toTensor().scalar_type()));
+    } else if (v.isList()) {
+      for (const auto& e : v.toListRef()) leaf(e);
+    } else if (v.isBool() || v.isInt() || v.isDouble() || v.isComplexDouble()) {
+      highest = std::max(highest, v.isBool() ? 0 : v.isInt() ? 1 : v.isDouble() ? 2 : 3);
+    } else {
+      throw run_error("xport.run.out_dtype", "out_dtype: Unexpected type " + v.tagKind() +
+                                                  " when computing elementwise type promotion!");
+    }
+  };
+  for (const auto& a : args) leaf(a);
+  if (highest == 0) return at::kBool;
+  std::optional<at::ScalarType> dims, zero_dim;
+  for (auto [t, has_dims] : tensors) {
+    const int c = category(t);
+    if (highest == 1 ? c != 1 : c < 2) continue;  // integers; floats (and complex, as complex)
+    if (highest == 3 && c == 2) t = c10::toComplexType(t);
+    auto& slot = has_dims ? dims : zero_dim;
+    slot = slot ? c10::promoteTypes(*slot, t) : t;
+  }
+  const auto result = dims ? *dims : *zero_dim;  // `out` has dimensions: never empty
+  if (result == at::kHalf || result == at::kBFloat16) return at::kFloat;
+  return result == at::kComplexHalf ? at::kComplexFloat : result;
+}
+
+/// `v`, a positional argument as a higher-order call holds it (lists of any), as `param` types
+/// it (an int[], float[], bool[] or Tensor[]), for calling the operator it names.
+inline c10::IValue conform_argument(const c10::IValue& v, const c10::Argument& param) {
+  auto t = param.real_type();
+  if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
+  if (!v.isList() || t->kind() != c10::TypeKind::ListType) return v;
+  const auto elem = t->castRaw<c10::ListType>()->getElementType()->kind();
+  const auto items = v.toListRef();
+  if (elem == c10::TypeKind::IntType || elem == c10::TypeKind::SymIntType) {
+    c10::List<std::int64_t> l;
+    for (const auto& e : items) l.push_back(e.toInt());
+    return l;
+  }
+  if (elem == c10::TypeKind::FloatType) {
+    c10::List<double> l;
+    for (const auto& e : items) l.push_back(e.toDouble());
+    return l;
+  }
+  if (elem == c10::TypeKind::BoolType) {
+    c10::List<bool> l;
+    for (const auto& e : items) l.push_back(e.toBool());
+    return l;
+  }
+  if (elem == c10::TypeKind::TensorType) {
+    c10::List<at::Tensor> l;
+    for (const auto& e : items) l.push_back(e.toTensor());
+    return l;
+  }
+  return v;
+}
+
+/// How a higher-order kernel calls the operator it names on meta tensors (while export or
+/// load types a call): through xport's shape rules, for operators LibTorch has no Meta kernel
+/// for (convolution). Set by ops/meta_infer.hpp, which this header cannot include.
+inline void (*call_named_on_meta)(const op_info& op, torch::jit::Stack& stack) = nullptr;
+
+// higher_order::out_dtype(str op, ScalarType output_dtype, Any[] args) -> Tensor: torch's
+// out_dtype_dense: int8 x int8 -> int32 mm on CUDA by _int_mm; any other call with its tensors
+// cast to the type out_dtype_compute_type gives, its result cast to output_dtype.
+inline void out_dtype_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  const auto& op = named_operator(s[s.size() - 3], "out_dtype");
+  const auto out = static_cast<at::ScalarType>(s[s.size() - 2].toInt());
+  auto args = s.back().toListRef().vec();
+  torch::jit::drop(s, 3);
+#if XPORT_TORCH_VERSION_AT_LEAST(2, 1)
+  if (op.name == "aten::mm" && out == at::kInt && args.size() == 2 && args[0].isTensor() && args[1].isTensor()) {
+    const auto &a = args[0].toTensor(), &b = args[1].toTensor();
+    if (a.scalar_type() == at::kChar && b.scalar_type() == at::kChar && a.is_cuda() && b.is_cuda()) {
+      s.emplace_back(at::_int_mm(a, b));
+      return;
+    }
+  }
+#endif
+  const auto compute = out_dtype_compute_type(args, out);
+  const auto& params = op.schema().arguments();
+  if (args.size() > params.size())
+    throw run_error("xport.run.out_dtype", "out_dtype: " + op.qualified + " takes " + std::to_string(params.size()) +
+                                                " arguments, the call passes " + std::to_string(args.size()));
+  torch::jit::Stack call;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (i >= args.size()) {
+      if (!params[i].default_value())
+        throw run_error("xport.run.out_dtype", "out_dtype: " + op.qualified + " needs argument '" + params[i].name() + "'");
+      call.push_back(*params[i].default_value());
+      continue;
+    }
+    auto v = conform_argument(args[i], params[i]);
+    call.push_back(v.isTensor() ? c10::IValue(v.toTensor().to(compute)) : std::move(v));
+  }
+  bool meta = false;
+  for (const auto& v : call) meta = meta || (v.isTensor() && v.toTensor().is_meta());
+  if (meta && call_named_on_meta) call_named_on_meta(op, call);
+  else op.handle.callBoxed(call);
+  s.emplace_back(call.at(0).toTensor().to(out));
+}
+
 }  // namespace detail
 
 /// Every higher-order operator xport reads, runs and writes, in one list.
@@ -6905,8 +7088,31 @@ inline const std::vector<higher_order_op>& higher_order_ops() {
       {I::with_effects, "with_effects", "with_effects (an op with a side effect)",
        {{"token", T::any}, {"op", T::op}, {"args", T::values}, {"kwargs", T::kwargs}}, false, R::by_kernel, -1, false,
        &detail::with_effects_kernel},
+      {I::out_dtype, "out_dtype", "out_dtype (an operator computed into a dtype it names)",
+       {{"op", T::op}, {"output_dtype", T::dtype}, {"args", T::values}}, false, R::by_kernel, -1, false,
+       &detail::out_dtype_kernel, true},
   };
   return ops;
+}
+
+/// torch's `out_dtype(op, dtype, *args)` for C++ code: operator `op` ("aten::mm", one of
+/// those torch allows) called on `args` computed in the type torch promotes them to (int32 for
+/// int8 operands into int32, float for half ones), its result cast to `dtype`. Runs eagerly, and
+/// non-strict export records one `torch.ops.higher_order.out_dtype` node, as torch.export does:
+///
+///   auto y = xport::out_dtype("aten::mm", at::kInt, {a_int8, b_int8});  // int32, no overflow
+///
+/// Throws run_error for an operator out_dtype does not take, with torch's text.
+inline at::Tensor out_dtype(std::string_view op, at::ScalarType dtype, std::vector<c10::IValue> args) {
+  const auto* target = try_find_op(op);
+  if (!target) throw run_error("xport.run.out_dtype", "out_dtype: no operator " + std::string(op) + " is registered");
+  if (auto why = detail::out_dtype_refusal(*target); !why.empty()) throw run_error("xport.run.out_dtype", why);
+  c10::impl::GenericList list(c10::AnyType::get());
+  for (auto& a : args) list.push_back(std::move(a));
+  torch::jit::Stack stack{c10::IValue(target->qualified), c10::IValue(static_cast<std::int64_t>(dtype)),
+                          c10::IValue(std::move(list))};
+  find_op("higher_order::out_dtype").handle.callBoxed(stack);
+  return stack.at(0).toTensor();
 }
 
 /// The descriptor of `torch.ops.higher_order.<name>` (`cond`), or nullptr.
@@ -6955,12 +7161,17 @@ inline c10::FunctionSchema schema_of(const higher_order_op& h) {
                         c10::OptionalType::create(c10::ScalarTypeType::get()));
       continue;
     }
+    if (p.kind == higher_order_op::param::type::dtype) {  // `ScalarType output_dtype`: an int to the dispatcher
+      args.emplace_back(std::string(p.name), c10::TypePtr(c10::IntType::get()), c10::TypePtr(c10::ScalarTypeType::get()));
+      continue;
+    }
     c10::TypePtr t;
     switch (p.kind) {
       case higher_order_op::param::type::any:
       case higher_order_op::param::type::graph: t = c10::AnyType::get(); break;
       case higher_order_op::param::type::boolean: t = c10::BoolType::get(); break;
       case higher_order_op::param::type::string: t = c10::StringType::get(); break;
+      case higher_order_op::param::type::dtype:
       case higher_order_op::param::type::dtype_opt: break;  // above
       case higher_order_op::param::type::bool_opt: t = c10::OptionalType::create(c10::BoolType::get()); break;
       case higher_order_op::param::type::tensors: t = c10::ListType::create(c10::TensorType::get()); break;
@@ -6971,7 +7182,8 @@ inline c10::FunctionSchema schema_of(const higher_order_op& h) {
     args.emplace_back(std::string(p.name), std::move(t));
   }
   return c10::FunctionSchema(h.qualified(), "", std::move(args),
-                             {c10::Argument("", c10::ListType::create(c10::TensorType::get()))});
+                             {c10::Argument("", h.single_tensor ? c10::TypePtr(c10::TensorType::get())
+                                                                : c10::TypePtr(c10::ListType::create(c10::TensorType::get())))});
 }
 
 /// A boxed kernel from a function pointer known at run time (the descriptor's).
@@ -7284,6 +7496,13 @@ inline std::vector<value_type> infer_outputs(const op_info& op, const std::vecto
   const auto results = run_meta(op, std::move(stack), [&] { return describe_args(op, args); }, device);
   return result_types(op, results, device, any_requires_grad(args));
 }
+
+/// Installs run_meta_laid_out as the way a higher-order kernel calls the operator it names on
+/// meta tensors (ops/higher_order.hpp, call_named_on_meta): out_dtype's convolution has a shape
+/// rule, not a Meta kernel.
+inline const bool named_meta_call_installed = (call_named_on_meta = [](const op_info& op, torch::jit::Stack& stack) {
+  run_meta_laid_out(op, stack, c10::Device(c10::kCPU), [] { return std::string("as a higher-order call passes them"); });
+}, true);
 
 }  // namespace detail
 XPORT_END_NAMESPACE
@@ -8666,7 +8885,7 @@ inline void verify_wrapped(node n, const higher_order_op& hop, const verify_opti
                   n.name());
 }
 
-/// Checks a call that names an operator (auto_functionalized, with_effects): the operator is
+/// Checks a call that names an operator (auto_functionalized, with_effects, out_dtype): the operator is
 /// registered (a mutating one for auto_functionalized), its keyword arguments are (name, value)
 /// pairs, with_effects threads a token tensor in and out.
 inline void verify_named_call(node n, const higher_order_op& hop) {
@@ -8679,7 +8898,9 @@ inline void verify_named_call(node n, const higher_order_op& hop) {
     if (kind == T::op) {
       const auto* op = args[i].is_string() ? try_find_op(args[i].as_string()) : nullptr;
       if (!op) fail("argument " + std::to_string(i) + " does not name a registered operator");
-      if (hop.which != higher_order_op::id::with_effects && !op->is_mutable)
+      if (hop.which == higher_order_op::id::out_dtype) {
+        if (auto why = out_dtype_refusal(*op); !why.empty()) fail(why);
+      } else if (hop.which != higher_order_op::id::with_effects && !op->is_mutable)
         fail(op->qualified + " mutates nothing: " + hop.target() + " calls an operator that writes to its arguments");
     }
     if ((kind == T::values || kind == T::kwargs) && !args[i].is_list()) fail("argument " + std::to_string(i) + " is not a list");
@@ -8707,7 +8928,8 @@ inline void verify_higher_order(node n, const verify_options& opts) {
     case higher_order_op::id::autocast: return verify_wrapped(n, *hop, opts);
     case higher_order_op::id::auto_functionalized:
     case higher_order_op::id::auto_functionalized_v2:
-    case higher_order_op::id::with_effects: return verify_named_call(n, *hop);
+    case higher_order_op::id::with_effects:
+    case higher_order_op::id::out_dtype: return verify_named_call(n, *hop);
   }
 }
 
@@ -9316,6 +9538,7 @@ inline std::string arg_repr(const argument& a, const sym_names& syms = {}) {
     case argument::kind::boolean: return a.as_bool() ? "True" : "False";
     case argument::kind::integer: return std::to_string(a.as_int());
     case argument::kind::floating: return python_float_repr(a.as_double());
+    case argument::kind::complex: return python_complex_repr(a.as_complex());
     case argument::kind::string: return python_str_repr(a.as_string());
     case argument::kind::dtype: return python_repr(a.as_dtype());
     case argument::kind::device: return python_repr(a.as_device());
@@ -10558,6 +10781,7 @@ XPORT_END_NAMESPACE
 // parameters and buffers are known by identity and named by their FQN before the run, so the
 // module is never modified (in-place ops on its state run on meta shadows).
 
+#include <complex>        // std::complex
 #include <cstddef>        // std::size_t
 #include <cstdint>        // std::uint64_t
 #include <functional>     // std::function
@@ -11441,6 +11665,14 @@ class capture {
     return v;
   }
 
+  // The number a C++ scalar wrapped into a tensor holds, as an argument.
+  static argument wrapped_scalar(const c10::Scalar& s) {
+    if (s.isFloatingPoint()) return s.toDouble();
+    if (s.isBoolean()) return s.toBool();
+    if (s.isComplex()) return std::complex<double>(s.toComplexDouble());
+    return s.toLong();
+  }
+
   // One argument from the dispatcher's stack: the recorded argument and what the meta run gets.
   void convert(const c10::IValue& iv, const c10::TypePtr& type, argument& arg, c10::IValue& meta) {
     if (iv.isTensor()) {
@@ -11452,10 +11684,7 @@ class capture {
       }
       if (!by_impl_.count(t.unsafeGetTensorImpl()) && t.unsafeGetTensorImpl()->is_wrapped_number()) {
         // a C++ scalar the API wrapped into a tensor: record the number, as torch does
-        const auto s = t.item();
-        arg = s.isFloatingPoint() ? argument(s.toDouble())
-              : s.isBoolean()     ? argument(s.toBool())
-                                  : argument(s.toLong());
+        arg = wrapped_scalar(t.item());
         meta = iv;
         return;
       }
@@ -17095,6 +17324,14 @@ inline std::size_t hash_argument(const argument& a) {
       std::memcpy(&bits, &d, sizeof bits);
       return hash_combine(h, std::hash<std::uint64_t>{}(bits));
     }
+    case argument::kind::complex: {
+      const auto c = a.as_complex();
+      const double parts[2] = {c.real(), c.imag()};
+      std::uint64_t re, im;
+      std::memcpy(&re, &parts[0], sizeof re);
+      std::memcpy(&im, &parts[1], sizeof im);
+      return hash_combine(hash_combine(h, std::hash<std::uint64_t>{}(re)), std::hash<std::uint64_t>{}(im));
+    }
     case argument::kind::string: return hash_combine(h, std::hash<std::string>{}(a.as_string()));
     case argument::kind::dtype: return hash_combine(h, static_cast<std::size_t>(a.as_dtype()));
     case argument::kind::device: return hash_combine(h, std::hash<c10::Device>{}(a.as_device()));
@@ -19557,6 +19794,7 @@ XPORT_END_NAMESPACE
 // missing one is a load_error naming the JSON path (`graph_module.graph.nodes[3].inputs[1]`).
 
 #include <cmath>        // std::isfinite
+#include <complex>      // std::complex
 #include <cstdint>      // std::int64_t
 #include <functional>   // std::function
 #include <limits>       // std::numeric_limits
@@ -19928,6 +20166,8 @@ inline json argument_json(const argument& a, const c10::TypePtr& type, const sym
     case K::boolean: return {{"as_bool", a.as_bool()}};
     case K::integer: return {{"as_int", a.as_int()}};
     case K::floating: return {{"as_float", float_json(a.as_double())}};
+    case K::complex:
+      return {{"as_complex", {{"real", float_json(a.as_complex().real())}, {"imag", float_json(a.as_complex().imag())}}}};
     case K::string: return {{"as_string", a.as_string()}};
     case K::dtype: return {{"as_scalar_type", scalar_type_number(a.as_dtype())}};
     case K::device: return {{"as_device", device_json(a.as_device())}};
@@ -20035,7 +20275,6 @@ struct value_scope {
   static constexpr std::pair<std::string_view, std::string_view> known[] = {
       {"as_graph", "a subgraph of a higher-order operator (torch.cond, torch.map, while_loop, ...)"},
       {"as_custom_obj", "a custom object (a TorchBind class instance)"},
-      {"as_complex", "a complex number"},
       {"as_operator", "an operator passed as an argument (used by higher-order operators)"},
       {"as_string_to_argument", "a dict of arguments"},
       {"as_nested_tensors", "a list of tensor lists"},
@@ -20059,6 +20298,7 @@ inline argument argument_of(const at_path& j, const value_scope& scope) {
   }
   if (k == "as_int") return v.integer();
   if (k == "as_float") return v.number();
+  if (k == "as_complex") return std::complex<double>(v["real"].number(), v["imag"].number());
   if (k == "as_bool") return v.boolean();
   if (k == "as_string") return v.str();
   if (k == "as_scalar_type") {
@@ -20899,7 +21139,7 @@ inline json graph_json(const exported_program& p) {
     meta["nn_module_stack"] = nn_module_stack_of(n.module_path(), types);
     nodes.push_back({{"target", op.target}, {"inputs", std::move(in)}, {"outputs", std::move(out)},
                      {"metadata", std::move(meta)}, {"name", n.name()}});
-    if (op.higher_order) nodes.back()["is_hop_single_tensor_return"] = false;
+    if (op.higher_order) nodes.back()["is_hop_single_tensor_return"] = !op.returns_list;  // (out_dtype)
     name_sym.give_unbacked(n, sym_bool_values);
   }
   return {{"inputs", std::move(inputs)},   {"outputs", std::move(outputs)},
@@ -21276,6 +21516,11 @@ inline call_outputs read_call_outputs(const at_path& outs, const op_info& op, co
 /// Why `target` cannot be read, and the fix: LibTorch's own operators need another LibTorch; a
 /// user's operator needs the library that registers it loaded into the process first.
 inline std::string unregistered_operator(const std::string& target) {
+  if (target.rfind("torch._functorch.predispatch.", 0) == 0)
+    return "'" + target + "' is a step of torch.vmap (also called by torch's associative_scan, and by flex_attention "
+           "to build its masks), which torch writes into a training-IR program as Python functions of "
+           "torch._functorch: no C++ operator runs them. Fix: save the program lowered "
+           "(ep.run_decompositions(), where torch turns vmap into ATen operators), or batch without vmap";
   const auto parts = detail::split_op_name(target);
   const std::string name = parts.ns + "::" + parts.name + (parts.overload.empty() ? "" : "." + parts.overload);
   if (parts.ns == "quantized_decomposed")
@@ -21370,7 +21615,7 @@ inline void check_higher_order_args(const higher_order_op& hop, const std::vecto
     const auto& x = args[a];
     const bool ok = p.kind == T::any || (p.kind == T::graph && x.is_graph()) || (p.kind == T::tensors && x.is_list()) ||
                     (p.kind == T::boolean && x.is_bool()) || (p.kind == T::string && x.is_string()) ||
-                    (p.kind == T::dtype_opt && (x.is_dtype() || x.is_none())) ||
+                    (p.kind == T::dtype_opt && (x.is_dtype() || x.is_none())) || (p.kind == T::dtype && x.is_dtype()) ||
                     (p.kind == T::bool_opt && (x.is_bool() || x.is_none())) || (p.kind == T::op && x.is_string()) ||
                     ((p.kind == T::values || p.kind == T::kwargs) && x.is_list());
     if (!ok)

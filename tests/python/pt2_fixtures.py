@@ -15,9 +15,11 @@ Exports and torch.export.save's, into <dir>:
   - programs with data-dependent sizes (nonzero, boolean-mask indexing, item() bounded by
     torch._check, a gated mixture of experts routing with nonzero): unbacked symbols and their
     _assert_scalar nodes;
-  - quantized programs, as PT2E writes them (quantized_fixtures.py);
-  - programs with content xport does not read (a complex scalar, a custom object, a tensor
-    subclass weight), whose load_errors tests/test_interop.cpp checks.
+  - quantized programs, as PT2E writes them (quantized_fixtures.py); out_dtype calls; complex
+    scalars;
+  - programs with content xport does not read (torch.vmap's Python steps, a custom object, a
+    tensor subclass weight), whose load_errors tests/test_interop.cpp checks, and what torch does
+    not write (torch_limits.py).
 Each <name>.pt2 comes with <name>.io.pt (torch.save'd; the layout is in tests/test_interop.cpp):
 the call, the outputs torch.export.load(<name>.pt2).module() gives for it (one thread, autograd
 on, seeded), the buffers and inputs after it, and calls at other sizes for dynamic programs.
@@ -38,6 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pytree_types  # noqa: E402  (dataclasses, namedtuples and ModelOutput-like types, registered)
 import twins  # noqa: E402  (owned by the twins' author: imported, never edited here)
 import quantized_fixtures  # noqa: E402  (PT2E programs: torchao's quantizer)
+import torch_limits  # noqa: E402  (the higher-order operators torch does not write)
 import xport_ops  # noqa: E402  (registers the suite's custom operators, as tests/custom_ops.hpp does in C++)
 
 Dim = torch.export.Dim
@@ -134,6 +137,20 @@ class SizeArithmetic(nn.Module):
         z = x.view(n, -1, 2).sum(1)
         w = torch.cat([y[:n], y[n:]], 0)
         return z, w * 2, x.new_zeros(n // 2 + 1), x.new_ones(torch.sym_max(n, 3))
+
+
+class OutDtype(nn.Module):
+    """torch.ops.higher_order.out_dtype: an int8 matmul into int32, a float16 linear and
+    convolution computed in float32 and cast back, a multiplication by a Python number."""
+
+    def forward(self, a, b, x, w, img, k):
+        from torch._higher_order_ops.out_dtype import out_dtype
+        ops = torch.ops.aten
+        i = out_dtype(ops.mm.default, torch.int32, a, b)
+        h = out_dtype(ops.linear.default, torch.float16, x, w)
+        c = out_dtype(ops.convolution.default, torch.float16, img, k, None, [1, 1], [1, 0], [1, 1], False, [0, 0], 1)
+        m = out_dtype(ops.mul.Scalar, torch.float32, x, 0.3)
+        return i + 1, h, c, m
 
 
 class Counter(nn.Module):
@@ -375,8 +392,17 @@ class MoE(nn.Module):
 
 
 class Complex(nn.Module):
+    """Python complex numbers as arguments (`as_complex`)."""
+
     def forward(self, x):
-        return x * (1 + 2j)
+        return x * (1 + 2j) - 2j, x.add(-1.5 + 0.25j), torch.full((2,), 1e16 - 0.5j)
+
+
+class Batched(nn.Module):
+    """torch.vmap, which torch writes as Python functions of torch._functorch.predispatch."""
+
+    def forward(self, x, w):
+        return torch.vmap(lambda r: r @ w)(x)
 
 
 from torch._library.opaque_object import OpaqueBase, register_opaque_type  # noqa: E402
@@ -606,6 +632,19 @@ def main():
     w.export("custom_mutation_core_aten", xport_ops.CacheWriter(), (x, pos), decompose=True, printed=True)
     w.export("effects", xport_ops.Logged(), (torch.randn(3),))
     w.export("effects_core_aten", xport_ops.Logged(), (torch.randn(3),), decompose=True, printed=True)
+    # out_dtype: an operator computed in a wider type, its result cast to the one it names
+    torch.manual_seed(0)
+    a, b = torch.randint(-100, 100, (5, 16), dtype=torch.int8), torch.randint(-100, 100, (16, 3), dtype=torch.int8)
+    x, wt = torch.randn(4, 8, dtype=torch.float16), torch.randn(6, 8, dtype=torch.float16)
+    img, k = torch.randn(2, 3, 6, 6, dtype=torch.float16), torch.randn(4, 3, 3, 3, dtype=torch.float16)
+    out_dtype_args = (a, b, x, wt, img, k)
+    # (xport runs an input in its example's layout, Note [Inputs in the exported layout]: a
+    # transposed float16 weight would give torch's result for a contiguous one, a GEMM of
+    # another summation order than Python's call of the transposed one)
+    layouts = [((a.t().contiguous().t(), b[:, :], torch.randn(4, 16, dtype=torch.float16)[:, ::2] * 4, -wt,
+                 img.contiguous(memory_format=torch.channels_last), -k), {})]
+    w.export("out_dtype", OutDtype(), out_dtype_args, extra=layouts, printed=True, lowered=True)
+    w.export("out_dtype_core_aten", OutDtype(), out_dtype_args, extra=layouts, decompose=True, printed=True)
     # quantized programs (PT2E): torch's quantized_decomposed operators, which <xport/quantized.hpp> defines in C++
     quantized_fixtures.write(w)
 
@@ -658,7 +697,11 @@ def main():
     w.export("moe_nonzero_dynamic", moe, (x,), dynamic_shapes={"x": {0: Dim("tokens", max=256)}},
              extra=[((torch.randn(1, 8),), {}), ((torch.randn(37, 8),), {}), ((torch.randn(8, 40)[:, ::5],), {})])
     w.export("moe_nonzero_core_aten", moe, (x,), extra=[((torch.randn(10, 8),), {})], decompose=True)
-    w.export("unsupported_complex", Complex(), (torch.randn(3, dtype=torch.cfloat),))
+    z = torch.randn(3, dtype=torch.cfloat)
+    w.export("complex_scalar", Complex(), (z,), extra=[((torch.randn(6, dtype=torch.cfloat)[::2],), {})], printed=True,
+             lowered=True)
+    w.export("unsupported_vmap", Batched(), (torch.randn(3, 4), torch.randn(4, 2)))
+    torch_limits.check()  # what torch writes of the higher-order operators xport does not read
     w.add("unsupported_custom_obj", custom_object_program(), (), runs=False)
     w.add("unsupported_pickled_weight", subclass_weight_program(), (), runs=False)
     w.close()

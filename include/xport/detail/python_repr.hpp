@@ -4,7 +4,8 @@
 #pragma once
 
 #include <charconv>     // std::to_chars
-#include <cmath>        // std::isnan, std::isinf
+#include <cmath>        // std::isnan, std::isinf, std::signbit
+#include <complex>      // std::complex
 #include <cstdio>       // std::snprintf
 #include <string>       // std::string
 #include <string_view>  // std::string_view
@@ -63,6 +64,20 @@ inline std::string python_float_repr(double x) {
   char ebuf[16];
   std::snprintf(ebuf, sizeof ebuf, "e%c%02d", e < 0 ? '-' : '+', e < 0 ? -e : e);
   return out + ebuf;
+}
+
+/// Python's `repr(complex)`: `(1+2j)`, `2j` (a real part of +0 is left out), its parts as floats
+/// without the `.0` a float gets (`(1.5-2j)`, `(1e+16+0j)`).
+inline std::string python_complex_repr(std::complex<double> c) {
+  const auto part = [](double x) {
+    auto s = python_float_repr(x);
+    if (s.size() > 2 && s.compare(s.size() - 2, 2, ".0") == 0) s.resize(s.size() - 2);
+    return s;
+  };
+  std::string imag = part(c.imag());
+  if (c.real() == 0 && !std::signbit(c.real())) return imag + "j";
+  if (imag.front() != '-') imag.insert(0, "+");
+  return "(" + part(c.real()) + imag + "j)";
 }
 
 /// Python's `repr(str)` for UTF-8 text: single quotes unless the text holds a single quote and

@@ -8,6 +8,7 @@
 // metadata type and the memory resource of a user's graphs. Not here: building programs from op names (builder.hpp), checking (verify.hpp), printing.
 #pragma once
 
+#include <complex>      // std::complex
 #include <cstddef>      // std::size_t
 #include <concepts>     // std::copy_constructible, std::default_initializable
 #include <cstdint>      // std::int64_t, std::uint32_t, std::uint64_t
@@ -157,7 +158,7 @@ struct none_t {
 /// The None argument.
 inline constexpr none_t none{};
 
-/// A call argument: a constant (None, bool, int, float, str, dtype, device, layout, memory
+/// A call argument: a constant (None, bool, int, float, complex, str, dtype, device, layout, memory
 /// format), a graph value, a list of arguments, or a subgraph (a branch or body of a
 /// control-flow operator). Lists keep no element type of their own: the operator's schema says
 /// whether `[1, 2]` is an `int[]` or a `float[]`.
@@ -165,7 +166,8 @@ class argument {
  public:
   using list_type = std::vector<argument>;
   enum class kind : std::uint8_t {
-    none, boolean, integer, floating, string, dtype, device, layout, memory_format, value, list, symbolic, graph
+    none, boolean, integer, floating, string, dtype, device, layout, memory_format, value, list, symbolic, graph,
+    complex  ///< a Python complex number (`x * (1+2j)`): an `as_complex` argument
   };
 
   argument() noexcept = default;
@@ -177,6 +179,7 @@ class argument {
   argument(I i) noexcept : v_(static_cast<std::int64_t>(i)) {}  // NOLINT
   argument(double d) noexcept : v_(d) {}         // NOLINT
   argument(float d) noexcept : v_(static_cast<double>(d)) {}  // NOLINT
+  argument(std::complex<double> c) noexcept : v_(c) {}  // NOLINT
   argument(std::string s) : v_(std::move(s)) {}  // NOLINT
   argument(const char* s) : v_(std::string(s)) {}  // NOLINT
   argument(std::string_view s) : v_(std::string(s)) {}  // NOLINT
@@ -217,10 +220,12 @@ class argument {
   [[nodiscard]] bool is_list() const noexcept { return type() == kind::list; }
   [[nodiscard]] bool is_symbolic() const noexcept { return type() == kind::symbolic; }
   [[nodiscard]] bool is_graph() const noexcept { return type() == kind::graph; }
+  [[nodiscard]] bool is_complex() const noexcept { return type() == kind::complex; }
 
   [[nodiscard]] bool as_bool() const { return get<bool>(); }
   [[nodiscard]] std::int64_t as_int() const { return get<std::int64_t>(); }
   [[nodiscard]] double as_double() const { return get<double>(); }
+  [[nodiscard]] std::complex<double> as_complex() const { return get<std::complex<double>>(); }
   [[nodiscard]] const std::string& as_string() const { return get<std::string>(); }
   [[nodiscard]] c10::ScalarType as_dtype() const { return get<c10::ScalarType>(); }
   [[nodiscard]] c10::Device as_device() const { return get<c10::Device>(); }
@@ -250,7 +255,7 @@ class argument {
   [[nodiscard]] std::string_view type_name() const noexcept {
     constexpr std::string_view names[] = {"None", "bool", "int", "float", "str", "dtype",
                                           "device", "layout", "memory_format", "value", "list", "SymInt",
-                                          "GraphModule"};
+                                          "GraphModule", "complex"};
     return names[v_.index()];
   }
 
@@ -265,7 +270,8 @@ class argument {
   }
 
   std::variant<none_t, bool, std::int64_t, double, std::string, c10::ScalarType, c10::Device,
-               c10::Layout, c10::MemoryFormat, value, list_type, sym_int, std::shared_ptr<const subgraph>>
+               c10::Layout, c10::MemoryFormat, value, list_type, sym_int, std::shared_ptr<const subgraph>,
+               std::complex<double>>
       v_;
 };
 

@@ -2,7 +2,8 @@
 // A higher-order operator (torch.ops.higher_order.cond, .while_loop, .map_impl, .scan,
 // .wrap_with_set_grad_enabled, .wrap_with_autocast) takes subgraphs as arguments, or calls
 // another operator by name (.auto_functionalized, .auto_functionalized_v2, .with_effects: their
-// kernels are in ops/auto_functionalize.hpp). Each has one
+// kernels are in ops/auto_functionalize.hpp; .out_dtype, an operator computed in a wider type
+// and cast to one it names). Each has one
 // entry here: its schema as the dispatcher sees it, how torch lays its arguments out in a
 // program (a trailing list written spread, as `wrap_with_set_grad_enabled(False, submod_1, x,
 // w)`), which operands its subgraphs take (and which one row at a time), how its outputs are
@@ -11,9 +12,12 @@
 // lookup (ir/op.hpp calls the hook this header installs).
 #pragma once
 
+#include <algorithm>    // std::max
 #include <cstddef>      // std::size_t
 #include <cstdint>      // std::int64_t
+#include <functional>   // std::function
 #include <memory>       // std::make_unique
+#include <optional>     // std::optional
 #include <string>       // std::string
 #include <string_view>  // std::string_view
 #include <utility>      // std::pair
@@ -24,6 +28,7 @@
 #include <ATen/core/stack.h>
 #include <ATen/ops/stack.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/ScalarType.h>
 
 #include <xport/config.hpp>
 #include <xport/detail/compat.hpp>
@@ -31,6 +36,10 @@
 #include <xport/ir/graph.hpp>
 #include <xport/ir/op.hpp>
 #include <xport/ops/auto_functionalize.hpp>
+
+#if XPORT_TORCH_VERSION_AT_LEAST(2, 1)
+#include <ATen/ops/_int_mm.h>  // (LibTorch 2.1 and newer)
+#endif
 
 // LibTorch's autocast state (ATen/autocast_mode.h), declared here: that header includes all of
 // ATen, against the narrow-headers rule. Per device type since 2.4; CPU and CUDA apart before.
@@ -62,7 +71,8 @@ XPORT_BEGIN_NAMESPACE
 /// One higher-order operator: everything xport knows about it (see the header comment).
 struct higher_order_op {
   enum class id : std::uint8_t {
-    cond, while_loop, map, scan, set_grad_enabled, autocast, auto_functionalized, auto_functionalized_v2, with_effects
+    cond, while_loop, map, scan, set_grad_enabled, autocast, auto_functionalized, auto_functionalized_v2, with_effects,
+    out_dtype
   };
   /// A parameter of the operator: its name and type in the dispatcher's schema. `op` is an
   /// operator the call names (an `as_operator` argument: its qualified name, a string), `values`
@@ -70,7 +80,7 @@ struct higher_order_op {
   /// (a list of [name, value] pairs, written `name = value`).
   struct param {
     std::string_view name;
-    enum class type : std::uint8_t { any, boolean, string, dtype_opt, bool_opt, graph, tensors, op, values, kwargs } kind;
+    enum class type : std::uint8_t { any, boolean, string, dtype, dtype_opt, bool_opt, graph, tensors, op, values, kwargs } kind;
   };
   /// How its results are typed: as its first subgraph returns them (cond's true branch), its
   /// last (while_loop's body), map's (each stacked), scan's (carries, then ys stacked), or by
@@ -91,6 +101,9 @@ struct higher_order_op {
   /// inlines these: the inference IR has no grad or autocast regions).
   bool inlined_by_lowering = false;
   c10::KernelFunction::BoxedKernelFunction* kernel = nullptr;
+  /// It returns one tensor, not a list (out_dtype): torch writes `is_hop_single_tensor_return`
+  /// and prints no `[0]` after the call.
+  bool single_tensor = false;
 
   [[nodiscard]] std::string qualified() const { return "higher_order::" + std::string(name); }
   [[nodiscard]] std::string target() const { return "torch.ops.higher_order." + std::string(name); }
@@ -370,6 +383,144 @@ inline void autocast_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack
   s.emplace_back(c10::List<at::Tensor>(std::move(out)));
 }
 
+
+/// The operators torch's out_dtype takes (torch/_higher_order_ops/out_dtype.py, ALLOWABLE_OPS).
+inline constexpr std::string_view out_dtype_operators[] = {
+    "aten::linear", "aten::mm", "aten::conv2d", "aten::convolution", "aten::mul.Tensor", "aten::mul.Scalar",
+    "aten::div.Tensor", "aten::div.Scalar"};
+
+/// Why out_dtype may not call `op` (torch's texts), or empty: it takes a functional operator that
+/// returns one tensor, one of those torch allows.
+inline std::string out_dtype_refusal(const op_info& op) {
+  if (op.is_mutable) return "out_dtype's first argument needs to be a functional operator (" + op.qualified + " is not)";
+  const auto& returns = op.schema().returns();
+  if (returns.size() != 1 || returns[0].type()->kind() != c10::TypeKind::TensorType)
+    return "out_dtype's can only apply to ops that return a single tensor (" + op.qualified + " does not)";
+  std::string allowed;
+  for (const auto name : out_dtype_operators) {
+    if (op.qualified == name) return {};
+    allowed += (allowed.empty() ? "" : ", ") + std::string(name);
+  }
+  return "out_dtype only allows the following operators: " + allowed + "; not " + op.qualified;
+}
+
+/// The type torch's out_dtype computes in (out_dtype_fallback): the arguments' tensors and
+/// numbers and a 1-d tensor of `out` promoted as torch's prims promote (ELEMENTWISE_TYPE_PROMOTION_KIND
+/// DEFAULT: the highest category of any of them, then the highest dtype of that category among
+/// the tensors that have dimensions), then widened to its computation type (half and bfloat16 to
+/// float).
+inline at::ScalarType out_dtype_compute_type(const std::vector<c10::IValue>& args, at::ScalarType out) {
+  const auto category = [](at::ScalarType t) {
+    return t == at::kBool ? 0 : c10::isComplexType(t) ? 3 : c10::isFloatingType(t) ? 2 : 1;
+  };
+  int highest = category(out);
+  std::vector<std::pair<at::ScalarType, bool>> tensors{{out, true}};  // (dtype, has dimensions)
+  const std::function<void(const c10::IValue&)> leaf = [&](const c10::IValue& v) {
+    if (v.isNone()) return;
+    if (v.isTensor()) {
+      tensors.emplace_back(v.toTensor().scalar_type(), v.toTensor().dim() > 0);
+      highest = std::max(highest, category(v.toTensor().scalar_type()));
+    } else if (v.isList()) {
+      for (const auto& e : v.toListRef()) leaf(e);
+    } else if (v.isBool() || v.isInt() || v.isDouble() || v.isComplexDouble()) {
+      highest = std::max(highest, v.isBool() ? 0 : v.isInt() ? 1 : v.isDouble() ? 2 : 3);
+    } else {
+      throw run_error("xport.run.out_dtype", "out_dtype: Unexpected type " + v.tagKind() +
+                                                  " when computing elementwise type promotion!");
+    }
+  };
+  for (const auto& a : args) leaf(a);
+  if (highest == 0) return at::kBool;
+  std::optional<at::ScalarType> dims, zero_dim;
+  for (auto [t, has_dims] : tensors) {
+    const int c = category(t);
+    if (highest == 1 ? c != 1 : c < 2) continue;  // integers; floats (and complex, as complex)
+    if (highest == 3 && c == 2) t = c10::toComplexType(t);
+    auto& slot = has_dims ? dims : zero_dim;
+    slot = slot ? c10::promoteTypes(*slot, t) : t;
+  }
+  const auto result = dims ? *dims : *zero_dim;  // `out` has dimensions: never empty
+  if (result == at::kHalf || result == at::kBFloat16) return at::kFloat;
+  return result == at::kComplexHalf ? at::kComplexFloat : result;
+}
+
+/// `v`, a positional argument as a higher-order call holds it (lists of any), as `param` types
+/// it (an int[], float[], bool[] or Tensor[]), for calling the operator it names.
+inline c10::IValue conform_argument(const c10::IValue& v, const c10::Argument& param) {
+  auto t = param.real_type();
+  if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
+  if (!v.isList() || t->kind() != c10::TypeKind::ListType) return v;
+  const auto elem = t->castRaw<c10::ListType>()->getElementType()->kind();
+  const auto items = v.toListRef();
+  if (elem == c10::TypeKind::IntType || elem == c10::TypeKind::SymIntType) {
+    c10::List<std::int64_t> l;
+    for (const auto& e : items) l.push_back(e.toInt());
+    return l;
+  }
+  if (elem == c10::TypeKind::FloatType) {
+    c10::List<double> l;
+    for (const auto& e : items) l.push_back(e.toDouble());
+    return l;
+  }
+  if (elem == c10::TypeKind::BoolType) {
+    c10::List<bool> l;
+    for (const auto& e : items) l.push_back(e.toBool());
+    return l;
+  }
+  if (elem == c10::TypeKind::TensorType) {
+    c10::List<at::Tensor> l;
+    for (const auto& e : items) l.push_back(e.toTensor());
+    return l;
+  }
+  return v;
+}
+
+/// How a higher-order kernel calls the operator it names on meta tensors (while export or
+/// load types a call): through xport's shape rules, for operators LibTorch has no Meta kernel
+/// for (convolution). Set by ops/meta_infer.hpp, which this header cannot include.
+inline void (*call_named_on_meta)(const op_info& op, torch::jit::Stack& stack) = nullptr;
+
+// higher_order::out_dtype(str op, ScalarType output_dtype, Any[] args) -> Tensor: torch's
+// out_dtype_dense: int8 x int8 -> int32 mm on CUDA by _int_mm; any other call with its tensors
+// cast to the type out_dtype_compute_type gives, its result cast to output_dtype.
+inline void out_dtype_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  const auto& op = named_operator(s[s.size() - 3], "out_dtype");
+  const auto out = static_cast<at::ScalarType>(s[s.size() - 2].toInt());
+  auto args = s.back().toListRef().vec();
+  torch::jit::drop(s, 3);
+#if XPORT_TORCH_VERSION_AT_LEAST(2, 1)
+  if (op.name == "aten::mm" && out == at::kInt && args.size() == 2 && args[0].isTensor() && args[1].isTensor()) {
+    const auto &a = args[0].toTensor(), &b = args[1].toTensor();
+    if (a.scalar_type() == at::kChar && b.scalar_type() == at::kChar && a.is_cuda() && b.is_cuda()) {
+      s.emplace_back(at::_int_mm(a, b));
+      return;
+    }
+  }
+#endif
+  const auto compute = out_dtype_compute_type(args, out);
+  const auto& params = op.schema().arguments();
+  if (args.size() > params.size())
+    throw run_error("xport.run.out_dtype", "out_dtype: " + op.qualified + " takes " + std::to_string(params.size()) +
+                                                " arguments, the call passes " + std::to_string(args.size()));
+  torch::jit::Stack call;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (i >= args.size()) {
+      if (!params[i].default_value())
+        throw run_error("xport.run.out_dtype", "out_dtype: " + op.qualified + " needs argument '" + params[i].name() + "'");
+      call.push_back(*params[i].default_value());
+      continue;
+    }
+    auto v = conform_argument(args[i], params[i]);
+    call.push_back(v.isTensor() ? c10::IValue(v.toTensor().to(compute)) : std::move(v));
+  }
+  bool meta = false;
+  for (const auto& v : call) meta = meta || (v.isTensor() && v.toTensor().is_meta());
+  if (meta && call_named_on_meta) call_named_on_meta(op, call);
+  else op.handle.callBoxed(call);
+  s.emplace_back(call.at(0).toTensor().to(out));
+}
+
 }  // namespace detail
 
 /// Every higher-order operator xport reads, runs and writes, in one list.
@@ -405,8 +556,31 @@ inline const std::vector<higher_order_op>& higher_order_ops() {
       {I::with_effects, "with_effects", "with_effects (an op with a side effect)",
        {{"token", T::any}, {"op", T::op}, {"args", T::values}, {"kwargs", T::kwargs}}, false, R::by_kernel, -1, false,
        &detail::with_effects_kernel},
+      {I::out_dtype, "out_dtype", "out_dtype (an operator computed into a dtype it names)",
+       {{"op", T::op}, {"output_dtype", T::dtype}, {"args", T::values}}, false, R::by_kernel, -1, false,
+       &detail::out_dtype_kernel, true},
   };
   return ops;
+}
+
+/// torch's `out_dtype(op, dtype, *args)` for C++ code: operator `op` ("aten::mm", one of
+/// those torch allows) called on `args` computed in the type torch promotes them to (int32 for
+/// int8 operands into int32, float for half ones), its result cast to `dtype`. Runs eagerly, and
+/// non-strict export records one `torch.ops.higher_order.out_dtype` node, as torch.export does:
+///
+///   auto y = xport::out_dtype("aten::mm", at::kInt, {a_int8, b_int8});  // int32, no overflow
+///
+/// Throws run_error for an operator out_dtype does not take, with torch's text.
+inline at::Tensor out_dtype(std::string_view op, at::ScalarType dtype, std::vector<c10::IValue> args) {
+  const auto* target = try_find_op(op);
+  if (!target) throw run_error("xport.run.out_dtype", "out_dtype: no operator " + std::string(op) + " is registered");
+  if (auto why = detail::out_dtype_refusal(*target); !why.empty()) throw run_error("xport.run.out_dtype", why);
+  c10::impl::GenericList list(c10::AnyType::get());
+  for (auto& a : args) list.push_back(std::move(a));
+  torch::jit::Stack stack{c10::IValue(target->qualified), c10::IValue(static_cast<std::int64_t>(dtype)),
+                          c10::IValue(std::move(list))};
+  find_op("higher_order::out_dtype").handle.callBoxed(stack);
+  return stack.at(0).toTensor();
 }
 
 /// The descriptor of `torch.ops.higher_order.<name>` (`cond`), or nullptr.
@@ -455,12 +629,17 @@ inline c10::FunctionSchema schema_of(const higher_order_op& h) {
                         c10::OptionalType::create(c10::ScalarTypeType::get()));
       continue;
     }
+    if (p.kind == higher_order_op::param::type::dtype) {  // `ScalarType output_dtype`: an int to the dispatcher
+      args.emplace_back(std::string(p.name), c10::TypePtr(c10::IntType::get()), c10::TypePtr(c10::ScalarTypeType::get()));
+      continue;
+    }
     c10::TypePtr t;
     switch (p.kind) {
       case higher_order_op::param::type::any:
       case higher_order_op::param::type::graph: t = c10::AnyType::get(); break;
       case higher_order_op::param::type::boolean: t = c10::BoolType::get(); break;
       case higher_order_op::param::type::string: t = c10::StringType::get(); break;
+      case higher_order_op::param::type::dtype:
       case higher_order_op::param::type::dtype_opt: break;  // above
       case higher_order_op::param::type::bool_opt: t = c10::OptionalType::create(c10::BoolType::get()); break;
       case higher_order_op::param::type::tensors: t = c10::ListType::create(c10::TensorType::get()); break;
@@ -471,7 +650,8 @@ inline c10::FunctionSchema schema_of(const higher_order_op& h) {
     args.emplace_back(std::string(p.name), std::move(t));
   }
   return c10::FunctionSchema(h.qualified(), "", std::move(args),
-                             {c10::Argument("", c10::ListType::create(c10::TensorType::get()))});
+                             {c10::Argument("", h.single_tensor ? c10::TypePtr(c10::TensorType::get())
+                                                                : c10::TypePtr(c10::ListType::create(c10::TensorType::get())))});
 }
 
 /// A boxed kernel from a function pointer known at run time (the descriptor's).

@@ -299,5 +299,12 @@ inline std::vector<value_type> infer_outputs(const op_info& op, const std::vecto
   return result_types(op, results, device, any_requires_grad(args));
 }
 
+/// Installs run_meta_laid_out as the way a higher-order kernel calls the operator it names on
+/// meta tensors (ops/higher_order.hpp, call_named_on_meta): out_dtype's convolution has a shape
+/// rule, not a Meta kernel.
+inline const bool named_meta_call_installed = (call_named_on_meta = [](const op_info& op, torch::jit::Stack& stack) {
+  run_meta_laid_out(op, stack, c10::Device(c10::kCPU), [] { return std::string("as a higher-order call passes them"); });
+}, true);
+
 }  // namespace detail
 XPORT_END_NAMESPACE

@@ -5,6 +5,7 @@
 // `to_ivalue` turns a bound constant argument into the IValue the dispatcher expects.
 #pragma once
 
+#include <complex>      // std::complex
 #include <cstddef>      // std::size_t
 #include <cstdint>      // std::int64_t, std::uint64_t
 #include <span>         // std::span
@@ -39,6 +40,7 @@ inline std::string describe(const argument& a) {
     case argument::kind::boolean: return std::string("bool ") + (a.as_bool() ? "True" : "False");
     case argument::kind::integer: return "int " + std::to_string(a.as_int());
     case argument::kind::floating: return "float " + python_float_repr(a.as_double());
+    case argument::kind::complex: return "complex " + python_complex_repr(a.as_complex());
     case argument::kind::string: return "str " + python_str_repr(a.as_string());
     case argument::kind::dtype: return "dtype";
     case argument::kind::device: return "device";
@@ -78,8 +80,12 @@ inline bool coerce(argument& a, const c10::TypePtr& t, const c10::optional<int32
       // A Python number where a Tensor is expected becomes a wrapped-number tensor, as in
       // torch (`aten.add.Tensor(x, 1)` is how torch.export records `x + 1`); a symbolic size
       // too (`aten.mul.Tensor(x, sym_size_int_1)` is `x * x.size(0)`).
-      return is_value_of(a, value_kind::tensor) || a.is_int() || a.is_double() || a.is_bool() || a.is_symbolic() ||
-             is_value_of(a, value_kind::sym_int) || is_value_of(a, value_kind::sym_float);
+      return is_value_of(a, value_kind::tensor) || a.is_int() || a.is_double() || a.is_bool() || a.is_complex() ||
+             a.is_symbolic() || is_value_of(a, value_kind::sym_int) || is_value_of(a, value_kind::sym_float);
+    case K::ComplexType:
+      if (a.is_int()) a = std::complex<double>(static_cast<double>(a.as_int()), 0);
+      if (a.is_double()) a = std::complex<double>(a.as_double(), 0);
+      return a.is_complex();
     case K::IntType:
     case K::SymIntType: return a.is_int() || a.is_symbolic() || is_value_of(a, value_kind::sym_int);
     case K::FloatType:
@@ -87,7 +93,7 @@ inline bool coerce(argument& a, const c10::TypePtr& t, const c10::optional<int32
       return a.is_double() || is_value_of(a, value_kind::sym_float);
     case K::BoolType: return a.is_bool() || is_value_of(a, value_kind::sym_bool);
     case K::NumberType:
-      return a.is_int() || a.is_double() || a.is_bool() || a.is_symbolic() || is_value_of(a, value_kind::sym_int) ||
+      return a.is_int() || a.is_double() || a.is_bool() || a.is_complex() || a.is_symbolic() || is_value_of(a, value_kind::sym_int) ||
              is_value_of(a, value_kind::sym_float);
     case K::StringType: return a.is_string();
     case K::ScalarTypeType: return a.is_dtype();
@@ -137,6 +143,7 @@ inline argument from_ivalue(const c10::IValue& v, const c10::TypePtr& t) {
     return i;
   }
   if (v.isDouble()) return v.toDouble();
+  if (v.isComplexDouble()) return std::complex<double>(v.toComplexDouble());
   if (v.isString()) return v.toStringRef();
   if (v.isDevice()) return v.toDevice();
   if (v.isList()) {
@@ -155,7 +162,9 @@ inline argument from_ivalue(const c10::IValue& v, const c10::TypePtr& t) {
 inline at::Tensor wrapped_number(const argument& a) {
   at::Tensor t = a.is_int()      ? at::detail::scalar_tensor_static(a.as_int(), c10::kLong, c10::kCPU)
                  : a.is_double() ? at::detail::scalar_tensor_static(a.as_double(), c10::kDouble, c10::kCPU)
-                                 : at::detail::scalar_tensor_static(a.as_bool(), c10::kBool, c10::kCPU);
+                 : a.is_complex()
+                     ? at::detail::scalar_tensor_static(c10::complex<double>(a.as_complex()), c10::kComplexDouble, c10::kCPU)
+                     : at::detail::scalar_tensor_static(a.as_bool(), c10::kBool, c10::kCPU);
   t.unsafeGetTensorImpl()->set_wrapped_number(true);
   return t;
 }
@@ -166,6 +175,7 @@ inline c10::IValue wrapped_number(c10::IValue v) {
   if (v.isInt()) return wrapped_number(argument(v.toInt()));
   if (v.isDouble()) return wrapped_number(argument(v.toDouble()));
   if (v.isBool()) return wrapped_number(argument(v.toBool()));
+  if (v.isComplexDouble()) return wrapped_number(argument(std::complex<double>(v.toComplexDouble())));
   return v;
 }
 
@@ -202,7 +212,7 @@ inline c10::IValue subgraph_ivalue(const subgraph& g) {
 template <class Lookup>
 c10::IValue to_ivalue(const argument& a, const c10::TypePtr& t, Lookup&& lookup) {
   using K = c10::TypeKind;
-  if (t->kind() == K::TensorType && (a.is_int() || a.is_double() || a.is_bool())) return wrapped_number(a);
+  if (t->kind() == K::TensorType && (a.is_int() || a.is_double() || a.is_bool() || a.is_complex())) return wrapped_number(a);
   if (t->kind() == K::TensorType && a.is_symbolic()) return wrapped_number(c10::IValue(a.as_sym().hint()));
   if (t->kind() == K::TensorType && a.is_value() && a.as_value() && a.as_value().kind() != value_kind::tensor)
     return wrapped_number(lookup(a.as_value()));
@@ -211,6 +221,7 @@ c10::IValue to_ivalue(const argument& a, const c10::TypePtr& t, Lookup&& lookup)
     case argument::kind::boolean: return a.as_bool();
     case argument::kind::integer: return a.as_int();
     case argument::kind::floating: return a.as_double();
+    case argument::kind::complex: return c10::complex<double>(a.as_complex());
     case argument::kind::string: return a.as_string();
     case argument::kind::dtype: return a.as_dtype();
     case argument::kind::device: return a.as_device();

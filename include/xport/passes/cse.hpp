@@ -40,6 +40,14 @@ inline std::size_t hash_argument(const argument& a) {
       std::memcpy(&bits, &d, sizeof bits);
       return hash_combine(h, std::hash<std::uint64_t>{}(bits));
     }
+    case argument::kind::complex: {
+      const auto c = a.as_complex();
+      const double parts[2] = {c.real(), c.imag()};
+      std::uint64_t re, im;
+      std::memcpy(&re, &parts[0], sizeof re);
+      std::memcpy(&im, &parts[1], sizeof im);
+      return hash_combine(hash_combine(h, std::hash<std::uint64_t>{}(re)), std::hash<std::uint64_t>{}(im));
+    }
     case argument::kind::string: return hash_combine(h, std::hash<std::string>{}(a.as_string()));
     case argument::kind::dtype: return hash_combine(h, static_cast<std::size_t>(a.as_dtype()));
     case argument::kind::device: return hash_combine(h, std::hash<c10::Device>{}(a.as_device()));

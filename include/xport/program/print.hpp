@@ -55,6 +55,7 @@ inline std::string arg_repr(const argument& a, const sym_names& syms = {}) {
     case argument::kind::boolean: return a.as_bool() ? "True" : "False";
     case argument::kind::integer: return std::to_string(a.as_int());
     case argument::kind::floating: return python_float_repr(a.as_double());
+    case argument::kind::complex: return python_complex_repr(a.as_complex());
     case argument::kind::string: return python_str_repr(a.as_string());
     case argument::kind::dtype: return python_repr(a.as_dtype());
     case argument::kind::device: return python_repr(a.as_device());

@@ -453,7 +453,7 @@ inline void verify_wrapped(node n, const higher_order_op& hop, const verify_opti
                   n.name());
 }
 
-/// Checks a call that names an operator (auto_functionalized, with_effects): the operator is
+/// Checks a call that names an operator (auto_functionalized, with_effects, out_dtype): the operator is
 /// registered (a mutating one for auto_functionalized), its keyword arguments are (name, value)
 /// pairs, with_effects threads a token tensor in and out.
 inline void verify_named_call(node n, const higher_order_op& hop) {
@@ -466,7 +466,9 @@ inline void verify_named_call(node n, const higher_order_op& hop) {
     if (kind == T::op) {
       const auto* op = args[i].is_string() ? try_find_op(args[i].as_string()) : nullptr;
       if (!op) fail("argument " + std::to_string(i) + " does not name a registered operator");
-      if (hop.which != higher_order_op::id::with_effects && !op->is_mutable)
+      if (hop.which == higher_order_op::id::out_dtype) {
+        if (auto why = out_dtype_refusal(*op); !why.empty()) fail(why);
+      } else if (hop.which != higher_order_op::id::with_effects && !op->is_mutable)
         fail(op->qualified + " mutates nothing: " + hop.target() + " calls an operator that writes to its arguments");
     }
     if ((kind == T::values || kind == T::kwargs) && !args[i].is_list()) fail("argument " + std::to_string(i) + " is not a list");
@@ -494,7 +496,8 @@ inline void verify_higher_order(node n, const verify_options& opts) {
     case higher_order_op::id::autocast: return verify_wrapped(n, *hop, opts);
     case higher_order_op::id::auto_functionalized:
     case higher_order_op::id::auto_functionalized_v2:
-    case higher_order_op::id::with_effects: return verify_named_call(n, *hop);
+    case higher_order_op::id::with_effects:
+    case higher_order_op::id::out_dtype: return verify_named_call(n, *hop);
   }
 }
 

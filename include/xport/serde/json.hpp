@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cmath>        // std::isfinite
+#include <complex>      // std::complex
 #include <cstdint>      // std::int64_t
 #include <functional>   // std::function
 #include <limits>       // std::numeric_limits
@@ -381,6 +382,8 @@ inline json argument_json(const argument& a, const c10::TypePtr& type, const sym
     case K::boolean: return {{"as_bool", a.as_bool()}};
     case K::integer: return {{"as_int", a.as_int()}};
     case K::floating: return {{"as_float", float_json(a.as_double())}};
+    case K::complex:
+      return {{"as_complex", {{"real", float_json(a.as_complex().real())}, {"imag", float_json(a.as_complex().imag())}}}};
     case K::string: return {{"as_string", a.as_string()}};
     case K::dtype: return {{"as_scalar_type", scalar_type_number(a.as_dtype())}};
     case K::device: return {{"as_device", device_json(a.as_device())}};
@@ -488,7 +491,6 @@ struct value_scope {
   static constexpr std::pair<std::string_view, std::string_view> known[] = {
       {"as_graph", "a subgraph of a higher-order operator (torch.cond, torch.map, while_loop, ...)"},
       {"as_custom_obj", "a custom object (a TorchBind class instance)"},
-      {"as_complex", "a complex number"},
       {"as_operator", "an operator passed as an argument (used by higher-order operators)"},
       {"as_string_to_argument", "a dict of arguments"},
       {"as_nested_tensors", "a list of tensor lists"},
@@ -512,6 +514,7 @@ inline argument argument_of(const at_path& j, const value_scope& scope) {
   }
   if (k == "as_int") return v.integer();
   if (k == "as_float") return v.number();
+  if (k == "as_complex") return std::complex<double>(v["real"].number(), v["imag"].number());
   if (k == "as_bool") return v.boolean();
   if (k == "as_string") return v.str();
   if (k == "as_scalar_type") {

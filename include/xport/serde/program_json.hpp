@@ -461,7 +461,7 @@ inline json graph_json(const exported_program& p) {
     meta["nn_module_stack"] = nn_module_stack_of(n.module_path(), types);
     nodes.push_back({{"target", op.target}, {"inputs", std::move(in)}, {"outputs", std::move(out)},
                      {"metadata", std::move(meta)}, {"name", n.name()}});
-    if (op.higher_order) nodes.back()["is_hop_single_tensor_return"] = false;
+    if (op.higher_order) nodes.back()["is_hop_single_tensor_return"] = !op.returns_list;  // (out_dtype)
     name_sym.give_unbacked(n, sym_bool_values);
   }
   return {{"inputs", std::move(inputs)},   {"outputs", std::move(outputs)},
@@ -838,6 +838,11 @@ inline call_outputs read_call_outputs(const at_path& outs, const op_info& op, co
 /// Why `target` cannot be read, and the fix: LibTorch's own operators need another LibTorch; a
 /// user's operator needs the library that registers it loaded into the process first.
 inline std::string unregistered_operator(const std::string& target) {
+  if (target.rfind("torch._functorch.predispatch.", 0) == 0)
+    return "'" + target + "' is a step of torch.vmap (also called by torch's associative_scan, and by flex_attention "
+           "to build its masks), which torch writes into a training-IR program as Python functions of "
+           "torch._functorch: no C++ operator runs them. Fix: save the program lowered "
+           "(ep.run_decompositions(), where torch turns vmap into ATen operators), or batch without vmap";
   const auto parts = detail::split_op_name(target);
   const std::string name = parts.ns + "::" + parts.name + (parts.overload.empty() ? "" : "." + parts.overload);
   if (parts.ns == "quantized_decomposed")
@@ -932,7 +937,7 @@ inline void check_higher_order_args(const higher_order_op& hop, const std::vecto
     const auto& x = args[a];
     const bool ok = p.kind == T::any || (p.kind == T::graph && x.is_graph()) || (p.kind == T::tensors && x.is_list()) ||
                     (p.kind == T::boolean && x.is_bool()) || (p.kind == T::string && x.is_string()) ||
-                    (p.kind == T::dtype_opt && (x.is_dtype() || x.is_none())) ||
+                    (p.kind == T::dtype_opt && (x.is_dtype() || x.is_none())) || (p.kind == T::dtype && x.is_dtype()) ||
                     (p.kind == T::bool_opt && (x.is_bool() || x.is_none())) || (p.kind == T::op && x.is_string()) ||
                     ((p.kind == T::values || p.kind == T::kwargs) && x.is_list());
     if (!ok)

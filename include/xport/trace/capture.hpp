@@ -8,6 +8,7 @@
 // module is never modified (in-place ops on its state run on meta shadows).
 #pragma once
 
+#include <complex>        // std::complex
 #include <cstddef>        // std::size_t
 #include <cstdint>        // std::uint64_t
 #include <functional>     // std::function
@@ -590,6 +591,14 @@ class capture {
     return v;
   }
 
+  // The number a C++ scalar wrapped into a tensor holds, as an argument.
+  static argument wrapped_scalar(const c10::Scalar& s) {
+    if (s.isFloatingPoint()) return s.toDouble();
+    if (s.isBoolean()) return s.toBool();
+    if (s.isComplex()) return std::complex<double>(s.toComplexDouble());
+    return s.toLong();
+  }
+
   // One argument from the dispatcher's stack: the recorded argument and what the meta run gets.
   void convert(const c10::IValue& iv, const c10::TypePtr& type, argument& arg, c10::IValue& meta) {
     if (iv.isTensor()) {
@@ -601,10 +610,7 @@ class capture {
       }
       if (!by_impl_.count(t.unsafeGetTensorImpl()) && t.unsafeGetTensorImpl()->is_wrapped_number()) {
         // a C++ scalar the API wrapped into a tensor: record the number, as torch does
-        const auto s = t.item();
-        arg = s.isFloatingPoint() ? argument(s.toDouble())
-              : s.isBoolean()     ? argument(s.toBool())
-                                  : argument(s.toLong());
+        arg = wrapped_scalar(t.item());
         meta = iv;
         return;
       }
