@@ -20317,6 +20317,12 @@ inline argument argument_of(const at_path& j, const value_scope& scope) {
   if (k == "as_device") return device_of(v);
   if (k == "as_sym_int" || k == "as_sym_bool" || k == "as_sym_float") {
     auto [k2, v2] = v.one_of();
+    if (k2 == "as_name" && k == "as_sym_bool")
+      if (const auto c = scope.conditions.find(v2.str()); c != scope.conditions.end())
+        v2.fail("'" + v2.str() + "' (" + c->second.lhs.str() + " " + c->second.op + " " + c->second.rhs.str() +
+                ") is a comparison of sizes passed to an operator: xport reads such SymBools only as assertions "
+                "(_assert_scalar). Way out: compare the sizes in the model and pass a tensor "
+                "(torch.tensor(x.shape[0] > y.shape[0])), or make the sizes static");
     if (k2 == "as_name") return scope.sym_arg(v2, v2.str());
     if (k2 == "as_int") return v2.integer();
     if (k2 == "as_bool") return v2.boolean();

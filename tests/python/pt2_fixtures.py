@@ -398,6 +398,30 @@ class Complex(nn.Module):
         return x * (1 + 2j) - 2j, x.add(-1.5 + 0.25j), torch.full((2,), 1e16 - 0.5j)
 
 
+class SizeFloat(nn.Module):
+    """A SymFloat: a dynamic size divided (`_operator.truediv`)."""
+
+    def forward(self, x):
+        return x * (x.shape[0] / 2)
+
+
+class SizeBool(nn.Module):
+    """A SymBool passed to an operator: a comparison of two dynamic sizes."""
+
+    def forward(self, x, y):
+        return x.new_ones(1) * (x.shape[0] > y.shape[0])
+
+
+class SizeRelation(nn.Module):
+    """An assertion relating two symbols: `u0 <= s77` (torch._check of an item() against a size)."""
+
+    def forward(self, x, n):
+        k = n.item()
+        torch._check(k <= x.shape[0])
+        torch._check(k >= 1)
+        return x[:k] * 2
+
+
 class Batched(nn.Module):
     """torch.vmap, which torch writes as Python functions of torch._functorch.predispatch."""
 
@@ -701,6 +725,11 @@ def main():
     w.export("complex_scalar", Complex(), (z,), extra=[((torch.randn(6, dtype=torch.cfloat)[::2],), {})], printed=True,
              lowered=True)
     w.export("unsupported_vmap", Batched(), (torch.randn(3, 4), torch.randn(4, 2)))
+    w.export("unsupported_sym_float", SizeFloat(), (torch.randn(4, 3),), dynamic_shapes={"x": {0: Dim("n", min=2, max=64)}})
+    w.export("unsupported_sym_bool", SizeBool(), (torch.randn(4), torch.randn(3)),
+             dynamic_shapes={"x": {0: Dim("a", max=64)}, "y": {0: Dim("b", max=64)}})
+    w.export("unsupported_size_relation", SizeRelation(), (torch.randn(6, 2), torch.tensor(3)),
+             dynamic_shapes={"x": {0: Dim("n", max=64)}, "n": None})
     torch_limits.check()  # what torch writes of the higher-order operators xport does not read
     w.add("unsupported_custom_obj", custom_object_program(), (), runs=False)
     w.add("unsupported_pickled_weight", subclass_weight_program(), (), runs=False)
