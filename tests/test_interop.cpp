@@ -129,7 +129,6 @@ const std::map<std::string, std::string>& unsupported_fixtures() {
       {"unsupported_sym_float", "operator '_operator.truediv' computes a SymFloat, which xport does not represent"},
       {"unsupported_sym_bool", "'gt' (s77 > s17) is a comparison of sizes passed to an operator: xport reads such "
                                "SymBools only as assertions"},
-      {"unsupported_size_relation", "xport keeps runtime assertions that bound one symbol by constants; u0 <= s77 is not one"},
       {"unsupported_custom_obj", "is a custom object (a TorchBind class instance), which xport does not support"},
       {"unsupported_pickled_weight", "pickled payloads are not read by xport (custom objects, tensor subclasses)"},
   };
@@ -280,6 +279,36 @@ TEST_CASE("interop: torch's data-dependent programs (nonzero, masks, item) run w
     engine e(p);
     CHECK_THROWS_AS(e.run({x, torch::tensor(-2)}), run_error);
     CHECK(at::equal(e.run({x, torch::tensor(8)})[0], x + 1));
+  }
+  SUBCASE("assertions between sizes (torch._check(k <= x.shape[0])): checked on every run, kept by every step") {
+    const auto p = load((dir / "size_relation.pt2").string());
+    const auto sum = load((dir / "size_relation_sum.pt2").string());
+    REQUIRE(p.range_constraints().size() == 2);
+    const auto x = torch::randn({6, 2});
+    CHECK(at::equal(run(p, {x, torch::tensor(6)})[0], x * 2));
+    const auto lowered = run_decompositions(p);
+    const auto sum_lowered = run_decompositions(sum);
+    engine e(p), es(sum);
+    for (const auto* q : {&p, &lowered}) {
+      CHECK_THROWS_WITH_AS(run(*q, {x, torch::tensor(7)}),
+                           doctest::Contains("Runtime assertion failed for expression u0 <= s77 on node 'item' (u0 = 7, s77 = 6 in this call)"),
+                           run_error);
+      CHECK_THROWS_WITH_AS(run(xport_test::reload(*q), {x.t().contiguous().t(), torch::tensor(9)}),
+                           doctest::Contains("u0 <= s77"), run_error);
+    }
+    CHECK_THROWS_WITH_AS(e.run({x, torch::tensor(7)}), doctest::Contains("u0 <= s77"), run_error);
+    // u0 + u1 + 2 <= s77: k = 3, j = 1 + 1 need 6 rows of the 7, and 5 are too few
+    const auto y = torch::randn({7, 2});
+    const auto want = run(sum, {y, torch::tensor({3, 1})});
+    CHECK(at::equal(want[1], y.slice(0, 0, 2).sum(0)));
+    CHECK(at::equal(run(sum_lowered, {y, torch::tensor({3, 1})})[1], want[1]));
+    for (const auto* q : {&sum, &sum_lowered})
+      CHECK_THROWS_WITH_AS(run(*q, {y.slice(0, 0, 5), torch::tensor({3, 1})}),
+                           doctest::Contains("Runtime assertion failed for expression u0 + u1 + 2 <= s77 on node 'item_1' "
+                                             "(u0 = 3, u1 = 1, s77 = 5 in this call)"),
+                           run_error);
+    CHECK_THROWS_AS(es.run({y.slice(0, 0, 5), torch::tensor({3, 1})}), run_error);
+    CHECK(to_string(xport_test::reload(sum_lowered)).find("u0 + u1 + 2 <= s77") != std::string::npos);
   }
   SUBCASE("a gated mixture of experts routing with nonzero: verified, optimized, lowered, run by both runtimes") {
     const auto p = load((dir / "moe_nonzero_dynamic.pt2").string());

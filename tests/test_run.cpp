@@ -443,6 +443,17 @@ TEST_CASE("run: CUDA tensors run by dispatch" * doctest::skip(!at::hasCUDA())) {
   CHECK_THROWS_AS(run(p, {x.cpu(), y.cpu()}), guard_error);
 }
 
+TEST_CASE("run: CUDA out_dtype of an int8 mm is torch's _int_mm, equal to the CPU's int32 product" * doctest::skip(!at::hasCUDA())) {
+  // _int_mm's shapes: more than 16 rows, k and n multiples of 8
+  const auto a = at::randint(-128, 128, {32, 64}, at::kChar), b = at::randint(-128, 128, {64, 24}, at::kChar);
+  const auto want = xport::out_dtype("aten::mm", at::kInt, {a, b});
+  const auto got = xport::out_dtype("aten::mm", at::kInt, {a.cuda(), b.cuda()});
+  CHECK(got.is_cuda());
+  CHECK((got.scalar_type() == at::kInt));
+  CHECK(at::equal(got.cpu(), want));
+  CHECK(at::equal(want, at::mm(a.to(at::kInt), b.to(at::kInt))));
+}
+
 TEST_CASE("run: a program with parameters moves to CUDA with its state" * doctest::skip(!at::hasCUDA())) {
   program_builder b;
   auto x = b.input("x", at::randn({4, 8}));

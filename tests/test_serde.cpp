@@ -802,7 +802,7 @@ TEST_CASE("serde: what xport cannot represent is a load_error naming the kind") 
               n["outputs"][0] = {{"as_sym_bool", {{"as_name", "and_"}}}};
             }),
             "operator '_operator.and_' computes a SymBool, which xport does not represent");
-  {  // an assertion xport cannot keep as a range: two symbols compared (Note [Runtime assertions as ranges])
+  {  // assertions on sizes (Note [Runtime assertions as ranges])
     const auto with_assert = [&](json cond_b) {
       return edit([&](json& j) {
         auto& nodes = j["graph_module"]["graph"]["nodes"];
@@ -822,8 +822,14 @@ TEST_CASE("serde: what xport cannot represent is a load_error naming the kind") 
       json j = good;
       return node_of(j, "torch.ops.aten.sym_size.int")["outputs"][0]["as_sym_int"]["as_name"];
     };
-    check_bad(with_assert({{"as_sym_int", {{"as_name", size_name()}}}}),
-              "xport keeps runtime assertions that bound one symbol by constants;");
+    {  // two sizes compared: kept as a relation between them, checked on every run
+      const auto rel = with_assert({{"as_sym_int", {{"as_name", size_name()}}}});
+      const auto q = load_from_memory(rel.data(), rel.size());
+      std::size_t relations = 0;
+      for (const auto& rc : q.range_constraints()) relations += rc.relations.size();
+      CHECK(relations == 1);
+      CHECK(to_string(q).find("Runtime assertion failed for expression s77 <= s77") != std::string::npos);
+    }
     check_bad(with_assert({{"as_int", -5}}), "the assertions leave s");
   }
   check_bad(edit([&](json& j) { node_of(j, "torch.ops.aten.sym_size.int")["target"] = "_operator.lshift"; }),

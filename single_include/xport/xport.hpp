@@ -4473,6 +4473,28 @@ class tensor_dict {
   std::unordered_map<std::string, std::size_t> index_;
 };
 
+/// A runtime assertion between sizes that no range states: `u0 <= s77` (torch._check of an
+/// item() against an input dim), `u0 + u1 + 2 <= s77`. Checked on every run when the last of its
+/// symbols gets its value (Note [Runtime assertions as ranges] in serde/program_json.hpp).
+struct sym_relation {
+  sym_int lhs;
+  std::string op;  ///< ">=", "<=", ">", "<", "==" or "!="
+  sym_int rhs;
+
+  /// Whether the relation holds for these values of its two sides.
+  [[nodiscard]] bool holds(std::int64_t a, std::int64_t b) const {
+    if (op == ">=") return a >= b;
+    if (op == "<=") return a <= b;
+    if (op == ">") return a > b;
+    if (op == "<") return a < b;
+    if (op == "==") return a == b;
+    if (op == "!=") return a != b;
+    throw graph_error("xport.program.relation", "'" + op + "' is no relation (expected >=, <=, >, <, == or !=)");
+  }
+  /// `u0 <= s77`, as torch's assertion messages write it.
+  [[nodiscard]] std::string str() const { return lhs.str() + " " + op + " " + rhs.str(); }
+};
+
 /// The range of one symbol: `VR[min, max]`; an absent max is infinity (`int_oo`).
 struct range_constraint {
   sym_int symbol;
@@ -4481,6 +4503,10 @@ struct range_constraint {
   /// The user's name for the dimension (`batch`), or where a hinted dim came from (`x.shape[1]`);
   /// used in guard messages, not printed.
   std::string name;
+  /// The assertions that relate this (data-dependent) symbol to other sizes, kept with it so
+  /// every copy of the ranges carries them; not printed among the ranges (torch prints them as
+  /// `_assert_scalar` nodes).
+  std::vector<sym_relation> relations;
 
   [[nodiscard]] std::string str() const {
     return symbol.str() + ": " + value_range{min, max.value_or(int_oo)}.str();
@@ -6336,9 +6362,42 @@ XPORT_END_NAMESPACE
 XPORT_BEGIN_NAMESPACE
 namespace detail {
 
+/// `v`, a positional argument as a higher-order call holds it (lists of any), as `param` types
+/// it (an int[], float[], bool[] or Tensor[]), for calling the operator it names.
+inline c10::IValue conform_argument(const c10::IValue& v, const c10::Argument& param) {
+  auto t = param.real_type();
+  if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
+  if (!v.isList() || t->kind() != c10::TypeKind::ListType) return v;
+  const auto elem = t->castRaw<c10::ListType>()->getElementType()->kind();
+  const auto items = v.toListRef();
+  if (elem == c10::TypeKind::IntType || elem == c10::TypeKind::SymIntType) {
+    c10::List<std::int64_t> l;
+    for (const auto& e : items) l.push_back(e.toInt());
+    return l;
+  }
+  if (elem == c10::TypeKind::FloatType) {
+    c10::List<double> l;
+    for (const auto& e : items) l.push_back(e.toDouble());
+    return l;
+  }
+  if (elem == c10::TypeKind::BoolType) {
+    c10::List<bool> l;
+    for (const auto& e : items) l.push_back(e.toBool());
+    return l;
+  }
+  if (elem == c10::TypeKind::TensorType) {
+    c10::List<at::Tensor> l;
+    for (const auto& e : items) l.push_back(e.toTensor());
+    return l;
+  }
+  return v;
+}
+
 /// A call's keyword arguments: [name, value] pairs, as the dispatcher hands them to a kernel.
 class keyword_args {
  public:
+  /// No keyword arguments: a call that passes its arguments by position.
+  explicit keyword_args(std::string_view hop) : hop_(hop) {}
   keyword_args(const c10::IValue& pairs, std::string_view hop) : hop_(hop) {
     for (const auto& p : pairs.toListRef()) {
       const auto& kv = p.toListRef();
@@ -6369,14 +6428,18 @@ class keyword_args {
     }
   }
   /// Pushes `op`'s arguments onto `stack`, `positional` first, then each parameter by name (its
-  /// default where the call does not pass it).
+  /// default where the call does not pass it), each list typed as its parameter is.
   void push_for(const op_info& op, const std::vector<c10::IValue>& positional, torch::jit::Stack& stack) const {
     const auto& params = op.schema().arguments();
+    if (positional.size() > params.size())
+      throw run_error("xport.run.hop_kwargs", std::string(hop_) + ": " + op.qualified + " takes " +
+                                                   std::to_string(params.size()) + " arguments, the call passes " +
+                                                   std::to_string(positional.size()));
     for (std::size_t i = 0; i < params.size(); ++i) {
       if (i < positional.size()) {
-        stack.push_back(positional[i]);
+        stack.push_back(conform_argument(positional[i], params[i]));
       } else if (const auto k = index(params[i].name())) {
-        stack.push_back(values_[*k]);
+        stack.push_back(conform_argument(values_[*k], params[i]));
       } else if (params[i].default_value()) {
         stack.push_back(*params[i].default_value());
       } else {
@@ -6976,37 +7039,6 @@ inline at::ScalarType out_dtype_compute_type(const std::vector<c10::IValue>& arg
   return result == at::kComplexHalf ? at::kComplexFloat : result;
 }
 
-/// `v`, a positional argument as a higher-order call holds it (lists of any), as `param` types
-/// it (an int[], float[], bool[] or Tensor[]), for calling the operator it names.
-inline c10::IValue conform_argument(const c10::IValue& v, const c10::Argument& param) {
-  auto t = param.real_type();
-  if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
-  if (!v.isList() || t->kind() != c10::TypeKind::ListType) return v;
-  const auto elem = t->castRaw<c10::ListType>()->getElementType()->kind();
-  const auto items = v.toListRef();
-  if (elem == c10::TypeKind::IntType || elem == c10::TypeKind::SymIntType) {
-    c10::List<std::int64_t> l;
-    for (const auto& e : items) l.push_back(e.toInt());
-    return l;
-  }
-  if (elem == c10::TypeKind::FloatType) {
-    c10::List<double> l;
-    for (const auto& e : items) l.push_back(e.toDouble());
-    return l;
-  }
-  if (elem == c10::TypeKind::BoolType) {
-    c10::List<bool> l;
-    for (const auto& e : items) l.push_back(e.toBool());
-    return l;
-  }
-  if (elem == c10::TypeKind::TensorType) {
-    c10::List<at::Tensor> l;
-    for (const auto& e : items) l.push_back(e.toTensor());
-    return l;
-  }
-  return v;
-}
-
 /// How a higher-order kernel calls the operator it names on meta tensors (while export or
 /// load types a call): through xport's shape rules, for operators LibTorch has no Meta kernel
 /// for (convolution). Set by ops/meta_infer.hpp, which this header cannot include.
@@ -7031,21 +7063,10 @@ inline void out_dtype_kernel(const c10::OperatorHandle&, torch::jit::Stack* stac
   }
 #endif
   const auto compute = out_dtype_compute_type(args, out);
-  const auto& params = op.schema().arguments();
-  if (args.size() > params.size())
-    throw run_error("xport.run.out_dtype", "out_dtype: " + op.qualified + " takes " + std::to_string(params.size()) +
-                                                " arguments, the call passes " + std::to_string(args.size()));
   torch::jit::Stack call;
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    if (i >= args.size()) {
-      if (!params[i].default_value())
-        throw run_error("xport.run.out_dtype", "out_dtype: " + op.qualified + " needs argument '" + params[i].name() + "'");
-      call.push_back(*params[i].default_value());
-      continue;
-    }
-    auto v = conform_argument(args[i], params[i]);
-    call.push_back(v.isTensor() ? c10::IValue(v.toTensor().to(compute)) : std::move(v));
-  }
+  keyword_args("out_dtype").push_for(op, args, call);  // the defaults of what the call leaves out
+  for (auto& v : call)
+    if (v.isTensor()) v = v.toTensor().to(compute);
   bool meta = false;
   for (const auto& v : call) meta = meta || (v.isTensor() && v.toTensor().is_meta());
   if (meta && call_named_on_meta) call_named_on_meta(op, call);
@@ -9490,10 +9511,12 @@ XPORT_END_NAMESPACE
 // Both are byte-exact contracts tested against golden files.
 
 #include <algorithm>      // std::find, std::all_of, std::none_of
+#include <array>          // std::array
 #include <cstddef>        // std::size_t
 #include <cstdint>        // std::uint64_t
 #include <functional>     // std::function
 #include <optional>       // std::optional
+#include <span>           // std::span
 #include <ostream>        // std::ostream
 #include <string>         // std::string
 #include <string_view>    // std::string_view
@@ -9701,21 +9724,27 @@ inline void walk_sizes(const argument& a, const std::function<void(const sym_int
 /// input dims, then the nodes of each linear form and of each product of input dims.
 class size_planner {
  public:
-  explicit size_planner(const graph& g) : g_(g) {}
+  explicit size_planner(const graph& g, std::span<const sym_relation> relations = {}) : g_(g), relations_(relations) {}
 
   /// The size nodes of the graph.
   size_nodes plan() {
     collect_uses();
     take_graph_names();
     plan_unbacked();
-    if (uses_.empty()) return std::move(out_);
+    if (uses_.empty() && relations_.empty()) return std::move(out_);
     collect_dim_symbols();
-    plan_reads(used_symbols());
+    auto symbols = used_symbols();
+    for (const auto& r : relations_)
+      for (const auto* side : {&r.lhs, &r.rhs})
+        for (auto& s : sym::free_symbols(*side))
+          if (!sym::is_unbacked(s) && std::find(symbols.begin(), symbols.end(), s) == symbols.end()) symbols.push_back(std::move(s));
+    plan_reads(symbols);
     for (const auto& [n, e] : uses_) {
       if (out_.names.count(e.str())) continue;
       if (const auto lin = sym::as_linear(e)) plan_linear(n, e, *lin);
       else plan_product(n, e);
     }
+    plan_relations();
     return std::move(out_);
   }
 
@@ -9765,22 +9794,59 @@ class size_planner {
         out_.names.emplace(symbol, src);
         symbol_of_.emplace(symbol, e);
         const auto r = sym::range(e);
-        const auto assert_bound = [&](const char* base, const char* op, std::int64_t k) {
-          // an item()'s bounds come from torch._check calls, whose own comparison nodes torch's
-          // trace made and removed first: its assertion nodes take the next names (`ge_1`)
-          if (dim < 0) (void)fresh(base);
-          const auto name = fresh(base);
-          const auto expr = symbol + " " + op + " " + std::to_string(k);
-          lines.push_back({name, "Sym(" + expr + ")", src + " " + op + " " + std::to_string(k), {src}});
-          lines.push_back({fresh("_assert_scalar_default"), "",
-                           "torch.ops.aten._assert_scalar.default(" + name + ", \"Runtime assertion failed for expression " +
-                               expr + " on node '" + name + "'\")",
-                           {name}});
-        };
-        if (r.lo > -int_oo) assert_bound("ge", ">=", r.lo);
-        if (r.hi < int_oo) assert_bound("le", "<=", r.hi);
+        // an item()'s bounds come from torch._check calls, whose own comparison nodes torch's
+        // trace made and removed first: its assertion nodes take the next names (`ge_1`)
+        if (r.lo > -int_oo) assertion_lines(lines, {e, ">=", r.lo}, dim < 0);
+        if (r.hi < int_oo) assertion_lines(lines, {e, "<=", r.hi}, dim < 0);
       });
     }
+  }
+
+  /// Plans the nodes of each assertion between sizes (`le_2: "Sym(u0 <= s77)" = item <=
+  /// sym_size_int_1`, then its `_assert_scalar`) after the call that gives the last of its
+  /// data-dependent symbols, or after the first call when it relates input dims alone.
+  void plan_relations() {
+    std::vector<bool> done(relations_.size(), false);
+    std::unordered_set<std::string> seen;
+    for (auto n : g_.nodes()) {
+      if (!n.is_call()) continue;
+      for_each_unbacked_given(n, seen, [](const value&, std::int64_t, const std::string&, const sym_int&) {});
+      for (std::size_t i = 0; i < relations_.size(); ++i) {
+        if (done[i]) continue;
+        bool ready = true;
+        for (const auto* side : {&relations_[i].lhs, &relations_[i].rhs})
+          for (const auto& s : sym::free_symbols(*side)) ready = ready && (!sym::is_unbacked(s) || seen.count(s) > 0);
+        if (!ready) continue;
+        assertion_lines(out_.after[n.impl()], relations_[i], false);
+        done[i] = true;
+      }
+    }
+  }
+
+  /// The comparison node of `r` and the `_assert_scalar` node on it, as torch prints a runtime
+  /// assertion; `burn` skips a name first (torch's trace used it).
+  void assertion_lines(std::vector<size_nodes::line>& lines, const sym_relation& r, bool burn) {
+    static constexpr std::array<std::pair<const char*, const char*>, 6> bases{
+        {{">=", "ge"}, {"<=", "le"}, {">", "gt"}, {"<", "lt"}, {"==", "eq"}, {"!=", "ne"}}};
+    const char* base = "ne";
+    for (const auto& [op, b] : bases)
+      if (r.op == op) base = b;
+    std::vector<std::string> inputs;
+    const auto side = [&](const sym_int& e) {
+      if (e.is_constant()) return std::to_string(e.value());
+      const auto it = out_.names.find(e.str());
+      if (it == out_.names.end()) return e.str();  // no node computes it: printed as the expression
+      if (std::find(inputs.begin(), inputs.end(), it->second) == inputs.end()) inputs.push_back(it->second);
+      return it->second;
+    };
+    const auto lhs = side(r.lhs), rhs = side(r.rhs);
+    if (burn) (void)fresh(base);
+    const auto name = fresh(base);
+    lines.push_back({name, "Sym(" + r.str() + ")", lhs + " " + r.op + " " + rhs, std::move(inputs)});
+    lines.push_back({fresh("_assert_scalar_default"), "",
+                     "torch.ops.aten._assert_scalar.default(" + name + ", \"Runtime assertion failed for expression " +
+                         r.str() + " on node '" + name + "'\")",
+                     {name}});
   }
 
   /// Records the symbols input dims give alone, in placeholder order.
@@ -9890,6 +9956,7 @@ class size_planner {
   }
 
   const graph& g_;
+  std::span<const sym_relation> relations_;
   size_nodes out_;
   std::vector<std::pair<node, sym_int>> uses_;  // (first user, expression), in node order
   std::unordered_set<std::string> taken_;
@@ -9897,7 +9964,9 @@ class size_planner {
   std::unordered_map<std::string, sym_int> symbol_of_;
 };
 
-inline size_nodes plan_size_nodes(const graph& g) { return size_planner(g).plan(); }
+inline size_nodes plan_size_nodes(const graph& g, std::span<const sym_relation> relations = {}) {
+  return size_planner(g, relations).plan();
+}
 
 /// What graph `g` returns, as torch prints it: a tuple (`(add,)`), bare (`lt`: a while_loop's
 /// cond graph) or a list (`[add, clone]`: a scan's combine graph).
@@ -9909,10 +9978,10 @@ inline std::string returned_repr(const graph& g, std::span<const argument> args)
   return "(" + r + (args.size() == 1 ? ",)" : ")");
 }
 
-inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
+inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o, std::span<const sym_relation> relations = {}) {
   std::vector<fx_line> lines;
   std::unordered_map<std::string, std::size_t> users;  // name -> number of fx users
-  const auto sizes = plan_size_nodes(g);
+  const auto sizes = plan_size_nodes(g, relations);
   // the names a node reads, in the order its arguments name them (torch.fx's order)
   const auto inputs_of = [&](const node& n) {
     std::vector<std::string> names;
@@ -10029,9 +10098,9 @@ inline std::string replace_all(std::string s, std::string_view from, std::string
 
 /// `class GraphModule(torch.nn.Module):\n    def forward(...):\n        ...` (torch.fx
 /// `print_readable`, verbose).
-inline std::string graph_module_code(const graph& g, const print_options& o,
-                                     std::string_view class_name = "GraphModule") {
-  const auto lines = fx_lines(g, o);
+inline std::string graph_module_code(const graph& g, const print_options& o, std::string_view class_name = "GraphModule",
+                                     std::span<const sym_relation> relations = {}) {
+  const auto lines = fx_lines(g, o, relations);
   const bool seed = o.style == print_style::seed;
   // last uses, scanning backwards (torch.fx `register_last_uses`)
   std::unordered_map<std::string, std::size_t> last_use;
@@ -10166,10 +10235,14 @@ inline std::string rstrip_lines(const std::string& s) {
   return out;
 }
 
+/// `{u0: VR[1, 64], s77: VR[0, 64]}`: torch lists the data-dependent symbols first (its inline
+/// constraints), then the inputs' dims.
 inline std::string range_constraints_repr(const std::vector<range_constraint>& rc) {
-  std::string s = "{";
-  for (std::size_t i = 0; i < rc.size(); ++i) s += (i ? ", " : "") + rc[i].str();
-  return s + "}";
+  std::string s;
+  for (const bool unbacked : {true, false})
+    for (const auto& r : rc)
+      if (sym::is_unbacked(r.symbol.str()) == unbacked) s += (s.empty() ? "" : ", ") + r.str();
+  return "{" + s + "}";
 }
 
 }  // namespace detail
@@ -10182,7 +10255,9 @@ inline std::string to_string(const graph& g, const print_options& o = {}) {
 
 /// The program as `print(ep)` writes it (or in the seed document's layout).
 inline std::string to_string(const exported_program& p, const print_options& o = {}) {
-  const auto gm = detail::graph_module_code(p.graph(), o);
+  std::vector<sym_relation> relations;  // printed as torch prints them: nodes of the graph
+  for (const auto& rc : p.range_constraints()) relations.insert(relations.end(), rc.relations.begin(), rc.relations.end());
+  const auto gm = detail::graph_module_code(p.graph(), o, "GraphModule", relations);
   if (o.style == print_style::seed) {
     return detail::rstrip_lines(
         "ExportedProgram:\n    " + detail::replace_all(gm, "\n", "\n    ") + "\n    Graph signature:\n" +
@@ -13780,6 +13855,7 @@ XPORT_END_NAMESPACE
 #include <cstdint>    // std::int64_t
 #include <optional>   // std::optional
 #include <set>        // std::set
+#include <span>       // std::span
 #include <string>     // std::string
 #include <string_view>  // std::string_view
 #include <vector>     // std::vector
@@ -14311,11 +14387,68 @@ inline void make_symbolic(exported_program& base, const std::vector<const export
   maker.run(base.signature().input_specs, user_input_sizes);
 }
 
+/// Whether every relation that `values` (per symbol of `symbols`, those of `known` only) decides holds.
+inline bool relations_hold(std::span<const sym_relation> relations, const std::vector<sym_int>& symbols,
+                           const std::vector<std::int64_t>& values, const std::vector<bool>& known) {
+  const auto lookup = [&](std::string_view n) -> std::optional<std::int64_t> {
+    for (std::size_t i = 0; i < symbols.size(); ++i)
+      if (known[i] && symbols[i].str() == n) return values[i];
+    return std::nullopt;
+  };
+  for (const auto& rel : relations) {
+    const auto a = sym::eval(rel.lhs, lookup), b = sym::eval(rel.rhs, lookup);
+    if (a && b && !rel.holds(*a, *b)) return false;
+  }
+  return true;
+}
+
+/// Moves the captures' values of the symbols so that the program's assertions between sizes
+/// (`u0 <= s77`) hold in each: a capture outside them would compute what no run computes. Each
+/// capture keeps the dims it does not move; a moved dim takes the first value nearest its choice
+/// that satisfies the assertions decided so far (the example's values are kept where they do).
+inline void satisfy_relations(sym_runs& r, const std::vector<std::int64_t>& mins, const std::vector<std::int64_t>& maxs,
+                              std::span<const sym_relation> relations) {
+  const std::size_t k = r.symbols.size();
+  for (std::size_t run = 0; run < r.values.size(); ++run) {
+    auto& vals = r.values[run];
+    std::vector<bool> known(k, false);
+    // which dims this capture may move: every one (the last), one (the others), the data-dependent ones (the first)
+    const auto movable = [&](std::size_t j) {
+      return run == k + 1 || (run > 0 && r.moved[run] == static_cast<int>(j)) || (run == 0 && sym::is_unbacked(r.symbols[j].str()));
+    };
+    for (std::size_t j = 0; j < k; ++j) known[j] = !movable(j);
+    if (!relations_hold(relations, r.symbols, vals, known))
+      throw export_error("xport.export.relation", "the example sizes do not satisfy the program's assertions between sizes");
+    for (std::size_t j = 0; j < k; ++j) {
+      if (!movable(j)) continue;
+      known[j] = true;
+      if (relations_hold(relations, r.symbols, vals, known)) continue;
+      const auto h = r.symbols[j].hint();
+      bool found = false;
+      // sizes of 2 and up first (no 0/1 specialization); a data-dependent value may take 1 or 0
+      // after (a capture that specializes on it differs from the others: a typed error, not a wrong fit)
+      const auto floor = std::max<std::int64_t>(mins[j], 2);
+      for (const auto lo : {floor, sym::is_unbacked(r.symbols[j].str()) ? std::max<std::int64_t>(mins[j], 0) : floor})
+        for (std::int64_t step = 1; step <= 64 && !found; ++step)
+          for (const auto c : {h + step, h - step}) {
+            if (found || c < lo || c > maxs[j] || (run > 0 && c == r.values[0][j])) continue;
+            vals[j] = c;
+            found = relations_hold(relations, r.symbols, vals, known);
+          }
+      if (!found)
+        throw export_error("xport.export.relation",
+                           "no size of " + r.dim_names[j] + " near " + std::to_string(h) +
+                               " satisfies the program's assertions between sizes together with the others' values; "
+                               "widen the range of " + r.dim_names[j] + " or make it static");
+    }
+  }
+}
 
 /// Values for the captures of a program with dims `symbols` (ranges [mins, maxs]): the hints,
 /// each dim moved alone, then all moved (to a second other value where the range allows).
 inline sym_runs make_runs(std::vector<sym_int> symbols, std::vector<std::string> names,
-                          const std::vector<std::int64_t>& mins, const std::vector<std::int64_t>& maxs) {
+                          const std::vector<std::int64_t>& mins, const std::vector<std::int64_t>& maxs,
+                          std::span<const sym_relation> relations = {}) {
   sym_runs r;
   const std::size_t k = symbols.size();
   r.values.assign(k + 2, {});
@@ -14333,11 +14466,13 @@ inline sym_runs make_runs(std::vector<sym_int> symbols, std::vector<std::string>
   for (std::size_t j = 0; j < k; ++j) r.moved[j + 1] = static_cast<int>(j);
   r.symbols = std::move(symbols);
   r.dim_names = std::move(names);
+  if (!relations.empty()) satisfy_relations(r, mins, maxs, relations);
   return r;
 }
 
 /// The runs of a symbolic program, from its range constraints.
 inline sym_runs runs_of(const exported_program& p) {
+  std::vector<sym_relation> relations;
   std::vector<sym_int> symbols;
   std::vector<std::string> names;
   std::vector<std::int64_t> mins, maxs;
@@ -14347,8 +14482,9 @@ inline sym_runs runs_of(const exported_program& p) {
     names.push_back(rc.name.empty() ? rc.symbol.str() : rc.name);
     mins.push_back(rc.min);
     maxs.push_back(rc.max.value_or(int_oo));
+    relations.insert(relations.end(), rc.relations.begin(), rc.relations.end());
   }
-  return make_runs(std::move(symbols), std::move(names), mins, maxs);
+  return make_runs(std::move(symbols), std::move(names), mins, maxs, relations);
 }
 
 /// Replaces every symbolic size and argument `e` of `g` (and of its subgraphs, copied: they are
@@ -14951,7 +15087,7 @@ inline void range_unbacked(exported_program& base, const std::vector<value_range
   });
   for (const auto& [name, u] : ranged) {
     const auto r = sym::range(u);
-    base.range_constraints_mut().push_back({u, r.lo, r.hi == int_oo ? std::nullopt : std::optional<std::int64_t>(r.hi), ""});
+    base.range_constraints_mut().push_back({u, r.lo, r.hi == int_oo ? std::nullopt : std::optional<std::int64_t>(r.hi), "", {}});
   }
   auto& rc = base.range_constraints_mut();
   std::stable_sort(rc.begin(), rc.end(), [](const range_constraint& a, const range_constraint& b) {
@@ -15079,7 +15215,7 @@ exported_program dynamic_attempt(Attempt& attempt, const dyn_plan& plan, const s
   rc.clear();
   for (std::size_t i = 0; i < k; ++i) {
     const auto& r = plan.roots[i];
-    rc.push_back({symbols[i], r.min, r.max == int_oo ? std::nullopt : std::optional<std::int64_t>(r.max), r.dim_name});
+    rc.push_back({symbols[i], r.min, r.max == int_oo ? std::nullopt : std::optional<std::int64_t>(r.max), r.dim_name, {}});
   }
   if (n_unbacked) range_unbacked(base, facts);
   return base;
@@ -18463,16 +18599,41 @@ class sym_env {
       if (r.hi < int_oo && v > r.hi) fail(std::string(name) + " <= " + std::to_string(r.hi));
       values_[i] = v;
       bound_[i] = true;
+      check_relations(name, where);
       return;
     }
     throw run_error("xport.run.unbound_symbol", "node '" + where + "' gives " + std::string(name) +
                                                     ", a symbol the program's range constraints do not name");
   }
 
+  /// A runtime assertion between sizes (`u0 <= s77`) and the symbols it names.
+  struct relation_check {
+    sym_relation relation;
+    std::vector<std::string> symbols;
+  };
+
+  /// Checks each assertion between sizes that names `symbol` (or every one, for an empty name)
+  /// whose symbols all have values now: torch's `_assert_scalar` nodes on `u0 <= s77`.
+  void check_relations(std::string_view symbol, const std::string& where) const {
+    if (!relations_) return;
+    for (const auto& rc : *relations_) {
+      if (!symbol.empty() && std::find(rc.symbols.begin(), rc.symbols.end(), symbol) == rc.symbols.end()) continue;
+      const auto lookup = [this](std::string_view n) { return (*this)(n); };
+      const auto a = sym::eval(rc.relation.lhs, lookup), b = sym::eval(rc.relation.rhs, lookup);
+      if (!a || !b || rc.relation.holds(*a, *b)) continue;
+      std::string values;
+      for (const auto& n : rc.symbols) values += (values.empty() ? "" : ", ") + n + " = " + std::to_string(*(*this)(n));
+      throw run_error("xport.run.assertion", "Runtime assertion failed for expression " + rc.relation.str() + " on node '" +
+                                                 where + "' (" + values + " in this call): the program was exported "
+                                                 "for sizes that satisfy it (a torch._check between sizes)");
+    }
+  }
+
  private:
   friend class input_guards;
   const std::vector<std::string>* names_ = nullptr;
   const std::vector<value_range>* ranges_ = nullptr;
+  const std::vector<relation_check>* relations_ = nullptr;
   std::vector<std::int64_t> values_;
   std::vector<bool> bound_;
 };
@@ -18493,6 +18654,12 @@ class input_guards {
     // Symbols: each bound by the first input dim that is exactly it (or solved from a linear
     // one), checked against its range; every other symbolic dim is checked against the bindings.
     for (const auto& rc : p.range_constraints()) {
+      for (const auto& r : rc.relations) {
+        auto syms = sym::free_symbols(r.lhs);
+        for (auto& s : sym::free_symbols(r.rhs))
+          if (std::find(syms.begin(), syms.end(), s) == syms.end()) syms.push_back(std::move(s));
+        relations_.push_back({r, std::move(syms)});
+      }
       for (const auto& s : sym::free_symbols(rc.symbol)) {
         if (std::find(symbols_.begin(), symbols_.end(), s) != symbols_.end()) continue;
         symbols_.push_back(s);
@@ -18646,6 +18813,7 @@ class input_guards {
     sym_env env;
     env.names_ = &symbols_;
     env.ranges_ = &ranges_;
+    env.relations_ = &relations_;
     env.values_.assign(symbols_.size(), 0);
     env.bound_.assign(symbols_.size(), false);
     return env;
@@ -18704,6 +18872,7 @@ class input_guards {
       }
       throw guard_error("xport.guard.equal", msg);
     }
+    env.check_relations({}, "the inputs");  // those between input dims alone
     return env;  // a symbol no input gives stays unbound: an argument that uses it fails by name
   }
 
@@ -18722,6 +18891,7 @@ class input_guards {
   std::vector<std::string> dim_names_;   // per symbol: the user's name for it
   std::vector<sym_site> site_;           // per symbol: where it is read
   std::vector<std::pair<std::size_t, std::size_t>> checks_;  // other symbolic dims
+  std::vector<sym_env::relation_check> relations_;            // assertions between sizes
 };
 
 XPORT_END_NAMESPACE
@@ -20015,13 +20185,14 @@ struct symbol_table {
     std::string name;
     value_range range;
     std::optional<sym_int> symbol;
+    std::vector<sym_relation> relations;  // assertions relating it to other sizes (u0 <= s77)
   };
   std::vector<entry> entries;
 
   entry& find_or_add(std::string_view name) {
     for (auto& e : entries)
       if (e.name == name) return e;
-    entries.push_back({std::string(name), value_range{}, std::nullopt});
+    entries.push_back({std::string(name), value_range{}, std::nullopt, {}});
     return entries.back();
   }
   /// The symbol `name`; a new one takes `hint` as its example value.
@@ -20691,6 +20862,7 @@ XPORT_END_NAMESPACE
 // verified before it is returned.
 
 #include <algorithm>      // std::find, std::stable_sort
+#include <array>          // std::array
 #include <cctype>         // std::isalpha
 #include <cmath>          // std::isnan
 #include <cstdint>        // std::int64_t
@@ -20804,7 +20976,16 @@ inline std::string annotation_of(const std::string& custom_json) {
 /// expressions; the nodes are not kept in the graph.
 class sym_writer {
  public:
-  sym_writer(const graph& g, json& nodes, json& sym_int_values) : nodes_(nodes), values_(sym_int_values) {
+  sym_writer(const graph& g, const std::vector<range_constraint>& ranges, json& nodes, json& sym_int_values)
+      : nodes_(nodes), values_(sym_int_values) {
+    for (const auto& rc : ranges)
+      for (const auto& r : rc.relations) {
+        std::vector<std::string> waits;
+        for (const auto* side : {&r.lhs, &r.rhs})
+          for (auto& s : sym::free_symbols(*side))
+            if (sym::is_unbacked(s) && std::find(waits.begin(), waits.end(), s) == waits.end()) waits.push_back(std::move(s));
+        relations_.push_back({r, std::move(waits)});
+      }
     for (auto n : g.nodes())
       for (auto v : n.outputs()) taken_.insert(v.name());
     for (auto ph : g.placeholders()) {
@@ -20819,7 +21000,8 @@ class sym_writer {
 
   /// After call `n` (written): the `sym_size.int` read of each unbacked symbol it is the first to
   /// give, then the `_operator.ge` / `le` and `_assert_scalar` nodes of the symbol's range, as
-  /// torch writes them (Note [Runtime assertions as ranges]); `sym_bool_values` gets their types.
+  /// torch writes them (Note [Runtime assertions as ranges]), and those of each assertion between
+  /// sizes whose data-dependent symbols are all given now; `sym_bool_values` gets their types.
   void give_unbacked(const node& n, json& sym_bool_values) {
     for_each_unbacked_given(n, unbacked_, [&](const value& v, std::int64_t dim, const std::string& symbol, const sym_int& e) {
       std::string src = v.name();
@@ -20836,32 +21018,18 @@ class sym_writer {
       symbols_.emplace(symbol, std::pair{src, e});
       const auto r = sym::range(e);
       const auto meta = nodes_.back()["metadata"];
-      const auto assert_bound = [&](const char* what, const char* relation, const char* op, std::int64_t k) {
-        if (dim < 0) (void)fresh(what);  // named as print names it (program/print.hpp, plan_unbacked)
-        const auto name = fresh(what);
-        nodes_.push_back({{"target", std::string("_operator.") + what},
-                          {"inputs", json::array({{{"name", "a"}, {"arg", {{"as_sym_int", {{"as_name", src}}}}}, {"kind", 1}},
-                                                  {{"name", "b"}, {"arg", {{"as_int", k}}}, {"kind", 1}}})},
-                          {"outputs", json::array({{{"as_sym_bool", {{"as_name", name}}}}})},
-                          {"metadata", meta},
-                          {"name", name}});
-        sym_bool_values[name] = {{"as_expr", {{"expr_str", std::string(relation) + "(" + sym::srepr(e) + ", Integer(" + std::to_string(k) + "))"},
-                                              {"hint", nullptr}}}};
-        const auto msg = "Runtime assertion failed for expression " + symbol + " " + op + " " + std::to_string(k) +
-                         " on node '" + name + "'";
-        const auto assert_name = fresh("_assert_scalar_default");
-        nodes_.push_back({{"target", "torch.ops.aten._assert_scalar.default"},
-                          {"inputs", json::array({{{"name", "self"}, {"arg", {{"as_sym_bool", {{"as_name", name}}}}}, {"kind", 1}},
-                                                  {{"name", "assert_msg"}, {"arg", {{"as_string", msg}}}, {"kind", 1}}})},
-                          {"outputs", json::array()},
-                          {"metadata", meta},
-                          {"name", assert_name}});
-      };
-      if (r.lo > -int_oo) assert_bound("ge", "GreaterThan", ">=", r.lo);
-      if (r.hi < int_oo) assert_bound("le", "LessThan", "<=", r.hi);
+      // named as print names them (program/print.hpp, plan_unbacked)
+      if (r.lo > -int_oo) write_assertion({e, ">=", r.lo}, dim < 0, meta, sym_bool_values);
+      if (r.hi < int_oo) write_assertion({e, "<=", r.hi}, dim < 0, meta, sym_bool_values);
     });
+    for (auto& [rel, pending] : relations_) {
+      if (pending.empty() && rel.op.empty()) continue;  // written
+      if (!std::all_of(pending.begin(), pending.end(), [&](const std::string& s) { return unbacked_.count(s) > 0; })) continue;
+      write_assertion(rel, false, nodes_.back()["metadata"], sym_bool_values);
+      pending.clear();
+      rel.op.clear();
+    }
   }
-
   /// The name of a value equal to `e` (written on first use): sums and products of the dims,
   /// floor division, modulo, min and max, as torch writes them.
   std::string operator()(const sym_int& e) {
@@ -20924,6 +21092,41 @@ class sym_writer {
     return n;
   }
 
+  /// The `_operator.le` (and kin) node of relation `r` and the `_assert_scalar` node on it, as
+  /// torch writes a runtime assertion; `burn` skips a name first, as torch's trace used one.
+  void write_assertion(const sym_relation& r, bool burn, const json& meta, json& sym_bool_values) {
+    static constexpr std::array<std::array<const char*, 3>, 6> kinds{{{">=", "ge", "GreaterThan"},
+                                                                      {"<=", "le", "LessThan"},
+                                                                      {">", "gt", "StrictGreaterThan"},
+                                                                      {"<", "lt", "StrictLessThan"},
+                                                                      {"==", "eq", "Equality"},
+                                                                      {"!=", "ne", "Unequal"}}};
+    const auto* kind = &kinds[0];
+    while (kind != kinds.end() - 1 && r.op != (*kind)[0]) ++kind;
+    const std::string what = (*kind)[1];
+    const auto side = [&](const sym_int& e) {
+      return e.is_constant() ? json{{"as_int", e.value()}} : json{{"as_sym_int", {{"as_name", (*this)(e)}}}};
+    };
+    json a = side(r.lhs), b = side(r.rhs);
+    if (burn) (void)fresh(what);
+    const auto name = fresh(what);
+    nodes_.push_back({{"target", "_operator." + what},
+                      {"inputs", json::array({{{"name", "a"}, {"arg", std::move(a)}, {"kind", 1}},
+                                              {{"name", "b"}, {"arg", std::move(b)}, {"kind", 1}}})},
+                      {"outputs", json::array({{{"as_sym_bool", {{"as_name", name}}}}})},
+                      {"metadata", meta},
+                      {"name", name}});
+    sym_bool_values[name] = {{"as_expr", {{"expr_str", std::string((*kind)[2]) + "(" + sym::srepr(r.lhs) + ", " + sym::srepr(r.rhs) + ")"},
+                                          {"hint", nullptr}}}};
+    const auto msg = "Runtime assertion failed for expression " + r.str() + " on node '" + name + "'";
+    nodes_.push_back({{"target", "torch.ops.aten._assert_scalar.default"},
+                      {"inputs", json::array({{{"name", "self"}, {"arg", {{"as_sym_bool", {{"as_name", name}}}}}, {"kind", 1}},
+                                              {{"name", "assert_msg"}, {"arg", {{"as_string", msg}}}, {"kind", 1}}})},
+                      {"outputs", json::array()},
+                      {"metadata", meta},
+                      {"name", fresh("_assert_scalar_default")}});
+  }
+
   // A value equal to the bare symbol `s`: sym_size of the input dim that gives it.
   std::pair<std::string, sym_int> symbol(const std::string& s) {
     if (auto it = symbols_.find(s); it != symbols_.end()) return it->second;
@@ -20984,6 +21187,8 @@ class sym_writer {
   std::unordered_map<std::string, std::pair<std::string, sym_int>> symbols_;  // symbol -> value
   std::unordered_set<std::string> unbacked_;                                   // the unbacked symbols given so far
   std::vector<site> sites_;
+  // the assertions between sizes and the data-dependent symbols each waits for (op cleared: written)
+  std::vector<std::pair<sym_relation, std::vector<std::string>>> relations_;
 };
 
 /// torch's `nn_module_stack` of a node in module `path`: one `key,path,type` entry per
@@ -21097,7 +21302,7 @@ inline json graph_json(const exported_program& p) {
   const graph& g = p.graph();
   json inputs = json::array(), nodes = json::array(), outputs = json::array();
   json tensor_values = json::object(), sym_int_values = json::object(), sym_bool_values = json::object();
-  sym_writer name_sym(g, nodes, sym_int_values);
+  sym_writer name_sym(g, p.range_constraints(), nodes, sym_int_values);
   const sym_namer namer = [&](const sym_int& e) { return name_sym(e); };
   // an output no getitem reads (value::unpacked) is named as torch names it: <node>_unused_<i>
   const auto name_of = [](const node& n, value v) {
@@ -21324,6 +21529,7 @@ inline const char* comparison_of(const std::string& target) {
   if (target == "_operator.gt") return ">";
   if (target == "_operator.lt") return "<";
   if (target == "_operator.eq") return "==";
+  if (target == "_operator.ne") return "!=";
   return nullptr;
 }
 
@@ -21334,12 +21540,32 @@ inline bool is_assert_node(const std::string& target) {
          target == "torch.ops.aten.sym_constrain_range.default";
 }
 
+/// Keeps the assertion `r` (between sizes, `u0 <= s77`) with the range of its last
+/// data-dependent symbol (the last named, for sizes of the inputs alone).
+inline void relate(const at_path& where, sym_relation r) {
+  auto symbols = sym::free_symbols(r.lhs);
+  for (auto& s : sym::free_symbols(r.rhs))
+    if (std::find(symbols.begin(), symbols.end(), s) == symbols.end()) symbols.push_back(std::move(s));
+  std::string owner;
+  for (const auto& s : symbols)
+    if (owner.empty() || (sym::is_unbacked(s) && !sym::is_unbacked(owner)) ||
+        (sym::is_unbacked(s) == sym::is_unbacked(owner) && (s.size() > owner.size() || (s.size() == owner.size() && s > owner))))
+      owner = s;
+  if (owner.empty()) where.fail("an assertion between sizes names no symbol");
+  auto& rels = active_symbols->find_or_add(owner).relations;
+  const auto same = [&](const sym_relation& o) { return o.str() == r.str(); };
+  if (std::none_of(rels.begin(), rels.end(), same)) rels.push_back(std::move(r));
+}
+
 // Note [Runtime assertions as ranges]: torch asserts what it knows of an unbacked symbol with
 // `_assert_scalar` nodes on SymBools (`ge: "Sym(u0 >= 0)" = sym_size_int >= 0`), one bound each,
 // the same bounds its range_constraints list. xport keeps each bound as the symbol's range: the
 // interpreter checks it where the symbol gets its value (a nonzero's row count, an item()), with
-// torch's message, and print and save make torch's nodes again from the range. An assertion of
-// another form (`u0 <= s0`, `u0 + u1 == 8`) is refused by name.
+// torch's message, and print and save make torch's nodes again from the range. An assertion
+// that relates sizes (`u0 <= s77`, `u0 + u1 + 2 <= s77`: torch._check of an item() against a
+// dim) is kept as a sym_relation of its last data-dependent symbol's range constraint: checked
+// when the last of its symbols gets its value, printed and saved as torch's nodes right after
+// the call that gives that symbol.
 inline void read_assert_node(const at_path& nj, const std::string& target, value_scope& scope) {
   const sym_node_reader reader{nj, target, scope, nj["inputs"]};
   if (!active_symbols) nj.fail("an assertion outside a program");
@@ -21373,10 +21599,15 @@ inline void read_assert_node(const at_path& nj, const std::string& target, value
     v2.fail("'" + v2.str() + "' is no comparison of sizes (xport reads _operator ge/le/gt/lt/eq nodes as SymBools)");
   const auto& c = it->second;
   const bool sym_left = c.rhs.is_constant();
-  if (sym_left == c.lhs.is_constant())
-    v2.fail("xport keeps runtime assertions that bound one symbol by constants; " + c.lhs.str() + " " + c.op + " " +
-            c.rhs.str() + " is not one");
+  if (c.lhs.is_constant() && c.rhs.is_constant()) {
+    if (!sym_relation{c.lhs, c.op, c.rhs}.holds(c.lhs.value(), c.rhs.value()))
+      v2.fail("the assertion " + c.lhs.str() + " " + c.op + " " + c.rhs.str() + " is false for every input");
+    return;
+  }
   const auto& s = sym_left ? c.lhs : c.rhs;
+  const auto lin = sym::as_linear(s);
+  if (!c.lhs.is_constant() && !c.rhs.is_constant()) return relate(v2, {c.lhs, c.op, c.rhs});
+  if (!lin || lin->a != 1 || lin->b != 0 || c.op == "!=") return relate(v2, {c.lhs, c.op, c.rhs});  // `u0 + u1 <= 8`
   const auto n = (sym_left ? c.rhs : c.lhs).hint();
   std::string op = c.op;
   if (!sym_left) op = op == ">=" ? "<=" : op == "<=" ? ">=" : op == ">" ? "<" : op == "<" ? ">" : op;  // n OP s: s OP' n
@@ -21934,7 +22165,8 @@ inline std::vector<range_constraint> ranges_of(symbol_table& symbols, const grap
   std::vector<range_constraint> ranges;
   for (auto& e : symbols.entries) {
     if (!e.symbol) e.symbol = sym::symbol(e.name, std::min(std::max<std::int64_t>(e.range.lo, 2), e.range.hi), e.range);
-    ranges.push_back({*e.symbol, e.range.lo, e.range.hi == int_oo ? std::nullopt : std::optional<std::int64_t>(e.range.hi), ""});
+    ranges.push_back({*e.symbol, e.range.lo, e.range.hi == int_oo ? std::nullopt : std::optional<std::int64_t>(e.range.hi), "",
+                      e.relations});
   }
   // the JSON object's keys come sorted; torch lists the ranges as its symbols were made, in the
   // order of the inputs' sizes: so does xport

@@ -422,6 +422,18 @@ class SizeRelation(nn.Module):
         return x[:k] * 2
 
 
+class SizeRelationSum(nn.Module):
+    """An assertion relating a sum of data-dependent values to a size: `u0 + u1 + 2 <= s77`."""
+
+    def forward(self, x, n):
+        k = n[0].item()
+        j = n[1].item() + 1
+        torch._check(k + j <= x.shape[0] - 1)
+        torch._check(k >= 1)
+        torch._check(j >= 1)
+        return x[:k] * 2, x[:j].sum(0)
+
+
 class Batched(nn.Module):
     """torch.vmap, which torch writes as Python functions of torch._functorch.predispatch."""
 
@@ -728,8 +740,14 @@ def main():
     w.export("unsupported_sym_float", SizeFloat(), (torch.randn(4, 3),), dynamic_shapes={"x": {0: Dim("n", min=2, max=64)}})
     w.export("unsupported_sym_bool", SizeBool(), (torch.randn(4), torch.randn(3)),
              dynamic_shapes={"x": {0: Dim("a", max=64)}, "y": {0: Dim("b", max=64)}})
-    w.export("unsupported_size_relation", SizeRelation(), (torch.randn(6, 2), torch.tensor(3)),
-             dynamic_shapes={"x": {0: Dim("n", max=64)}, "n": None})
+    x = torch.randn(6, 2)
+    w.export("size_relation", SizeRelation(), (x, torch.tensor(3)), dynamic_shapes={"x": {0: Dim("n", max=64)}, "n": None},
+             extra=[((torch.randn(20, 2), torch.tensor(20)), {}), ((torch.randn(2, 9)[:, ::3].t(), torch.tensor(1)), {})],
+             printed=True, lowered="values")
+    w.export("size_relation_sum", SizeRelationSum(), (torch.randn(9, 2), torch.tensor([3, 2])),
+             dynamic_shapes={"x": {0: Dim("n", max=64)}, "n": None},
+             extra=[((torch.randn(30, 2), torch.tensor([20, 5])), {}), ((torch.randn(2, 4).t(), torch.tensor([1, 0])), {})],
+             lowered="values")
     torch_limits.check()  # what torch writes of the higher-order operators xport does not read
     w.add("unsupported_custom_obj", custom_object_program(), (), runs=False)
     w.add("unsupported_pickled_weight", subclass_weight_program(), (), runs=False)

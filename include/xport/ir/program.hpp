@@ -71,6 +71,28 @@ class tensor_dict {
   std::unordered_map<std::string, std::size_t> index_;
 };
 
+/// A runtime assertion between sizes that no range states: `u0 <= s77` (torch._check of an
+/// item() against an input dim), `u0 + u1 + 2 <= s77`. Checked on every run when the last of its
+/// symbols gets its value (Note [Runtime assertions as ranges] in serde/program_json.hpp).
+struct sym_relation {
+  sym_int lhs;
+  std::string op;  ///< ">=", "<=", ">", "<", "==" or "!="
+  sym_int rhs;
+
+  /// Whether the relation holds for these values of its two sides.
+  [[nodiscard]] bool holds(std::int64_t a, std::int64_t b) const {
+    if (op == ">=") return a >= b;
+    if (op == "<=") return a <= b;
+    if (op == ">") return a > b;
+    if (op == "<") return a < b;
+    if (op == "==") return a == b;
+    if (op == "!=") return a != b;
+    throw graph_error("xport.program.relation", "'" + op + "' is no relation (expected >=, <=, >, <, == or !=)");
+  }
+  /// `u0 <= s77`, as torch's assertion messages write it.
+  [[nodiscard]] std::string str() const { return lhs.str() + " " + op + " " + rhs.str(); }
+};
+
 /// The range of one symbol: `VR[min, max]`; an absent max is infinity (`int_oo`).
 struct range_constraint {
   sym_int symbol;
@@ -79,6 +101,10 @@ struct range_constraint {
   /// The user's name for the dimension (`batch`), or where a hinted dim came from (`x.shape[1]`);
   /// used in guard messages, not printed.
   std::string name;
+  /// The assertions that relate this (data-dependent) symbol to other sizes, kept with it so
+  /// every copy of the ranges carries them; not printed among the ranges (torch prints them as
+  /// `_assert_scalar` nodes).
+  std::vector<sym_relation> relations;
 
   [[nodiscard]] std::string str() const {
     return symbol.str() + ": " + value_range{min, max.value_or(int_oo)}.str();

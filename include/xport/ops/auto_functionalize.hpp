@@ -35,9 +35,42 @@
 XPORT_BEGIN_NAMESPACE
 namespace detail {
 
+/// `v`, a positional argument as a higher-order call holds it (lists of any), as `param` types
+/// it (an int[], float[], bool[] or Tensor[]), for calling the operator it names.
+inline c10::IValue conform_argument(const c10::IValue& v, const c10::Argument& param) {
+  auto t = param.real_type();
+  if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
+  if (!v.isList() || t->kind() != c10::TypeKind::ListType) return v;
+  const auto elem = t->castRaw<c10::ListType>()->getElementType()->kind();
+  const auto items = v.toListRef();
+  if (elem == c10::TypeKind::IntType || elem == c10::TypeKind::SymIntType) {
+    c10::List<std::int64_t> l;
+    for (const auto& e : items) l.push_back(e.toInt());
+    return l;
+  }
+  if (elem == c10::TypeKind::FloatType) {
+    c10::List<double> l;
+    for (const auto& e : items) l.push_back(e.toDouble());
+    return l;
+  }
+  if (elem == c10::TypeKind::BoolType) {
+    c10::List<bool> l;
+    for (const auto& e : items) l.push_back(e.toBool());
+    return l;
+  }
+  if (elem == c10::TypeKind::TensorType) {
+    c10::List<at::Tensor> l;
+    for (const auto& e : items) l.push_back(e.toTensor());
+    return l;
+  }
+  return v;
+}
+
 /// A call's keyword arguments: [name, value] pairs, as the dispatcher hands them to a kernel.
 class keyword_args {
  public:
+  /// No keyword arguments: a call that passes its arguments by position.
+  explicit keyword_args(std::string_view hop) : hop_(hop) {}
   keyword_args(const c10::IValue& pairs, std::string_view hop) : hop_(hop) {
     for (const auto& p : pairs.toListRef()) {
       const auto& kv = p.toListRef();
@@ -68,14 +101,18 @@ class keyword_args {
     }
   }
   /// Pushes `op`'s arguments onto `stack`, `positional` first, then each parameter by name (its
-  /// default where the call does not pass it).
+  /// default where the call does not pass it), each list typed as its parameter is.
   void push_for(const op_info& op, const std::vector<c10::IValue>& positional, torch::jit::Stack& stack) const {
     const auto& params = op.schema().arguments();
+    if (positional.size() > params.size())
+      throw run_error("xport.run.hop_kwargs", std::string(hop_) + ": " + op.qualified + " takes " +
+                                                   std::to_string(params.size()) + " arguments, the call passes " +
+                                                   std::to_string(positional.size()));
     for (std::size_t i = 0; i < params.size(); ++i) {
       if (i < positional.size()) {
-        stack.push_back(positional[i]);
+        stack.push_back(conform_argument(positional[i], params[i]));
       } else if (const auto k = index(params[i].name())) {
-        stack.push_back(values_[*k]);
+        stack.push_back(conform_argument(values_[*k], params[i]));
       } else if (params[i].default_value()) {
         stack.push_back(*params[i].default_value());
       } else {

@@ -444,37 +444,6 @@ inline at::ScalarType out_dtype_compute_type(const std::vector<c10::IValue>& arg
   return result == at::kComplexHalf ? at::kComplexFloat : result;
 }
 
-/// `v`, a positional argument as a higher-order call holds it (lists of any), as `param` types
-/// it (an int[], float[], bool[] or Tensor[]), for calling the operator it names.
-inline c10::IValue conform_argument(const c10::IValue& v, const c10::Argument& param) {
-  auto t = param.real_type();
-  if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
-  if (!v.isList() || t->kind() != c10::TypeKind::ListType) return v;
-  const auto elem = t->castRaw<c10::ListType>()->getElementType()->kind();
-  const auto items = v.toListRef();
-  if (elem == c10::TypeKind::IntType || elem == c10::TypeKind::SymIntType) {
-    c10::List<std::int64_t> l;
-    for (const auto& e : items) l.push_back(e.toInt());
-    return l;
-  }
-  if (elem == c10::TypeKind::FloatType) {
-    c10::List<double> l;
-    for (const auto& e : items) l.push_back(e.toDouble());
-    return l;
-  }
-  if (elem == c10::TypeKind::BoolType) {
-    c10::List<bool> l;
-    for (const auto& e : items) l.push_back(e.toBool());
-    return l;
-  }
-  if (elem == c10::TypeKind::TensorType) {
-    c10::List<at::Tensor> l;
-    for (const auto& e : items) l.push_back(e.toTensor());
-    return l;
-  }
-  return v;
-}
-
 /// How a higher-order kernel calls the operator it names on meta tensors (while export or
 /// load types a call): through xport's shape rules, for operators LibTorch has no Meta kernel
 /// for (convolution). Set by ops/meta_infer.hpp, which this header cannot include.
@@ -499,21 +468,10 @@ inline void out_dtype_kernel(const c10::OperatorHandle&, torch::jit::Stack* stac
   }
 #endif
   const auto compute = out_dtype_compute_type(args, out);
-  const auto& params = op.schema().arguments();
-  if (args.size() > params.size())
-    throw run_error("xport.run.out_dtype", "out_dtype: " + op.qualified + " takes " + std::to_string(params.size()) +
-                                                " arguments, the call passes " + std::to_string(args.size()));
   torch::jit::Stack call;
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    if (i >= args.size()) {
-      if (!params[i].default_value())
-        throw run_error("xport.run.out_dtype", "out_dtype: " + op.qualified + " needs argument '" + params[i].name() + "'");
-      call.push_back(*params[i].default_value());
-      continue;
-    }
-    auto v = conform_argument(args[i], params[i]);
-    call.push_back(v.isTensor() ? c10::IValue(v.toTensor().to(compute)) : std::move(v));
-  }
+  keyword_args("out_dtype").push_for(op, args, call);  // the defaults of what the call leaves out
+  for (auto& v : call)
+    if (v.isTensor()) v = v.toTensor().to(compute);
   bool meta = false;
   for (const auto& v : call) meta = meta || (v.isTensor() && v.toTensor().is_meta());
   if (meta && call_named_on_meta) call_named_on_meta(op, call);

@@ -7,10 +7,12 @@
 #pragma once
 
 #include <algorithm>      // std::find, std::all_of, std::none_of
+#include <array>          // std::array
 #include <cstddef>        // std::size_t
 #include <cstdint>        // std::uint64_t
 #include <functional>     // std::function
 #include <optional>       // std::optional
+#include <span>           // std::span
 #include <ostream>        // std::ostream
 #include <string>         // std::string
 #include <string_view>    // std::string_view
@@ -218,21 +220,27 @@ inline void walk_sizes(const argument& a, const std::function<void(const sym_int
 /// input dims, then the nodes of each linear form and of each product of input dims.
 class size_planner {
  public:
-  explicit size_planner(const graph& g) : g_(g) {}
+  explicit size_planner(const graph& g, std::span<const sym_relation> relations = {}) : g_(g), relations_(relations) {}
 
   /// The size nodes of the graph.
   size_nodes plan() {
     collect_uses();
     take_graph_names();
     plan_unbacked();
-    if (uses_.empty()) return std::move(out_);
+    if (uses_.empty() && relations_.empty()) return std::move(out_);
     collect_dim_symbols();
-    plan_reads(used_symbols());
+    auto symbols = used_symbols();
+    for (const auto& r : relations_)
+      for (const auto* side : {&r.lhs, &r.rhs})
+        for (auto& s : sym::free_symbols(*side))
+          if (!sym::is_unbacked(s) && std::find(symbols.begin(), symbols.end(), s) == symbols.end()) symbols.push_back(std::move(s));
+    plan_reads(symbols);
     for (const auto& [n, e] : uses_) {
       if (out_.names.count(e.str())) continue;
       if (const auto lin = sym::as_linear(e)) plan_linear(n, e, *lin);
       else plan_product(n, e);
     }
+    plan_relations();
     return std::move(out_);
   }
 
@@ -282,22 +290,59 @@ class size_planner {
         out_.names.emplace(symbol, src);
         symbol_of_.emplace(symbol, e);
         const auto r = sym::range(e);
-        const auto assert_bound = [&](const char* base, const char* op, std::int64_t k) {
-          // an item()'s bounds come from torch._check calls, whose own comparison nodes torch's
-          // trace made and removed first: its assertion nodes take the next names (`ge_1`)
-          if (dim < 0) (void)fresh(base);
-          const auto name = fresh(base);
-          const auto expr = symbol + " " + op + " " + std::to_string(k);
-          lines.push_back({name, "Sym(" + expr + ")", src + " " + op + " " + std::to_string(k), {src}});
-          lines.push_back({fresh("_assert_scalar_default"), "",
-                           "torch.ops.aten._assert_scalar.default(" + name + ", \"Runtime assertion failed for expression " +
-                               expr + " on node '" + name + "'\")",
-                           {name}});
-        };
-        if (r.lo > -int_oo) assert_bound("ge", ">=", r.lo);
-        if (r.hi < int_oo) assert_bound("le", "<=", r.hi);
+        // an item()'s bounds come from torch._check calls, whose own comparison nodes torch's
+        // trace made and removed first: its assertion nodes take the next names (`ge_1`)
+        if (r.lo > -int_oo) assertion_lines(lines, {e, ">=", r.lo}, dim < 0);
+        if (r.hi < int_oo) assertion_lines(lines, {e, "<=", r.hi}, dim < 0);
       });
     }
+  }
+
+  /// Plans the nodes of each assertion between sizes (`le_2: "Sym(u0 <= s77)" = item <=
+  /// sym_size_int_1`, then its `_assert_scalar`) after the call that gives the last of its
+  /// data-dependent symbols, or after the first call when it relates input dims alone.
+  void plan_relations() {
+    std::vector<bool> done(relations_.size(), false);
+    std::unordered_set<std::string> seen;
+    for (auto n : g_.nodes()) {
+      if (!n.is_call()) continue;
+      for_each_unbacked_given(n, seen, [](const value&, std::int64_t, const std::string&, const sym_int&) {});
+      for (std::size_t i = 0; i < relations_.size(); ++i) {
+        if (done[i]) continue;
+        bool ready = true;
+        for (const auto* side : {&relations_[i].lhs, &relations_[i].rhs})
+          for (const auto& s : sym::free_symbols(*side)) ready = ready && (!sym::is_unbacked(s) || seen.count(s) > 0);
+        if (!ready) continue;
+        assertion_lines(out_.after[n.impl()], relations_[i], false);
+        done[i] = true;
+      }
+    }
+  }
+
+  /// The comparison node of `r` and the `_assert_scalar` node on it, as torch prints a runtime
+  /// assertion; `burn` skips a name first (torch's trace used it).
+  void assertion_lines(std::vector<size_nodes::line>& lines, const sym_relation& r, bool burn) {
+    static constexpr std::array<std::pair<const char*, const char*>, 6> bases{
+        {{">=", "ge"}, {"<=", "le"}, {">", "gt"}, {"<", "lt"}, {"==", "eq"}, {"!=", "ne"}}};
+    const char* base = "ne";
+    for (const auto& [op, b] : bases)
+      if (r.op == op) base = b;
+    std::vector<std::string> inputs;
+    const auto side = [&](const sym_int& e) {
+      if (e.is_constant()) return std::to_string(e.value());
+      const auto it = out_.names.find(e.str());
+      if (it == out_.names.end()) return e.str();  // no node computes it: printed as the expression
+      if (std::find(inputs.begin(), inputs.end(), it->second) == inputs.end()) inputs.push_back(it->second);
+      return it->second;
+    };
+    const auto lhs = side(r.lhs), rhs = side(r.rhs);
+    if (burn) (void)fresh(base);
+    const auto name = fresh(base);
+    lines.push_back({name, "Sym(" + r.str() + ")", lhs + " " + r.op + " " + rhs, std::move(inputs)});
+    lines.push_back({fresh("_assert_scalar_default"), "",
+                     "torch.ops.aten._assert_scalar.default(" + name + ", \"Runtime assertion failed for expression " +
+                         r.str() + " on node '" + name + "'\")",
+                     {name}});
   }
 
   /// Records the symbols input dims give alone, in placeholder order.
@@ -407,6 +452,7 @@ class size_planner {
   }
 
   const graph& g_;
+  std::span<const sym_relation> relations_;
   size_nodes out_;
   std::vector<std::pair<node, sym_int>> uses_;  // (first user, expression), in node order
   std::unordered_set<std::string> taken_;
@@ -414,7 +460,9 @@ class size_planner {
   std::unordered_map<std::string, sym_int> symbol_of_;
 };
 
-inline size_nodes plan_size_nodes(const graph& g) { return size_planner(g).plan(); }
+inline size_nodes plan_size_nodes(const graph& g, std::span<const sym_relation> relations = {}) {
+  return size_planner(g, relations).plan();
+}
 
 /// What graph `g` returns, as torch prints it: a tuple (`(add,)`), bare (`lt`: a while_loop's
 /// cond graph) or a list (`[add, clone]`: a scan's combine graph).
@@ -426,10 +474,10 @@ inline std::string returned_repr(const graph& g, std::span<const argument> args)
   return "(" + r + (args.size() == 1 ? ",)" : ")");
 }
 
-inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o) {
+inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o, std::span<const sym_relation> relations = {}) {
   std::vector<fx_line> lines;
   std::unordered_map<std::string, std::size_t> users;  // name -> number of fx users
-  const auto sizes = plan_size_nodes(g);
+  const auto sizes = plan_size_nodes(g, relations);
   // the names a node reads, in the order its arguments name them (torch.fx's order)
   const auto inputs_of = [&](const node& n) {
     std::vector<std::string> names;
@@ -546,9 +594,9 @@ inline std::string replace_all(std::string s, std::string_view from, std::string
 
 /// `class GraphModule(torch.nn.Module):\n    def forward(...):\n        ...` (torch.fx
 /// `print_readable`, verbose).
-inline std::string graph_module_code(const graph& g, const print_options& o,
-                                     std::string_view class_name = "GraphModule") {
-  const auto lines = fx_lines(g, o);
+inline std::string graph_module_code(const graph& g, const print_options& o, std::string_view class_name = "GraphModule",
+                                     std::span<const sym_relation> relations = {}) {
+  const auto lines = fx_lines(g, o, relations);
   const bool seed = o.style == print_style::seed;
   // last uses, scanning backwards (torch.fx `register_last_uses`)
   std::unordered_map<std::string, std::size_t> last_use;
@@ -683,10 +731,14 @@ inline std::string rstrip_lines(const std::string& s) {
   return out;
 }
 
+/// `{u0: VR[1, 64], s77: VR[0, 64]}`: torch lists the data-dependent symbols first (its inline
+/// constraints), then the inputs' dims.
 inline std::string range_constraints_repr(const std::vector<range_constraint>& rc) {
-  std::string s = "{";
-  for (std::size_t i = 0; i < rc.size(); ++i) s += (i ? ", " : "") + rc[i].str();
-  return s + "}";
+  std::string s;
+  for (const bool unbacked : {true, false})
+    for (const auto& r : rc)
+      if (sym::is_unbacked(r.symbol.str()) == unbacked) s += (s.empty() ? "" : ", ") + r.str();
+  return "{" + s + "}";
 }
 
 }  // namespace detail
@@ -699,7 +751,9 @@ inline std::string to_string(const graph& g, const print_options& o = {}) {
 
 /// The program as `print(ep)` writes it (or in the seed document's layout).
 inline std::string to_string(const exported_program& p, const print_options& o = {}) {
-  const auto gm = detail::graph_module_code(p.graph(), o);
+  std::vector<sym_relation> relations;  // printed as torch prints them: nodes of the graph
+  for (const auto& rc : p.range_constraints()) relations.insert(relations.end(), rc.relations.begin(), rc.relations.end());
+  const auto gm = detail::graph_module_code(p.graph(), o, "GraphModule", relations);
   if (o.style == print_style::seed) {
     return detail::rstrip_lines(
         "ExportedProgram:\n    " + detail::replace_all(gm, "\n", "\n    ") + "\n    Graph signature:\n" +

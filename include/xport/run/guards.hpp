@@ -53,16 +53,41 @@ class sym_env {
       if (r.hi < int_oo && v > r.hi) fail(std::string(name) + " <= " + std::to_string(r.hi));
       values_[i] = v;
       bound_[i] = true;
+      check_relations(name, where);
       return;
     }
     throw run_error("xport.run.unbound_symbol", "node '" + where + "' gives " + std::string(name) +
                                                     ", a symbol the program's range constraints do not name");
   }
 
+  /// A runtime assertion between sizes (`u0 <= s77`) and the symbols it names.
+  struct relation_check {
+    sym_relation relation;
+    std::vector<std::string> symbols;
+  };
+
+  /// Checks each assertion between sizes that names `symbol` (or every one, for an empty name)
+  /// whose symbols all have values now: torch's `_assert_scalar` nodes on `u0 <= s77`.
+  void check_relations(std::string_view symbol, const std::string& where) const {
+    if (!relations_) return;
+    for (const auto& rc : *relations_) {
+      if (!symbol.empty() && std::find(rc.symbols.begin(), rc.symbols.end(), symbol) == rc.symbols.end()) continue;
+      const auto lookup = [this](std::string_view n) { return (*this)(n); };
+      const auto a = sym::eval(rc.relation.lhs, lookup), b = sym::eval(rc.relation.rhs, lookup);
+      if (!a || !b || rc.relation.holds(*a, *b)) continue;
+      std::string values;
+      for (const auto& n : rc.symbols) values += (values.empty() ? "" : ", ") + n + " = " + std::to_string(*(*this)(n));
+      throw run_error("xport.run.assertion", "Runtime assertion failed for expression " + rc.relation.str() + " on node '" +
+                                                 where + "' (" + values + " in this call): the program was exported "
+                                                 "for sizes that satisfy it (a torch._check between sizes)");
+    }
+  }
+
  private:
   friend class input_guards;
   const std::vector<std::string>* names_ = nullptr;
   const std::vector<value_range>* ranges_ = nullptr;
+  const std::vector<relation_check>* relations_ = nullptr;
   std::vector<std::int64_t> values_;
   std::vector<bool> bound_;
 };
@@ -83,6 +108,12 @@ class input_guards {
     // Symbols: each bound by the first input dim that is exactly it (or solved from a linear
     // one), checked against its range; every other symbolic dim is checked against the bindings.
     for (const auto& rc : p.range_constraints()) {
+      for (const auto& r : rc.relations) {
+        auto syms = sym::free_symbols(r.lhs);
+        for (auto& s : sym::free_symbols(r.rhs))
+          if (std::find(syms.begin(), syms.end(), s) == syms.end()) syms.push_back(std::move(s));
+        relations_.push_back({r, std::move(syms)});
+      }
       for (const auto& s : sym::free_symbols(rc.symbol)) {
         if (std::find(symbols_.begin(), symbols_.end(), s) != symbols_.end()) continue;
         symbols_.push_back(s);
@@ -236,6 +267,7 @@ class input_guards {
     sym_env env;
     env.names_ = &symbols_;
     env.ranges_ = &ranges_;
+    env.relations_ = &relations_;
     env.values_.assign(symbols_.size(), 0);
     env.bound_.assign(symbols_.size(), false);
     return env;
@@ -294,6 +326,7 @@ class input_guards {
       }
       throw guard_error("xport.guard.equal", msg);
     }
+    env.check_relations({}, "the inputs");  // those between input dims alone
     return env;  // a symbol no input gives stays unbound: an argument that uses it fails by name
   }
 
@@ -312,6 +345,7 @@ class input_guards {
   std::vector<std::string> dim_names_;   // per symbol: the user's name for it
   std::vector<sym_site> site_;           // per symbol: where it is read
   std::vector<std::pair<std::size_t, std::size_t>> checks_;  // other symbolic dims
+  std::vector<sym_env::relation_check> relations_;            // assertions between sizes
 };
 
 XPORT_END_NAMESPACE

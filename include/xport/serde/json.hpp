@@ -231,13 +231,14 @@ struct symbol_table {
     std::string name;
     value_range range;
     std::optional<sym_int> symbol;
+    std::vector<sym_relation> relations;  // assertions relating it to other sizes (u0 <= s77)
   };
   std::vector<entry> entries;
 
   entry& find_or_add(std::string_view name) {
     for (auto& e : entries)
       if (e.name == name) return e;
-    entries.push_back({std::string(name), value_range{}, std::nullopt});
+    entries.push_back({std::string(name), value_range{}, std::nullopt, {}});
     return entries.back();
   }
   /// The symbol `name`; a new one takes `hint` as its example value.

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <algorithm>      // std::find, std::stable_sort
+#include <array>          // std::array
 #include <cctype>         // std::isalpha
 #include <cmath>          // std::isnan
 #include <cstdint>        // std::int64_t
@@ -120,7 +121,16 @@ inline std::string annotation_of(const std::string& custom_json) {
 /// expressions; the nodes are not kept in the graph.
 class sym_writer {
  public:
-  sym_writer(const graph& g, json& nodes, json& sym_int_values) : nodes_(nodes), values_(sym_int_values) {
+  sym_writer(const graph& g, const std::vector<range_constraint>& ranges, json& nodes, json& sym_int_values)
+      : nodes_(nodes), values_(sym_int_values) {
+    for (const auto& rc : ranges)
+      for (const auto& r : rc.relations) {
+        std::vector<std::string> waits;
+        for (const auto* side : {&r.lhs, &r.rhs})
+          for (auto& s : sym::free_symbols(*side))
+            if (sym::is_unbacked(s) && std::find(waits.begin(), waits.end(), s) == waits.end()) waits.push_back(std::move(s));
+        relations_.push_back({r, std::move(waits)});
+      }
     for (auto n : g.nodes())
       for (auto v : n.outputs()) taken_.insert(v.name());
     for (auto ph : g.placeholders()) {
@@ -135,7 +145,8 @@ class sym_writer {
 
   /// After call `n` (written): the `sym_size.int` read of each unbacked symbol it is the first to
   /// give, then the `_operator.ge` / `le` and `_assert_scalar` nodes of the symbol's range, as
-  /// torch writes them (Note [Runtime assertions as ranges]); `sym_bool_values` gets their types.
+  /// torch writes them (Note [Runtime assertions as ranges]), and those of each assertion between
+  /// sizes whose data-dependent symbols are all given now; `sym_bool_values` gets their types.
   void give_unbacked(const node& n, json& sym_bool_values) {
     for_each_unbacked_given(n, unbacked_, [&](const value& v, std::int64_t dim, const std::string& symbol, const sym_int& e) {
       std::string src = v.name();
@@ -152,32 +163,18 @@ class sym_writer {
       symbols_.emplace(symbol, std::pair{src, e});
       const auto r = sym::range(e);
       const auto meta = nodes_.back()["metadata"];
-      const auto assert_bound = [&](const char* what, const char* relation, const char* op, std::int64_t k) {
-        if (dim < 0) (void)fresh(what);  // named as print names it (program/print.hpp, plan_unbacked)
-        const auto name = fresh(what);
-        nodes_.push_back({{"target", std::string("_operator.") + what},
-                          {"inputs", json::array({{{"name", "a"}, {"arg", {{"as_sym_int", {{"as_name", src}}}}}, {"kind", 1}},
-                                                  {{"name", "b"}, {"arg", {{"as_int", k}}}, {"kind", 1}}})},
-                          {"outputs", json::array({{{"as_sym_bool", {{"as_name", name}}}}})},
-                          {"metadata", meta},
-                          {"name", name}});
-        sym_bool_values[name] = {{"as_expr", {{"expr_str", std::string(relation) + "(" + sym::srepr(e) + ", Integer(" + std::to_string(k) + "))"},
-                                              {"hint", nullptr}}}};
-        const auto msg = "Runtime assertion failed for expression " + symbol + " " + op + " " + std::to_string(k) +
-                         " on node '" + name + "'";
-        const auto assert_name = fresh("_assert_scalar_default");
-        nodes_.push_back({{"target", "torch.ops.aten._assert_scalar.default"},
-                          {"inputs", json::array({{{"name", "self"}, {"arg", {{"as_sym_bool", {{"as_name", name}}}}}, {"kind", 1}},
-                                                  {{"name", "assert_msg"}, {"arg", {{"as_string", msg}}}, {"kind", 1}}})},
-                          {"outputs", json::array()},
-                          {"metadata", meta},
-                          {"name", assert_name}});
-      };
-      if (r.lo > -int_oo) assert_bound("ge", "GreaterThan", ">=", r.lo);
-      if (r.hi < int_oo) assert_bound("le", "LessThan", "<=", r.hi);
+      // named as print names them (program/print.hpp, plan_unbacked)
+      if (r.lo > -int_oo) write_assertion({e, ">=", r.lo}, dim < 0, meta, sym_bool_values);
+      if (r.hi < int_oo) write_assertion({e, "<=", r.hi}, dim < 0, meta, sym_bool_values);
     });
+    for (auto& [rel, pending] : relations_) {
+      if (pending.empty() && rel.op.empty()) continue;  // written
+      if (!std::all_of(pending.begin(), pending.end(), [&](const std::string& s) { return unbacked_.count(s) > 0; })) continue;
+      write_assertion(rel, false, nodes_.back()["metadata"], sym_bool_values);
+      pending.clear();
+      rel.op.clear();
+    }
   }
-
   /// The name of a value equal to `e` (written on first use): sums and products of the dims,
   /// floor division, modulo, min and max, as torch writes them.
   std::string operator()(const sym_int& e) {
@@ -240,6 +237,41 @@ class sym_writer {
     return n;
   }
 
+  /// The `_operator.le` (and kin) node of relation `r` and the `_assert_scalar` node on it, as
+  /// torch writes a runtime assertion; `burn` skips a name first, as torch's trace used one.
+  void write_assertion(const sym_relation& r, bool burn, const json& meta, json& sym_bool_values) {
+    static constexpr std::array<std::array<const char*, 3>, 6> kinds{{{">=", "ge", "GreaterThan"},
+                                                                      {"<=", "le", "LessThan"},
+                                                                      {">", "gt", "StrictGreaterThan"},
+                                                                      {"<", "lt", "StrictLessThan"},
+                                                                      {"==", "eq", "Equality"},
+                                                                      {"!=", "ne", "Unequal"}}};
+    const auto* kind = &kinds[0];
+    while (kind != kinds.end() - 1 && r.op != (*kind)[0]) ++kind;
+    const std::string what = (*kind)[1];
+    const auto side = [&](const sym_int& e) {
+      return e.is_constant() ? json{{"as_int", e.value()}} : json{{"as_sym_int", {{"as_name", (*this)(e)}}}};
+    };
+    json a = side(r.lhs), b = side(r.rhs);
+    if (burn) (void)fresh(what);
+    const auto name = fresh(what);
+    nodes_.push_back({{"target", "_operator." + what},
+                      {"inputs", json::array({{{"name", "a"}, {"arg", std::move(a)}, {"kind", 1}},
+                                              {{"name", "b"}, {"arg", std::move(b)}, {"kind", 1}}})},
+                      {"outputs", json::array({{{"as_sym_bool", {{"as_name", name}}}}})},
+                      {"metadata", meta},
+                      {"name", name}});
+    sym_bool_values[name] = {{"as_expr", {{"expr_str", std::string((*kind)[2]) + "(" + sym::srepr(r.lhs) + ", " + sym::srepr(r.rhs) + ")"},
+                                          {"hint", nullptr}}}};
+    const auto msg = "Runtime assertion failed for expression " + r.str() + " on node '" + name + "'";
+    nodes_.push_back({{"target", "torch.ops.aten._assert_scalar.default"},
+                      {"inputs", json::array({{{"name", "self"}, {"arg", {{"as_sym_bool", {{"as_name", name}}}}}, {"kind", 1}},
+                                              {{"name", "assert_msg"}, {"arg", {{"as_string", msg}}}, {"kind", 1}}})},
+                      {"outputs", json::array()},
+                      {"metadata", meta},
+                      {"name", fresh("_assert_scalar_default")}});
+  }
+
   // A value equal to the bare symbol `s`: sym_size of the input dim that gives it.
   std::pair<std::string, sym_int> symbol(const std::string& s) {
     if (auto it = symbols_.find(s); it != symbols_.end()) return it->second;
@@ -300,6 +332,8 @@ class sym_writer {
   std::unordered_map<std::string, std::pair<std::string, sym_int>> symbols_;  // symbol -> value
   std::unordered_set<std::string> unbacked_;                                   // the unbacked symbols given so far
   std::vector<site> sites_;
+  // the assertions between sizes and the data-dependent symbols each waits for (op cleared: written)
+  std::vector<std::pair<sym_relation, std::vector<std::string>>> relations_;
 };
 
 /// torch's `nn_module_stack` of a node in module `path`: one `key,path,type` entry per
@@ -413,7 +447,7 @@ inline json graph_json(const exported_program& p) {
   const graph& g = p.graph();
   json inputs = json::array(), nodes = json::array(), outputs = json::array();
   json tensor_values = json::object(), sym_int_values = json::object(), sym_bool_values = json::object();
-  sym_writer name_sym(g, nodes, sym_int_values);
+  sym_writer name_sym(g, p.range_constraints(), nodes, sym_int_values);
   const sym_namer namer = [&](const sym_int& e) { return name_sym(e); };
   // an output no getitem reads (value::unpacked) is named as torch names it: <node>_unused_<i>
   const auto name_of = [](const node& n, value v) {
@@ -640,6 +674,7 @@ inline const char* comparison_of(const std::string& target) {
   if (target == "_operator.gt") return ">";
   if (target == "_operator.lt") return "<";
   if (target == "_operator.eq") return "==";
+  if (target == "_operator.ne") return "!=";
   return nullptr;
 }
 
@@ -650,12 +685,32 @@ inline bool is_assert_node(const std::string& target) {
          target == "torch.ops.aten.sym_constrain_range.default";
 }
 
+/// Keeps the assertion `r` (between sizes, `u0 <= s77`) with the range of its last
+/// data-dependent symbol (the last named, for sizes of the inputs alone).
+inline void relate(const at_path& where, sym_relation r) {
+  auto symbols = sym::free_symbols(r.lhs);
+  for (auto& s : sym::free_symbols(r.rhs))
+    if (std::find(symbols.begin(), symbols.end(), s) == symbols.end()) symbols.push_back(std::move(s));
+  std::string owner;
+  for (const auto& s : symbols)
+    if (owner.empty() || (sym::is_unbacked(s) && !sym::is_unbacked(owner)) ||
+        (sym::is_unbacked(s) == sym::is_unbacked(owner) && (s.size() > owner.size() || (s.size() == owner.size() && s > owner))))
+      owner = s;
+  if (owner.empty()) where.fail("an assertion between sizes names no symbol");
+  auto& rels = active_symbols->find_or_add(owner).relations;
+  const auto same = [&](const sym_relation& o) { return o.str() == r.str(); };
+  if (std::none_of(rels.begin(), rels.end(), same)) rels.push_back(std::move(r));
+}
+
 // Note [Runtime assertions as ranges]: torch asserts what it knows of an unbacked symbol with
 // `_assert_scalar` nodes on SymBools (`ge: "Sym(u0 >= 0)" = sym_size_int >= 0`), one bound each,
 // the same bounds its range_constraints list. xport keeps each bound as the symbol's range: the
 // interpreter checks it where the symbol gets its value (a nonzero's row count, an item()), with
-// torch's message, and print and save make torch's nodes again from the range. An assertion of
-// another form (`u0 <= s0`, `u0 + u1 == 8`) is refused by name.
+// torch's message, and print and save make torch's nodes again from the range. An assertion
+// that relates sizes (`u0 <= s77`, `u0 + u1 + 2 <= s77`: torch._check of an item() against a
+// dim) is kept as a sym_relation of its last data-dependent symbol's range constraint: checked
+// when the last of its symbols gets its value, printed and saved as torch's nodes right after
+// the call that gives that symbol.
 inline void read_assert_node(const at_path& nj, const std::string& target, value_scope& scope) {
   const sym_node_reader reader{nj, target, scope, nj["inputs"]};
   if (!active_symbols) nj.fail("an assertion outside a program");
@@ -689,10 +744,15 @@ inline void read_assert_node(const at_path& nj, const std::string& target, value
     v2.fail("'" + v2.str() + "' is no comparison of sizes (xport reads _operator ge/le/gt/lt/eq nodes as SymBools)");
   const auto& c = it->second;
   const bool sym_left = c.rhs.is_constant();
-  if (sym_left == c.lhs.is_constant())
-    v2.fail("xport keeps runtime assertions that bound one symbol by constants; " + c.lhs.str() + " " + c.op + " " +
-            c.rhs.str() + " is not one");
+  if (c.lhs.is_constant() && c.rhs.is_constant()) {
+    if (!sym_relation{c.lhs, c.op, c.rhs}.holds(c.lhs.value(), c.rhs.value()))
+      v2.fail("the assertion " + c.lhs.str() + " " + c.op + " " + c.rhs.str() + " is false for every input");
+    return;
+  }
   const auto& s = sym_left ? c.lhs : c.rhs;
+  const auto lin = sym::as_linear(s);
+  if (!c.lhs.is_constant() && !c.rhs.is_constant()) return relate(v2, {c.lhs, c.op, c.rhs});
+  if (!lin || lin->a != 1 || lin->b != 0 || c.op == "!=") return relate(v2, {c.lhs, c.op, c.rhs});  // `u0 + u1 <= 8`
   const auto n = (sym_left ? c.rhs : c.lhs).hint();
   std::string op = c.op;
   if (!sym_left) op = op == ">=" ? "<=" : op == "<=" ? ">=" : op == ">" ? "<" : op == "<" ? ">" : op;  // n OP s: s OP' n
@@ -1250,7 +1310,8 @@ inline std::vector<range_constraint> ranges_of(symbol_table& symbols, const grap
   std::vector<range_constraint> ranges;
   for (auto& e : symbols.entries) {
     if (!e.symbol) e.symbol = sym::symbol(e.name, std::min(std::max<std::int64_t>(e.range.lo, 2), e.range.hi), e.range);
-    ranges.push_back({*e.symbol, e.range.lo, e.range.hi == int_oo ? std::nullopt : std::optional<std::int64_t>(e.range.hi), ""});
+    ranges.push_back({*e.symbol, e.range.lo, e.range.hi == int_oo ? std::nullopt : std::optional<std::int64_t>(e.range.hi), "",
+                      e.relations});
   }
   // the JSON object's keys come sorted; torch lists the ranges as its symbols were made, in the
   // order of the inputs' sizes: so does xport

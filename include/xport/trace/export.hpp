@@ -412,7 +412,7 @@ inline void range_unbacked(exported_program& base, const std::vector<value_range
   });
   for (const auto& [name, u] : ranged) {
     const auto r = sym::range(u);
-    base.range_constraints_mut().push_back({u, r.lo, r.hi == int_oo ? std::nullopt : std::optional<std::int64_t>(r.hi), ""});
+    base.range_constraints_mut().push_back({u, r.lo, r.hi == int_oo ? std::nullopt : std::optional<std::int64_t>(r.hi), "", {}});
   }
   auto& rc = base.range_constraints_mut();
   std::stable_sort(rc.begin(), rc.end(), [](const range_constraint& a, const range_constraint& b) {
@@ -540,7 +540,7 @@ exported_program dynamic_attempt(Attempt& attempt, const dyn_plan& plan, const s
   rc.clear();
   for (std::size_t i = 0; i < k; ++i) {
     const auto& r = plan.roots[i];
-    rc.push_back({symbols[i], r.min, r.max == int_oo ? std::nullopt : std::optional<std::int64_t>(r.max), r.dim_name});
+    rc.push_back({symbols[i], r.min, r.max == int_oo ? std::nullopt : std::optional<std::int64_t>(r.max), r.dim_name, {}});
   }
   if (n_unbacked) range_unbacked(base, facts);
   return base;

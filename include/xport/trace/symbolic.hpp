@@ -23,6 +23,7 @@
 #include <cstdint>    // std::int64_t
 #include <optional>   // std::optional
 #include <set>        // std::set
+#include <span>       // std::span
 #include <string>     // std::string
 #include <string_view>  // std::string_view
 #include <vector>     // std::vector
@@ -554,11 +555,68 @@ inline void make_symbolic(exported_program& base, const std::vector<const export
   maker.run(base.signature().input_specs, user_input_sizes);
 }
 
+/// Whether every relation that `values` (per symbol of `symbols`, those of `known` only) decides holds.
+inline bool relations_hold(std::span<const sym_relation> relations, const std::vector<sym_int>& symbols,
+                           const std::vector<std::int64_t>& values, const std::vector<bool>& known) {
+  const auto lookup = [&](std::string_view n) -> std::optional<std::int64_t> {
+    for (std::size_t i = 0; i < symbols.size(); ++i)
+      if (known[i] && symbols[i].str() == n) return values[i];
+    return std::nullopt;
+  };
+  for (const auto& rel : relations) {
+    const auto a = sym::eval(rel.lhs, lookup), b = sym::eval(rel.rhs, lookup);
+    if (a && b && !rel.holds(*a, *b)) return false;
+  }
+  return true;
+}
+
+/// Moves the captures' values of the symbols so that the program's assertions between sizes
+/// (`u0 <= s77`) hold in each: a capture outside them would compute what no run computes. Each
+/// capture keeps the dims it does not move; a moved dim takes the first value nearest its choice
+/// that satisfies the assertions decided so far (the example's values are kept where they do).
+inline void satisfy_relations(sym_runs& r, const std::vector<std::int64_t>& mins, const std::vector<std::int64_t>& maxs,
+                              std::span<const sym_relation> relations) {
+  const std::size_t k = r.symbols.size();
+  for (std::size_t run = 0; run < r.values.size(); ++run) {
+    auto& vals = r.values[run];
+    std::vector<bool> known(k, false);
+    // which dims this capture may move: every one (the last), one (the others), the data-dependent ones (the first)
+    const auto movable = [&](std::size_t j) {
+      return run == k + 1 || (run > 0 && r.moved[run] == static_cast<int>(j)) || (run == 0 && sym::is_unbacked(r.symbols[j].str()));
+    };
+    for (std::size_t j = 0; j < k; ++j) known[j] = !movable(j);
+    if (!relations_hold(relations, r.symbols, vals, known))
+      throw export_error("xport.export.relation", "the example sizes do not satisfy the program's assertions between sizes");
+    for (std::size_t j = 0; j < k; ++j) {
+      if (!movable(j)) continue;
+      known[j] = true;
+      if (relations_hold(relations, r.symbols, vals, known)) continue;
+      const auto h = r.symbols[j].hint();
+      bool found = false;
+      // sizes of 2 and up first (no 0/1 specialization); a data-dependent value may take 1 or 0
+      // after (a capture that specializes on it differs from the others: a typed error, not a wrong fit)
+      const auto floor = std::max<std::int64_t>(mins[j], 2);
+      for (const auto lo : {floor, sym::is_unbacked(r.symbols[j].str()) ? std::max<std::int64_t>(mins[j], 0) : floor})
+        for (std::int64_t step = 1; step <= 64 && !found; ++step)
+          for (const auto c : {h + step, h - step}) {
+            if (found || c < lo || c > maxs[j] || (run > 0 && c == r.values[0][j])) continue;
+            vals[j] = c;
+            found = relations_hold(relations, r.symbols, vals, known);
+          }
+      if (!found)
+        throw export_error("xport.export.relation",
+                           "no size of " + r.dim_names[j] + " near " + std::to_string(h) +
+                               " satisfies the program's assertions between sizes together with the others' values; "
+                               "widen the range of " + r.dim_names[j] + " or make it static");
+    }
+  }
+}
 
 /// Values for the captures of a program with dims `symbols` (ranges [mins, maxs]): the hints,
 /// each dim moved alone, then all moved (to a second other value where the range allows).
 inline sym_runs make_runs(std::vector<sym_int> symbols, std::vector<std::string> names,
-                          const std::vector<std::int64_t>& mins, const std::vector<std::int64_t>& maxs) {
+                          const std::vector<std::int64_t>& mins, const std::vector<std::int64_t>& maxs,
+                          std::span<const sym_relation> relations = {}) {
   sym_runs r;
   const std::size_t k = symbols.size();
   r.values.assign(k + 2, {});
@@ -576,11 +634,13 @@ inline sym_runs make_runs(std::vector<sym_int> symbols, std::vector<std::string>
   for (std::size_t j = 0; j < k; ++j) r.moved[j + 1] = static_cast<int>(j);
   r.symbols = std::move(symbols);
   r.dim_names = std::move(names);
+  if (!relations.empty()) satisfy_relations(r, mins, maxs, relations);
   return r;
 }
 
 /// The runs of a symbolic program, from its range constraints.
 inline sym_runs runs_of(const exported_program& p) {
+  std::vector<sym_relation> relations;
   std::vector<sym_int> symbols;
   std::vector<std::string> names;
   std::vector<std::int64_t> mins, maxs;
@@ -590,8 +650,9 @@ inline sym_runs runs_of(const exported_program& p) {
     names.push_back(rc.name.empty() ? rc.symbol.str() : rc.name);
     mins.push_back(rc.min);
     maxs.push_back(rc.max.value_or(int_oo));
+    relations.insert(relations.end(), rc.relations.begin(), rc.relations.end());
   }
-  return make_runs(std::move(symbols), std::move(names), mins, maxs);
+  return make_runs(std::move(symbols), std::move(names), mins, maxs, relations);
 }
 
 /// Replaces every symbolic size and argument `e` of `g` (and of its subgraphs, copied: they are
