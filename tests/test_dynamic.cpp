@@ -4,6 +4,8 @@
 // eager LibTorch.
 #include <torch/torch.h>
 
+#include <xport/engine.hpp>
+
 #include "common.hpp"
 #include "models.hpp"
 
@@ -157,6 +159,32 @@ TEST_CASE("dynamic: derived dims relate inputs and are checked at run time") {
                                         {.input_names = {"x", "y"}, .dynamic_shapes = {{"x", {{0, 2 * b}}}, {"y", std::nullopt}}}),
                          constraint_violation,
                          "Expected shape[0] = 5 of input Tensor x to be of the form 2*b, where b is an integer");
+}
+
+TEST_CASE("dynamic: a relation between dims added to the ranges is checked on every call, printed, saved and lowered") {
+  auto f = [](const at::Tensor& x, const at::Tensor& y) { return x.sum(0) + y.slice(0, 0, 2).sum(0); };
+  auto p = export_program(f, std::tuple{at::randn({3, 2}), at::randn({5, 2})},
+                          {.input_names = {"x", "y"}, .dynamic_shapes = {{"x", {{0, Dim("a", 2, 64)}}}, {"y", {{0, Dim("b", 2, 64)}}}}});
+  REQUIRE(p.range_constraints().size() == 2);
+  auto& rc = p.range_constraints_mut();
+  rc[1].relations.push_back({rc[0].symbol, "<=", rc[1].symbol});  // a <= b, as torch._check(x.shape[0] <= y.shape[0]) would state it
+  const auto expr = rc[0].symbol.str() + " <= " + rc[1].symbol.str();
+  const auto x = at::randn({4, 2}), y = at::randn({6, 2});
+  const auto want = f(x, y);
+  const auto fails = "Runtime assertion failed for expression " + expr;
+  const auto lowered = run_decompositions(p);
+  const auto back = xport_test::reload(p);
+  CHECK(to_string(back) == to_string(p));
+  CHECK(to_string(p).find("_assert_scalar.default(le, \"" + fails + " on node 'le'\")") != std::string::npos);
+  const exported_program& cp = p;
+  engine e(cp);
+  for (const auto* q : {&cp, &lowered, &back}) {
+    CHECK(at::allclose(run(*q, {x, y})[0], want));
+    CHECK(at::allclose(run(*q, {x, x})[0], f(x, x)));  // equal sizes satisfy it
+    CHECK_THROWS_WITH_AS(run(*q, {y, x}), doctest::Contains(fails.c_str()), run_error);
+  }
+  CHECK(at::allclose(e.run({x, y})[0], want));
+  CHECK_THROWS_WITH_AS(e.run({y, x}), doctest::Contains(fails.c_str()), run_error);
 }
 
 TEST_CASE("dynamic: sizes computed with size() follow the dim instead of being baked in") {
