@@ -183,6 +183,8 @@ TEST_CASE("dynamic: a relation between dims added to the ranges is checked on ev
     CHECK(at::allclose(run(*q, {x, x})[0], f(x, x)));  // equal sizes satisfy it
     CHECK_THROWS_WITH_AS(run(*q, {y, x}), doctest::Contains(fails.c_str()), run_error);
   }
+  const auto where = fails + " on the inputs' sizes (" + rc[0].symbol.str() + " = 6, " + rc[1].symbol.str() + " = 4 in this call)";
+  CHECK_THROWS_WITH_AS(run(p, {y, x}), doctest::Contains(where.c_str()), run_error);
   CHECK(at::allclose(e.run({x, y})[0], want));
   CHECK_THROWS_WITH_AS(e.run({y, x}), doctest::Contains(fails.c_str()), run_error);
 }

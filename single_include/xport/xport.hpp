@@ -4407,12 +4407,15 @@ XPORT_END_NAMESPACE
 // structure and module types when exported from C++ values, and optionally the example inputs. Running lives in run/interpreter.hpp; checking in verify.hpp;
 // printing in print.hpp.
 
+#include <algorithm>  // std::find
+#include <array>      // std::array
 #include <cstdint>    // std::int64_t
 #include <memory>     // std::shared_ptr
 #include <mutex>      // std::mutex
 #include <optional>   // std::optional
 #include <unordered_map>  // std::unordered_map
 #include <string>     // std::string
+#include <string_view>  // std::string_view
 #include <utility>    // std::pair, std::move
 #include <vector>     // std::vector
 
@@ -4477,19 +4480,38 @@ class tensor_dict {
 /// item() against an input dim), `u0 + u1 + 2 <= s77`. Checked on every run when the last of its
 /// symbols gets its value (Note [Runtime assertions as ranges] in serde/program_json.hpp).
 struct sym_relation {
+  /// One relation as each form names it: `<=`, torch's `_operator.le` node (`le_2`), sympy's `LessThan`.
+  struct kind {
+    std::string_view op, fx, sympy;
+  };
+  static constexpr std::array<kind, 6> kinds{{{">=", "ge", "GreaterThan"},
+                                              {"<=", "le", "LessThan"},
+                                              {">", "gt", "StrictGreaterThan"},
+                                              {"<", "lt", "StrictLessThan"},
+                                              {"==", "eq", "Equality"},
+                                              {"!=", "ne", "Unequal"}}};
+
   sym_int lhs;
-  std::string op;  ///< ">=", "<=", ">", "<", "==" or "!="
+  std::string op;  ///< one of kinds' ops
   sym_int rhs;
 
+  /// The row of `kinds` for `op`.
+  [[nodiscard]] const kind& kind_of() const {
+    for (const auto& k : kinds)
+      if (k.op == op) return k;
+    throw graph_error("xport.program.relation", "'" + op + "' is no relation (expected >=, <=, >, <, == or !=)");
+  }
   /// Whether the relation holds for these values of its two sides.
   [[nodiscard]] bool holds(std::int64_t a, std::int64_t b) const {
-    if (op == ">=") return a >= b;
-    if (op == "<=") return a <= b;
-    if (op == ">") return a > b;
-    if (op == "<") return a < b;
-    if (op == "==") return a == b;
-    if (op == "!=") return a != b;
-    throw graph_error("xport.program.relation", "'" + op + "' is no relation (expected >=, <=, >, <, == or !=)");
+    const auto o = kind_of().op;
+    return o == ">=" ? a >= b : o == "<=" ? a <= b : o == ">" ? a > b : o == "<" ? a < b : o == "==" ? a == b : a != b;
+  }
+  /// The symbols it names, each once, the left side's first.
+  [[nodiscard]] std::vector<std::string> symbols() const {
+    auto out = sym::free_symbols(lhs);
+    for (auto& s : sym::free_symbols(rhs))
+      if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(std::move(s));
+    return out;
   }
   /// `u0 <= s77`, as torch's assertion messages write it.
   [[nodiscard]] std::string str() const { return lhs.str() + " " + op + " " + rhs.str(); }
@@ -9511,7 +9533,6 @@ XPORT_END_NAMESPACE
 // Both are byte-exact contracts tested against golden files.
 
 #include <algorithm>      // std::find, std::all_of, std::none_of
-#include <array>          // std::array
 #include <cstddef>        // std::size_t
 #include <cstdint>        // std::uint64_t
 #include <functional>     // std::function
@@ -9735,9 +9756,8 @@ class size_planner {
     collect_dim_symbols();
     auto symbols = used_symbols();
     for (const auto& r : relations_)
-      for (const auto* side : {&r.lhs, &r.rhs})
-        for (auto& s : sym::free_symbols(*side))
-          if (!sym::is_unbacked(s) && std::find(symbols.begin(), symbols.end(), s) == symbols.end()) symbols.push_back(std::move(s));
+      for (auto& s : r.symbols())
+        if (!sym::is_unbacked(s) && std::find(symbols.begin(), symbols.end(), s) == symbols.end()) symbols.push_back(std::move(s));
     plan_reads(symbols);
     for (const auto& [n, e] : uses_) {
       if (out_.names.count(e.str())) continue;
@@ -9813,10 +9833,9 @@ class size_planner {
       for_each_unbacked_given(n, seen, [](const value&, std::int64_t, const std::string&, const sym_int&) {});
       for (std::size_t i = 0; i < relations_.size(); ++i) {
         if (done[i]) continue;
-        bool ready = true;
-        for (const auto* side : {&relations_[i].lhs, &relations_[i].rhs})
-          for (const auto& s : sym::free_symbols(*side)) ready = ready && (!sym::is_unbacked(s) || seen.count(s) > 0);
-        if (!ready) continue;
+        const auto syms = relations_[i].symbols();
+        if (!std::all_of(syms.begin(), syms.end(), [&](const std::string& s) { return !sym::is_unbacked(s) || seen.count(s) > 0; }))
+          continue;
         assertion_lines(out_.after[n.impl()], relations_[i], false);
         done[i] = true;
       }
@@ -9826,11 +9845,7 @@ class size_planner {
   /// The comparison node of `r` and the `_assert_scalar` node on it, as torch prints a runtime
   /// assertion; `burn` skips a name first (torch's trace used it).
   void assertion_lines(std::vector<size_nodes::line>& lines, const sym_relation& r, bool burn) {
-    static constexpr std::array<std::pair<const char*, const char*>, 6> bases{
-        {{">=", "ge"}, {"<=", "le"}, {">", "gt"}, {"<", "lt"}, {"==", "eq"}, {"!=", "ne"}}};
-    const char* base = "ne";
-    for (const auto& [op, b] : bases)
-      if (r.op == op) base = b;
+    const std::string base(r.kind_of().fx);
     std::vector<std::string> inputs;
     const auto side = [&](const sym_int& e) {
       if (e.is_constant()) return std::to_string(e.value());
@@ -18613,7 +18628,8 @@ class sym_env {
   };
 
   /// Checks each assertion between sizes that names `symbol` (or every one, for an empty name)
-  /// whose symbols all have values now: torch's `_assert_scalar` nodes on `u0 <= s77`.
+  /// whose symbols all have values now: torch's `_assert_scalar` nodes on `u0 <= s77`. `where`
+  /// is the node that gave `symbol` (empty: the inputs' dims).
   void check_relations(std::string_view symbol, const std::string& where) const {
     if (!relations_) return;
     for (const auto& rc : *relations_) {
@@ -18623,9 +18639,10 @@ class sym_env {
       if (!a || !b || rc.relation.holds(*a, *b)) continue;
       std::string values;
       for (const auto& n : rc.symbols) values += (values.empty() ? "" : ", ") + n + " = " + std::to_string(*(*this)(n));
-      throw run_error("xport.run.assertion", "Runtime assertion failed for expression " + rc.relation.str() + " on node '" +
-                                                 where + "' (" + values + " in this call): the program was exported "
-                                                 "for sizes that satisfy it (a torch._check between sizes)");
+      throw run_error("xport.run.assertion", "Runtime assertion failed for expression " + rc.relation.str() +
+                                                 (where.empty() ? std::string(" on the inputs' sizes") : " on node '" + where + "'") +
+                                                 " (" + values + " in this call): the program was exported for sizes "
+                                                 "that satisfy it (a torch._check between sizes)");
     }
   }
 
@@ -18654,12 +18671,7 @@ class input_guards {
     // Symbols: each bound by the first input dim that is exactly it (or solved from a linear
     // one), checked against its range; every other symbolic dim is checked against the bindings.
     for (const auto& rc : p.range_constraints()) {
-      for (const auto& r : rc.relations) {
-        auto syms = sym::free_symbols(r.lhs);
-        for (auto& s : sym::free_symbols(r.rhs))
-          if (std::find(syms.begin(), syms.end(), s) == syms.end()) syms.push_back(std::move(s));
-        relations_.push_back({r, std::move(syms)});
-      }
+      for (const auto& r : rc.relations) relations_.push_back({r, r.symbols()});
       for (const auto& s : sym::free_symbols(rc.symbol)) {
         if (std::find(symbols_.begin(), symbols_.end(), s) != symbols_.end()) continue;
         symbols_.push_back(s);
@@ -18872,7 +18884,7 @@ class input_guards {
       }
       throw guard_error("xport.guard.equal", msg);
     }
-    env.check_relations({}, "the inputs");  // those between input dims alone
+    env.check_relations({}, {});  // those between input dims alone
     return env;  // a symbol no input gives stays unbound: an argument that uses it fails by name
   }
 
@@ -20862,7 +20874,6 @@ XPORT_END_NAMESPACE
 // verified before it is returned.
 
 #include <algorithm>      // std::find, std::stable_sort
-#include <array>          // std::array
 #include <cctype>         // std::isalpha
 #include <cmath>          // std::isnan
 #include <cstdint>        // std::int64_t
@@ -20980,11 +20991,9 @@ class sym_writer {
       : nodes_(nodes), values_(sym_int_values) {
     for (const auto& rc : ranges)
       for (const auto& r : rc.relations) {
-        std::vector<std::string> waits;
-        for (const auto* side : {&r.lhs, &r.rhs})
-          for (auto& s : sym::free_symbols(*side))
-            if (sym::is_unbacked(s) && std::find(waits.begin(), waits.end(), s) == waits.end()) waits.push_back(std::move(s));
-        relations_.push_back({r, std::move(waits)});
+        auto waits = r.symbols();
+        std::erase_if(waits, [](const std::string& s) { return !sym::is_unbacked(s); });
+        relations_.push_back({r, std::move(waits), false});
       }
     for (auto n : g.nodes())
       for (auto v : n.outputs()) taken_.insert(v.name());
@@ -21022,12 +21031,11 @@ class sym_writer {
       if (r.lo > -int_oo) write_assertion({e, ">=", r.lo}, dim < 0, meta, sym_bool_values);
       if (r.hi < int_oo) write_assertion({e, "<=", r.hi}, dim < 0, meta, sym_bool_values);
     });
-    for (auto& [rel, pending] : relations_) {
-      if (pending.empty() && rel.op.empty()) continue;  // written
-      if (!std::all_of(pending.begin(), pending.end(), [&](const std::string& s) { return unbacked_.count(s) > 0; })) continue;
-      write_assertion(rel, false, nodes_.back()["metadata"], sym_bool_values);
-      pending.clear();
-      rel.op.clear();
+    for (auto& r : relations_) {
+      if (r.written || !std::all_of(r.waits.begin(), r.waits.end(), [&](const std::string& s) { return unbacked_.count(s) > 0; }))
+        continue;
+      write_assertion(r.relation, false, nodes_.back()["metadata"], sym_bool_values);
+      r.written = true;
     }
   }
   /// The name of a value equal to `e` (written on first use): sums and products of the dims,
@@ -21095,15 +21103,8 @@ class sym_writer {
   /// The `_operator.le` (and kin) node of relation `r` and the `_assert_scalar` node on it, as
   /// torch writes a runtime assertion; `burn` skips a name first, as torch's trace used one.
   void write_assertion(const sym_relation& r, bool burn, const json& meta, json& sym_bool_values) {
-    static constexpr std::array<std::array<const char*, 3>, 6> kinds{{{">=", "ge", "GreaterThan"},
-                                                                      {"<=", "le", "LessThan"},
-                                                                      {">", "gt", "StrictGreaterThan"},
-                                                                      {"<", "lt", "StrictLessThan"},
-                                                                      {"==", "eq", "Equality"},
-                                                                      {"!=", "ne", "Unequal"}}};
-    const auto* kind = &kinds[0];
-    while (kind != kinds.end() - 1 && r.op != (*kind)[0]) ++kind;
-    const std::string what = (*kind)[1];
+    const auto& kind = r.kind_of();
+    const std::string what(kind.fx);
     const auto side = [&](const sym_int& e) {
       return e.is_constant() ? json{{"as_int", e.value()}} : json{{"as_sym_int", {{"as_name", (*this)(e)}}}};
     };
@@ -21116,7 +21117,7 @@ class sym_writer {
                       {"outputs", json::array({{{"as_sym_bool", {{"as_name", name}}}}})},
                       {"metadata", meta},
                       {"name", name}});
-    sym_bool_values[name] = {{"as_expr", {{"expr_str", std::string((*kind)[2]) + "(" + sym::srepr(r.lhs) + ", " + sym::srepr(r.rhs) + ")"},
+    sym_bool_values[name] = {{"as_expr", {{"expr_str", std::string(kind.sympy) + "(" + sym::srepr(r.lhs) + ", " + sym::srepr(r.rhs) + ")"},
                                           {"hint", nullptr}}}};
     const auto msg = "Runtime assertion failed for expression " + r.str() + " on node '" + name + "'";
     nodes_.push_back({{"target", "torch.ops.aten._assert_scalar.default"},
@@ -21187,8 +21188,12 @@ class sym_writer {
   std::unordered_map<std::string, std::pair<std::string, sym_int>> symbols_;  // symbol -> value
   std::unordered_set<std::string> unbacked_;                                   // the unbacked symbols given so far
   std::vector<site> sites_;
-  // the assertions between sizes and the data-dependent symbols each waits for (op cleared: written)
-  std::vector<std::pair<sym_relation, std::vector<std::string>>> relations_;
+  struct pending_relation {
+    sym_relation relation;
+    std::vector<std::string> waits;  // its data-dependent symbols: written after the call that gives the last
+    bool written;
+  };
+  std::vector<pending_relation> relations_;
 };
 
 /// torch's `nn_module_stack` of a node in module `path`: one `key,path,type` entry per
@@ -21524,12 +21529,8 @@ struct sym_node_reader {
 
 /// The relation `_operator.ge` and its kin compute (`">="`), or null for another target.
 inline const char* comparison_of(const std::string& target) {
-  if (target == "_operator.ge") return ">=";
-  if (target == "_operator.le") return "<=";
-  if (target == "_operator.gt") return ">";
-  if (target == "_operator.lt") return "<";
-  if (target == "_operator.eq") return "==";
-  if (target == "_operator.ne") return "!=";
+  for (const auto& k : sym_relation::kinds)
+    if (target.starts_with("_operator.") && target.substr(10) == k.fx) return k.op.data();
   return nullptr;
 }
 
@@ -21543,11 +21544,8 @@ inline bool is_assert_node(const std::string& target) {
 /// Keeps the assertion `r` (between sizes, `u0 <= s77`) with the range of its last
 /// data-dependent symbol (the last named, for sizes of the inputs alone).
 inline void relate(const at_path& where, sym_relation r) {
-  auto symbols = sym::free_symbols(r.lhs);
-  for (auto& s : sym::free_symbols(r.rhs))
-    if (std::find(symbols.begin(), symbols.end(), s) == symbols.end()) symbols.push_back(std::move(s));
   std::string owner;
-  for (const auto& s : symbols)
+  for (const auto& s : r.symbols())
     if (owner.empty() || (sym::is_unbacked(s) && !sym::is_unbacked(owner)) ||
         (sym::is_unbacked(s) == sym::is_unbacked(owner) && (s.size() > owner.size() || (s.size() == owner.size() && s > owner))))
       owner = s;

@@ -5,12 +5,15 @@
 // printing in print.hpp.
 #pragma once
 
+#include <algorithm>  // std::find
+#include <array>      // std::array
 #include <cstdint>    // std::int64_t
 #include <memory>     // std::shared_ptr
 #include <mutex>      // std::mutex
 #include <optional>   // std::optional
 #include <unordered_map>  // std::unordered_map
 #include <string>     // std::string
+#include <string_view>  // std::string_view
 #include <utility>    // std::pair, std::move
 #include <vector>     // std::vector
 
@@ -75,19 +78,38 @@ class tensor_dict {
 /// item() against an input dim), `u0 + u1 + 2 <= s77`. Checked on every run when the last of its
 /// symbols gets its value (Note [Runtime assertions as ranges] in serde/program_json.hpp).
 struct sym_relation {
+  /// One relation as each form names it: `<=`, torch's `_operator.le` node (`le_2`), sympy's `LessThan`.
+  struct kind {
+    std::string_view op, fx, sympy;
+  };
+  static constexpr std::array<kind, 6> kinds{{{">=", "ge", "GreaterThan"},
+                                              {"<=", "le", "LessThan"},
+                                              {">", "gt", "StrictGreaterThan"},
+                                              {"<", "lt", "StrictLessThan"},
+                                              {"==", "eq", "Equality"},
+                                              {"!=", "ne", "Unequal"}}};
+
   sym_int lhs;
-  std::string op;  ///< ">=", "<=", ">", "<", "==" or "!="
+  std::string op;  ///< one of kinds' ops
   sym_int rhs;
 
+  /// The row of `kinds` for `op`.
+  [[nodiscard]] const kind& kind_of() const {
+    for (const auto& k : kinds)
+      if (k.op == op) return k;
+    throw graph_error("xport.program.relation", "'" + op + "' is no relation (expected >=, <=, >, <, == or !=)");
+  }
   /// Whether the relation holds for these values of its two sides.
   [[nodiscard]] bool holds(std::int64_t a, std::int64_t b) const {
-    if (op == ">=") return a >= b;
-    if (op == "<=") return a <= b;
-    if (op == ">") return a > b;
-    if (op == "<") return a < b;
-    if (op == "==") return a == b;
-    if (op == "!=") return a != b;
-    throw graph_error("xport.program.relation", "'" + op + "' is no relation (expected >=, <=, >, <, == or !=)");
+    const auto o = kind_of().op;
+    return o == ">=" ? a >= b : o == "<=" ? a <= b : o == ">" ? a > b : o == "<" ? a < b : o == "==" ? a == b : a != b;
+  }
+  /// The symbols it names, each once, the left side's first.
+  [[nodiscard]] std::vector<std::string> symbols() const {
+    auto out = sym::free_symbols(lhs);
+    for (auto& s : sym::free_symbols(rhs))
+      if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(std::move(s));
+    return out;
   }
   /// `u0 <= s77`, as torch's assertion messages write it.
   [[nodiscard]] std::string str() const { return lhs.str() + " " + op + " " + rhs.str(); }

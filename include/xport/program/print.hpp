@@ -7,7 +7,6 @@
 #pragma once
 
 #include <algorithm>      // std::find, std::all_of, std::none_of
-#include <array>          // std::array
 #include <cstddef>        // std::size_t
 #include <cstdint>        // std::uint64_t
 #include <functional>     // std::function
@@ -231,9 +230,8 @@ class size_planner {
     collect_dim_symbols();
     auto symbols = used_symbols();
     for (const auto& r : relations_)
-      for (const auto* side : {&r.lhs, &r.rhs})
-        for (auto& s : sym::free_symbols(*side))
-          if (!sym::is_unbacked(s) && std::find(symbols.begin(), symbols.end(), s) == symbols.end()) symbols.push_back(std::move(s));
+      for (auto& s : r.symbols())
+        if (!sym::is_unbacked(s) && std::find(symbols.begin(), symbols.end(), s) == symbols.end()) symbols.push_back(std::move(s));
     plan_reads(symbols);
     for (const auto& [n, e] : uses_) {
       if (out_.names.count(e.str())) continue;
@@ -309,10 +307,9 @@ class size_planner {
       for_each_unbacked_given(n, seen, [](const value&, std::int64_t, const std::string&, const sym_int&) {});
       for (std::size_t i = 0; i < relations_.size(); ++i) {
         if (done[i]) continue;
-        bool ready = true;
-        for (const auto* side : {&relations_[i].lhs, &relations_[i].rhs})
-          for (const auto& s : sym::free_symbols(*side)) ready = ready && (!sym::is_unbacked(s) || seen.count(s) > 0);
-        if (!ready) continue;
+        const auto syms = relations_[i].symbols();
+        if (!std::all_of(syms.begin(), syms.end(), [&](const std::string& s) { return !sym::is_unbacked(s) || seen.count(s) > 0; }))
+          continue;
         assertion_lines(out_.after[n.impl()], relations_[i], false);
         done[i] = true;
       }
@@ -322,11 +319,7 @@ class size_planner {
   /// The comparison node of `r` and the `_assert_scalar` node on it, as torch prints a runtime
   /// assertion; `burn` skips a name first (torch's trace used it).
   void assertion_lines(std::vector<size_nodes::line>& lines, const sym_relation& r, bool burn) {
-    static constexpr std::array<std::pair<const char*, const char*>, 6> bases{
-        {{">=", "ge"}, {"<=", "le"}, {">", "gt"}, {"<", "lt"}, {"==", "eq"}, {"!=", "ne"}}};
-    const char* base = "ne";
-    for (const auto& [op, b] : bases)
-      if (r.op == op) base = b;
+    const std::string base(r.kind_of().fx);
     std::vector<std::string> inputs;
     const auto side = [&](const sym_int& e) {
       if (e.is_constant()) return std::to_string(e.value());

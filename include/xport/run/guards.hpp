@@ -67,7 +67,8 @@ class sym_env {
   };
 
   /// Checks each assertion between sizes that names `symbol` (or every one, for an empty name)
-  /// whose symbols all have values now: torch's `_assert_scalar` nodes on `u0 <= s77`.
+  /// whose symbols all have values now: torch's `_assert_scalar` nodes on `u0 <= s77`. `where`
+  /// is the node that gave `symbol` (empty: the inputs' dims).
   void check_relations(std::string_view symbol, const std::string& where) const {
     if (!relations_) return;
     for (const auto& rc : *relations_) {
@@ -77,9 +78,10 @@ class sym_env {
       if (!a || !b || rc.relation.holds(*a, *b)) continue;
       std::string values;
       for (const auto& n : rc.symbols) values += (values.empty() ? "" : ", ") + n + " = " + std::to_string(*(*this)(n));
-      throw run_error("xport.run.assertion", "Runtime assertion failed for expression " + rc.relation.str() + " on node '" +
-                                                 where + "' (" + values + " in this call): the program was exported "
-                                                 "for sizes that satisfy it (a torch._check between sizes)");
+      throw run_error("xport.run.assertion", "Runtime assertion failed for expression " + rc.relation.str() +
+                                                 (where.empty() ? std::string(" on the inputs' sizes") : " on node '" + where + "'") +
+                                                 " (" + values + " in this call): the program was exported for sizes "
+                                                 "that satisfy it (a torch._check between sizes)");
     }
   }
 
@@ -108,12 +110,7 @@ class input_guards {
     // Symbols: each bound by the first input dim that is exactly it (or solved from a linear
     // one), checked against its range; every other symbolic dim is checked against the bindings.
     for (const auto& rc : p.range_constraints()) {
-      for (const auto& r : rc.relations) {
-        auto syms = sym::free_symbols(r.lhs);
-        for (auto& s : sym::free_symbols(r.rhs))
-          if (std::find(syms.begin(), syms.end(), s) == syms.end()) syms.push_back(std::move(s));
-        relations_.push_back({r, std::move(syms)});
-      }
+      for (const auto& r : rc.relations) relations_.push_back({r, r.symbols()});
       for (const auto& s : sym::free_symbols(rc.symbol)) {
         if (std::find(symbols_.begin(), symbols_.end(), s) != symbols_.end()) continue;
         symbols_.push_back(s);
@@ -326,7 +323,7 @@ class input_guards {
       }
       throw guard_error("xport.guard.equal", msg);
     }
-    env.check_relations({}, "the inputs");  // those between input dims alone
+    env.check_relations({}, {});  // those between input dims alone
     return env;  // a symbol no input gives stays unbound: an argument that uses it fails by name
   }
 

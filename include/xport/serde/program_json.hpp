@@ -7,7 +7,6 @@
 #pragma once
 
 #include <algorithm>      // std::find, std::stable_sort
-#include <array>          // std::array
 #include <cctype>         // std::isalpha
 #include <cmath>          // std::isnan
 #include <cstdint>        // std::int64_t
@@ -125,11 +124,9 @@ class sym_writer {
       : nodes_(nodes), values_(sym_int_values) {
     for (const auto& rc : ranges)
       for (const auto& r : rc.relations) {
-        std::vector<std::string> waits;
-        for (const auto* side : {&r.lhs, &r.rhs})
-          for (auto& s : sym::free_symbols(*side))
-            if (sym::is_unbacked(s) && std::find(waits.begin(), waits.end(), s) == waits.end()) waits.push_back(std::move(s));
-        relations_.push_back({r, std::move(waits)});
+        auto waits = r.symbols();
+        std::erase_if(waits, [](const std::string& s) { return !sym::is_unbacked(s); });
+        relations_.push_back({r, std::move(waits), false});
       }
     for (auto n : g.nodes())
       for (auto v : n.outputs()) taken_.insert(v.name());
@@ -167,12 +164,11 @@ class sym_writer {
       if (r.lo > -int_oo) write_assertion({e, ">=", r.lo}, dim < 0, meta, sym_bool_values);
       if (r.hi < int_oo) write_assertion({e, "<=", r.hi}, dim < 0, meta, sym_bool_values);
     });
-    for (auto& [rel, pending] : relations_) {
-      if (pending.empty() && rel.op.empty()) continue;  // written
-      if (!std::all_of(pending.begin(), pending.end(), [&](const std::string& s) { return unbacked_.count(s) > 0; })) continue;
-      write_assertion(rel, false, nodes_.back()["metadata"], sym_bool_values);
-      pending.clear();
-      rel.op.clear();
+    for (auto& r : relations_) {
+      if (r.written || !std::all_of(r.waits.begin(), r.waits.end(), [&](const std::string& s) { return unbacked_.count(s) > 0; }))
+        continue;
+      write_assertion(r.relation, false, nodes_.back()["metadata"], sym_bool_values);
+      r.written = true;
     }
   }
   /// The name of a value equal to `e` (written on first use): sums and products of the dims,
@@ -240,15 +236,8 @@ class sym_writer {
   /// The `_operator.le` (and kin) node of relation `r` and the `_assert_scalar` node on it, as
   /// torch writes a runtime assertion; `burn` skips a name first, as torch's trace used one.
   void write_assertion(const sym_relation& r, bool burn, const json& meta, json& sym_bool_values) {
-    static constexpr std::array<std::array<const char*, 3>, 6> kinds{{{">=", "ge", "GreaterThan"},
-                                                                      {"<=", "le", "LessThan"},
-                                                                      {">", "gt", "StrictGreaterThan"},
-                                                                      {"<", "lt", "StrictLessThan"},
-                                                                      {"==", "eq", "Equality"},
-                                                                      {"!=", "ne", "Unequal"}}};
-    const auto* kind = &kinds[0];
-    while (kind != kinds.end() - 1 && r.op != (*kind)[0]) ++kind;
-    const std::string what = (*kind)[1];
+    const auto& kind = r.kind_of();
+    const std::string what(kind.fx);
     const auto side = [&](const sym_int& e) {
       return e.is_constant() ? json{{"as_int", e.value()}} : json{{"as_sym_int", {{"as_name", (*this)(e)}}}};
     };
@@ -261,7 +250,7 @@ class sym_writer {
                       {"outputs", json::array({{{"as_sym_bool", {{"as_name", name}}}}})},
                       {"metadata", meta},
                       {"name", name}});
-    sym_bool_values[name] = {{"as_expr", {{"expr_str", std::string((*kind)[2]) + "(" + sym::srepr(r.lhs) + ", " + sym::srepr(r.rhs) + ")"},
+    sym_bool_values[name] = {{"as_expr", {{"expr_str", std::string(kind.sympy) + "(" + sym::srepr(r.lhs) + ", " + sym::srepr(r.rhs) + ")"},
                                           {"hint", nullptr}}}};
     const auto msg = "Runtime assertion failed for expression " + r.str() + " on node '" + name + "'";
     nodes_.push_back({{"target", "torch.ops.aten._assert_scalar.default"},
@@ -332,8 +321,12 @@ class sym_writer {
   std::unordered_map<std::string, std::pair<std::string, sym_int>> symbols_;  // symbol -> value
   std::unordered_set<std::string> unbacked_;                                   // the unbacked symbols given so far
   std::vector<site> sites_;
-  // the assertions between sizes and the data-dependent symbols each waits for (op cleared: written)
-  std::vector<std::pair<sym_relation, std::vector<std::string>>> relations_;
+  struct pending_relation {
+    sym_relation relation;
+    std::vector<std::string> waits;  // its data-dependent symbols: written after the call that gives the last
+    bool written;
+  };
+  std::vector<pending_relation> relations_;
 };
 
 /// torch's `nn_module_stack` of a node in module `path`: one `key,path,type` entry per
@@ -669,12 +662,8 @@ struct sym_node_reader {
 
 /// The relation `_operator.ge` and its kin compute (`">="`), or null for another target.
 inline const char* comparison_of(const std::string& target) {
-  if (target == "_operator.ge") return ">=";
-  if (target == "_operator.le") return "<=";
-  if (target == "_operator.gt") return ">";
-  if (target == "_operator.lt") return "<";
-  if (target == "_operator.eq") return "==";
-  if (target == "_operator.ne") return "!=";
+  for (const auto& k : sym_relation::kinds)
+    if (target.starts_with("_operator.") && target.substr(10) == k.fx) return k.op.data();
   return nullptr;
 }
 
@@ -688,11 +677,8 @@ inline bool is_assert_node(const std::string& target) {
 /// Keeps the assertion `r` (between sizes, `u0 <= s77`) with the range of its last
 /// data-dependent symbol (the last named, for sizes of the inputs alone).
 inline void relate(const at_path& where, sym_relation r) {
-  auto symbols = sym::free_symbols(r.lhs);
-  for (auto& s : sym::free_symbols(r.rhs))
-    if (std::find(symbols.begin(), symbols.end(), s) == symbols.end()) symbols.push_back(std::move(s));
   std::string owner;
-  for (const auto& s : symbols)
+  for (const auto& s : r.symbols())
     if (owner.empty() || (sym::is_unbacked(s) && !sym::is_unbacked(owner)) ||
         (sym::is_unbacked(s) == sym::is_unbacked(owner) && (s.size() > owner.size() || (s.size() == owner.size() && s > owner))))
       owner = s;
