@@ -239,10 +239,41 @@ TEST_CASE("dynamic: code that specializes a dim fails with Constraints violated 
   auto h = [](const at::Tensor& x) { return x.size(0) > 4 ? x.sin() : x.cos(); };
   XPORT_CHECK_THROWS_MSG(export_program(h, std::tuple{at::randn({4, 2})}, {.dynamic_shapes = {{"x", {{0, batch}}}}}),
                          constraint_violation, "takes a different path depending on the size");
-  // a float computed from a size
-  auto k = [](const at::Tensor& x) { return x * (1.0 / static_cast<double>(x.size(0))); };
+  // a float computed from a size in a way no SymFloat form gives
+  auto k = [](const at::Tensor& x) { return x * std::log(static_cast<double>(x.size(0))); };
   XPORT_CHECK_THROWS_MSG(export_program(k, std::tuple{at::randn({4, 2})}, {.dynamic_shapes = {{"x", {{0, batch}}}}}),
-                         constraint_violation, "argument 'other' of node 'mul' (aten::mul.Tensor) is float 0.08333333333333333 instead of float 0.25");
+                         constraint_violation,
+                         "argument 'other' of node 'mul' (aten::mul.Tensor) is 1.3862943611198906 at batch = 4, "
+                         "2.4849066497880004 at batch = 12");
+}
+
+TEST_CASE("dynamic: a float C++ code computes from a size is a SymFloat, evaluated on every call, printed and saved as torch's") {
+  // 1.0 / x.size(0) and sqrt(x.size(1)): torch's FloatTrueDiv(1.0, ToFloat(s77)) and FloatPow(ToFloat(s27), 0.5)
+  auto f = [](const at::Tensor& x) {
+    return x * (1.0 / static_cast<double>(x.size(0))) + std::sqrt(static_cast<double>(x.size(1)));
+  };
+  auto p = export_program(f, std::tuple{at::randn({4, 9})},
+                          {.dynamic_shapes = {{"x", {{0, Dim("batch", 2, 64)}, {1, Dim("features", 2, 64)}}}}});
+  const auto text = to_string(p);
+  CHECK(text.find("truediv: \"Sym(FloatTrueDiv(1.0, ToFloat(s77)))\" = 1.0 / sym_float;") != std::string::npos);
+  CHECK(text.find("pow_1: \"Sym(FloatPow(ToFloat(s27), 0.5))\" = sym_float_1 ** 0.5;") != std::string::npos);
+  CHECK(text.find("torch.ops.aten.mul.Tensor(x, truediv)") != std::string::npos);
+  engine e(p);
+  const auto bytes = save_to_string(p);
+  const auto back = load_from_memory(bytes.data(), bytes.size());
+  auto low = run_decompositions(p);
+  for (auto x : {at::randn({7, 5}), at::randn({3, 12}).t(), at::randn({2, 2})}) {
+    const auto want = f(x);
+    CHECK(at::equal(run(p, {x})[0], want));  // bit for bit: the same double the C++ code computes
+    CHECK(at::equal(e.run({x})[0], want));
+    CHECK(at::equal(run(back, {x})[0], want));
+    CHECK(at::equal(run(low, {x})[0], want));
+  }
+  // with batch's default minimum, 0: a call at batch 0 divides by zero, a typed error as in Python
+  auto q = export_program(f, std::tuple{at::randn({4, 9})}, {.dynamic_shapes = {{"x", {{0, Dim("batch")}}}}});
+  CHECK(at::equal(run(q, {at::ones({3, 9})})[0], f(at::ones({3, 9}))));
+  XPORT_CHECK_THROWS_MSG(run(q, {at::ones({0, 9})}), run_error,
+                         "division by zero in the size expression FloatTrueDiv(1.0, ToFloat(s77))");
 }
 
 TEST_CASE("dynamic: relations between dims and narrowed ranges are reported with a fix") {

@@ -126,9 +126,6 @@ int check_lowered(const fs::path& path, const std::optional<std::string>& printe
 const std::map<std::string, std::string>& unsupported_fixtures() {
   static const std::map<std::string, std::string> m{
       {"unsupported_vmap", "'torch._functorch.predispatch.lazy_load_decompositions' is a step of torch.vmap"},
-      {"unsupported_sym_float", "operator '_operator.truediv' computes a SymFloat, which xport does not represent"},
-      {"unsupported_sym_bool", "'gt' (s77 > s17) is a comparison of sizes passed to an operator: xport reads such "
-                               "SymBools only as assertions"},
       {"unsupported_custom_obj", "is a custom object (a TorchBind class instance), which xport does not support"},
       {"unsupported_pickled_weight", "pickled payloads are not read by xport (custom objects, tensor subclasses)"},
   };

@@ -801,7 +801,7 @@ TEST_CASE("serde: what xport cannot represent is a load_error naming the kind") 
               n["target"] = "_operator.and_";
               n["outputs"][0] = {{"as_sym_bool", {{"as_name", "and_"}}}};
             }),
-            "operator '_operator.and_' computes a SymBool, which xport does not represent");
+            "operator '_operator.and_' computes a SymBool xport does not represent (it reads comparisons of sizes");
   {  // assertions on sizes (Note [Runtime assertions as ranges])
     const auto with_assert = [&](json cond_b) {
       return edit([&](json& j) {

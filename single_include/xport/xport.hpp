@@ -2485,6 +2485,354 @@ XPORT_END_NAMESPACE
 // #include <xport/fwd.hpp>
 // #include <xport/ir/op.hpp>
 // #include <xport/ir/sym_int.hpp>
+// #include <xport/ir/sym_scalar.hpp>
+// xport/ir/sym_scalar.hpp: SymFloat and SymBool arguments, expressions over sizes.
+// torch records `x * (x.shape[0] / 2)` as `_operator.truediv` on a size giving a SymFloat
+// (`Sym(IntTrueDiv(s77, 2))`) passed to `mul.Tensor`, and `x * (a.shape[0] > b.shape[0])` as an
+// `_operator.gt` SymBool. A sym_scalar is such a value: a tree with one node per operation torch
+// recorded (so it evaluates in the order torch's nodes do, bit for bit, and prints and saves as
+// those nodes again), its leaves sizes (sym_int) and numbers. Evaluated per call from the sizes,
+// as a symbolic size argument is.
+
+#include <algorithm>  // std::min
+#include <cmath>      // std::pow, std::isfinite, std::floor
+#include <cstdint>    // std::int64_t
+#include <cstdio>     // std::snprintf
+#include <memory>     // std::shared_ptr
+#include <string>     // std::string
+#include <utility>    // std::move
+#include <vector>     // std::vector
+
+// #include <xport/config.hpp>
+// #include <xport/detail/python_repr.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ir/sym_int.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+/// A SymFloat or SymBool: one node per operation, shared; immutable once made.
+class sym_scalar {
+ public:
+  /// What a node computes (torch's `_operator` / `torch.sym_float` targets, sympy's classes).
+  enum class op : std::uint8_t {
+    integer,        ///< a Python int: a size, or a constant (leaf)
+    number,         ///< a Python float constant (leaf)
+    to_float,       ///< torch.sym_float(a): ToFloat
+    int_truediv,    ///< int / int: IntTrueDiv
+    float_truediv,  ///< a / b with a float side: FloatTrueDiv
+    add, sub, mul,  ///< Python arithmetic with a float side
+    pow,            ///< a ** b with a float side: FloatPow
+    neg,            ///< -a
+    compare,        ///< a <op> b: a SymBool (Eq, Ne, LessThan, ...)
+  };
+  struct node {
+    op kind = op::number;
+    sym_int size;     ///< integer: the size (or constant)
+    double number = 0;  ///< number: the constant
+    std::string cmp;  ///< compare: `<=`, `==`, ... (sym_relation's ops)
+    std::shared_ptr<const node> a, b;
+    std::string name;  ///< the node's name in the file it was read from (`truediv_3`): printed and saved again; not compared
+  };
+  using node_ptr = std::shared_ptr<const node>;
+
+  sym_scalar() = default;
+  explicit sym_scalar(node_ptr n) : n_(std::move(n)) {}
+
+  static sym_scalar of(const sym_int& s) {
+    node n;
+    n.kind = op::integer;
+    n.size = s;
+    return sym_scalar(std::make_shared<const node>(std::move(n)));
+  }
+  static sym_scalar of(double x) {
+    node n;
+    n.number = x;
+    return sym_scalar(std::make_shared<const node>(std::move(n)));
+  }
+  /// `a <kind> b` (a unary kind ignores b), with torch's typing: int / int is IntTrueDiv.
+  static sym_scalar apply(op kind, const sym_scalar& a, const sym_scalar& b = {}) {
+    if (kind == op::float_truediv && a.is_int() && b.is_int()) kind = op::int_truediv;
+    node n;
+    n.kind = kind;
+    n.a = a.n_;
+    n.b = b.n_;
+    return sym_scalar(std::make_shared<const node>(std::move(n)));
+  }
+  static sym_scalar compare(const std::string& cmp, const sym_scalar& a, const sym_scalar& b) {
+    node n;
+    n.kind = op::compare;
+    n.cmp = cmp;
+    n.a = a.n_;
+    n.b = b.n_;
+    return sym_scalar(std::make_shared<const node>(std::move(n)));
+  }
+
+  /// The same value, its node named `name` (as torch named it).
+  [[nodiscard]] sym_scalar named(std::string name) const {
+    node n = *n_;
+    n.name = std::move(name);
+    return sym_scalar(std::make_shared<const node>(std::move(n)));
+  }
+
+  [[nodiscard]] const node& root() const { return *n_; }
+  [[nodiscard]] const node_ptr& ptr() const noexcept { return n_; }
+  [[nodiscard]] explicit operator bool() const noexcept { return n_ != nullptr; }
+  /// A SymBool (a comparison), else a SymFloat (or, as a leaf, an int).
+  [[nodiscard]] bool is_bool() const { return n_->kind == op::compare; }
+  [[nodiscard]] bool is_int() const { return n_->kind == op::integer; }
+
+  /// Its value with each size's value given by `size_of(sym_int) -> int64`, computed as Python
+  /// computes torch's nodes in order; a bool is 0 or 1. Division by zero, or a negative base to a
+  /// fractional power (a complex number in Python), throws run_error.
+  template <class F>
+  [[nodiscard]] double eval(const F& size_of) const { return eval_node(*n_, size_of); }
+  /// Its value at the example sizes.
+  [[nodiscard]] double hint() const {
+    return eval([](const sym_int& s) { return s.hint(); });
+  }
+
+  /// The same operations on sizes `f(size)` (a sym_int each): what specializing or renaming the
+  /// dims makes of it.
+  template <class F>
+  [[nodiscard]] sym_scalar map_sizes(const F& f) const { return sym_scalar(map_node(n_, f)); }
+  /// Whether no size in it is symbolic (its value is then its hint).
+  [[nodiscard]] bool is_constant() const { return constant_node(*n_); }
+
+  /// The text torch prints in the node's type (`Sym(IntTrueDiv(s77, 2))`), sympy's str.
+  [[nodiscard]] std::string str() const { return text_of(*n_).text; }
+
+  /// Structural equality: the same operations on the same sizes and numbers.
+  friend bool operator==(const sym_scalar& x, const sym_scalar& y) { return same(x.n_.get(), y.n_.get()); }
+
+  /// sympy's str of a Float inside an expression: 15 significant digits, trailing zeros cut
+  /// (one kept after the point): `0.1`, `3.0`, `1.0e-7`; with 17 digits, its srepr's string
+  /// (`Float('0.10000000000000001', precision=53)`).
+  static std::string float_text(double x, int digits = 15) {
+    if (!std::isfinite(x)) return x != x ? "nan" : x < 0 ? "-oo" : "oo";
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.*g", digits, x);
+    std::string s(buf), exp;
+    if (const auto e = s.find('e'); e != std::string::npos) {
+      exp = s.substr(e + 1);
+      s = s.substr(0, e);
+      const bool negative = exp[0] == '-';
+      exp = exp.substr(exp[0] == '-' || exp[0] == '+' ? 1 : 0);
+      while (exp.size() > 1 && exp[0] == '0') exp.erase(0, 1);
+      exp = std::string("e") + (negative ? "-" : "") + exp;
+    }
+    if (s.find('.') == std::string::npos) s += ".0";
+    return s + exp;
+  }
+
+ private:
+  template <class F>
+  static node_ptr map_node(const node_ptr& x, const F& f) {
+    if (!x) return x;
+    node n = *x;
+    if (n.kind == op::integer) n.size = f(n.size);
+    n.a = map_node(x->a, f);
+    n.b = map_node(x->b, f);
+    return std::make_shared<const node>(std::move(n));
+  }
+  static bool constant_node(const node& n) {
+    if (n.kind == op::integer) return n.size.is_constant();
+    return (!n.a || constant_node(*n.a)) && (!n.b || constant_node(*n.b));
+  }
+
+  template <class F>
+  static double eval_node(const node& n, const F& size_of) {
+    const auto A = [&] { return eval_node(*n.a, size_of); };
+    const auto B = [&] { return eval_node(*n.b, size_of); };
+    switch (n.kind) {
+      case op::integer: return static_cast<double>(size_of(n.size));
+      case op::number: return n.number;
+      case op::to_float: return A();
+      case op::int_truediv:
+      case op::float_truediv: {
+        const double d = B();
+        if (d == 0) throw run_error("xport.run.sym_float", "division by zero in the size expression " + sym_scalar(std::make_shared<const node>(n)).str());
+        return A() / d;
+      }
+      case op::add: return A() + B();
+      case op::sub: return A() - B();
+      case op::mul: return A() * B();
+      case op::pow: {
+        const double x = A(), y = B();
+        if (x < 0 && y != std::floor(y))
+          throw run_error("xport.run.sym_float", "a negative number to a fractional power in the size expression " +
+                                                     sym_scalar(std::make_shared<const node>(n)).str() + " (complex in Python)");
+        return std::pow(x, y);
+      }
+      case op::neg: return -A();
+      case op::compare: {
+        if (n.a->kind == op::integer && n.b->kind == op::integer) {  // exact, as Python compares ints
+          const auto x = size_of(n.a->size), y = size_of(n.b->size);
+          return compare_values(n.cmp, x, y) ? 1 : 0;
+        }
+        return compare_values(n.cmp, A(), B()) ? 1 : 0;
+      }
+    }
+    return 0;
+  }
+  template <class T>
+  static bool compare_values(const std::string& c, T x, T y) {
+    return c == ">=" ? x >= y : c == "<=" ? x <= y : c == ">" ? x > y : c == "<" ? x < y : c == "==" ? x == y : x != y;
+  }
+
+  static bool same(const node* x, const node* y) {
+    if (x == y) return true;
+    if (!x || !y || x->kind != y->kind || x->cmp != y->cmp) return false;
+    if (x->kind == op::integer) return x->size == y->size;
+    if (x->kind == op::number) return x->number == y->number || (x->number != x->number && y->number != y->number);
+    return same(x->a.get(), y->a.get()) && same(x->b.get(), y->b.get());
+  }
+
+  // Note [SymFloat text]: torch prints a SymFloat's type with sympy's str of its expression, in
+  // which sums and products are canonical: `0.1*ToFloat(s77) - 2.0`, `3.0*(IntTrueDiv(s77, 2))`
+  // (a function of lower precedence than a product is parenthesized in it), `-(IntTrueDiv(s77,
+  // 4))`. The text is made the same way: sums and products of a node fold into a linear form
+  // over the other nodes (their atoms), a number times an atom plus a number.
+  struct text_form {
+    std::string text;
+    int prec = 1000;  // sympy's precedence of the text: 1000 an atom, 60 pow, 50 mul, 40 add, 35 a division
+  };
+  struct term {
+    double coeff;
+    bool integral;  // a Python int coefficient (-1 of a negation) prints as one
+    text_form atom;
+  };
+  struct linear {
+    std::vector<term> terms;
+    double constant = 0;
+    bool has_constant = false;
+    bool integral_constant = true;  // an int constant (`ToFloat(s77) + 1`) prints as one
+  };
+
+  static std::string wrap(const text_form& t, int level) { return t.prec < level ? "(" + t.text + ")" : t.text; }
+
+  static linear linear_of(const node& n) {
+    linear l;
+    const auto scaled = [](linear x, double k, bool integral) {
+      for (auto& t : x.terms) {
+        t.coeff *= k;
+        t.integral = t.integral && integral;
+      }
+      x.constant *= k;
+      x.integral_constant = x.integral_constant && integral;
+      return x;
+    };
+    const auto sum = [](linear x, const linear& y) {
+      for (const auto& t : y.terms) {
+        bool merged = false;
+        for (auto& u : x.terms)
+          if (u.atom.text == t.atom.text) {
+            u.coeff += t.coeff;
+            u.integral = u.integral && t.integral;
+            merged = true;
+          }
+        if (!merged) x.terms.push_back(t);
+      }
+      x.constant += y.constant;
+      x.integral_constant = (!x.has_constant || x.integral_constant) && (!y.has_constant || y.integral_constant);
+      x.has_constant = x.has_constant || y.has_constant;
+      return x;
+    };
+    switch (n.kind) {
+      case op::number:
+        l.constant = n.number;
+        l.has_constant = true;
+        l.integral_constant = false;
+        return l;
+      case op::integer:
+        if (!n.size.is_constant()) break;
+        l.constant = static_cast<double>(n.size.value());
+        l.has_constant = true;
+        return l;
+      case op::add: return sum(linear_of(*n.a), linear_of(*n.b));
+      case op::sub: return sum(linear_of(*n.a), scaled(linear_of(*n.b), -1, true));
+      case op::neg: return scaled(linear_of(*n.a), -1, true);
+      case op::mul: {
+        const auto constant = [](const node& x) { return x.kind == op::number || (x.kind == op::integer && x.size.is_constant()); };
+        const auto value = [](const node& x) { return x.kind == op::number ? x.number : static_cast<double>(x.size.value()); };
+        if (constant(*n.b)) return scaled(linear_of(*n.a), value(*n.b), n.b->kind == op::integer);
+        if (constant(*n.a)) return scaled(linear_of(*n.b), value(*n.a), n.a->kind == op::integer);
+        l.terms.push_back({1, true, {wrap(text_of(*n.a), 50) + "*" + wrap(text_of(*n.b), 50), 50}});
+        return l;
+      }
+      default: break;
+    }
+    l.terms.push_back({1, true, text_of(n)});
+    return l;
+  }
+
+  static std::string coeff_text(const term& t) {
+    if (t.integral && t.coeff == std::floor(t.coeff)) return std::to_string(static_cast<std::int64_t>(t.coeff));
+    return float_text(t.coeff);
+  }
+
+  static text_form linear_text(const linear& l) {
+    std::string s;
+    int prec = 1000;
+    std::size_t parts = 0;
+    for (const auto& t : l.terms) {
+      if (t.coeff == 0 && !t.integral) continue;
+      const bool negative = t.coeff < 0;
+      term mag = t;
+      mag.coeff = negative ? -t.coeff : t.coeff;
+      std::string body = mag.coeff == 1 && mag.integral ? wrap(t.atom, parts || l.terms.size() > 1 || l.has_constant ? 40 : 0)
+                                                         : coeff_text(mag) + "*" + wrap(t.atom, 50);
+      if (negative && mag.coeff == 1 && mag.integral) body = wrap(t.atom, 50);
+      if (!(mag.coeff == 1 && mag.integral)) prec = std::min(prec, 50);
+      else if (!negative) prec = std::min(prec, t.atom.prec);
+      s += parts == 0 ? (negative ? "-" : "") + body : (negative ? " - " : " + ") + body;
+      if (negative) prec = std::min(prec, 50);
+      ++parts;
+    }
+    if (l.has_constant && (l.constant != 0 || parts == 0)) {
+      const bool negative = l.constant < 0 && parts > 0;
+      const auto c = negative ? -l.constant : l.constant;
+      const auto text = l.integral_constant ? std::to_string(static_cast<std::int64_t>(c)) : float_text(c);
+      s += parts == 0 ? text : (negative ? " - " : " + ") + text;
+      ++parts;
+    }
+    if (parts > 1) prec = 40;
+    return {s, prec};
+  }
+
+  static text_form text_of(const node& n) {
+    const auto fn = [](const char* name, const node& x, const node& y, int prec) {
+      return text_form{std::string(name) + "(" + text_of(x).text + ", " + text_of(y).text + ")", prec};
+    };
+    switch (n.kind) {
+      case op::integer: {
+        const auto t = n.size.str();
+        return {t, t.find(" + ") != std::string::npos || t.find(" - ") != std::string::npos ? 40
+                   : t.find('*') != std::string::npos || t[0] == '-'                     ? 50
+                                                                                          : 1000};
+      }
+      case op::number: return {float_text(n.number), n.number < 0 ? 50 : 1000};
+      case op::to_float: return {"ToFloat(" + text_of(*n.a).text + ")", 1000};
+      case op::int_truediv: return fn("IntTrueDiv", *n.a, *n.b, 35);
+      case op::float_truediv: return fn("FloatTrueDiv", *n.a, *n.b, 35);
+      case op::pow: return fn("FloatPow", *n.a, *n.b, 60);
+      case op::add:
+      case op::sub:
+      case op::mul:
+      case op::neg: return linear_text(linear_of(n));
+      case op::compare: {
+        const auto x = text_of(*n.a).text, y = text_of(*n.b).text;
+        if (n.cmp == "==") return {"Eq(" + x + ", " + y + ")", 1000};
+        if (n.cmp == "!=") return {"Ne(" + x + ", " + y + ")", 1000};
+        return {x + " " + n.cmp + " " + y, 0};
+      }
+    }
+    return {"?", 1000};
+  }
+
+  node_ptr n_;
+};
+
+XPORT_END_NAMESPACE
 // #include <xport/ir/tensor_meta.hpp>
 
 XPORT_BEGIN_NAMESPACE
@@ -2609,7 +2957,8 @@ class argument {
   using list_type = std::vector<argument>;
   enum class kind : std::uint8_t {
     none, boolean, integer, floating, string, dtype, device, layout, memory_format, value, list, symbolic, graph,
-    complex  ///< a Python complex number (`x * (1+2j)`): an `as_complex` argument
+    complex,  ///< a Python complex number (`x * (1+2j)`): an `as_complex` argument
+    scalar    ///< a SymFloat or SymBool computed from sizes (`s77 / 2`, `s77 > s17`): sym_scalar
   };
 
   argument() noexcept = default;
@@ -2639,6 +2988,8 @@ class argument {
     if (s.is_constant()) v_ = s.hint();
     else v_ = s;
   }
+  /// A SymFloat or SymBool that depends on dynamic dimensions, evaluated on every run.
+  argument(sym_scalar s) : v_(std::move(s)) {}  // NOLINT
   argument(std::initializer_list<argument> l) : v_(list_type(l)) {}  // NOLINT
   /// A subgraph (`true_graph_0` of a cond): shared, never changed once made (see subgraph).
   argument(std::shared_ptr<const subgraph> g) noexcept : v_(std::move(g)) {}  // NOLINT
@@ -2663,6 +3014,7 @@ class argument {
   [[nodiscard]] bool is_symbolic() const noexcept { return type() == kind::symbolic; }
   [[nodiscard]] bool is_graph() const noexcept { return type() == kind::graph; }
   [[nodiscard]] bool is_complex() const noexcept { return type() == kind::complex; }
+  [[nodiscard]] bool is_scalar() const noexcept { return type() == kind::scalar; }
 
   [[nodiscard]] bool as_bool() const { return get<bool>(); }
   [[nodiscard]] std::int64_t as_int() const { return get<std::int64_t>(); }
@@ -2675,6 +3027,7 @@ class argument {
   [[nodiscard]] c10::MemoryFormat as_memory_format() const { return get<c10::MemoryFormat>(); }
   [[nodiscard]] value as_value() const { return get<value>(); }
   [[nodiscard]] const sym_int& as_sym() const { return get<sym_int>(); }
+  [[nodiscard]] const sym_scalar& as_scalar() const { return get<sym_scalar>(); }
   [[nodiscard]] const list_type& as_list() const { return get<list_type>(); }
   [[nodiscard]] const std::shared_ptr<const subgraph>& as_graph() const { return get<std::shared_ptr<const subgraph>>(); }
   [[nodiscard]] list_type& as_list() { return std::get<list_type>(v_); }
@@ -2697,7 +3050,7 @@ class argument {
   [[nodiscard]] std::string_view type_name() const noexcept {
     constexpr std::string_view names[] = {"None", "bool", "int", "float", "str", "dtype",
                                           "device", "layout", "memory_format", "value", "list", "SymInt",
-                                          "GraphModule", "complex"};
+                                          "GraphModule", "complex", "SymFloat"};
     return names[v_.index()];
   }
 
@@ -2713,7 +3066,7 @@ class argument {
 
   std::variant<none_t, bool, std::int64_t, double, std::string, c10::ScalarType, c10::Device,
                c10::Layout, c10::MemoryFormat, value, list_type, sym_int, std::shared_ptr<const subgraph>,
-               std::complex<double>>
+               std::complex<double>, sym_scalar>
       v_;
 };
 
@@ -4489,7 +4842,7 @@ struct sym_relation {
                                               {">", "gt", "StrictGreaterThan"},
                                               {"<", "lt", "StrictLessThan"},
                                               {"==", "eq", "Equality"},
-                                              {"!=", "ne", "Unequal"}}};
+                                              {"!=", "ne", "Unequality"}}};
 
   sym_int lhs;
   std::string op;  ///< one of kinds' ops
@@ -4513,8 +4866,11 @@ struct sym_relation {
       if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(std::move(s));
     return out;
   }
-  /// `u0 <= s77`, as torch's assertion messages write it.
-  [[nodiscard]] std::string str() const { return lhs.str() + " " + op + " " + rhs.str(); }
+  /// `u0 <= s77` (`Eq(u0, 2)`, `Ne(u0, s77)`), as torch's assertion messages write it: sympy's str.
+  [[nodiscard]] std::string str() const {
+    if (op == "==" || op == "!=") return std::string(op == "==" ? "Eq(" : "Ne(") + lhs.str() + ", " + rhs.str() + ")";
+    return lhs.str() + " " + op + " " + rhs.str();
+  }
 };
 
 /// The range of one symbol: `VR[min, max]`; an absent max is infinity (`int_oo`).
@@ -5053,6 +5409,7 @@ inline std::string describe(const argument& a) {
     }
     case argument::kind::list: return "a list of " + std::to_string(a.as_list().size());
     case argument::kind::symbolic: return "SymInt " + a.as_sym().str();
+    case argument::kind::scalar: return (a.as_scalar().is_bool() ? "SymBool " : "SymFloat ") + a.as_scalar().str();
     case argument::kind::graph: return "subgraph '" + a.as_graph()->name + "'";
   }
   return "?";
@@ -5074,7 +5431,7 @@ inline bool coerce(argument& a, const c10::TypePtr& t, const c10::optional<int32
       // torch (`aten.add.Tensor(x, 1)` is how torch.export records `x + 1`); a symbolic size
       // too (`aten.mul.Tensor(x, sym_size_int_1)` is `x * x.size(0)`).
       return is_value_of(a, value_kind::tensor) || a.is_int() || a.is_double() || a.is_bool() || a.is_complex() ||
-             a.is_symbolic() || is_value_of(a, value_kind::sym_int) || is_value_of(a, value_kind::sym_float);
+             a.is_symbolic() || a.is_scalar() || is_value_of(a, value_kind::sym_int) || is_value_of(a, value_kind::sym_float);
     case K::ComplexType:
       if (a.is_int()) a = std::complex<double>(static_cast<double>(a.as_int()), 0);
       if (a.is_double()) a = std::complex<double>(a.as_double(), 0);
@@ -5083,10 +5440,10 @@ inline bool coerce(argument& a, const c10::TypePtr& t, const c10::optional<int32
     case K::SymIntType: return a.is_int() || a.is_symbolic() || is_value_of(a, value_kind::sym_int);
     case K::FloatType:
       if (a.is_int()) a = static_cast<double>(a.as_int());
-      return a.is_double() || is_value_of(a, value_kind::sym_float);
-    case K::BoolType: return a.is_bool() || is_value_of(a, value_kind::sym_bool);
+      return a.is_double() || (a.is_scalar() && !a.as_scalar().is_bool()) || is_value_of(a, value_kind::sym_float);
+    case K::BoolType: return a.is_bool() || (a.is_scalar() && a.as_scalar().is_bool()) || is_value_of(a, value_kind::sym_bool);
     case K::NumberType:
-      return a.is_int() || a.is_double() || a.is_bool() || a.is_complex() || a.is_symbolic() || is_value_of(a, value_kind::sym_int) ||
+      return a.is_int() || a.is_double() || a.is_bool() || a.is_complex() || a.is_symbolic() || a.is_scalar() || is_value_of(a, value_kind::sym_int) ||
              is_value_of(a, value_kind::sym_float);
     case K::StringType: return a.is_string();
     case K::ScalarTypeType: return a.is_dtype();
@@ -5188,6 +5545,11 @@ inline argument default_argument(const c10::Argument& param) {
   return a;
 }
 
+/// The IValue of SymFloat or SymBool `s` whose value is `v`: a double, or a bool.
+inline c10::IValue scalar_ivalue(const sym_scalar& s, double v) {
+  return s.is_bool() ? c10::IValue(v != 0) : c10::IValue(v);
+}
+
 /// Compiles a subgraph into the capsule a control-flow kernel receives (set by
 /// run/interpreter.hpp, which every build of xport includes).
 inline c10::IValue (*subgraph_compiler)(const subgraph&) = nullptr;
@@ -5207,6 +5569,7 @@ c10::IValue to_ivalue(const argument& a, const c10::TypePtr& t, Lookup&& lookup)
   using K = c10::TypeKind;
   if (t->kind() == K::TensorType && (a.is_int() || a.is_double() || a.is_bool() || a.is_complex())) return wrapped_number(a);
   if (t->kind() == K::TensorType && a.is_symbolic()) return wrapped_number(c10::IValue(a.as_sym().hint()));
+  if (t->kind() == K::TensorType && a.is_scalar()) return wrapped_number(scalar_ivalue(a.as_scalar(), a.as_scalar().hint()));
   if (t->kind() == K::TensorType && a.is_value() && a.as_value() && a.as_value().kind() != value_kind::tensor)
     return wrapped_number(lookup(a.as_value()));
   switch (a.type()) {
@@ -5222,6 +5585,7 @@ c10::IValue to_ivalue(const argument& a, const c10::TypePtr& t, Lookup&& lookup)
     case argument::kind::memory_format: return a.as_memory_format();
     case argument::kind::value: return lookup(a.as_value());
     case argument::kind::symbolic: return a.as_sym().hint();  // the example value (meta runs)
+    case argument::kind::scalar: return scalar_ivalue(a.as_scalar(), a.as_scalar().hint());
     case argument::kind::graph: return subgraph_ivalue(*a.as_graph());
     case argument::kind::list: break;
   }
@@ -6050,6 +6414,8 @@ enum class arg_form : std::uint8_t {
   value_number,          ///< a SymInt/SymFloat/SymBool value where a tensor is expected: wrapped
   symbolic,              ///< a symbolic size, passed as an int
   symbolic_number,       ///< a symbolic size where a tensor is expected: wrapped
+  scalar,                ///< a SymFloat or SymBool from sizes, passed as a float or bool
+  scalar_number,         ///< a SymFloat or SymBool where a tensor is expected: wrapped
   tensor_list,           ///< a Tensor[] holding graph values
   optional_tensor_list,  ///< a Tensor?[] holding graph values (and Nones)
   int_list,              ///< a SymInt[] (or any other list) holding graph values or symbols
@@ -6064,6 +6430,7 @@ inline arg_form form_of(const c10::Argument& param, const argument& a) {
     return tensor && a.as_value() && a.as_value().kind() != value_kind::tensor ? arg_form::value_number
                                                                                 : arg_form::value;
   if (a.is_symbolic()) return tensor ? arg_form::symbolic_number : arg_form::symbolic;
+  if (a.is_scalar()) return tensor ? arg_form::scalar_number : arg_form::scalar;
   if (!a.is_list()) return arg_form::constant;
   bool dynamic = false;
   a.for_each_value([&](const value&) { dynamic = true; });
@@ -6078,11 +6445,11 @@ inline arg_form form_of(const c10::Argument& param, const argument& a) {
                                                : arg_form::int_list;
 }
 
-/// Whether any argument holds a symbolic size (directly or in a list): the call's result then
+/// Whether any argument holds a symbolic size or a SymFloat / SymBool (directly or in a list): the call's result then
 /// depends on the sizes of the run.
 inline bool has_symbolic_argument(std::span<const argument> args) {
   for (const auto& a : args) {
-    if (a.is_symbolic()) return true;
+    if (a.is_symbolic() || a.is_scalar()) return true;
     if (a.is_list())
       for (const auto& e : a.as_list())
         if (e.is_symbolic()) return true;
@@ -8517,7 +8884,7 @@ inline bool fits(const argument& a, const c10::TypePtr& t) {
         if (!fits(e, elem)) return false;
       return true;
     }
-    case K::FloatType: return a.is_double() || is_value_of(a, value_kind::sym_float);
+    case K::FloatType: return a.is_double() || (a.is_scalar() && !a.as_scalar().is_bool()) || is_value_of(a, value_kind::sym_float);
     default: {
       if (a.is_list()) return false;
       argument copy = a;  // scalars: the coercion rules, on a cheap copy
@@ -9575,6 +9942,9 @@ namespace detail {
 /// size_nodes below); empty: sizes print as expressions.
 using sym_names = std::unordered_map<std::string, std::string>;
 
+/// The key of SymFloat / SymBool `s` among the names of size nodes (apart from the sizes').
+inline std::string scalar_key(const sym_scalar& s) { return "#" + s.str(); }
+
 /// Python repr of an argument, as torch.fx's `_get_repr` writes it.
 inline std::string arg_repr(const argument& a, const sym_names& syms = {}) {
   switch (a.type()) {
@@ -9594,6 +9964,10 @@ inline std::string arg_repr(const argument& a, const sym_names& syms = {}) {
       const auto text = a.as_sym().str();
       const auto it = syms.find(text);
       return it == syms.end() ? text : it->second;
+    }
+    case argument::kind::scalar: {
+      const auto it = syms.find(scalar_key(a.as_scalar()));
+      return it == syms.end() ? a.as_scalar().str() : it->second;
     }
     case argument::kind::list: {
       std::string s = "[";
@@ -9735,8 +10109,19 @@ struct size_nodes {
   sym_names names;                                           // expression text -> name
 };
 
+/// Calls f on each size leaf of SymFloat / SymBool node `n`, operands first.
+inline void walk_scalar_sizes(const sym_scalar::node& n, const std::function<void(const sym_int&)>& f) {
+  if (n.kind == sym_scalar::op::integer) {
+    if (n.size.is_symbolic()) f(n.size);
+    return;
+  }
+  if (n.a) walk_scalar_sizes(*n.a, f);
+  if (n.b) walk_scalar_sizes(*n.b, f);
+}
+
 inline void walk_sizes(const argument& a, const std::function<void(const sym_int&)>& f) {
   if (a.is_symbolic()) f(a.as_sym());
+  else if (a.is_scalar()) walk_scalar_sizes(a.as_scalar().root(), f);
   else if (a.is_list())
     for (const auto& e : a.as_list()) walk_sizes(e, f);
 }
@@ -9764,6 +10149,10 @@ class size_planner {
       if (const auto lin = sym::as_linear(e)) plan_linear(n, e, *lin);
       else plan_product(n, e);
     }
+    for (auto n : g_.nodes())
+      if (n.is_call())
+        for (const auto& a : n.args())
+          if (a.is_scalar()) (void)plan_scalar(n, a.as_scalar().ptr());
     plan_relations();
     return std::move(out_);
   }
@@ -9780,12 +10169,64 @@ class size_planner {
           });
   }
 
-  /// Marks every node and value name of the graph as taken.
+  /// Plans the nodes of SymFloat / SymBool node `x` (its operands' first) before its first user
+  /// `n`, as torch prints them (`truediv: "Sym(IntTrueDiv(s77, 2))" = sym_size_int_1 / 2`);
+  /// returns what an operation reading it writes (its name, a number, or a size).
+  std::string plan_scalar(node n, const sym_scalar::node_ptr& x) {
+    using op = sym_scalar::op;
+    if (x->kind == op::integer) {
+      if (x->size.is_constant()) return std::to_string(x->size.value());
+      const auto it = out_.names.find(x->size.str());
+      return it == out_.names.end() ? x->size.str() : it->second;
+    }
+    if (x->kind == op::number) return python_float_repr(x->number);
+    const sym_scalar s(x);
+    const auto key = scalar_key(s);
+    if (auto it = out_.names.find(key); it != out_.names.end()) return it->second;
+    const auto a = plan_scalar(n, x->a);
+    const auto b = x->b ? plan_scalar(n, x->b) : std::string();
+    std::vector<std::string> inputs;
+    for (const auto* operand : {&a, &b})
+      if (!operand->empty() && taken_.count(*operand) && std::find(inputs.begin(), inputs.end(), *operand) == inputs.end())
+        inputs.push_back(*operand);
+    std::string base, rhs;
+    switch (x->kind) {
+      case op::to_float: base = "sym_float", rhs = "torch.sym_float(" + a + ")"; break;
+      case op::int_truediv:
+      case op::float_truediv: base = "truediv", rhs = a + " / " + b; break;
+      case op::add: base = "add", rhs = a + " + " + b; break;
+      case op::sub: base = "sub", rhs = a + " - " + b; break;
+      case op::mul: base = "mul", rhs = a + " * " + b; break;
+      case op::pow: base = "pow", rhs = a + " ** " + b; break;
+      case op::neg: base = "neg", rhs = "-" + a; break;
+      case op::compare: base = std::string(sym_relation{0, x->cmp, 0}.kind_of().fx), rhs = a + " " + x->cmp + " " + b; break;
+      default: break;
+    }
+    const bool own = !x->name.empty() && reserved_.erase(x->name) > 0;  // its name in the file, kept for it
+    const auto name = own ? x->name : fresh(x->name.empty() ? base : x->name);
+    out_.before[n.impl()].push_back({name, "Sym(" + s.str() + ")", rhs, std::move(inputs)});
+    out_.names.emplace(key, name);
+    return name;
+  }
+
+  /// Marks every node and value name of the graph as taken (and `pow`, a Python builtin torch.fx
+  /// names around: `pow_1`), then the names SymFloat / SymBool nodes had in their file, kept for
+  /// them (plan_scalar).
   void take_graph_names() {
+    taken_.insert("pow");
+    const std::function<void(const sym_scalar::node&)> reserve = [&](const sym_scalar::node& x) {
+      if (!x.name.empty() && taken_.insert(x.name).second) reserved_.insert(x.name);
+      if (x.a) reserve(*x.a);
+      if (x.b) reserve(*x.b);
+    };
     for (auto n : g_.nodes()) {
       taken_.insert(n.name());
       for (auto v : n.outputs()) taken_.insert(v.name());
     }
+    for (auto n : g_.nodes())
+      if (n.is_call())
+        for (const auto& a : n.args())
+          if (a.is_scalar()) reserve(a.as_scalar().root());
   }
 
   /// `base`, or `base_<i>` for the first free i, marked taken.
@@ -9975,6 +10416,7 @@ class size_planner {
   size_nodes out_;
   std::vector<std::pair<node, sym_int>> uses_;  // (first user, expression), in node order
   std::unordered_set<std::string> taken_;
+  std::unordered_set<std::string> reserved_;  // SymFloat / SymBool nodes' own names, not yet printed
   std::vector<std::pair<std::string, sym_int>> dim_symbols_;
   std::unordered_map<std::string, sym_int> symbol_of_;
 };
@@ -10004,8 +10446,9 @@ inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o, std
     const std::function<void(const argument&)> visit = [&](const argument& a) {
       if (a.is_value()) {
         if (seen.insert(a.as_value().name()).second) names.push_back(a.as_value().name());
-      } else if (a.is_symbolic()) {
-        if (auto it = sizes.names.find(a.as_sym().str()); it != sizes.names.end() && seen.insert(it->second).second)
+      } else if (a.is_symbolic() || a.is_scalar()) {
+        const auto key = a.is_symbolic() ? a.as_sym().str() : scalar_key(a.as_scalar());
+        if (auto it = sizes.names.find(key); it != sizes.names.end() && seen.insert(it->second).second)
           names.push_back(it->second);
       } else if (a.is_list()) {
         for (const auto& e : a.as_list()) visit(e);
@@ -13861,14 +14304,22 @@ XPORT_END_NAMESPACE
 //    c*P + b where P is a product of the node's input sizes or a shape rule's result (convolution
 //    and pooling windows: `((s0 - 3)//2) + 1`), checked against every capture.
 // Integer arguments that depend on a dim are recorded as symbolic arguments, evaluated from the
-// inputs' sizes on every run. Because the other sizes are >= 2, an example size of 0 or 1 is never
+// inputs' sizes on every run.
+// Note [Floats from sizes]: a float argument that differs between captures is a SymFloat: of
+// a program being lowered, the one of its SymFloats (or SymBools, for a bool) whose value is the
+// argument's in every capture (scalars_moving makes the captures tell them apart); of C++ code,
+// one of a few forms in one dim (`1.0 / x.size(0)` is FloatTrueDiv(1.0, ToFloat(s77)), also
+// c*s, s/c, s**0.5, s**-0.5, a*s + b), kept only when it gives the captured number bit for bit
+// in every capture. Anything else is refused as a specialization, with the values seen. Because the other sizes are >= 2, an example size of 0 or 1 is never
 // specialized silently: either the program is right for every size, or a capture fails and
 // export names the op.
 
 #include <algorithm>  // std::max
+#include <cmath>      // std::isfinite
 #include <cstddef>    // std::size_t
 #include <cstdint>    // std::int64_t
 #include <optional>   // std::optional
+#include <functional>  // std::function
 #include <set>        // std::set
 #include <span>       // std::span
 #include <string>     // std::string
@@ -14049,11 +14500,12 @@ inline std::string node_text(const node& n) {
   return s;
 }
 
-/// Compares one argument of two captures; collects integer positions that differ.
+/// Compares one argument of two captures; collects the positions of ints, floats and bools that
+/// differ (a float or bool may be a SymFloat / SymBool of the program lowered: fit_argument).
 inline bool same_shape_args(const argument& a, const argument& b, std::vector<std::pair<const argument*, const argument*>>& ints) {
   if (a.type() != b.type()) return false;
-  if (a.is_int()) {
-    if (a.as_int() != b.as_int()) ints.emplace_back(&a, &b);
+  if (a.is_int() || a.is_double() || a.is_bool()) {
+    if (!(a == b)) ints.emplace_back(&a, &b);
     return true;
   }
   if (a.is_value()) return a.as_value().name() == b.as_value().name();
@@ -14093,10 +14545,10 @@ inline std::string values_text(const std::vector<std::int64_t>& obs, const sym_r
   return s;
 }
 
-/// Replaces the int at `site` (inside `base`, mirrored in `out`) by `e`.
-inline bool replace_int(argument& out, const argument* site, const argument& base, const sym_int& e) {
+/// Replaces the int (or number) at `site` (inside `base`, mirrored in `out`) by `e`.
+inline bool replace_int(argument& out, const argument* site, const argument& base, const argument& e) {
   if (&base == site) {
-    out = argument(e);
+    out = e;
     return true;
   }
   if (base.is_list())
@@ -14186,8 +14638,9 @@ inline void require_same_ops(const exported_program& base, const std::vector<con
 /// sizes. `runs[r]` is the dims' values in capture r (0 = the example).
 class symbolic_maker {
  public:
-  symbolic_maker(exported_program& base, const std::vector<const exported_program*>& others, const sym_runs& runs)
-      : runs_(runs), fit_(runs), nruns_(runs.values.size()), nodes_(nruns_) {
+  symbolic_maker(exported_program& base, const std::vector<const exported_program*>& others, const sym_runs& runs,
+                 std::vector<sym_scalar> scalars = {})
+      : runs_(runs), fit_(runs), nruns_(runs.values.size()), nodes_(nruns_), scalars_(std::move(scalars)) {
     base_ = flat_nodes(base.graph());
     for (const auto& f : base_) nodes_[0].push_back(f.n);
     for (std::size_t r = 1; r < nruns_; ++r)
@@ -14312,6 +14765,11 @@ class symbolic_maker {
         if (std::find(sites.begin(), sites.end(), pa) == sites.end()) sites.push_back(pa);
     bool changed = false;
     for (const auto* site : sites) {
+      if (!site->is_int()) {
+        replace_int(arg, site, n.args()[k], fit_scalar(i, k, site, diffs));
+        changed = true;
+        continue;
+      }
       std::vector<std::int64_t> obs(nruns_, site->as_int());
       for (std::size_t r = 1; r < nruns_; ++r)
         for (const auto& [pa, pb] : diffs[r])
@@ -14327,6 +14785,67 @@ class symbolic_maker {
       changed = true;
     }
     return changed;
+  }
+
+  /// The SymFloat / SymBool of the program lowered whose value in each capture is that of the
+  /// number at `site` (argument `k` of node `i`; `diffs[r]` pairs the sites with capture r's).
+  argument fit_scalar(std::size_t i, std::size_t k, const argument* site,
+                      const std::vector<std::vector<std::pair<const argument*, const argument*>>>& diffs) const {
+    const auto number = [](const argument& a) { return a.is_bool() ? (a.as_bool() ? 1.0 : 0.0) : a.as_double(); };
+    std::vector<double> obs(nruns_, number(*site));
+    for (std::size_t r = 1; r < nruns_; ++r)
+      for (const auto& [pa, pb] : diffs[r])
+        if (pa == site) obs[r] = number(*pb);
+    const auto matches = [&](const sym_scalar& s) {
+      for (std::size_t r = 0; r < nruns_; ++r) {
+        try {
+          if (s.eval([&](const sym_int& e) { return fit_.eval(e, r); }) != obs[r]) return false;
+        } catch (const run_error&) {  // a division by a size that is 0 here: C++ gave inf or nan, a run raises
+          if (std::isfinite(obs[r])) return false;
+        }
+      }
+      return true;
+    };
+    for (const auto& s : scalars_)
+      if (s.is_bool() == site->is_bool() && matches(s)) return s;
+    if (site->is_double())
+      for (const auto& s : float_forms(obs))
+        if (matches(s)) return s;
+    const node n = nodes_[0][i];
+    std::string seen;
+    for (std::size_t r = 0; r < nruns_; ++r)
+      seen += (seen.empty() ? "" : ", ") + python_float_repr(obs[r]) + " at " + assignment_text(runs_.dim_names, runs_.values[r]);
+    throw dim_specialized{-1, "argument '" + n.op().schema().arguments()[k].name() + "' of node " + node_text(n) + " is " + seen +
+                                  (scalars_.empty() ? ": the traced code computed it from the size (as a C++ number, which "
+                                                      "export cannot follow)"
+                                                    : ": a number computed from a dynamic size that is none of the program's "
+                                                      "SymFloats or SymBools (the decomposition computed with it)")};
+  }
+
+  /// The forms a float computed from one dim in C++ takes (Note [Floats from sizes]), fitted to
+  /// `obs` at the example: c*s, s/c, c/s, s**0.5, s**-0.5, a*s + b.
+  std::vector<sym_scalar> float_forms(const std::vector<double>& obs) const {
+    using op = sym_scalar::op;
+    std::vector<sym_scalar> out;
+    for (std::size_t j = 0; j < runs_.symbols.size(); ++j) {
+      const auto s = sym_scalar::apply(op::to_float, sym_scalar::of(runs_.symbols[j]));
+      const auto s0 = static_cast<double>(runs_.values[0][j]);
+      const auto num = [](double c) { return sym_scalar::of(c); };
+      if (s0 == 0) continue;
+      out.push_back(sym_scalar::apply(op::mul, s, num(obs[0] / s0)));
+      if (obs[0] != 0) out.push_back(sym_scalar::apply(op::float_truediv, s, num(s0 / obs[0])));
+      out.push_back(sym_scalar::apply(op::float_truediv, num(obs[0] * s0), s));
+      out.push_back(sym_scalar::apply(op::pow, s, num(0.5)));
+      out.push_back(sym_scalar::apply(op::pow, s, num(-0.5)));
+      for (std::size_t r = 1; r < nruns_; ++r) {
+        const auto s1 = static_cast<double>(runs_.values[r][j]);
+        if (s1 == s0) continue;
+        const double a = (obs[r] - obs[0]) / (s1 - s0), b = obs[0] - a * s0;
+        out.push_back(sym_scalar::apply(op::add, sym_scalar::apply(op::mul, s, num(a)), num(b)));
+        break;
+      }
+    }
+    return out;
   }
 
   /// Fits the sizes of output `oi` (value `v`) of node `i`, and its strides when a size is symbolic.
@@ -14391,13 +14910,15 @@ class symbolic_maker {
   std::size_t nruns_;
   std::vector<std::vector<node>> nodes_;  // per capture, its nodes in order (0 = the base's)
   std::vector<flat_node> base_;           // the base's, with the operand of each subgraph placeholder
+  std::vector<sym_scalar> scalars_;       // the SymFloats and SymBools of the program lowered
 };
 
 /// Gives the base capture symbolic sizes and arguments from the captures at other sizes.
 /// `runs[r]` is the dims' values in capture r (0 = the example).
 inline void make_symbolic(exported_program& base, const std::vector<const exported_program*>& others,
-                          const sym_runs& runs, const std::vector<sym_shape>& user_input_sizes) {
-  symbolic_maker maker(base, others, runs);
+                          const sym_runs& runs, const std::vector<sym_shape>& user_input_sizes,
+                          std::vector<sym_scalar> scalars = {}) {
+  symbolic_maker maker(base, others, runs, std::move(scalars));
   require_same_ops(base, others, runs);
   maker.run(base.signature().input_specs, user_input_sizes);
 }
@@ -14508,6 +15029,11 @@ template <class F>
 void substitute_sizes(graph& g, const F& f) {
   const std::function<argument(const argument&)> arg = [&](const argument& a) -> argument {
     if (a.is_symbolic()) return f(a.as_sym());
+    if (a.is_scalar()) {  // a SymFloat / SymBool whose sizes all become numbers is a number
+      const auto s = a.as_scalar().map_sizes(f);
+      if (!s.is_constant()) return s;
+      return s.is_bool() ? argument(s.hint() != 0) : argument(s.hint());
+    }
     if (!a.is_list()) return a;
     argument::list_type l;
     l.reserve(a.as_list().size());
@@ -14534,7 +15060,7 @@ void substitute_sizes(graph& g, const F& f) {
     if (!n.is_call()) continue;
     bool symbolic = false;
     for (const auto& a : n.args()) {
-      symbolic = symbolic || a.is_symbolic() || a.is_graph();
+      symbolic = symbolic || a.is_symbolic() || a.is_scalar() || a.is_graph();
       if (a.is_list())
         for (const auto& e : a.as_list()) symbolic = symbolic || e.is_symbolic();
     }
@@ -14568,13 +15094,94 @@ inline exported_program specialize(const exported_program& p, const sym_runs& ru
   return q;
 }
 
+/// A capture for `runs` (a copy of the example's with one dim moved, values >= 2 in its range,
+/// the assertions between sizes held) where `wanted(values)` holds, if one is found: a dim set
+/// to another dim's value, one off it, twice or half it, or its bounds.
+template <class Wanted>
+std::optional<std::vector<std::int64_t>> run_where(const exported_program& p, const sym_runs& runs, const Wanted& wanted) {
+  std::vector<std::int64_t> mins, maxs;
+  std::vector<sym_relation> relations;
+  for (const auto& rc : p.range_constraints()) {
+    if (!rc.symbol.is_symbolic()) continue;
+    mins.push_back(rc.min);
+    maxs.push_back(rc.max.value_or(int_oo));
+    relations.insert(relations.end(), rc.relations.begin(), rc.relations.end());
+  }
+  const auto& base = runs.values[0];
+  std::vector<std::int64_t> tries;
+  for (auto v : base) tries.insert(tries.end(), {v, v - 1, v + 1, 2 * v, v / 2});
+  const std::vector<bool> known(base.size(), true);
+  for (std::size_t d = 0; d < base.size() && d < mins.size(); ++d) {
+    auto mine = tries;
+    mine.insert(mine.end(), {mins[d], maxs[d] == int_oo ? mins[d] + 64 : maxs[d]});
+    for (auto v : mine) {
+      if (v < std::max<std::int64_t>(mins[d], 2) || v > maxs[d] || v == base[d]) continue;
+      auto values = base;
+      values[d] = v;
+      if (relations_hold(relations, runs.symbols, values, known) && wanted(values)) return values;
+    }
+  }
+  return std::nullopt;
+}
+
+/// The value of SymFloat / SymBool `s` with the dims at `values` (per symbol of `runs`).
+inline double scalar_at(const sym_runs& runs, const sym_scalar& s, const std::vector<std::int64_t>& values) {
+  const sym_runs one{runs.symbols, runs.dim_names, {values}, {-1}};
+  const symbolic_fitter fit(one);
+  return s.eval([&](const sym_int& e) { return fit.eval(e, 0); });
+}
+
+/// The SymFloat and SymBool arguments of `p` (its subgraphs' too), each once. A transformation
+/// sees them as numbers and each is found again by its values in the captures (fit_scalar), so
+/// each must change between them, and no two may change alike: a capture is added where one
+/// does not (`Eq(s77, s17)`: s77 set to s17's value), or where two agree (`s77 > s17`, `s77 >= 2`).
+/// One no capture changes is refused (which number of the result it became cannot be told, and
+/// a constant would be wrong at other sizes); two no capture tells apart are taken as equal.
+inline std::vector<sym_scalar> scalars_moving(const exported_program& p, sym_runs& runs, std::string_view what) {
+  std::vector<sym_scalar> out;
+  const std::function<void(const argument&)> visit = [&](const argument& a) {
+    if (a.is_scalar() && std::find(out.begin(), out.end(), a.as_scalar()) == out.end()) out.push_back(a.as_scalar());
+    if (a.is_list())
+      for (const auto& e : a.as_list()) visit(e);
+  };
+  for (const auto& f : flat_nodes(p.graph()))
+    if (f.n.is_call())
+      for (const auto& a : f.n.args()) visit(a);
+  const auto add = [&](std::optional<std::vector<std::int64_t>> values) {
+    if (!values) return false;
+    runs.values.push_back(std::move(*values));
+    runs.moved.push_back(-1);
+    return true;
+  };
+  const auto trace_of = [&](const sym_scalar& s) {
+    std::vector<double> v;
+    for (const auto& values : runs.values) v.push_back(scalar_at(runs, s, values));
+    return v;
+  };
+  for (const auto& s : out) {
+    const auto now = trace_of(s);
+    if (std::any_of(now.begin(), now.end(), [&](double v) { return v != now[0]; })) continue;
+    if (add(run_where(p, runs, [&](const auto& values) { return scalar_at(runs, s, values) != now[0]; }))) continue;
+    throw export_error("xport.symbolic.scalar", std::string(what) + ": the " + (s.is_bool() ? "SymBool " : "SymFloat ") + s.str() +
+                                                    " has one value at every size xport can capture the program at, so where "
+                                                    "it goes in the result cannot be found. Way out: pass it as a tensor, or "
+                                                    "make its dims static");
+  }
+  for (std::size_t i = 0; i < out.size(); ++i)
+    for (std::size_t j = i + 1; j < out.size(); ++j)
+      if (out[i].is_bool() == out[j].is_bool() && trace_of(out[i]) == trace_of(out[j]))
+        (void)add(run_where(p, runs, [&](const auto& values) { return scalar_at(runs, out[i], values) != scalar_at(runs, out[j], values); }));
+  return out;
+}
+
 /// Applies `f`, a transformation of static programs (re-capture, decomposition,
 /// functionalization), to a program with dynamic dims: `f` runs on the program specialized at
 /// several sizes and the results are made symbolic again (Note [Capturing at several sizes]).
 template <class F>
 exported_program transform_symbolic(const exported_program& p, std::string_view what, F&& f) {
   if (p.range_constraints().empty()) return f(p);
-  const auto runs = runs_of(p);
+  auto runs = runs_of(p);
+  const auto scalars = scalars_moving(p, runs, what);
   // the row counts of the data-dependent calls, in the order they are made (Note [Unbacked sizes in a capture])
   std::vector<std::size_t> rows_of;
   std::unordered_set<std::string> seen;
@@ -14601,7 +15208,7 @@ exported_program transform_symbolic(const exported_program& p, std::string_view 
     if (p.signature().input_specs.at(i).kind == input_kind::user_input && phs[i].out().kind() == value_kind::tensor)
       inputs.push_back(phs[i].out().meta().sizes);
   try {
-    make_symbolic(base, ptrs, runs, inputs);
+    make_symbolic(base, ptrs, runs, inputs, scalars);
   } catch (const dim_specialized& s) {
     throw export_error("xport.symbolic.specialized",
                        std::string(what) + ": the " + (what == "run_decompositions" ? "decomposed" : "transformed") +
@@ -17490,6 +18097,7 @@ inline std::size_t hash_argument(const argument& a) {
     case argument::kind::memory_format: return hash_combine(h, static_cast<std::size_t>(a.as_memory_format()));
     case argument::kind::value: return hash_combine(h, std::hash<value>{}(a.as_value()));
     case argument::kind::symbolic: return hash_combine(h, a.as_sym().expr()->hash());
+    case argument::kind::scalar: return hash_combine(h, std::hash<std::string>{}(a.as_scalar().str()));
     case argument::kind::graph: return hash_combine(h, std::hash<const void*>{}(a.as_graph().get()));
     case argument::kind::list:
       for (const auto& e : a.as_list()) h = hash_combine(h, hash_argument(e));
@@ -18597,6 +19205,10 @@ class sym_env {
     if (!v) throw run_error("xport.run.unbound_symbol", "size " + e.str() + " uses a symbol no input binds");
     return *v;
   }
+  /// A SymFloat's value in this call (a SymBool's: 0 or 1).
+  [[nodiscard]] double eval(const sym_scalar& e) const {
+    return e.eval([this](const sym_int& s) { return eval(s); });
+  }
 
   /// Binds the unbacked symbol `name` (`u0`) to the value node `where` gave it at run time (a
   /// nonzero's row count, an item()), checked against its range: torch's `_assert_scalar` nodes.
@@ -19073,6 +19685,7 @@ class compiled_program {
     enum class kind : std::uint8_t {
       constant, reg_copy, reg_move, tensor_list, opt_tensor_list, int_list, symbolic,
       symbolic_number, reg_number,  // a size where a Tensor is expected: passed as a wrapped number
+      scalar, scalar_number,        // a SymFloat or SymBool (into scalars), as is or wrapped
       any_list  // a generic list: its elements of any kind, nested lists among them (any_list elements)
     };
     kind type;
@@ -19118,6 +19731,7 @@ class compiled_program {
   std::vector<c10::IValue> constants;
   std::vector<list_op> lists;
   std::vector<sym_int> syms;                 // symbolic arguments, evaluated per call
+  std::vector<sym_scalar> scalars;           // SymFloat and SymBool arguments, evaluated per call
   std::unordered_set<std::string> unbacked;  // the unbacked symbols a call binds
   std::vector<std::uint32_t> user_slots;     // per tensor user input: its register
   std::vector<std::optional<c10::MemoryFormat>> input_layout;  // per user input (see in_exported_layout)
@@ -19173,6 +19787,9 @@ class compiled_program {
     switch (a.type) {
       case arg_op::kind::symbolic: return env.eval(syms[a.index]);
       case arg_op::kind::symbolic_number: return detail::wrapped_number(c10::IValue(env.eval(syms[a.index])));
+      case arg_op::kind::scalar: return detail::scalar_ivalue(scalars[a.index], env.eval(scalars[a.index]));
+      case arg_op::kind::scalar_number:
+        return detail::wrapped_number(detail::scalar_ivalue(scalars[a.index], env.eval(scalars[a.index])));
       case arg_op::kind::reg_number: return detail::wrapped_number(regs[a.index]);
       case arg_op::kind::constant: return constants[a.index];
       case arg_op::kind::reg_copy: return regs[a.index];
@@ -19196,6 +19813,8 @@ class compiled_program {
         case arg_op::kind::constant:
         case arg_op::kind::symbolic:
         case arg_op::kind::symbolic_number:
+        case arg_op::kind::scalar:
+        case arg_op::kind::scalar_number:
         case arg_op::kind::reg_number:
         case arg_op::kind::reg_copy:
         case arg_op::kind::reg_move: stack.push_back(take(regs, env, a)); break;
@@ -19446,6 +20065,11 @@ class compiled_program {
         syms.push_back(a.as_sym());
         return {f == form::symbolic ? arg_op::kind::symbolic : arg_op::kind::symbolic_number,
                 static_cast<std::uint32_t>(syms.size() - 1)};
+      case form::scalar:
+      case form::scalar_number:
+        scalars.push_back(a.as_scalar());
+        return {f == form::scalar ? arg_op::kind::scalar : arg_op::kind::scalar_number,
+                static_cast<std::uint32_t>(scalars.size() - 1)};
       case form::any_list: return compile_any_list(a, reg_op);
       case form::tensor_list:
       case form::optional_tensor_list:
@@ -20338,9 +20962,14 @@ inline c10::TypePtr list_element(const c10::TypePtr& t) {
   return nullptr;
 }
 
-/// Names the graph value that computes a symbolic size (writing the sym_size / _operator nodes
-/// that compute it first); see graph_json.
-using sym_namer = std::function<std::string(const sym_int&)>;
+/// Names the graph value that computes a symbolic size, or a SymFloat / SymBool (writing the
+/// sym_size / _operator nodes that compute it first); see graph_json.
+struct sym_namer {
+  std::function<std::string(const sym_int&)> size;
+  std::function<std::string(const sym_scalar&)> scalar;
+  std::string operator()(const sym_int& e) const { return size(e); }
+  std::string operator()(const sym_scalar& s) const { return scalar(s); }
+};
 
 inline json argument_json(const argument& a, const c10::TypePtr& type, const sym_namer& name_sym = {}) {
   using K = argument::kind;
@@ -20349,8 +20978,7 @@ inline json argument_json(const argument& a, const c10::TypePtr& type, const sym
     case K::boolean: return {{"as_bool", a.as_bool()}};
     case K::integer: return {{"as_int", a.as_int()}};
     case K::floating: return {{"as_float", float_json(a.as_double())}};
-    case K::complex:
-      return {{"as_complex", {{"real", float_json(a.as_complex().real())}, {"imag", float_json(a.as_complex().imag())}}}};
+    case K::complex: return {{"as_complex", {{"real", float_json(a.as_complex().real())}, {"imag", float_json(a.as_complex().imag())}}}};
     case K::string: return {{"as_string", a.as_string()}};
     case K::dtype: return {{"as_scalar_type", scalar_type_number(a.as_dtype())}};
     case K::device: return {{"as_device", device_json(a.as_device())}};
@@ -20358,6 +20986,7 @@ inline json argument_json(const argument& a, const c10::TypePtr& type, const sym
     case K::memory_format: return {{"as_memory_format", memory_format_number(a.as_memory_format())}};
     case K::value: return value_ref(a.as_value());
     case K::symbolic: return {{"as_sym_int", {{"as_name", name_sym(a.as_sym())}}}};
+    case K::scalar: return {{a.as_scalar().is_bool() ? "as_sym_bool" : "as_sym_float", {{"as_name", name_sym(a.as_scalar())}}}};
     case K::graph: throw graph_error("xport.serde.subgraph", "subgraph '" + a.as_graph()->name + "' is written by graph_json, not as an argument");
     case K::list: break;
   }
@@ -20436,12 +21065,15 @@ struct value_scope {
     sym_int rhs;
   };
   std::unordered_map<std::string, condition> conditions;
+  /// The SymFloats and SymBools `_operator` nodes compute from sizes (`truediv`, `gt`).
+  std::unordered_map<std::string, sym_scalar> scalars;
   /// How many None results of higher-order calls were read (torch names them as_none, as_none_1, ...).
   std::size_t nones = 0;
 
   /// A SymInt argument named `name`: a symbolic size, or a graph value.
   [[nodiscard]] argument sym_arg(const at_path& j, const std::string& name) const {
     if (const auto it = syms.find(name); it != syms.end()) return argument(it->second);
+    if (const auto it = scalars.find(name); it != scalars.end()) return argument(it->second);
     return (*this)(j, name);
   }
 
@@ -20500,12 +21132,6 @@ inline argument argument_of(const at_path& j, const value_scope& scope) {
   if (k == "as_device") return device_of(v);
   if (k == "as_sym_int" || k == "as_sym_bool" || k == "as_sym_float") {
     auto [k2, v2] = v.one_of();
-    if (k2 == "as_name" && k == "as_sym_bool")
-      if (const auto c = scope.conditions.find(v2.str()); c != scope.conditions.end())
-        v2.fail("'" + v2.str() + "' (" + c->second.lhs.str() + " " + c->second.op + " " + c->second.rhs.str() +
-                ") is a comparison of sizes passed to an operator: xport reads such SymBools only as assertions "
-                "(_assert_scalar). Way out: compare the sizes in the model and pass a tensor "
-                "(torch.tensor(x.shape[0] > y.shape[0])), or make the sizes static");
     if (k2 == "as_name") return scope.sym_arg(v2, v2.str());
     if (k2 == "as_int") return v2.integer();
     if (k2 == "as_bool") return v2.boolean();
@@ -20997,6 +21623,7 @@ class sym_writer {
       }
     for (auto n : g.nodes())
       for (auto v : n.outputs()) taken_.insert(v.name());
+    taken_.insert("pow");  // a Python builtin: torch.fx names a pow node pow_1
     for (auto ph : g.placeholders()) {
       const auto v = ph.out();
       if (v.kind() != value_kind::tensor) continue;
@@ -21086,7 +21713,85 @@ class sym_writer {
     return name;
   }
 
+  /// Where the SymFloat and SymBool values' types go.
+  void scalar_tables(json& floats, json& bools) {
+    floats_ = &floats;
+    bools_ = &bools;
+  }
+
+  /// The name of a value equal to SymFloat / SymBool `s` (written on first use): one node per
+  /// operation, as torch writes them (`_operator.truediv`, `torch.sym_float`, `_operator.gt`).
+  std::string operator()(const sym_scalar& s) {
+    const auto key = "#" + s.str();
+    if (auto it = named_.find(key); it != named_.end()) return it->second;
+    using op = sym_scalar::op;
+    const auto& x = s.root();
+    json inputs = json::array({{{"name", "a"}, {"arg", scalar_operand(x.a)}, {"kind", 1}}});
+    if (x.b) inputs.push_back({{"name", "b"}, {"arg", scalar_operand(x.b)}, {"kind", 1}});
+    std::string what;
+    switch (x.kind) {
+      case op::to_float: what = "sym_float"; break;
+      case op::int_truediv:
+      case op::float_truediv: what = "truediv"; break;
+      case op::add: what = "add"; break;
+      case op::sub: what = "sub"; break;
+      case op::mul: what = "mul"; break;
+      case op::pow: what = "pow"; break;
+      case op::neg: what = "neg"; break;
+      case op::compare: what = std::string(sym_relation{0, x.cmp, 0}.kind_of().fx); break;
+      default: throw error("xport.save.symbolic_argument", "a SymFloat argument is a bare number or size: " + s.str());
+    }
+    const auto name = fresh(x.name.empty() ? what : x.name);
+    const bool is_bool = s.is_bool();
+    nodes_.push_back({{"target", (x.kind == op::to_float ? "torch." : "_operator.") + what},
+                      {"inputs", std::move(inputs)},
+                      {"outputs", json::array({{{is_bool ? "as_sym_bool" : "as_sym_float", {{"as_name", name}}}}})},
+                      {"metadata", json::object()},
+                      {"name", name}});
+    auto& table = is_bool ? *bools_ : *floats_;
+    table[name] = {{"as_expr", {{"expr_str", srepr(x)}, {"hint", is_bool ? json(nullptr) : json{{"as_float", float_json(s.hint())}}}}}};
+    named_.emplace(key, name);
+    return name;
+  }
+
  private:
+  /// A SymFloat operation's operand as torch writes it: `as_int`, `as_float`, a SymInt's or a SymFloat's name.
+  json scalar_operand(const sym_scalar::node_ptr& x) {
+    using op = sym_scalar::op;
+    if (x->kind == op::integer)
+      return x->size.is_constant() ? json{{"as_int", x->size.value()}} : json{{"as_sym_int", {{"as_name", (*this)(x->size)}}}};
+    if (x->kind == op::number) return {{"as_float", float_json(x->number)}};
+    return {{"as_sym_float", {{"as_name", (*this)(sym_scalar(x))}}}};
+  }
+
+  /// sympy's srepr of a SymFloat / SymBool, as torch writes it in sym_float_values: sums and
+  /// products with their number first in a product and last in a sum.
+  static std::string srepr(const sym_scalar::node& x) {
+    using op = sym_scalar::op;
+    const auto fn = [&](const char* f) { return std::string(f) + "(" + srepr(*x.a) + ", " + srepr(*x.b) + ")"; };
+    const auto number = [](const sym_scalar::node& n) { return n.kind == op::number; };
+    const auto negated = [&](const sym_scalar::node& n) {
+      return number(n) ? "Float('" + sym_scalar::float_text(-n.number, 17) + "', precision=53)" : "Mul(Integer(-1), " + srepr(n) + ")";
+    };
+    switch (x.kind) {
+      case op::integer: return x.size.is_constant() ? "Integer(" + std::to_string(x.size.value()) + ")" : sym::srepr(x.size);
+      case op::number: return "Float('" + sym_scalar::float_text(x.number, 17) + "', precision=53)";
+      case op::to_float: return "ToFloat(" + srepr(*x.a) + ")";
+      case op::int_truediv: return fn("IntTrueDiv");
+      case op::float_truediv: return fn("FloatTrueDiv");
+      case op::pow: return fn("FloatPow");
+      case op::add: return number(*x.a) ? "Add(" + srepr(*x.b) + ", " + srepr(*x.a) + ")" : fn("Add");
+      case op::sub: return "Add(" + srepr(*x.a) + ", " + negated(*x.b) + ")";
+      case op::mul: return number(*x.b) ? "Mul(" + srepr(*x.b) + ", " + srepr(*x.a) + ")" : fn("Mul");
+      case op::neg: return negated(*x.a);
+      case op::compare: {
+        const auto k = sym_relation{0, x.cmp, 0}.kind_of().sympy;
+        return std::string(k) + "(" + srepr(*x.a) + ", " + srepr(*x.b) + ")";
+      }
+    }
+    return "";
+  }
+
   struct site {
     std::string symbol, input;
     std::int64_t dim, a, b;
@@ -21183,6 +21888,8 @@ class sym_writer {
 
   json& nodes_;
   json& values_;
+  json* floats_ = nullptr;
+  json* bools_ = nullptr;
   std::unordered_set<std::string> taken_;
   std::unordered_map<std::string, std::string> named_;                       // expression -> value
   std::unordered_map<std::string, std::pair<std::string, sym_int>> symbols_;  // symbol -> value
@@ -21306,9 +22013,11 @@ json call_inputs_json(const exported_program& p, const node& n, Namer&& namer) {
 inline json graph_json(const exported_program& p) {
   const graph& g = p.graph();
   json inputs = json::array(), nodes = json::array(), outputs = json::array();
-  json tensor_values = json::object(), sym_int_values = json::object(), sym_bool_values = json::object();
+  json tensor_values = json::object(), sym_int_values = json::object(), sym_bool_values = json::object(),
+       sym_float_values = json::object();
   sym_writer name_sym(g, p.range_constraints(), nodes, sym_int_values);
-  const sym_namer namer = [&](const sym_int& e) { return name_sym(e); };
+  name_sym.scalar_tables(sym_float_values, sym_bool_values);
+  const sym_namer namer{[&](const sym_int& e) { return name_sym(e); }, [&](const sym_scalar& e) { return name_sym(e); }};
   // an output no getitem reads (value::unpacked) is named as torch names it: <node>_unused_<i>
   const auto name_of = [](const node& n, value v) {
     return n.has_tuple_output() && !v.unpacked() && v.num_uses() == 0
@@ -21362,7 +22071,7 @@ inline json graph_json(const exported_program& p) {
           {"nodes", std::move(nodes)},     {"tensor_values", std::move(tensor_values)},
           {"sym_int_values", std::move(sym_int_values)}, {"sym_bool_values", std::move(sym_bool_values)},
           {"is_single_tensor_return", g.returns_bare()}, {"custom_obj_values", json::object()},
-          {"sym_float_values", json::object()}};
+          {"sym_float_values", std::move(sym_float_values)}};
 }
 
 /// The program's call structure: its in_spec and out_spec or, for a program built by hand, one
@@ -21464,6 +22173,41 @@ struct sym_node_reader {
     const auto val = scope(v2, name);
     if (val.kind() != value_kind::sym_int) v2.fail("'" + name + "' is not a SymInt");
     return val.type().scalar;
+  }
+
+  /// A SymFloat's operand: a number, a size, or a SymFloat an earlier node computed.
+  sym_scalar scalar_operand(const at_path& j) const {
+    auto [k, v] = j.one_of();
+    if (k == "as_float") return sym_scalar::of(v.number());
+    if (k == "as_int" || k == "as_sym_int") return sym_scalar::of(operand(j));
+    if (k != "as_sym_float") j.fail("expected a number, a SymInt or a SymFloat, got '" + k + "'");
+    auto [k2, v2] = v.one_of();
+    if (k2 == "as_float") return sym_scalar::of(v2.number());
+    if (k2 != "as_name") v.fail("unknown member '" + k2 + "'");
+    if (auto it = scope.scalars.find(v2.str()); it != scope.scalars.end()) return it->second;
+    v2.fail("'" + v2.str() + "' is no SymFloat computed from sizes (xport reads torch.sym_float and _operator nodes on sizes)");
+  }
+
+  /// Whether operand `j` is a float (a number or a SymFloat) rather than an int.
+  static bool is_float_operand(const at_path& j) {
+    const auto [k, v] = j.one_of();
+    return k == "as_float" || k == "as_sym_float";
+  }
+
+  /// The SymFloat the node computes (Note [SymFloat text] in ir/sym_scalar.hpp).
+  sym_scalar scalar_result() const {
+    using op = sym_scalar::op;
+    const auto binary = [&](op k) { return sym_scalar::apply(k, scalar_operand(input("a")), scalar_operand(input("b"))); };
+    if (target == "torch.sym_float") return sym_scalar::apply(op::to_float, scalar_operand(input("a")));
+    if (target == "_operator.truediv") return binary(op::float_truediv);  // of two ints: IntTrueDiv
+    if (target == "_operator.add") return binary(op::add);
+    if (target == "_operator.sub") return binary(op::sub);
+    if (target == "_operator.mul") return binary(op::mul);
+    if (target == "_operator.pow") return binary(op::pow);
+    if (target == "_operator.neg") return sym_scalar::apply(op::neg, scalar_operand(input("a")));
+    if (target == "_operator.pos") return scalar_operand(input("a"));
+    nj["target"].fail("operator '" + target + "' computing a SymFloat is not supported by xport (it reads torch.sym_float "
+                      "and _operator truediv/add/sub/mul/pow/neg/pos)");
   }
 
   /// The tensor input `self`.
@@ -21623,13 +22367,21 @@ inline void read_sym_node(const at_path& nj, const std::string& target, value_sc
   if (outs.size_of_array() != 1) outs.fail(target + " returns one SymInt");
   auto [ok, ov] = outs[0].one_of();
   if (ok == "as_sym_bool" && comparison_of(target)) {
-    scope.conditions[ov["as_name"].str()] = {reader.operand(reader.input("a")), comparison_of(target),
-                                             reader.operand(reader.input("b"))};
+    const auto a = reader.input("a"), b = reader.input("b");
+    const auto name = ov["as_name"].str();
+    scope.scalars[name] = sym_scalar::compare(comparison_of(target), reader.scalar_operand(a), reader.scalar_operand(b)).named(name);
+    if (!sym_node_reader::is_float_operand(a) && !sym_node_reader::is_float_operand(b))
+      scope.conditions[name] = {reader.operand(a), comparison_of(target), reader.operand(b)};
     return;
   }
-  if (ok == "as_sym_bool" || ok == "as_sym_float")
-    nj["target"].fail("operator '" + target + "' computes a " + (ok == "as_sym_bool" ? "SymBool" : "SymFloat") +
-                      ", which xport does not represent (it reads integer size arithmetic only)");
+  if (ok == "as_sym_float") {
+    const auto name = ov["as_name"].str();
+    scope.scalars[name] = reader.scalar_result().named(name);
+    return;
+  }
+  if (ok == "as_sym_bool")
+    nj["target"].fail("operator '" + target + "' computes a SymBool xport does not represent (it reads comparisons of "
+                      "sizes: _operator eq/ne/ge/gt/le/lt)");
   if (ok != "as_sym_int") outs[0].fail(target + " returns a SymInt, not '" + ok + "'");
   const auto out_name = ov["as_name"].str();
   sym_int result;

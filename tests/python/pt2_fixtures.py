@@ -412,6 +412,27 @@ class SizeBool(nn.Module):
         return x.new_ones(1) * (x.shape[0] > y.shape[0])
 
 
+class SizeScalars(nn.Module):
+    """SymFloats and SymBools of every operation torch records on sizes: IntTrueDiv, ToFloat,
+    FloatTrueDiv, FloatPow, sums, products, negation; Eq, Ne, <= of size expressions."""
+
+    def forward(self, x, y):
+        s, t = x.shape[0], y.shape[0]
+        a = x * (s / 2 * 3)
+        b = x * (s / t)
+        c = x * (s / 2 + 1.5)
+        d = x * (1.0 / s)
+        e = x * (-(s / 4))
+        f = x * (s * 0.1 - 2.0)
+        g = x * (torch.sym_float(s) / t)
+        h = x * (s / 2) ** 2
+        i = y.new_ones(1) * (s == t)
+        j = y.new_ones(1) * (s != 2 * t)
+        k = y.new_ones(1) * (s <= t + 1)
+        m = x * (torch.sym_float(x.shape[1]) ** 0.5)
+        return a, b, c, d, e, f, g, h, i, j, k, m
+
+
 class SizeRelation(nn.Module):
     """An assertion relating two symbols: `u0 <= s77` (torch._check of an item() against a size)."""
 
@@ -737,9 +758,16 @@ def main():
     w.export("complex_scalar", Complex(), (z,), extra=[((torch.randn(6, dtype=torch.cfloat)[::2],), {})], printed=True,
              lowered=True)
     w.export("unsupported_vmap", Batched(), (torch.randn(3, 4), torch.randn(4, 2)))
-    w.export("unsupported_sym_float", SizeFloat(), (torch.randn(4, 3),), dynamic_shapes={"x": {0: Dim("n", min=2, max=64)}})
-    w.export("unsupported_sym_bool", SizeBool(), (torch.randn(4), torch.randn(3)),
-             dynamic_shapes={"x": {0: Dim("a", max=64)}, "y": {0: Dim("b", max=64)}})
+    w.export("sym_float", SizeFloat(), (torch.randn(4, 3),), dynamic_shapes={"x": {0: Dim("n", min=2, max=64)}},
+             extra=[((torch.randn(9, 3),), {}), ((torch.randn(3, 10)[:, ::2].t(),), {})], printed=True, lowered="values")
+    w.export("sym_bool", SizeBool(), (torch.randn(4), torch.randn(3)),
+             dynamic_shapes={"x": {0: Dim("a", max=64)}, "y": {0: Dim("b", max=64)}},
+             extra=[((torch.randn(2), torch.randn(7)), {}), ((torch.randn(5), torch.randn(5)), {})], printed=True,
+             lowered="values")
+    w.export("sym_scalars", SizeScalars(), (torch.randn(4, 3), torch.randn(2)),
+             dynamic_shapes={"x": {0: Dim("n", min=2, max=64), 1: Dim("m", max=64)}, "y": {0: Dim("k", min=2, max=64)}},
+             extra=[((torch.randn(10, 5), torch.randn(5)), {}), ((torch.randn(7, 2), torch.randn(3)), {}),
+                    ((torch.randn(6, 8).t(), torch.randn(6)), {})], lowered="values")
     x = torch.randn(6, 2)
     w.export("size_relation", SizeRelation(), (x, torch.tensor(3)), dynamic_shapes={"x": {0: Dim("n", max=64)}, "n": None},
              extra=[((torch.randn(20, 2), torch.tensor(20)), {}), ((torch.randn(2, 9)[:, ::3].t(), torch.tensor(1)), {})],

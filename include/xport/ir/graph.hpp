@@ -43,6 +43,7 @@
 #include <xport/fwd.hpp>
 #include <xport/ir/op.hpp>
 #include <xport/ir/sym_int.hpp>
+#include <xport/ir/sym_scalar.hpp>
 #include <xport/ir/tensor_meta.hpp>
 
 XPORT_BEGIN_NAMESPACE
@@ -167,7 +168,8 @@ class argument {
   using list_type = std::vector<argument>;
   enum class kind : std::uint8_t {
     none, boolean, integer, floating, string, dtype, device, layout, memory_format, value, list, symbolic, graph,
-    complex  ///< a Python complex number (`x * (1+2j)`): an `as_complex` argument
+    complex,  ///< a Python complex number (`x * (1+2j)`): an `as_complex` argument
+    scalar    ///< a SymFloat or SymBool computed from sizes (`s77 / 2`, `s77 > s17`): sym_scalar
   };
 
   argument() noexcept = default;
@@ -197,6 +199,8 @@ class argument {
     if (s.is_constant()) v_ = s.hint();
     else v_ = s;
   }
+  /// A SymFloat or SymBool that depends on dynamic dimensions, evaluated on every run.
+  argument(sym_scalar s) : v_(std::move(s)) {}  // NOLINT
   argument(std::initializer_list<argument> l) : v_(list_type(l)) {}  // NOLINT
   /// A subgraph (`true_graph_0` of a cond): shared, never changed once made (see subgraph).
   argument(std::shared_ptr<const subgraph> g) noexcept : v_(std::move(g)) {}  // NOLINT
@@ -221,6 +225,7 @@ class argument {
   [[nodiscard]] bool is_symbolic() const noexcept { return type() == kind::symbolic; }
   [[nodiscard]] bool is_graph() const noexcept { return type() == kind::graph; }
   [[nodiscard]] bool is_complex() const noexcept { return type() == kind::complex; }
+  [[nodiscard]] bool is_scalar() const noexcept { return type() == kind::scalar; }
 
   [[nodiscard]] bool as_bool() const { return get<bool>(); }
   [[nodiscard]] std::int64_t as_int() const { return get<std::int64_t>(); }
@@ -233,6 +238,7 @@ class argument {
   [[nodiscard]] c10::MemoryFormat as_memory_format() const { return get<c10::MemoryFormat>(); }
   [[nodiscard]] value as_value() const { return get<value>(); }
   [[nodiscard]] const sym_int& as_sym() const { return get<sym_int>(); }
+  [[nodiscard]] const sym_scalar& as_scalar() const { return get<sym_scalar>(); }
   [[nodiscard]] const list_type& as_list() const { return get<list_type>(); }
   [[nodiscard]] const std::shared_ptr<const subgraph>& as_graph() const { return get<std::shared_ptr<const subgraph>>(); }
   [[nodiscard]] list_type& as_list() { return std::get<list_type>(v_); }
@@ -255,7 +261,7 @@ class argument {
   [[nodiscard]] std::string_view type_name() const noexcept {
     constexpr std::string_view names[] = {"None", "bool", "int", "float", "str", "dtype",
                                           "device", "layout", "memory_format", "value", "list", "SymInt",
-                                          "GraphModule", "complex"};
+                                          "GraphModule", "complex", "SymFloat"};
     return names[v_.index()];
   }
 
@@ -271,7 +277,7 @@ class argument {
 
   std::variant<none_t, bool, std::int64_t, double, std::string, c10::ScalarType, c10::Device,
                c10::Layout, c10::MemoryFormat, value, list_type, sym_int, std::shared_ptr<const subgraph>,
-               std::complex<double>>
+               std::complex<double>, sym_scalar>
       v_;
 };
 

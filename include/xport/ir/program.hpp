@@ -87,7 +87,7 @@ struct sym_relation {
                                               {">", "gt", "StrictGreaterThan"},
                                               {"<", "lt", "StrictLessThan"},
                                               {"==", "eq", "Equality"},
-                                              {"!=", "ne", "Unequal"}}};
+                                              {"!=", "ne", "Unequality"}}};
 
   sym_int lhs;
   std::string op;  ///< one of kinds' ops
@@ -111,8 +111,11 @@ struct sym_relation {
       if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(std::move(s));
     return out;
   }
-  /// `u0 <= s77`, as torch's assertion messages write it.
-  [[nodiscard]] std::string str() const { return lhs.str() + " " + op + " " + rhs.str(); }
+  /// `u0 <= s77` (`Eq(u0, 2)`, `Ne(u0, s77)`), as torch's assertion messages write it: sympy's str.
+  [[nodiscard]] std::string str() const {
+    if (op == "==" || op == "!=") return std::string(op == "==" ? "Eq(" : "Ne(") + lhs.str() + ", " + rhs.str() + ")";
+    return lhs.str() + " " + op + " " + rhs.str();
+  }
 };
 
 /// The range of one symbol: `VR[min, max]`; an absent max is infinity (`int_oo`).

@@ -79,6 +79,8 @@ enum class arg_form : std::uint8_t {
   value_number,          ///< a SymInt/SymFloat/SymBool value where a tensor is expected: wrapped
   symbolic,              ///< a symbolic size, passed as an int
   symbolic_number,       ///< a symbolic size where a tensor is expected: wrapped
+  scalar,                ///< a SymFloat or SymBool from sizes, passed as a float or bool
+  scalar_number,         ///< a SymFloat or SymBool where a tensor is expected: wrapped
   tensor_list,           ///< a Tensor[] holding graph values
   optional_tensor_list,  ///< a Tensor?[] holding graph values (and Nones)
   int_list,              ///< a SymInt[] (or any other list) holding graph values or symbols
@@ -93,6 +95,7 @@ inline arg_form form_of(const c10::Argument& param, const argument& a) {
     return tensor && a.as_value() && a.as_value().kind() != value_kind::tensor ? arg_form::value_number
                                                                                 : arg_form::value;
   if (a.is_symbolic()) return tensor ? arg_form::symbolic_number : arg_form::symbolic;
+  if (a.is_scalar()) return tensor ? arg_form::scalar_number : arg_form::scalar;
   if (!a.is_list()) return arg_form::constant;
   bool dynamic = false;
   a.for_each_value([&](const value&) { dynamic = true; });
@@ -107,11 +110,11 @@ inline arg_form form_of(const c10::Argument& param, const argument& a) {
                                                : arg_form::int_list;
 }
 
-/// Whether any argument holds a symbolic size (directly or in a list): the call's result then
+/// Whether any argument holds a symbolic size or a SymFloat / SymBool (directly or in a list): the call's result then
 /// depends on the sizes of the run.
 inline bool has_symbolic_argument(std::span<const argument> args) {
   for (const auto& a : args) {
-    if (a.is_symbolic()) return true;
+    if (a.is_symbolic() || a.is_scalar()) return true;
     if (a.is_list())
       for (const auto& e : a.as_list())
         if (e.is_symbolic()) return true;

@@ -60,6 +60,7 @@ inline std::string describe(const argument& a) {
     }
     case argument::kind::list: return "a list of " + std::to_string(a.as_list().size());
     case argument::kind::symbolic: return "SymInt " + a.as_sym().str();
+    case argument::kind::scalar: return (a.as_scalar().is_bool() ? "SymBool " : "SymFloat ") + a.as_scalar().str();
     case argument::kind::graph: return "subgraph '" + a.as_graph()->name + "'";
   }
   return "?";
@@ -81,7 +82,7 @@ inline bool coerce(argument& a, const c10::TypePtr& t, const c10::optional<int32
       // torch (`aten.add.Tensor(x, 1)` is how torch.export records `x + 1`); a symbolic size
       // too (`aten.mul.Tensor(x, sym_size_int_1)` is `x * x.size(0)`).
       return is_value_of(a, value_kind::tensor) || a.is_int() || a.is_double() || a.is_bool() || a.is_complex() ||
-             a.is_symbolic() || is_value_of(a, value_kind::sym_int) || is_value_of(a, value_kind::sym_float);
+             a.is_symbolic() || a.is_scalar() || is_value_of(a, value_kind::sym_int) || is_value_of(a, value_kind::sym_float);
     case K::ComplexType:
       if (a.is_int()) a = std::complex<double>(static_cast<double>(a.as_int()), 0);
       if (a.is_double()) a = std::complex<double>(a.as_double(), 0);
@@ -90,10 +91,10 @@ inline bool coerce(argument& a, const c10::TypePtr& t, const c10::optional<int32
     case K::SymIntType: return a.is_int() || a.is_symbolic() || is_value_of(a, value_kind::sym_int);
     case K::FloatType:
       if (a.is_int()) a = static_cast<double>(a.as_int());
-      return a.is_double() || is_value_of(a, value_kind::sym_float);
-    case K::BoolType: return a.is_bool() || is_value_of(a, value_kind::sym_bool);
+      return a.is_double() || (a.is_scalar() && !a.as_scalar().is_bool()) || is_value_of(a, value_kind::sym_float);
+    case K::BoolType: return a.is_bool() || (a.is_scalar() && a.as_scalar().is_bool()) || is_value_of(a, value_kind::sym_bool);
     case K::NumberType:
-      return a.is_int() || a.is_double() || a.is_bool() || a.is_complex() || a.is_symbolic() || is_value_of(a, value_kind::sym_int) ||
+      return a.is_int() || a.is_double() || a.is_bool() || a.is_complex() || a.is_symbolic() || a.is_scalar() || is_value_of(a, value_kind::sym_int) ||
              is_value_of(a, value_kind::sym_float);
     case K::StringType: return a.is_string();
     case K::ScalarTypeType: return a.is_dtype();
@@ -195,6 +196,11 @@ inline argument default_argument(const c10::Argument& param) {
   return a;
 }
 
+/// The IValue of SymFloat or SymBool `s` whose value is `v`: a double, or a bool.
+inline c10::IValue scalar_ivalue(const sym_scalar& s, double v) {
+  return s.is_bool() ? c10::IValue(v != 0) : c10::IValue(v);
+}
+
 /// Compiles a subgraph into the capsule a control-flow kernel receives (set by
 /// run/interpreter.hpp, which every build of xport includes).
 inline c10::IValue (*subgraph_compiler)(const subgraph&) = nullptr;
@@ -214,6 +220,7 @@ c10::IValue to_ivalue(const argument& a, const c10::TypePtr& t, Lookup&& lookup)
   using K = c10::TypeKind;
   if (t->kind() == K::TensorType && (a.is_int() || a.is_double() || a.is_bool() || a.is_complex())) return wrapped_number(a);
   if (t->kind() == K::TensorType && a.is_symbolic()) return wrapped_number(c10::IValue(a.as_sym().hint()));
+  if (t->kind() == K::TensorType && a.is_scalar()) return wrapped_number(scalar_ivalue(a.as_scalar(), a.as_scalar().hint()));
   if (t->kind() == K::TensorType && a.is_value() && a.as_value() && a.as_value().kind() != value_kind::tensor)
     return wrapped_number(lookup(a.as_value()));
   switch (a.type()) {
@@ -229,6 +236,7 @@ c10::IValue to_ivalue(const argument& a, const c10::TypePtr& t, Lookup&& lookup)
     case argument::kind::memory_format: return a.as_memory_format();
     case argument::kind::value: return lookup(a.as_value());
     case argument::kind::symbolic: return a.as_sym().hint();  // the example value (meta runs)
+    case argument::kind::scalar: return scalar_ivalue(a.as_scalar(), a.as_scalar().hint());
     case argument::kind::graph: return subgraph_ivalue(*a.as_graph());
     case argument::kind::list: break;
   }

@@ -55,6 +55,7 @@ inline std::size_t hash_argument(const argument& a) {
     case argument::kind::memory_format: return hash_combine(h, static_cast<std::size_t>(a.as_memory_format()));
     case argument::kind::value: return hash_combine(h, std::hash<value>{}(a.as_value()));
     case argument::kind::symbolic: return hash_combine(h, a.as_sym().expr()->hash());
+    case argument::kind::scalar: return hash_combine(h, std::hash<std::string>{}(a.as_scalar().str()));
     case argument::kind::graph: return hash_combine(h, std::hash<const void*>{}(a.as_graph().get()));
     case argument::kind::list:
       for (const auto& e : a.as_list()) h = hash_combine(h, hash_argument(e));

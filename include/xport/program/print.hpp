@@ -49,6 +49,9 @@ namespace detail {
 /// size_nodes below); empty: sizes print as expressions.
 using sym_names = std::unordered_map<std::string, std::string>;
 
+/// The key of SymFloat / SymBool `s` among the names of size nodes (apart from the sizes').
+inline std::string scalar_key(const sym_scalar& s) { return "#" + s.str(); }
+
 /// Python repr of an argument, as torch.fx's `_get_repr` writes it.
 inline std::string arg_repr(const argument& a, const sym_names& syms = {}) {
   switch (a.type()) {
@@ -68,6 +71,10 @@ inline std::string arg_repr(const argument& a, const sym_names& syms = {}) {
       const auto text = a.as_sym().str();
       const auto it = syms.find(text);
       return it == syms.end() ? text : it->second;
+    }
+    case argument::kind::scalar: {
+      const auto it = syms.find(scalar_key(a.as_scalar()));
+      return it == syms.end() ? a.as_scalar().str() : it->second;
     }
     case argument::kind::list: {
       std::string s = "[";
@@ -209,8 +216,19 @@ struct size_nodes {
   sym_names names;                                           // expression text -> name
 };
 
+/// Calls f on each size leaf of SymFloat / SymBool node `n`, operands first.
+inline void walk_scalar_sizes(const sym_scalar::node& n, const std::function<void(const sym_int&)>& f) {
+  if (n.kind == sym_scalar::op::integer) {
+    if (n.size.is_symbolic()) f(n.size);
+    return;
+  }
+  if (n.a) walk_scalar_sizes(*n.a, f);
+  if (n.b) walk_scalar_sizes(*n.b, f);
+}
+
 inline void walk_sizes(const argument& a, const std::function<void(const sym_int&)>& f) {
   if (a.is_symbolic()) f(a.as_sym());
+  else if (a.is_scalar()) walk_scalar_sizes(a.as_scalar().root(), f);
   else if (a.is_list())
     for (const auto& e : a.as_list()) walk_sizes(e, f);
 }
@@ -238,6 +256,10 @@ class size_planner {
       if (const auto lin = sym::as_linear(e)) plan_linear(n, e, *lin);
       else plan_product(n, e);
     }
+    for (auto n : g_.nodes())
+      if (n.is_call())
+        for (const auto& a : n.args())
+          if (a.is_scalar()) (void)plan_scalar(n, a.as_scalar().ptr());
     plan_relations();
     return std::move(out_);
   }
@@ -254,12 +276,64 @@ class size_planner {
           });
   }
 
-  /// Marks every node and value name of the graph as taken.
+  /// Plans the nodes of SymFloat / SymBool node `x` (its operands' first) before its first user
+  /// `n`, as torch prints them (`truediv: "Sym(IntTrueDiv(s77, 2))" = sym_size_int_1 / 2`);
+  /// returns what an operation reading it writes (its name, a number, or a size).
+  std::string plan_scalar(node n, const sym_scalar::node_ptr& x) {
+    using op = sym_scalar::op;
+    if (x->kind == op::integer) {
+      if (x->size.is_constant()) return std::to_string(x->size.value());
+      const auto it = out_.names.find(x->size.str());
+      return it == out_.names.end() ? x->size.str() : it->second;
+    }
+    if (x->kind == op::number) return python_float_repr(x->number);
+    const sym_scalar s(x);
+    const auto key = scalar_key(s);
+    if (auto it = out_.names.find(key); it != out_.names.end()) return it->second;
+    const auto a = plan_scalar(n, x->a);
+    const auto b = x->b ? plan_scalar(n, x->b) : std::string();
+    std::vector<std::string> inputs;
+    for (const auto* operand : {&a, &b})
+      if (!operand->empty() && taken_.count(*operand) && std::find(inputs.begin(), inputs.end(), *operand) == inputs.end())
+        inputs.push_back(*operand);
+    std::string base, rhs;
+    switch (x->kind) {
+      case op::to_float: base = "sym_float", rhs = "torch.sym_float(" + a + ")"; break;
+      case op::int_truediv:
+      case op::float_truediv: base = "truediv", rhs = a + " / " + b; break;
+      case op::add: base = "add", rhs = a + " + " + b; break;
+      case op::sub: base = "sub", rhs = a + " - " + b; break;
+      case op::mul: base = "mul", rhs = a + " * " + b; break;
+      case op::pow: base = "pow", rhs = a + " ** " + b; break;
+      case op::neg: base = "neg", rhs = "-" + a; break;
+      case op::compare: base = std::string(sym_relation{0, x->cmp, 0}.kind_of().fx), rhs = a + " " + x->cmp + " " + b; break;
+      default: break;
+    }
+    const bool own = !x->name.empty() && reserved_.erase(x->name) > 0;  // its name in the file, kept for it
+    const auto name = own ? x->name : fresh(x->name.empty() ? base : x->name);
+    out_.before[n.impl()].push_back({name, "Sym(" + s.str() + ")", rhs, std::move(inputs)});
+    out_.names.emplace(key, name);
+    return name;
+  }
+
+  /// Marks every node and value name of the graph as taken (and `pow`, a Python builtin torch.fx
+  /// names around: `pow_1`), then the names SymFloat / SymBool nodes had in their file, kept for
+  /// them (plan_scalar).
   void take_graph_names() {
+    taken_.insert("pow");
+    const std::function<void(const sym_scalar::node&)> reserve = [&](const sym_scalar::node& x) {
+      if (!x.name.empty() && taken_.insert(x.name).second) reserved_.insert(x.name);
+      if (x.a) reserve(*x.a);
+      if (x.b) reserve(*x.b);
+    };
     for (auto n : g_.nodes()) {
       taken_.insert(n.name());
       for (auto v : n.outputs()) taken_.insert(v.name());
     }
+    for (auto n : g_.nodes())
+      if (n.is_call())
+        for (const auto& a : n.args())
+          if (a.is_scalar()) reserve(a.as_scalar().root());
   }
 
   /// `base`, or `base_<i>` for the first free i, marked taken.
@@ -449,6 +523,7 @@ class size_planner {
   size_nodes out_;
   std::vector<std::pair<node, sym_int>> uses_;  // (first user, expression), in node order
   std::unordered_set<std::string> taken_;
+  std::unordered_set<std::string> reserved_;  // SymFloat / SymBool nodes' own names, not yet printed
   std::vector<std::pair<std::string, sym_int>> dim_symbols_;
   std::unordered_map<std::string, sym_int> symbol_of_;
 };
@@ -478,8 +553,9 @@ inline std::vector<fx_line> fx_lines(const graph& g, const print_options& o, std
     const std::function<void(const argument&)> visit = [&](const argument& a) {
       if (a.is_value()) {
         if (seen.insert(a.as_value().name()).second) names.push_back(a.as_value().name());
-      } else if (a.is_symbolic()) {
-        if (auto it = sizes.names.find(a.as_sym().str()); it != sizes.names.end() && seen.insert(it->second).second)
+      } else if (a.is_symbolic() || a.is_scalar()) {
+        const auto key = a.is_symbolic() ? a.as_sym().str() : scalar_key(a.as_scalar());
+        if (auto it = sizes.names.find(key); it != sizes.names.end() && seen.insert(it->second).second)
           names.push_back(it->second);
       } else if (a.is_list()) {
         for (const auto& e : a.as_list()) visit(e);

@@ -42,7 +42,7 @@ inline bool fits(const argument& a, const c10::TypePtr& t) {
         if (!fits(e, elem)) return false;
       return true;
     }
-    case K::FloatType: return a.is_double() || is_value_of(a, value_kind::sym_float);
+    case K::FloatType: return a.is_double() || (a.is_scalar() && !a.as_scalar().is_bool()) || is_value_of(a, value_kind::sym_float);
     default: {
       if (a.is_list()) return false;
       argument copy = a;  // scalars: the coercion rules, on a cheap copy

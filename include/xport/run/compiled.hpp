@@ -49,6 +49,7 @@ class compiled_program {
     enum class kind : std::uint8_t {
       constant, reg_copy, reg_move, tensor_list, opt_tensor_list, int_list, symbolic,
       symbolic_number, reg_number,  // a size where a Tensor is expected: passed as a wrapped number
+      scalar, scalar_number,        // a SymFloat or SymBool (into scalars), as is or wrapped
       any_list  // a generic list: its elements of any kind, nested lists among them (any_list elements)
     };
     kind type;
@@ -94,6 +95,7 @@ class compiled_program {
   std::vector<c10::IValue> constants;
   std::vector<list_op> lists;
   std::vector<sym_int> syms;                 // symbolic arguments, evaluated per call
+  std::vector<sym_scalar> scalars;           // SymFloat and SymBool arguments, evaluated per call
   std::unordered_set<std::string> unbacked;  // the unbacked symbols a call binds
   std::vector<std::uint32_t> user_slots;     // per tensor user input: its register
   std::vector<std::optional<c10::MemoryFormat>> input_layout;  // per user input (see in_exported_layout)
@@ -149,6 +151,9 @@ class compiled_program {
     switch (a.type) {
       case arg_op::kind::symbolic: return env.eval(syms[a.index]);
       case arg_op::kind::symbolic_number: return detail::wrapped_number(c10::IValue(env.eval(syms[a.index])));
+      case arg_op::kind::scalar: return detail::scalar_ivalue(scalars[a.index], env.eval(scalars[a.index]));
+      case arg_op::kind::scalar_number:
+        return detail::wrapped_number(detail::scalar_ivalue(scalars[a.index], env.eval(scalars[a.index])));
       case arg_op::kind::reg_number: return detail::wrapped_number(regs[a.index]);
       case arg_op::kind::constant: return constants[a.index];
       case arg_op::kind::reg_copy: return regs[a.index];
@@ -172,6 +177,8 @@ class compiled_program {
         case arg_op::kind::constant:
         case arg_op::kind::symbolic:
         case arg_op::kind::symbolic_number:
+        case arg_op::kind::scalar:
+        case arg_op::kind::scalar_number:
         case arg_op::kind::reg_number:
         case arg_op::kind::reg_copy:
         case arg_op::kind::reg_move: stack.push_back(take(regs, env, a)); break;
@@ -422,6 +429,11 @@ class compiled_program {
         syms.push_back(a.as_sym());
         return {f == form::symbolic ? arg_op::kind::symbolic : arg_op::kind::symbolic_number,
                 static_cast<std::uint32_t>(syms.size() - 1)};
+      case form::scalar:
+      case form::scalar_number:
+        scalars.push_back(a.as_scalar());
+        return {f == form::scalar ? arg_op::kind::scalar : arg_op::kind::scalar_number,
+                static_cast<std::uint32_t>(scalars.size() - 1)};
       case form::any_list: return compile_any_list(a, reg_op);
       case form::tensor_list:
       case form::optional_tensor_list:

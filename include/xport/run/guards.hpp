@@ -36,6 +36,10 @@ class sym_env {
     if (!v) throw run_error("xport.run.unbound_symbol", "size " + e.str() + " uses a symbol no input binds");
     return *v;
   }
+  /// A SymFloat's value in this call (a SymBool's: 0 or 1).
+  [[nodiscard]] double eval(const sym_scalar& e) const {
+    return e.eval([this](const sym_int& s) { return eval(s); });
+  }
 
   /// Binds the unbacked symbol `name` (`u0`) to the value node `where` gave it at run time (a
   /// nonzero's row count, an item()), checked against its range: torch's `_assert_scalar` nodes.

@@ -372,9 +372,14 @@ inline c10::TypePtr list_element(const c10::TypePtr& t) {
   return nullptr;
 }
 
-/// Names the graph value that computes a symbolic size (writing the sym_size / _operator nodes
-/// that compute it first); see graph_json.
-using sym_namer = std::function<std::string(const sym_int&)>;
+/// Names the graph value that computes a symbolic size, or a SymFloat / SymBool (writing the
+/// sym_size / _operator nodes that compute it first); see graph_json.
+struct sym_namer {
+  std::function<std::string(const sym_int&)> size;
+  std::function<std::string(const sym_scalar&)> scalar;
+  std::string operator()(const sym_int& e) const { return size(e); }
+  std::string operator()(const sym_scalar& s) const { return scalar(s); }
+};
 
 inline json argument_json(const argument& a, const c10::TypePtr& type, const sym_namer& name_sym = {}) {
   using K = argument::kind;
@@ -383,8 +388,7 @@ inline json argument_json(const argument& a, const c10::TypePtr& type, const sym
     case K::boolean: return {{"as_bool", a.as_bool()}};
     case K::integer: return {{"as_int", a.as_int()}};
     case K::floating: return {{"as_float", float_json(a.as_double())}};
-    case K::complex:
-      return {{"as_complex", {{"real", float_json(a.as_complex().real())}, {"imag", float_json(a.as_complex().imag())}}}};
+    case K::complex: return {{"as_complex", {{"real", float_json(a.as_complex().real())}, {"imag", float_json(a.as_complex().imag())}}}};
     case K::string: return {{"as_string", a.as_string()}};
     case K::dtype: return {{"as_scalar_type", scalar_type_number(a.as_dtype())}};
     case K::device: return {{"as_device", device_json(a.as_device())}};
@@ -392,6 +396,7 @@ inline json argument_json(const argument& a, const c10::TypePtr& type, const sym
     case K::memory_format: return {{"as_memory_format", memory_format_number(a.as_memory_format())}};
     case K::value: return value_ref(a.as_value());
     case K::symbolic: return {{"as_sym_int", {{"as_name", name_sym(a.as_sym())}}}};
+    case K::scalar: return {{a.as_scalar().is_bool() ? "as_sym_bool" : "as_sym_float", {{"as_name", name_sym(a.as_scalar())}}}};
     case K::graph: throw graph_error("xport.serde.subgraph", "subgraph '" + a.as_graph()->name + "' is written by graph_json, not as an argument");
     case K::list: break;
   }
@@ -470,12 +475,15 @@ struct value_scope {
     sym_int rhs;
   };
   std::unordered_map<std::string, condition> conditions;
+  /// The SymFloats and SymBools `_operator` nodes compute from sizes (`truediv`, `gt`).
+  std::unordered_map<std::string, sym_scalar> scalars;
   /// How many None results of higher-order calls were read (torch names them as_none, as_none_1, ...).
   std::size_t nones = 0;
 
   /// A SymInt argument named `name`: a symbolic size, or a graph value.
   [[nodiscard]] argument sym_arg(const at_path& j, const std::string& name) const {
     if (const auto it = syms.find(name); it != syms.end()) return argument(it->second);
+    if (const auto it = scalars.find(name); it != scalars.end()) return argument(it->second);
     return (*this)(j, name);
   }
 
@@ -534,12 +542,6 @@ inline argument argument_of(const at_path& j, const value_scope& scope) {
   if (k == "as_device") return device_of(v);
   if (k == "as_sym_int" || k == "as_sym_bool" || k == "as_sym_float") {
     auto [k2, v2] = v.one_of();
-    if (k2 == "as_name" && k == "as_sym_bool")
-      if (const auto c = scope.conditions.find(v2.str()); c != scope.conditions.end())
-        v2.fail("'" + v2.str() + "' (" + c->second.lhs.str() + " " + c->second.op + " " + c->second.rhs.str() +
-                ") is a comparison of sizes passed to an operator: xport reads such SymBools only as assertions "
-                "(_assert_scalar). Way out: compare the sizes in the model and pass a tensor "
-                "(torch.tensor(x.shape[0] > y.shape[0])), or make the sizes static");
     if (k2 == "as_name") return scope.sym_arg(v2, v2.str());
     if (k2 == "as_int") return v2.integer();
     if (k2 == "as_bool") return v2.boolean();

@@ -130,6 +130,7 @@ class sym_writer {
       }
     for (auto n : g.nodes())
       for (auto v : n.outputs()) taken_.insert(v.name());
+    taken_.insert("pow");  // a Python builtin: torch.fx names a pow node pow_1
     for (auto ph : g.placeholders()) {
       const auto v = ph.out();
       if (v.kind() != value_kind::tensor) continue;
@@ -219,7 +220,85 @@ class sym_writer {
     return name;
   }
 
+  /// Where the SymFloat and SymBool values' types go.
+  void scalar_tables(json& floats, json& bools) {
+    floats_ = &floats;
+    bools_ = &bools;
+  }
+
+  /// The name of a value equal to SymFloat / SymBool `s` (written on first use): one node per
+  /// operation, as torch writes them (`_operator.truediv`, `torch.sym_float`, `_operator.gt`).
+  std::string operator()(const sym_scalar& s) {
+    const auto key = "#" + s.str();
+    if (auto it = named_.find(key); it != named_.end()) return it->second;
+    using op = sym_scalar::op;
+    const auto& x = s.root();
+    json inputs = json::array({{{"name", "a"}, {"arg", scalar_operand(x.a)}, {"kind", 1}}});
+    if (x.b) inputs.push_back({{"name", "b"}, {"arg", scalar_operand(x.b)}, {"kind", 1}});
+    std::string what;
+    switch (x.kind) {
+      case op::to_float: what = "sym_float"; break;
+      case op::int_truediv:
+      case op::float_truediv: what = "truediv"; break;
+      case op::add: what = "add"; break;
+      case op::sub: what = "sub"; break;
+      case op::mul: what = "mul"; break;
+      case op::pow: what = "pow"; break;
+      case op::neg: what = "neg"; break;
+      case op::compare: what = std::string(sym_relation{0, x.cmp, 0}.kind_of().fx); break;
+      default: throw error("xport.save.symbolic_argument", "a SymFloat argument is a bare number or size: " + s.str());
+    }
+    const auto name = fresh(x.name.empty() ? what : x.name);
+    const bool is_bool = s.is_bool();
+    nodes_.push_back({{"target", (x.kind == op::to_float ? "torch." : "_operator.") + what},
+                      {"inputs", std::move(inputs)},
+                      {"outputs", json::array({{{is_bool ? "as_sym_bool" : "as_sym_float", {{"as_name", name}}}}})},
+                      {"metadata", json::object()},
+                      {"name", name}});
+    auto& table = is_bool ? *bools_ : *floats_;
+    table[name] = {{"as_expr", {{"expr_str", srepr(x)}, {"hint", is_bool ? json(nullptr) : json{{"as_float", float_json(s.hint())}}}}}};
+    named_.emplace(key, name);
+    return name;
+  }
+
  private:
+  /// A SymFloat operation's operand as torch writes it: `as_int`, `as_float`, a SymInt's or a SymFloat's name.
+  json scalar_operand(const sym_scalar::node_ptr& x) {
+    using op = sym_scalar::op;
+    if (x->kind == op::integer)
+      return x->size.is_constant() ? json{{"as_int", x->size.value()}} : json{{"as_sym_int", {{"as_name", (*this)(x->size)}}}};
+    if (x->kind == op::number) return {{"as_float", float_json(x->number)}};
+    return {{"as_sym_float", {{"as_name", (*this)(sym_scalar(x))}}}};
+  }
+
+  /// sympy's srepr of a SymFloat / SymBool, as torch writes it in sym_float_values: sums and
+  /// products with their number first in a product and last in a sum.
+  static std::string srepr(const sym_scalar::node& x) {
+    using op = sym_scalar::op;
+    const auto fn = [&](const char* f) { return std::string(f) + "(" + srepr(*x.a) + ", " + srepr(*x.b) + ")"; };
+    const auto number = [](const sym_scalar::node& n) { return n.kind == op::number; };
+    const auto negated = [&](const sym_scalar::node& n) {
+      return number(n) ? "Float('" + sym_scalar::float_text(-n.number, 17) + "', precision=53)" : "Mul(Integer(-1), " + srepr(n) + ")";
+    };
+    switch (x.kind) {
+      case op::integer: return x.size.is_constant() ? "Integer(" + std::to_string(x.size.value()) + ")" : sym::srepr(x.size);
+      case op::number: return "Float('" + sym_scalar::float_text(x.number, 17) + "', precision=53)";
+      case op::to_float: return "ToFloat(" + srepr(*x.a) + ")";
+      case op::int_truediv: return fn("IntTrueDiv");
+      case op::float_truediv: return fn("FloatTrueDiv");
+      case op::pow: return fn("FloatPow");
+      case op::add: return number(*x.a) ? "Add(" + srepr(*x.b) + ", " + srepr(*x.a) + ")" : fn("Add");
+      case op::sub: return "Add(" + srepr(*x.a) + ", " + negated(*x.b) + ")";
+      case op::mul: return number(*x.b) ? "Mul(" + srepr(*x.b) + ", " + srepr(*x.a) + ")" : fn("Mul");
+      case op::neg: return negated(*x.a);
+      case op::compare: {
+        const auto k = sym_relation{0, x.cmp, 0}.kind_of().sympy;
+        return std::string(k) + "(" + srepr(*x.a) + ", " + srepr(*x.b) + ")";
+      }
+    }
+    return "";
+  }
+
   struct site {
     std::string symbol, input;
     std::int64_t dim, a, b;
@@ -316,6 +395,8 @@ class sym_writer {
 
   json& nodes_;
   json& values_;
+  json* floats_ = nullptr;
+  json* bools_ = nullptr;
   std::unordered_set<std::string> taken_;
   std::unordered_map<std::string, std::string> named_;                       // expression -> value
   std::unordered_map<std::string, std::pair<std::string, sym_int>> symbols_;  // symbol -> value
@@ -439,9 +520,11 @@ json call_inputs_json(const exported_program& p, const node& n, Namer&& namer) {
 inline json graph_json(const exported_program& p) {
   const graph& g = p.graph();
   json inputs = json::array(), nodes = json::array(), outputs = json::array();
-  json tensor_values = json::object(), sym_int_values = json::object(), sym_bool_values = json::object();
+  json tensor_values = json::object(), sym_int_values = json::object(), sym_bool_values = json::object(),
+       sym_float_values = json::object();
   sym_writer name_sym(g, p.range_constraints(), nodes, sym_int_values);
-  const sym_namer namer = [&](const sym_int& e) { return name_sym(e); };
+  name_sym.scalar_tables(sym_float_values, sym_bool_values);
+  const sym_namer namer{[&](const sym_int& e) { return name_sym(e); }, [&](const sym_scalar& e) { return name_sym(e); }};
   // an output no getitem reads (value::unpacked) is named as torch names it: <node>_unused_<i>
   const auto name_of = [](const node& n, value v) {
     return n.has_tuple_output() && !v.unpacked() && v.num_uses() == 0
@@ -495,7 +578,7 @@ inline json graph_json(const exported_program& p) {
           {"nodes", std::move(nodes)},     {"tensor_values", std::move(tensor_values)},
           {"sym_int_values", std::move(sym_int_values)}, {"sym_bool_values", std::move(sym_bool_values)},
           {"is_single_tensor_return", g.returns_bare()}, {"custom_obj_values", json::object()},
-          {"sym_float_values", json::object()}};
+          {"sym_float_values", std::move(sym_float_values)}};
 }
 
 /// The program's call structure: its in_spec and out_spec or, for a program built by hand, one
@@ -597,6 +680,41 @@ struct sym_node_reader {
     const auto val = scope(v2, name);
     if (val.kind() != value_kind::sym_int) v2.fail("'" + name + "' is not a SymInt");
     return val.type().scalar;
+  }
+
+  /// A SymFloat's operand: a number, a size, or a SymFloat an earlier node computed.
+  sym_scalar scalar_operand(const at_path& j) const {
+    auto [k, v] = j.one_of();
+    if (k == "as_float") return sym_scalar::of(v.number());
+    if (k == "as_int" || k == "as_sym_int") return sym_scalar::of(operand(j));
+    if (k != "as_sym_float") j.fail("expected a number, a SymInt or a SymFloat, got '" + k + "'");
+    auto [k2, v2] = v.one_of();
+    if (k2 == "as_float") return sym_scalar::of(v2.number());
+    if (k2 != "as_name") v.fail("unknown member '" + k2 + "'");
+    if (auto it = scope.scalars.find(v2.str()); it != scope.scalars.end()) return it->second;
+    v2.fail("'" + v2.str() + "' is no SymFloat computed from sizes (xport reads torch.sym_float and _operator nodes on sizes)");
+  }
+
+  /// Whether operand `j` is a float (a number or a SymFloat) rather than an int.
+  static bool is_float_operand(const at_path& j) {
+    const auto [k, v] = j.one_of();
+    return k == "as_float" || k == "as_sym_float";
+  }
+
+  /// The SymFloat the node computes (Note [SymFloat text] in ir/sym_scalar.hpp).
+  sym_scalar scalar_result() const {
+    using op = sym_scalar::op;
+    const auto binary = [&](op k) { return sym_scalar::apply(k, scalar_operand(input("a")), scalar_operand(input("b"))); };
+    if (target == "torch.sym_float") return sym_scalar::apply(op::to_float, scalar_operand(input("a")));
+    if (target == "_operator.truediv") return binary(op::float_truediv);  // of two ints: IntTrueDiv
+    if (target == "_operator.add") return binary(op::add);
+    if (target == "_operator.sub") return binary(op::sub);
+    if (target == "_operator.mul") return binary(op::mul);
+    if (target == "_operator.pow") return binary(op::pow);
+    if (target == "_operator.neg") return sym_scalar::apply(op::neg, scalar_operand(input("a")));
+    if (target == "_operator.pos") return scalar_operand(input("a"));
+    nj["target"].fail("operator '" + target + "' computing a SymFloat is not supported by xport (it reads torch.sym_float "
+                      "and _operator truediv/add/sub/mul/pow/neg/pos)");
   }
 
   /// The tensor input `self`.
@@ -756,13 +874,21 @@ inline void read_sym_node(const at_path& nj, const std::string& target, value_sc
   if (outs.size_of_array() != 1) outs.fail(target + " returns one SymInt");
   auto [ok, ov] = outs[0].one_of();
   if (ok == "as_sym_bool" && comparison_of(target)) {
-    scope.conditions[ov["as_name"].str()] = {reader.operand(reader.input("a")), comparison_of(target),
-                                             reader.operand(reader.input("b"))};
+    const auto a = reader.input("a"), b = reader.input("b");
+    const auto name = ov["as_name"].str();
+    scope.scalars[name] = sym_scalar::compare(comparison_of(target), reader.scalar_operand(a), reader.scalar_operand(b)).named(name);
+    if (!sym_node_reader::is_float_operand(a) && !sym_node_reader::is_float_operand(b))
+      scope.conditions[name] = {reader.operand(a), comparison_of(target), reader.operand(b)};
     return;
   }
-  if (ok == "as_sym_bool" || ok == "as_sym_float")
-    nj["target"].fail("operator '" + target + "' computes a " + (ok == "as_sym_bool" ? "SymBool" : "SymFloat") +
-                      ", which xport does not represent (it reads integer size arithmetic only)");
+  if (ok == "as_sym_float") {
+    const auto name = ov["as_name"].str();
+    scope.scalars[name] = reader.scalar_result().named(name);
+    return;
+  }
+  if (ok == "as_sym_bool")
+    nj["target"].fail("operator '" + target + "' computes a SymBool xport does not represent (it reads comparisons of "
+                      "sizes: _operator eq/ne/ge/gt/le/lt)");
   if (ok != "as_sym_int") outs[0].fail(target + " returns a SymInt, not '" + ok + "'");
   const auto out_name = ov["as_name"].str();
   sym_int result;

@@ -13,15 +13,23 @@
 //    c*P + b where P is a product of the node's input sizes or a shape rule's result (convolution
 //    and pooling windows: `((s0 - 3)//2) + 1`), checked against every capture.
 // Integer arguments that depend on a dim are recorded as symbolic arguments, evaluated from the
-// inputs' sizes on every run. Because the other sizes are >= 2, an example size of 0 or 1 is never
+// inputs' sizes on every run.
+// Note [Floats from sizes]: a float argument that differs between captures is a SymFloat: of
+// a program being lowered, the one of its SymFloats (or SymBools, for a bool) whose value is the
+// argument's in every capture (scalars_moving makes the captures tell them apart); of C++ code,
+// one of a few forms in one dim (`1.0 / x.size(0)` is FloatTrueDiv(1.0, ToFloat(s77)), also
+// c*s, s/c, s**0.5, s**-0.5, a*s + b), kept only when it gives the captured number bit for bit
+// in every capture. Anything else is refused as a specialization, with the values seen. Because the other sizes are >= 2, an example size of 0 or 1 is never
 // specialized silently: either the program is right for every size, or a capture fails and
 // export names the op.
 #pragma once
 
 #include <algorithm>  // std::max
+#include <cmath>      // std::isfinite
 #include <cstddef>    // std::size_t
 #include <cstdint>    // std::int64_t
 #include <optional>   // std::optional
+#include <functional>  // std::function
 #include <set>        // std::set
 #include <span>       // std::span
 #include <string>     // std::string
@@ -202,11 +210,12 @@ inline std::string node_text(const node& n) {
   return s;
 }
 
-/// Compares one argument of two captures; collects integer positions that differ.
+/// Compares one argument of two captures; collects the positions of ints, floats and bools that
+/// differ (a float or bool may be a SymFloat / SymBool of the program lowered: fit_argument).
 inline bool same_shape_args(const argument& a, const argument& b, std::vector<std::pair<const argument*, const argument*>>& ints) {
   if (a.type() != b.type()) return false;
-  if (a.is_int()) {
-    if (a.as_int() != b.as_int()) ints.emplace_back(&a, &b);
+  if (a.is_int() || a.is_double() || a.is_bool()) {
+    if (!(a == b)) ints.emplace_back(&a, &b);
     return true;
   }
   if (a.is_value()) return a.as_value().name() == b.as_value().name();
@@ -246,10 +255,10 @@ inline std::string values_text(const std::vector<std::int64_t>& obs, const sym_r
   return s;
 }
 
-/// Replaces the int at `site` (inside `base`, mirrored in `out`) by `e`.
-inline bool replace_int(argument& out, const argument* site, const argument& base, const sym_int& e) {
+/// Replaces the int (or number) at `site` (inside `base`, mirrored in `out`) by `e`.
+inline bool replace_int(argument& out, const argument* site, const argument& base, const argument& e) {
   if (&base == site) {
-    out = argument(e);
+    out = e;
     return true;
   }
   if (base.is_list())
@@ -339,8 +348,9 @@ inline void require_same_ops(const exported_program& base, const std::vector<con
 /// sizes. `runs[r]` is the dims' values in capture r (0 = the example).
 class symbolic_maker {
  public:
-  symbolic_maker(exported_program& base, const std::vector<const exported_program*>& others, const sym_runs& runs)
-      : runs_(runs), fit_(runs), nruns_(runs.values.size()), nodes_(nruns_) {
+  symbolic_maker(exported_program& base, const std::vector<const exported_program*>& others, const sym_runs& runs,
+                 std::vector<sym_scalar> scalars = {})
+      : runs_(runs), fit_(runs), nruns_(runs.values.size()), nodes_(nruns_), scalars_(std::move(scalars)) {
     base_ = flat_nodes(base.graph());
     for (const auto& f : base_) nodes_[0].push_back(f.n);
     for (std::size_t r = 1; r < nruns_; ++r)
@@ -465,6 +475,11 @@ class symbolic_maker {
         if (std::find(sites.begin(), sites.end(), pa) == sites.end()) sites.push_back(pa);
     bool changed = false;
     for (const auto* site : sites) {
+      if (!site->is_int()) {
+        replace_int(arg, site, n.args()[k], fit_scalar(i, k, site, diffs));
+        changed = true;
+        continue;
+      }
       std::vector<std::int64_t> obs(nruns_, site->as_int());
       for (std::size_t r = 1; r < nruns_; ++r)
         for (const auto& [pa, pb] : diffs[r])
@@ -480,6 +495,67 @@ class symbolic_maker {
       changed = true;
     }
     return changed;
+  }
+
+  /// The SymFloat / SymBool of the program lowered whose value in each capture is that of the
+  /// number at `site` (argument `k` of node `i`; `diffs[r]` pairs the sites with capture r's).
+  argument fit_scalar(std::size_t i, std::size_t k, const argument* site,
+                      const std::vector<std::vector<std::pair<const argument*, const argument*>>>& diffs) const {
+    const auto number = [](const argument& a) { return a.is_bool() ? (a.as_bool() ? 1.0 : 0.0) : a.as_double(); };
+    std::vector<double> obs(nruns_, number(*site));
+    for (std::size_t r = 1; r < nruns_; ++r)
+      for (const auto& [pa, pb] : diffs[r])
+        if (pa == site) obs[r] = number(*pb);
+    const auto matches = [&](const sym_scalar& s) {
+      for (std::size_t r = 0; r < nruns_; ++r) {
+        try {
+          if (s.eval([&](const sym_int& e) { return fit_.eval(e, r); }) != obs[r]) return false;
+        } catch (const run_error&) {  // a division by a size that is 0 here: C++ gave inf or nan, a run raises
+          if (std::isfinite(obs[r])) return false;
+        }
+      }
+      return true;
+    };
+    for (const auto& s : scalars_)
+      if (s.is_bool() == site->is_bool() && matches(s)) return s;
+    if (site->is_double())
+      for (const auto& s : float_forms(obs))
+        if (matches(s)) return s;
+    const node n = nodes_[0][i];
+    std::string seen;
+    for (std::size_t r = 0; r < nruns_; ++r)
+      seen += (seen.empty() ? "" : ", ") + python_float_repr(obs[r]) + " at " + assignment_text(runs_.dim_names, runs_.values[r]);
+    throw dim_specialized{-1, "argument '" + n.op().schema().arguments()[k].name() + "' of node " + node_text(n) + " is " + seen +
+                                  (scalars_.empty() ? ": the traced code computed it from the size (as a C++ number, which "
+                                                      "export cannot follow)"
+                                                    : ": a number computed from a dynamic size that is none of the program's "
+                                                      "SymFloats or SymBools (the decomposition computed with it)")};
+  }
+
+  /// The forms a float computed from one dim in C++ takes (Note [Floats from sizes]), fitted to
+  /// `obs` at the example: c*s, s/c, c/s, s**0.5, s**-0.5, a*s + b.
+  std::vector<sym_scalar> float_forms(const std::vector<double>& obs) const {
+    using op = sym_scalar::op;
+    std::vector<sym_scalar> out;
+    for (std::size_t j = 0; j < runs_.symbols.size(); ++j) {
+      const auto s = sym_scalar::apply(op::to_float, sym_scalar::of(runs_.symbols[j]));
+      const auto s0 = static_cast<double>(runs_.values[0][j]);
+      const auto num = [](double c) { return sym_scalar::of(c); };
+      if (s0 == 0) continue;
+      out.push_back(sym_scalar::apply(op::mul, s, num(obs[0] / s0)));
+      if (obs[0] != 0) out.push_back(sym_scalar::apply(op::float_truediv, s, num(s0 / obs[0])));
+      out.push_back(sym_scalar::apply(op::float_truediv, num(obs[0] * s0), s));
+      out.push_back(sym_scalar::apply(op::pow, s, num(0.5)));
+      out.push_back(sym_scalar::apply(op::pow, s, num(-0.5)));
+      for (std::size_t r = 1; r < nruns_; ++r) {
+        const auto s1 = static_cast<double>(runs_.values[r][j]);
+        if (s1 == s0) continue;
+        const double a = (obs[r] - obs[0]) / (s1 - s0), b = obs[0] - a * s0;
+        out.push_back(sym_scalar::apply(op::add, sym_scalar::apply(op::mul, s, num(a)), num(b)));
+        break;
+      }
+    }
+    return out;
   }
 
   /// Fits the sizes of output `oi` (value `v`) of node `i`, and its strides when a size is symbolic.
@@ -544,13 +620,15 @@ class symbolic_maker {
   std::size_t nruns_;
   std::vector<std::vector<node>> nodes_;  // per capture, its nodes in order (0 = the base's)
   std::vector<flat_node> base_;           // the base's, with the operand of each subgraph placeholder
+  std::vector<sym_scalar> scalars_;       // the SymFloats and SymBools of the program lowered
 };
 
 /// Gives the base capture symbolic sizes and arguments from the captures at other sizes.
 /// `runs[r]` is the dims' values in capture r (0 = the example).
 inline void make_symbolic(exported_program& base, const std::vector<const exported_program*>& others,
-                          const sym_runs& runs, const std::vector<sym_shape>& user_input_sizes) {
-  symbolic_maker maker(base, others, runs);
+                          const sym_runs& runs, const std::vector<sym_shape>& user_input_sizes,
+                          std::vector<sym_scalar> scalars = {}) {
+  symbolic_maker maker(base, others, runs, std::move(scalars));
   require_same_ops(base, others, runs);
   maker.run(base.signature().input_specs, user_input_sizes);
 }
@@ -661,6 +739,11 @@ template <class F>
 void substitute_sizes(graph& g, const F& f) {
   const std::function<argument(const argument&)> arg = [&](const argument& a) -> argument {
     if (a.is_symbolic()) return f(a.as_sym());
+    if (a.is_scalar()) {  // a SymFloat / SymBool whose sizes all become numbers is a number
+      const auto s = a.as_scalar().map_sizes(f);
+      if (!s.is_constant()) return s;
+      return s.is_bool() ? argument(s.hint() != 0) : argument(s.hint());
+    }
     if (!a.is_list()) return a;
     argument::list_type l;
     l.reserve(a.as_list().size());
@@ -687,7 +770,7 @@ void substitute_sizes(graph& g, const F& f) {
     if (!n.is_call()) continue;
     bool symbolic = false;
     for (const auto& a : n.args()) {
-      symbolic = symbolic || a.is_symbolic() || a.is_graph();
+      symbolic = symbolic || a.is_symbolic() || a.is_scalar() || a.is_graph();
       if (a.is_list())
         for (const auto& e : a.as_list()) symbolic = symbolic || e.is_symbolic();
     }
@@ -721,13 +804,94 @@ inline exported_program specialize(const exported_program& p, const sym_runs& ru
   return q;
 }
 
+/// A capture for `runs` (a copy of the example's with one dim moved, values >= 2 in its range,
+/// the assertions between sizes held) where `wanted(values)` holds, if one is found: a dim set
+/// to another dim's value, one off it, twice or half it, or its bounds.
+template <class Wanted>
+std::optional<std::vector<std::int64_t>> run_where(const exported_program& p, const sym_runs& runs, const Wanted& wanted) {
+  std::vector<std::int64_t> mins, maxs;
+  std::vector<sym_relation> relations;
+  for (const auto& rc : p.range_constraints()) {
+    if (!rc.symbol.is_symbolic()) continue;
+    mins.push_back(rc.min);
+    maxs.push_back(rc.max.value_or(int_oo));
+    relations.insert(relations.end(), rc.relations.begin(), rc.relations.end());
+  }
+  const auto& base = runs.values[0];
+  std::vector<std::int64_t> tries;
+  for (auto v : base) tries.insert(tries.end(), {v, v - 1, v + 1, 2 * v, v / 2});
+  const std::vector<bool> known(base.size(), true);
+  for (std::size_t d = 0; d < base.size() && d < mins.size(); ++d) {
+    auto mine = tries;
+    mine.insert(mine.end(), {mins[d], maxs[d] == int_oo ? mins[d] + 64 : maxs[d]});
+    for (auto v : mine) {
+      if (v < std::max<std::int64_t>(mins[d], 2) || v > maxs[d] || v == base[d]) continue;
+      auto values = base;
+      values[d] = v;
+      if (relations_hold(relations, runs.symbols, values, known) && wanted(values)) return values;
+    }
+  }
+  return std::nullopt;
+}
+
+/// The value of SymFloat / SymBool `s` with the dims at `values` (per symbol of `runs`).
+inline double scalar_at(const sym_runs& runs, const sym_scalar& s, const std::vector<std::int64_t>& values) {
+  const sym_runs one{runs.symbols, runs.dim_names, {values}, {-1}};
+  const symbolic_fitter fit(one);
+  return s.eval([&](const sym_int& e) { return fit.eval(e, 0); });
+}
+
+/// The SymFloat and SymBool arguments of `p` (its subgraphs' too), each once. A transformation
+/// sees them as numbers and each is found again by its values in the captures (fit_scalar), so
+/// each must change between them, and no two may change alike: a capture is added where one
+/// does not (`Eq(s77, s17)`: s77 set to s17's value), or where two agree (`s77 > s17`, `s77 >= 2`).
+/// One no capture changes is refused (which number of the result it became cannot be told, and
+/// a constant would be wrong at other sizes); two no capture tells apart are taken as equal.
+inline std::vector<sym_scalar> scalars_moving(const exported_program& p, sym_runs& runs, std::string_view what) {
+  std::vector<sym_scalar> out;
+  const std::function<void(const argument&)> visit = [&](const argument& a) {
+    if (a.is_scalar() && std::find(out.begin(), out.end(), a.as_scalar()) == out.end()) out.push_back(a.as_scalar());
+    if (a.is_list())
+      for (const auto& e : a.as_list()) visit(e);
+  };
+  for (const auto& f : flat_nodes(p.graph()))
+    if (f.n.is_call())
+      for (const auto& a : f.n.args()) visit(a);
+  const auto add = [&](std::optional<std::vector<std::int64_t>> values) {
+    if (!values) return false;
+    runs.values.push_back(std::move(*values));
+    runs.moved.push_back(-1);
+    return true;
+  };
+  const auto trace_of = [&](const sym_scalar& s) {
+    std::vector<double> v;
+    for (const auto& values : runs.values) v.push_back(scalar_at(runs, s, values));
+    return v;
+  };
+  for (const auto& s : out) {
+    const auto now = trace_of(s);
+    if (std::any_of(now.begin(), now.end(), [&](double v) { return v != now[0]; })) continue;
+    if (add(run_where(p, runs, [&](const auto& values) { return scalar_at(runs, s, values) != now[0]; }))) continue;
+    throw export_error("xport.symbolic.scalar", std::string(what) + ": the " + (s.is_bool() ? "SymBool " : "SymFloat ") + s.str() +
+                                                    " has one value at every size xport can capture the program at, so where "
+                                                    "it goes in the result cannot be found. Way out: pass it as a tensor, or "
+                                                    "make its dims static");
+  }
+  for (std::size_t i = 0; i < out.size(); ++i)
+    for (std::size_t j = i + 1; j < out.size(); ++j)
+      if (out[i].is_bool() == out[j].is_bool() && trace_of(out[i]) == trace_of(out[j]))
+        (void)add(run_where(p, runs, [&](const auto& values) { return scalar_at(runs, out[i], values) != scalar_at(runs, out[j], values); }));
+  return out;
+}
+
 /// Applies `f`, a transformation of static programs (re-capture, decomposition,
 /// functionalization), to a program with dynamic dims: `f` runs on the program specialized at
 /// several sizes and the results are made symbolic again (Note [Capturing at several sizes]).
 template <class F>
 exported_program transform_symbolic(const exported_program& p, std::string_view what, F&& f) {
   if (p.range_constraints().empty()) return f(p);
-  const auto runs = runs_of(p);
+  auto runs = runs_of(p);
+  const auto scalars = scalars_moving(p, runs, what);
   // the row counts of the data-dependent calls, in the order they are made (Note [Unbacked sizes in a capture])
   std::vector<std::size_t> rows_of;
   std::unordered_set<std::string> seen;
@@ -754,7 +918,7 @@ exported_program transform_symbolic(const exported_program& p, std::string_view 
     if (p.signature().input_specs.at(i).kind == input_kind::user_input && phs[i].out().kind() == value_kind::tensor)
       inputs.push_back(phs[i].out().meta().sizes);
   try {
-    make_symbolic(base, ptrs, runs, inputs);
+    make_symbolic(base, ptrs, runs, inputs, scalars);
   } catch (const dim_specialized& s) {
     throw export_error("xport.symbolic.specialized",
                        std::string(what) + ": the " + (what == "run_decompositions" ? "decomposed" : "transformed") +
