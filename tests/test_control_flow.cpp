@@ -1031,6 +1031,27 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> out_dtype_calls(const
 
 }  // namespace
 
+TEST_CASE("export: C++ code under autocast is refused, never traced in the inputs' dtype") {
+  // the capture runs ops on meta tensors, which autocast does not cast: a program traced under it
+  // would compute in float32 where the code computes in bfloat16
+  torch::manual_seed(0);
+  torch::nn::Linear l(4, 4);
+  const auto x = at::randn({2, 4});
+  const auto autocast_forward = [&](const at::Tensor& t) {
+    const xport::detail::autocast_scope mode(c10::DeviceType::CPU, at::kBFloat16, true, -1);
+    return l(t).relu();
+  };
+  CHECK((autocast_forward(x).scalar_type() == at::kBFloat16));  // eagerly: bfloat16
+  XPORT_CHECK_THROWS_MSG(export_program(autocast_forward, std::tuple{x}), export_error,
+                         "export: autocast is on for cpu (BFloat16) while the traced code calls aten::");
+  {  // export_program called inside an autocast region: the same
+    const xport::detail::autocast_scope mode(c10::DeviceType::CPU, at::kBFloat16, true, -1);
+    XPORT_CHECK_THROWS_MSG(export_program(l, std::tuple{x}), export_error, "xport traces on meta tensors");
+  }
+  // with autocast off, as before
+  CHECK(at::allclose(run(export_program(l, std::tuple{x}), {x})[0], l(x)));
+}
+
 TEST_CASE("xport::out_dtype: computed in the promoted type as torch's, exported as one node, run, lowered and saved") {
   const auto a = at::randint(-100, 100, {5, 16}, at::kChar), b = at::randint(-100, 100, {16, 3}, at::kChar);
   const auto x = at::randn({4, 8}, at::kHalf), w = at::randn({6, 8}, at::kHalf);

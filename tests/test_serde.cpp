@@ -798,10 +798,10 @@ TEST_CASE("serde: what xport cannot represent is a load_error naming the kind") 
             "higher_order::cond takes 4 arguments (pred, true_fn, false_fn, operands), the node has 2");
   check_bad(edit([&](json& j) {
               auto& n = node_of(j, "torch.ops.aten.sym_size.int");
-              n["target"] = "_operator.and_";
-              n["outputs"][0] = {{"as_sym_bool", {{"as_name", "and_"}}}};
+              n["target"] = "_operator.xor";
+              n["outputs"][0] = {{"as_sym_bool", {{"as_name", "xor"}}}};
             }),
-            "operator '_operator.and_' computes a SymBool xport does not represent (it reads comparisons of sizes");
+            "operator '_operator.xor' computes a SymBool xport does not represent (it reads comparisons of sizes");
   {  // assertions on sizes (Note [Runtime assertions as ranges])
     const auto with_assert = [&](json cond_b) {
       return edit([&](json& j) {

@@ -2500,7 +2500,7 @@ XPORT_END_NAMESPACE
 #include <cstdio>     // std::snprintf
 #include <memory>     // std::shared_ptr
 #include <string>     // std::string
-#include <utility>    // std::move
+#include <utility>    // std::move, std::swap
 #include <vector>     // std::vector
 
 // #include <xport/config.hpp>
@@ -2524,6 +2524,9 @@ class sym_scalar {
     pow,            ///< a ** b with a float side: FloatPow
     neg,            ///< -a
     compare,        ///< a <op> b: a SymBool (Eq, Ne, LessThan, ...)
+    logical_and,    ///< a & b of SymBools: And
+    logical_or,     ///< a | b of SymBools: Or
+    logical_not,    ///< torch.sym_not(a): Not (a negated comparison when a is one)
   };
   struct node {
     op kind = op::number;
@@ -2578,7 +2581,15 @@ class sym_scalar {
   [[nodiscard]] const node_ptr& ptr() const noexcept { return n_; }
   [[nodiscard]] explicit operator bool() const noexcept { return n_ != nullptr; }
   /// A SymBool (a comparison), else a SymFloat (or, as a leaf, an int).
-  [[nodiscard]] bool is_bool() const { return n_->kind == op::compare; }
+  [[nodiscard]] bool is_bool() const { return bool_node(*n_); }
+  /// Whether node `n` computes a SymBool.
+  static bool bool_node(const node& n) {
+    return n.kind == op::compare || n.kind == op::logical_and || n.kind == op::logical_or || n.kind == op::logical_not;
+  }
+  /// The comparison that is false where `cmp` is true (`<=` for `>`), as torch.sym_not gives it.
+  static std::string negated(const std::string& cmp) {
+    return cmp == ">" ? "<=" : cmp == "<=" ? ">" : cmp == "<" ? ">=" : cmp == ">=" ? "<" : cmp == "==" ? "!=" : "==";
+  }
   [[nodiscard]] bool is_int() const { return n_->kind == op::integer; }
 
   /// Its value with each size's value given by `size_of(sym_int) -> int64`, computed as Python
@@ -2664,6 +2675,9 @@ class sym_scalar {
         return std::pow(x, y);
       }
       case op::neg: return -A();
+      case op::logical_and: return A() != 0 && B() != 0 ? 1 : 0;
+      case op::logical_or: return A() != 0 || B() != 0 ? 1 : 0;
+      case op::logical_not: return A() == 0 ? 1 : 0;
       case op::compare: {
         if (n.a->kind == op::integer && n.b->kind == op::integer) {  // exact, as Python compares ints
           const auto x = size_of(n.a->size), y = size_of(n.b->size);
@@ -2819,6 +2833,18 @@ class sym_scalar {
       case op::sub:
       case op::mul:
       case op::neg: return linear_text(linear_of(n));
+      case op::logical_and:
+      case op::logical_or: {  // sympy's And / Or: the operands in order, each parenthesized
+        auto x = "(" + text_of(*n.a).text + ")", y = "(" + text_of(*n.b).text + ")";
+        if (y < x) std::swap(x, y);
+        return {x + (n.kind == op::logical_and ? " & " : " | ") + y, 0};
+      }
+      case op::logical_not: {
+        if (n.a->kind != op::compare) return {"~(" + text_of(*n.a).text + ")", 1000};
+        node flipped = *n.a;
+        flipped.cmp = negated(flipped.cmp);
+        return text_of(flipped);
+      }
       case op::compare: {
         const auto x = text_of(*n.a).text, y = text_of(*n.b).text;
         if (n.cmp == "==") return {"Eq(" + x + ", " + y + ")", 1000};
@@ -10200,6 +10226,9 @@ class size_planner {
       case op::pow: base = "pow", rhs = a + " ** " + b; break;
       case op::neg: base = "neg", rhs = "-" + a; break;
       case op::compare: base = std::string(sym_relation{0, x->cmp, 0}.kind_of().fx), rhs = a + " " + x->cmp + " " + b; break;
+      case op::logical_and: base = "and_", rhs = a + " & " + b; break;
+      case op::logical_or: base = "or_", rhs = a + " | " + b; break;
+      case op::logical_not: base = "sym_not", rhs = "torch.sym_not(" + a + ")"; break;
       default: break;
     }
     const bool own = !x->name.empty() && reserved_.erase(x->name) > 0;  // its name in the file, kept for it
@@ -11532,6 +11561,7 @@ inline std::optional<returns> result_aliasing(const node& n) {
 XPORT_END_NAMESPACE
 // #include <xport/ops/call.hpp>
 // #include <xport/ops/data_dependent.hpp>
+// #include <xport/ops/higher_order.hpp>
 // #include <xport/ops/meta_infer.hpp>
 // #include <xport/ops/schema.hpp>
 // #include <xport/error.hpp>
@@ -11710,6 +11740,7 @@ class capture {
       : fake_device_(outer.fake_device_),
         keep_value_meta_(outer.keep_value_meta_),
         python_frontend_(outer.python_frontend_),
+        user_code_(outer.user_code_),
         sizes_may_vary_(outer.sizes_may_vary_),
         outer_(&outer) {}
   capture(const capture&) = delete;
@@ -11825,6 +11856,9 @@ class capture {
   /// Whether the calls recorded are the user's, as Python's frontend would make them (default
   /// arguments its parser fills, the overloads it binds); false when a program is re-captured.
   void set_python_frontend(bool on) noexcept { python_frontend_ = on; }
+  /// Whether the code traced is the user's (export_program), not a program run again: then an
+  /// op under autocast is refused (refuse_autocast).
+  void set_user_code(bool on) noexcept { user_code_ = on; }
 
   /// The operator behind a dispatcher handle.
   const op_info& op_for(const c10::OperatorHandle& h) {
@@ -11898,6 +11932,7 @@ class capture {
     if (active_unbacked && reads_unbacked_int(op, stack)) return record_unbacked_int(op, stack);
     if (reads_data(op)) throw_reads_data(op);
     if (op.name == "aten::index" && has_mask_index(stack.back())) throw_mask_index_break(op);
+    if (user_code_) refuse_autocast(op);
     auto args = take_arguments(op, stack);
     if (python_frontend_) fill_python_defaults(op, args);
     check_mutations(op, args);
@@ -11915,6 +11950,25 @@ class capture {
   }
 
  private:
+  // An op of the traced code while autocast is on (at::autocast::set_autocast_enabled in the
+  // model, or export_program called inside an autocast region) is refused: the capture runs ops
+  // on meta tensors, which autocast does not cast, so the program would compute in the inputs'
+  // dtype where the code computes in autocast's, a silent wrong result. (A program torch wrote
+  // with a torch.autocast block loads and runs: its wrap_with_autocast sets the mode itself.)
+  static void refuse_autocast(const op_info& op) {
+    for (const auto device : {c10::DeviceType::CPU, c10::DeviceType::CUDA}) {
+      if (!autocast_enabled(device)) continue;
+      const std::string name = c10::DeviceTypeName(device, /*lower_case=*/true);
+      throw export_error("xport.export.autocast",
+                         "export: autocast is on for " + name + " (" + std::string(c10::toString(autocast_dtype(device))) +
+                             ") while the traced code calls " + op.qualified +
+                             ": xport traces on meta tensors, which autocast does not cast, so the program would "
+                             "compute in the inputs' dtype where the code computes in autocast's. Way out: turn "
+                             "autocast off around the model and cast explicitly (x.to(at::kBFloat16)), or export the "
+                             "model in Python under torch.autocast (its wrap_with_autocast program loads and runs)");
+    }
+  }
+
   // aten::equal decided without data: equal(x, x) is true whatever x holds (C++
   // MultiheadAttention asks this to detect self-attention); tensors whose sizes differ for every
   // input the program accepts are never equal (cross-attention: query and key of other
@@ -12351,6 +12405,7 @@ class capture {
   bool keep_value_meta_ = false;
   decompose_hook decompose_;
   bool python_frontend_ = true;
+  bool user_code_ = false;
   std::vector<c10::IValue> originals_, meta_stack_;
   std::unordered_map<const value_impl*, std::string> state_fqn_;
   std::unordered_map<const value_impl*, std::string> lifted_constants_;
@@ -15094,9 +15149,9 @@ inline exported_program specialize(const exported_program& p, const sym_runs& ru
   return q;
 }
 
-/// A capture for `runs` (a copy of the example's with one dim moved, values >= 2 in its range,
-/// the assertions between sizes held) where `wanted(values)` holds, if one is found: a dim set
-/// to another dim's value, one off it, twice or half it, or its bounds.
+/// A capture for `runs` (a copy of the example's with one dim moved, or two, values >= 2 in
+/// their range, the assertions between sizes held) where `wanted(values)` holds, if one is
+/// found: a dim set to another dim's value, one off it, twice or half it, or its bounds.
 template <class Wanted>
 std::optional<std::vector<std::int64_t>> run_where(const exported_program& p, const sym_runs& runs, const Wanted& wanted) {
   std::vector<std::int64_t> mins, maxs;
@@ -15111,16 +15166,23 @@ std::optional<std::vector<std::int64_t>> run_where(const exported_program& p, co
   std::vector<std::int64_t> tries;
   for (auto v : base) tries.insert(tries.end(), {v, v - 1, v + 1, 2 * v, v / 2});
   const std::vector<bool> known(base.size(), true);
-  for (std::size_t d = 0; d < base.size() && d < mins.size(); ++d) {
+  const auto dims = std::min(base.size(), mins.size());
+  const auto values_of = [&](std::size_t d) {  // the values dim d tries
     auto mine = tries;
     mine.insert(mine.end(), {mins[d], maxs[d] == int_oo ? mins[d] + 64 : maxs[d]});
-    for (auto v : mine) {
-      if (v < std::max<std::int64_t>(mins[d], 2) || v > maxs[d] || v == base[d]) continue;
-      auto values = base;
-      values[d] = v;
-      if (relations_hold(relations, runs.symbols, values, known) && wanted(values)) return values;
-    }
-  }
+    std::erase_if(mine, [&](std::int64_t v) { return v < std::max<std::int64_t>(mins[d], 2) || v > maxs[d] || v == base[d]; });
+    mine.push_back(base[d]);  // (last: kept as it is, for the moves of the other dim alone)
+    return mine;
+  };
+  for (std::size_t d = 0; d < dims; ++d)
+    for (std::size_t e = d; e < dims; ++e)
+      for (auto v : values_of(d))
+        for (auto w : values_of(e)) {
+          auto values = base;
+          values[d] = v;
+          values[e] = w;
+          if (values != base && relations_hold(relations, runs.symbols, values, known) && wanted(values)) return values;
+        }
   return std::nullopt;
 }
 
@@ -15927,6 +15989,7 @@ exported_program export_program(F&& f, const std::tuple<Args...>& args, const ex
                 "offending type is in `Args = {...}` of this instantiation, as the compiler prints it.");
   auto attempt = [&](std::vector<std::vector<std::int64_t>> sizes) -> exported_program {
     detail::capture cap;
+    cap.set_user_code(true);
     cap.set_input_sizes(std::move(sizes));
     cap.set_sizes_may_vary(!opts.dynamic_shapes.empty());
     if constexpr (!inputs_ok) {
@@ -21739,11 +21802,14 @@ class sym_writer {
       case op::pow: what = "pow"; break;
       case op::neg: what = "neg"; break;
       case op::compare: what = std::string(sym_relation{0, x.cmp, 0}.kind_of().fx); break;
+      case op::logical_and: what = "and_"; break;
+      case op::logical_or: what = "or_"; break;
+      case op::logical_not: what = "sym_not"; break;
       default: throw error("xport.save.symbolic_argument", "a SymFloat argument is a bare number or size: " + s.str());
     }
     const auto name = fresh(x.name.empty() ? what : x.name);
     const bool is_bool = s.is_bool();
-    nodes_.push_back({{"target", (x.kind == op::to_float ? "torch." : "_operator.") + what},
+    nodes_.push_back({{"target", (x.kind == op::to_float || x.kind == op::logical_not ? "torch." : "_operator.") + what},
                       {"inputs", std::move(inputs)},
                       {"outputs", json::array({{{is_bool ? "as_sym_bool" : "as_sym_float", {{"as_name", name}}}}})},
                       {"metadata", json::object()},
@@ -21761,7 +21827,7 @@ class sym_writer {
     if (x->kind == op::integer)
       return x->size.is_constant() ? json{{"as_int", x->size.value()}} : json{{"as_sym_int", {{"as_name", (*this)(x->size)}}}};
     if (x->kind == op::number) return {{"as_float", float_json(x->number)}};
-    return {{"as_sym_float", {{"as_name", (*this)(sym_scalar(x))}}}};
+    return {{sym_scalar::bool_node(*x) ? "as_sym_bool" : "as_sym_float", {{"as_name", (*this)(sym_scalar(x))}}}};
   }
 
   /// sympy's srepr of a SymFloat / SymBool, as torch writes it in sym_float_values: sums and
@@ -21787,6 +21853,18 @@ class sym_writer {
       case op::compare: {
         const auto k = sym_relation{0, x.cmp, 0}.kind_of().sympy;
         return std::string(k) + "(" + srepr(*x.a) + ", " + srepr(*x.b) + ")";
+      }
+      case op::logical_and:
+      case op::logical_or: {  // sympy orders And's and Or's arguments
+        auto a = srepr(*x.a), b = srepr(*x.b);
+        if (b < a) std::swap(a, b);
+        return std::string(x.kind == op::logical_and ? "And(" : "Or(") + a + ", " + b + ")";
+      }
+      case op::logical_not: {
+        if (x.a->kind != op::compare) return "Not(" + srepr(*x.a) + ")";
+        auto flipped = *x.a;
+        flipped.cmp = sym_scalar::negated(flipped.cmp);
+        return srepr(flipped);
       }
     }
     return "";
@@ -22180,12 +22258,14 @@ struct sym_node_reader {
     auto [k, v] = j.one_of();
     if (k == "as_float") return sym_scalar::of(v.number());
     if (k == "as_int" || k == "as_sym_int") return sym_scalar::of(operand(j));
-    if (k != "as_sym_float") j.fail("expected a number, a SymInt or a SymFloat, got '" + k + "'");
+    if (k == "as_bool") return sym_scalar::of(v.boolean() ? 1.0 : 0.0);
+    if (k != "as_sym_float" && k != "as_sym_bool") j.fail("expected a number, a SymInt, a SymFloat or a SymBool, got '" + k + "'");
     auto [k2, v2] = v.one_of();
     if (k2 == "as_float") return sym_scalar::of(v2.number());
     if (k2 != "as_name") v.fail("unknown member '" + k2 + "'");
     if (auto it = scope.scalars.find(v2.str()); it != scope.scalars.end()) return it->second;
-    v2.fail("'" + v2.str() + "' is no SymFloat computed from sizes (xport reads torch.sym_float and _operator nodes on sizes)");
+    v2.fail("'" + v2.str() + "' is no SymFloat or SymBool computed from sizes (xport reads torch.sym_float, torch.sym_not "
+            "and _operator nodes on sizes)");
   }
 
   /// Whether operand `j` is a float (a number or a SymFloat) rather than an int.
@@ -22379,9 +22459,19 @@ inline void read_sym_node(const at_path& nj, const std::string& target, value_sc
     scope.scalars[name] = reader.scalar_result().named(name);
     return;
   }
-  if (ok == "as_sym_bool")
-    nj["target"].fail("operator '" + target + "' computes a SymBool xport does not represent (it reads comparisons of "
-                      "sizes: _operator eq/ne/ge/gt/le/lt)");
+  if (ok == "as_sym_bool") {
+    const auto name = ov["as_name"].str();
+    using op = sym_scalar::op;
+    const auto operand = [&](const char* in) { return reader.scalar_operand(reader.input(in)); };
+    if (target == "_operator.and_" || target == "_operator.or_")
+      scope.scalars[name] = sym_scalar::apply(target == "_operator.and_" ? op::logical_and : op::logical_or, operand("a"), operand("b")).named(name);
+    else if (target == "torch.sym_not")
+      scope.scalars[name] = sym_scalar::apply(op::logical_not, operand("a")).named(name);
+    else
+      nj["target"].fail("operator '" + target + "' computes a SymBool xport does not represent (it reads comparisons of "
+                        "sizes, _operator eq/ne/ge/gt/le/lt, and _operator.and_, _operator.or_, torch.sym_not)");
+    return;
+  }
   if (ok != "as_sym_int") outs[0].fail(target + " returns a SymInt, not '" + ok + "'");
   const auto out_name = ov["as_name"].str();
   sym_int result;

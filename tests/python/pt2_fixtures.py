@@ -412,6 +412,14 @@ class SizeBool(nn.Module):
         return x.new_ones(1) * (x.shape[0] > y.shape[0])
 
 
+class SizeBoolLogic(nn.Module):
+    """SymBools combined: `&` and `|` of comparisons (_operator.and_ / or_) and torch.sym_not."""
+
+    def forward(self, x, y):
+        s, t = x.shape[0], y.shape[0]
+        return x * ((s > t) & (t > 3)), x * ((s > t) | (t > 3)), x * torch.sym_not(s > t)
+
+
 class SizeScalars(nn.Module):
     """SymFloats and SymBools of every operation torch records on sizes: IntTrueDiv, ToFloat,
     FloatTrueDiv, FloatPow, sums, products, negation; Eq, Ne, <= of size expressions."""
@@ -764,6 +772,10 @@ def main():
              dynamic_shapes={"x": {0: Dim("a", max=64)}, "y": {0: Dim("b", max=64)}},
              extra=[((torch.randn(2), torch.randn(7)), {}), ((torch.randn(5), torch.randn(5)), {})], printed=True,
              lowered="values")
+    w.export("sym_bool_logic", SizeBoolLogic(), (torch.randn(5), torch.randn(4)),
+             dynamic_shapes={"x": {0: Dim("a", min=2, max=64)}, "y": {0: Dim("b", min=2, max=64)}},
+             extra=[((torch.randn(2), torch.randn(3)), {}), ((torch.randn(9), torch.randn(2)), {}),
+                    ((torch.randn(3), torch.randn(7)), {})], printed=True, lowered="values")
     w.export("sym_scalars", SizeScalars(), (torch.randn(4, 3), torch.randn(2)),
              dynamic_shapes={"x": {0: Dim("n", min=2, max=64), 1: Dim("m", max=64)}, "y": {0: Dim("k", min=2, max=64)}},
              extra=[((torch.randn(10, 5), torch.randn(5)), {}), ((torch.randn(7, 2), torch.randn(3)), {}),

@@ -13,7 +13,7 @@
 #include <cstdio>     // std::snprintf
 #include <memory>     // std::shared_ptr
 #include <string>     // std::string
-#include <utility>    // std::move
+#include <utility>    // std::move, std::swap
 #include <vector>     // std::vector
 
 #include <xport/config.hpp>
@@ -37,6 +37,9 @@ class sym_scalar {
     pow,            ///< a ** b with a float side: FloatPow
     neg,            ///< -a
     compare,        ///< a <op> b: a SymBool (Eq, Ne, LessThan, ...)
+    logical_and,    ///< a & b of SymBools: And
+    logical_or,     ///< a | b of SymBools: Or
+    logical_not,    ///< torch.sym_not(a): Not (a negated comparison when a is one)
   };
   struct node {
     op kind = op::number;
@@ -91,7 +94,15 @@ class sym_scalar {
   [[nodiscard]] const node_ptr& ptr() const noexcept { return n_; }
   [[nodiscard]] explicit operator bool() const noexcept { return n_ != nullptr; }
   /// A SymBool (a comparison), else a SymFloat (or, as a leaf, an int).
-  [[nodiscard]] bool is_bool() const { return n_->kind == op::compare; }
+  [[nodiscard]] bool is_bool() const { return bool_node(*n_); }
+  /// Whether node `n` computes a SymBool.
+  static bool bool_node(const node& n) {
+    return n.kind == op::compare || n.kind == op::logical_and || n.kind == op::logical_or || n.kind == op::logical_not;
+  }
+  /// The comparison that is false where `cmp` is true (`<=` for `>`), as torch.sym_not gives it.
+  static std::string negated(const std::string& cmp) {
+    return cmp == ">" ? "<=" : cmp == "<=" ? ">" : cmp == "<" ? ">=" : cmp == ">=" ? "<" : cmp == "==" ? "!=" : "==";
+  }
   [[nodiscard]] bool is_int() const { return n_->kind == op::integer; }
 
   /// Its value with each size's value given by `size_of(sym_int) -> int64`, computed as Python
@@ -177,6 +188,9 @@ class sym_scalar {
         return std::pow(x, y);
       }
       case op::neg: return -A();
+      case op::logical_and: return A() != 0 && B() != 0 ? 1 : 0;
+      case op::logical_or: return A() != 0 || B() != 0 ? 1 : 0;
+      case op::logical_not: return A() == 0 ? 1 : 0;
       case op::compare: {
         if (n.a->kind == op::integer && n.b->kind == op::integer) {  // exact, as Python compares ints
           const auto x = size_of(n.a->size), y = size_of(n.b->size);
@@ -332,6 +346,18 @@ class sym_scalar {
       case op::sub:
       case op::mul:
       case op::neg: return linear_text(linear_of(n));
+      case op::logical_and:
+      case op::logical_or: {  // sympy's And / Or: the operands in order, each parenthesized
+        auto x = "(" + text_of(*n.a).text + ")", y = "(" + text_of(*n.b).text + ")";
+        if (y < x) std::swap(x, y);
+        return {x + (n.kind == op::logical_and ? " & " : " | ") + y, 0};
+      }
+      case op::logical_not: {
+        if (n.a->kind != op::compare) return {"~(" + text_of(*n.a).text + ")", 1000};
+        node flipped = *n.a;
+        flipped.cmp = negated(flipped.cmp);
+        return text_of(flipped);
+      }
       case op::compare: {
         const auto x = text_of(*n.a).text, y = text_of(*n.b).text;
         if (n.cmp == "==") return {"Eq(" + x + ", " + y + ")", 1000};

@@ -307,6 +307,9 @@ class size_planner {
       case op::pow: base = "pow", rhs = a + " ** " + b; break;
       case op::neg: base = "neg", rhs = "-" + a; break;
       case op::compare: base = std::string(sym_relation{0, x->cmp, 0}.kind_of().fx), rhs = a + " " + x->cmp + " " + b; break;
+      case op::logical_and: base = "and_", rhs = a + " & " + b; break;
+      case op::logical_or: base = "or_", rhs = a + " | " + b; break;
+      case op::logical_not: base = "sym_not", rhs = "torch.sym_not(" + a + ")"; break;
       default: break;
     }
     const bool own = !x->name.empty() && reserved_.erase(x->name) > 0;  // its name in the file, kept for it

@@ -246,11 +246,14 @@ class sym_writer {
       case op::pow: what = "pow"; break;
       case op::neg: what = "neg"; break;
       case op::compare: what = std::string(sym_relation{0, x.cmp, 0}.kind_of().fx); break;
+      case op::logical_and: what = "and_"; break;
+      case op::logical_or: what = "or_"; break;
+      case op::logical_not: what = "sym_not"; break;
       default: throw error("xport.save.symbolic_argument", "a SymFloat argument is a bare number or size: " + s.str());
     }
     const auto name = fresh(x.name.empty() ? what : x.name);
     const bool is_bool = s.is_bool();
-    nodes_.push_back({{"target", (x.kind == op::to_float ? "torch." : "_operator.") + what},
+    nodes_.push_back({{"target", (x.kind == op::to_float || x.kind == op::logical_not ? "torch." : "_operator.") + what},
                       {"inputs", std::move(inputs)},
                       {"outputs", json::array({{{is_bool ? "as_sym_bool" : "as_sym_float", {{"as_name", name}}}}})},
                       {"metadata", json::object()},
@@ -268,7 +271,7 @@ class sym_writer {
     if (x->kind == op::integer)
       return x->size.is_constant() ? json{{"as_int", x->size.value()}} : json{{"as_sym_int", {{"as_name", (*this)(x->size)}}}};
     if (x->kind == op::number) return {{"as_float", float_json(x->number)}};
-    return {{"as_sym_float", {{"as_name", (*this)(sym_scalar(x))}}}};
+    return {{sym_scalar::bool_node(*x) ? "as_sym_bool" : "as_sym_float", {{"as_name", (*this)(sym_scalar(x))}}}};
   }
 
   /// sympy's srepr of a SymFloat / SymBool, as torch writes it in sym_float_values: sums and
@@ -294,6 +297,18 @@ class sym_writer {
       case op::compare: {
         const auto k = sym_relation{0, x.cmp, 0}.kind_of().sympy;
         return std::string(k) + "(" + srepr(*x.a) + ", " + srepr(*x.b) + ")";
+      }
+      case op::logical_and:
+      case op::logical_or: {  // sympy orders And's and Or's arguments
+        auto a = srepr(*x.a), b = srepr(*x.b);
+        if (b < a) std::swap(a, b);
+        return std::string(x.kind == op::logical_and ? "And(" : "Or(") + a + ", " + b + ")";
+      }
+      case op::logical_not: {
+        if (x.a->kind != op::compare) return "Not(" + srepr(*x.a) + ")";
+        auto flipped = *x.a;
+        flipped.cmp = sym_scalar::negated(flipped.cmp);
+        return srepr(flipped);
       }
     }
     return "";
@@ -687,12 +702,14 @@ struct sym_node_reader {
     auto [k, v] = j.one_of();
     if (k == "as_float") return sym_scalar::of(v.number());
     if (k == "as_int" || k == "as_sym_int") return sym_scalar::of(operand(j));
-    if (k != "as_sym_float") j.fail("expected a number, a SymInt or a SymFloat, got '" + k + "'");
+    if (k == "as_bool") return sym_scalar::of(v.boolean() ? 1.0 : 0.0);
+    if (k != "as_sym_float" && k != "as_sym_bool") j.fail("expected a number, a SymInt, a SymFloat or a SymBool, got '" + k + "'");
     auto [k2, v2] = v.one_of();
     if (k2 == "as_float") return sym_scalar::of(v2.number());
     if (k2 != "as_name") v.fail("unknown member '" + k2 + "'");
     if (auto it = scope.scalars.find(v2.str()); it != scope.scalars.end()) return it->second;
-    v2.fail("'" + v2.str() + "' is no SymFloat computed from sizes (xport reads torch.sym_float and _operator nodes on sizes)");
+    v2.fail("'" + v2.str() + "' is no SymFloat or SymBool computed from sizes (xport reads torch.sym_float, torch.sym_not "
+            "and _operator nodes on sizes)");
   }
 
   /// Whether operand `j` is a float (a number or a SymFloat) rather than an int.
@@ -886,9 +903,19 @@ inline void read_sym_node(const at_path& nj, const std::string& target, value_sc
     scope.scalars[name] = reader.scalar_result().named(name);
     return;
   }
-  if (ok == "as_sym_bool")
-    nj["target"].fail("operator '" + target + "' computes a SymBool xport does not represent (it reads comparisons of "
-                      "sizes: _operator eq/ne/ge/gt/le/lt)");
+  if (ok == "as_sym_bool") {
+    const auto name = ov["as_name"].str();
+    using op = sym_scalar::op;
+    const auto operand = [&](const char* in) { return reader.scalar_operand(reader.input(in)); };
+    if (target == "_operator.and_" || target == "_operator.or_")
+      scope.scalars[name] = sym_scalar::apply(target == "_operator.and_" ? op::logical_and : op::logical_or, operand("a"), operand("b")).named(name);
+    else if (target == "torch.sym_not")
+      scope.scalars[name] = sym_scalar::apply(op::logical_not, operand("a")).named(name);
+    else
+      nj["target"].fail("operator '" + target + "' computes a SymBool xport does not represent (it reads comparisons of "
+                        "sizes, _operator eq/ne/ge/gt/le/lt, and _operator.and_, _operator.or_, torch.sym_not)");
+    return;
+  }
   if (ok != "as_sym_int") outs[0].fail(target + " returns a SymInt, not '" + ok + "'");
   const auto out_name = ov["as_name"].str();
   sym_int result;

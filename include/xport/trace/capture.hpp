@@ -33,6 +33,7 @@
 #include <xport/ops/aliasing.hpp>
 #include <xport/ops/call.hpp>
 #include <xport/ops/data_dependent.hpp>
+#include <xport/ops/higher_order.hpp>
 #include <xport/ops/meta_infer.hpp>
 #include <xport/ops/schema.hpp>
 #include <xport/error.hpp>
@@ -103,6 +104,7 @@ class capture {
       : fake_device_(outer.fake_device_),
         keep_value_meta_(outer.keep_value_meta_),
         python_frontend_(outer.python_frontend_),
+        user_code_(outer.user_code_),
         sizes_may_vary_(outer.sizes_may_vary_),
         outer_(&outer) {}
   capture(const capture&) = delete;
@@ -218,6 +220,9 @@ class capture {
   /// Whether the calls recorded are the user's, as Python's frontend would make them (default
   /// arguments its parser fills, the overloads it binds); false when a program is re-captured.
   void set_python_frontend(bool on) noexcept { python_frontend_ = on; }
+  /// Whether the code traced is the user's (export_program), not a program run again: then an
+  /// op under autocast is refused (refuse_autocast).
+  void set_user_code(bool on) noexcept { user_code_ = on; }
 
   /// The operator behind a dispatcher handle.
   const op_info& op_for(const c10::OperatorHandle& h) {
@@ -291,6 +296,7 @@ class capture {
     if (active_unbacked && reads_unbacked_int(op, stack)) return record_unbacked_int(op, stack);
     if (reads_data(op)) throw_reads_data(op);
     if (op.name == "aten::index" && has_mask_index(stack.back())) throw_mask_index_break(op);
+    if (user_code_) refuse_autocast(op);
     auto args = take_arguments(op, stack);
     if (python_frontend_) fill_python_defaults(op, args);
     check_mutations(op, args);
@@ -308,6 +314,25 @@ class capture {
   }
 
  private:
+  // An op of the traced code while autocast is on (at::autocast::set_autocast_enabled in the
+  // model, or export_program called inside an autocast region) is refused: the capture runs ops
+  // on meta tensors, which autocast does not cast, so the program would compute in the inputs'
+  // dtype where the code computes in autocast's, a silent wrong result. (A program torch wrote
+  // with a torch.autocast block loads and runs: its wrap_with_autocast sets the mode itself.)
+  static void refuse_autocast(const op_info& op) {
+    for (const auto device : {c10::DeviceType::CPU, c10::DeviceType::CUDA}) {
+      if (!autocast_enabled(device)) continue;
+      const std::string name = c10::DeviceTypeName(device, /*lower_case=*/true);
+      throw export_error("xport.export.autocast",
+                         "export: autocast is on for " + name + " (" + std::string(c10::toString(autocast_dtype(device))) +
+                             ") while the traced code calls " + op.qualified +
+                             ": xport traces on meta tensors, which autocast does not cast, so the program would "
+                             "compute in the inputs' dtype where the code computes in autocast's. Way out: turn "
+                             "autocast off around the model and cast explicitly (x.to(at::kBFloat16)), or export the "
+                             "model in Python under torch.autocast (its wrap_with_autocast program loads and runs)");
+    }
+  }
+
   // aten::equal decided without data: equal(x, x) is true whatever x holds (C++
   // MultiheadAttention asks this to detect self-attention); tensors whose sizes differ for every
   // input the program accepts are never equal (cross-attention: query and key of other
@@ -744,6 +769,7 @@ class capture {
   bool keep_value_meta_ = false;
   decompose_hook decompose_;
   bool python_frontend_ = true;
+  bool user_code_ = false;
   std::vector<c10::IValue> originals_, meta_stack_;
   std::unordered_map<const value_impl*, std::string> state_fqn_;
   std::unordered_map<const value_impl*, std::string> lifted_constants_;

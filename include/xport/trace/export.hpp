@@ -630,6 +630,7 @@ exported_program export_program(F&& f, const std::tuple<Args...>& args, const ex
                 "offending type is in `Args = {...}` of this instantiation, as the compiler prints it.");
   auto attempt = [&](std::vector<std::vector<std::int64_t>> sizes) -> exported_program {
     detail::capture cap;
+    cap.set_user_code(true);
     cap.set_input_sizes(std::move(sizes));
     cap.set_sizes_may_vary(!opts.dynamic_shapes.empty());
     if constexpr (!inputs_ok) {

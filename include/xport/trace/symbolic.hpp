@@ -804,9 +804,9 @@ inline exported_program specialize(const exported_program& p, const sym_runs& ru
   return q;
 }
 
-/// A capture for `runs` (a copy of the example's with one dim moved, values >= 2 in its range,
-/// the assertions between sizes held) where `wanted(values)` holds, if one is found: a dim set
-/// to another dim's value, one off it, twice or half it, or its bounds.
+/// A capture for `runs` (a copy of the example's with one dim moved, or two, values >= 2 in
+/// their range, the assertions between sizes held) where `wanted(values)` holds, if one is
+/// found: a dim set to another dim's value, one off it, twice or half it, or its bounds.
 template <class Wanted>
 std::optional<std::vector<std::int64_t>> run_where(const exported_program& p, const sym_runs& runs, const Wanted& wanted) {
   std::vector<std::int64_t> mins, maxs;
@@ -821,16 +821,23 @@ std::optional<std::vector<std::int64_t>> run_where(const exported_program& p, co
   std::vector<std::int64_t> tries;
   for (auto v : base) tries.insert(tries.end(), {v, v - 1, v + 1, 2 * v, v / 2});
   const std::vector<bool> known(base.size(), true);
-  for (std::size_t d = 0; d < base.size() && d < mins.size(); ++d) {
+  const auto dims = std::min(base.size(), mins.size());
+  const auto values_of = [&](std::size_t d) {  // the values dim d tries
     auto mine = tries;
     mine.insert(mine.end(), {mins[d], maxs[d] == int_oo ? mins[d] + 64 : maxs[d]});
-    for (auto v : mine) {
-      if (v < std::max<std::int64_t>(mins[d], 2) || v > maxs[d] || v == base[d]) continue;
-      auto values = base;
-      values[d] = v;
-      if (relations_hold(relations, runs.symbols, values, known) && wanted(values)) return values;
-    }
-  }
+    std::erase_if(mine, [&](std::int64_t v) { return v < std::max<std::int64_t>(mins[d], 2) || v > maxs[d] || v == base[d]; });
+    mine.push_back(base[d]);  // (last: kept as it is, for the moves of the other dim alone)
+    return mine;
+  };
+  for (std::size_t d = 0; d < dims; ++d)
+    for (std::size_t e = d; e < dims; ++e)
+      for (auto v : values_of(d))
+        for (auto w : values_of(e)) {
+          auto values = base;
+          values[d] = v;
+          values[e] = w;
+          if (values != base && relations_hold(relations, runs.symbols, values, known) && wanted(values)) return values;
+        }
   return std::nullopt;
 }
 
