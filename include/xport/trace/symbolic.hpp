@@ -13,15 +13,15 @@
 //    c*P + b where P is a product of the node's input sizes or a shape rule's result (convolution
 //    and pooling windows: `((s0 - 3)//2) + 1`), checked against every capture.
 // Integer arguments that depend on a dim are recorded as symbolic arguments, evaluated from the
-// inputs' sizes on every run.
+// inputs' sizes on every run. Because the other sizes are >= 2, an example size of 0 or 1 is
+// never specialized silently: either the program is right for every size, or a capture fails
+// and export names the op.
 // Note [Floats from sizes]: a float argument that differs between captures is a SymFloat: of
 // a program being lowered, the one of its SymFloats (or SymBools, for a bool) whose value is the
 // argument's in every capture (scalars_moving makes the captures tell them apart); of C++ code,
 // one of a few forms in one dim (`1.0 / x.size(0)` is FloatTrueDiv(1.0, ToFloat(s77)), also
 // c*s, s/c, s**0.5, s**-0.5, a*s + b), kept only when it gives the captured number bit for bit
-// in every capture. Anything else is refused as a specialization, with the values seen. Because the other sizes are >= 2, an example size of 0 or 1 is never
-// specialized silently: either the program is right for every size, or a capture fails and
-// export names the op.
+// in every capture. Anything else is refused as a specialization, with the values seen.
 #pragma once
 
 #include <algorithm>  // std::max
