@@ -1044,12 +1044,106 @@ TEST_CASE("export: C++ code under autocast is refused, never traced in the input
   CHECK((autocast_forward(x).scalar_type() == at::kBFloat16));  // eagerly: bfloat16
   XPORT_CHECK_THROWS_MSG(export_program(autocast_forward, std::tuple{x}), export_error,
                          "export: autocast is on for cpu (BFloat16) while the traced code calls aten::");
+  XPORT_CHECK_THROWS_MSG(export_program(autocast_forward, std::tuple{x}), export_error,
+                         "write the block with xport::autocast(at::kCPU, at::kBFloat16, fn, operands)");
   {  // export_program called inside an autocast region: the same
     const xport::detail::autocast_scope mode(c10::DeviceType::CPU, at::kBFloat16, true, -1);
     XPORT_CHECK_THROWS_MSG(export_program(l, std::tuple{x}), export_error, "xport traces on meta tensors");
   }
   // with autocast off, as before
   CHECK(at::allclose(run(export_program(l, std::tuple{x}), {x})[0], l(x)));
+}
+
+namespace {
+/// A block under `torch.autocast("cpu", dtype=torch.bfloat16)`: a Linear (torch::nn's: addmm or
+/// matmul + add_), an einsum (a composite op: autocast reaches the bmm it calls), a softmax of
+/// the result and a float32 log_softmax of a cast back.
+struct AutocastNetImpl : torch::nn::Module {
+  torch::nn::Linear l{8, 8};
+  at::Tensor w;
+  AutocastNetImpl() {
+    register_module("l", l);
+    w = register_parameter("w", torch::randn({8, 8}));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    auto [s, ls] = xport::autocast(
+        at::kCPU, at::kBFloat16,
+        [this](const at::Tensor& t) {
+          auto h = l(t);
+          return std::tuple{at::einsum("bi,ij->bj", {h, w}).softmax(-1), h.to(at::kFloat).log_softmax(-1)};
+        },
+        std::tuple{x});
+    return s.to(at::kFloat) + ls;
+  }
+};
+TORCH_MODULE(AutocastNet);
+}  // namespace
+
+TEST_CASE("xport::autocast (non-strict): captured as torch's wrap_with_autocast, typed as autocast computes, run, "
+          "saved, lowered with autocast's casts") {
+  torch::manual_seed(0);
+  AutocastNet net;
+  const auto x = at::randn({4, 8});
+  const auto want = net->forward(x);
+  const auto p = export_program(net, std::tuple{x}, {.dynamic_shapes = {{"x", {{0, Dim("batch", 1, 64)}}}}});
+  const auto printed = to_string(p);
+  INFO(printed);
+  CHECK(printed.find("torch.ops.higher_order.wrap_with_autocast('cpu', torch.bfloat16, True, False, submod_1, x, "
+                     "p_l_weight, p_l_bias, p_w)") != std::string::npos);
+  // the body's calls as written, typed as autocast computes them (the einsum's bmm is cast too)
+  CHECK(printed.find("addmm: \"bf16[s77, 8]\" = torch.ops.aten.addmm.default(p_l_bias, x, t)") != std::string::npos);
+  CHECK(printed.find("einsum: \"bf16[s77, 8]\" = torch.ops.aten.einsum.default('bi,ij->bj', [addmm, p_w])") !=
+        std::string::npos);
+  CHECK(printed.find("log_softmax: \"f32[s77, 8]\"") != std::string::npos);
+  engine e(p);
+  for (const auto& [layout, in] : xport_test::layouts_of(x)) {
+    INFO(layout);
+    const auto eager = net->forward(in);
+    CHECK(at::equal(run(p, {in})[0], eager));
+    CHECK(at::equal(e.run({in})[0], eager));
+  }
+  const auto x9 = at::randn({9, 8});
+  CHECK(at::equal(run(p, {x9})[0], net->forward(x9)));
+  // saved with its body and loaded as it was
+  const auto q = xport_test::reload(p);
+  CHECK(to_string(q) == printed);
+  CHECK(at::equal(run(q, {x})[0], want));
+  // lowered as torch lowers a torch.autocast block: each cast autocast makes is a _to_copy call of
+  // its own, in the order its kernel makes them (the weight's, then the input's, then the bias's)
+  const auto core = run_decompositions(p);
+  const auto lowered = to_string(core);
+  INFO(lowered);
+  CHECK(lowered.find("higher_order") == std::string::npos);
+  CHECK(lowered.find("_to_copy: \"bf16[8, 8]\" = torch.ops.aten._to_copy.default(permute, dtype = torch.bfloat16)") !=
+        std::string::npos);
+  CHECK(lowered.find("bmm: \"bf16[1, s77, 8]\" = torch.ops.aten.bmm.default(view, _to_copy_3)") != std::string::npos);
+  CHECK(at::equal(run(core, {x})[0], want));
+  CHECK(at::equal(run(core, {x9})[0], net->forward(x9)));
+  // eagerly it is LibTorch's autocast
+  CHECK((std::get<0>(xport::autocast(
+             at::kCPU, at::kBFloat16, [&](const at::Tensor& t) { return std::tuple{net->l(t)}; }, std::tuple{x}))
+             .scalar_type() == at::kBFloat16));
+  CHECK_FALSE(xport::detail::autocast_enabled(c10::DeviceType::CPU));
+}
+
+TEST_CASE("run_decompositions of torch's autocast program: autocast's casts recorded as torch records them") {
+  // AutocastBlock of tests/python/pt2_fixtures.py: `with torch.autocast("cpu", bfloat16): y = x @ self.w`
+  torch::manual_seed(0);
+  const auto w = at::randn({4, 4});
+  const auto p = export_program(
+      [&](const at::Tensor& x) {
+        auto [y] = xport::autocast(
+            at::kCPU, at::kBFloat16, [&](const at::Tensor& t) { return std::tuple{at::matmul(t, w)}; }, std::tuple{x});
+        return y.to(at::kFloat) + 1;
+      },
+      std::tuple{at::randn({2, 4})});
+  const auto lowered = to_string(run_decompositions(p));
+  INFO(lowered);
+  // torch 2.13's run_decompositions of the Python twin: the same three calls (matmul's casts, then mm)
+  for (const char* line : {"_to_copy: \"bf16[4, 4]\" = torch.ops.aten._to_copy.default(",
+                           "_to_copy_1: \"bf16[2, 4]\" = torch.ops.aten._to_copy.default(",
+                           "mm: \"bf16[2, 4]\" = torch.ops.aten.mm.default(_to_copy_1, _to_copy)"})
+    CHECK(lowered.find(line) != std::string::npos);
 }
 
 TEST_CASE("xport::out_dtype: computed in the promoted type as torch's, exported as one node, run, lowered and saved") {

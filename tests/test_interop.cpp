@@ -552,6 +552,22 @@ TEST_CASE("interop: xport writes an archive of every kind of program for torch.e
     const std::vector<T2> seqs{T2{-h0, at::randn({9, 2, 3})}, T2{h0, at::randn({2, 1, 3}).transpose(0, 1)}};
     w.add("scan_rnn_dynamic", sp, T2{h0, seq}, seqs);
     w.add("scan_rnn_dynamic_core_aten", run_decompositions(sp), T2{h0, seq}, seqs);
+    // xport::autocast: a Linear and a matmul in bfloat16, torch's wrap_with_autocast; lowered, the casts
+    // (not an einsum: torch 2.13's own run_decompositions of that block fails, its einsum decomposed below
+    // autocast into a bmm of bfloat16 and float32; xport's lowering casts there as eager does, test_control_flow)
+    torch::nn::Linear amp_lin(3, 3);
+    const auto amp_w = at::randn({3, 3});
+    auto amp = [&](const at::Tensor& x) {
+      auto [h] = xport::autocast(
+          at::kCPU, at::kBFloat16,
+          [&](const at::Tensor& t) { return std::tuple{at::matmul(amp_lin(t), amp_w).softmax(-1)}; },
+          std::tuple{x});
+      return h.to(at::kFloat) * x;
+    };
+    const auto ax = at::randn({4, 3});
+    auto ap = export_program(amp, T1{ax}, {.input_names = {"x"}, .dynamic_shapes = {{"x", {{0, Dim("batch", 1, 64)}}}}});
+    w.add("autocast_block_dynamic", ap, T1{ax}, {T1{at::randn({7, 3})}, T1{at::randn({3, 5}).t()}});
+    w.add("autocast_block_dynamic_core_aten", run_decompositions(ap), T1{ax}, {T1{at::randn({2, 3})}});
     // nonzero routing: a gated mixture of experts, its expert batches of sizes only the data knows
     torch::manual_seed(0);
     m::MoE moe;
@@ -641,7 +657,7 @@ TEST_CASE("interop: xport writes an archive of every kind of program for torch.e
     w.add("cpp_dataclass", p, T{m::attn_in{at::randn({2, 5}), (at::rand({2, 5}) > 0.5).to(at::kFloat)}});
   }
   MESSAGE("archives written for torch: " << w.size());
-  CHECK(w.size() == 44 + 7 + 2 + 2 + 4 + 2 + 2 + 2 + 2 + 2 + 4 + 1);  // ..., moe_nonzero*, unique_masked, cpp_dataclass
+  CHECK(w.size() == 44 + 7 + 2 + 2 + 4 + 2 + 2 + 2 + 2 + 2 + 2 + 4 + 1);  // ..., autocast_block*, moe_nonzero*, unique_masked, cpp_dataclass
 }
 
 // ---- C++ -> Python -> C++ -----------------------------------------------------------------------

@@ -11360,6 +11360,7 @@ XPORT_END_NAMESPACE
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <ATen/ops/to_ops.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/StringUtil.h>
@@ -11559,6 +11560,200 @@ inline std::optional<returns> result_aliasing(const node& n) {
 }
 
 XPORT_END_NAMESPACE
+// #include <xport/ops/autocast.hpp>
+// xport/ops/autocast.hpp: autocast's casts, found for tensors autocast does not look at.
+// LibTorch's autocast casts only tensors on a real backend (AutocastCPU sees CPU tensors): the
+// capture's meta tensors and the lowering's functional ones pass through it uncast. Under an
+// autocast region the capture asks LibTorch's own autocast kernel of each op what it would do
+// (Note [Autocast by probe]) and does it on its own tensors: recorded where a lowering inlines a
+// torch.autocast block (torch's lowering records the casts as `_to_copy` calls), on meta tensors
+// only where C++ code writes the block (torch's training IR keeps the body's calls as written).
+
+#include <cstddef>        // std::size_t
+#include <optional>       // std::optional
+#include <string>         // std::string
+#include <unordered_map>  // std::unordered_map
+#include <utility>        // std::move
+#include <vector>         // std::vector
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+// #include <xport/config.hpp>
+// #include <xport/error.hpp>
+// #include <xport/ops/higher_order.hpp>
+
+XPORT_BEGIN_NAMESPACE
+namespace detail {
+
+// Note [Autocast by probe]: which arguments autocast casts, and to what, is LibTorch's policy
+// (lower-precision ops, float32 ops, promoting ops, an appended dtype), per device and per
+// version. Rather than copy its tables, the capture calls the op's Autocast kernel itself on
+// stand-ins: empty tensors of the arguments' dtypes on the device the program runs on, which the
+// kernel takes as eligible. The kernel's calls come back to the capture's dispatch key: each
+// `to(dtype)` is noted (the stand-in it casts, the dtype), and its first other call is the call
+// it makes after the casts (the op again, or the overload it redirects to), taken with its
+// arguments and then abandoned. The casts are then done on the real operands in the order the
+// kernel did them, and that call made with autocast off for its extent, as the kernel excludes
+// its own key.
+
+/// Whether the capture applies autocast to the ops it sees (inside an autocast region that
+/// C++ code writes or a lowering inlines), by the autocast state LibTorch holds for the device.
+inline thread_local bool autocast_emulated = false;
+
+/// Sets autocast_emulated for the guard's lifetime.
+class autocast_emulation {
+ public:
+  explicit autocast_emulation(bool on) : was_(autocast_emulated) { autocast_emulated = on; }
+  ~autocast_emulation() { autocast_emulated = was_; }
+  autocast_emulation(const autocast_emulation&) = delete;
+  autocast_emulation& operator=(const autocast_emulation&) = delete;
+
+ private:
+  bool was_;
+};
+
+inline c10::DispatchKey autocast_key_of(c10::DeviceType d) {
+  return d == c10::DeviceType::CUDA ? c10::DispatchKey::AutocastCUDA : c10::DispatchKey::AutocastCPU;
+}
+
+/// Whether autocast changes a call of `op` on tensors of `device` now.
+inline bool autocast_applies(const c10::OperatorHandle& op, c10::Device device) {
+  if (!autocast_emulated || (!device.is_cpu() && !device.is_cuda()) || !autocast_enabled(device.type())) return false;
+  return op.hasKernelForDispatchKey(autocast_key_of(device.type()));
+}
+
+/// What an op's Autocast kernel did on stand-ins (Note [Autocast by probe]).
+struct autocast_plan {
+  struct cast {
+    const c10::TensorImpl* from;  ///< the stand-in cast
+    c10::ScalarType dtype;
+    at::Tensor to;  ///< the stand-in for its result
+  };
+  std::unordered_map<const c10::TensorImpl*, at::Tensor> operands;  ///< stand-in -> the operand it stands for
+  std::vector<cast> casts;                                          ///< in the kernel's order
+  std::optional<c10::OperatorHandle> call;                          ///< the call after the casts
+  torch::jit::Stack call_args;                                      ///< its arguments (stand-ins)
+};
+
+/// The probe running on this thread, if any.
+inline thread_local autocast_plan* active_autocast_probe = nullptr;
+
+struct autocast_probe_done {};
+
+/// Maps each tensor of `v` (in lists too) through `f`.
+template <class F>
+c10::IValue map_ivalue_tensors(const c10::IValue& v, F&& f) {
+  if (v.isTensor()) return f(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(f(t));
+    return out;
+  }
+  if (v.isList()) {
+    const auto l = v.toList();
+    c10::impl::GenericList out(l.elementType());
+    for (std::size_t i = 0; i < l.size(); ++i) out.push_back(map_ivalue_tensors(l.get(i), f));
+    return out;
+  }
+  return v;
+}
+
+/// Takes a call the Autocast kernel made during a probe (the capture's fallback calls this first,
+/// with its own key excluded): a cast is noted and answered with a new stand-in, any other call
+/// ends the probe.
+inline void autocast_probe_takes(const c10::OperatorHandle& op, torch::jit::Stack& stack) {
+  auto& plan = *active_autocast_probe;
+  const auto& schema = op.schema();
+  if (schema.name() == "aten::to" && schema.overload_name() == "dtype") {
+    const auto n = schema.arguments().size();
+    const auto from = stack[stack.size() - n].toTensor();
+    const auto dtype = stack[stack.size() - n + 1].toScalarType();
+    auto to = at::empty({0}, from.options().dtype(dtype));
+    plan.casts.push_back({from.unsafeGetTensorImpl(), dtype, to});
+    torch::jit::drop(stack, n);
+    stack.emplace_back(std::move(to));
+    return;
+  }
+  plan.call = op;
+  plan.call_args = stack;
+  throw autocast_probe_done{};
+}
+
+/// Runs `op`'s Autocast kernel for `device` on stand-ins of `args` (Note [Autocast by probe]);
+/// `intercept` is the capture's dispatch key, which sees the kernel's calls.
+inline autocast_plan probe_autocast(const c10::OperatorHandle& op, const torch::jit::Stack& args, c10::Device device,
+                                    c10::DispatchKey intercept) {
+  if (device.is_cuda() && !c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA))
+    throw export_error("xport.export.autocast_device",
+                       "autocast for cuda: xport finds which arguments of " + op.schema().operator_name().name +
+                           " autocast casts by calling LibTorch's AutocastCUDA kernel on empty CUDA tensors, and this "
+                           "process has no CUDA. Way out: export or lower the program on a machine with a GPU");
+  autocast_plan plan;
+  torch::jit::Stack stack;
+  // plain tensors throughout: a lowering's functionalization and recording stay out of the probe
+  const c10::impl::ExcludeDispatchKeyGuard plain(
+      c10::DispatchKeySet({c10::DispatchKey::Functionalize, c10::DispatchKey::Fake, c10::DispatchKey::Python}));
+  {
+    const c10::impl::ExcludeDispatchKeyGuard own(intercept);
+    for (const auto& a : args)
+      stack.push_back(map_ivalue_tensors(a, [&](const at::Tensor& t) {
+        if (!t.defined()) return t;
+        auto s = at::empty({0}, at::TensorOptions().dtype(t.scalar_type()).device(device));
+        plan.operands.emplace(s.unsafeGetTensorImpl(), t);
+        return s;
+      }));
+  }
+  struct probe_scope {
+    autocast_plan* prev = active_autocast_probe;
+    bool was_excluded;
+    c10::DispatchKey key;
+    ~probe_scope() {
+      active_autocast_probe = prev;
+      c10::impl::tls_set_dispatch_key_excluded(key, was_excluded);
+    }
+  } scope{active_autocast_probe, c10::impl::tls_is_dispatch_key_excluded(intercept), intercept};
+  const c10::impl::IncludeDispatchKeyGuard see(intercept);
+  c10::impl::tls_set_dispatch_key_excluded(intercept, false);
+  active_autocast_probe = &plan;
+  try {
+    op.redispatchBoxed(c10::DispatchKeySet(autocast_key_of(device.type())), &stack);
+  } catch (const autocast_probe_done&) {
+  } catch (const c10::Error& e) {
+    throw export_error("xport.export.autocast",
+                       "autocast refused " + op.schema().operator_name().name + ": " + first_line(e.what_without_backtrace()));
+  }
+  if (!plan.call)
+    throw export_error("xport.export.autocast", "autocast's kernel of " + op.schema().operator_name().name +
+                                                    " made no call xport could follow");
+  return plan;
+}
+
+/// Does what `plan` found on the operands it stands for: `cast(tensor, dtype)` for each cast in
+/// order; returns the arguments of the call after them.
+template <class Cast>
+torch::jit::Stack replay_autocast(const autocast_plan& plan, Cast&& cast) {
+  auto real = plan.operands;
+  for (const auto& c : plan.casts) real[c.to.unsafeGetTensorImpl()] = cast(real.at(c.from), c.dtype);
+  torch::jit::Stack out;
+  for (const auto& a : plan.call_args)
+    out.push_back(map_ivalue_tensors(a, [&](const at::Tensor& t) {
+      if (!t.defined()) return t;
+      const auto it = real.find(t.unsafeGetTensorImpl());
+      if (it == real.end())
+        throw export_error("xport.export.autocast", "autocast's kernel of " + plan.call->schema().operator_name().name +
+                                                        " passed a tensor xport cannot trace back to an operand");
+      return it->second;
+    }));
+  return out;
+}
+
+}  // namespace detail
+XPORT_END_NAMESPACE
 // #include <xport/ops/call.hpp>
 // #include <xport/ops/data_dependent.hpp>
 // #include <xport/ops/higher_order.hpp>
@@ -11690,7 +11885,7 @@ inline thread_local capture* active_capture = nullptr;
 /// The dispatch key whose fallback records ops.
 inline constexpr c10::DispatchKey capture_key = c10::DispatchKey::TESTING_ONLY_GenericMode;
 
-void capture_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+void capture_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
 
 /// Registers the recording fallback once per process (at run time: a static registration in a
 /// header would run once per translation unit and throw).
@@ -11727,6 +11922,34 @@ class capture_reenabled {
 
  private:
   bool was_excluded_;
+};
+
+/// Whether the capture's fallback is typing a call of an autocast region (autocast_meta_call)
+/// rather than recording.
+inline thread_local bool autocast_meta_run = false;
+
+/// Types the calls made in the guard's lifetime as autocast does (when `on`): the capture's key
+/// is switched back on and its fallback runs autocast_meta_call.
+class autocast_meta_scope {
+ public:
+  explicit autocast_meta_scope(bool on) : on_(on), was_(autocast_meta_run) {
+    if (!on_) return;
+    was_excluded_ = c10::impl::tls_is_dispatch_key_excluded(capture_key);
+    c10::impl::tls_set_dispatch_key_excluded(capture_key, false);
+    autocast_meta_run = true;
+  }
+  ~autocast_meta_scope() {
+    if (!on_) return;
+    autocast_meta_run = was_;
+    c10::impl::tls_set_dispatch_key_excluded(capture_key, was_excluded_);
+  }
+  autocast_meta_scope(const autocast_meta_scope&) = delete;
+  autocast_meta_scope& operator=(const autocast_meta_scope&) = delete;
+
+ private:
+  bool on_;
+  bool was_;
+  bool was_excluded_ = false;
 };
 
 /// One capture: the program being built and the tensors the traced code holds.
@@ -11920,6 +12143,8 @@ class capture {
 
   /// Records one op call from the dispatcher fallback (see capture_fallback).
   void record(const c10::OperatorHandle& handle, torch::jit::Stack& stack) {
+    // a lowering inlining an autocast region records autocast's casts, then the op autocast calls
+    if (decompose_ && autocast_applies(handle, fake_device_)) return record_autocast(handle, stack);
     const op_info& op = op_for(handle);
     if (decompose_ && decompose_(op, stack)) return;
     record_op(op, stack);
@@ -11932,7 +12157,7 @@ class capture {
     if (active_unbacked && reads_unbacked_int(op, stack)) return record_unbacked_int(op, stack);
     if (reads_data(op)) throw_reads_data(op);
     if (op.name == "aten::index" && has_mask_index(stack.back())) throw_mask_index_break(op);
-    if (user_code_) refuse_autocast(op);
+    if (user_code_ && !autocast_emulated) refuse_autocast(op);
     auto args = take_arguments(op, stack);
     if (python_frontend_) fill_python_defaults(op, args);
     check_mutations(op, args);
@@ -11940,7 +12165,12 @@ class capture {
 
     auto& results = meta_stack_;
     const auto device = output_device(op, args);
-    run_meta_laid_out(op, results, device, [&] { return describe_args(op, args); });
+    {
+      // in an autocast region C++ code writes, the call is recorded as written and its results
+      // are typed as autocast's (Note [Autocast by probe])
+      const autocast_meta_scope autocast_types(autocast_emulated && !decompose_);
+      run_meta_laid_out(op, results, device, [&] { return describe_args(op, args); });
+    }
     auto types = result_types(op, results, device, any_requires_grad(args));
     auto node = builder_.record(python_frontend_ ? python_overload(op) : op, std::move(args), std::move(types));
     if (auto path = module_path_of(node); !path.empty()) node.set_module_path(std::move(path));
@@ -11950,6 +12180,24 @@ class capture {
   }
 
  private:
+  // Records the casts autocast makes of the arguments of `handle` (as `to` calls, which the
+  // lowering takes on), then the call autocast makes after them, with autocast off for its extent.
+  void record_autocast(const c10::OperatorHandle& handle, torch::jit::Stack& stack) {
+    const auto n = handle.schema().arguments().size();
+    const torch::jit::Stack args(stack.end() - static_cast<std::ptrdiff_t>(n), stack.end());
+    const auto plan = probe_autocast(handle, args, fake_device_, capture_key);
+    const capture_reenabled recorded;
+    auto call = replay_autocast(plan, [](const at::Tensor& t, c10::ScalarType d) {
+      return at::_ops::to_dtype::call(t, d, false, false, c10::nullopt);
+    });
+    {
+      const autocast_emulation cast_already(false);
+      plan.call->callBoxed(call);
+    }
+    torch::jit::drop(stack, n);
+    for (auto& r : call) stack.push_back(std::move(r));
+  }
+
   // An op of the traced code while autocast is on (at::autocast::set_autocast_enabled in the
   // model, or export_program called inside an autocast region) is refused: the capture runs ops
   // on meta tensors, which autocast does not cast, so the program would compute in the inputs'
@@ -11963,9 +12211,11 @@ class capture {
                          "export: autocast is on for " + name + " (" + std::string(c10::toString(autocast_dtype(device))) +
                              ") while the traced code calls " + op.qualified +
                              ": xport traces on meta tensors, which autocast does not cast, so the program would "
-                             "compute in the inputs' dtype where the code computes in autocast's. Way out: turn "
-                             "autocast off around the model and cast explicitly (x.to(at::kBFloat16)), or export the "
-                             "model in Python under torch.autocast (its wrap_with_autocast program loads and runs)");
+                             "compute in the inputs' dtype where the code computes in autocast's. Way out: write the "
+                             "block with xport::autocast(at::k" + std::string(device == c10::DeviceType::CPU ? "CPU" : "CUDA") +
+                             ", at::k" + std::string(c10::toString(autocast_dtype(device))) +
+                             ", fn, operands), which export captures as torch's wrap_with_autocast, instead of "
+                             "switching LibTorch's autocast on");
     }
   }
 
@@ -12420,7 +12670,35 @@ class capture {
   std::unordered_map<std::string, int> subgraphs_;  // kind ("cond", "while_loop") -> subgraphs so far
 };
 
-inline void capture_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+/// Types a call of an autocast region C++ code writes (see autocast_meta_scope): the casts and
+/// the call autocast makes after them run on meta tensors, unrecorded, with autocast off for the
+/// call's extent; a call autocast leaves alone runs below the capture's key, which stays on for
+/// the calls it makes (a composite op's: autocast reaches them as it does eagerly).
+inline void autocast_meta_call(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack& stack) {
+  const auto device = active_capture ? active_capture->fake_device() : c10::Device(c10::kCPU);
+  if (!autocast_applies(op, device)) {
+    op.redispatchBoxed(ks & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, capture_key), &stack);
+    return;
+  }
+  const c10::impl::ExcludeDispatchKeyGuard no_capture(capture_key);
+  const auto n = op.schema().arguments().size();
+  const torch::jit::Stack args(stack.end() - static_cast<std::ptrdiff_t>(n), stack.end());
+  const auto plan = probe_autocast(op, args, device, capture_key);
+  auto call = replay_autocast(plan, [](const at::Tensor& t, c10::ScalarType d) {
+    return at::_ops::to_dtype::call(t, d, false, false, c10::nullopt);
+  });
+  plan.call->callBoxed(call);
+  torch::jit::drop(stack, n);
+  for (auto& r : call) stack.push_back(std::move(r));
+}
+
+inline void capture_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+  if (active_autocast_probe) {  // a call autocast's kernel makes on stand-ins
+    const c10::impl::ExcludeDispatchKeyGuard no_capture(capture_key);
+    autocast_probe_takes(op, *stack);
+    return;
+  }
+  if (autocast_meta_run) return autocast_meta_call(op, ks, *stack);
   // Everything below (meta runs, helpers) must not come back here.
   c10::impl::ExcludeDispatchKeyGuard no_capture(capture_key);
   if (!active_capture) {
@@ -12919,6 +13197,8 @@ XPORT_END_NAMESPACE
 // #include <xport/error.hpp>
 // #include <xport/ir/graph.hpp>
 // #include <xport/ir/op.hpp>
+// #include <xport/ops/autocast.hpp>
+// #include <xport/ops/higher_order.hpp>
 // #include <xport/ops/meta_infer.hpp>
 // #include <xport/program/verify.hpp>
 // #include <xport/trace/capture.hpp>
@@ -13134,6 +13414,53 @@ inline traced_cond trace_set_grad_enabled(capture& outer, bool enabled, std::vec
   std::vector<argument> args{enabled, std::make_shared<const subgraph>(subgraph{"submod_" + index, std::move(b.body)}),
                              argument::list_type(operands.begin(), operands.end())};
   return record_control_flow(outer, "higher_order::wrap_with_set_grad_enabled", std::move(args), nullptr, true);
+}
+
+/// Records `higher_order::wrap_with_autocast(device_type, dtype, enabled, False, submod_<k>,
+/// *operands)` in `outer` after tracing `body` on the operands under that autocast state, as
+/// torch.export records a `with torch.autocast(...):` block of the training IR: the body's calls
+/// as written, typed as autocast computes them (Note [Autocast by probe]); torch writes the cache
+/// off, as tracing runs it. Regions are numbered as set_grad_enabled's are (one split).
+inline traced_cond trace_autocast(capture& outer, c10::DeviceType device, c10::ScalarType dtype, bool enabled,
+                                  std::vector<value> operands, const branch_tracer& body) {
+  auto b = trace_branch(outer, operands, body, {0, 0}, /*by_fqn=*/false);
+  lift_free_values({&b}, operands);
+  const auto index = std::to_string(2 * outer.next_subgraph_index("submod") + 1);
+  std::vector<argument> args{std::string(c10::DeviceTypeName(device, /*lower_case=*/true)),
+                             dtype,
+                             enabled,
+                             false,
+                             std::make_shared<const subgraph>(subgraph{"submod_" + index, std::move(b.body)}),
+                             argument::list_type(operands.begin(), operands.end())};
+  return record_control_flow(outer, "higher_order::wrap_with_autocast", std::move(args), nullptr, true);
+}
+
+/// Traces `fn(operands...)` as the body of a block under a mode (grad mode, autocast):
+/// `under_mode(call)` runs `call` in the mode, `record(operand values, body tracer)` records the
+/// block's node in `outer`. Returns `fn`'s result (type R) with the node's outputs in its place.
+template <class R, class Fn, class Operands, class UnderMode, class Record>
+R trace_mode_block(capture& outer, Fn& fn, const Operands& operands, UnderMode&& under_mode, Record&& record) {
+  std::vector<value> operand_values;
+  auto of = [&](const at::Tensor& t) { operand_values.push_back(outer.value_of(t)); };
+  (void)flatten_into(operands, of);
+  std::optional<R> result;
+  const branch_tracer body = [&](capture& c, const std::vector<value>&, const std::vector<at::Tensor>& metas) {
+    std::size_t k = 0;
+    auto to_meta = [&](const at::Tensor&) { return metas.at(k++); };
+    const auto args = map_tensors(operands, to_meta);
+    {
+      capture_scope scope(c);
+      under_mode([&] { result.emplace(std::apply(fn, args)); });
+    }
+    std::vector<value> outs;
+    auto out = [&](const at::Tensor& t) { outs.push_back(c.value_of(t)); };
+    (void)flatten_into(*result, out);
+    return outs;
+  };
+  const auto r = record(std::move(operand_values), body);
+  std::size_t k = 0;
+  auto from_node = [&](const at::Tensor&) { return r.metas.at(k++); };
+  return map_tensors(*result, from_node);
 }
 
 /// Makes the strict front end record into a branch's capture for the guard's lifetime.
@@ -13379,28 +13706,44 @@ auto set_grad_enabled(bool enabled, Fn&& fn, const Operands& operands) {
     const c10::AutoGradMode mode(enabled);
     return std::apply(fn, operands);
   }
-  std::vector<value> operand_values;
-  auto of = [&](const at::Tensor& t) { operand_values.push_back(outer->value_of(t)); };
-  (void)detail::flatten_into(operands, of);
-  std::optional<R> result;
-  const detail::branch_tracer body = [&](detail::capture& c, const std::vector<value>&, const std::vector<at::Tensor>& metas) {
-    std::size_t k = 0;
-    auto to_meta = [&](const at::Tensor&) { return metas.at(k++); };
-    const auto args = detail::map_tensors(operands, to_meta);
-    {
-      detail::capture_scope scope(c);
-      const c10::AutoGradMode mode(enabled);
-      result.emplace(std::apply(fn, args));
-    }
-    std::vector<value> outs;
-    auto out = [&](const at::Tensor& t) { outs.push_back(c.value_of(t)); };
-    (void)detail::flatten_into(*result, out);
-    return outs;
-  };
-  const auto r = detail::trace_set_grad_enabled(*outer, enabled, std::move(operand_values), body);
-  std::size_t k = 0;
-  auto from_node = [&](const at::Tensor&) { return r.metas.at(k++); };
-  return detail::map_tensors(*result, from_node);
+  return detail::trace_mode_block<R>(
+      *outer, fn, operands, [&](auto&& call) { const c10::AutoGradMode mode(enabled); call(); },
+      [&](std::vector<value> values, const detail::branch_tracer& body) {
+        return detail::trace_set_grad_enabled(*outer, enabled, std::move(values), body);
+      });
+}
+
+/// `with torch.autocast(device_type, dtype):` for a block of at::Tensor code: `fn(operands...)`
+/// with autocast on for `device` (at::kCPU or at::kCUDA) in `dtype` (`enabled` false: off).
+/// Eagerly it runs under LibTorch's autocast; under export (non-strict) `fn` is captured as the
+/// body of one torch.ops.higher_order.wrap_with_autocast node, its calls as written and typed as
+/// autocast computes them, as torch.export captures the block: the program runs it under
+/// autocast, and run_decompositions() records autocast's casts as torch's lowering does.
+/// Tensors `fn` reads without being passed them become operands, as for xport::cond. Returns
+/// what `fn` returns (tensors, or a std::tuple of them).
+///
+///   auto y = xport::autocast(at::kCPU, at::kBFloat16, [&](const at::Tensor& x) { return mlp(x); },
+///                            std::tuple{x});
+template <class Fn, class Operands>
+auto autocast(c10::DeviceType device, c10::ScalarType dtype, Fn&& fn, const Operands& operands, bool enabled = true) {
+  static_assert(detail::is_std_tuple<Operands>, "xport::autocast: pass the operands as a std::tuple (std::tuple{x, "
+                                                "y}); fn is called with them as its arguments");
+  using R = decltype(std::apply(fn, operands));
+  auto* outer = detail::active_capture;
+  if (!outer) {
+    const detail::autocast_scope mode(device, dtype, enabled, -1);
+    return std::apply(fn, operands);
+  }
+  return detail::trace_mode_block<R>(
+      *outer, fn, operands,
+      [&](auto&& call) {
+        const detail::autocast_scope mode(device, dtype, enabled, -1);
+        const detail::autocast_emulation typed(true);
+        call();
+      },
+      [&](std::vector<value> values, const detail::branch_tracer& body) {
+        return detail::trace_autocast(*outer, device, dtype, enabled, std::move(values), body);
+      });
 }
 
 /// `with torch.no_grad():` for a block of at::Tensor code (see set_grad_enabled).
@@ -16492,6 +16835,7 @@ XPORT_END_NAMESPACE
 
 // #include <xport/config.hpp>
 // #include <xport/detail/compat.hpp>
+// #include <xport/ops/autocast.hpp>
 // #include <xport/ops/call.hpp>
 // #include <xport/ops/core_ops.hpp>
 // #include <xport/ops/op_sets.hpp>
@@ -16763,6 +17107,7 @@ inline void recall_inlined(capture& cap, const node& n, const higher_order_op& h
     const auto dtype = args[1].is_dtype() ? args[1].as_dtype() : c10::ScalarType::Undefined;
     const int cache = args[3].is_bool() ? static_cast<int>(args[3].as_bool()) : -1;
     const autocast_scope mode(autocast_device(args[0].as_string()), dtype, args[2].as_bool(), cache);
+    const autocast_emulation casts(true);  // the capture records autocast's casts (Note [Autocast by probe])
     run_body();
   }
   const auto outs = body.output_node().args();

@@ -675,7 +675,7 @@ def main():
     # (autocast's `.float()` gives an _assert_tensor_metadata call whose dtype torch wrote by
     # keyword, `dtype = torch.bfloat16`: xport keeps which arguments were passed by keyword)
     for name, module in (("no_grad", NoGradBlock()), ("autocast", AutocastBlock())):
-        w.export(name, module, (torch.randn(2, 4),), printed=True)
+        w.export(name, module, (torch.randn(2, 4),), printed=True, lowered=True)  # lowered: autocast's casts
         w.export(name + "_core_aten", module, (torch.randn(2, 4),), decompose=True, printed=True)
     # pytree node types C++ does not have: kept by name and context, written back unchanged
     w.export("pytree_dataclass", pytree_types.Attend(), (pytree_types.AttnIn(torch.randn(2, 5), torch.ones(2, 5)),))

@@ -39,6 +39,7 @@
 
 #include <xport/config.hpp>
 #include <xport/detail/compat.hpp>
+#include <xport/ops/autocast.hpp>
 #include <xport/ops/call.hpp>
 #include <xport/ops/core_ops.hpp>
 #include <xport/ops/op_sets.hpp>
@@ -310,6 +311,7 @@ inline void recall_inlined(capture& cap, const node& n, const higher_order_op& h
     const auto dtype = args[1].is_dtype() ? args[1].as_dtype() : c10::ScalarType::Undefined;
     const int cache = args[3].is_bool() ? static_cast<int>(args[3].as_bool()) : -1;
     const autocast_scope mode(autocast_device(args[0].as_string()), dtype, args[2].as_bool(), cache);
+    const autocast_emulation casts(true);  // the capture records autocast's casts (Note [Autocast by probe])
     run_body();
   }
   const auto outs = body.output_node().args();

@@ -25,12 +25,14 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <ATen/ops/to_ops.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/StringUtil.h>
 
 #include <xport/config.hpp>
 #include <xport/ops/aliasing.hpp>
+#include <xport/ops/autocast.hpp>
 #include <xport/ops/call.hpp>
 #include <xport/ops/data_dependent.hpp>
 #include <xport/ops/higher_order.hpp>
@@ -54,7 +56,7 @@ inline thread_local capture* active_capture = nullptr;
 /// The dispatch key whose fallback records ops.
 inline constexpr c10::DispatchKey capture_key = c10::DispatchKey::TESTING_ONLY_GenericMode;
 
-void capture_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+void capture_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
 
 /// Registers the recording fallback once per process (at run time: a static registration in a
 /// header would run once per translation unit and throw).
@@ -91,6 +93,34 @@ class capture_reenabled {
 
  private:
   bool was_excluded_;
+};
+
+/// Whether the capture's fallback is typing a call of an autocast region (autocast_meta_call)
+/// rather than recording.
+inline thread_local bool autocast_meta_run = false;
+
+/// Types the calls made in the guard's lifetime as autocast does (when `on`): the capture's key
+/// is switched back on and its fallback runs autocast_meta_call.
+class autocast_meta_scope {
+ public:
+  explicit autocast_meta_scope(bool on) : on_(on), was_(autocast_meta_run) {
+    if (!on_) return;
+    was_excluded_ = c10::impl::tls_is_dispatch_key_excluded(capture_key);
+    c10::impl::tls_set_dispatch_key_excluded(capture_key, false);
+    autocast_meta_run = true;
+  }
+  ~autocast_meta_scope() {
+    if (!on_) return;
+    autocast_meta_run = was_;
+    c10::impl::tls_set_dispatch_key_excluded(capture_key, was_excluded_);
+  }
+  autocast_meta_scope(const autocast_meta_scope&) = delete;
+  autocast_meta_scope& operator=(const autocast_meta_scope&) = delete;
+
+ private:
+  bool on_;
+  bool was_;
+  bool was_excluded_ = false;
 };
 
 /// One capture: the program being built and the tensors the traced code holds.
@@ -284,6 +314,8 @@ class capture {
 
   /// Records one op call from the dispatcher fallback (see capture_fallback).
   void record(const c10::OperatorHandle& handle, torch::jit::Stack& stack) {
+    // a lowering inlining an autocast region records autocast's casts, then the op autocast calls
+    if (decompose_ && autocast_applies(handle, fake_device_)) return record_autocast(handle, stack);
     const op_info& op = op_for(handle);
     if (decompose_ && decompose_(op, stack)) return;
     record_op(op, stack);
@@ -296,7 +328,7 @@ class capture {
     if (active_unbacked && reads_unbacked_int(op, stack)) return record_unbacked_int(op, stack);
     if (reads_data(op)) throw_reads_data(op);
     if (op.name == "aten::index" && has_mask_index(stack.back())) throw_mask_index_break(op);
-    if (user_code_) refuse_autocast(op);
+    if (user_code_ && !autocast_emulated) refuse_autocast(op);
     auto args = take_arguments(op, stack);
     if (python_frontend_) fill_python_defaults(op, args);
     check_mutations(op, args);
@@ -304,7 +336,12 @@ class capture {
 
     auto& results = meta_stack_;
     const auto device = output_device(op, args);
-    run_meta_laid_out(op, results, device, [&] { return describe_args(op, args); });
+    {
+      // in an autocast region C++ code writes, the call is recorded as written and its results
+      // are typed as autocast's (Note [Autocast by probe])
+      const autocast_meta_scope autocast_types(autocast_emulated && !decompose_);
+      run_meta_laid_out(op, results, device, [&] { return describe_args(op, args); });
+    }
     auto types = result_types(op, results, device, any_requires_grad(args));
     auto node = builder_.record(python_frontend_ ? python_overload(op) : op, std::move(args), std::move(types));
     if (auto path = module_path_of(node); !path.empty()) node.set_module_path(std::move(path));
@@ -314,6 +351,24 @@ class capture {
   }
 
  private:
+  // Records the casts autocast makes of the arguments of `handle` (as `to` calls, which the
+  // lowering takes on), then the call autocast makes after them, with autocast off for its extent.
+  void record_autocast(const c10::OperatorHandle& handle, torch::jit::Stack& stack) {
+    const auto n = handle.schema().arguments().size();
+    const torch::jit::Stack args(stack.end() - static_cast<std::ptrdiff_t>(n), stack.end());
+    const auto plan = probe_autocast(handle, args, fake_device_, capture_key);
+    const capture_reenabled recorded;
+    auto call = replay_autocast(plan, [](const at::Tensor& t, c10::ScalarType d) {
+      return at::_ops::to_dtype::call(t, d, false, false, c10::nullopt);
+    });
+    {
+      const autocast_emulation cast_already(false);
+      plan.call->callBoxed(call);
+    }
+    torch::jit::drop(stack, n);
+    for (auto& r : call) stack.push_back(std::move(r));
+  }
+
   // An op of the traced code while autocast is on (at::autocast::set_autocast_enabled in the
   // model, or export_program called inside an autocast region) is refused: the capture runs ops
   // on meta tensors, which autocast does not cast, so the program would compute in the inputs'
@@ -327,9 +382,11 @@ class capture {
                          "export: autocast is on for " + name + " (" + std::string(c10::toString(autocast_dtype(device))) +
                              ") while the traced code calls " + op.qualified +
                              ": xport traces on meta tensors, which autocast does not cast, so the program would "
-                             "compute in the inputs' dtype where the code computes in autocast's. Way out: turn "
-                             "autocast off around the model and cast explicitly (x.to(at::kBFloat16)), or export the "
-                             "model in Python under torch.autocast (its wrap_with_autocast program loads and runs)");
+                             "compute in the inputs' dtype where the code computes in autocast's. Way out: write the "
+                             "block with xport::autocast(at::k" + std::string(device == c10::DeviceType::CPU ? "CPU" : "CUDA") +
+                             ", at::k" + std::string(c10::toString(autocast_dtype(device))) +
+                             ", fn, operands), which export captures as torch's wrap_with_autocast, instead of "
+                             "switching LibTorch's autocast on");
     }
   }
 
@@ -784,7 +841,35 @@ class capture {
   std::unordered_map<std::string, int> subgraphs_;  // kind ("cond", "while_loop") -> subgraphs so far
 };
 
-inline void capture_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+/// Types a call of an autocast region C++ code writes (see autocast_meta_scope): the casts and
+/// the call autocast makes after them run on meta tensors, unrecorded, with autocast off for the
+/// call's extent; a call autocast leaves alone runs below the capture's key, which stays on for
+/// the calls it makes (a composite op's: autocast reaches them as it does eagerly).
+inline void autocast_meta_call(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack& stack) {
+  const auto device = active_capture ? active_capture->fake_device() : c10::Device(c10::kCPU);
+  if (!autocast_applies(op, device)) {
+    op.redispatchBoxed(ks & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, capture_key), &stack);
+    return;
+  }
+  const c10::impl::ExcludeDispatchKeyGuard no_capture(capture_key);
+  const auto n = op.schema().arguments().size();
+  const torch::jit::Stack args(stack.end() - static_cast<std::ptrdiff_t>(n), stack.end());
+  const auto plan = probe_autocast(op, args, device, capture_key);
+  auto call = replay_autocast(plan, [](const at::Tensor& t, c10::ScalarType d) {
+    return at::_ops::to_dtype::call(t, d, false, false, c10::nullopt);
+  });
+  plan.call->callBoxed(call);
+  torch::jit::drop(stack, n);
+  for (auto& r : call) stack.push_back(std::move(r));
+}
+
+inline void capture_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+  if (active_autocast_probe) {  // a call autocast's kernel makes on stand-ins
+    const c10::impl::ExcludeDispatchKeyGuard no_capture(capture_key);
+    autocast_probe_takes(op, *stack);
+    return;
+  }
+  if (autocast_meta_run) return autocast_meta_call(op, ks, *stack);
   // Everything below (meta runs, helpers) must not come back here.
   c10::impl::ExcludeDispatchKeyGuard no_capture(capture_key);
   if (!active_capture) {

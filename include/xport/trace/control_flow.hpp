@@ -46,6 +46,8 @@
 #include <xport/error.hpp>
 #include <xport/ir/graph.hpp>
 #include <xport/ir/op.hpp>
+#include <xport/ops/autocast.hpp>
+#include <xport/ops/higher_order.hpp>
 #include <xport/ops/meta_infer.hpp>
 #include <xport/program/verify.hpp>
 #include <xport/trace/capture.hpp>
@@ -261,6 +263,53 @@ inline traced_cond trace_set_grad_enabled(capture& outer, bool enabled, std::vec
   std::vector<argument> args{enabled, std::make_shared<const subgraph>(subgraph{"submod_" + index, std::move(b.body)}),
                              argument::list_type(operands.begin(), operands.end())};
   return record_control_flow(outer, "higher_order::wrap_with_set_grad_enabled", std::move(args), nullptr, true);
+}
+
+/// Records `higher_order::wrap_with_autocast(device_type, dtype, enabled, False, submod_<k>,
+/// *operands)` in `outer` after tracing `body` on the operands under that autocast state, as
+/// torch.export records a `with torch.autocast(...):` block of the training IR: the body's calls
+/// as written, typed as autocast computes them (Note [Autocast by probe]); torch writes the cache
+/// off, as tracing runs it. Regions are numbered as set_grad_enabled's are (one split).
+inline traced_cond trace_autocast(capture& outer, c10::DeviceType device, c10::ScalarType dtype, bool enabled,
+                                  std::vector<value> operands, const branch_tracer& body) {
+  auto b = trace_branch(outer, operands, body, {0, 0}, /*by_fqn=*/false);
+  lift_free_values({&b}, operands);
+  const auto index = std::to_string(2 * outer.next_subgraph_index("submod") + 1);
+  std::vector<argument> args{std::string(c10::DeviceTypeName(device, /*lower_case=*/true)),
+                             dtype,
+                             enabled,
+                             false,
+                             std::make_shared<const subgraph>(subgraph{"submod_" + index, std::move(b.body)}),
+                             argument::list_type(operands.begin(), operands.end())};
+  return record_control_flow(outer, "higher_order::wrap_with_autocast", std::move(args), nullptr, true);
+}
+
+/// Traces `fn(operands...)` as the body of a block under a mode (grad mode, autocast):
+/// `under_mode(call)` runs `call` in the mode, `record(operand values, body tracer)` records the
+/// block's node in `outer`. Returns `fn`'s result (type R) with the node's outputs in its place.
+template <class R, class Fn, class Operands, class UnderMode, class Record>
+R trace_mode_block(capture& outer, Fn& fn, const Operands& operands, UnderMode&& under_mode, Record&& record) {
+  std::vector<value> operand_values;
+  auto of = [&](const at::Tensor& t) { operand_values.push_back(outer.value_of(t)); };
+  (void)flatten_into(operands, of);
+  std::optional<R> result;
+  const branch_tracer body = [&](capture& c, const std::vector<value>&, const std::vector<at::Tensor>& metas) {
+    std::size_t k = 0;
+    auto to_meta = [&](const at::Tensor&) { return metas.at(k++); };
+    const auto args = map_tensors(operands, to_meta);
+    {
+      capture_scope scope(c);
+      under_mode([&] { result.emplace(std::apply(fn, args)); });
+    }
+    std::vector<value> outs;
+    auto out = [&](const at::Tensor& t) { outs.push_back(c.value_of(t)); };
+    (void)flatten_into(*result, out);
+    return outs;
+  };
+  const auto r = record(std::move(operand_values), body);
+  std::size_t k = 0;
+  auto from_node = [&](const at::Tensor&) { return r.metas.at(k++); };
+  return map_tensors(*result, from_node);
 }
 
 /// Makes the strict front end record into a branch's capture for the guard's lifetime.
@@ -506,28 +555,44 @@ auto set_grad_enabled(bool enabled, Fn&& fn, const Operands& operands) {
     const c10::AutoGradMode mode(enabled);
     return std::apply(fn, operands);
   }
-  std::vector<value> operand_values;
-  auto of = [&](const at::Tensor& t) { operand_values.push_back(outer->value_of(t)); };
-  (void)detail::flatten_into(operands, of);
-  std::optional<R> result;
-  const detail::branch_tracer body = [&](detail::capture& c, const std::vector<value>&, const std::vector<at::Tensor>& metas) {
-    std::size_t k = 0;
-    auto to_meta = [&](const at::Tensor&) { return metas.at(k++); };
-    const auto args = detail::map_tensors(operands, to_meta);
-    {
-      detail::capture_scope scope(c);
-      const c10::AutoGradMode mode(enabled);
-      result.emplace(std::apply(fn, args));
-    }
-    std::vector<value> outs;
-    auto out = [&](const at::Tensor& t) { outs.push_back(c.value_of(t)); };
-    (void)detail::flatten_into(*result, out);
-    return outs;
-  };
-  const auto r = detail::trace_set_grad_enabled(*outer, enabled, std::move(operand_values), body);
-  std::size_t k = 0;
-  auto from_node = [&](const at::Tensor&) { return r.metas.at(k++); };
-  return detail::map_tensors(*result, from_node);
+  return detail::trace_mode_block<R>(
+      *outer, fn, operands, [&](auto&& call) { const c10::AutoGradMode mode(enabled); call(); },
+      [&](std::vector<value> values, const detail::branch_tracer& body) {
+        return detail::trace_set_grad_enabled(*outer, enabled, std::move(values), body);
+      });
+}
+
+/// `with torch.autocast(device_type, dtype):` for a block of at::Tensor code: `fn(operands...)`
+/// with autocast on for `device` (at::kCPU or at::kCUDA) in `dtype` (`enabled` false: off).
+/// Eagerly it runs under LibTorch's autocast; under export (non-strict) `fn` is captured as the
+/// body of one torch.ops.higher_order.wrap_with_autocast node, its calls as written and typed as
+/// autocast computes them, as torch.export captures the block: the program runs it under
+/// autocast, and run_decompositions() records autocast's casts as torch's lowering does.
+/// Tensors `fn` reads without being passed them become operands, as for xport::cond. Returns
+/// what `fn` returns (tensors, or a std::tuple of them).
+///
+///   auto y = xport::autocast(at::kCPU, at::kBFloat16, [&](const at::Tensor& x) { return mlp(x); },
+///                            std::tuple{x});
+template <class Fn, class Operands>
+auto autocast(c10::DeviceType device, c10::ScalarType dtype, Fn&& fn, const Operands& operands, bool enabled = true) {
+  static_assert(detail::is_std_tuple<Operands>, "xport::autocast: pass the operands as a std::tuple (std::tuple{x, "
+                                                "y}); fn is called with them as its arguments");
+  using R = decltype(std::apply(fn, operands));
+  auto* outer = detail::active_capture;
+  if (!outer) {
+    const detail::autocast_scope mode(device, dtype, enabled, -1);
+    return std::apply(fn, operands);
+  }
+  return detail::trace_mode_block<R>(
+      *outer, fn, operands,
+      [&](auto&& call) {
+        const detail::autocast_scope mode(device, dtype, enabled, -1);
+        const detail::autocast_emulation typed(true);
+        call();
+      },
+      [&](std::vector<value> values, const detail::branch_tracer& body) {
+        return detail::trace_autocast(*outer, device, dtype, enabled, std::move(values), body);
+      });
 }
 
 /// `with torch.no_grad():` for a block of at::Tensor code (see set_grad_enabled).
