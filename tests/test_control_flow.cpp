@@ -1015,6 +1015,42 @@ TEST_CASE("xport::no_grad (non-strict): captured as torch's wrap_with_set_grad_e
   CHECK(std::get<0>(net->forward(xe)).requires_grad());  // x + y: x still requires grad
 }
 
+TEST_CASE("xport::no_grad (strict): traced on sym_tensors into wrap_with_set_grad_enabled, with its C++ lines") {
+  auto fn = [](const sym_tensor& x, const sym_tensor& w) {
+    auto h = matmul(x, w);
+    auto y = xport::no_grad([&](const sym_tensor& a) { return relu(matmul(a, w)) * 2.0; }, std::tuple{h});
+    return h + y;
+  };
+  const auto x0 = at::randn({3, 3}), w0 = at::randn({3, 3});
+  const auto p = export_program<xport::strict>(fn, std::tuple{x0, w0}, {.input_names = {"x", "w"}});
+  const auto printed = to_string(p);
+  INFO(printed);
+  CHECK(printed.find("torch.ops.higher_order.wrap_with_set_grad_enabled(False, submod_1, matmul, w)") != std::string::npos);
+  CHECK(printed.find("code: auto y = xport::no_grad([&](const sym_tensor& a) { return relu(matmul(a, w)) * 2.0; }, "
+                     "std::tuple{h});") != std::string::npos);
+  auto eager = [](const at::Tensor& x, const at::Tensor& w) {
+    auto h = at::matmul(x, w);
+    at::Tensor y;
+    {
+      const c10::NoGradGuard off;
+      y = at::relu(at::matmul(h, w)) * 2.0;
+    }
+    return h + y;
+  };
+  CHECK(at::allclose(run(p, {x0, w0})[0], eager(x0, w0), 1e-5, 1e-6));
+  // gradients flow around the block only, as eagerly
+  const auto xe = x0.clone().requires_grad_(), we = w0.clone().requires_grad_();
+  const auto xr = x0.clone().requires_grad_(), wr = w0.clone().requires_grad_();
+  eager(xe, we).sum().backward();
+  run(p, {xr, wr})[0].sum().backward();
+  CHECK(at::allclose(xr.grad(), xe.grad(), 1e-5, 1e-6));
+  CHECK(at::allclose(wr.grad(), we.grad(), 1e-5, 1e-6));
+  // lowered as the non-strict block is: the body inlined
+  const auto core = run_decompositions(p);
+  CHECK(to_string(core).find("higher_order") == std::string::npos);
+  CHECK(at::allclose(run(core, {x0, w0})[0], eager(x0, w0), 1e-5, 1e-6));
+}
+
 namespace {
 
 // torch's out_dtype, written in C++ as tests/python/pt2_fixtures.py's OutDtype writes it in Python
@@ -1124,6 +1160,33 @@ TEST_CASE("xport::autocast (non-strict): captured as torch's wrap_with_autocast,
              at::kCPU, at::kBFloat16, [&](const at::Tensor& t) { return std::tuple{net->l(t)}; }, std::tuple{x}))
              .scalar_type() == at::kBFloat16));
   CHECK_FALSE(xport::detail::autocast_enabled(c10::DeviceType::CPU));
+}
+
+TEST_CASE("xport::autocast (strict): traced on sym_tensors into wrap_with_autocast, typed as autocast computes") {
+  auto fn = [](const sym_tensor& x, const sym_tensor& w) {
+    auto [y] = xport::autocast(at::kCPU, at::kBFloat16, [&](const sym_tensor& a) { return std::tuple{matmul(relu(a), w)}; },
+                               std::tuple{x});
+    return y.to(at::kFloat) + x;
+  };
+  const auto x0 = at::randn({3, 4}), w0 = at::randn({4, 4});
+  const auto p = export_program<xport::strict>(fn, std::tuple{x0, w0}, {.input_names = {"x", "w"}});
+  const auto printed = to_string(p);
+  INFO(printed);
+  CHECK(printed.find("torch.ops.higher_order.wrap_with_autocast('cpu', torch.bfloat16, True, False, submod_1, x, w)") !=
+        std::string::npos);
+  CHECK(printed.find("relu: \"f32[3, 4]\"") != std::string::npos);  // no autocast kernel: as it was
+  CHECK(printed.find("matmul: \"bf16[3, 3]\"") == std::string::npos);
+  CHECK(printed.find("matmul: \"bf16[3, 4]\"") != std::string::npos);
+  auto eager = [](const at::Tensor& x, const at::Tensor& w) {
+    at::Tensor y;
+    {
+      const xport::detail::autocast_scope mode(c10::DeviceType::CPU, at::kBFloat16, true, -1);
+      y = at::matmul(at::relu(x), w);
+    }
+    return y.to(at::kFloat) + x;
+  };
+  CHECK(at::equal(run(p, {x0, w0})[0], eager(x0, w0)));
+  CHECK(at::equal(run(run_decompositions(p), {x0, w0})[0], eager(x0, w0)));
 }
 
 TEST_CASE("run_decompositions of torch's autocast program: autocast's casts recorded as torch records them") {

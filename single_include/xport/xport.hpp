@@ -2500,6 +2500,7 @@ XPORT_END_NAMESPACE
 #include <cstdio>     // std::snprintf
 #include <memory>     // std::shared_ptr
 #include <string>     // std::string
+#include <string_view>  // std::string_view
 #include <utility>    // std::move, std::swap
 #include <vector>     // std::vector
 
@@ -2591,6 +2592,29 @@ class sym_scalar {
     return cmp == ">" ? "<=" : cmp == "<=" ? ">" : cmp == "<" ? ">=" : cmp == ">=" ? "<" : cmp == "==" ? "!=" : "==";
   }
   [[nodiscard]] bool is_int() const { return n_->kind == op::integer; }
+
+  /// torch's fx node for an operation: its name (`truediv`, numbered `truediv_1` in a graph), its
+  /// target (`_operator.truediv`, `torch.sym_float`) and the Python operator between its operands
+  /// (` / `; empty for a call or `-a`). Empty for leaves and comparisons (sym_relation::kinds name those).
+  struct fx_form {
+    std::string_view name, target, infix;
+  };
+  static fx_form fx_of(op kind) {
+    switch (kind) {
+      case op::to_float: return {"sym_float", "torch.sym_float", ""};
+      case op::int_truediv:
+      case op::float_truediv: return {"truediv", "_operator.truediv", " / "};
+      case op::add: return {"add", "_operator.add", " + "};
+      case op::sub: return {"sub", "_operator.sub", " - "};
+      case op::mul: return {"mul", "_operator.mul", " * "};
+      case op::pow: return {"pow", "_operator.pow", " ** "};
+      case op::neg: return {"neg", "_operator.neg", ""};
+      case op::logical_and: return {"and_", "_operator.and_", " & "};
+      case op::logical_or: return {"or_", "_operator.or_", " | "};
+      case op::logical_not: return {"sym_not", "torch.sym_not", ""};
+      default: return {"", "", ""};
+    }
+  }
 
   /// Its value with each size's value given by `size_of(sym_int) -> int64`, computed as Python
   /// computes torch's nodes in order; a bool is 0 or 1. Division by zero, or a negative base to a
@@ -4874,12 +4898,14 @@ struct sym_relation {
   std::string op;  ///< one of kinds' ops
   sym_int rhs;
 
-  /// The row of `kinds` for `op`.
-  [[nodiscard]] const kind& kind_of() const {
+  /// The row of `kinds` for comparison `op` (`<=`).
+  [[nodiscard]] static const kind& kind_of(std::string_view op) {
     for (const auto& k : kinds)
       if (k.op == op) return k;
-    throw graph_error("xport.program.relation", "'" + op + "' is no relation (expected >=, <=, >, <, == or !=)");
+    throw graph_error("xport.program.relation", "'" + std::string(op) + "' is no relation (expected >=, <=, >, <, == or !=)");
   }
+  /// The row of `kinds` for this relation.
+  [[nodiscard]] const kind& kind_of() const { return kind_of(op); }
   /// Whether the relation holds for these values of its two sides.
   [[nodiscard]] bool holds(std::int64_t a, std::int64_t b) const {
     const auto o = kind_of().op;
@@ -10215,22 +10241,11 @@ class size_planner {
     for (const auto* operand : {&a, &b})
       if (!operand->empty() && taken_.count(*operand) && std::find(inputs.begin(), inputs.end(), *operand) == inputs.end())
         inputs.push_back(*operand);
-    std::string base, rhs;
-    switch (x->kind) {
-      case op::to_float: base = "sym_float", rhs = "torch.sym_float(" + a + ")"; break;
-      case op::int_truediv:
-      case op::float_truediv: base = "truediv", rhs = a + " / " + b; break;
-      case op::add: base = "add", rhs = a + " + " + b; break;
-      case op::sub: base = "sub", rhs = a + " - " + b; break;
-      case op::mul: base = "mul", rhs = a + " * " + b; break;
-      case op::pow: base = "pow", rhs = a + " ** " + b; break;
-      case op::neg: base = "neg", rhs = "-" + a; break;
-      case op::compare: base = std::string(sym_relation{0, x->cmp, 0}.kind_of().fx), rhs = a + " " + x->cmp + " " + b; break;
-      case op::logical_and: base = "and_", rhs = a + " & " + b; break;
-      case op::logical_or: base = "or_", rhs = a + " | " + b; break;
-      case op::logical_not: base = "sym_not", rhs = "torch.sym_not(" + a + ")"; break;
-      default: break;
-    }
+    const auto fx = sym_scalar::fx_of(x->kind);
+    std::string base(fx.name), rhs;
+    if (x->kind == op::compare) base = std::string(sym_relation::kind_of(x->cmp).fx), rhs = a + " " + x->cmp + " " + b;
+    else if (!fx.infix.empty()) rhs = a + std::string(fx.infix) + b;
+    else rhs = x->kind == op::neg ? "-" + a : std::string(fx.target) + "(" + a + ")";
     const bool own = !x->name.empty() && reserved_.erase(x->name) > 0;  // its name in the file, kept for it
     const auto name = own ? x->name : fresh(x->name.empty() ? base : x->name);
     out_.before[n.impl()].push_back({name, "Sym(" + s.str() + ")", rhs, std::move(inputs)});
@@ -11934,6 +11949,9 @@ class autocast_meta_scope {
  public:
   explicit autocast_meta_scope(bool on) : on_(on), was_(autocast_meta_run) {
     if (!on_) return;
+    ensure_capture_fallback();
+    was_included_ = c10::impl::tls_is_dispatch_key_included(capture_key);
+    c10::impl::tls_set_dispatch_key_included(capture_key, true);
     was_excluded_ = c10::impl::tls_is_dispatch_key_excluded(capture_key);
     c10::impl::tls_set_dispatch_key_excluded(capture_key, false);
     autocast_meta_run = true;
@@ -11942,6 +11960,7 @@ class autocast_meta_scope {
     if (!on_) return;
     autocast_meta_run = was_;
     c10::impl::tls_set_dispatch_key_excluded(capture_key, was_excluded_);
+    c10::impl::tls_set_dispatch_key_included(capture_key, was_included_);
   }
   autocast_meta_scope(const autocast_meta_scope&) = delete;
   autocast_meta_scope& operator=(const autocast_meta_scope&) = delete;
@@ -11949,6 +11968,7 @@ class autocast_meta_scope {
  private:
   bool on_;
   bool was_;
+  bool was_included_ = false;
   bool was_excluded_ = false;
 };
 
@@ -12111,7 +12131,11 @@ class capture {
     torch::jit::Stack meta_args;
     push_meta_arguments(op, bound, [&](const value& v) -> const at::Tensor& { return meta_.at(v.impl()); }, meta_args);
     const auto device = output_device(op, bound);
-    auto results = run_meta(op, std::move(meta_args), [&] { return describe_args(op, bound); }, device);
+    std::vector<c10::IValue> results;
+    {
+      const autocast_meta_scope autocast_types(autocast_emulated);  // in a strict xport::autocast block
+      results = run_meta(op, std::move(meta_args), [&] { return describe_args(op, bound); }, device);
+    }
     fill_python_defaults(op, bound);
     auto types = result_types(op, results, device, any_requires_grad(bound));
     builder_.at(std::move(src));
@@ -13475,6 +13499,38 @@ class strict_branch_scope {
   capture* prev_;
 };
 
+/// trace_mode_block for strict code (xport::sym_tensor operands, at least one): the block is
+/// traced on sym_tensors, its nodes with their C++ lines; `record(outer, operand values, body
+/// tracer)` records the block's node.
+template <class R, class Fn, class Operands, class UnderMode, class Record>
+R trace_strict_mode_block(Fn& fn, const Operands& operands, UnderMode&& under_mode, Record&& record) {
+  capture* owner = nullptr;
+  auto first = [&](const sym_tensor& t) {
+    if (!owner) owner = &t.owner();
+  };
+  (void)flatten_into(operands, first);
+  auto& outer = recording_capture(*owner);
+  std::vector<value> operand_values;
+  auto of = [&](const sym_tensor& t) { operand_values.push_back(outer.local_value(t.graph_value())); };
+  (void)flatten_into(operands, of);
+  std::optional<R> result;
+  const branch_tracer body = [&](capture& c, const std::vector<value>& ins, const std::vector<at::Tensor>&) {
+    strict_branch_scope scope(c);
+    std::size_t k = 0;
+    auto to_sym = [&](const sym_tensor&) { return sym_tensor(ins.at(k++), &c); };
+    const auto args = map_tensors(operands, to_sym);
+    under_mode([&] { result.emplace(std::apply(fn, args)); });
+    std::vector<value> outs;
+    auto out = [&](const sym_tensor& t) { outs.push_back(c.local_value(t.graph_value())); };
+    (void)flatten_into(*result, out);
+    return outs;
+  };
+  const auto r = record(outer, std::move(operand_values), body);
+  std::size_t k = 0;
+  auto from_node = [&](const sym_tensor&) { return sym_tensor(r.n.output(k++), &outer); };
+  return map_tensors(*result, from_node);
+}
+
 template <class T>
 inline constexpr bool is_std_tuple = false;
 template <class... Ts>
@@ -13743,6 +13799,46 @@ auto autocast(c10::DeviceType device, c10::ScalarType dtype, Fn&& fn, const Oper
       },
       [&](std::vector<value> values, const detail::branch_tracer& body) {
         return detail::trace_autocast(*outer, device, dtype, enabled, std::move(values), body);
+      });
+}
+
+/// xport::autocast for strict code (xport::sym_tensor operands): the block traced on sym_tensors
+/// into the same wrap_with_autocast node, its nodes typed as autocast computes them.
+template <class Fn, class Operands>
+  requires detail::is_sym_tree<Operands>
+auto autocast(c10::DeviceType device, c10::ScalarType dtype, Fn&& fn, const Operands& operands, bool enabled = true) {
+  static_assert(detail::is_std_tuple<Operands>, "xport::autocast: pass the operands as a std::tuple (std::tuple{x, "
+                                                "y}); fn is called with them as its arguments");
+  using R = decltype(std::apply(fn, operands));
+  return detail::trace_strict_mode_block<R>(
+      fn, operands,
+      [&](auto&& call) {
+        const detail::autocast_scope mode(device, dtype, enabled, -1);
+        const detail::autocast_emulation typed(true);
+        call();
+      },
+      [&](detail::capture& outer, std::vector<value> values, const detail::branch_tracer& body) {
+        return detail::trace_autocast(outer, device, dtype, enabled, std::move(values), body);
+      });
+}
+
+/// `with torch.set_grad_enabled(enabled):` for strict code (xport::sym_tensor operands): the block
+/// is traced on sym_tensors into the same wrap_with_set_grad_enabled node, its nodes with their C++
+/// lines (where the mode stays as it is, its calls are recorded inline, as torch records them).
+template <class Fn, class Operands>
+  requires detail::is_sym_tree<Operands>
+auto set_grad_enabled(bool enabled, Fn&& fn, const Operands& operands) {
+  static_assert(detail::is_std_tuple<Operands>, "xport::no_grad: pass the operands as a std::tuple (std::tuple{x, y}); "
+                                                "fn is called with them as its arguments");
+  using R = decltype(std::apply(fn, operands));
+  if (c10::GradMode::is_enabled() == enabled) {
+    const c10::AutoGradMode mode(enabled);
+    return std::apply(fn, operands);
+  }
+  return detail::trace_strict_mode_block<R>(
+      fn, operands, [&](auto&& call) { const c10::AutoGradMode mode(enabled); call(); },
+      [&](detail::capture& outer, std::vector<value> values, const detail::branch_tracer& body) {
+        return detail::trace_set_grad_enabled(outer, enabled, std::move(values), body);
       });
 }
 
@@ -14769,6 +14865,8 @@ struct sym_runs {
   std::vector<std::string> dim_names;           ///< for messages: `batch`
   std::vector<std::vector<std::int64_t>> values;  ///< per capture, per symbol
   std::vector<int> moved;                         ///< per capture: the one dim it moved, or -1
+  std::vector<std::int64_t> mins, maxs;           ///< per symbol: its range (int_oo: none above)
+  std::vector<sym_relation> relations;            ///< the assertions between sizes every capture holds
 };
 
 class symbolic_fitter {
@@ -15212,7 +15310,8 @@ class symbolic_maker {
     const node n = nodes_[0][i];
     std::string seen;
     for (std::size_t r = 0; r < nruns_; ++r)
-      seen += (seen.empty() ? "" : ", ") + python_float_repr(obs[r]) + " at " + assignment_text(runs_.dim_names, runs_.values[r]);
+      seen += (seen.empty() ? "" : ", ") + (site->is_bool() ? std::string(obs[r] != 0.0 ? "True" : "False") : python_float_repr(obs[r])) +
+              " at " + assignment_text(runs_.dim_names, runs_.values[r]);
     throw dim_specialized{-1, "argument '" + n.op().schema().arguments()[k].name() + "' of node " + node_text(n) + " is " + seen +
                                   (scalars_.empty() ? ": the traced code computed it from the size (as a C++ number, which "
                                                       "export cannot follow)"
@@ -15401,6 +15500,9 @@ inline sym_runs make_runs(std::vector<sym_int> symbols, std::vector<std::string>
   r.symbols = std::move(symbols);
   r.dim_names = std::move(names);
   if (!relations.empty()) satisfy_relations(r, mins, maxs, relations);
+  r.mins = mins;
+  r.maxs = maxs;
+  r.relations.assign(relations.begin(), relations.end());
   return r;
 }
 
@@ -15496,15 +15598,10 @@ inline exported_program specialize(const exported_program& p, const sym_runs& ru
 /// their range, the assertions between sizes held) where `wanted(values)` holds, if one is
 /// found: a dim set to another dim's value, one off it, twice or half it, or its bounds.
 template <class Wanted>
-std::optional<std::vector<std::int64_t>> run_where(const exported_program& p, const sym_runs& runs, const Wanted& wanted) {
-  std::vector<std::int64_t> mins, maxs;
-  std::vector<sym_relation> relations;
-  for (const auto& rc : p.range_constraints()) {
-    if (!rc.symbol.is_symbolic()) continue;
-    mins.push_back(rc.min);
-    maxs.push_back(rc.max.value_or(int_oo));
-    relations.insert(relations.end(), rc.relations.begin(), rc.relations.end());
-  }
+std::optional<std::vector<std::int64_t>> run_where(const sym_runs& runs, const Wanted& wanted) {
+  const auto& mins = runs.mins;
+  const auto& maxs = runs.maxs;
+  const auto& relations = runs.relations;
   const auto& base = runs.values[0];
   std::vector<std::int64_t> tries;
   for (auto v : base) tries.insert(tries.end(), {v, v - 1, v + 1, 2 * v, v / 2});
@@ -15531,7 +15628,7 @@ std::optional<std::vector<std::int64_t>> run_where(const exported_program& p, co
 
 /// The value of SymFloat / SymBool `s` with the dims at `values` (per symbol of `runs`).
 inline double scalar_at(const sym_runs& runs, const sym_scalar& s, const std::vector<std::int64_t>& values) {
-  const sym_runs one{runs.symbols, runs.dim_names, {values}, {-1}};
+  const sym_runs one{runs.symbols, runs.dim_names, {values}, {-1}, runs.mins, runs.maxs, runs.relations};
   const symbolic_fitter fit(one);
   return s.eval([&](const sym_int& e) { return fit.eval(e, 0); });
 }
@@ -15566,7 +15663,7 @@ inline std::vector<sym_scalar> scalars_moving(const exported_program& p, sym_run
   for (const auto& s : out) {
     const auto now = trace_of(s);
     if (std::any_of(now.begin(), now.end(), [&](double v) { return v != now[0]; })) continue;
-    if (add(run_where(p, runs, [&](const auto& values) { return scalar_at(runs, s, values) != now[0]; }))) continue;
+    if (add(run_where(runs, [&](const auto& values) { return scalar_at(runs, s, values) != now[0]; }))) continue;
     throw export_error("xport.symbolic.scalar", std::string(what) + ": the " + (s.is_bool() ? "SymBool " : "SymFloat ") + s.str() +
                                                     " has one value at every size xport can capture the program at, so where "
                                                     "it goes in the result cannot be found. Way out: pass it as a tensor, or "
@@ -15575,7 +15672,7 @@ inline std::vector<sym_scalar> scalars_moving(const exported_program& p, sym_run
   for (std::size_t i = 0; i < out.size(); ++i)
     for (std::size_t j = i + 1; j < out.size(); ++j)
       if (out[i].is_bool() == out[j].is_bool() && trace_of(out[i]) == trace_of(out[j]))
-        (void)add(run_where(p, runs, [&](const auto& values) { return scalar_at(runs, out[i], values) != scalar_at(runs, out[j], values); }));
+        (void)add(run_where(runs, [&](const auto& values) { return scalar_at(runs, out[i], values) != scalar_at(runs, out[j], values); }));
   return out;
 }
 
@@ -22136,25 +22233,12 @@ class sym_writer {
     const auto& x = s.root();
     json inputs = json::array({{{"name", "a"}, {"arg", scalar_operand(x.a)}, {"kind", 1}}});
     if (x.b) inputs.push_back({{"name", "b"}, {"arg", scalar_operand(x.b)}, {"kind", 1}});
-    std::string what;
-    switch (x.kind) {
-      case op::to_float: what = "sym_float"; break;
-      case op::int_truediv:
-      case op::float_truediv: what = "truediv"; break;
-      case op::add: what = "add"; break;
-      case op::sub: what = "sub"; break;
-      case op::mul: what = "mul"; break;
-      case op::pow: what = "pow"; break;
-      case op::neg: what = "neg"; break;
-      case op::compare: what = std::string(sym_relation{0, x.cmp, 0}.kind_of().fx); break;
-      case op::logical_and: what = "and_"; break;
-      case op::logical_or: what = "or_"; break;
-      case op::logical_not: what = "sym_not"; break;
-      default: throw error("xport.save.symbolic_argument", "a SymFloat argument is a bare number or size: " + s.str());
-    }
+    const auto fx = sym_scalar::fx_of(x.kind);
+    const std::string what = x.kind == op::compare ? std::string(sym_relation::kind_of(x.cmp).fx) : std::string(fx.name);
+    if (what.empty()) throw error("xport.save.symbolic_argument", "a SymFloat argument is a bare number or size: " + s.str());
     const auto name = fresh(x.name.empty() ? what : x.name);
     const bool is_bool = s.is_bool();
-    nodes_.push_back({{"target", (x.kind == op::to_float || x.kind == op::logical_not ? "torch." : "_operator.") + what},
+    nodes_.push_back({{"target", x.kind == op::compare ? "_operator." + what : std::string(fx.target)},
                       {"inputs", std::move(inputs)},
                       {"outputs", json::array({{{is_bool ? "as_sym_bool" : "as_sym_float", {{"as_name", name}}}}})},
                       {"metadata", json::object()},
@@ -22196,7 +22280,7 @@ class sym_writer {
       case op::mul: return number(*x.b) ? "Mul(" + srepr(*x.b) + ", " + srepr(*x.a) + ")" : fn("Mul");
       case op::neg: return negated(*x.a);
       case op::compare: {
-        const auto k = sym_relation{0, x.cmp, 0}.kind_of().sympy;
+        const auto k = sym_relation::kind_of(x.cmp).sympy;
         return std::string(k) + "(" + srepr(*x.a) + ", " + srepr(*x.b) + ")";
       }
       case op::logical_and:

@@ -93,12 +93,14 @@ struct sym_relation {
   std::string op;  ///< one of kinds' ops
   sym_int rhs;
 
-  /// The row of `kinds` for `op`.
-  [[nodiscard]] const kind& kind_of() const {
+  /// The row of `kinds` for comparison `op` (`<=`).
+  [[nodiscard]] static const kind& kind_of(std::string_view op) {
     for (const auto& k : kinds)
       if (k.op == op) return k;
-    throw graph_error("xport.program.relation", "'" + op + "' is no relation (expected >=, <=, >, <, == or !=)");
+    throw graph_error("xport.program.relation", "'" + std::string(op) + "' is no relation (expected >=, <=, >, <, == or !=)");
   }
+  /// The row of `kinds` for this relation.
+  [[nodiscard]] const kind& kind_of() const { return kind_of(op); }
   /// Whether the relation holds for these values of its two sides.
   [[nodiscard]] bool holds(std::int64_t a, std::int64_t b) const {
     const auto o = kind_of().op;

@@ -13,6 +13,7 @@
 #include <cstdio>     // std::snprintf
 #include <memory>     // std::shared_ptr
 #include <string>     // std::string
+#include <string_view>  // std::string_view
 #include <utility>    // std::move, std::swap
 #include <vector>     // std::vector
 
@@ -104,6 +105,29 @@ class sym_scalar {
     return cmp == ">" ? "<=" : cmp == "<=" ? ">" : cmp == "<" ? ">=" : cmp == ">=" ? "<" : cmp == "==" ? "!=" : "==";
   }
   [[nodiscard]] bool is_int() const { return n_->kind == op::integer; }
+
+  /// torch's fx node for an operation: its name (`truediv`, numbered `truediv_1` in a graph), its
+  /// target (`_operator.truediv`, `torch.sym_float`) and the Python operator between its operands
+  /// (` / `; empty for a call or `-a`). Empty for leaves and comparisons (sym_relation::kinds name those).
+  struct fx_form {
+    std::string_view name, target, infix;
+  };
+  static fx_form fx_of(op kind) {
+    switch (kind) {
+      case op::to_float: return {"sym_float", "torch.sym_float", ""};
+      case op::int_truediv:
+      case op::float_truediv: return {"truediv", "_operator.truediv", " / "};
+      case op::add: return {"add", "_operator.add", " + "};
+      case op::sub: return {"sub", "_operator.sub", " - "};
+      case op::mul: return {"mul", "_operator.mul", " * "};
+      case op::pow: return {"pow", "_operator.pow", " ** "};
+      case op::neg: return {"neg", "_operator.neg", ""};
+      case op::logical_and: return {"and_", "_operator.and_", " & "};
+      case op::logical_or: return {"or_", "_operator.or_", " | "};
+      case op::logical_not: return {"sym_not", "torch.sym_not", ""};
+      default: return {"", "", ""};
+    }
+  }
 
   /// Its value with each size's value given by `size_of(sym_int) -> int64`, computed as Python
   /// computes torch's nodes in order; a bool is 0 or 1. Division by zero, or a negative base to a

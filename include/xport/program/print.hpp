@@ -296,22 +296,11 @@ class size_planner {
     for (const auto* operand : {&a, &b})
       if (!operand->empty() && taken_.count(*operand) && std::find(inputs.begin(), inputs.end(), *operand) == inputs.end())
         inputs.push_back(*operand);
-    std::string base, rhs;
-    switch (x->kind) {
-      case op::to_float: base = "sym_float", rhs = "torch.sym_float(" + a + ")"; break;
-      case op::int_truediv:
-      case op::float_truediv: base = "truediv", rhs = a + " / " + b; break;
-      case op::add: base = "add", rhs = a + " + " + b; break;
-      case op::sub: base = "sub", rhs = a + " - " + b; break;
-      case op::mul: base = "mul", rhs = a + " * " + b; break;
-      case op::pow: base = "pow", rhs = a + " ** " + b; break;
-      case op::neg: base = "neg", rhs = "-" + a; break;
-      case op::compare: base = std::string(sym_relation{0, x->cmp, 0}.kind_of().fx), rhs = a + " " + x->cmp + " " + b; break;
-      case op::logical_and: base = "and_", rhs = a + " & " + b; break;
-      case op::logical_or: base = "or_", rhs = a + " | " + b; break;
-      case op::logical_not: base = "sym_not", rhs = "torch.sym_not(" + a + ")"; break;
-      default: break;
-    }
+    const auto fx = sym_scalar::fx_of(x->kind);
+    std::string base(fx.name), rhs;
+    if (x->kind == op::compare) base = std::string(sym_relation::kind_of(x->cmp).fx), rhs = a + " " + x->cmp + " " + b;
+    else if (!fx.infix.empty()) rhs = a + std::string(fx.infix) + b;
+    else rhs = x->kind == op::neg ? "-" + a : std::string(fx.target) + "(" + a + ")";
     const bool own = !x->name.empty() && reserved_.erase(x->name) > 0;  // its name in the file, kept for it
     const auto name = own ? x->name : fresh(x->name.empty() ? base : x->name);
     out_.before[n.impl()].push_back({name, "Sym(" + s.str() + ")", rhs, std::move(inputs)});

@@ -235,25 +235,12 @@ class sym_writer {
     const auto& x = s.root();
     json inputs = json::array({{{"name", "a"}, {"arg", scalar_operand(x.a)}, {"kind", 1}}});
     if (x.b) inputs.push_back({{"name", "b"}, {"arg", scalar_operand(x.b)}, {"kind", 1}});
-    std::string what;
-    switch (x.kind) {
-      case op::to_float: what = "sym_float"; break;
-      case op::int_truediv:
-      case op::float_truediv: what = "truediv"; break;
-      case op::add: what = "add"; break;
-      case op::sub: what = "sub"; break;
-      case op::mul: what = "mul"; break;
-      case op::pow: what = "pow"; break;
-      case op::neg: what = "neg"; break;
-      case op::compare: what = std::string(sym_relation{0, x.cmp, 0}.kind_of().fx); break;
-      case op::logical_and: what = "and_"; break;
-      case op::logical_or: what = "or_"; break;
-      case op::logical_not: what = "sym_not"; break;
-      default: throw error("xport.save.symbolic_argument", "a SymFloat argument is a bare number or size: " + s.str());
-    }
+    const auto fx = sym_scalar::fx_of(x.kind);
+    const std::string what = x.kind == op::compare ? std::string(sym_relation::kind_of(x.cmp).fx) : std::string(fx.name);
+    if (what.empty()) throw error("xport.save.symbolic_argument", "a SymFloat argument is a bare number or size: " + s.str());
     const auto name = fresh(x.name.empty() ? what : x.name);
     const bool is_bool = s.is_bool();
-    nodes_.push_back({{"target", (x.kind == op::to_float || x.kind == op::logical_not ? "torch." : "_operator.") + what},
+    nodes_.push_back({{"target", x.kind == op::compare ? "_operator." + what : std::string(fx.target)},
                       {"inputs", std::move(inputs)},
                       {"outputs", json::array({{{is_bool ? "as_sym_bool" : "as_sym_float", {{"as_name", name}}}}})},
                       {"metadata", json::object()},
@@ -295,7 +282,7 @@ class sym_writer {
       case op::mul: return number(*x.b) ? "Mul(" + srepr(*x.b) + ", " + srepr(*x.a) + ")" : fn("Mul");
       case op::neg: return negated(*x.a);
       case op::compare: {
-        const auto k = sym_relation{0, x.cmp, 0}.kind_of().sympy;
+        const auto k = sym_relation::kind_of(x.cmp).sympy;
         return std::string(k) + "(" + srepr(*x.a) + ", " + srepr(*x.b) + ")";
       }
       case op::logical_and:

@@ -105,6 +105,9 @@ class autocast_meta_scope {
  public:
   explicit autocast_meta_scope(bool on) : on_(on), was_(autocast_meta_run) {
     if (!on_) return;
+    ensure_capture_fallback();
+    was_included_ = c10::impl::tls_is_dispatch_key_included(capture_key);
+    c10::impl::tls_set_dispatch_key_included(capture_key, true);
     was_excluded_ = c10::impl::tls_is_dispatch_key_excluded(capture_key);
     c10::impl::tls_set_dispatch_key_excluded(capture_key, false);
     autocast_meta_run = true;
@@ -113,6 +116,7 @@ class autocast_meta_scope {
     if (!on_) return;
     autocast_meta_run = was_;
     c10::impl::tls_set_dispatch_key_excluded(capture_key, was_excluded_);
+    c10::impl::tls_set_dispatch_key_included(capture_key, was_included_);
   }
   autocast_meta_scope(const autocast_meta_scope&) = delete;
   autocast_meta_scope& operator=(const autocast_meta_scope&) = delete;
@@ -120,6 +124,7 @@ class autocast_meta_scope {
  private:
   bool on_;
   bool was_;
+  bool was_included_ = false;
   bool was_excluded_ = false;
 };
 
@@ -282,7 +287,11 @@ class capture {
     torch::jit::Stack meta_args;
     push_meta_arguments(op, bound, [&](const value& v) -> const at::Tensor& { return meta_.at(v.impl()); }, meta_args);
     const auto device = output_device(op, bound);
-    auto results = run_meta(op, std::move(meta_args), [&] { return describe_args(op, bound); }, device);
+    std::vector<c10::IValue> results;
+    {
+      const autocast_meta_scope autocast_types(autocast_emulated);  // in a strict xport::autocast block
+      results = run_meta(op, std::move(meta_args), [&] { return describe_args(op, bound); }, device);
+    }
     fill_python_defaults(op, bound);
     auto types = result_types(op, results, device, any_requires_grad(bound));
     builder_.at(std::move(src));

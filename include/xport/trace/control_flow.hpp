@@ -324,6 +324,38 @@ class strict_branch_scope {
   capture* prev_;
 };
 
+/// trace_mode_block for strict code (xport::sym_tensor operands, at least one): the block is
+/// traced on sym_tensors, its nodes with their C++ lines; `record(outer, operand values, body
+/// tracer)` records the block's node.
+template <class R, class Fn, class Operands, class UnderMode, class Record>
+R trace_strict_mode_block(Fn& fn, const Operands& operands, UnderMode&& under_mode, Record&& record) {
+  capture* owner = nullptr;
+  auto first = [&](const sym_tensor& t) {
+    if (!owner) owner = &t.owner();
+  };
+  (void)flatten_into(operands, first);
+  auto& outer = recording_capture(*owner);
+  std::vector<value> operand_values;
+  auto of = [&](const sym_tensor& t) { operand_values.push_back(outer.local_value(t.graph_value())); };
+  (void)flatten_into(operands, of);
+  std::optional<R> result;
+  const branch_tracer body = [&](capture& c, const std::vector<value>& ins, const std::vector<at::Tensor>&) {
+    strict_branch_scope scope(c);
+    std::size_t k = 0;
+    auto to_sym = [&](const sym_tensor&) { return sym_tensor(ins.at(k++), &c); };
+    const auto args = map_tensors(operands, to_sym);
+    under_mode([&] { result.emplace(std::apply(fn, args)); });
+    std::vector<value> outs;
+    auto out = [&](const sym_tensor& t) { outs.push_back(c.local_value(t.graph_value())); };
+    (void)flatten_into(*result, out);
+    return outs;
+  };
+  const auto r = record(outer, std::move(operand_values), body);
+  std::size_t k = 0;
+  auto from_node = [&](const sym_tensor&) { return sym_tensor(r.n.output(k++), &outer); };
+  return map_tensors(*result, from_node);
+}
+
 template <class T>
 inline constexpr bool is_std_tuple = false;
 template <class... Ts>
@@ -592,6 +624,46 @@ auto autocast(c10::DeviceType device, c10::ScalarType dtype, Fn&& fn, const Oper
       },
       [&](std::vector<value> values, const detail::branch_tracer& body) {
         return detail::trace_autocast(*outer, device, dtype, enabled, std::move(values), body);
+      });
+}
+
+/// xport::autocast for strict code (xport::sym_tensor operands): the block traced on sym_tensors
+/// into the same wrap_with_autocast node, its nodes typed as autocast computes them.
+template <class Fn, class Operands>
+  requires detail::is_sym_tree<Operands>
+auto autocast(c10::DeviceType device, c10::ScalarType dtype, Fn&& fn, const Operands& operands, bool enabled = true) {
+  static_assert(detail::is_std_tuple<Operands>, "xport::autocast: pass the operands as a std::tuple (std::tuple{x, "
+                                                "y}); fn is called with them as its arguments");
+  using R = decltype(std::apply(fn, operands));
+  return detail::trace_strict_mode_block<R>(
+      fn, operands,
+      [&](auto&& call) {
+        const detail::autocast_scope mode(device, dtype, enabled, -1);
+        const detail::autocast_emulation typed(true);
+        call();
+      },
+      [&](detail::capture& outer, std::vector<value> values, const detail::branch_tracer& body) {
+        return detail::trace_autocast(outer, device, dtype, enabled, std::move(values), body);
+      });
+}
+
+/// `with torch.set_grad_enabled(enabled):` for strict code (xport::sym_tensor operands): the block
+/// is traced on sym_tensors into the same wrap_with_set_grad_enabled node, its nodes with their C++
+/// lines (where the mode stays as it is, its calls are recorded inline, as torch records them).
+template <class Fn, class Operands>
+  requires detail::is_sym_tree<Operands>
+auto set_grad_enabled(bool enabled, Fn&& fn, const Operands& operands) {
+  static_assert(detail::is_std_tuple<Operands>, "xport::no_grad: pass the operands as a std::tuple (std::tuple{x, y}); "
+                                                "fn is called with them as its arguments");
+  using R = decltype(std::apply(fn, operands));
+  if (c10::GradMode::is_enabled() == enabled) {
+    const c10::AutoGradMode mode(enabled);
+    return std::apply(fn, operands);
+  }
+  return detail::trace_strict_mode_block<R>(
+      fn, operands, [&](auto&& call) { const c10::AutoGradMode mode(enabled); call(); },
+      [&](detail::capture& outer, std::vector<value> values, const detail::branch_tracer& body) {
+        return detail::trace_set_grad_enabled(outer, enabled, std::move(values), body);
       });
 }
 

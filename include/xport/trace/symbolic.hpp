@@ -81,6 +81,8 @@ struct sym_runs {
   std::vector<std::string> dim_names;           ///< for messages: `batch`
   std::vector<std::vector<std::int64_t>> values;  ///< per capture, per symbol
   std::vector<int> moved;                         ///< per capture: the one dim it moved, or -1
+  std::vector<std::int64_t> mins, maxs;           ///< per symbol: its range (int_oo: none above)
+  std::vector<sym_relation> relations;            ///< the assertions between sizes every capture holds
 };
 
 class symbolic_fitter {
@@ -524,7 +526,8 @@ class symbolic_maker {
     const node n = nodes_[0][i];
     std::string seen;
     for (std::size_t r = 0; r < nruns_; ++r)
-      seen += (seen.empty() ? "" : ", ") + python_float_repr(obs[r]) + " at " + assignment_text(runs_.dim_names, runs_.values[r]);
+      seen += (seen.empty() ? "" : ", ") + (site->is_bool() ? std::string(obs[r] != 0.0 ? "True" : "False") : python_float_repr(obs[r])) +
+              " at " + assignment_text(runs_.dim_names, runs_.values[r]);
     throw dim_specialized{-1, "argument '" + n.op().schema().arguments()[k].name() + "' of node " + node_text(n) + " is " + seen +
                                   (scalars_.empty() ? ": the traced code computed it from the size (as a C++ number, which "
                                                       "export cannot follow)"
@@ -713,6 +716,9 @@ inline sym_runs make_runs(std::vector<sym_int> symbols, std::vector<std::string>
   r.symbols = std::move(symbols);
   r.dim_names = std::move(names);
   if (!relations.empty()) satisfy_relations(r, mins, maxs, relations);
+  r.mins = mins;
+  r.maxs = maxs;
+  r.relations.assign(relations.begin(), relations.end());
   return r;
 }
 
@@ -808,15 +814,10 @@ inline exported_program specialize(const exported_program& p, const sym_runs& ru
 /// their range, the assertions between sizes held) where `wanted(values)` holds, if one is
 /// found: a dim set to another dim's value, one off it, twice or half it, or its bounds.
 template <class Wanted>
-std::optional<std::vector<std::int64_t>> run_where(const exported_program& p, const sym_runs& runs, const Wanted& wanted) {
-  std::vector<std::int64_t> mins, maxs;
-  std::vector<sym_relation> relations;
-  for (const auto& rc : p.range_constraints()) {
-    if (!rc.symbol.is_symbolic()) continue;
-    mins.push_back(rc.min);
-    maxs.push_back(rc.max.value_or(int_oo));
-    relations.insert(relations.end(), rc.relations.begin(), rc.relations.end());
-  }
+std::optional<std::vector<std::int64_t>> run_where(const sym_runs& runs, const Wanted& wanted) {
+  const auto& mins = runs.mins;
+  const auto& maxs = runs.maxs;
+  const auto& relations = runs.relations;
   const auto& base = runs.values[0];
   std::vector<std::int64_t> tries;
   for (auto v : base) tries.insert(tries.end(), {v, v - 1, v + 1, 2 * v, v / 2});
@@ -843,7 +844,7 @@ std::optional<std::vector<std::int64_t>> run_where(const exported_program& p, co
 
 /// The value of SymFloat / SymBool `s` with the dims at `values` (per symbol of `runs`).
 inline double scalar_at(const sym_runs& runs, const sym_scalar& s, const std::vector<std::int64_t>& values) {
-  const sym_runs one{runs.symbols, runs.dim_names, {values}, {-1}};
+  const sym_runs one{runs.symbols, runs.dim_names, {values}, {-1}, runs.mins, runs.maxs, runs.relations};
   const symbolic_fitter fit(one);
   return s.eval([&](const sym_int& e) { return fit.eval(e, 0); });
 }
@@ -878,7 +879,7 @@ inline std::vector<sym_scalar> scalars_moving(const exported_program& p, sym_run
   for (const auto& s : out) {
     const auto now = trace_of(s);
     if (std::any_of(now.begin(), now.end(), [&](double v) { return v != now[0]; })) continue;
-    if (add(run_where(p, runs, [&](const auto& values) { return scalar_at(runs, s, values) != now[0]; }))) continue;
+    if (add(run_where(runs, [&](const auto& values) { return scalar_at(runs, s, values) != now[0]; }))) continue;
     throw export_error("xport.symbolic.scalar", std::string(what) + ": the " + (s.is_bool() ? "SymBool " : "SymFloat ") + s.str() +
                                                     " has one value at every size xport can capture the program at, so where "
                                                     "it goes in the result cannot be found. Way out: pass it as a tensor, or "
@@ -887,7 +888,7 @@ inline std::vector<sym_scalar> scalars_moving(const exported_program& p, sym_run
   for (std::size_t i = 0; i < out.size(); ++i)
     for (std::size_t j = i + 1; j < out.size(); ++j)
       if (out[i].is_bool() == out[j].is_bool() && trace_of(out[i]) == trace_of(out[j]))
-        (void)add(run_where(p, runs, [&](const auto& values) { return scalar_at(runs, out[i], values) != scalar_at(runs, out[j], values); }));
+        (void)add(run_where(runs, [&](const auto& values) { return scalar_at(runs, out[i], values) != scalar_at(runs, out[j], values); }));
   return out;
 }
 
