@@ -1135,8 +1135,13 @@ TEST_CASE("xport::autocast (non-strict): captured as torch's wrap_with_autocast,
   for (const auto& [layout, in] : xport_test::layouts_of(x)) {
     INFO(layout);
     const auto eager = net->forward(in);
-    CHECK(at::equal(run(p, {in})[0], eager));
-    CHECK(at::equal(e.run({in})[0], eager));
+    // bit for bit (LibTorch 1.13's bfloat16 gemm of a transposed input takes another path than the
+    // program's: there within bfloat16's rounding)
+    const auto same = [&](const at::Tensor& got) {
+      return at::equal(got, eager) || (TORCH_VERSION_MAJOR < 2 && at::allclose(got, eager, 1e-2, 1e-2));
+    };
+    CHECK(same(run(p, {in})[0]));
+    CHECK(same(e.run({in})[0]));
   }
   const auto x9 = at::randn({9, 8});
   CHECK(at::equal(run(p, {x9})[0], net->forward(x9)));
@@ -1150,7 +1155,7 @@ TEST_CASE("xport::autocast (non-strict): captured as torch's wrap_with_autocast,
   const auto lowered = to_string(core);
   INFO(lowered);
   CHECK(lowered.find("higher_order") == std::string::npos);
-  CHECK(lowered.find("_to_copy: \"bf16[8, 8]\" = torch.ops.aten._to_copy.default(permute, dtype = torch.bfloat16)") !=
+  CHECK(lowered.find("_to_copy: \"bf16[8, 8]\" = torch.ops.aten._to_copy.default(permute, dtype = torch.bfloat16") !=
         std::string::npos);
   CHECK(lowered.find("bmm: \"bf16[1, s77, 8]\" = torch.ops.aten.bmm.default(view, _to_copy_3)") != std::string::npos);
   CHECK(at::equal(run(core, {x})[0], want));
@@ -1187,6 +1192,52 @@ TEST_CASE("xport::autocast (strict): traced on sym_tensors into wrap_with_autoca
   };
   CHECK(at::equal(run(p, {x0, w0})[0], eager(x0, w0)));
   CHECK(at::equal(run(run_decompositions(p), {x0, w0})[0], eager(x0, w0)));
+}
+
+TEST_CASE("xport::autocast for cuda leaves CPU tensors alone, as eagerly") {
+  const auto fn = [](const at::Tensor& x) {
+    auto [y] = xport::autocast(
+        at::kCUDA, at::kHalf, [](const at::Tensor& t) { return std::tuple{at::matmul(t, t)}; }, std::tuple{x});
+    return y;
+  };
+  const auto x = at::randn({3, 3});
+  const auto p = export_program(fn, std::tuple{x});
+  CHECK(to_string(p).find("wrap_with_autocast('cuda', torch.float16, True, False, submod_1, x)") != std::string::npos);
+  CHECK(((run(p, {x})[0].scalar_type() == at::kFloat)));
+  CHECK(at::equal(run(p, {x})[0], fn(x)));
+  const auto core = run_decompositions(p);
+  CHECK(to_string(core).find("_to_copy") == std::string::npos);
+  CHECK(at::equal(run(core, {x})[0], fn(x)));
+}
+
+TEST_CASE("xport::autocast on CUDA: a float16 block exported on the GPU, run and lowered as eagerly" *
+          doctest::skip(!at::hasCUDA())) {
+  const c10::Device gpu(c10::kCUDA);
+  torch::manual_seed(0);
+  torch::nn::Linear l(8, 8);
+  l->to(gpu);
+  const auto fn = [&](const at::Tensor& x) {
+    auto [y, z] = xport::autocast(
+        at::kCUDA, at::kHalf,
+        [&](const at::Tensor& t) {
+          auto h = l(t);
+          return std::tuple{h, at::einsum("bi,bj->ij", {h, t})};
+        },
+        std::tuple{x});
+    return std::tuple{y, z.to(at::kFloat) + 1};
+  };
+  const auto x = at::randn({4, 8}, at::TensorOptions().device(gpu));
+  const auto [w0, w1] = fn(x);
+  const auto p = export_program(fn, std::tuple{x});
+  INFO(to_string(p));
+  const auto core = run_decompositions(p);
+  for (const auto* q : {&p, &core}) {
+    const auto got = run(*q, {x});
+    CHECK(((got[0].scalar_type() == w0.scalar_type())));
+    CHECK(at::equal(got[0], w0));
+    CHECK(at::equal(got[1], w1));
+    CHECK(at::equal(engine(*q).run({x})[1], w1));
+  }
 }
 
 TEST_CASE("run_decompositions of torch's autocast program: autocast's casts recorded as torch records them") {

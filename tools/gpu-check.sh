@@ -3,7 +3,7 @@
 # lent H200: 16 cores, GCC 13, a CUDA build of torch in python3). Stage the dependencies here first
 # (tools/gpu-stage.sh), then on the device: carry [".gpu-deps"], command "tools/gpu-check.sh".
 #   1. builds, with the machine's GCC 13 and the project's -Werror, the test files that hold CUDA
-#      cases (xport_tests_dev) and bench/bench_cuda, against that torch's LibTorch, in build-gpu/;
+#      cases (xport_tests_dev; test_control_flow.cpp for the CUDA autocast block) and bench/bench_cuda, against that torch's LibTorch, in build-gpu/;
 #   2. runs every CUDA case, the engine's cases and the CUDA graphs' cases;
 #   3. runs bench_cuda: eager C++ (NoGradGuard), the interpreter, the engine and the engine with
 #      CUDA graphs at batch 1 and 32 on a GPT-2 block, ResNet-18, an encoder layer, a dense MoE.
@@ -18,7 +18,7 @@ python3 -c 'import torch; assert torch.cuda.is_available(), "no CUDA device"; pr
 export LD_LIBRARY_PATH="$PWD/.gpu-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix;$PWD/.gpu-deps/usr" \
       -DXPORT_BUILD_EXAMPLES=OFF -DXPORT_HEADER_TUS=OFF \
-      -DXPORT_DEV_TESTS="test_cuda_graphs.cpp;test_engine.cpp;test_run.cpp;test_custom_ops.cpp;test_serde.cpp" \
+      -DXPORT_DEV_TESTS="test_cuda_graphs.cpp;test_engine.cpp;test_run.cpp;test_custom_ops.cpp;test_serde.cpp;test_control_flow.cpp" \
       > "$logs/build.log" 2>&1 || { tail -30 "$logs/build.log"; exit 1; }
 cmake --build build-gpu -j"$(nproc)" --target xport_tests_dev bench_cuda >> "$logs/build.log" 2>&1 \
   || { grep -E "error|warning" "$logs/build.log" | head -40; exit 1; }
