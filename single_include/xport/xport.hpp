@@ -11972,6 +11972,45 @@ class autocast_meta_scope {
   bool was_excluded_ = false;
 };
 
+// An op of the traced code while autocast is on (at::autocast::set_autocast_enabled in the
+// model, or export_program called inside an autocast region) is refused: the capture runs ops
+// on meta tensors, which autocast does not cast, so the program would compute in the inputs'
+// dtype where the code computes in autocast's, a silent wrong result. (A program torch wrote
+// with a torch.autocast block loads and runs: its wrap_with_autocast sets the mode itself.)
+inline void refuse_autocast(const op_info& op) {
+  for (const auto device : {c10::DeviceType::CPU, c10::DeviceType::CUDA}) {
+    if (!autocast_enabled(device)) continue;
+    const std::string name = c10::DeviceTypeName(device, /*lower_case=*/true);
+    throw export_error("xport.export.autocast",
+                       "export: autocast is on for " + name + " (" + std::string(c10::toString(autocast_dtype(device))) +
+                           ") while the traced code calls " + op.qualified +
+                           ": xport traces on meta tensors, which autocast does not cast, so the program would "
+                           "compute in the inputs' dtype where the code computes in autocast's. Way out: write the "
+                           "block with xport::autocast(at::k" + std::string(device == c10::DeviceType::CPU ? "CPU" : "CUDA") +
+                           ", at::k" + std::string(c10::toString(autocast_dtype(device))) +
+                           ", fn, operands), which export captures as torch's wrap_with_autocast, instead of "
+                           "switching LibTorch's autocast on");
+  }
+}
+
+// Records the casts autocast makes of the arguments of `handle` (as `to` calls, which the
+// lowering takes on), then the call autocast makes after them, with autocast off for its extent.
+inline void record_autocast(const c10::OperatorHandle& handle, torch::jit::Stack& stack, c10::Device device) {
+  const auto n = handle.schema().arguments().size();
+  const torch::jit::Stack args(stack.end() - static_cast<std::ptrdiff_t>(n), stack.end());
+  const auto plan = probe_autocast(handle, args, device, capture_key);
+  const capture_reenabled recorded;
+  auto call = replay_autocast(plan, [](const at::Tensor& t, c10::ScalarType d) {
+    return at::_ops::to_dtype::call(t, d, false, false, c10::nullopt);
+  });
+  {
+    const autocast_emulation cast_already(false);
+    plan.call->callBoxed(call);
+  }
+  torch::jit::drop(stack, n);
+  for (auto& r : call) stack.push_back(std::move(r));
+}
+
 /// One capture: the program being built and the tensors the traced code holds.
 class capture {
  public:
@@ -12168,7 +12207,7 @@ class capture {
   /// Records one op call from the dispatcher fallback (see capture_fallback).
   void record(const c10::OperatorHandle& handle, torch::jit::Stack& stack) {
     // a lowering inlining an autocast region records autocast's casts, then the op autocast calls
-    if (decompose_ && autocast_applies(handle, fake_device_)) return record_autocast(handle, stack);
+    if (decompose_ && autocast_applies(handle, fake_device_)) return record_autocast(handle, stack, fake_device_);
     const op_info& op = op_for(handle);
     if (decompose_ && decompose_(op, stack)) return;
     record_op(op, stack);
@@ -12204,44 +12243,7 @@ class capture {
   }
 
  private:
-  // Records the casts autocast makes of the arguments of `handle` (as `to` calls, which the
-  // lowering takes on), then the call autocast makes after them, with autocast off for its extent.
-  void record_autocast(const c10::OperatorHandle& handle, torch::jit::Stack& stack) {
-    const auto n = handle.schema().arguments().size();
-    const torch::jit::Stack args(stack.end() - static_cast<std::ptrdiff_t>(n), stack.end());
-    const auto plan = probe_autocast(handle, args, fake_device_, capture_key);
-    const capture_reenabled recorded;
-    auto call = replay_autocast(plan, [](const at::Tensor& t, c10::ScalarType d) {
-      return at::_ops::to_dtype::call(t, d, false, false, c10::nullopt);
-    });
-    {
-      const autocast_emulation cast_already(false);
-      plan.call->callBoxed(call);
-    }
-    torch::jit::drop(stack, n);
-    for (auto& r : call) stack.push_back(std::move(r));
-  }
 
-  // An op of the traced code while autocast is on (at::autocast::set_autocast_enabled in the
-  // model, or export_program called inside an autocast region) is refused: the capture runs ops
-  // on meta tensors, which autocast does not cast, so the program would compute in the inputs'
-  // dtype where the code computes in autocast's, a silent wrong result. (A program torch wrote
-  // with a torch.autocast block loads and runs: its wrap_with_autocast sets the mode itself.)
-  static void refuse_autocast(const op_info& op) {
-    for (const auto device : {c10::DeviceType::CPU, c10::DeviceType::CUDA}) {
-      if (!autocast_enabled(device)) continue;
-      const std::string name = c10::DeviceTypeName(device, /*lower_case=*/true);
-      throw export_error("xport.export.autocast",
-                         "export: autocast is on for " + name + " (" + std::string(c10::toString(autocast_dtype(device))) +
-                             ") while the traced code calls " + op.qualified +
-                             ": xport traces on meta tensors, which autocast does not cast, so the program would "
-                             "compute in the inputs' dtype where the code computes in autocast's. Way out: write the "
-                             "block with xport::autocast(at::k" + std::string(device == c10::DeviceType::CPU ? "CPU" : "CUDA") +
-                             ", at::k" + std::string(c10::toString(autocast_dtype(device))) +
-                             ", fn, operands), which export captures as torch's wrap_with_autocast, instead of "
-                             "switching LibTorch's autocast on");
-    }
-  }
 
   // aten::equal decided without data: equal(x, x) is true whatever x holds (C++
   // MultiheadAttention asks this to detect self-attention); tensors whose sizes differ for every
