@@ -149,13 +149,17 @@ inline void refuse_autocast(const op_info& op) {
   }
 }
 
-// Records the casts autocast makes of the arguments of `handle` (as `to` calls, which the
-// lowering takes on), then the call autocast makes after them, with autocast off for its extent.
-inline void record_autocast(const c10::OperatorHandle& handle, torch::jit::Stack& stack, c10::Device device) {
+// Makes the call autocast makes of `handle` with the arguments on the stack: the casts its
+// kernel makes (to calls) and the call after them, with autocast off for the call's extent.
+// `recorded`: both go through the capture's key, so the lowering records them; otherwise they
+// run below it (the caller excludes the key), typing only.
+inline void call_as_autocast(const c10::OperatorHandle& handle, torch::jit::Stack& stack, c10::Device device,
+                             bool recorded) {
   const auto n = handle.schema().arguments().size();
   const torch::jit::Stack args(stack.end() - static_cast<std::ptrdiff_t>(n), stack.end());
   const auto plan = probe_autocast(handle, args, device, capture_key);
-  const capture_reenabled recorded;
+  std::optional<capture_reenabled> recording;
+  if (recorded) recording.emplace();
   auto call = replay_autocast(plan, [](const at::Tensor& t, c10::ScalarType d) {
     return at::_ops::to_dtype::call(t, d, false, false, c10::nullopt);
   });
@@ -363,7 +367,7 @@ class capture {
   /// Records one op call from the dispatcher fallback (see capture_fallback).
   void record(const c10::OperatorHandle& handle, torch::jit::Stack& stack) {
     // a lowering inlining an autocast region records autocast's casts, then the op autocast calls
-    if (decompose_ && autocast_applies(handle, fake_device_)) return record_autocast(handle, stack, fake_device_);
+    if (decompose_ && autocast_applies(handle, fake_device_)) return call_as_autocast(handle, stack, fake_device_, /*recorded=*/true);
     const op_info& op = op_for(handle);
     if (decompose_ && decompose_(op, stack)) return;
     record_op(op, stack);
@@ -863,15 +867,7 @@ inline void autocast_meta_call(const c10::OperatorHandle& op, c10::DispatchKeySe
     return;
   }
   const c10::impl::ExcludeDispatchKeyGuard no_capture(capture_key);
-  const auto n = op.schema().arguments().size();
-  const torch::jit::Stack args(stack.end() - static_cast<std::ptrdiff_t>(n), stack.end());
-  const auto plan = probe_autocast(op, args, device, capture_key);
-  auto call = replay_autocast(plan, [](const at::Tensor& t, c10::ScalarType d) {
-    return at::_ops::to_dtype::call(t, d, false, false, c10::nullopt);
-  });
-  plan.call->callBoxed(call);
-  torch::jit::drop(stack, n);
-  for (auto& r : call) stack.push_back(std::move(r));
+  call_as_autocast(op, stack, device, /*recorded=*/false);
 }
 
 inline void capture_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
