@@ -581,6 +581,46 @@ void BM_moe_engine(benchmark::State& state) {
   for (XPORT_TIMED(state)) benchmark::DoNotOptimize(e.run(in));
 }
 
+// A custom op that writes its argument (auto_functionalized_v2 once functional) on a 4 MB
+// intermediate: the interpreter clones the base (the op's value before the call stays), the
+// engine writes it in place, as nothing reads it after the call (Note [Bases written in place]).
+// Arg in_place: engine_options::in_place (0: the engine clones too).
+void scratch_scale_add(at::Tensor& buf, const at::Tensor& x, double s) { buf.mul_(s).add_(x); }
+TORCH_LIBRARY(xport_bench, m) { m.def("scale_add_(Tensor(a!) buf, Tensor x, float s) -> ()"); }
+TORCH_LIBRARY_IMPL(xport_bench, CompositeExplicitAutograd, m) { m.impl("scale_add_", &scratch_scale_add); }
+
+const at::Tensor& scratch_x() {
+  static const at::Tensor x = at::randn({1 << 20});
+  return x;
+}
+
+void BM_scratch_write_eager(benchmark::State& state) {
+  static const auto& op = c10::Dispatcher::singleton().findSchemaOrThrow("xport_bench::scale_add_", "");
+  c10::InferenceMode inference;
+  for (XPORT_TIMED(state)) {
+    auto h = scratch_x() * scratch_x();
+    op.typed<void(at::Tensor&, const at::Tensor&, double)>().call(h, scratch_x(), 0.5);
+    benchmark::DoNotOptimize(h.sum());
+  }
+}
+
+void BM_scratch_write_engine(benchmark::State& state) {
+  using L = xport::argument::list_type;
+  xport::program_builder b;
+  auto x = b.input("x", scratch_x());
+  auto m = b.call("aten::mul.Tensor", {x, x});
+  const auto call = b.call_bound(xport::find_op("higher_order::auto_functionalized_v2"),
+                                 {"xport_bench::scale_add_", L{L{"x", x}, L{"s", 0.5}, L{"_buf_base_index", 0}, L{"_all_bases", L{m}}}});
+  b.output(b.call("aten::sum", {call.output(1)}));
+  const auto p = std::move(b).build();
+  xport::engine_options o;
+  o.in_place = state.range(0) == 1;
+  xport::engine e(p, o);
+  const std::vector<at::Tensor> in{scratch_x()};
+  benchmark::DoNotOptimize(e.run(in));
+  for (XPORT_TIMED(state)) benchmark::DoNotOptimize(e.run(in));
+}
+
 }  // namespace
 
 BENCHMARK(BM_chain_eager)->Arg(1000);
@@ -616,6 +656,8 @@ BENCHMARK(BM_scan_rnn_engine);
 BENCHMARK(BM_moe_eager)->ArgName("mode")->Arg(0)->Arg(1)->Arg(2);
 BENCHMARK(BM_moe_xport);
 BENCHMARK(BM_moe_engine);
+BENCHMARK(BM_scratch_write_eager);
+BENCHMARK(BM_scratch_write_engine)->ArgName("in_place")->Arg(0)->Arg(1);
 BENCHMARK(BM_model_eager<inception>)->Name("BM_inception_eager")->ArgName("mode")->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_model_xport<inception>)->Name("BM_inception_xport")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_model_engine<inception>)->Name("BM_inception_engine")->ArgNames({"threads", "training_ir"})->Args({1, 0})->Args({2, 0})->Unit(benchmark::kMillisecond)->UseRealTime();

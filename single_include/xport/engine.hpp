@@ -68,6 +68,7 @@
 // #include <xport/config.hpp>
 // #include <xport/error.hpp>
 // #include <xport/ir/program.hpp>
+// #include <xport/ops/auto_functionalize.hpp>
 // #include <xport/ops/data_dependent.hpp>
 // #include <xport/run/compiled.hpp>
 // #include <xport/run/engine_options.hpp>
@@ -734,6 +735,7 @@ struct engine_plan_info {
   std::size_t out_variant_nodes = 0;  ///< nodes that write into the arena through an out= kernel
   std::size_t in_place_nodes = 0;     ///< nodes run in place on a result nothing else uses
   std::size_t elided_nodes = 0;       ///< clones of a result nothing uses after them: that result itself
+  std::size_t in_place_bases = 0;     ///< bases auto_functionalized_v2 writes itself, not a copy of (dead after the call)
   std::size_t hoisted_nodes = 0;      ///< views of the program's state, made once per engine
   std::size_t planned_views = 0;      ///< views of the arena's results, made once per plan
   std::size_t resolved_nodes = 0;     ///< nodes called with a resolved dispatch key set
@@ -791,6 +793,9 @@ struct engine_plan {
   std::vector<result_meta> meta;  // per instruction, for out= candidates
   std::vector<at::Tensor> out;    // per instruction: the slot its out= kernel writes (or undefined)
   std::vector<std::uint8_t> in_place;  // per instruction: runs as its in-place overload
+  // per instruction (an auto_functionalized_v2 call): per base, whether its kernel may write the
+  // base itself (Note [Bases written in place]); empty for the others
+  std::vector<std::vector<std::uint8_t>> bases_in_place;
   std::vector<unboxed_call> unboxed;    // per instruction: its typed call, where it has one (run/unboxed.hpp)
   std::vector<c10::IValue> constants;   // the constant tensors typed calls read, in registers num_regs on
   bool unplannable = false;            // an alias the plan cannot follow was seen: plain calls
@@ -817,6 +822,25 @@ struct engine_plan {
   std::optional<sym_env> graph_env;
 };
 
+/// The registers of the bases (`_all_bases`) of instruction `in`, an auto_functionalized_v2 call,
+/// no_reg for one that is no register (None); empty for any other instruction.
+inline std::vector<std::uint32_t> functionalized_bases(const compiled_program& cp, const compiled_program::instr& in) {
+  using kind = compiled_program::arg_op::kind;
+  std::vector<std::uint32_t> regs;
+  if (in.info->qualified != "higher_order::auto_functionalized_v2" || in.args.size() != 2 || in.args[1].type != kind::any_list)
+    return regs;
+  for (const auto& pair : cp.lists[in.args[1].index].elems) {
+    if (pair.type != kind::any_list) continue;
+    const auto& kv = cp.lists[pair.index].elems;
+    if (kv.size() != 2 || kv[0].type != kind::constant || !cp.constants[kv[0].index].isString() ||
+        cp.constants[kv[0].index].toStringRef() != "_all_bases" || kv[1].type != kind::any_list)
+      continue;
+    for (const auto& b : cp.lists[kv[1].index].elems)
+      regs.push_back(b.type == kind::reg_copy || b.type == kind::reg_move ? b.index : no_reg);
+  }
+  return regs;
+}
+
 // Roots and lifetimes: a view's (or an in-place op's) result has the root of what it aliases, a
 // root lives until the last use of any alias (`last`), and a root some graph output or in-place
 // op of the graph reaches is `pinned`: never planned. `in_place[i]`: instruction i's result
@@ -828,9 +852,11 @@ struct lifetimes {
 
 // `in_place[i]`: instruction i runs in place; `alias[i]`: the register instruction i's result
 // was seen to alias on the plan's first run (a functional op may return its argument itself,
-// as dropout does in eval mode), or `no_reg`.
+// as dropout does in eval mode), or `no_reg`; `bases_in_place[i]` (where not empty): the bases
+// instruction i writes itself, each new base aliasing the old (Note [Bases written in place]).
 inline lifetimes trace_lifetimes(const compiled_program& cp, const std::vector<std::uint8_t>& in_place,
-                                 const std::vector<std::uint32_t>& alias) {
+                                 const std::vector<std::uint32_t>& alias,
+                                 const std::vector<std::vector<std::uint8_t>>& bases_in_place = {}) {
   const auto& code = cp.code;
   lifetimes l;
   l.root.resize(cp.num_regs);
@@ -861,10 +887,47 @@ inline lifetimes trace_lifetimes(const compiled_program& cp, const std::vector<s
       if (aliased != no_reg) l.root[r] = aliased;
       else l.def[r] = static_cast<std::uint32_t>(i);
     }
+    if (i < bases_in_place.size() && !bases_in_place[i].empty()) {  // the new bases follow the op's results
+      const auto bases = functionalized_bases(cp, in);
+      const auto first = in.outputs.size() - bases.size();
+      for (std::size_t k = 0; k < bases.size(); ++k) {
+        const auto r = in.outputs[first + k];
+        if (!bases_in_place[i][k] || r == compiled_program::dead) continue;
+        l.root[r] = l.root[bases[k]];
+        l.def[r] = no_reg;
+      }
+    }
   }
   for (const auto& o : cp.outputs)
     if (o.is_reg) l.pinned[l.root[o.index]] = 1;
   return l;
+}
+
+// Which bases of plan `p`'s auto_functionalized_v2 calls their kernel writes itself (Note [Bases
+// written in place]), by lifetimes `l` that know nothing of such writes: a base (or what it is a
+// view of) that an earlier call made, no output, read by nothing after the call and by nothing
+// else in it (no other argument of the call shares its root). The arena then keeps its slot
+// for the new base (trace_lifetimes with the choice).
+inline void choose_bases_in_place(engine_plan& p, const compiled_program& cp, const lifetimes& l) {
+  p.bases_in_place.assign(cp.code.size(), {});
+  for (std::size_t i = 0; i < cp.code.size(); ++i) {
+    const auto& in = cp.code[i];
+    const auto bases = functionalized_bases(cp, in);
+    if (bases.empty()) continue;
+    std::vector<std::uint8_t> mask(bases.size(), 0);
+    bool any = false;
+    for (std::size_t k = 0; k < bases.size(); ++k) {
+      if (bases[k] == no_reg) continue;
+      const auto root = l.root[bases[k]];
+      if (l.def[root] == no_reg || l.last[root] != i || l.pinned[root]) continue;
+      std::size_t uses = 0;
+      cp.for_each_register_use(in, [&](std::uint32_t u) { uses += l.root[u] == root ? 1 : 0; });
+      mask[k] = uses == 1 ? 1 : 0;
+      any = any || mask[k] != 0;
+      p.info.in_place_bases += mask[k];
+    }
+    if (any) p.bases_in_place[i] = std::move(mask);
+  }
 }
 
 // The arena of plan `p`: gives every `candidate` instruction's result a slot, a buffer no result
@@ -1196,6 +1259,11 @@ inline void schedule(engine_plan& p, const compiled_program& cp, const std::vect
       reads.push_back(resource(r));
     });
     if (p.in_place[i]) writes.push_back(resource(in.args[0].index));
+    if (!p.bases_in_place[i].empty()) {  // (Note [Bases written in place])
+      const auto bases = functionalized_bases(cp, in);
+      for (std::size_t k = 0; k < bases.size(); ++k)
+        if (p.bases_in_place[i][k]) writes.push_back(resource(bases[k]));
+    }
     if (op.is_mutable || op.inplace_view) writes.insert(writes.end(), reads.begin(), reads.end());
     if (op.nondeterministic || in.outputs.empty() || reads_data(op)) writes.push_back(effects);
     for (auto r : in.outputs)
@@ -1336,6 +1404,7 @@ class engine {
     out_ops_.assign(n, nullptr);
     in_place_ops_.assign(n, nullptr);
     clone_.assign(n, 0);
+    for (const auto& in : code) writes_bases_ = writes_bases_ || !detail::functionalized_bases(compiled(), in).empty();
     hoist();
     bool data_dependent = false;
     for (const auto& in : code) data_dependent = data_dependent || detail::reads_data(*in.info);
@@ -1522,7 +1591,10 @@ class engine {
       p.meta.assign(code.size(), detail::result_meta{});
     }
     choose_in_place(p, alias);
-    const auto l = detail::trace_lifetimes(compiled(), p.in_place, alias);
+    p.bases_in_place.assign(code.size(), {});
+    if (writes_bases_ && opts_.in_place && !p.unplannable)
+      detail::choose_bases_in_place(p, compiled(), detail::trace_lifetimes(compiled(), p.in_place, alias));
+    const auto l = detail::trace_lifetimes(compiled(), p.in_place, alias, p.bases_in_place);
     std::vector<std::uint8_t> candidate(code.size(), 0);  // results an out= kernel writes into the arena
     for (std::size_t i = 0; i < code.size(); ++i) {
       const auto r = code[i].outputs.empty() ? compiled_program::dead : code[i].outputs[0];
@@ -1550,7 +1622,7 @@ class engine {
         p.unboxed[i] = detail::make_clone(code[i], p.in_place[i] != 0, p.resolved[i] != 0);
         continue;
       }
-      if (p.skip[i] || !p.resolved[i]) continue;
+      if (p.skip[i] || !p.resolved[i] || !p.bases_in_place[i].empty()) continue;
       const c10::OperatorHandle* op = p.out[i].defined() ? out_ops_[i] : p.in_place[i] ? in_place_ops_[i] : code[i].op;
       p.unboxed[i] = detail::make_unboxed(compiled(), code[i], *op, p.constants);
       p.info.unboxed_nodes += p.unboxed[i].run ? 1 : 0;
@@ -1682,7 +1754,8 @@ class engine {
       op = in_place_ops_[i];
     }
     try {
-      if (p.resolved[i]) op->redispatchBoxed(p.keys[i], &stack);
+      if (!p.bases_in_place[i].empty()) detail::run_auto_functionalized_v2(stack, p.bases_in_place[i]);
+      else if (p.resolved[i]) op->redispatchBoxed(p.keys[i], &stack);
       else op->callBoxed(stack);
     } catch (const c10::Error& e) {
       stack.clear();
@@ -1776,6 +1849,7 @@ class engine {
   engine_options opts_;
   std::vector<const c10::OperatorHandle*> out_ops_;       // per instruction: its out= overload, when plannable
   std::vector<const c10::OperatorHandle*> in_place_ops_;  // per instruction: its in-place overload, when it may run so
+  bool writes_bases_ = false;  // an auto_functionalized_v2 call is in the code (Note [Bases written in place])
   std::vector<std::uint8_t> clone_;                       // per instruction: a clone (elided, or copied into the arena)
   std::vector<std::uint8_t> hoisted_;                     // per instruction: made once, in hoist()
   std::vector<std::pair<std::uint32_t, c10::IValue>> preset_;  // registers hoist() filled

@@ -247,17 +247,25 @@ inline c10::IValue regenerate_view(const keyword_args& kw, const std::string& pr
   return base;
 }
 
-// higher_order::auto_functionalized_v2(Any op, Any[] kwargs) -> Tensor[]: the bases of what op
-// writes (`_all_bases`) cloned, each written argument regenerated as its view of its base, op
-// called on them; returns op's results, then the new bases. An out= op (no bases) writes fresh
-// tensors of the recorded sizes (`_out_size`, ...) and returns op's results only.
-inline void auto_functionalized_v2_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
-  auto& s = *stack;
+// Note [Bases written in place]: auto_functionalized_v2 clones each base of what its operator
+// writes, so that the value the base had stays for whatever reads it after the call. Where
+// nothing can (the engine's planned runs: a base, or what it is a view of, that an earlier call
+// made, no output, read by nothing after the call and once in it; run/plan.hpp,
+// choose_bases_in_place), the kernel is passed a mask and writes such a base itself: the result
+// is the same, without the copy, and the new base lives where the old one did (in the arena,
+// whose slot stays taken while the new base lives).
+
+/// An auto_functionalized_v2 call on `s`, as its kernel below makes it; `in_place[k]`: base k may
+/// be written itself (Note [Bases written in place]; empty: every base is cloned).
+inline void run_auto_functionalized_v2(torch::jit::Stack& s, const std::vector<std::uint8_t>& in_place) {
   const auto& op = named_operator(s[s.size() - 2], "auto_functionalized_v2");
   keyword_args kw(s.back(), "auto_functionalized_v2");
   std::vector<at::Tensor> bases;
   if (const auto& all = kw.get("_all_bases"); all.isList() || all.isTensorList())
-    for (const auto& b : all.toListRef()) bases.push_back(b.isTensor() ? clone_preserve_strides(b.toTensor()) : at::Tensor());
+    for (const auto& b : all.toListRef())
+      bases.push_back(!b.isTensor()                                                    ? at::Tensor()
+                      : bases.size() < in_place.size() && in_place[bases.size()] != 0 ? b.toTensor()
+                                                                                       : clone_preserve_strides(b.toTensor()));
   bool out_op = false;
   for (const auto& name : mutated_arguments(op)) {
     const auto prefix = "_" + name;
@@ -281,6 +289,14 @@ inline void auto_functionalized_v2_kernel(const c10::OperatorHandle&, torch::jit
   kw.push_for(op, {}, call);
   op.handle.callBoxed(call);
   s.emplace_back(op_results(op, call, out_op ? std::vector<at::Tensor>{} : std::move(bases)));
+}
+
+// higher_order::auto_functionalized_v2(Any op, Any[] kwargs) -> Tensor[]: the bases of what op
+// writes (`_all_bases`) cloned, each written argument regenerated as its view of its base, op
+// called on them; returns op's results, then the new bases. An out= op (no bases) writes fresh
+// tensors of the recorded sizes (`_out_size`, ...) and returns op's results only.
+inline void auto_functionalized_v2_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  run_auto_functionalized_v2(*stack, {});
 }
 
 // higher_order::with_effects(Tensor token, Any op, Any[] args, Any[] kwargs) -> Tensor[]: op

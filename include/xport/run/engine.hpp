@@ -56,6 +56,7 @@
 #include <xport/config.hpp>
 #include <xport/error.hpp>
 #include <xport/ir/program.hpp>
+#include <xport/ops/auto_functionalize.hpp>
 #include <xport/ops/data_dependent.hpp>
 #include <xport/run/compiled.hpp>
 #include <xport/run/engine_options.hpp>
@@ -158,6 +159,7 @@ class engine {
     out_ops_.assign(n, nullptr);
     in_place_ops_.assign(n, nullptr);
     clone_.assign(n, 0);
+    for (const auto& in : code) writes_bases_ = writes_bases_ || !detail::functionalized_bases(compiled(), in).empty();
     hoist();
     bool data_dependent = false;
     for (const auto& in : code) data_dependent = data_dependent || detail::reads_data(*in.info);
@@ -344,7 +346,10 @@ class engine {
       p.meta.assign(code.size(), detail::result_meta{});
     }
     choose_in_place(p, alias);
-    const auto l = detail::trace_lifetimes(compiled(), p.in_place, alias);
+    p.bases_in_place.assign(code.size(), {});
+    if (writes_bases_ && opts_.in_place && !p.unplannable)
+      detail::choose_bases_in_place(p, compiled(), detail::trace_lifetimes(compiled(), p.in_place, alias));
+    const auto l = detail::trace_lifetimes(compiled(), p.in_place, alias, p.bases_in_place);
     std::vector<std::uint8_t> candidate(code.size(), 0);  // results an out= kernel writes into the arena
     for (std::size_t i = 0; i < code.size(); ++i) {
       const auto r = code[i].outputs.empty() ? compiled_program::dead : code[i].outputs[0];
@@ -372,7 +377,7 @@ class engine {
         p.unboxed[i] = detail::make_clone(code[i], p.in_place[i] != 0, p.resolved[i] != 0);
         continue;
       }
-      if (p.skip[i] || !p.resolved[i]) continue;
+      if (p.skip[i] || !p.resolved[i] || !p.bases_in_place[i].empty()) continue;
       const c10::OperatorHandle* op = p.out[i].defined() ? out_ops_[i] : p.in_place[i] ? in_place_ops_[i] : code[i].op;
       p.unboxed[i] = detail::make_unboxed(compiled(), code[i], *op, p.constants);
       p.info.unboxed_nodes += p.unboxed[i].run ? 1 : 0;
@@ -504,7 +509,8 @@ class engine {
       op = in_place_ops_[i];
     }
     try {
-      if (p.resolved[i]) op->redispatchBoxed(p.keys[i], &stack);
+      if (!p.bases_in_place[i].empty()) detail::run_auto_functionalized_v2(stack, p.bases_in_place[i]);
+      else if (p.resolved[i]) op->redispatchBoxed(p.keys[i], &stack);
       else op->callBoxed(stack);
     } catch (const c10::Error& e) {
       stack.clear();
@@ -598,6 +604,7 @@ class engine {
   engine_options opts_;
   std::vector<const c10::OperatorHandle*> out_ops_;       // per instruction: its out= overload, when plannable
   std::vector<const c10::OperatorHandle*> in_place_ops_;  // per instruction: its in-place overload, when it may run so
+  bool writes_bases_ = false;  // an auto_functionalized_v2 call is in the code (Note [Bases written in place])
   std::vector<std::uint8_t> clone_;                       // per instruction: a clone (elided, or copied into the arena)
   std::vector<std::uint8_t> hoisted_;                     // per instruction: made once, in hoist()
   std::vector<std::pair<std::uint32_t, c10::IValue>> preset_;  // registers hoist() filled

@@ -119,6 +119,11 @@ inline void schedule(engine_plan& p, const compiled_program& cp, const std::vect
       reads.push_back(resource(r));
     });
     if (p.in_place[i]) writes.push_back(resource(in.args[0].index));
+    if (!p.bases_in_place[i].empty()) {  // (Note [Bases written in place])
+      const auto bases = functionalized_bases(cp, in);
+      for (std::size_t k = 0; k < bases.size(); ++k)
+        if (p.bases_in_place[i][k]) writes.push_back(resource(bases[k]));
+    }
     if (op.is_mutable || op.inplace_view) writes.insert(writes.end(), reads.begin(), reads.end());
     if (op.nondeterministic || in.outputs.empty() || reads_data(op)) writes.push_back(effects);
     for (auto r : in.outputs)
