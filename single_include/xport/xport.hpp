@@ -23536,6 +23536,8 @@ XPORT_END_NAMESPACE
 //   data/constants/tensor_<i>, data/constants/model_constants_config.json
 //   data/sample_inputs/model.pt          example inputs, torch.save'd (args, kwargs); always
 //                                        there (torch's loader reads it), empty when not asked
+// (several programs in one archive, torch's package_pt2, are a set of these per model name,
+// sharing the storage records: serde/package.hpp)
 //
 // The zip is written by LibTorch's PyTorchStreamWriter (records stored, 64-byte aligned, under
 // an `archive/` root folder, which torch's reader strips as it strips its own) and read with its
@@ -24017,21 +24019,37 @@ inline at::Tensor to_device(const at::Tensor& bytes, c10::Device device, const a
   }
 }
 
-/// Reads `{"config": {fqn: PayloadMeta}}` and the records it names into `out`.
+/// What the programs of one archive share as they load (serde/package.hpp): the storages read so
+/// far, so that a record two programs name is one storage after the load as it was before the
+/// save, and, when mapping, the records any of them writes (read into memory, never mapped).
+struct shared_payloads {
+  std::map<std::string, at::Tensor> storages;  ///< "<record>@<device>" -> flat bytes
+  std::set<std::string> written;               ///< records some program writes
+};
+
+/// The records under `dir` that the entries of `config` for the fqns in `fqns` name.
+inline std::set<std::string> records_of(const json& config, const std::string& dir, const std::set<std::string>& fqns) {
+  std::set<std::string> out;
+  for (auto it = config.begin(); it != config.end(); ++it)
+    if (fqns.count(it.key()) && it.value().is_object() && it.value().contains("path_name") && it.value()["path_name"].is_string())
+      out.insert(dir + it.value()["path_name"].get<std::string>());
+  return out;
+}
+
+/// Reads `{"config": {fqn: PayloadMeta}}` and the records it names into `out`; with `shared`, the
+/// storages read for the archive's other programs are reused.
 inline void read_payloads(const zip_index& zip, const std::string& dir, const std::string& config_name,
-                          const payload_source& source, tensor_dict& out) {
+                          const payload_source& source, tensor_dict& out, shared_payloads* shared = nullptr) {
   const std::string record = dir + config_name;
   if (!zip.find(record)) return;
   const auto doc = parse(zip.read(record), record);
   const at_path root{doc, "", record};
   const auto& config = root["config"].object();
-  std::map<std::string, at::Tensor> storages;  // "<record>@<device>" -> flat bytes
-  std::set<std::string> copied;                // records of state the program writes: read, not mapped
-  if (source.map)
-    for (auto it = config.begin(); it != config.end(); ++it)
-      if (source.copy.count(it.key()) && it.value().is_object() && it.value().contains("path_name") &&
-          it.value()["path_name"].is_string())
-        copied.insert(dir + it.value()["path_name"].get<std::string>());
+  shared_payloads own;
+  auto& storages = (shared ? *shared : own).storages;
+  // records of state the program (or, in a package, any program) writes: read, not mapped
+  std::set<std::string> copied = source.map ? records_of(config, dir, source.copy) : std::set<std::string>{};
+  if (shared) copied.insert(shared->written.begin(), shared->written.end());
   for (auto it = config.begin(); it != config.end(); ++it) {
     const at_path entry{it.value(), "config." + it.key(), record};
     const std::string fqn = it.key();
@@ -24081,6 +24099,42 @@ inline void read_payloads(const zip_index& zip, const std::string& dir, const st
 
 // ---- the API ---------------------------------------------------------------------------------
 
+namespace detail::serde {
+
+/// Writes the records of program `p` under model name `name` (`models/<name>.json`, its weights
+/// and constants configs, `data/sample_inputs/<name>.pt`), its storages through `weights` and
+/// `constants`: one writer for every program of an archive writes a storage they share once.
+/// `doc` is the program's JSON, made before anything is written (errors leave no file).
+inline void write_model(caffe2::serialize::PyTorchStreamWriter& w, const exported_program& p, const std::string& doc,
+                        const std::string& name, payload_writer& weights, payload_writer& constants, bool example_inputs) {
+  std::unordered_set<std::string> params;
+  for (const auto& f : p.signature().parameters()) params.insert(f);
+  json wconfig = json::object();
+  for (const auto& [fqn, t] : p.state_dict()) wconfig[fqn] = weights.add(fqn, t, params.count(fqn) > 0);
+  const std::string wtext = json{{"config", std::move(wconfig)}}.dump();
+  w.writeRecord("data/weights/" + name + "_weights_config.json", wtext.data(), wtext.size());
+  json cconfig = json::object();
+  for (const auto& [fqn, t] : p.constants()) cconfig[fqn] = constants.add(fqn, t, false);
+  const std::string ctext = json{{"config", std::move(cconfig)}}.dump();
+  w.writeRecord("data/constants/" + name + "_constants_config.json", ctext.data(), ctext.size());
+  w.writeRecord("models/" + name + ".json", doc.data(), doc.size());
+  // always there: torch's loader reads it unconditionally (empty means no example inputs)
+  // (torch checks them against the in_spec on load: with a Python type in it, which C++ cannot
+  // pickle, the record stays empty)
+  std::vector<char> inputs;
+  if (example_inputs && p.example_inputs() && !(p.in_spec() && has_node_type(*p.in_spec())))
+    inputs = detail::pickle_bytes(detail::example_inputs_ivalue(*p.example_inputs(), p.in_spec()));
+  w.writeRecord("data/sample_inputs/" + name + ".pt", inputs.data(), inputs.size());
+}
+
+/// Writes the records every archive starts with.
+inline void write_archive_header(caffe2::serialize::PyTorchStreamWriter& w) {
+  w.writeRecord("archive_format", archive_format.data(), archive_format.size());
+  w.writeRecord("archive_version", archive_version.data(), archive_version.size());
+}
+
+}  // namespace detail::serde
+
 /// Writes `p` as a .pt2 archive through `writer(bytes, n)` (returns bytes written).
 inline void save(const exported_program& p, const std::function<std::size_t(const void*, std::size_t)>& writer,
                  const save_options& options = {}) {
@@ -24088,43 +24142,26 @@ inline void save(const exported_program& p, const std::function<std::size_t(cons
   c10::NoGradGuard no_grad;
   const std::string doc = s::program_json(p).dump();  // before anything is written: errors leave no file
   caffe2::serialize::PyTorchStreamWriter w(writer);
-  w.writeRecord("archive_format", s::archive_format.data(), s::archive_format.size());
-  w.writeRecord("archive_version", s::archive_version.data(), s::archive_version.size());
-  const auto& sig = p.signature();
-  std::unordered_set<std::string> params;
-  for (const auto& f : sig.parameters()) params.insert(f);
+  s::write_archive_header(w);
   s::payload_writer weights{w, "data/weights/", "weight_", {}, 0, s::force_host_copy()};
-  s::json wconfig = s::json::object();
-  for (const auto& [fqn, t] : p.state_dict()) wconfig[fqn] = weights.add(fqn, t, params.count(fqn) > 0);
-  const std::string wtext = s::json{{"config", std::move(wconfig)}}.dump();
-  w.writeRecord("data/weights/" + options.model_name + "_weights_config.json", wtext.data(), wtext.size());
   s::payload_writer constants{w, "data/constants/", "tensor_", {}, 0, s::force_host_copy()};
-  s::json cconfig = s::json::object();
-  for (const auto& [fqn, t] : p.constants()) cconfig[fqn] = constants.add(fqn, t, false);
-  const std::string ctext = s::json{{"config", std::move(cconfig)}}.dump();
-  w.writeRecord("data/constants/" + options.model_name + "_constants_config.json", ctext.data(), ctext.size());
-  w.writeRecord("models/" + options.model_name + ".json", doc.data(), doc.size());
-  // always there: torch's loader reads it unconditionally (empty means no example inputs)
-  // (torch checks them against the in_spec on load: with a Python type in it, which C++ cannot
-  // pickle, the record stays empty)
-  std::vector<char> inputs;
-  if (options.example_inputs && p.example_inputs() && !(p.in_spec() && s::has_node_type(*p.in_spec())))
-    inputs = detail::pickle_bytes(detail::example_inputs_ivalue(*p.example_inputs(), p.in_spec()));
-  w.writeRecord("data/sample_inputs/" + options.model_name + ".pt", inputs.data(), inputs.size());
+  s::write_model(w, p, doc, options.model_name, weights, constants, options.example_inputs);
   w.writeEndOfFile();
 }
 
-/// Writes `p` to `path` as a .pt2 archive.
-inline void save(const exported_program& p, const std::string& path, const save_options& options = {}) {
-  // written next to the target and renamed over it at the end: a failed save leaves an existing
-  // file as it was
+namespace detail::serde {
+using byte_writer = std::function<std::size_t(const void*, std::size_t)>;
+
+/// Calls `write(writer)` with a writer into `path`: the bytes go next to it and are renamed over
+/// it at the end, so a failed save leaves an existing file as it was.
+inline void write_file(const std::string& path, const std::function<void(const byte_writer&)>& write) {
   const std::string tmp = path + ".xport-partial";
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) throw error("xport.save.open", "cannot open '" + tmp + "' for writing");
   std::setvbuf(f, nullptr, _IOFBF, 1 << 20);
   try {
     // (the zip writer passes a null pointer for empty writes, which fwrite may not take)
-    save(p, [&](const void* data, std::size_t n) { return n == 0 ? std::size_t{0} : std::fwrite(data, 1, n, f); }, options);
+    write([&](const void* data, std::size_t n) { return n == 0 ? std::size_t{0} : std::fwrite(data, 1, n, f); });
   } catch (...) {
     std::fclose(f);
     std::remove(tmp.c_str());
@@ -24134,6 +24171,12 @@ inline void save(const exported_program& p, const std::string& path, const save_
     std::remove(tmp.c_str());
     throw error("xport.save.write", "writing '" + path + "' failed");
   }
+}
+}  // namespace detail::serde
+
+/// Writes `p` to `path` as a .pt2 archive.
+inline void save(const exported_program& p, const std::string& path, const save_options& options = {}) {
+  detail::serde::write_file(path, [&](const detail::serde::byte_writer& w) { save(p, w, options); });
 }
 
 /// Writes `p` to a stream.
@@ -24159,16 +24202,17 @@ inline std::string save_to_string(const exported_program& p, const save_options&
 namespace detail::serde {
 inline exported_program load_archive(std::shared_ptr<caffe2::serialize::ReadAdapterInterface> in,
                                      std::shared_ptr<const mapped_file> map, const load_options& options,
-                                     std::string& stage);
+                                     std::string& stage, shared_payloads* shared = nullptr);
 
 /// load_archive with every exception that leaves it a load_error: the readers check what they
 /// read, and anything LibTorch still refuses (building the graph, its tensors, the sample inputs)
 /// is reported with the part of the archive being read.
 inline exported_program load_checked(std::shared_ptr<caffe2::serialize::ReadAdapterInterface> in,
-                                     std::shared_ptr<const mapped_file> map, const load_options& options) {
+                                     std::shared_ptr<const mapped_file> map, const load_options& options,
+                                     shared_payloads* shared = nullptr) {
   std::string stage = "the archive";
   try {
-    return load_archive(std::move(in), std::move(map), options, stage);
+    return load_archive(std::move(in), std::move(map), options, stage, shared);
   } catch (const load_error&) {
     throw;
   } catch (const error& e) {
@@ -24269,7 +24313,8 @@ inline void read_sample_inputs(const zip_index& zip, caffe2::serialize::PyTorchS
 
 inline exported_program detail::serde::load_archive(std::shared_ptr<caffe2::serialize::ReadAdapterInterface> in,
                                                     std::shared_ptr<const mapped_file> map,
-                                                    const load_options& options, std::string& stage) {
+                                                    const load_options& options, std::string& stage,
+                                                    shared_payloads* shared) {
   namespace s = detail::serde;
   const detail::zip_index zip(*in);
   const auto reader = s::open_stream_reader(in);
@@ -24283,9 +24328,9 @@ inline exported_program detail::serde::load_archive(std::shared_ptr<caffe2::seri
   auto copy = map ? s::written_state(parts.g, parts.sig) : std::set<std::string>{};
   const s::payload_source source{std::move(map), std::move(copy), options.device};
   stage = "data/weights/" + options.model_name + "_weights_config.json";
-  s::read_payloads(zip, "data/weights/", options.model_name + "_weights_config.json", source, state);
+  s::read_payloads(zip, "data/weights/", options.model_name + "_weights_config.json", source, state, shared);
   stage = "data/constants/" + options.model_name + "_constants_config.json";
-  s::read_payloads(zip, "data/constants/", options.model_name + "_constants_config.json", source, constants);
+  s::read_payloads(zip, "data/constants/", options.model_name + "_constants_config.json", source, constants, shared);
   stage = "record '" + model + "'";
   s::check_lifted_tensors(parts.sig, state, constants, options);
   exported_program p(std::move(parts.g), std::move(parts.sig), std::move(state), std::move(constants),
@@ -24305,20 +24350,31 @@ inline exported_program detail::serde::load_archive(std::shared_ptr<caffe2::seri
   return p;
 }
 
-/// Reads a program from a .pt2 file (maps it with `options.mmap`).
-inline exported_program load(const std::string& path, const load_options& options = {}) {
-  if (options.mmap) {
-    auto map = std::make_shared<const detail::mapped_file>(path);
-    auto in = std::make_shared<caffe2::serialize::MemoryReadAdapter>(map->data(), static_cast<off_t>(map->size()));
-    return detail::serde::load_checked(std::move(in), std::move(map), options);
-  }
+namespace detail::serde {
+/// A .pt2 file opened for reading: mapped (`map` set) or read through LibTorch's file adapter.
+struct opened_file {
   std::shared_ptr<caffe2::serialize::ReadAdapterInterface> in;
+  std::shared_ptr<const mapped_file> map;
+};
+
+inline opened_file open_file(const std::string& path, bool mmap) {
+  if (mmap) {
+    auto map = std::make_shared<const mapped_file>(path);
+    auto in = std::make_shared<caffe2::serialize::MemoryReadAdapter>(map->data(), static_cast<off_t>(map->size()));
+    return {std::move(in), std::move(map)};
+  }
   try {
-    in = std::make_shared<caffe2::serialize::FileAdapter>(path);
+    return {std::make_shared<caffe2::serialize::FileAdapter>(path), nullptr};
   } catch (const c10::Error&) {
     throw load_error("xport.load.open", "cannot open '" + path + "' for reading");
   }
-  return load(std::move(in), options);
+}
+}  // namespace detail::serde
+
+/// Reads a program from a .pt2 file (maps it with `options.mmap`).
+inline exported_program load(const std::string& path, const load_options& options = {}) {
+  auto file = detail::serde::open_file(path, options.mmap);
+  return detail::serde::load_checked(std::move(file.in), std::move(file.map), options);
 }
 
 /// Reads a program from bytes in memory (copied into the program's tensors; `data` may go).

@@ -1,0 +1,235 @@
+// xport/serde/package.hpp: several programs in one .pt2 archive, by name, in the layout torch's
+// `package_pt2` writes and `load_pt2` reads (torch.export.pt2_archive):
+//
+//   models/<name>.json, data/weights/<name>_weights_config.json,
+//   data/constants/<name>_constants_config.json, data/sample_inputs/<name>.pt   one set per program
+//   data/weights/weight_<i>, data/constants/tensor_<i>    one record per storage, written once
+//                                                          for every program that holds it
+//   extra/<file>                                           the package's extra files
+//   anything else (data/aotinductor/, executorch/, ...)    kept byte for byte, written again on a re-save
+//
+// Methods of one model share their parameters (export each entry point of one torch::nn module):
+// a storage two programs hold is one record in the archive and one storage again after
+// load_package, so a buffer one program writes is what the other reads, as between a TorchScript
+// module's methods. torch 2.13's load_pt2 reads such an archive too (it gives each program its
+// own copy).
+#pragma once
+
+#include <functional>   // std::reference_wrapper
+#include <map>          // std::map
+#include <string>       // std::string
+#include <vector>       // std::vector
+
+#include <xport/config.hpp>
+#include <xport/serde/pt2.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+/// Programs by name, to save into one archive; references, so nothing is copied:
+/// `xport::save({{"forward", fwd}, {"encode", enc}}, "model.pt2")`.
+using program_refs = std::map<std::string, std::reference_wrapper<const exported_program>>;
+
+/// What one archive holds: its programs by model name, its extra files, and the records xport
+/// does not read (AOTInductor's and ExecuTorch's), kept so a re-save writes them again.
+struct package {
+  package() = default;  // (not an aggregate: a braced list of programs is a program_refs)
+
+  std::map<std::string, exported_program> programs;
+  /// `extra/<name>` records (torch's `extra_files`; torch reads them back as UTF-8 text).
+  std::map<std::string, std::string> extra_files;
+  /// Every other record but the archive's own (`archive_format`, `.data/...`), by name.
+  std::map<std::string, std::string> other_records;
+
+  /// The program named `name`; an error that lists the package's programs otherwise.
+  [[nodiscard]] const exported_program& at(const std::string& name) const;
+  [[nodiscard]] exported_program& at(const std::string& name) {
+    return const_cast<exported_program&>(static_cast<const package&>(*this).at(name));
+  }
+  /// The programs' names, in order.
+  [[nodiscard]] std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (const auto& [name, p] : programs) out.push_back(name);
+    return out;
+  }
+};
+
+struct package_save_options {
+  /// Write each program's example inputs into `data/sample_inputs/<name>.pt` (see save_options).
+  bool example_inputs = false;
+};
+
+namespace detail::serde {
+
+/// The names joined for a message: `'encode', 'forward'`.
+inline std::string quoted_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "'" : ", '") + n + "'";
+  return out.empty() ? "none" : out;
+}
+
+/// Fails unless `name` can be a file name in the archive (a model name, an extra file's name).
+inline void check_record_name(const std::string& name, const std::string& what, bool allow_slash) {
+  const auto bad = [&](const std::string& why) {
+    throw error("xport.save.name", what + " '" + name + "' " + why);
+  };
+  if (name.empty()) bad("is empty: name it");
+  if (name.size() > 200) bad("is longer than 200 characters");
+  if (!allow_slash && (name.find('/') != std::string::npos || name.find('\\') != std::string::npos))
+    bad("has a '/' or '\\\\': it names a file in the archive's models/ folder (torch reads models/<name>.json); "
+        "use a name such as 'forward' or 'encode'");
+  if (name.front() == '/' || name.front() == '.' || name.find("..") != std::string::npos ||
+      name.find('\0') != std::string::npos)
+    bad("must not start with '/' or '.' nor hold '..' or a NUL: it becomes a file name in the archive");
+}
+
+/// Whether xport writes `name` itself when it saves a package (so a kept record may not take it).
+inline bool written_by_package(const std::string& name) {
+  for (const char* prefix : {"models/", "data/weights/", "data/constants/", "data/sample_inputs/", "extra/", ".data/"})
+    if (name.rfind(prefix, 0) == 0) return true;
+  return name == "archive_format" || name == "archive_version" || name == "byteorder" || name == "version";
+}
+
+/// Writes the programs, the extra files and the kept records through `writer`; every name is
+/// checked and every program turned into JSON before a byte is written.
+inline void write_package(const program_refs& programs, const std::map<std::string, std::string>& extra_files,
+                          const std::map<std::string, std::string>& other_records, const byte_writer& writer,
+                          bool example_inputs) {
+  if (programs.empty() && extra_files.empty() && other_records.empty())
+    throw error("xport.save.empty_package", "the package has no programs, extra files or records: nothing to save");
+  std::map<std::string, std::string> docs;
+  c10::NoGradGuard no_grad;
+  for (const auto& [name, p] : programs) {
+    check_record_name(name, "model name", false);
+    docs[name] = program_json(p.get()).dump();
+  }
+  for (const auto& [name, bytes] : extra_files) check_record_name(name, "extra file", true);
+  for (const auto& [name, bytes] : other_records) {
+    check_record_name(name, "record", true);
+    if (written_by_package(name))
+      throw error("xport.save.name", "record '" + name + "' is one the package writes itself (a program's, an extra "
+                                     "file's or the archive's): keep only records xport does not read");
+  }
+  caffe2::serialize::PyTorchStreamWriter w(writer);
+  write_archive_header(w);
+  payload_writer weights{w, "data/weights/", "weight_", {}, 0, force_host_copy()};
+  payload_writer constants{w, "data/constants/", "tensor_", {}, 0, force_host_copy()};
+  for (const auto& [name, p] : programs) write_model(w, p.get(), docs[name], name, weights, constants, example_inputs);
+  for (const auto& [name, bytes] : extra_files) w.writeRecord("extra/" + name, bytes.data(), bytes.size());
+  for (const auto& [name, bytes] : other_records) w.writeRecord(name, bytes.data(), bytes.size());
+  w.writeEndOfFile();
+}
+
+/// The model names of the archive's `models/<name>.json` records, in order.
+inline std::vector<std::string> model_names(const zip_index& zip) {
+  std::vector<std::string> out;
+  const std::string prefix = "models/", suffix = ".json";
+  for (const auto& [name, r] : zip.records())
+    if (name.size() > prefix.size() + suffix.size() && name.rfind(prefix, 0) == 0 &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      out.push_back(name.substr(prefix.size(), name.size() - prefix.size() - suffix.size()));
+  return out;
+}
+
+/// The records the programs of `zip` write (to be read into memory, not mapped): for each model,
+/// its written state's records.
+inline std::set<std::string> written_records(const zip_index& zip, const std::vector<std::string>& models) {
+  std::set<std::string> out;
+  for (const auto& name : models) {
+    const std::string model = "models/" + name + ".json";
+    const auto parts = program_of(parse(zip.read(model), model), model);
+    const auto fqns = written_state(parts.g, parts.sig);
+    for (const auto& [dir, config] : {std::pair<std::string, std::string>{"data/weights/", name + "_weights_config.json"},
+                                      {"data/constants/", name + "_constants_config.json"}}) {
+      if (!zip.find(dir + config)) continue;
+      const auto doc = parse(zip.read(dir + config), dir + config);
+      if (!doc.is_object() || !doc.contains("config") || !doc["config"].is_object()) continue;  // read_payloads says why
+      const auto records = records_of(doc["config"], dir, fqns);
+      out.insert(records.begin(), records.end());
+    }
+  }
+  return out;
+}
+
+/// Reads every program, extra file and kept record of the archive behind `file`.
+inline package load_package(const opened_file& file, const load_options& options) {
+  const zip_index zip(*file.in);
+  const auto reader = open_stream_reader(file.in);
+  check_archive_version(zip, *reader);
+  const auto models = model_names(zip);
+  shared_payloads shared;
+  if (file.map) {
+    try {
+      shared.written = written_records(zip, models);
+    } catch (const error&) {  // the program's own load below reports it, with its stage
+    }
+  }
+  package out;
+  for (const auto& name : models) {
+    auto opts = options;
+    opts.model_name = name;
+    out.programs.emplace(name, load_checked(file.in, file.map, opts, &shared));
+  }
+  for (const auto& [name, r] : zip.records()) {
+    if (name.rfind("extra/", 0) == 0 && name.size() > 6) out.extra_files[name.substr(6)] = record_text(zip, *reader, name);
+    else if (!written_by_package(name)) out.other_records[name] = record_text(zip, *reader, name);
+  }
+  return out;
+}
+
+}  // namespace detail::serde
+
+inline const exported_program& package::at(const std::string& name) const {
+  const auto it = programs.find(name);
+  if (it == programs.end())
+    throw error("xport.package.name", "the package has no program '" + name + "'; it has " +
+                                          detail::serde::quoted_list(names()));
+  return it->second;
+}
+
+/// Writes several programs into one archive through `writer(bytes, n)`, in torch's package_pt2
+/// layout: `models/<name>.json` each, a storage they share written once.
+inline void save(const program_refs& programs, const detail::serde::byte_writer& writer,
+                 const package_save_options& options = {}) {
+  detail::serde::write_package(programs, {}, {}, writer, options.example_inputs);
+}
+
+/// Writes several programs into one archive at `path` (a failed save leaves an existing file as it was).
+inline void save(const program_refs& programs, const std::string& path, const package_save_options& options = {}) {
+  detail::serde::write_file(path, [&](const detail::serde::byte_writer& w) { save(programs, w, options); });
+}
+
+/// Writes a package (its programs, extra files and kept records) to `path`.
+inline void save(const package& pkg, const std::string& path, const package_save_options& options = {}) {
+  program_refs refs;
+  for (const auto& [name, p] : pkg.programs) refs.emplace(name, std::cref(p));
+  detail::serde::write_file(path, [&](const detail::serde::byte_writer& w) {
+    detail::serde::write_package(refs, pkg.extra_files, pkg.other_records, w, options.example_inputs);
+  });
+}
+
+/// Reads every program of a .pt2 archive by name, with its extra files and the records xport does
+/// not read (an archive torch.export.save wrote holds one program, "model"). `options` apply to
+/// each program (`model_name` is not used); with `mmap`, the state any program writes is read
+/// into memory, the rest mapped.
+inline package load_package(const std::string& path, const load_options& options = {}) {
+  return detail::serde::load_package(detail::serde::open_file(path, options.mmap), options);
+}
+
+/// load_package from bytes in memory (copied into the programs' tensors; `data` may go).
+inline package load_package_from_memory(const void* data, std::size_t size, const load_options& options = {}) {
+  if (options.mmap)
+    throw load_error("xport.load.mmap", "load_options::mmap maps a file: call load_package(path, options) with the "
+                                        "file's path");
+  auto in = std::make_shared<caffe2::serialize::MemoryReadAdapter>(data, static_cast<off_t>(size));
+  return detail::serde::load_package({std::move(in), nullptr}, options);
+}
+
+/// The names of the programs in a .pt2 archive (`models/<name>.json`), in order, without loading them.
+inline std::vector<std::string> list_models(const std::string& path) {
+  const auto file = detail::serde::open_file(path, false);
+  const detail::zip_index zip(*file.in);
+  detail::serde::check_archive_version(zip, *detail::serde::open_stream_reader(file.in));
+  return detail::serde::model_names(zip);
+}
+
+XPORT_END_NAMESPACE

@@ -1,0 +1,138 @@
+"""Several programs in one archive, torch's side (ctest `package_*`; tests/test_package.cpp).
+
+    python packages.py write <dir>    torch's package_pt2 writes torch_<version>.pt2 (+ .io.pt)
+    python packages.py read <dir>     torch's load_pt2 reads what xport wrote
+
+write: a codec module with three entry points over one state (forward counts its calls in a
+buffer, encode reads it, decode), each exported with torch.export, packaged with package_pt2
+with extra files and an ExecuTorch record; the io file holds, for each call, what the program
+loaded from the package gives (each on a fresh load: torch's loader shares no state between
+programs).
+
+read: xport_codec.pt2 (xport's package of its C++ twin of the codec) and every
+xport_resaved_<version>.pt2 (torch's packages loaded and saved again by xport): load_pt2 reads
+each, every program gives xport's outputs bit for bit (and torch's own, for the re-saves), the
+extra files are there, the records xport does not read are kept, and a storage the programs of
+xport's package share is one record. Run by torch 2.13 and by the 2.14.1 venv where it exists.
+Exits non-zero with one line per failure.
+"""
+import os
+import sys
+import zipfile
+
+import torch
+from torch import nn
+from torch.export.pt2_archive._package import load_pt2, package_pt2
+
+VERSION = torch.__version__.split("+")[0]
+failures = []
+
+
+class Codec(nn.Module):
+    """The Python twin of tests/test_package.cpp's Codec."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Linear(8, 4)
+        self.decoder = nn.Linear(4, 8)
+        self.register_buffer("scale", torch.full((8,), 0.5))
+        self.register_buffer("calls", torch.zeros(1, dtype=torch.int64))
+
+    def encode(self, x):
+        return torch.relu(self.encoder(x)) + self.calls
+
+    def decode(self, z):
+        return self.decoder(z) * self.scale
+
+    def forward(self, x):
+        self.calls.add_(1)
+        return self.decode(torch.relu(self.encoder(x)))
+
+
+def export_method(module, method, args):
+    """torch.export of one method: the module's forward is that method while it exports."""
+    module.forward = getattr(module, method)
+    try:
+        return torch.export.export(module, args)
+    finally:
+        del module.forward
+
+
+def fresh_call(path, method, args):
+    contents = load_pt2(path)
+    out = contents.exported_programs[method].module()(*args)
+    return [t.detach().clone() for t in (out if isinstance(out, (list, tuple)) else [out])]
+
+
+def write(out):
+    os.makedirs(out, exist_ok=True)
+    torch.manual_seed(11)
+    codec = Codec().eval()
+    x, z = torch.randn(2, 8), torch.randn(3, 4)
+    programs = {m: export_method(codec, m, (a,)) for m, a in (("forward", x), ("encode", x), ("decode", z))}
+    extra = {"config.json": '{"in": 8, "hidden": 4}', "tokenizer/vocab.txt": "a\nb\n"}
+    executorch = {"model.pte": b"pte bytes"}
+    path = os.path.join(out, f"torch_{VERSION}.pt2")
+    package_pt2(path, exported_programs=programs, extra_files=extra, executorch_files=executorch)
+    calls = [{"method": m, "args": (a,), "kwargs": {}, "outputs": fresh_call(path, m, (a,))}
+             for m, a in (("forward", x), ("encode", x), ("encode", 2 * x), ("decode", z))]
+    torch.save({"methods": sorted(programs), "extra_files": extra,
+                "executorch_files": {k: v.decode() for k, v in executorch.items()}, "calls": calls},
+               os.path.join(out, f"torch_{VERSION}.io.pt"))
+
+
+def check(path, io, executorch=()):
+    name = os.path.basename(path)
+    try:
+        contents = load_pt2(path)
+    except Exception as e:  # noqa: BLE001  (any refusal is a failure to report)
+        failures.append(f"{name}: load_pt2 failed: {type(e).__name__}: {e}")
+        return
+    want = sorted(c["method"] for c in io["calls"])
+    if sorted(contents.exported_programs) != sorted(set(want)):
+        failures.append(f"{name}: programs {sorted(contents.exported_programs)}, expected {sorted(set(want))}")
+        return
+    for call in io["calls"]:
+        got = fresh_call(path, call["method"], call["args"])
+        if len(got) != len(call["outputs"]) or not all(torch.equal(a, b) for a, b in zip(got, call["outputs"])):
+            failures.append(f"{name}: {call['method']} does not give the expected outputs")
+    for k, v in io["extra_files"].items():
+        if contents.extra_files.get(k) != v:
+            failures.append(f"{name}: extra file {k!r} is {contents.extra_files.get(k)!r}, expected {v!r}")
+    with zipfile.ZipFile(path) as zf:
+        names = [n.split("/", 1)[1] for n in zf.namelist()]
+    for record in executorch:
+        if record not in names:
+            failures.append(f"{name}: record {record!r} was not kept")
+    return names
+
+
+def read(out):
+    seen = 0
+    xport_codec = os.path.join(out, "xport_codec.pt2")
+    io = torch.load(os.path.join(out, "xport_codec.io.pt"))
+    names = check(xport_codec, io, executorch=["data/executorch/model.pte"])
+    if names is not None:
+        seen += 1
+        weights = [n for n in names if n.startswith("data/weights/weight_")]
+        if len(weights) != 6:  # two Linears and two buffers, held by three programs
+            failures.append(f"xport_codec.pt2: {len(weights)} weight records, expected 6 (one per storage)")
+    for f in sorted(os.listdir(out)):
+        if f.startswith("xport_resaved_") and f.endswith(".pt2"):
+            tag = f[len("xport_resaved_"):-len(".pt2")]
+            io = torch.load(os.path.join(out, f"torch_{tag}.io.pt"))
+            ex = ["data/executorch/" + k for k in io["executorch_files"]]
+            if check(os.path.join(out, f), io, executorch=ex) is not None:
+                seen += 1
+    if seen < 2:
+        failures.append(f"only {seen} package(s) checked in {out}: expected xport_codec.pt2 and a re-save")
+    print(f"torch {VERSION}: {seen} xport package(s) read")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] not in ("write", "read"):
+        sys.exit(__doc__)
+    (write if sys.argv[1] == "write" else read)(sys.argv[2])
+    for f in failures:
+        print(f"FAIL {f}")
+    sys.exit(1 if failures else 0)
