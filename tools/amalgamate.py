@@ -15,7 +15,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 INCLUDE = ROOT / "include"
 ENTRY = "xport/xport.hpp"
-OPT_IN = ["xport/engine.hpp", "xport/train.hpp", "xport/quantized.hpp", "xport/package.hpp"]  # entries outside the umbrella: each includes it and adds its own headers
+OPT_IN = ["xport/engine.hpp", "xport/train.hpp", "xport/quantized.hpp", "xport/package.hpp", "xport/torchscript.hpp"]  # entries outside the umbrella: each includes it and adds its own headers
 OUTPUT_DIR = ROOT / "single_include"
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*[<"](xport/[^>"]+)[>"]')
 
@@ -28,7 +28,10 @@ BANNER = """\
 """
 
 
-def inline(rel, seen, out):
+def inline(rel, seen, out, entries=None):
+    """Appends `rel` with its xport includes inlined (each once); an include of an opt-in entry
+    generated before (`entries`: its path -> the headers it holds) stays an include of that
+    single-header file, so a program that includes both gets each definition once."""
     if rel in seen:
         return
     seen.add(rel)
@@ -39,9 +42,12 @@ def inline(rel, seen, out):
         if line.strip() == "#pragma once":
             continue
         m = INCLUDE_RE.match(line)
-        if m:
+        if m and entries and m.group(1) in entries:
+            out.append(f"#include <{m.group(1)}>")
+            seen |= entries[m.group(1)]
+        elif m:
             out.append(f"// #include <{m.group(1)}>")
-            inline(m.group(1), seen, out)
+            inline(m.group(1), seen, out, entries)
         else:
             out.append(line)
 
@@ -52,9 +58,12 @@ def generate():
     out = [BANNER.rstrip("\n"), "#pragma once", ""]
     inline(ENTRY, seen, out)
     files = {ENTRY: "\n".join(out) + "\n"}
+    entries = {}  # opt-in entry -> the headers its file holds (an entry may include one listed before it)
     for entry in OPT_IN:
         extra = [BANNER.rstrip("\n"), "#pragma once", "", f"#include <{ENTRY}>"]
-        inline(entry, set(seen) | {ENTRY}, extra)
+        held = set(seen) | {ENTRY}
+        inline(entry, held, extra, entries)
+        entries[entry] = held
         files[entry] = "\n".join(extra) + "\n"
     return files
 

@@ -9,6 +9,10 @@ with extra files and an ExecuTorch record; the io file holds, for each call, wha
 loaded from the package gives (each on a fresh load: torch's loader shares no state between
 programs).
 
+write also scripts the codec (torch.jit.script, encode and decode @torch.jit.export) into
+torch_<version>.ts.pt with an extra file, and records the state torch's own converter
+(TS2EPConverter) lifts from it, for xport's converter (from_torchscript) to match.
+
 read: xport_codec.pt2 (xport's package of its C++ twin of the codec) and every
 xport_resaved_<version>.pt2 (torch's packages loaded and saved again by xport): load_pt2 reads
 each, every program gives xport's outputs bit for bit (and torch's own, for the re-saves), the
@@ -38,9 +42,11 @@ class Codec(nn.Module):
         self.register_buffer("scale", torch.full((8,), 0.5))
         self.register_buffer("calls", torch.zeros(1, dtype=torch.int64))
 
+    @torch.jit.export
     def encode(self, x):
         return torch.relu(self.encoder(x)) + self.calls
 
+    @torch.jit.export
     def decode(self, z):
         return self.decoder(z) * self.scale
 
@@ -76,9 +82,39 @@ def write(out):
     package_pt2(path, exported_programs=programs, extra_files=extra, executorch_files=executorch)
     calls = [{"method": m, "args": (a,), "kwargs": {}, "outputs": fresh_call(path, m, (a,))}
              for m, a in (("forward", x), ("encode", x), ("encode", 2 * x), ("decode", z))]
+    write_torchscript(out, x)
     torch.save({"methods": sorted(programs), "extra_files": extra,
                 "executorch_files": {k: v.decode() for k, v in executorch.items()}, "calls": calls},
                os.path.join(out, f"torch_{VERSION}.io.pt"))
+
+
+def write_torchscript(out, x):
+    """The codec scripted, with the state TS2EPConverter lifts from it and the file's extra files."""
+    from torch._export.converter import TS2EPConverter
+
+    torch.manual_seed(12)
+    scripted = torch.jit.script(Codec().eval())
+    path = os.path.join(out, f"torch_{VERSION}.ts.pt")
+    extra = {"config.json": '{"scripted": true}'}
+    torch.jit.save(scripted, path, _extra_files=extra)
+    ep = TS2EPConverter(torch.jit.load(path), (x,)).convert()
+    # (targets only: on a module torch.jit.load read back, the converter lifts its parameters as
+    # buffers, where on the scripted module in memory it lifts them as parameters, as xport does)
+    state = sorted(s.target for s in ep.graph_signature.input_specs if s.target is not None)
+    torch.save({"state": state, "extra_files": extra}, os.path.join(out, f"torch_{VERSION}.ts.io.pt"))
+
+
+def check_converted(out, f):
+    """xport_from_ts_<version>.pt2: every program, loaded by load_pt2, gives what the TorchScript
+    module it came from gives (each on a fresh load of both)."""
+    tag = f[len("xport_from_ts_"):-len(".pt2")]
+    ts = os.path.join(out, f"torch_{tag}.ts.pt")
+    x, z = torch.randn(3, 8), torch.randn(5, 4)
+    for method, arg in (("forward", x), ("encode", x), ("decode", z)):
+        want = getattr(torch.jit.load(ts), method)(arg)
+        got = fresh_call(os.path.join(out, f), method, (arg,))
+        if len(got) != 1 or not torch.equal(got[0], want):
+            failures.append(f"{f}: {method} does not give the TorchScript module's output")
 
 
 def check(path, io, executorch=()):
@@ -124,8 +160,11 @@ def read(out):
             ex = ["data/executorch/" + k for k in io["executorch_files"]]
             if check(os.path.join(out, f), io, executorch=ex) is not None:
                 seen += 1
-    if seen < 2:
-        failures.append(f"only {seen} package(s) checked in {out}: expected xport_codec.pt2 and a re-save")
+        if f.startswith("xport_from_ts_") and f.endswith(".pt2"):
+            check_converted(out, f)
+            seen += 1
+    if seen < 3:
+        failures.append(f"only {seen} package(s) checked in {out}: expected xport_codec.pt2, a re-save and a conversion")
     print(f"torch {VERSION}: {seen} xport package(s) read")
 
 
