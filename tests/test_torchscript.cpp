@@ -165,3 +165,28 @@ TEST_CASE("torchscript: xport converts the TorchScript files torch wrote, as tor
   }
   CHECK(seen >= 1);
 }
+
+TEST_CASE("torchscript: torchvision's models scripted by torch convert, dynamic batch, equal to the TorchScript module" *
+          doctest::test_suite("oracle_package")) {
+  const auto dir = xport_test::shared_dir("XPORT_PACKAGE_DIR", "", "oracle_package");
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const auto name = entry.path().filename().string();
+    // tv_<model>_<version>.ts.pt: written where torchvision imports (the 2.14.1 venv)
+    if (name.rfind("tv_", 0) != 0 || name.size() < 6 || name.substr(name.size() - 6) != ".ts.pt") continue;
+    INFO("TorchScript file " << name);
+    auto ref = torch::jit::load(entry.path().string());
+    const Dim batch("batch", 1, 64);
+    auto p = from_torchscript(ref, {at::randn({2, 3, 64, 64})}, {.dynamic_shapes = {{"x", {{0, batch}}}}});
+    for (const auto& x : {at::randn({3, 3, 64, 64}), at::randn({1, 3, 64, 64})})
+      CHECK(at::equal(run(p, {x})[0], ref.forward({x}).toTensor()));
+    save(p, (dir / ("xport_from_ts_" + name.substr(0, name.size() - 6) + ".pt2")).string());
+  }
+  // a traced file records sizes as tensors: refused, saying so
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const auto name = entry.path().filename().string();
+    if (name.size() < 10 || name.substr(name.size() - 10) != ".traced.pt") continue;
+    INFO("traced file " << name);
+    XPORT_CHECK_THROWS_MSG(from_torchscript(entry.path().string(), {at::randn({2, 3, 4})}), export_error,
+                           "This method was made by torch.jit.trace");
+  }
+}

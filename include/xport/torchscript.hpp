@@ -78,6 +78,51 @@ struct jit_module_type {
   [[nodiscard]] const std::string& name() const noexcept { return type_name; }
 };
 
+/// Whether `method` of `m` was made by torch.jit.trace: a traced graph turns sizes into tensors
+/// (`prim::NumToTensor`) and back (`aten::Int`), which the capture reads as tensor data.
+inline bool traced_sizes(torch::jit::Module& m, const std::string& method) {
+  const auto found = m.find_method(method);
+  if (!found) return false;
+  const auto visit = [](const auto& self, const torch::jit::Block* b) -> bool {
+    for (const auto* n : b->nodes()) {
+      if (n->kind() == c10::prim::NumToTensor) return true;
+      for (const auto* sub : n->blocks())
+        if (self(self, sub)) return true;
+    }
+    return false;
+  };
+  return visit(visit, found->graph()->block());
+}
+
+/// xport's own error back from the TorchScript interpreter's wrapper (Note [TorchScript by
+/// capture]), with the TorchScript traceback; any other failure as xport.torchscript.run.
+[[noreturn]] inline void torchscript_error(torch::jit::Module& m, const std::string& method, const std::string& what) {
+  const auto at = what.find("[xport.");
+  std::string traceback = what.substr(0, at == std::string::npos ? what.size() : at);
+  for (const std::string tail : {"RuntimeError: \n", "RuntimeError: "})  // the interpreter's label for what follows
+    if (traceback.size() >= tail.size() && traceback.compare(traceback.size() - tail.size(), tail.size(), tail) == 0)
+      traceback.resize(traceback.size() - tail.size());
+  const std::string traced =
+      traced_sizes(m, method)
+          ? " This method was made by torch.jit.trace: a traced graph turns sizes into tensors (prim::NumToTensor) and "
+            "back (aten::Int), which the capture reads as tensor data; converting traced files is not supported yet: "
+            "save the model with torch.jit.script, or export it with torch.export."
+          : "";
+  if (at != std::string::npos) {
+    const auto close = what.find(']', at);
+    const std::string id = what.substr(at + 1, close - at - 1), message = what.substr(close + 2);
+    const std::string full = message + traced + "\nin TorchScript method '" + method + "':\n" + traceback;
+    if (id == "xport.export.graph_break")
+      throw graph_break("xport.torchscript.graph_break",
+                        "the TorchScript method '" + method + "' branches or loops on the contents of a tensor, which "
+                        "conversion by capture does not specialize (the translation of such a prim::If into "
+                        "torch.cond is not built): " + full);
+    throw export_error(id, full);
+  }
+  throw export_error("xport.torchscript.run",
+                     "the TorchScript method '" + method + "' failed while being captured:" + traced + "\n" + what);
+}
+
 /// A TorchScript module seen as the module export_program lifts: parameters and buffers under
 /// their fully qualified names, and `forward` calling one of its methods. The method's result
 /// comes back flat (its tensors, in order); its structure is kept in `out_spec`.
@@ -134,7 +179,14 @@ struct jit_method_view {
 
   template <class... A>
   std::vector<at::Tensor> forward(const A&... a) const {
-    const c10::IValue result = m.get_method(method)({c10::IValue(a)...});
+    c10::IValue result;
+    try {
+      result = m.get_method(method)({c10::IValue(a)...});
+    } catch (const error&) {
+      throw;
+    } catch (const std::exception& e) {  // before the capture takes it for a failure on a data-dependent value
+      torchscript_error(m, method, e.what());
+    }
     std::vector<at::Tensor> out;
     treespec spec;
     flatten(result, out, spec, "the result");
@@ -142,28 +194,6 @@ struct jit_method_view {
     return out;
   }
 };
-
-/// xport's own error back from the TorchScript interpreter's wrapper (Note [TorchScript by
-/// capture]), with the TorchScript traceback; any other failure as xport.torchscript.run.
-[[noreturn]] inline void torchscript_error(const std::string& method, const std::string& what) {
-  const auto at = what.find("[xport.");
-  std::string traceback = what.substr(0, at == std::string::npos ? what.size() : at);
-  for (const std::string tail : {"RuntimeError: \n", "RuntimeError: "})  // the interpreter's label for what follows
-    if (traceback.size() >= tail.size() && traceback.compare(traceback.size() - tail.size(), tail.size(), tail) == 0)
-      traceback.resize(traceback.size() - tail.size());
-  if (at != std::string::npos) {
-    const auto close = what.find(']', at);
-    const std::string id = what.substr(at + 1, close - at - 1), message = what.substr(close + 2);
-    const std::string full = message + "\nin TorchScript method '" + method + "':\n" + traceback;
-    if (id == "xport.export.graph_break")
-      throw graph_break("xport.torchscript.graph_break",
-                        "the TorchScript method '" + method + "' branches or loops on the contents of a tensor, which "
-                        "conversion by capture does not specialize (the translation of such a prim::If into "
-                        "torch.cond is not built): " + full);
-    throw export_error(id, full);
-  }
-  throw export_error("xport.torchscript.run", "the TorchScript method '" + method + "' failed while being captured: " + what);
-}
 
 /// Exports `method` of `m` for `n` tensor arguments (1 to 8, chosen at run time).
 template <std::size_t... I>
@@ -260,7 +290,7 @@ inline exported_program from_torchscript(torch::jit::Module& m, const std::vecto
   } catch (const error&) {
     throw;
   } catch (const std::exception& e) {
-    detail::torchscript_error(method, e.what());
+    detail::torchscript_error(m, method, e.what());
   }
   eliminate_dead_code(p->graph_mut());  // the interpreter's size queries, which the capture bound to symbols
   p->set_call_spec(p->in_spec(), out_spec);

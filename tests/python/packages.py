@@ -11,7 +11,9 @@ programs).
 
 write also scripts the codec (torch.jit.script, encode and decode @torch.jit.export) into
 torch_<version>.ts.pt with an extra file, and records the state torch's own converter
-(TS2EPConverter) lifts from it, for xport's converter (from_torchscript) to match.
+(TS2EPConverter) lifts from it, for xport's converter (from_torchscript) to match; scripts
+torchvision's resnet18 and mobilenet_v3_small where torchvision imports (tv_<name>_<version>.ts.pt),
+and traces a module that reads a size (torch_<version>.traced.pt: refused, with the reason).
 
 read: xport_codec.pt2 (xport's package of its C++ twin of the codec) and every
 xport_resaved_<version>.pt2 (torch's packages loaded and saved again by xport): load_pt2 reads
@@ -83,6 +85,7 @@ def write(out):
     calls = [{"method": m, "args": (a,), "kwargs": {}, "outputs": fresh_call(path, m, (a,))}
              for m, a in (("forward", x), ("encode", x), ("encode", 2 * x), ("decode", z))]
     write_torchscript(out, x)
+    write_torchscript_models(out)
     torch.save({"methods": sorted(programs), "extra_files": extra,
                 "executorch_files": {k: v.decode() for k, v in executorch.items()}, "calls": calls},
                os.path.join(out, f"torch_{VERSION}.io.pt"))
@@ -104,15 +107,38 @@ def write_torchscript(out, x):
     torch.save({"state": state, "extra_files": extra}, os.path.join(out, f"torch_{VERSION}.ts.io.pt"))
 
 
+class Flatten(nn.Module):
+    def forward(self, x):
+        return x.view(x.size(0), -1) * 2
+
+
+def write_torchscript_models(out):
+    """What C++ users hold: real models torch.jit.script saved (torchvision's, where this torch
+    has it: the 2.14.1 venv), and a file torch.jit.trace saved (sizes as tensors)."""
+    torch.jit.save(torch.jit.trace(Flatten(), (torch.randn(2, 3, 4),)), os.path.join(out, f"torch_{VERSION}.traced.pt"))
+    try:
+        import torchvision
+    except ImportError:
+        return
+    for name in ("resnet18", "mobilenet_v3_small"):
+        torch.manual_seed(13)
+        model = getattr(torchvision.models, name)(weights=None).eval()
+        torch.jit.save(torch.jit.script(model), os.path.join(out, f"tv_{name}_{VERSION}.ts.pt"))
+
+
 def check_converted(out, f):
     """xport_from_ts_<version>.pt2: every program, loaded by load_pt2, gives what the TorchScript
     module it came from gives (each on a fresh load of both)."""
     tag = f[len("xport_from_ts_"):-len(".pt2")]
-    ts = os.path.join(out, f"torch_{tag}.ts.pt")
-    x, z = torch.randn(3, 8), torch.randn(5, 4)
-    for method, arg in (("forward", x), ("encode", x), ("decode", z)):
+    if tag.startswith("tv_"):  # a torchvision model's forward (one program, "model"), at another batch
+        ts, calls = os.path.join(out, f"{tag}.ts.pt"), (("model", "forward", torch.randn(3, 3, 64, 64)),)
+    else:
+        ts = os.path.join(out, f"torch_{tag}.ts.pt")
+        calls = tuple((m, m, a) for m, a in (("forward", torch.randn(3, 8)), ("encode", torch.randn(3, 8)),
+                                              ("decode", torch.randn(5, 4))))
+    for program, method, arg in calls:
         want = getattr(torch.jit.load(ts), method)(arg)
-        got = fresh_call(os.path.join(out, f), method, (arg,))
+        got = fresh_call(os.path.join(out, f), program, (arg,))
         if len(got) != 1 or not torch.equal(got[0], want):
             failures.append(f"{f}: {method} does not give the TorchScript module's output")
 
