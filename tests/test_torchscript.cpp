@@ -187,6 +187,6 @@ TEST_CASE("torchscript: torchvision's models scripted by torch convert, dynamic 
     if (name.size() < 10 || name.substr(name.size() - 10) != ".traced.pt") continue;
     INFO("traced file " << name);
     XPORT_CHECK_THROWS_MSG(from_torchscript(entry.path().string(), {at::randn({2, 3, 4})}), export_error,
-                           "This method was made by torch.jit.trace");
+                           "This module was made by torch.jit.trace");
   }
 }

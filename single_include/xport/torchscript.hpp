@@ -85,11 +85,10 @@ struct jit_module_type {
   [[nodiscard]] const std::string& name() const noexcept { return type_name; }
 };
 
-/// Whether `method` of `m` was made by torch.jit.trace: a traced graph turns sizes into tensors
-/// (`prim::NumToTensor`) and back (`aten::Int`), which the capture reads as tensor data.
-inline bool traced_sizes(torch::jit::Module& m, const std::string& method) {
-  const auto found = m.find_method(method);
-  if (!found) return false;
+/// Whether the module was made by torch.jit.trace: a traced graph turns sizes into tensors
+/// (`prim::NumToTensor`) and back (`aten::Int`), which the capture reads as tensor data. Every
+/// method of the module tree is looked at (the method calls its submodules').
+inline bool traced_sizes(const torch::jit::Module& m) {
   const auto visit = [](const auto& self, const torch::jit::Block* b) -> bool {
     for (const auto* n : b->nodes()) {
       if (n->kind() == c10::prim::NumToTensor) return true;
@@ -98,7 +97,10 @@ inline bool traced_sizes(torch::jit::Module& m, const std::string& method) {
     }
     return false;
   };
-  return visit(visit, found->graph()->block());
+  for (const auto& sub : m.modules())
+    for (const auto& method : sub.get_methods())
+      if (visit(visit, method.graph()->block())) return true;
+  return false;
 }
 
 /// xport's own error back from the TorchScript interpreter's wrapper (Note [TorchScript by
@@ -110,8 +112,8 @@ inline bool traced_sizes(torch::jit::Module& m, const std::string& method) {
     if (traceback.size() >= tail.size() && traceback.compare(traceback.size() - tail.size(), tail.size(), tail) == 0)
       traceback.resize(traceback.size() - tail.size());
   const std::string traced =
-      traced_sizes(m, method)
-          ? " This method was made by torch.jit.trace: a traced graph turns sizes into tensors (prim::NumToTensor) and "
+      traced_sizes(m)
+          ? " This module was made by torch.jit.trace: a traced graph turns sizes into tensors (prim::NumToTensor) and "
             "back (aten::Int), which the capture reads as tensor data; converting traced files is not supported yet: "
             "save the model with torch.jit.script, or export it with torch.export."
           : "";
