@@ -263,6 +263,8 @@ inline torch::jit::Module load_torchscript(const std::string& path) {
   } catch (const c10::Error& e) {
     throw load_error("xport.torchscript.load", "cannot read TorchScript file '" + path + "': " +
                                                    first_line(e.what_without_backtrace()));
+  } catch (const std::exception& e) {  // the JIT's own errors (a class it cannot compile again)
+    throw load_error("xport.torchscript.load", "cannot read TorchScript file '" + path + "': " + first_line(e.what()));
   }
 }
 

@@ -160,7 +160,7 @@ inline package load_package(const opened_file& file, const load_options& options
   if (file.map) {
     try {
       shared.written = written_records(zip, models);
-    } catch (const error&) {  // the program's own load below reports it, with its stage
+    } catch (const std::exception&) {  // the program's own load below reports it, typed, with its stage
     }
   }
   package out;
