@@ -100,7 +100,13 @@ def write(w):
 
     torch.manual_seed(0)
     cnn, img = SmallCNN().eval(), torch.randn(2, 3, 8, 8)
-    layouts = [((img.contiguous(memory_format=torch.channels_last),), {}), ((torch.randn(2, 3, 12, 8)[:, :, 2:10],), {})]
+    # another layout than the example's: a sliced input. Not channels_last: xport runs an input in
+    # the layout the program was exported in (Note [Inputs in the exported layout]), where torch's
+    # module runs the convolution on channels_last itself; the two convolutions round differently
+    # in the last bit, and quantizing the result turns that bit, now and then, into one
+    # quantization step (seen on an AMD EPYC / AVX2 machine: 2 of 10 outputs one step apart),
+    # which no bit-for-bit check can hold. Float programs keep their channels_last calls.
+    layouts = [((torch.randn(2, 3, 12, 8)[:, :, 2:10],), {})]
     static = quantize(cnn, (img,), dynamic=False)
     w.export("quantized_cnn", static, (img,), extra=layouts, printed=True, lowered=True)
     batch = ({0: Dim("batch", max=32)},)
