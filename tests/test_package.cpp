@@ -12,6 +12,7 @@
 #include <caffe2/serialize/file_adapter.h>
 #include <torch/torch.h>
 #include <xport/package.hpp>
+#include <xport/train.hpp>
 
 #include "common.hpp"
 #include "io_files.hpp"
@@ -67,15 +68,52 @@ std::vector<std::string> records_under(const std::string& path, const std::strin
   return out;
 }
 
-/// A copy of `net` (same state, its own tensors): eager's side of a comparison.
-Codec clone_codec(const Codec& net) {
-  Codec copy;
+/// A layer and a batch norm: forward depends on the mode (batch statistics in train mode, running
+/// ones in eval), embed does not.
+struct NormedImpl : torch::nn::Module {
+  NormedImpl() {
+    fc = register_module("fc", torch::nn::Linear(6, 5));
+    bn = register_module("bn", torch::nn::BatchNorm1d(5));
+  }
+  at::Tensor forward(const at::Tensor& x) { return bn(fc(x)); }
+  at::Tensor embed(const at::Tensor& x) { return fc(x); }
+  torch::nn::Linear fc{nullptr};
+  torch::nn::BatchNorm1d bn{nullptr};
+};
+TORCH_MODULE(Normed);
+
+/// A copy of `net` (same state, its own tensors).
+template <class Net>
+Net clone_net(const Net& net) {
+  Net copy;
   torch::NoGradGuard no_grad;
-  auto from = net->named_parameters(true), to = copy->named_parameters(true);
-  for (const auto& item : from) to[item.key()].copy_(item.value());
-  auto bfrom = net->named_buffers(true), bto = copy->named_buffers(true);
-  for (const auto& item : bfrom) bto[item.key()].copy_(item.value());
+  auto to = copy->named_parameters(true);
+  for (const auto& item : net->named_parameters(true)) to[item.key()].copy_(item.value());
+  auto bto = copy->named_buffers(true);
+  for (const auto& item : net->named_buffers(true)) bto[item.key()].copy_(item.value());
   return copy;
+}
+
+/// What torch must give for the package at `path`: each call on a fresh load (torch's loader gives
+/// each program its own state; xport's shares it, so one call's buffer write would reach the next).
+void write_package_io(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& calls_made,
+                      const std::map<std::string, std::string>& extra_files, const std::filesystem::path& out) {
+  c10::impl::GenericDict io(c10::StringType::get(), c10::AnyType::get());
+  c10::impl::GenericList calls(c10::AnyType::get());
+  for (const auto& [method, input] : calls_made) {
+    c10::impl::GenericDict call(c10::StringType::get(), c10::AnyType::get());
+    call.insert("method", method);
+    call.insert("args", c10::ivalue::Tuple::create({input}));
+    c10::impl::GenericList outs(c10::AnyType::get());
+    for (const auto& t : run(load_package(path).at(method), {input})) outs.push_back(t);
+    call.insert("outputs", outs);
+    calls.push_back(call);
+  }
+  io.insert("calls", calls);
+  c10::impl::GenericDict extra(c10::StringType::get(), c10::AnyType::get());
+  for (const auto& [name, text] : extra_files) extra.insert(name, text);
+  io.insert("extra_files", extra);
+  xport_test::write_pickle(out, io);
 }
 
 }  // namespace
@@ -104,7 +142,7 @@ TEST_CASE("package: a module's methods saved as one archive share their state, i
   CHECK(to_string(pkg.at("decode")) == to_string(progs.decode));
 
   // the programs behave as the module's methods: forward's count is what encode reads after it
-  auto eager = clone_codec(net);
+  auto eager = clone_net(net);
   for (int call = 0; call < 3; ++call) {
     // another batch, a column-major layout (the program runs it in its exported layout, row-major:
     // Note [Inputs in the exported layout], so eager's bits are those of the row-major input)
@@ -124,7 +162,7 @@ TEST_CASE("package: a module's methods saved as one archive share their state, i
   auto mp = load_package(path, mapped);
   CHECK(is_mapped(mp.at("encode").state_dict().at("encoder.weight")));
   CHECK_FALSE(is_mapped(mp.at("encode").state_dict().at("calls")));  // encode only reads it: forward writes it
-  auto eager2 = clone_codec(net);
+  auto eager2 = clone_net(net);
   CHECK(at::equal(run(mp.at("forward"), {x})[0], eager2->forward(x)));
   CHECK(at::equal(run(mp.at("encode"), {x})[0], eager2->encode(x)));
 
@@ -198,6 +236,143 @@ TEST_CASE("package: extra files and the records xport does not read survive a re
   for (const auto& p : {path, again, single}) std::remove(p.c_str());
 }
 
+TEST_CASE("package: export_methods exports a module's entry points against one state, and pkg.module() trains them as one module") {
+  torch::manual_seed(5);
+  Codec net;
+  const auto x = at::randn({2, 8});
+  const Dim batch("batch");
+  const export_options dynamic{.dynamic_shapes = {{"x", {{0, batch}}}}};
+  const auto encode_fn = [](CodecImpl& m, const at::Tensor& a) { return m.encode(a); };
+  auto pkg = export_methods(net, method("forward", std::tuple{x}, dynamic), method("encode", encode_fn, std::tuple{x}, dynamic));
+  REQUIRE((pkg.names() == std::vector<std::string>{"encode", "forward"}));
+  CHECK(pkg.at("encode").state_dict().at("calls").data_ptr() == pkg.at("forward").state_dict().at("calls").data_ptr());
+
+  // the package as one module: one parameter per tensor, whichever methods read it
+  const auto path = package_temp_path("xport_codec_module.pt2");
+  pkg.extra_files["codec.json"] = R"({"hidden": 4})";
+  save(pkg, path);
+  const auto loaded = load_package(path);
+  const auto snapshot = clone_net(net);  // the programs hold net's own tensors: training them trains net
+  for (const package* source : {static_cast<const package*>(&pkg), &loaded}) {
+    INFO(std::string(source == &pkg ? "as exported" : "as loaded"));
+    auto m = source->module();
+    CHECK((m->methods() == std::vector<std::string>{"encode", "forward"}));
+    CHECK(m->named_parameters(true).size() == 4);
+    CHECK(m->named_buffers(true).size() == 2);
+    CHECK(m->program("encode").state_dict().at("encoder.weight").data_ptr() ==
+          m->named_parameters(true)["encoder.weight"].data_ptr());
+
+    // two SGD steps on a loss of two methods: eager's parameters and results bit for bit (forward's
+    // count reaches encode through the one buffer, as in the module)
+    auto eager = clone_net(snapshot);
+    torch::optim::SGD opt(m->parameters(), 0.1), eager_opt(eager->parameters(), 0.1);
+    for (int step = 0; step < 2; ++step) {
+      const auto xi = at::randn({3 + step, 8});
+      const auto y = m->forward({xi})[0], z = m->run_method("encode", {xi})[0];
+      const auto ey = eager->forward(xi), ez = eager->encode(xi);
+      CHECK(at::equal(y, ey));
+      CHECK(at::equal(z, ez));
+      opt.zero_grad();
+      eager_opt.zero_grad();
+      (y.square().sum() + z.sum()).backward();
+      (ey.square().sum() + ez.sum()).backward();
+      opt.step();
+      eager_opt.step();
+    }
+    for (const auto& item : eager->named_parameters(true))
+      CHECK(at::equal(m->named_parameters(true)[item.key()], item.value()));
+    CHECK(m->named_buffers(true)["calls"].item<std::int64_t>() == 2);
+    // the trained package saved again: its methods read the trained weights, the extra files kept
+    auto trained = m->to_package();
+    CHECK(trained.extra_files == source->extra_files);
+    trained.extra_files["trained.txt"] = "2 steps";
+    const auto resaved = package_temp_path("xport_codec_trained.pt2");
+    save(trained, resaved);
+    auto back = load_package(resaved);
+    CHECK(at::equal(run(back.at("encode"), {x})[0], eager->encode(x)));
+    CHECK(back.extra_files.at("trained.txt") == "2 steps");
+    std::remove(resaved.c_str());
+    // the structured call of a method; an unknown one is named with the module's methods
+    CHECK(at::equal(m->as<at::Tensor(at::Tensor)>("encode")(x), eager->encode(x)));
+    XPORT_CHECK_THROWS_MSG((void)m->run_method("predict", {x}), xport::error,
+                           "[xport.package.name] package_module: no method 'predict'; it has 'encode', 'forward'");
+  }
+  CHECK(net->calls.item<std::int64_t>() == 2);  // the module over the exported programs trained net's tensors
+  XPORT_CHECK_THROWS_MSG((void)export_methods(net, method("forward", std::tuple{x}), method("forward", std::tuple{x})),
+                         xport::error, "[xport.save.name] export_methods: method name 'forward' is given twice");
+  XPORT_CHECK_THROWS_MSG((void)export_methods(net, method("a/b", std::tuple{x})), xport::error,
+                         "[xport.save.name] method name 'a/b' has a '/'");
+  std::remove(path.c_str());
+}
+
+TEST_CASE("package: a method exported in both modes makes train() and eval() switch programs, over one state") {
+  torch::manual_seed(6);
+  Normed net;
+  net->eval();
+  const auto x = at::randn({4, 6});
+  const Dim batch("batch", 2);
+  const export_options dynamic{.dynamic_shapes = {{"x", {{0, batch}}}}};
+  const auto embed_fn = [](NormedImpl& m, const at::Tensor& a) { return m.embed(a); };
+  auto pkg = export_methods(net, method("forward.train", std::tuple{x}, dynamic),
+                            method("forward.eval", std::tuple{x}, dynamic), method("embed", embed_fn, std::tuple{x}));
+  CHECK_FALSE(net->is_training());  // each entry's mode is put back
+  CHECK_FALSE(net->bn->is_training());
+  auto m = pkg.module();
+  CHECK((m->methods() == std::vector<std::string>{"embed", "forward"}));
+  CHECK_FALSE(m->is_training());  // only the pair depends on the mode: eval
+  CHECK(m->named_parameters(true).size() == 4);
+  CHECK(m->named_buffers(true).size() == 3);
+
+  auto eager = clone_net(net);
+  eager->eval();
+  CHECK(at::equal(m->forward({x})[0], eager->forward(x)));
+  // train mode: batch statistics, and the running ones updated in the buffers the eval program reads
+  m->train();
+  eager->train();
+  for (int step = 0; step < 2; ++step) {
+    const auto xi = at::randn({5, 6});
+    CHECK(at::equal(m->forward({xi})[0], eager->forward(xi)));
+  }
+  CHECK(at::equal(m->named_buffers(true)["bn.running_mean"], eager->bn->running_mean));
+  CHECK(m->named_buffers(true)["bn.num_batches_tracked"].item<std::int64_t>() == 2);
+  m->eval();
+  eager->eval();
+  CHECK(at::equal(m->forward({x})[0], eager->forward(x)));
+  CHECK(at::equal(m->run_method("embed", {x})[0], eager->embed(x)));
+
+  // a method in one mode only: refused in the other when called; train() only when nothing could run
+  package eval_only;
+  eval_only.programs.emplace("forward", pkg.at("forward.eval").clone());
+  eval_only.programs.emplace("embed", pkg.at("embed").clone());
+  auto e = eval_only.module();
+  e->train();
+  CHECK(at::equal(e->run_method("embed", {x})[0], eager->embed(x)));
+  XPORT_CHECK_THROWS_MSG((void)e->forward({x}), xport::error,
+                         "[xport.module.mode] package_module: method 'forward' has no program for train mode: program "
+                         "'forward' was exported in eval mode, and call");
+  package only_eval;
+  only_eval.programs.emplace("forward", pkg.at("forward.eval").clone());
+  XPORT_CHECK_THROWS_MSG(only_eval.module()->train(), xport::error,
+                         "[xport.module.mode] package_module::train(): every program of the package was exported in "
+                         "eval mode");
+  // names that say another mode than the graph's, two programs of one mode, and two values of one FQN
+  package misnamed;
+  misnamed.programs.emplace("forward.train", pkg.at("forward.eval").clone());
+  XPORT_CHECK_THROWS_MSG((void)misnamed.module(), xport::error,
+                         "[xport.module.mode] program 'forward.train' is named for train mode but was exported in eval mode");
+  package twice;
+  twice.programs.emplace("forward", pkg.at("forward.eval").clone());
+  twice.programs.emplace("forward.eval", pkg.at("forward.eval").clone());
+  XPORT_CHECK_THROWS_MSG((void)twice.module(), xport::error,
+                         "[xport.module.mode] programs 'forward' and 'forward.eval' are both method 'forward' in eval mode");
+  Normed other;
+  package clash;
+  clash.programs.emplace("embed", pkg.at("embed").clone());
+  clash.programs.emplace("other", export_method(other, embed_fn, std::tuple{x}));
+  XPORT_CHECK_THROWS_MSG((void)clash.module(), xport::error,
+                         "[xport.module.state] programs 'embed' and 'other' both hold state 'fc.weight', with different values");
+}
+
 // ---- the oracle: torch's package_pt2 / load_pt2 (tests/python/packages.py) --------------------
 
 TEST_CASE("package: xport reads the packages torch's package_pt2 wrote" * doctest::test_suite("oracle_package")) {
@@ -232,6 +407,17 @@ TEST_CASE("package: xport reads the packages torch's package_pt2 wrote" * doctes
       REQUIRE(out.size() == call.outputs.size());
       for (std::size_t i = 0; i < out.size(); ++i) CHECK(at::equal(out[i], call.outputs[i]));
     }
+    // as one module: torch gives each program its own copy of the state; equal copies are one
+    // tensor again (of a fresh load: the calls above wrote forward's own copy of a buffer)
+    std::set<std::string> fqns;
+    for (const auto& [method, p] : pkg.programs)
+      for (const auto& [fqn, t] : p.state_dict()) fqns.insert(fqn);
+    auto m = load_package(entry.path().string()).module();
+    std::map<std::string, const void*> first;
+    for (const auto& [method, p] : m->programs())
+      for (const auto& [fqn, t] : p.state_dict())
+        CHECK(first.try_emplace(fqn, t.data_ptr()).first->second == t.data_ptr());
+    CHECK(first.size() == fqns.size());
     // xport saves it again (for packages.py to read back with load_pt2)
     save(pkg, (dir / ("xport_resaved_" + name.substr(6))).string());
   }
@@ -252,25 +438,13 @@ TEST_CASE("package: xport writes a package of a module's methods for torch's loa
   pkg.extra_files["config.json"] = R"({"in": 8, "hidden": 4})";
   pkg.other_records["data/executorch/model.pte"] = "pte bytes";
   save(pkg, path);
-  // what torch must give: each call on a fresh load of the package (torch's loader gives each
-  // program its own state; xport's shares it, so forward's count would reach encode)
-  c10::impl::GenericDict io(c10::StringType::get(), c10::AnyType::get());
-  c10::impl::GenericList calls(c10::AnyType::get());
   const auto z = at::randn({3, 4});
-  for (const auto& [method, input] : {std::pair<std::string, at::Tensor>{"forward", x}, {"encode", x}, {"decode", z}}) {
-    c10::impl::GenericDict call(c10::StringType::get(), c10::AnyType::get());
-    call.insert("method", method);
-    call.insert("args", c10::ivalue::Tuple::create({input}));
-    call.insert("outputs", c10::impl::GenericList(c10::AnyType::get()));
-    const auto out = run(load_package(path).at(method), {input});
-    c10::impl::GenericList outs(c10::AnyType::get());
-    for (const auto& t : out) outs.push_back(t);
-    call.insert_or_assign("outputs", outs);
-    calls.push_back(call);
-  }
-  io.insert("calls", calls);
-  c10::impl::GenericDict extra(c10::StringType::get(), c10::AnyType::get());
-  extra.insert("config.json", pkg.extra_files.at("config.json"));
-  io.insert("extra_files", extra);
-  xport_test::write_pickle(dir / "xport_codec.io.pt", io);
+  write_package_io(path, {{"forward", x}, {"encode", x}, {"decode", z}}, pkg.extra_files, dir / "xport_codec.io.pt");
+
+  // a method in both modes (tests/python/packages.py reads it as every other package)
+  Normed normed;
+  const auto xn = at::randn({4, 6});
+  const auto modes_path = (dir / "xport_modes.pt2").string();
+  save(export_methods(normed, method("forward.train", std::tuple{xn}), method("forward.eval", std::tuple{xn})), modes_path);
+  write_package_io(modes_path, {{"forward.train", xn}, {"forward.eval", xn}}, {}, dir / "xport_modes.io.pt");
 }

@@ -8,6 +8,7 @@
 
 #include <torch/torch.h>
 #include <xport/torchscript.hpp>
+#include <xport/train.hpp>
 
 #include "common.hpp"
 #include "io_files.hpp"
@@ -100,6 +101,17 @@ TEST_CASE("torchscript: a scripted module's methods convert without Python, stat
   CHECK(back.at("encode").state_dict().at("calls").data_ptr() == back.at("forward").state_dict().at("calls").data_ptr());
   CHECK(back.extra_files == pkg.extra_files);
   CHECK(back.at("encode").state_dict().at("calls").item<std::int64_t>() == 3);
+  // the methods as one module again (<xport/train.hpp>): one state, each method its program
+  auto m = back.module();
+  CHECK((m->methods() == std::vector<std::string>{"encode", "forward"}));
+  CHECK(m->named_parameters(true).size() == 3);
+  const auto xm = at::randn({4, 8});
+  const auto want = ref.forward({xm}).toTuple();
+  const auto got = m->forward({xm});
+  REQUIRE(got.size() == 2);
+  CHECK(at::equal(got[0], want->elements()[0].toTensor()));
+  CHECK(at::equal(m->run_method("encode", {xm})[0], ref.get_method("encode")({xm}).toTensor()));
+  CHECK(m->named_buffers(true)["calls"].item<std::int64_t>() == 4);
   std::remove(saved.c_str());
   std::remove(path.c_str());
 }

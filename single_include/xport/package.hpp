@@ -15,10 +15,15 @@
 //   xport::save({{"forward", fwd}, {"encode", enc}}, "codec.pt2");   // one storage per weight
 //   auto pkg = xport::load_package("codec.pt2");                      // pkg.at("encode"), ...
 //   xport::list_models("codec.pt2");                                  // {"encode", "forward"}
+//
+//   auto pkg = xport::export_methods(net, xport::method("forward", std::tuple{x}),  // several at once,
+//                                    xport::method("encode", encode_fn, std::tuple{x}));  // one state
 
 #include <string>       // std::string
 #include <tuple>        // std::tuple
+#include <type_traits>  // std::decay_t
 #include <utility>      // std::forward
+#include <vector>       // std::vector
 
 // #include <xport/xport.hpp>
 // #include <xport/serde/package.hpp>
@@ -40,7 +45,10 @@
 
 #include <functional>   // std::reference_wrapper
 #include <map>          // std::map
+#include <memory>       // std::shared_ptr
+#include <optional>     // std::optional
 #include <string>       // std::string
+#include <utility>      // std::pair
 #include <vector>       // std::vector
 
 // #include <xport/config.hpp>
@@ -51,6 +59,8 @@ XPORT_BEGIN_NAMESPACE
 /// Programs by name, to save into one archive; references, so nothing is copied:
 /// `xport::save({{"forward", fwd}, {"encode", enc}}, "model.pt2")`.
 using program_refs = std::map<std::string, std::reference_wrapper<const exported_program>>;
+
+class package_module;  // serde/package_module.hpp (include <xport/train.hpp>)
 
 /// What one archive holds: its programs by model name, its extra files, and the records xport
 /// does not read (AOTInductor's and ExecuTorch's), kept so a re-save writes them again.
@@ -74,6 +84,12 @@ struct package {
     for (const auto& [name, p] : programs) out.push_back(name);
     return out;
   }
+  /// The programs as one torch::nn::Module, its methods by name, one state that torch::optim
+  /// trains (serde/package_module.hpp; include <xport/train.hpp>).
+  template <class Module = package_module>
+  [[nodiscard]] std::shared_ptr<Module> module() const {
+    return std::make_shared<Module>(*this);
+  }
 };
 
 struct package_save_options {
@@ -88,6 +104,17 @@ inline std::string quoted_list(const std::vector<std::string>& names) {
   std::string out;
   for (const auto& n : names) out += (out.empty() ? "'" : ", '") + n + "'";
   return out.empty() ? "none" : out;
+}
+
+/// A program's name read as a method and a mode: `forward.train` is method `forward` exported in
+/// train mode, `forward.eval` in eval mode; any other name is a method of its own, either mode.
+inline std::pair<std::string, std::optional<bool>> method_of(const std::string& name) {
+  for (const bool training : {true, false}) {
+    const std::string suffix = training ? ".train" : ".eval";
+    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return {name.substr(0, name.size() - suffix.size()), training};
+  }
+  return {name, std::nullopt};
 }
 
 /// Fails unless `name` can be a file name in the archive (a model name, an extra file's name).
@@ -289,6 +316,95 @@ exported_program export_method(M& module, Fn&& fn, const std::tuple<Args...>& ar
                 "xport::export_method: torch::nn modules run on at::Tensor; export them with the non_strict policy");
   detail::method_view<M, std::remove_reference_t<Fn>> view{module, fn};
   return export_program<Policy>(view, args, opts);
+}
+
+/// One entry point for export_methods: its name in the package, `fn(module, args...)`, example
+/// arguments and options (dynamic shapes...). Made by xport::method.
+template <class Fn, class... Args>
+struct method_entry {
+  std::string name;
+  Fn fn;
+  std::tuple<Args...> args;
+  export_options opts;
+};
+
+namespace detail {
+/// The module's forward, as a method: `fn(module, args...)`.
+struct call_forward {
+  template <class Impl, class... A>
+  decltype(auto) operator()(Impl& m, A&&... a) const {
+    return m.forward(std::forward<A>(a)...);
+  }
+};
+
+/// The training flag of every module of `impl`'s tree, to put back after an export in one mode.
+template <class Impl>
+class mode_restorer {
+ public:
+  explicit mode_restorer(Impl& impl) : impl_(impl) {
+    for (const auto& m : impl.modules(/*include_self=*/true)) modes_.push_back(m->is_training());
+  }
+  mode_restorer(const mode_restorer&) = delete;
+  mode_restorer& operator=(const mode_restorer&) = delete;
+  ~mode_restorer() {
+    std::size_t i = 0;
+    for (const auto& m : impl_.modules(/*include_self=*/true))
+      if (i < modes_.size()) m->train(modes_[i++]);  // in pre-order: a submodule set after its parent
+  }
+
+ private:
+  Impl& impl_;
+  std::vector<bool> modes_;
+};
+
+}  // namespace detail
+
+/// An entry point `fn(module, args...)` named `name`, for export_methods.
+template <class Fn, class... Args>
+method_entry<std::decay_t<Fn>, Args...> method(std::string name, Fn&& fn, std::tuple<Args...> args,
+                                               export_options opts = {}) {
+  return {std::move(name), std::forward<Fn>(fn), std::move(args), std::move(opts)};
+}
+
+/// The module's forward named `name`, for export_methods.
+template <class... Args>
+method_entry<detail::call_forward, Args...> method(std::string name, std::tuple<Args...> args, export_options opts = {}) {
+  return {std::move(name), detail::call_forward{}, std::move(args), std::move(opts)};
+}
+
+/// Exports several entry points of one torch::nn module into a package, against one state: the
+/// programs hold the module's tensors, so saving the package writes each once and its module
+/// (`pkg.module()`, <xport/train.hpp>) is one set of parameters, as a TorchScript module's methods.
+///
+///     auto pkg = xport::export_methods(net, xport::method("forward.train", std::tuple{x}),
+///                                      xport::method("forward.eval", std::tuple{x}),
+///                                      xport::method("encode", encode_fn, std::tuple{x}, dynamic));
+///
+/// An entry named `<method>.train` or `<method>.eval` is exported with the module in that mode
+/// (every submodule's mode is put back after), so a pair gives a module that train()/eval() switch.
+/// The names are checked (unique, usable as archive names) before anything is exported.
+template <class Policy = non_strict, class M, class... Entries>
+package export_methods(M& module, const Entries&... entries) {
+  static_assert(sizeof...(Entries) > 0, "xport::export_methods: name at least one method (xport::method(...))");
+  std::vector<std::string> names;
+  (names.push_back(entries.name), ...);
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    detail::serde::check_record_name(names[i], "method name", false);
+    for (std::size_t j = 0; j < i; ++j)
+      if (names[j] == names[i])
+        throw error("xport.save.name", "export_methods: method name '" + names[i] + "' is given twice: each entry of "
+                                       "the package needs its own name");
+  }
+  package out;
+  const auto one = [&](const auto& e) {
+    auto& impl = detail::module_impl(module);
+    detail::mode_restorer<std::remove_reference_t<decltype(impl)>> restore(impl);
+    if (const auto mode = detail::serde::method_of(e.name).second) impl.train(*mode);
+    auto fn = e.fn;
+    out.programs.emplace(e.name, export_method<Policy>(module, fn, e.args, e.opts));
+  };
+  (one(entries), ...);
+  return out;
 }
 
 XPORT_END_NAMESPACE

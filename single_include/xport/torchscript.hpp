@@ -216,9 +216,10 @@ exported_program export_jit_method(torch::jit::Module& m, const std::string& met
 inline std::vector<std::string> jit_argument_names(torch::jit::Module& m, const std::string& method, std::size_t n) {
   const auto found = m.find_method(method);
   if (!found) {
-    std::string names;
-    for (const auto& f : m.get_methods()) names += (names.empty() ? "'" : ", '") + f.name() + "'";
-    throw export_error("xport.torchscript.method", "the TorchScript module has no method '" + method + "'; it has " + names);
+    std::vector<std::string> names;
+    for (const auto& f : m.get_methods()) names.push_back(f.name());
+    throw export_error("xport.torchscript.method",
+                       "the TorchScript module has no method '" + method + "'; it has " + serde::quoted_list(names));
   }
   const auto& args = found->function().getSchema().arguments();
   std::vector<std::string> names;

@@ -15,7 +15,8 @@ torch_<version>.ts.pt with an extra file, and records the state torch's own conv
 torchvision's resnet18 and mobilenet_v3_small where torchvision imports (tv_<name>_<version>.ts.pt),
 and traces a module that reads a size (torch_<version>.traced.pt: refused, with the reason).
 
-read: xport_codec.pt2 (xport's package of its C++ twin of the codec) and every
+read: xport_codec.pt2 (xport's package of its C++ twin of the codec), xport_modes.pt2 (a
+method exported in train and in eval mode, `forward.train` / `forward.eval`) and every
 xport_resaved_<version>.pt2 (torch's packages loaded and saved again by xport): load_pt2 reads
 each, every program gives xport's outputs bit for bit (and torch's own, for the re-saves), the
 extra files are there, the records xport does not read are kept, and a storage the programs of
@@ -179,6 +180,9 @@ def read(out):
         weights = [n for n in names if n.startswith("data/weights/weight_")]
         if len(weights) != 6:  # two Linears and two buffers, held by three programs
             failures.append(f"xport_codec.pt2: {len(weights)} weight records, expected 6 (one per storage)")
+    modes = os.path.join(out, "xport_modes.pt2")  # forward.train / forward.eval over one state
+    if check(modes, torch.load(os.path.join(out, "xport_modes.io.pt"))) is not None:
+        seen += 1
     for f in sorted(os.listdir(out)):
         if f.startswith("xport_resaved_") and f.endswith(".pt2"):
             tag = f[len("xport_resaved_"):-len(".pt2")]
@@ -189,8 +193,9 @@ def read(out):
         if f.startswith("xport_from_ts_") and f.endswith(".pt2"):
             check_converted(out, f)
             seen += 1
-    if seen < 3:
-        failures.append(f"only {seen} package(s) checked in {out}: expected xport_codec.pt2, a re-save and a conversion")
+    if seen < 4:
+        failures.append(f"only {seen} package(s) checked in {out}: expected xport_codec.pt2, xport_modes.pt2, a re-save "
+                        "and a conversion")
     print(f"torch {VERSION}: {seen} xport package(s) read")
 
 

@@ -6,14 +6,17 @@
 #pragma once
 
 #include <cstddef>        // std::size_t
+#include <cstdint>        // std::int64_t
+#include <map>            // std::map
 #include <memory>         // std::shared_ptr
 #include <optional>       // std::optional
 #include <string>         // std::string
-#include <unordered_map>  // std::unordered_map
+#include <tuple>          // std::tuple
 #include <utility>        // std::move
 #include <vector>         // std::vector
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/equal.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/nn/module.h>
@@ -53,6 +56,106 @@ inline std::optional<exported_mode> exported_mode_of(const graph& g) {
   return std::nullopt;
 }
 
+/// The state of one or more programs registered on a torch::nn::Module, each tensor once under
+/// its FQN (nested as the names nest: `layers.0.weight` is parameter `weight` of submodule `0`
+/// of submodule `layers`): parameters as leaves sharing the program's storage, buffers as the
+/// program's own tensors (their in-place updates reach the program). Each program then holds the
+/// registered tensors, so what an optimizer changes is what every program reads.
+class module_state {
+ public:
+  explicit module_state(torch::nn::Module& root) : root_(root) {}
+
+  /// Registers `p`'s parameters and buffers (`p` is named `name` in messages). A tensor already
+  /// registered (a tied weight, or the same view of a storage another program holds) is used
+  /// again; an FQN registered by an earlier program with another tensor is used again when the
+  /// two are equal (torch's package_pt2 gives each program its own copy), refused otherwise.
+  void adopt(exported_program& p, const std::string& name) {
+    for (const auto& spec : p.signature().input_specs) {
+      if ((spec.kind != input_kind::parameter && spec.kind != input_kind::buffer) || !spec.target) continue;
+      const auto& fqn = *spec.target;
+      const auto& t = p.lifted_tensor(spec);
+      at::Tensor reg;
+      if (const auto it = by_view_.find(view_key(t)); it != by_view_.end()) {
+        reg = it->second;
+      } else if (const auto f = by_fqn_.find(fqn); f != by_fqn_.end()) {
+        reg = same_state(f->second, t, spec.kind, fqn, name);
+      } else {
+        reg = add(spec.kind, fqn, t);
+        by_fqn_.emplace(fqn, registered{reg, spec.kind, name});
+      }
+      by_view_.emplace(view_key(t), reg);
+      const bool in_state = spec.kind == input_kind::parameter || spec.persistent.value_or(true);
+      (in_state ? p.state_dict_mut() : p.constants_mut()).set(fqn, reg);
+    }
+  }
+
+ private:
+  struct registered {
+    at::Tensor tensor;
+    input_kind kind;
+    std::string program;
+  };
+  // a view of a storage: two tensors with one key read and write the same elements
+  using key = std::tuple<const void*, std::int64_t, std::vector<std::int64_t>, std::vector<std::int64_t>, int>;
+  static key view_key(const at::Tensor& t) {
+    return {t.storage().unsafeGetStorageImpl(), t.storage_offset(), t.sizes().vec(), t.strides().vec(),
+            static_cast<int>(t.scalar_type())};
+  }
+
+  at::Tensor add(input_kind kind, const std::string& fqn, const at::Tensor& t) {
+    if (kind == input_kind::buffer) {
+      owner(fqn).register_buffer(leaf(fqn), t);
+      return t;
+    }
+    const bool grad = t.requires_grad();
+    auto leaf_t = t.detach();
+    leaf_t.requires_grad_(grad);
+    owner(fqn).register_parameter(leaf(fqn), leaf_t, grad);
+    return leaf_t;
+  }
+
+  static at::Tensor same_state(const registered& r, const at::Tensor& t, input_kind kind, const std::string& fqn,
+                               const std::string& program) {
+    const auto kind_name = [](input_kind k) { return k == input_kind::parameter ? "a parameter" : "a buffer"; };
+    const auto refuse = [&](const std::string& why) {
+      throw error("xport.module.state", "programs '" + r.program + "' and '" + program + "' both hold state '" + fqn +
+                                            "', " + why + ": one module cannot hold both. Make a module of each program "
+                                            "(pkg.at(name).module()), or export the methods from one module");
+    };
+    if (r.kind != kind) refuse(std::string("as ") + kind_name(r.kind) + " and as " + kind_name(kind));
+    c10::NoGradGuard no_grad;
+    if (r.tensor.scalar_type() != t.scalar_type() || r.tensor.sizes() != t.sizes() ||
+        r.tensor.device() != t.device() || !at::equal(r.tensor, t))
+      refuse("with different values");
+    return r.tensor;
+  }
+
+  static std::string leaf(const std::string& fqn) {
+    const auto dot = fqn.rfind('.');
+    return dot == std::string::npos ? fqn : fqn.substr(dot + 1);
+  }
+
+  // The submodule that holds `fqn`'s leaf, made as the name's prefixes nest.
+  torch::nn::Module& owner(const std::string& fqn) {
+    torch::nn::Module* m = &root_;
+    std::size_t start = 0;
+    for (auto dot = fqn.find('.'); dot != std::string::npos; start = dot + 1, dot = fqn.find('.', start)) {
+      const auto part = fqn.substr(start, dot - start);
+      auto children = m->named_children();
+      if (auto* child = children.find(part)) {
+        m = child->get();
+      } else {
+        m = m->register_module(part, std::make_shared<torch::nn::Module>("xport::program_module")).get();
+      }
+    }
+    return *m;
+  }
+
+  torch::nn::Module& root_;
+  std::map<key, at::Tensor> by_view_;
+  std::map<std::string, registered> by_fqn_;
+};
+
 inline std::vector<at::Tensor> autograd_grad_of(const at::Tensor& loss, const std::vector<at::Tensor>& inputs) {
   // the seed as Python's torch.autograd.grad makes it (ones_like, preserving the loss's format)
   const auto seed = at::ones_like(loss, at::MemoryFormat::Preserve);
@@ -88,7 +191,7 @@ class program_module : public torch::nn::Module {
  public:
   explicit program_module(const exported_program& p) : torch::nn::Module("xport::program_module"), program_(p.clone()) {
     mode_ = detail::exported_mode_of(program_.graph());
-    register_state();
+    detail::module_state(*this).adopt(program_, "");
     if (mode_) torch::nn::Module::train(mode_->training);
   }
 
@@ -147,59 +250,6 @@ class program_module : public torch::nn::Module {
   }
 
  private:
-  // Every state tensor once, under its FQN: parameters as leaves sharing the program's storage,
-  // buffers as the program's own tensors (their in-place updates reach `p`).
-  void register_state() {
-    std::unordered_map<const c10::TensorImpl*, at::Tensor> seen;
-    for (const auto& spec : program_.signature().input_specs) {
-      if (spec.kind != input_kind::parameter && spec.kind != input_kind::buffer) continue;
-      if (!spec.target) continue;
-      const auto& fqn = *spec.target;
-      auto t = program_.lifted_tensor(spec);
-      const auto [it, fresh] = seen.try_emplace(t.unsafeGetTensorImpl(), at::Tensor());
-      if (!fresh) {  // a tied weight: one tensor, registered once
-        set_state(spec, fqn, it->second);
-        continue;
-      }
-      if (spec.kind == input_kind::parameter) {
-        const bool grad = t.requires_grad();
-        t = t.detach();
-        t.requires_grad_(grad);
-        owner(fqn).register_parameter(leaf(fqn), t, grad);
-      } else {
-        owner(fqn).register_buffer(leaf(fqn), t);
-      }
-      it->second = t;
-      set_state(spec, fqn, t);
-    }
-  }
-
-  void set_state(const input_spec& spec, const std::string& fqn, const at::Tensor& t) {
-    const bool in_state = spec.kind == input_kind::parameter || spec.persistent.value_or(true);
-    (in_state ? program_.state_dict_mut() : program_.constants_mut()).set(fqn, t);
-  }
-
-  static std::string leaf(const std::string& fqn) {
-    const auto dot = fqn.rfind('.');
-    return dot == std::string::npos ? fqn : fqn.substr(dot + 1);
-  }
-
-  // The submodule that holds `fqn`'s leaf, made as the name's prefixes nest.
-  torch::nn::Module& owner(const std::string& fqn) {
-    torch::nn::Module* m = this;
-    std::size_t start = 0;
-    for (auto dot = fqn.find('.'); dot != std::string::npos; start = dot + 1, dot = fqn.find('.', start)) {
-      const auto part = fqn.substr(start, dot - start);
-      auto children = m->named_children();
-      if (auto* child = children.find(part)) {
-        m = child->get();
-      } else {
-        m = m->register_module(part, std::make_shared<torch::nn::Module>("xport::program_module")).get();
-      }
-    }
-    return *m;
-  }
-
   void refuse_dtype(torch::Dtype dtype, bool /*non_blocking*/) const {
     for (const auto& [name, t] : program_.state_dict())
       if (t.defined() && t.is_floating_point() && t.scalar_type() != dtype)

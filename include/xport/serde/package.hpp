@@ -17,7 +17,10 @@
 
 #include <functional>   // std::reference_wrapper
 #include <map>          // std::map
+#include <memory>       // std::shared_ptr
+#include <optional>     // std::optional
 #include <string>       // std::string
+#include <utility>      // std::pair
 #include <vector>       // std::vector
 
 #include <xport/config.hpp>
@@ -28,6 +31,8 @@ XPORT_BEGIN_NAMESPACE
 /// Programs by name, to save into one archive; references, so nothing is copied:
 /// `xport::save({{"forward", fwd}, {"encode", enc}}, "model.pt2")`.
 using program_refs = std::map<std::string, std::reference_wrapper<const exported_program>>;
+
+class package_module;  // serde/package_module.hpp (include <xport/train.hpp>)
 
 /// What one archive holds: its programs by model name, its extra files, and the records xport
 /// does not read (AOTInductor's and ExecuTorch's), kept so a re-save writes them again.
@@ -51,6 +56,12 @@ struct package {
     for (const auto& [name, p] : programs) out.push_back(name);
     return out;
   }
+  /// The programs as one torch::nn::Module, its methods by name, one state that torch::optim
+  /// trains (serde/package_module.hpp; include <xport/train.hpp>).
+  template <class Module = package_module>
+  [[nodiscard]] std::shared_ptr<Module> module() const {
+    return std::make_shared<Module>(*this);
+  }
 };
 
 struct package_save_options {
@@ -65,6 +76,17 @@ inline std::string quoted_list(const std::vector<std::string>& names) {
   std::string out;
   for (const auto& n : names) out += (out.empty() ? "'" : ", '") + n + "'";
   return out.empty() ? "none" : out;
+}
+
+/// A program's name read as a method and a mode: `forward.train` is method `forward` exported in
+/// train mode, `forward.eval` in eval mode; any other name is a method of its own, either mode.
+inline std::pair<std::string, std::optional<bool>> method_of(const std::string& name) {
+  for (const bool training : {true, false}) {
+    const std::string suffix = training ? ".train" : ".eval";
+    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return {name.substr(0, name.size() - suffix.size()), training};
+  }
+  return {name, std::nullopt};
 }
 
 /// Fails unless `name` can be a file name in the archive (a model name, an extra file's name).
