@@ -51,10 +51,65 @@ def pick(self, x):
 
 def count(self, x, n: int):
     return x * n
+
+def gate(self, x):
+    if bool(x.sum() > 0):
+        y = self.encoder.forward(x) * 2.0
+    else:
+        y = self.encoder.forward(-x)
+    return y
+
+def nested(self, x, y):
+    if bool(x.mean() > y.mean()):
+        if not bool(x.max() > 1.5):
+            return x + y, x
+        return x - y, y
+    return x * y, x
+
+def spin(self, x):
+    while bool(x.sum() < 100):
+        x = x * 2
+    return x
+
+def stop(self, x):
+    for i in range(10):
+        if bool(x.sum() > 100):
+            break
+        x = x * 2
+    return x
+
+def remember(self, x):
+    self.calls = self.calls + 1
+    return x
 )");
   const auto path = ts_temp_path(name);
   m.save(path, {{"config.json", R"({"hidden": 4})"}});
   return path;
+}
+
+/// The files of `dir` named torch_<version><suffix> (a version of digits and dots), with it.
+std::vector<std::pair<std::filesystem::path, std::string>> torch_files(const std::filesystem::path& dir,
+                                                                       const std::string& suffix) {
+  std::vector<std::pair<std::filesystem::path, std::string>> out;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const auto name = entry.path().filename().string();
+    if (name.rfind("torch_", 0) != 0 || name.size() < 6 + suffix.size() ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    const auto version = name.substr(6, name.size() - 6 - suffix.size());
+    if (version.find_first_not_of("0123456789.") == std::string::npos) out.emplace_back(entry.path(), version);
+  }
+  return out;
+}
+
+/// The program lifts the state torch's TS2EPConverter lifts from the same file (io's "state"), by name.
+void check_converter_state(const c10::impl::GenericDict& io, const exported_program& p) {
+  std::vector<std::string> want, got;
+  for (const auto& t : xport_test::field(io, "state").toListRef()) want.push_back(t.toStringRef());
+  for (const auto& s : p.signature().input_specs)
+    if (s.target) got.push_back(*s.target);
+  std::sort(got.begin(), got.end());
+  CHECK(got == want);
 }
 
 }  // namespace
@@ -116,14 +171,25 @@ TEST_CASE("torchscript: a scripted module's methods convert without Python, stat
   std::remove(path.c_str());
 }
 
-TEST_CASE("torchscript: what conversion by capture cannot keep is a typed error naming the TorchScript line") {
+TEST_CASE("torchscript: what neither route can keep is a typed error naming the TorchScript line") {
   const auto path = scripted_codec("xport_ts_refusals.pt");
   auto m = torch::jit::load(path);
   const auto x = at::randn({2, 8});
-  // a branch on the contents of a tensor is never specialized
-  XPORT_CHECK_THROWS_MSG(from_torchscript(m, {x}, {.method = "pick"}), graph_break,
+  // a branch on the contents of a tensor is never specialized: capture refuses it (translation
+  // makes it a torch.cond), and a loop on data is refused by both, naming the line
+  const torchscript_options capture{.method = "pick", .route = torchscript_route::capture};
+  XPORT_CHECK_THROWS_MSG(from_torchscript(m, {x}, capture), graph_break,
                          "[xport.torchscript.graph_break] the TorchScript method 'pick' branches or loops on the contents of a tensor");
-  XPORT_CHECK_THROWS_MSG(from_torchscript(m, {x}, {.method = "pick"}), graph_break, "if bool(x.sum() > 0):");
+  XPORT_CHECK_THROWS_MSG(from_torchscript(m, {x}, capture), graph_break, "if bool(x.sum() > 0):");
+  // (a break on data: TorchScript makes it a branch that gives the loop's go-on flag, a bool)
+  XPORT_CHECK_THROWS_MSG(from_torchscript(m, {x}, {.method = "stop"}), export_error,
+                         "[xport.torchscript.unsupported] a branch on the contents of a tensor gives a bool: torch.cond's "
+                         "branches return tensors");
+  XPORT_CHECK_THROWS_MSG(from_torchscript(m, {x}, {.method = "stop"}), export_error, "if bool(x.sum() > 100):");
+  XPORT_CHECK_THROWS_MSG(from_torchscript(m, {x}, {.method = "remember"}), export_error,
+                         "[xport.torchscript.unsupported] the method assigns attribute 'calls' (prim::SetAttr)");
+  XPORT_CHECK_THROWS_MSG(from_torchscript(m, {x}, {.method = "remember"}), export_error,
+                         "self.calls = self.calls + 1");
   XPORT_CHECK_THROWS_MSG(from_torchscript(m, {x}, {.method = "predict"}), export_error,
                          "[xport.torchscript.method] the TorchScript module has no method 'predict'; it has 'forward', 'encode'");
   XPORT_CHECK_THROWS_MSG(from_torchscript(m, {x}, {.method = "count"}), export_error,
@@ -136,44 +202,127 @@ TEST_CASE("torchscript: what conversion by capture cannot keep is a typed error 
   std::remove(path.c_str());
 }
 
+TEST_CASE("torchscript: translation makes a branch on a tensor's contents a torch.cond and a while loop on one a torch.while_loop, equal to TorchScript") {
+  const auto path = scripted_codec("xport_ts_cond.pt");
+  auto ref = torch::jit::load(path);
+  const auto x = at::randn({3, 8});
+  const Dim batch("batch");
+  const auto check_both = [&](const std::string& method, const exported_program& p, int n_inputs,
+                              const char* op = "torch.ops.higher_order.cond") {
+    INFO(method << "\n" << to_string(p));
+    CHECK(to_string(p).find(op) != std::string::npos);
+    for (const double sign : {1.0, -1.0}) {  // both branches taken, other batch sizes, a sliced input
+      for (const std::int64_t rows : {2, 5}) {
+        const auto xi = (at::rand({rows, 10}) + 0.1).narrow(1, 1, 8) * sign;
+        const auto yi = at::randn({rows, 8}) * 0.1;
+        std::vector<c10::IValue> args{xi};
+        std::vector<at::Tensor> ins{xi};
+        if (n_inputs == 2) {
+          args.emplace_back(yi);
+          ins.push_back(yi);
+        }
+        const auto want = ref.get_method(method)(args);
+        const auto got = run(p, ins);
+        if (want.isTuple()) {
+          REQUIRE(got.size() == want.toTupleRef().elements().size());
+          for (std::size_t i = 0; i < got.size(); ++i) CHECK(at::equal(got[i], want.toTupleRef().elements()[i].toTensor()));
+        } else {
+          REQUIRE(got.size() == 1);
+          CHECK(at::equal(got[0], want.toTensor()));
+        }
+      }
+    }
+  };
+  // early returns, a branch reading module state (lifted into both subgraphs), nested branches
+  // with a negated condition, dims dynamic through the branches
+  check_both("pick", from_torchscript(path, {x}, {.method = "pick", .dynamic_shapes = {{"x", {{0, batch}}}}}), 1);
+  const auto gate = from_torchscript(path, {x}, {.method = "gate", .dynamic_shapes = {{"x", {{0, batch}}}}});
+  CHECK(to_string(gate).find("p_encoder_weight") != std::string::npos);
+  check_both("gate", gate, 1);
+  const auto nested = from_torchscript(path, {x, x}, {.method = "nested",
+                                                      .dynamic_shapes = {{"x", {{0, batch}}}, {"y", {{0, batch}}}}});
+  check_both("nested", nested, 2);
+  // `while bool(x.sum() < 100): x = x * 2`: 0 to many iterations (positive inputs only: the
+  // TorchScript loop never ends on a negative sum); reloaded, too
+  const auto spin = from_torchscript(path, {x.abs()}, {.method = "spin", .dynamic_shapes = {{"x", {{0, batch}}}}});
+  INFO(to_string(spin));
+  CHECK(to_string(spin).find("torch.ops.higher_order.while_loop") != std::string::npos);
+  for (const double scale : {0.01, 1.0, 50.0}) {
+    const auto xi = (at::rand({4, 10}) * scale).narrow(1, 2, 8);
+    CHECK(at::equal(run(spin, {xi})[0], ref.get_method("spin")({xi}).toTensor()));
+  }
+  // the program round-trips and torch's reading of it is tested with the rest of the
+  // package (packages.py reads xport_from_ts_*); here, xport's own reload
+  const auto saved = ts_temp_path("xport_ts_cond.pt2");
+  save(gate, saved);
+  check_both("gate", load(saved), 1);
+  std::remove(saved.c_str());
+  std::remove(path.c_str());
+}
+
 // ---- the oracle: `.pt` files torch.jit.script wrote (tests/python/packages.py) ----------------
 
 TEST_CASE("torchscript: xport converts the TorchScript files torch wrote, as torch's converter lifts them" *
           doctest::test_suite("oracle_package")) {
   const auto dir = xport_test::shared_dir("XPORT_PACKAGE_DIR", "", "oracle_package");
   std::size_t seen = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    const auto name = entry.path().filename().string();
-    if (name.rfind("torch_", 0) != 0 || name.size() < 6 || name.substr(name.size() - 6) != ".ts.pt") continue;
+  for (const auto& [path, tag] : torch_files(dir, ".ts.pt")) {
+    const auto name = path.filename().string();
     INFO("TorchScript file " << name);
     ++seen;
-    const auto tag = name.substr(6, name.size() - 12);
     const auto io = xport_test::read_pickle(dir / ("torch_" + tag + ".ts.io.pt")).toGenericDict();
     const Dim batch("batch");
     const auto x = at::randn({2, 8}), z = at::randn({2, 4});
-    auto pkg = from_torchscript(entry.path().string(), {{"forward", {{x}, {{"x", {{0, batch}}}}}},
-                                                        {"encode", {{x}, {{"x", {{0, batch}}}}}},
-                                                        {"decode", {{z}, {{"z", {{0, batch}}}}}}});
-    // the state torch's TS2EPConverter lifts, under the same names
-    std::vector<std::string> want, got;
-    for (const auto& t : xport_test::field(io, "state").toListRef()) want.push_back(t.toStringRef());
-    for (const auto& s : pkg.at("forward").signature().input_specs)
-      if (s.target) got.push_back(*s.target);
-    std::sort(got.begin(), got.end());
-    CHECK(got == want);
+    auto pkg = from_torchscript(path.string(), {{"forward", {{x}, {{"x", {{0, batch}}}}}},
+                                                {"encode", {{x}, {{"x", {{0, batch}}}}}},
+                                                {"decode", {{z}, {{"z", {{0, batch}}}}}}});
+    check_converter_state(io, pkg.at("forward"));  // the state torch's TS2EPConverter lifts, under the same names
     for (const auto& kv : xport_test::field(io, "extra_files").toGenericDict())
       CHECK(pkg.extra_files.at(kv.key().toStringRef()) == kv.value().toStringRef());
     // each program gives what the TorchScript module gives
-    auto ref = torch::jit::load(entry.path().string());
+    auto ref = torch::jit::load(path.string());
     const auto xi = at::randn({5, 8});
     CHECK(at::equal(run(pkg.at("forward"), {xi})[0], ref.forward({xi}).toTensor()));
     CHECK(at::equal(run(pkg.at("encode"), {xi})[0], ref.get_method("encode")({xi}).toTensor()));
     CHECK(at::equal(run(pkg.at("decode"), {z})[0], ref.get_method("decode")({z}).toTensor()));
     // for torch's load_pt2 (packages.py read), from the state as the file holds it
-    save(from_torchscript(entry.path().string(), {{"forward", {{x}, {{"x", {{0, batch}}}}}},
-                                                  {"encode", {{x}, {{"x", {{0, batch}}}}}},
-                                                  {"decode", {{z}, {{"z", {{0, batch}}}}}}}),
+    save(from_torchscript(path.string(), {{"forward", {{x}, {{"x", {{0, batch}}}}}},
+                                          {"encode", {{x}, {{"x", {{0, batch}}}}}},
+                                          {"decode", {{z}, {{"z", {{0, batch}}}}}}}),
          (dir / ("xport_from_ts_" + tag + ".pt2")).string());
+  }
+  CHECK(seen >= 1);
+}
+
+TEST_CASE("torchscript: control flow on data in files torch scripted becomes torch.cond and torch.while_loop, as torch's converter lifts it" *
+          doctest::test_suite("oracle_package")) {
+  const auto dir = xport_test::shared_dir("XPORT_PACKAGE_DIR", "", "oracle_package");
+  std::size_t seen = 0;
+  for (const auto& [path, version] : torch_files(dir, ".gated.ts.pt")) {
+    INFO("TorchScript file " << path.filename().string());
+    ++seen;
+    const auto io = xport_test::read_pickle(dir / ("torch_" + version + ".gated.io.pt")).toGenericDict();
+    const Dim batch("batch");
+    const auto x = at::randn({2, 8});
+    auto pkg = from_torchscript(path.string(), {{"forward", {{x}, {{"x", {{0, batch}}}}}},
+                                                {"spin", {{x.abs()}, {{"x", {{0, batch}}}}}}});
+    // the state TS2EPConverter lifts, and its torch.cond where xport makes one
+    check_converter_state(io, pkg.at("forward"));
+    for (const auto& op : xport_test::field(io, "higher_order").toListRef()) {
+      INFO("torch's converter calls " << op.toStringRef());
+      CHECK(to_string(pkg.at("forward")).find(op.toStringRef()) != std::string::npos);
+    }
+    CHECK(to_string(pkg.at("spin")).find("torch.ops.higher_order.while_loop") != std::string::npos);
+    auto ref = torch::jit::load(path.string());
+    for (const double sign : {1.0, -1.0}) {
+      const auto xi = at::randn({4, 8}).abs() * sign;
+      CHECK(at::equal(run(pkg.at("forward"), {xi})[0], ref.forward({xi}).toTensor()));
+    }
+    for (const double scale : {0.05, 40.0}) {
+      const auto xi = at::rand({3, 8}) * scale;
+      CHECK(at::equal(run(pkg.at("spin"), {xi})[0], ref.get_method("spin")({xi}).toTensor()));
+    }
+    save(pkg, (dir / ("xport_from_ts_gated_" + version + ".pt2")).string());  // for packages.py read
   }
   CHECK(seen >= 1);
 }

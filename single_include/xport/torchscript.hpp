@@ -15,24 +15,31 @@
 //   auto pkg = xport::from_torchscript("model.pt", {{"forward", {{x}}}, {"encode", {{x}}}});
 //   xport::save(pkg, "model.pt2");                                      // <xport/package.hpp>
 //
-// The route is capture (Note [TorchScript by capture]): the module's method runs in LibTorch's
-// TorchScript interpreter under export's non-strict capture, which sees every ATen call the
-// interpreter makes through the dispatcher. State is lifted under the module's fully qualified
-// names, as torch's converter (TS2EPConverter) names it; loops run, so a loop is unrolled as far
-// as the example's sizes take it, and sizes the method reads (`x.size(0)`) stay symbolic where a
-// Dim makes them so. A branch or loop on the contents of a tensor (`if bool(x.sum() > 0)`) is
-// never specialized: it is a typed graph_break that names the TorchScript line.
+// Two routes (torchscript_options::route). Translation, the default (Note [TorchScript by
+// translation]): xport walks the method's TorchScript graph under export's non-strict capture,
+// each operator call made as the interpreter makes it, `if bool(t):` a torch.cond and
+// `while bool(t):` a torch.while_loop. Capture (Note [TorchScript by capture]): LibTorch's
+// TorchScript interpreter runs the method under the capture, which sees every ATen call it
+// makes through the dispatcher. Either way state is lifted under the module's fully qualified
+// names, as torch's converter (TS2EPConverter) names it; loops with a trip count run, unrolled
+// as far as the example's sizes take them, and sizes the method reads (`x.size(0)`) stay
+// symbolic where a Dim makes them so. A branch or loop on the contents of a tensor is never
+// specialized: translated where torch.cond / torch.while_loop can hold it, a typed graph_break
+// naming the TorchScript line where not (and always on the capture route).
 
 #include <atomic>       // std::atomic
 #include <functional>   // std::function
+#include <limits>       // std::numeric_limits
 #include <map>          // std::map
 #include <string>       // std::string
 #include <tuple>        // std::tuple
+#include <unordered_map>  // std::unordered_map
 #include <utility>      // std::index_sequence
 #include <vector>       // std::vector
 
 #include <caffe2/serialize/file_adapter.h>
 #include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 
@@ -41,11 +48,25 @@
 
 XPORT_BEGIN_NAMESPACE
 
+/// How a TorchScript method becomes a program (Note [TorchScript by translation]).
+enum class torchscript_route {
+  /// xport walks the method's TorchScript graph: every operator call is captured as the
+  /// interpreter would make it, `prim::If` on the contents of a tensor becomes torch.cond, loops
+  /// with a known trip count are unrolled. The default.
+  translate,
+  /// LibTorch's TorchScript interpreter runs the method under export's capture (Note
+  /// [TorchScript by capture]): the same program where there is no branch on data, and a typed
+  /// graph_break where there is one.
+  capture,
+};
+
 struct torchscript_options {
   /// The method to convert: `forward`, or one `@torch.jit.export` made.
   std::string method = "forward";
   /// The dims that vary, by the method's own argument names (`{{"x", {{0, batch}}}}`).
   xport::dynamic_shapes dynamic_shapes = {};
+  /// Translation of the TorchScript graph (control flow on data kept), or capture of its run.
+  torchscript_route route = torchscript_route::translate;
 };
 
 /// One method of a TorchScript module to convert into a package: example inputs (tensors, in
@@ -53,6 +74,7 @@ struct torchscript_options {
 struct torchscript_method {
   std::vector<at::Tensor> example_inputs;
   xport::dynamic_shapes dynamic_shapes = {};
+  torchscript_route route = torchscript_route::translate;
 };
 
 namespace detail {
@@ -103,6 +125,15 @@ inline bool traced_sizes(const torch::jit::Module& m) {
   return false;
 }
 
+/// What a failure on tensor data means in a file torch.jit.trace wrote; empty for other files.
+inline std::string traced_hint(const torch::jit::Module& m) {
+  return traced_sizes(m)
+             ? " This module was made by torch.jit.trace: a traced graph turns sizes into tensors (prim::NumToTensor) and "
+               "back (aten::Int), which the capture reads as tensor data; converting traced files is not supported yet: "
+               "save the model with torch.jit.script, or export it with torch.export."
+             : "";
+}
+
 /// xport's own error back from the TorchScript interpreter's wrapper (Note [TorchScript by
 /// capture]), with the TorchScript traceback; any other failure as xport.torchscript.run.
 [[noreturn]] inline void torchscript_error(torch::jit::Module& m, const std::string& method, const std::string& what) {
@@ -111,12 +142,7 @@ inline bool traced_sizes(const torch::jit::Module& m) {
   for (const std::string tail : {"RuntimeError: \n", "RuntimeError: "})  // the interpreter's label for what follows
     if (traceback.size() >= tail.size() && traceback.compare(traceback.size() - tail.size(), tail.size(), tail) == 0)
       traceback.resize(traceback.size() - tail.size());
-  const std::string traced =
-      traced_sizes(m)
-          ? " This module was made by torch.jit.trace: a traced graph turns sizes into tensors (prim::NumToTensor) and "
-            "back (aten::Int), which the capture reads as tensor data; converting traced files is not supported yet: "
-            "save the model with torch.jit.script, or export it with torch.export."
-          : "";
+  const std::string traced = traced_hint(m);
   if (at != std::string::npos) {
     const auto close = what.find(']', at);
     const std::string id = what.substr(at + 1, close - at - 1), message = what.substr(close + 2);
@@ -124,12 +150,363 @@ inline bool traced_sizes(const torch::jit::Module& m) {
     if (id == "xport.export.graph_break")
       throw graph_break("xport.torchscript.graph_break",
                         "the TorchScript method '" + method + "' branches or loops on the contents of a tensor, which "
-                        "conversion by capture does not specialize (the translation of such a prim::If into "
-                        "torch.cond is not built): " + full);
+                        "conversion by capture does not specialize (torchscript_route::translate, the default, "
+                        "makes such a prim::If a torch.cond): " + full);
     throw export_error(id, full);
   }
   throw export_error("xport.torchscript.run",
                      "the TorchScript method '" + method + "' failed while being captured:" + traced + "\n" + what);
+}
+
+// Note [TorchScript by translation]
+// The method's graph, with every method it calls inlined (torch::jit::Inline), is walked node by
+// node under export's capture: an operator node runs its JIT operator (the call the interpreter
+// would make, through the dispatcher, where the capture records it), `prim::GetAttr` reads the
+// module object (the module's own tensors, lifted beforehand under their names), and the nodes
+// the interpreter runs as instructions (constants, tuples, lists) are evaluated here. Control
+// flow is where the two routes part: `bool(t)` of a tensor is not read at once; a `prim::If`
+// on it becomes xport::cond over both blocks (torch.cond: both traced as subgraphs, the values
+// they read lifted), and any other use reads it, which the capture refuses as data-dependent.
+// A `prim::If` on a constant or a size takes its branch; a `prim::Loop` with a known trip count
+// runs (unrolled); a `while bool(t):` loop becomes xport's torch.while_loop, its predicate
+// carried beside the loop's tensors (TorchScript tests it at the end of the body, torch's
+// cond_fn at the start of the next iteration: the body computes the next predicate, cond_fn
+// returns it). A loop that leaves on data from inside its body (a break), counts its
+// iterations, or carries a non-tensor is refused, as are `prim::SetAttr` and traced sizes
+// (`prim::NumToTensor`). Every failure names the TorchScript line.
+
+/// Walks one TorchScript graph under export's capture (Note [TorchScript by translation]).
+class ts_translator {
+ public:
+  explicit ts_translator(std::string method) : method_(std::move(method)) {}
+
+  c10::IValue run(const torch::jit::Graph& g, const std::vector<c10::IValue>& inputs) {
+    const auto ins = g.inputs();
+    for (std::size_t i = 0; i < ins.size(); ++i) env_[ins[i]] = inputs.at(i);
+    walk(g.block());
+    return read(g.outputs()[0], nullptr);
+  }
+
+ private:
+  using value_ptr = const torch::jit::Value*;
+
+  void walk(const torch::jit::Block* b) {
+    for (const auto* n : b->nodes()) {
+      try {
+        step(n);
+      } catch (const graph_break& e) {
+        if (std::string(e.what()).find("\nat TorchScript ") != std::string::npos) throw;
+        throw graph_break("xport.torchscript.graph_break",
+                          "the TorchScript method '" + method_ + "' reads the contents of a tensor where no torch.cond "
+                          "can keep both outcomes: " + std::string(e.what()).substr(e.id().size() + 3) + where(n));
+      } catch (const error&) {
+        throw;  // xport's own (a constraint violation, a refusal above): as it is
+      } catch (const std::exception& e) {
+        throw export_error("xport.torchscript.run", "the TorchScript method '" + method_ + "' failed while being "
+                           "translated: " + first_line(e.what()) + where(n));
+      }
+    }
+  }
+
+  /// "at TorchScript line ..." with the line's text, for a message.
+  static std::string where(const torch::jit::Node* n) {
+    auto range = n->sourceRange();
+    for (auto* in : n->inputs())  // a node the compiler made (prim::SetAttr) has none: its operands' line
+      if (!range.source() && in->node()->kind() != c10::prim::Param) range = in->node()->sourceRange();
+    if (const auto original = range.findSourceRangeThatGenerated()) range = *original;  // a loaded file's source
+    std::string text;
+    if (const auto src = range.source()) {
+      const auto line = src->lineno_for_offset(range.start());
+      const auto start = src->offset_for_line(line);
+      auto line_text = src->text_str().str().substr(start);
+      line_text = line_text.substr(0, line_text.find('\n'));
+      const auto file = src->filename();
+      text = "\nat TorchScript " + (file ? *file + ", " : std::string()) + "line " +
+             std::to_string(line + src->starting_line_no() + 1) + ": " + line_text;
+    } else {
+      text = "\nat TorchScript node " + std::string(n->kind().toQualString());
+    }
+    return text;
+  }
+
+  [[noreturn]] static void refuse(const torch::jit::Node* n, const std::string& what) {
+    throw export_error("xport.torchscript.unsupported", what + where(n));
+  }
+
+  /// A value's IValue; a deferred `bool(t)` is read now (by `reader`: the capture refuses it).
+  c10::IValue read(value_ptr v, const torch::jit::Node* reader) {
+    if (const auto d = deferred_.find(v); d != deferred_.end()) {
+      (void)reader;
+      torch::jit::Stack stack{c10::IValue(d->second.first)};
+      d->second.second->getOperation()(stack);  // the capture's graph_break: the reader needs the data
+      return stack.back();
+    }
+    const auto it = env_.find(v);
+    if (it == env_.end())
+      throw export_error("xport.torchscript.run", "TorchScript value %" + v->debugName() + " is read before it is set");
+    return it->second;
+  }
+
+  static bool is_tensor_bool(const torch::jit::Node* n) {
+    if (n->kind() != c10::aten::Bool && n->kind() != c10::aten::is_nonzero) return false;
+    return n->inputs().size() == 1 && n->input(0)->type()->isSubtypeOf(*c10::TensorType::get());
+  }
+
+  void step(const torch::jit::Node* n) {
+    const auto kind = n->kind();
+    if (kind == c10::prim::Constant) {
+      env_[n->output()] = torch::jit::toIValue(n->output()).value_or(c10::IValue());
+    } else if (kind == c10::prim::GetAttr) {
+      env_[n->output()] = read(n->input(0), n).toObjectRef().getAttr(n->s(c10::attr::name));
+    } else if (is_tensor_bool(n)) {  // read when a branch or another node needs it
+      deferred_[n->output()] = {read(n->input(0), n).toTensor(), n};
+    } else if (kind == c10::aten::__not__ && deferred_.count(n->input(0))) {
+      const auto& [t, reader] = deferred_.at(n->input(0));
+      deferred_[n->output()] = {at::logical_not(t), reader};
+    } else if (kind == c10::prim::NumToTensor) {  // torch.jit.trace's sizes: an aten::Int reads them back as data
+      throw graph_break("xport.torchscript.graph_break",
+                        "the TorchScript method '" + method_ + "' turns a size into a tensor (prim::NumToTensor), whose "
+                        "contents a later aten::Int reads back: a program would keep the example's size" + where(n));
+    } else if (kind == c10::prim::If) {
+      branch(n);
+    } else if (kind == c10::prim::Loop) {
+      loop(n);
+    } else if (kind == c10::prim::TupleConstruct) {
+      std::vector<c10::IValue> elems;
+      for (auto* v : n->inputs()) elems.push_back(read(v, n));
+      env_[n->output()] = c10::ivalue::Tuple::create(std::move(elems));
+    } else if (kind == c10::prim::TupleUnpack || kind == c10::prim::ListUnpack) {
+      const auto v = read(n->input(0), n);
+      const auto elems = v.isTuple() ? v.toTupleRef().elements().vec() : v.toListRef().vec();
+      if (elems.size() != n->outputs().size()) refuse(n, "unpacks " + std::to_string(elems.size()) + " values into " +
+                                                             std::to_string(n->outputs().size()));
+      for (std::size_t i = 0; i < elems.size(); ++i) env_[n->output(i)] = elems[i];
+    } else if (kind == c10::prim::ListConstruct) {
+      c10::impl::GenericList list(n->output()->type()->expectRef<c10::ListType>().getElementType());
+      for (auto* v : n->inputs()) list.push_back(read(v, n));
+      env_[n->output()] = std::move(list);
+    } else if (kind == c10::prim::TupleIndex) {
+      env_[n->output()] = read(n->input(0), n).toTupleRef().elements().at(read(n->input(1), n).toInt());
+    } else if (kind == c10::prim::unchecked_cast) {
+      env_[n->output()] = read(n->input(0), n);
+    } else if (kind == c10::prim::Uninitialized) {
+      env_[n->output()] = c10::IValue();
+    } else if (kind == c10::prim::SetAttr) {
+      refuse(n, "the method assigns attribute '" + n->s(c10::attr::name) + "' (prim::SetAttr), which a program cannot "
+                "do: write a buffer in place instead (self.count.add_(1), self.state.copy_(new))");
+    } else if (kind == c10::prim::CallMethod || kind == c10::prim::CallFunction || kind == c10::prim::Enter ||
+               kind == c10::prim::Exit || kind == c10::prim::fork || kind == c10::prim::RaiseException) {
+      refuse(n, std::string("the method runs ") + kind.toQualString() +
+                    (kind == c10::prim::RaiseException ? " (a raise the example input reaches)" : "") +
+                    ", which the translation does not convert; try torchscript_route::capture");
+    } else {
+      torch::jit::Stack stack;
+      for (auto* v : n->inputs()) stack.push_back(read(v, n));
+      n->getOperation()(stack);
+      const auto outs = n->outputs();
+      if (stack.size() != outs.size()) refuse(n, "the operator left " + std::to_string(stack.size()) + " values for " +
+                                                     std::to_string(outs.size()) + " outputs");
+      for (std::size_t i = 0; i < outs.size(); ++i) env_[outs[i]] = std::move(stack[i]);
+    }
+  }
+
+  /// Walks `b` with its inputs bound to `ins`.
+  void bind_and_walk(const torch::jit::Block* b, const std::vector<c10::IValue>& ins) {
+    for (std::size_t i = 0; i < b->inputs().size(); ++i) env_[b->inputs()[i]] = ins.at(i);
+    walk(b);
+  }
+
+  /// Walks `b` (no inputs: an If's block); returns its outputs.
+  std::vector<c10::IValue> run_block(const torch::jit::Block* b, const torch::jit::Node* owner) {
+    bind_and_walk(b, {});
+    std::vector<c10::IValue> out;
+    for (auto* v : b->outputs()) out.push_back(read(v, owner));
+    return out;
+  }
+
+  /// prim::If: the branch a known condition picks; torch.cond when the condition is a tensor's contents.
+  void branch(const torch::jit::Node* n) {
+    const auto d = deferred_.find(n->input(0));
+    std::vector<c10::IValue> outs;
+    if (d == deferred_.end()) {
+      outs = run_block(n->blocks()[read(n->input(0), n).toBool() ? 0 : 1], n);
+    } else {
+      for (auto* o : n->outputs())
+        if (!tensor_tree(*o->type()))
+          refuse(n, "a branch on the contents of a tensor gives a " + o->type()->annotation_str() +
+                        ": torch.cond's branches return tensors (and tuples of them) only (return it as a tensor)");
+      const auto block_fn = [&](const torch::jit::Block* b) {
+        return [this, b, n](const std::vector<at::Tensor>&) {
+          std::vector<at::Tensor> outer, ts;
+          for (const auto& [v, iv] : env_) collect_tensors(iv, outer);
+          for (const auto& v : run_block(b, n)) flatten_tensors(v, ts);
+          for (auto& t : ts)  // torch.cond's branches return no tensor from outside (nor a view of one) as it is
+            for (const auto& o : outer)
+              if (t.is_same(o) || t.is_alias_of(o)) {
+                t = t.clone();
+                break;
+              }
+          return ts;
+        };
+      };
+      const auto pred = d->second.first;
+      const auto flat = xport::cond(pred, block_fn(n->blocks()[0]), block_fn(n->blocks()[1]),
+                                    std::tuple{std::vector<at::Tensor>{}});
+      std::size_t k = 0;
+      for (auto* o : n->outputs()) outs.push_back(unflatten_tensors(*o->type(), flat, k));
+    }
+    for (std::size_t i = 0; i < outs.size(); ++i) env_[n->output(i)] = std::move(outs[i]);
+  }
+
+  /// The tensors in `v` (tuples and lists looked into).
+  static void collect_tensors(const c10::IValue& v, std::vector<at::Tensor>& out) {
+    if (v.isTensor()) {
+      if (v.toTensor().defined()) out.push_back(v.toTensor());
+    } else if (v.isTuple()) {
+      for (const auto& e : v.toTupleRef().elements()) collect_tensors(e, out);
+    } else if (v.isList()) {
+      for (const auto& e : v.toListRef()) collect_tensors(e, out);
+    }
+  }
+
+  /// Whether values of `type` are tensors, or tuples of them (nested).
+  static bool tensor_tree(const c10::Type& type) {
+    if (type.isSubtypeOf(*c10::TensorType::get())) return true;
+    const auto* tuple = type.castRaw<c10::TupleType>();
+    if (!tuple) return false;
+    for (const auto& e : tuple->elements())
+      if (!tensor_tree(*e)) return false;
+    return true;
+  }
+  static void flatten_tensors(const c10::IValue& v, std::vector<at::Tensor>& out) {
+    if (v.isTuple()) {
+      for (const auto& e : v.toTupleRef().elements()) flatten_tensors(e, out);
+    } else {
+      out.push_back(v.toTensor());
+    }
+  }
+  static c10::IValue unflatten_tensors(const c10::Type& type, const std::vector<at::Tensor>& flat, std::size_t& k) {
+    const auto* tuple = type.castRaw<c10::TupleType>();
+    if (!tuple) return flat.at(k++);
+    std::vector<c10::IValue> elems;
+    for (const auto& e : tuple->elements()) elems.push_back(unflatten_tensors(*e, flat, k));
+    return c10::ivalue::Tuple::create(std::move(elems));
+  }
+
+  /// prim::Loop(trip count, condition, carried...): runs (unrolled) while both are known;
+  /// torch.while_loop when the condition is a tensor's contents from the start.
+  void loop(const torch::jit::Node* n) {
+    const auto* body = n->blocks()[0];
+    const auto trips = read(n->input(0), n).toInt();
+    std::vector<c10::IValue> carried;
+    for (std::size_t i = 2; i < n->inputs().size(); ++i) carried.push_back(read(n->input(i), n));
+    if (const auto d = deferred_.find(n->input(1)); d != deferred_.end()) {
+      while_loop(n, d->second.first, carried, trips);
+      return;
+    }
+    bool more = read(n->input(1), n).toBool();
+    for (std::int64_t i = 0; more && i < trips; ++i) {
+      std::vector<c10::IValue> ins{c10::IValue(i)};
+      ins.insert(ins.end(), carried.begin(), carried.end());
+      bind_and_walk(body, ins);
+      if (deferred_.count(body->outputs()[0]))
+        throw graph_break("xport.torchscript.graph_break",
+                          "the TorchScript method '" + method_ + "' leaves a loop on the contents of a tensor from "
+                          "inside its body (a break): only a `while` whose own test reads the tensor becomes "
+                          "torch.while_loop" + where(n));
+      more = read(body->outputs()[0], n).toBool();
+      for (std::size_t k = 1; k < body->outputs().size(); ++k) carried[k - 1] = read(body->outputs()[k], n);
+    }
+    for (std::size_t i = 0; i < carried.size(); ++i) env_[n->output(i)] = std::move(carried[i]);
+  }
+
+  /// A bool tensor of no dims, as torch.while_loop's cond_fn returns, from what `bool(t)` read.
+  static at::Tensor as_predicate(at::Tensor t) {
+    if (t.dim() != 0) t = t.reshape({});
+    if (t.scalar_type() != at::kBool) t = t.ne(0);
+    return t;
+  }
+
+  /// `while bool(t):` as torch.while_loop: the predicate is carried beside the loop's values
+  /// (cond_fn returns it; body_fn computes the next one where TorchScript tests it, at the end
+  /// of the body).
+  void while_loop(const torch::jit::Node* n, const at::Tensor& first, const std::vector<c10::IValue>& carried,
+                  std::int64_t trips) {
+    const auto* body = n->blocks()[0];
+    const auto loop_refusal = [&](const std::string& why) {
+      throw graph_break("xport.torchscript.graph_break", "the TorchScript method '" + method_ + "' loops while the "
+                        "contents of a tensor say so, and " + why + where(n));
+    };
+    if (trips != std::numeric_limits<std::int64_t>::max())
+      loop_refusal("counts its iterations too (a for loop with a test on data): torch.while_loop takes a `while` loop");
+    if (body->inputs()[0]->hasUses())
+      loop_refusal("reads its iteration count: carry a counter tensor instead");
+    std::vector<at::Tensor> init{as_predicate(first)};
+    for (const auto& c : carried) {
+      if (!c.isTensor())
+        loop_refusal("carries a " + c.tagKind() + ": torch.while_loop carries tensors only (make it a tensor)");
+      init.push_back(c.toTensor());
+    }
+    auto* outer = active_capture;
+    std::vector<value> values;
+    for (const auto& t : init) values.push_back(outer->value_of(t));
+    const branch_tracer cond_fn = [](capture& c, const std::vector<value>&, const std::vector<at::Tensor>& metas) {
+      at::Tensor p;
+      {
+        capture_scope scope(c);
+        p = metas.at(0).clone();  // (a loop's cond_fn returns no input as it is)
+      }
+      return std::vector<value>{c.value_of(p)};
+    };
+    const branch_tracer body_fn = [&](capture& c, const std::vector<value>&, const std::vector<at::Tensor>& metas) {
+      std::vector<at::Tensor> outs;
+      {
+        capture_scope scope(c);
+        std::vector<c10::IValue> ins{c10::IValue(std::int64_t{0})};
+        for (std::size_t k = 1; k < metas.size(); ++k) ins.emplace_back(metas[k]);
+        bind_and_walk(body, ins);
+        const auto d = deferred_.find(body->outputs()[0]);
+        if (d == deferred_.end()) loop_refusal("its body's test is not a tensor's contents");
+        outs.push_back(as_predicate(d->second.first));
+        for (std::size_t k = 1; k < body->outputs().size(); ++k) {
+          auto t = read(body->outputs()[k], n).toTensor();
+          for (const auto& m : metas)  // the body returns no carried value as it is
+            if (t.is_same(m) || t.is_alias_of(m)) {
+              t = t.clone();
+              break;
+            }
+          outs.push_back(t);
+        }
+      }
+      std::vector<value> r;
+      for (const auto& t : outs) r.push_back(c.value_of(t));
+      return r;
+    };
+    const auto w = trace_while_loop(*outer, std::move(values), cond_fn, body_fn);
+    for (std::size_t k = 0; k < carried.size(); ++k) env_[n->output(k)] = w.metas.at(k + 1);
+  }
+
+  std::string method_;
+  std::unordered_map<value_ptr, c10::IValue> env_;
+  // `bool(t)` not read yet: t, and the node that reads it when something needs the value
+  std::unordered_map<value_ptr, std::pair<at::Tensor, const torch::jit::Node*>> deferred_;
+};
+
+/// The graph of `method` with every method and function it calls inlined.
+inline std::shared_ptr<torch::jit::Graph> inlined_graph(torch::jit::Module& m, const std::string& method) {
+  auto g = m.get_method(method).graph()->copy();
+  // one level per pass with the graph optimizer off (a callee's own calls stay calls): again
+  // until none is left (TorchScript has no recursion)
+  const auto has_calls = [](const auto& self, const torch::jit::Block* b) -> bool {
+    for (const auto* n : b->nodes()) {
+      if (n->kind() == c10::prim::CallMethod || n->kind() == c10::prim::CallFunction) return true;
+      for (const auto* sub : n->blocks())
+        if (self(self, sub)) return true;
+    }
+    return false;
+  };
+  for (int pass = 0; pass < 256 && has_calls(has_calls, g->block()); ++pass) torch::jit::Inline(*g);
+  return g;
 }
 
 /// A TorchScript module seen as the module export_program lifts: parameters and buffers under
@@ -139,6 +516,7 @@ struct jit_method_view {
   torch::jit::Module& m;
   std::string method;
   std::optional<treespec>* out_spec;
+  torchscript_route route = torchscript_route::translate;
 
   [[nodiscard]] std::vector<named_item<at::Tensor>> named_parameters(bool) const {
     std::vector<named_item<at::Tensor>> out;
@@ -189,7 +567,19 @@ struct jit_method_view {
   template <class... A>
   std::vector<at::Tensor> forward(const A&... a) const {
     c10::IValue result;
-    try {
+    if (route == torchscript_route::translate) {
+      try {
+        const auto g = inlined_graph(m, method);
+        result = ts_translator(method).run(*g, {c10::IValue(m._ivalue()), c10::IValue(a)...});
+      } catch (const graph_break& e) {
+        const auto hint = traced_hint(m);
+        if (hint.empty()) throw;
+        const std::string what = e.what();
+        const auto at = what.find("\nat TorchScript ");
+        throw graph_break(e.id(), what.substr(e.id().size() + 3, at - e.id().size() - 3) + hint +
+                                      (at == std::string::npos ? std::string() : what.substr(at)));
+      }
+    } else try {
       result = m.get_method(method)({c10::IValue(a)...});
     } catch (const error&) {
       throw;
@@ -207,8 +597,9 @@ struct jit_method_view {
 /// Exports `method` of `m` for `n` tensor arguments (1 to 8, chosen at run time).
 template <std::size_t... I>
 exported_program export_jit_method(torch::jit::Module& m, const std::string& method, const std::vector<at::Tensor>& in,
-                                   const export_options& opts, std::optional<treespec>& out_spec, std::index_sequence<I...>) {
-  jit_method_view view{m, method, &out_spec};
+                                   const export_options& opts, std::optional<treespec>& out_spec, torchscript_route route,
+                                   std::index_sequence<I...>) {
+  jit_method_view view{m, method, &out_spec, route};
   return export_program(view, std::tuple{in[I]...}, opts);
 }
 
@@ -293,7 +684,9 @@ inline exported_program from_torchscript(torch::jit::Module& m, const std::vecto
   try {
     switch (example_inputs.size()) {
 #define XPORT_TS_CASE(N) \
-  case N: p.emplace(detail::export_jit_method(m, method, example_inputs, opts, out_spec, std::make_index_sequence<N>{})); break;
+  case N: \
+    p.emplace(detail::export_jit_method(m, method, example_inputs, opts, out_spec, options.route, std::make_index_sequence<N>{})); \
+    break;
       XPORT_TS_CASE(1) XPORT_TS_CASE(2) XPORT_TS_CASE(3) XPORT_TS_CASE(4)
       XPORT_TS_CASE(5) XPORT_TS_CASE(6) XPORT_TS_CASE(7) XPORT_TS_CASE(8)
 #undef XPORT_TS_CASE
@@ -323,7 +716,7 @@ inline package from_torchscript(const std::string& path, const std::map<std::str
   auto m = detail::load_torchscript(path);
   package out;
   for (const auto& [name, spec] : methods)
-    out.programs.emplace(name, from_torchscript(m, spec.example_inputs, {.method = name, .dynamic_shapes = spec.dynamic_shapes}));
+    out.programs.emplace(name, from_torchscript(m, spec.example_inputs, {.method = name, .dynamic_shapes = spec.dynamic_shapes, .route = spec.route}));
   out.extra_files = detail::torchscript_extra_files(path);
   return out;
 }

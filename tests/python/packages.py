@@ -9,7 +9,9 @@ with extra files and an ExecuTorch record; the io file holds, for each call, wha
 loaded from the package gives (each on a fresh load: torch's loader shares no state between
 programs).
 
-write also scripts the codec (torch.jit.script, encode and decode @torch.jit.export) into
+write also scripts a module with control flow on data (torch_<version>.gated.ts.pt: a branch
+and a while loop on tensors' contents) with what TS2EPConverter makes of it, and scripts the
+codec (torch.jit.script, encode and decode @torch.jit.export) into
 torch_<version>.ts.pt with an extra file, and records the state torch's own converter
 (TS2EPConverter) lifts from it, for xport's converter (from_torchscript) to match; scripts
 torchvision's resnet18 and mobilenet_v3_small where torchvision imports (tv_<name>_<version>.ts.pt),
@@ -86,6 +88,7 @@ def write(out):
     calls = [{"method": m, "args": (a,), "kwargs": {}, "outputs": fresh_call(path, m, (a,))}
              for m, a in (("forward", x), ("encode", x), ("encode", 2 * x), ("decode", z))]
     write_torchscript(out, x)
+    write_gated(out, x)
     write_torchscript_models(out)
     torch.save({"methods": sorted(programs), "extra_files": extra,
                 "executorch_files": {k: v.decode() for k, v in executorch.items()}, "calls": calls},
@@ -106,6 +109,43 @@ def write_torchscript(out, x):
     # buffers, where on the scripted module in memory it lifts them as parameters, as xport does)
     state = sorted(s.target for s in ep.graph_signature.input_specs if s.target is not None)
     torch.save({"state": state, "extra_files": extra}, os.path.join(out, f"torch_{VERSION}.ts.io.pt"))
+
+
+class Gated(nn.Module):
+    """Control flow on data, as C++ users' TorchScript holds it: a branch on a tensor's contents
+    (torch.cond once converted) that reads a submodule, and a while loop on one (torch.while_loop)."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        if bool(x.sum() > 0):
+            y = self.proj(x) * 2.0
+        else:
+            y = torch.relu(self.proj(-x))
+        return y
+
+    @torch.jit.export
+    def spin(self, x):
+        while bool(x.sum() < 100):
+            x = x * 2
+        return x
+
+
+def write_gated(out, x):
+    """torch_<version>.gated.ts.pt, and what TS2EPConverter makes of its forward: the state it
+    lifts and the higher-order ops it calls (torch_<version>.gated.io.pt)."""
+    from torch._export.converter import TS2EPConverter
+
+    torch.manual_seed(14)
+    path = os.path.join(out, f"torch_{VERSION}.gated.ts.pt")
+    torch.jit.save(torch.jit.script(Gated().eval()), path)
+    ep = TS2EPConverter(torch.jit.load(path), (x,)).convert()
+    state = sorted(s.target for s in ep.graph_signature.input_specs if s.target is not None)
+    ops = sorted({f"torch.ops.higher_order.{n.target.name()}" for n in ep.graph.nodes
+                  if n.op == "call_function" and isinstance(n.target, torch._ops.HigherOrderOperator)})
+    torch.save({"state": state, "higher_order": ops}, os.path.join(out, f"torch_{VERSION}.gated.io.pt"))
 
 
 class Flatten(nn.Module):
@@ -133,6 +173,11 @@ def check_converted(out, f):
     tag = f[len("xport_from_ts_"):-len(".pt2")]
     if tag.startswith("tv_"):  # a torchvision model's forward (one program, "model"), at another batch
         ts, calls = os.path.join(out, f"{tag}.ts.pt"), (("model", "forward", torch.randn(3, 3, 64, 64)),)
+    elif tag.startswith("gated_"):  # both sides of the branch, 0 and several loop iterations
+        x = torch.randn(3, 8)
+        ts = os.path.join(out, f"torch_{tag[len('gated_'):]}.gated.ts.pt")
+        calls = (("forward", "forward", x.abs()), ("forward", "forward", -x.abs()),
+                 ("spin", "spin", torch.rand(5, 8) * 0.1), ("spin", "spin", torch.rand(2, 8) * 50))
     else:
         ts = os.path.join(out, f"torch_{tag}.ts.pt")
         calls = tuple((m, m, a) for m, a in (("forward", torch.randn(3, 8)), ("encode", torch.randn(3, 8)),
