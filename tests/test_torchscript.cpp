@@ -71,6 +71,14 @@ def spin(self, x):
         x = x * 2
     return x
 
+def heads(self, x):
+    return {"enc": self.encoder.forward(x), "total": x.sum(1)}
+
+def checked(self, x):
+    msg = "expected {} features, got {}".format(8, x.size(1))
+    assert x.size(1) == 8, msg
+    return x + 1
+
 def stop(self, x):
     for i in range(10):
         if bool(x.sum() > 100):
@@ -133,6 +141,14 @@ TEST_CASE("torchscript: a scripted module's methods convert without Python, stat
   REQUIRE(p.out_spec().has_value());
   CHECK(p.out_spec()->type == treespec::kind::tuple);
   CHECK(p.module_types().at(0).second.find("Codec") != std::string::npos);
+  // a dict by str returned (torchvision's segmentation models return {"out": ..., "aux": ...})
+  const auto heads = from_torchscript(path, {x}, {.method = "heads", .dynamic_shapes = {{"x", {{0, batch}}}}});
+  REQUIRE(heads.out_spec().has_value());
+  CHECK(heads.out_spec()->type == treespec::kind::dict);
+  CHECK((heads.out_spec()->keys == std::vector<std::string>{"enc", "total"}));
+  // a variadic operator (aten::format) and an assert the example passes (a branch on a static size)
+  const auto checked = from_torchscript(path, {x}, {.method = "checked", .dynamic_shapes = {{"x", {{0, batch}}}}});
+  CHECK(at::equal(run(checked, {x})[0], x + 1));
 
   // against the TorchScript interpreter on its own copy of the module, call after call (forward
   // counts in the buffer that encode reads), other batches, a sliced input
@@ -148,6 +164,11 @@ TEST_CASE("torchscript: a scripted module's methods convert without Python, stat
     CHECK(at::equal(got[0], want->elements()[0].toTensor()));
     CHECK(at::equal(got[1], want->elements()[1].toTensor()));
     CHECK(at::equal(run(pkg.at("encode"), {xi})[0], ref.get_method("encode")({xi}).toTensor()));
+    const auto want_heads = ref.get_method("heads")({xi}).toGenericDict();
+    const auto got_heads = run(heads, {xi});
+    REQUIRE(got_heads.size() == 2);
+    CHECK(at::equal(got_heads[0], want_heads.at("enc").toTensor()));
+    CHECK(at::equal(got_heads[1], want_heads.at("total").toTensor()));
   }
   // one state for both programs: saved once, shared again after load
   const auto saved = ts_temp_path("xport_ts_codec.pt2");

@@ -285,12 +285,20 @@ class ts_translator {
       c10::impl::GenericList list(n->output()->type()->expectRef<c10::ListType>().getElementType());
       for (auto* v : n->inputs()) list.push_back(read(v, n));
       env_[n->output()] = std::move(list);
+    } else if (kind == c10::prim::DictConstruct) {  // key, value, key, value...
+      const auto& type = n->output()->type()->expectRef<c10::DictType>();
+      c10::impl::GenericDict dict(type.getKeyType(), type.getValueType());
+      for (std::size_t i = 0; i + 1 < n->inputs().size(); i += 2)
+        dict.insert_or_assign(read(n->input(i), n), read(n->input(i + 1), n));
+      env_[n->output()] = std::move(dict);
     } else if (kind == c10::prim::TupleIndex) {
       env_[n->output()] = read(n->input(0), n).toTupleRef().elements().at(read(n->input(1), n).toInt());
     } else if (kind == c10::prim::unchecked_cast) {
       env_[n->output()] = read(n->input(0), n);
     } else if (kind == c10::prim::Uninitialized) {
       env_[n->output()] = c10::IValue();
+    } else if (kind == c10::aten::warn) {  // the interpreter's own: warned as it warns, nothing in the program
+      TORCH_WARN(read(n->input(0), n).toStringRef());
     } else if (kind == c10::prim::SetAttr) {
       refuse(n, "the method assigns attribute '" + n->s(c10::attr::name) + "' (prim::SetAttr), which a program cannot "
                 "do: write a buffer in place instead (self.count.add_(1), self.state.copy_(new))");
@@ -302,6 +310,8 @@ class ts_translator {
     } else {
       torch::jit::Stack stack;
       for (auto* v : n->inputs()) stack.push_back(read(v, n));
+      if (n->getOperator().schema().is_vararg())  // (the interpreter pushes a variadic call's count too)
+        stack.emplace_back(static_cast<std::int64_t>(n->inputs().size()));
       n->getOperation()(stack);
       const auto outs = n->outputs();
       if (stack.size() != outs.size()) refuse(n, "the operator left " + std::to_string(stack.size()) + " values for " +
@@ -542,7 +552,7 @@ struct jit_method_view {
   }
 
   /// The tensors of a method's result, its structure into `spec`; anything but tensors, tuples,
-  /// lists and None is refused (a program's outputs are tensors).
+  /// lists, dicts by str and None is refused (a program's outputs are tensors).
   static void flatten(const c10::IValue& v, std::vector<at::Tensor>& out, treespec& spec, const std::string& where) {
     using K = treespec::kind;
     if (v.isTensor()) {
@@ -557,10 +567,18 @@ struct jit_method_view {
         spec.children.emplace_back();
         flatten(elems[i], out, spec.children.back(), where + "[" + std::to_string(i) + "]");
       }
+    } else if (v.isGenericDict() && v.toGenericDict().keyType()->kind() == c10::TypeKind::StringType) {
+      spec = treespec::of(K::dict);  // Dict[str, Tensor] (torchvision's segmentation models: "out", "aux")
+      for (const auto& kv : v.toGenericDict()) {
+        const auto& key = kv.key().toStringRef();
+        spec.keys.push_back(key);
+        spec.children.emplace_back();
+        flatten(kv.value(), out, spec.children.back(), where + "['" + key + "']");
+      }
     } else {
       throw export_error("xport.torchscript.output", "the TorchScript method returns a " + v.tagKind() + " at " + where +
-                                                         ": only tensors, tuples and lists of them, and None can be "
-                                                         "outputs of a program; return it as a tensor");
+                                                         ": only tensors, tuples, lists and dicts (by str) of them, and "
+                                                         "None can be outputs of a program; return it as a tensor");
     }
   }
 
