@@ -79,6 +79,10 @@ def checked(self, x):
     assert x.size(1) == 8, msg
     return x + 1
 
+def guarded(self, x):
+    assert bool(x.sum() > 0), "the sum must be positive"
+    return x * 2
+
 def stop(self, x):
     for i in range(10):
         if bool(x.sum() > 100):
@@ -207,6 +211,11 @@ TEST_CASE("torchscript: what neither route can keep is a typed error naming the 
                          "[xport.torchscript.unsupported] a branch on the contents of a tensor gives a bool: torch.cond's "
                          "branches return tensors");
   XPORT_CHECK_THROWS_MSG(from_torchscript(m, {x}, {.method = "stop"}), export_error, "if bool(x.sum() > 100):");
+  XPORT_CHECK_THROWS_MSG(from_torchscript(m, {x.abs()}, {.method = "guarded"}), export_error,
+                         "[xport.torchscript.unsupported] the method raises in a branch on the contents of a tensor (an "
+                         "assert on data)");
+  XPORT_CHECK_THROWS_MSG(from_torchscript(m, {x.abs()}, {.method = "guarded"}), export_error,
+                         "assert bool(x.sum() > 0)");
   XPORT_CHECK_THROWS_MSG(from_torchscript(m, {x}, {.method = "remember"}), export_error,
                          "[xport.torchscript.unsupported] the method assigns attribute 'calls' (prim::SetAttr)");
   XPORT_CHECK_THROWS_MSG(from_torchscript(m, {x}, {.method = "remember"}), export_error,

@@ -177,7 +177,7 @@ class ts_translator {
     const auto ins = g.inputs();
     for (std::size_t i = 0; i < ins.size(); ++i) env_[ins[i]] = inputs.at(i);
     walk(g.block());
-    return read(g.outputs()[0], nullptr);
+    return read(g.outputs()[0]);
   }
 
  private:
@@ -226,10 +226,9 @@ class ts_translator {
     throw export_error("xport.torchscript.unsupported", what + where(n));
   }
 
-  /// A value's IValue; a deferred `bool(t)` is read now (by `reader`: the capture refuses it).
-  c10::IValue read(value_ptr v, const torch::jit::Node* reader) {
+  /// A value's IValue; a deferred `bool(t)` is read now (the capture refuses it: data).
+  c10::IValue read(value_ptr v) {
     if (const auto d = deferred_.find(v); d != deferred_.end()) {
-      (void)reader;
       torch::jit::Stack stack{c10::IValue(d->second.first)};
       d->second.second->getOperation()(stack);  // the capture's graph_break: the reader needs the data
       return stack.back();
@@ -250,9 +249,9 @@ class ts_translator {
     if (kind == c10::prim::Constant) {
       env_[n->output()] = torch::jit::toIValue(n->output()).value_or(c10::IValue());
     } else if (kind == c10::prim::GetAttr) {
-      env_[n->output()] = read(n->input(0), n).toObjectRef().getAttr(n->s(c10::attr::name));
+      env_[n->output()] = read(n->input(0)).toObjectRef().getAttr(n->s(c10::attr::name));
     } else if (is_tensor_bool(n)) {  // read when a branch or another node needs it
-      deferred_[n->output()] = {read(n->input(0), n).toTensor(), n};
+      deferred_[n->output()] = {read(n->input(0)).toTensor(), n};
     } else if (kind == c10::aten::__not__ && deferred_.count(n->input(0))) {
       const auto& [t, reader] = deferred_.at(n->input(0));
       deferred_[n->output()] = {at::logical_not(t), reader};
@@ -266,35 +265,39 @@ class ts_translator {
       loop(n);
     } else if (kind == c10::prim::TupleConstruct) {
       std::vector<c10::IValue> elems;
-      for (auto* v : n->inputs()) elems.push_back(read(v, n));
+      for (auto* v : n->inputs()) elems.push_back(read(v));
       env_[n->output()] = c10::ivalue::Tuple::create(std::move(elems));
     } else if (kind == c10::prim::TupleUnpack || kind == c10::prim::ListUnpack) {
-      const auto v = read(n->input(0), n);
+      const auto v = read(n->input(0));
       const auto elems = v.isTuple() ? v.toTupleRef().elements().vec() : v.toListRef().vec();
       if (elems.size() != n->outputs().size()) refuse(n, "unpacks " + std::to_string(elems.size()) + " values into " +
                                                              std::to_string(n->outputs().size()));
       for (std::size_t i = 0; i < elems.size(); ++i) env_[n->output(i)] = elems[i];
     } else if (kind == c10::prim::ListConstruct) {
       c10::impl::GenericList list(n->output()->type()->expectRef<c10::ListType>().getElementType());
-      for (auto* v : n->inputs()) list.push_back(read(v, n));
+      for (auto* v : n->inputs()) list.push_back(read(v));
       env_[n->output()] = std::move(list);
     } else if (kind == c10::prim::DictConstruct) {  // key, value, key, value...
       const auto& type = n->output()->type()->expectRef<c10::DictType>();
       c10::impl::GenericDict dict(type.getKeyType(), type.getValueType());
       for (std::size_t i = 0; i + 1 < n->inputs().size(); i += 2)
-        dict.insert_or_assign(read(n->input(i), n), read(n->input(i + 1), n));
+        dict.insert_or_assign(read(n->input(i)), read(n->input(i + 1)));
       env_[n->output()] = std::move(dict);
     } else if (kind == c10::prim::TupleIndex) {
-      env_[n->output()] = read(n->input(0), n).toTupleRef().elements().at(read(n->input(1), n).toInt());
+      env_[n->output()] = read(n->input(0)).toTupleRef().elements().at(read(n->input(1)).toInt());
     } else if (kind == c10::prim::unchecked_cast) {
-      env_[n->output()] = read(n->input(0), n);
+      env_[n->output()] = read(n->input(0));
     } else if (kind == c10::prim::Uninitialized) {
       env_[n->output()] = c10::IValue();
     } else if (kind == c10::aten::warn) {  // the interpreter's own: warned as it warns, nothing in the program
-      TORCH_WARN(read(n->input(0), n).toStringRef());
+      TORCH_WARN(read(n->input(0)).toStringRef());
     } else if (kind == c10::prim::SetAttr) {
       refuse(n, "the method assigns attribute '" + n->s(c10::attr::name) + "' (prim::SetAttr), which a program cannot "
                 "do: write a buffer in place instead (self.count.add_(1), self.state.copy_(new))");
+    } else if (kind == c10::prim::RaiseException && in_data_branch_ > 0) {
+      refuse(n, "the method raises in a branch on the contents of a tensor (an assert on data): torch.export records "
+                "such a check as aten._assert_async.msg, which xport does not capture yet; check the input before "
+                "calling the program, or assert on sizes");
     } else if (kind == c10::prim::CallMethod || kind == c10::prim::CallFunction || kind == c10::prim::Enter ||
                kind == c10::prim::Exit || kind == c10::prim::fork || kind == c10::prim::RaiseException) {
       refuse(n, std::string("the method runs ") + kind.toQualString() +
@@ -302,7 +305,7 @@ class ts_translator {
                     ", which the translation does not convert; try torchscript_route::capture");
     } else {
       torch::jit::Stack stack;
-      for (auto* v : n->inputs()) stack.push_back(read(v, n));
+      for (auto* v : n->inputs()) stack.push_back(read(v));
       if (n->getOperator().schema().is_vararg())  // (the interpreter pushes a variadic call's count too)
         stack.emplace_back(static_cast<std::int64_t>(n->inputs().size()));
       n->getOperation()(stack);
@@ -320,10 +323,10 @@ class ts_translator {
   }
 
   /// Walks `b` (no inputs: an If's block); returns its outputs.
-  std::vector<c10::IValue> run_block(const torch::jit::Block* b, const torch::jit::Node* owner) {
+  std::vector<c10::IValue> run_block(const torch::jit::Block* b) {
     bind_and_walk(b, {});
     std::vector<c10::IValue> out;
-    for (auto* v : b->outputs()) out.push_back(read(v, owner));
+    for (auto* v : b->outputs()) out.push_back(read(v));
     return out;
   }
 
@@ -332,17 +335,17 @@ class ts_translator {
     const auto d = deferred_.find(n->input(0));
     std::vector<c10::IValue> outs;
     if (d == deferred_.end()) {
-      outs = run_block(n->blocks()[read(n->input(0), n).toBool() ? 0 : 1], n);
+      outs = run_block(n->blocks()[read(n->input(0)).toBool() ? 0 : 1]);
     } else {
       for (auto* o : n->outputs())
         if (!tensor_tree(*o->type()))
           refuse(n, "a branch on the contents of a tensor gives a " + o->type()->annotation_str() +
                         ": torch.cond's branches return tensors (and tuples of them) only (return it as a tensor)");
       const auto block_fn = [&](const torch::jit::Block* b) {
-        return [this, b, n](const std::vector<at::Tensor>&) {
+        return [this, b](const std::vector<at::Tensor>&) {
           std::vector<at::Tensor> outer, ts;
           for (const auto& [v, iv] : env_) collect_tensors(iv, outer);
-          for (const auto& v : run_block(b, n)) flatten_tensors(v, ts);
+          for (const auto& v : run_block(b)) flatten_tensors(v, ts);
           for (auto& t : ts)  // torch.cond's branches return no tensor from outside (nor a view of one) as it is
             for (const auto& o : outer)
               if (t.is_same(o) || t.is_alias_of(o)) {
@@ -353,6 +356,7 @@ class ts_translator {
         };
       };
       const auto pred = d->second.first;
+      const depth_guard in_branch(in_data_branch_);
       const auto flat = xport::cond(pred, block_fn(n->blocks()[0]), block_fn(n->blocks()[1]),
                                     std::tuple{std::vector<at::Tensor>{}});
       std::size_t k = 0;
@@ -400,14 +404,14 @@ class ts_translator {
   /// torch.while_loop when the condition is a tensor's contents from the start.
   void loop(const torch::jit::Node* n) {
     const auto* body = n->blocks()[0];
-    const auto trips = read(n->input(0), n).toInt();
+    const auto trips = read(n->input(0)).toInt();
     std::vector<c10::IValue> carried;
-    for (std::size_t i = 2; i < n->inputs().size(); ++i) carried.push_back(read(n->input(i), n));
+    for (std::size_t i = 2; i < n->inputs().size(); ++i) carried.push_back(read(n->input(i)));
     if (const auto d = deferred_.find(n->input(1)); d != deferred_.end()) {
       while_loop(n, d->second.first, carried, trips);
       return;
     }
-    bool more = read(n->input(1), n).toBool();
+    bool more = read(n->input(1)).toBool();
     for (std::int64_t i = 0; more && i < trips; ++i) {
       std::vector<c10::IValue> ins{c10::IValue(i)};
       ins.insert(ins.end(), carried.begin(), carried.end());
@@ -417,8 +421,8 @@ class ts_translator {
                           "the TorchScript method '" + method_ + "' leaves a loop on the contents of a tensor from "
                           "inside its body (a break): only a `while` whose own test reads the tensor becomes "
                           "torch.while_loop" + where(n));
-      more = read(body->outputs()[0], n).toBool();
-      for (std::size_t k = 1; k < body->outputs().size(); ++k) carried[k - 1] = read(body->outputs()[k], n);
+      more = read(body->outputs()[0]).toBool();
+      for (std::size_t k = 1; k < body->outputs().size(); ++k) carried[k - 1] = read(body->outputs()[k]);
     }
     for (std::size_t i = 0; i < carried.size(); ++i) env_[n->output(i)] = std::move(carried[i]);
   }
@@ -472,7 +476,7 @@ class ts_translator {
         if (d == deferred_.end()) loop_refusal("its body's test is not a tensor's contents");
         outs.push_back(as_predicate(d->second.first));
         for (std::size_t k = 1; k < body->outputs().size(); ++k) {
-          auto t = read(body->outputs()[k], n).toTensor();
+          auto t = read(body->outputs()[k]).toTensor();
           for (const auto& m : metas)  // the body returns no carried value as it is
             if (t.is_same(m) || t.is_alias_of(m)) {
               t = t.clone();
@@ -485,11 +489,22 @@ class ts_translator {
       for (const auto& t : outs) r.push_back(c.value_of(t));
       return r;
     };
+    const depth_guard in_loop(in_data_branch_);
     const auto w = trace_while_loop(*outer, std::move(values), cond_fn, body_fn);
     for (std::size_t k = 0; k < carried.size(); ++k) env_[n->output(k)] = w.metas.at(k + 1);
   }
 
+  // Counts the branches on data being traced (both sides run, whatever the example says).
+  struct depth_guard {
+    explicit depth_guard(int& depth) : d(depth) { ++d; }
+    ~depth_guard() { --d; }
+    depth_guard(const depth_guard&) = delete;
+    depth_guard& operator=(const depth_guard&) = delete;
+    int& d;
+  };
+
   std::string method_;
+  int in_data_branch_ = 0;
   std::unordered_map<value_ptr, c10::IValue> env_;
   // `bool(t)` not read yet: t, and the node that reads it when something needs the value
   std::unordered_map<value_ptr, std::pair<at::Tensor, const torch::jit::Node*>> deferred_;
