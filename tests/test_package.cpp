@@ -339,6 +339,11 @@ TEST_CASE("package: a method exported in both modes makes train() and eval() swi
   eager->eval();
   CHECK(at::equal(m->forward({x})[0], eager->forward(x)));
   CHECK(at::equal(m->run_method("embed", {x})[0], eager->embed(x)));
+  // to(): the device in place (the CPU here: the module still runs), a dtype refused naming the program
+  m->to(torch::Device(at::kCPU));
+  CHECK(at::equal(m->forward({x})[0], eager->forward(x)));
+  XPORT_CHECK_THROWS_MSG(m->to(at::kDouble), xport::error, "[xport.module.dtype] package_module::to(Double): state '");
+  XPORT_CHECK_THROWS_MSG(m->to(at::kDouble), xport::error, "' of program 'embed' is Float");
 
   // a method in one mode only: refused in the other when called; train() only when nothing could run
   package eval_only;

@@ -170,6 +170,27 @@ class module_state {
   std::map<std::string, registered> by_fqn_;
 };
 
+/// A program module's to(device) after torch::nn::Module::to moved the registered state: the
+/// program's lifted constants moved in place, its graph retargeted (the interpreter compiles again).
+inline void move_rest_of_program(exported_program& p, torch::Device device, bool non_blocking) {
+  for (auto& [name, t] : p.constants_mut())
+    if (t.defined() && t.device() != device) t.set_data(t.to(device, non_blocking));
+  retarget_device(p.graph_mut(), device);
+}
+
+/// A program module's to(dtype): refused unless every floating state tensor of `p` is `dtype`
+/// already (`module`: the class in the message; `program`: the program's name in a package, or "").
+inline void check_state_dtype(const exported_program& p, torch::Dtype dtype, const std::string& module,
+                              const std::string& program) {
+  for (const auto& [name, t] : p.state_dict())
+    if (t.defined() && t.is_floating_point() && t.scalar_type() != dtype)
+      throw error("xport.module.dtype", module + "::to(" + std::string(c10::toString(dtype)) + "): state '" + name + "'" +
+                                            (program.empty() ? "" : " of program '" + program + "'") + " is " +
+                                            c10::toString(t.scalar_type()) +
+                                            "; a program's dtypes are fixed at export (its graph computes in them). "
+                                            "Convert the eager module and export it again");
+}
+
 inline std::vector<at::Tensor> autograd_grad_of(const at::Tensor& loss, const std::vector<at::Tensor>& inputs) {
   // the seed as Python's torch.autograd.grad makes it (ones_like, preserving the loss's format)
   const auto seed = at::ones_like(loss, at::MemoryFormat::Preserve);
@@ -253,26 +274,17 @@ class program_module : public torch::nn::Module {
 
   void to(torch::Device device, bool non_blocking = false) override {
     torch::nn::Module::to(device, non_blocking);  // set_data: the registered tensors stay the same objects
-    for (auto& [name, t] : program_.constants_mut())
-      if (t.defined() && t.device() != device) t.set_data(t.to(device, non_blocking));
-    detail::retarget_device(program_.graph_mut(), device);  // and the interpreter compiles again
+    detail::move_rest_of_program(program_, device, non_blocking);
   }
-  void to(torch::Dtype dtype, bool non_blocking = false) override { refuse_dtype(dtype, non_blocking); }
+  void to(torch::Dtype dtype, bool /*non_blocking*/ = false) override {
+    detail::check_state_dtype(program_, dtype, "program_module", "");
+  }
   void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false) override {
-    refuse_dtype(dtype, non_blocking);
+    detail::check_state_dtype(program_, dtype, "program_module", "");
     to(device, non_blocking);
   }
 
  private:
-  void refuse_dtype(torch::Dtype dtype, bool /*non_blocking*/) const {
-    for (const auto& [name, t] : program_.state_dict())
-      if (t.defined() && t.is_floating_point() && t.scalar_type() != dtype)
-        throw error("xport.module.dtype", "program_module::to(" + std::string(c10::toString(dtype)) + "): state '" + name +
-                                              "' is " + c10::toString(t.scalar_type()) +
-                                              "; a program's dtypes are fixed at export (its graph computes in them). "
-                                              "Convert the eager module and export it again");
-  }
-
   exported_program program_;
   std::optional<detail::exported_mode> mode_;
   run_options opts_;
@@ -436,11 +448,7 @@ class package_module : public torch::nn::Module {
 
   void to(torch::Device device, bool non_blocking = false) override {
     torch::nn::Module::to(device, non_blocking);  // set_data: the registered tensors stay the same objects
-    for (auto& [name, p] : programs_) {
-      for (auto& [fqn, t] : p.constants_mut())
-        if (t.defined() && t.device() != device) t.set_data(t.to(device, non_blocking));
-      detail::retarget_device(p.graph_mut(), device);
-    }
+    for (auto& [name, p] : programs_) detail::move_rest_of_program(p, device, non_blocking);
   }
   void to(torch::Dtype dtype, bool /*non_blocking*/ = false) override { refuse_dtype(dtype); }
   void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false) override {
@@ -465,13 +473,7 @@ class package_module : public torch::nn::Module {
   }
 
   void refuse_dtype(torch::Dtype dtype) const {
-    for (const auto& [name, p] : programs_)
-      for (const auto& [fqn, t] : p.state_dict())
-        if (t.defined() && t.is_floating_point() && t.scalar_type() != dtype)
-          throw error("xport.module.dtype", "package_module::to(" + std::string(c10::toString(dtype)) + "): state '" +
-                                                fqn + "' of program '" + name + "' is " + c10::toString(t.scalar_type()) +
-                                                "; a program's dtypes are fixed at export (its graph computes in them). "
-                                                "Convert the eager module and export it again");
+    for (const auto& [name, p] : programs_) detail::check_state_dtype(p, dtype, "package_module", name);
   }
 
   std::map<std::string, exported_program> programs_;

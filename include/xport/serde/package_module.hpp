@@ -154,11 +154,7 @@ class package_module : public torch::nn::Module {
 
   void to(torch::Device device, bool non_blocking = false) override {
     torch::nn::Module::to(device, non_blocking);  // set_data: the registered tensors stay the same objects
-    for (auto& [name, p] : programs_) {
-      for (auto& [fqn, t] : p.constants_mut())
-        if (t.defined() && t.device() != device) t.set_data(t.to(device, non_blocking));
-      detail::retarget_device(p.graph_mut(), device);
-    }
+    for (auto& [name, p] : programs_) detail::move_rest_of_program(p, device, non_blocking);
   }
   void to(torch::Dtype dtype, bool /*non_blocking*/ = false) override { refuse_dtype(dtype); }
   void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false) override {
@@ -183,13 +179,7 @@ class package_module : public torch::nn::Module {
   }
 
   void refuse_dtype(torch::Dtype dtype) const {
-    for (const auto& [name, p] : programs_)
-      for (const auto& [fqn, t] : p.state_dict())
-        if (t.defined() && t.is_floating_point() && t.scalar_type() != dtype)
-          throw error("xport.module.dtype", "package_module::to(" + std::string(c10::toString(dtype)) + "): state '" +
-                                                fqn + "' of program '" + name + "' is " + c10::toString(t.scalar_type()) +
-                                                "; a program's dtypes are fixed at export (its graph computes in them). "
-                                                "Convert the eager module and export it again");
+    for (const auto& [name, p] : programs_) detail::check_state_dtype(p, dtype, "package_module", name);
   }
 
   std::map<std::string, exported_program> programs_;
