@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <torch/torch.h>
@@ -82,13 +83,35 @@ std::string code_lines(const std::string& printed) {
 }
 
 /// xport's lowerings of the training-IR program at `path`, each on a fresh load, run on the call
+/// The preserved submodule calls of a module_call_graph torch wrote: fqn -> (input names, output
+/// names), for the entries with a signature (the root's call is in_spec / out_spec).
+std::map<std::string, std::pair<std::vector<std::string>, std::vector<std::string>>> preserved_calls(const json& graph) {
+  std::map<std::string, std::pair<std::vector<std::string>, std::vector<std::string>>> out;
+  for (const auto& e : graph) {
+    if (e["fqn"].get<std::string>().empty() || e["signature"].is_null()) continue;
+    auto& [in, res] = out[e["fqn"].get<std::string>()];
+    for (const auto& a : e["signature"]["inputs"]) in.push_back(a["as_tensor"]["name"].get<std::string>());
+    for (const auto& a : e["signature"]["outputs"]) res.push_back(a["as_tensor"]["name"].get<std::string>());
+  }
+  return out;
+}
+std::map<std::string, std::pair<std::vector<std::string>, std::vector<std::string>>> preserved_calls(const exported_program& p) {
+  std::map<std::string, std::pair<std::vector<std::string>, std::vector<std::string>>> out;
+  for (const auto& [fqn, sig] : p.module_call_signatures()) {
+    auto& [in, res] = out[fqn];
+    for (const auto& a : sig.inputs) in.push_back(a.name);
+    for (const auto& a : sig.outputs) res.push_back(a.name);
+  }
+  return out;
+}
+
 /// of `io` (the call's inputs as torch saved them): run_decompositions() against torch's own
 /// (io["lowered"]: the same code as torch's print, `printed`, where given; outputs, buffers and
 /// inputs after), and
 /// functionalize() against the program itself (io["outputs"], "after": the same kernels).
 /// Returns how many outputs were bit-equal; `outputs` counts them all.
 int check_lowered(const fs::path& path, const std::optional<std::string>& printed, std::int64_t seed,
-                  const std::string& name, std::size_t& outputs) {
+                  const std::string& name, std::size_t& outputs, const json& entry) {
   int exact = 0;
   for (const bool decompose : {true, false}) {
     const std::string what = name + (decompose ? " (run_decompositions)" : " (functionalize)");
@@ -100,6 +123,8 @@ int check_lowered(const fs::path& path, const std::optional<std::string>& printe
     const auto fresh = load(path.string(), lo);
     const auto q = decompose ? run_decompositions(fresh) : functionalize(fresh);
     if (decompose && printed) CHECK(code_lines(to_string(q)) == code_lines(*printed));  // as torch lowers it
+    if (decompose && entry.contains("lowered_module_call_graph"))  // boundary values renamed as torch's provenance does
+      CHECK((preserved_calls(q) == preserved_calls(entry["lowered_module_call_graph"])));
     auto c = call_of(q, io, what);
     c.outputs.clear();
     for (const auto& t : field(low, "outputs").toListRef())
@@ -140,6 +165,7 @@ TEST_CASE("interop: xport loads, runs and describes every program torch.export s
   const auto index = read_index(dir);
   json saved_index = json::array();
   std::size_t checked = 0, calls = 0, exact = 0, outputs = 0, mapped = 0, lowered = 0, lowered_exact = 0, lowered_outputs = 0;
+  std::size_t preserved = 0;  // programs with preserved submodule calls
   std::vector<std::string> unmapped;  // loaded with mmap, but read: state the program writes
   for (const auto& entry : index) {
     const std::string name = entry["name"];
@@ -227,7 +253,7 @@ TEST_CASE("interop: xport loads, runs and describes every program torch.export s
     if (entry.contains("printed_lowered")) {  // xport's lowering of torch's training IR against torch's own
       const auto printed = entry.value("lowered_values_only", false) ? std::nullopt
                                                                      : std::optional<std::string>(entry["printed_lowered"]);
-      lowered_exact += check_lowered(dir / (name + ".pt2"), printed, seed, name, lowered_outputs);
+      lowered_exact += check_lowered(dir / (name + ".pt2"), printed, seed, name, lowered_outputs, entry);
       ++lowered;
     }
     // a program torch wrote survives xport's save and load
@@ -236,12 +262,19 @@ TEST_CASE("interop: xport loads, runs and describes every program torch.export s
     CHECK((r.in_spec() == p.in_spec()));
     CHECK((r.out_spec() == p.out_spec()));
     CHECK((r.module_types() == p.module_types()));
+    CHECK((r.module_call_signatures() == p.module_call_signatures()));
+    if (entry.contains("module_call_graph")) {  // preserved submodule calls, as torch wrote them
+      CHECK(!p.module_call_signatures().empty());
+      CHECK((preserved_calls(p) == preserved_calls(entry["module_call_graph"])));
+      ++preserved;
+    }
     ++checked;
   }
   std::ofstream(saved / "index.json") << saved_index.dump(1);
   MESSAGE("torch-written archives loaded and run: " << checked << " (" << calls << " calls, " << exact << " of "
                                                     << outputs << " outputs bit-equal)");
   CHECK(exact == outputs);  // the same graph through the same kernels as ep.module()
+  CHECK(preserved >= 2);
   MESSAGE("training-IR programs lowered by xport and run against torch's lowering: " << lowered << " ("
           << lowered_exact << " of " << lowered_outputs << " outputs bit-equal)");
   CHECK(lowered >= 5);
@@ -259,6 +292,45 @@ TEST_CASE("interop: xport loads, runs and describes every program torch.export s
   CHECK(mapped >= 100);
   CHECK(checked + unsupported_fixtures().size() == index.size());
   CHECK(checked >= 30);
+}
+
+TEST_CASE("interop: a preserved submodule call names values the graph has, or the save refuses it" * doctest::test_suite("oracle")) {
+  // torch.export(..., preserve_module_call_signature=("layers.0", "layers.1")) (tests/python/preserved.py)
+  const auto p = load((oracle_dir("py") / "preserved_calls.pt2").string());
+  REQUIRE(p.module_call_signatures().size() == 2);
+  const auto& layer = p.module_call_signatures().at("layers.0");
+  CHECK((layer.inputs == std::vector{argument_spec::tensor("x"), argument_spec::tensor("sigmoid")}));
+  CHECK((layer.outputs == std::vector{argument_spec::tensor("add"), argument_spec::tensor("linear_1")}));
+  CHECK(!layer.forward_arg_names.has_value());  // torch writes null for a submodule's
+  CHECK(layer.in_spec.type == treespec::kind::tuple);  // (args, kwargs)
+  REQUIRE(layer.in_spec.children.size() == 2);
+  CHECK(layer.in_spec.children[0].children.size() == 2);
+  CHECK(layer.out_spec.children.size() == 2);
+  // the lowered program's layers end in view_3 / view_7 (linear on [2, 5, 8]: view, addmm, view)
+  const auto q = run_decompositions(p);
+  CHECK(q.module_call_signatures().at("layers.0").outputs[1].name == "view_3");
+  CHECK(q.module_call_signatures().at("layers.1").outputs[1].name == "view_7");
+  CHECK((q.module_types() == p.module_types()));
+  // a transformation that lost a boundary value: the save says which, and the way out
+  auto stale = p.clone();
+  auto sig = layer;
+  sig.outputs[1].name = "linear_99";
+  stale.set_module_call_signature("layers.0", sig);
+  const auto path = (fs::temp_directory_path() / "xport_stale_call.pt2").string();
+  XPORT_CHECK_THROWS_MSG(save(stale, path), error,
+                         "[xport.save.module_call] the preserved call signature of submodule 'layers.0' names value "
+                         "'linear_99' as one of its outputs, but the graph has no value of that name (a transformation "
+                         "replaced it without carrying the boundary over). Export again with the boundary preserved, or "
+                         "drop it with p.set_module_call_signature(\"layers.0\", std::nullopt): torch then unflattens "
+                         "the submodule without its call signature");
+  CHECK(!fs::exists(path));
+  CHECK((stale.module_call_signatures().at("layers.0") == sig));  // the caller's program as it was
+  stale.set_module_call_signature("layers.0", std::nullopt);
+  save(stale, path);
+  const auto back = load(path);
+  CHECK(back.module_call_signatures().size() == 1);
+  CHECK(back.module_call_signatures().count("layers.1") == 1);
+  fs::remove(path);
 }
 
 TEST_CASE("interop: torch's data-dependent programs (nonzero, masks, item) run with their assertions checked" * doctest::test_suite("oracle")) {
@@ -474,10 +546,107 @@ struct BufferNetImpl : torch::nn::Module {
 };
 TORCH_MODULE(BufferNet);
 
+/// tests/python/preserved.py's Layer and Stack in C++: the forward calls each layer through
+/// xport::call, so that export sees the call (and can preserve its boundary).
+struct LayerImpl : torch::nn::Module {
+  LayerImpl() {
+    register_module("norm", norm);
+    register_module("fc1", fc1);
+    register_module("fc2", fc2);
+  }
+  std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& gate) {
+    auto h = fc2(torch::relu(fc1(norm(x))));
+    return {x + h * gate, h};
+  }
+  torch::nn::LayerNorm norm{torch::nn::LayerNormOptions({8})};
+  torch::nn::Linear fc1{8, 16}, fc2{16, 8};
+};
+TORCH_MODULE(Layer);
+
+struct StackImpl : torch::nn::Module {
+  explicit StackImpl(bool through_call = true) : through_call_(through_call) {
+    layers->push_back(Layer());
+    layers->push_back(Layer());
+    register_module("layers", layers);
+    register_module("head", head);
+  }
+  std::tuple<at::Tensor, at::Tensor> forward(at::Tensor x) {
+    auto gate = torch::sigmoid(x.mean(-1, true));
+    for (std::size_t i = 0; i < layers->size(); ++i) {
+      const auto layer = layers->ptr<LayerImpl>(i);
+      auto [y, h] = through_call_ ? xport::call(layer, x, gate) : layer->forward(x, gate);
+      x = y;
+      gate = gate * h.mean(-1, true).tanh();
+    }
+    return {head(x), gate};
+  }
+  torch::nn::ModuleList layers;
+  torch::nn::Linear head{8, 3};
+  bool through_call_;
+};
+TORCH_MODULE(Stack);
+
 }  // namespace
+
+TEST_CASE("export: preserve_module_call_signature keeps the boundaries of submodules the forward calls through xport::call" * doctest::test_suite("oracle")) {
+  torch::manual_seed(0);
+  Stack net;
+  net->eval();
+  const auto x = at::randn({2, 5, 8});
+  const auto p = export_program(net, std::tuple{x}, {.preserve_module_call_signature = {"layers.0", "layers.1"}});
+  // LibTorch's C++ Linear on [2, 5, 8] is t, matmul, add_ where Python's is one linear: the
+  // names are the graph's own (torch gives `linear_1` for what is `add__1` here)
+  CHECK((preserved_calls(p) == decltype(preserved_calls(p)){{"layers.0", {{"x", "sigmoid"}, {"add", "add__1"}}},
+                                                            {"layers.1", {{"add", "mul_1"}, {"add_1", "add__3"}}}}));
+  const auto& layer = p.module_call_signatures().at("layers.1");
+  CHECK(layer.in_spec.str() == "((*, *), {})");
+  CHECK(layer.out_spec.str() == "(*, *)");
+  CHECK(!layer.forward_arg_names.has_value());
+  // the nodes of a call are its module's: the relu reads no state of its own, yet is layers.0's
+  std::map<std::string, std::string> path_of;
+  for (auto n : p.graph().nodes())
+    if (n.is_call()) path_of[n.name()] = n.module_path();
+  CHECK(path_of.at("relu") == "layers.0");
+  CHECK(path_of.at("add") == "layers.0");
+  CHECK(path_of.at("add__1") == "layers.0.fc2");  // reads fc2's bias
+  CHECK(path_of.at("matmul_1") == "layers.0.fc2");  // between two of fc2's (Note [Module paths of calls])
+  CHECK(path_of.at("relu_1") == "layers.1");
+  CHECK(path_of.at("sigmoid").empty());
+  const auto want = net->forward(x);
+  const auto got = run(p, {x});
+  CHECK(at::allclose(got[0], std::get<0>(want)));
+  // written and read back as torch writes them; lowered, the boundaries follow (view_3: linear's last)
+  CHECK((xport_test::reload(p).module_call_signatures() == p.module_call_signatures()));
+  const auto lowered = run_decompositions(p);
+  CHECK(lowered.module_call_signatures().at("layers.0").outputs[1].name != "add__1");  // the lowered add's
+  CHECK((xport_test::reload(lowered).module_call_signatures() == lowered.module_call_signatures()));
+  // no boundary without the call: the way to write it
+  Stack hidden(false);
+  XPORT_CHECK_THROWS_MSG(export_program(hidden, std::tuple{x}, {.preserve_module_call_signature = {"layers.0"}}),
+                         export_error,
+                         "[xport.export.preserve] preserve_module_call_signature: submodule 'layers.0' was not called "
+                         "through xport::call, so export did not see its boundary (C++ has no hook on forward()). Call it "
+                         "as xport::call(layers.0, args...) in the forward, where it is called now");
+  XPORT_CHECK_THROWS_MSG(export_program(net, std::tuple{x}, {.preserve_module_call_signature = {"layers.2"}}), export_error,
+                         "[xport.export.preserve] preserve_module_call_signature: the module has no submodule 'layers.2'; "
+                         "its submodules are 'layers', 'layers.0', 'layers.0.norm', 'layers.0.fc1', 'layers.0.fc2', "
+                         "'layers.1', 'layers.1.norm', 'layers.1.fc1', 'layers.1.fc2', 'head'");
+  // outside export, xport::call is the call
+  const auto direct = xport::call(net->layers->ptr<LayerImpl>(0), x, x);
+  CHECK(at::equal(std::get<1>(direct), std::get<1>(net->layers->ptr<LayerImpl>(0)->forward(x, x))));
+}
 
 TEST_CASE("interop: xport writes an archive of every kind of program for torch.export.load" * doctest::test_suite("oracle")) {
   archive_writer w;
+  {  // preserved submodule calls: torch unflattens them and swaps a layer for an eager one
+    torch::manual_seed(0);
+    Stack net;
+    net->eval();
+    const auto x = at::randn({2, 5, 8});
+    const auto p = export_program(net, std::tuple{x}, {.preserve_module_call_signature = {"layers.0", "layers.1"}});
+    w.add("preserved_calls", p, std::tuple{x});
+    w.add("preserved_calls_core_aten", run_decompositions(p), std::tuple{x});
+  }
   const auto model = [&](const std::string& name, auto net, at::Tensor x) {
     for (bool train : {false, true}) {
       torch::manual_seed(0);
@@ -657,7 +826,7 @@ TEST_CASE("interop: xport writes an archive of every kind of program for torch.e
     w.add("cpp_dataclass", p, T{m::attn_in{at::randn({2, 5}), (at::rand({2, 5}) > 0.5).to(at::kFloat)}});
   }
   MESSAGE("archives written for torch: " << w.size());
-  CHECK(w.size() == 44 + 7 + 2 + 2 + 4 + 2 + 2 + 2 + 2 + 2 + 2 + 4 + 1);  // ..., autocast_block*, moe_nonzero*, unique_masked, cpp_dataclass
+  CHECK(w.size() == 44 + 7 + 2 + 2 + 4 + 2 + 2 + 2 + 2 + 2 + 2 + 4 + 1 + 2);  // ..., autocast_block*, moe_nonzero*, unique_masked, cpp_dataclass
 }
 
 // ---- C++ -> Python -> C++ -----------------------------------------------------------------------

@@ -110,6 +110,17 @@ void check_model(Module model, at::Tensor x) {
   }
 }
 
+/// A submodule called twice, another between: torch's stacks count the calls (`c1@1`).
+struct TwiceImpl : torch::nn::Module {
+  torch::nn::Linear c1{4, 4}, c2{4, 4};
+  TwiceImpl() {
+    register_module("c1", c1);
+    register_module("c2", c2);
+  }
+  at::Tensor forward(const at::Tensor& x) { return c1(c2(c1(x))); }
+};
+TORCH_MODULE(Twice);
+
 }  // namespace
 
 TEST_CASE("serde: real models round-trip in both IRs, eval and train") {
@@ -668,6 +679,27 @@ TEST_CASE("serde: torch's forms of floats, constant inputs, example inputs and m
           "L__self__,,xport_models::MLPImpl;L__self__layers,layers,torch::nn::SequentialImpl;"
           "L__self__layers.0,layers.0,torch::nn::LinearImpl");
     CHECK(j["graph_module"]["module_call_graph"][1] == json{{"fqn", "layers"}, {"signature", nullptr}});
+    // a container nothing calls (ModuleList) is no frame, as in torch's stacks (its unflatten nests
+    // by them); the GELU between a Sequential's Linears is the Sequential's, which is called once
+    m::MoE moe;
+    const auto mj = model_json(save_to_string(export_program(moe, std::tuple{at::randn({6, 8})})));
+    std::set<std::string> stacks;
+    for (const auto& n : mj["graph_module"]["graph"]["nodes"])
+      if (n["metadata"].contains("nn_module_stack")) stacks.insert(n["metadata"]["nn_module_stack"].get<std::string>());
+    CHECK(stacks.count("L__self__,,xport_models::MoEImpl;L__self__experts.1,experts.1,torch::nn::SequentialImpl;"
+                       "L__self__experts.1.2,experts.1.2,torch::nn::LinearImpl") == 1);
+    CHECK(stacks.count("L__self__,,xport_models::MoEImpl;L__self__experts.1,experts.1,torch::nn::SequentialImpl") == 1);
+    for (const auto& st : stacks) CHECK_MESSAGE(st.find('@') == std::string::npos, st);
+    // a module's next call is `@1` (its nodes in a row are one call), as torch counts them
+    Twice twice;
+    const auto tj = model_json(save_to_string(export_program(twice, std::tuple{at::randn({2, 4})})));
+    std::vector<std::string> keys;
+    for (const auto& n : tj["graph_module"]["graph"]["nodes"]) {
+      const auto stack = n["metadata"]["nn_module_stack"].get<std::string>();
+      keys.push_back(stack.substr(stack.rfind(';') + 1, stack.find(',', stack.rfind(';')) - stack.rfind(';') - 1));
+    }
+    CHECK((keys == std::vector<std::string>{"L__self__c1", "L__self__c1", "L__self__c2", "L__self__c2", "L__self__c1@1",
+                                            "L__self__c1@1"}));
     const auto first_call = [](const exported_program& e) {
       for (auto n : e.graph().nodes())
         if (n.is_call()) return n;

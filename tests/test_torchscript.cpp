@@ -3,6 +3,7 @@
 // the TorchScript interpreter; the oracle cases (suite "oracle_package") convert the `.pt` files
 // torch.jit.script wrote (tests/python/packages.py) and match torch's own converter.
 #include <filesystem>
+#include <set>
 
 #include <unistd.h>
 
@@ -370,6 +371,18 @@ TEST_CASE("torchscript: torchvision's models scripted by torch convert, dynamic 
     auto p = from_torchscript(ref, {at::randn({2, 3, 64, 64})}, {.dynamic_shapes = {{"x", {{0, batch}}}}});
     for (const auto& x : {at::randn({3, 3, 64, 64}), at::randn({1, 3, 64, 64})})
       CHECK(at::equal(run(p, {x})[0], ref.forward({x}).toTensor()));
+    // the module tree came along: each call is the submodule's it was made in (nn_module_stack,
+    // by which torch's unflatten nests them: packages.py), a relu of layer1.0 layer1.0's
+    std::set<std::string> submodules{""};
+    for (const auto& sub : ref.named_modules()) submodules.insert(sub.name);
+    std::size_t nested = 0;
+    for (auto n : p.graph().nodes())
+      if (n.is_call()) {
+        INFO("node " << n.name() << " in module '" << n.module_path() << "'");
+        CHECK(submodules.count(n.module_path()) == 1);
+        nested += n.module_path().find('.') != std::string::npos;
+      }
+    CHECK(nested >= 20);
     save(p, (dir / ("xport_from_ts_" + name.substr(0, name.size() - 6) + ".pt2")).string());
   }
   // a traced file records sizes as tensors: refused, saying so

@@ -7,6 +7,7 @@
 #include <stdexcept>  // std::runtime_error
 #include <string>     // std::string
 #include <utility>    // std::move
+#include <vector>     // std::vector
 
 #include <xport/config.hpp>
 
@@ -103,6 +104,13 @@ namespace detail {
 inline std::string first_line(const std::string& s) {
   const auto nl = s.find('\n');
   return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+/// Names joined for a message: `'encode', 'forward'` (`none` for no names).
+inline std::string quoted_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "'" : ", '") + n + "'";
+  return out.empty() ? "none" : out;
 }
 
 }  // namespace detail

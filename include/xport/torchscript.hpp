@@ -171,7 +171,9 @@ inline std::string traced_hint(const torch::jit::Module& m) {
 /// Walks one TorchScript graph under export's capture (Note [TorchScript by translation]).
 class ts_translator {
  public:
-  explicit ts_translator(std::string method) : method_(std::move(method)) {}
+  /// `module_of`: the module each node of the inlined graph was called in (inlined_graph).
+  ts_translator(std::string method, const std::unordered_map<const torch::jit::Node*, std::string>& module_of)
+      : method_(std::move(method)), module_of_(module_of) {}
 
   c10::IValue run(const torch::jit::Graph& g, const std::vector<c10::IValue>& inputs) {
     const auto ins = g.inputs();
@@ -186,6 +188,8 @@ class ts_translator {
   void walk(const torch::jit::Block* b) {
     for (const auto* n : b->nodes()) {
       try {
+        const auto module = module_of_.find(n);
+        const module_scope in_module(module == module_of_.end() ? std::string() : module->second);
         step(n);
       } catch (const graph_break& e) {
         if (std::string(e.what()).find("\nat TorchScript ") != std::string::npos) throw;
@@ -200,6 +204,24 @@ class ts_translator {
       }
     }
   }
+
+  /// While a node runs, the calls it records are its module's (Note [Module paths of calls]):
+  /// nn_module_stack in the program, by which torch's unflatten nests modules.
+  class module_scope {
+   public:
+    explicit module_scope(std::string path)
+        : modules_(!path.empty() && active_capture ? &active_capture->modules() : nullptr) {
+      if (modules_) modules_->enter(std::move(path));
+    }
+    ~module_scope() {
+      if (modules_) modules_->leave();
+    }
+    module_scope(const module_scope&) = delete;
+    module_scope& operator=(const module_scope&) = delete;
+
+   private:
+    module_call_tracker* modules_;
+  };
 
   /// "at TorchScript line ..." with the line's text, for a message.
   static std::string where(const torch::jit::Node* n) {
@@ -504,27 +526,78 @@ class ts_translator {
   };
 
   std::string method_;
+  const std::unordered_map<const torch::jit::Node*, std::string>& module_of_;
   int in_data_branch_ = 0;
   std::unordered_map<value_ptr, c10::IValue> env_;
   // `bool(t)` not read yet: t, and the node that reads it when something needs the value
   std::unordered_map<value_ptr, std::pair<at::Tensor, const torch::jit::Node*>> deferred_;
 };
 
-/// The graph of `method` with every method and function it calls inlined.
-inline std::shared_ptr<torch::jit::Graph> inlined_graph(torch::jit::Module& m, const std::string& method) {
-  auto g = m.get_method(method).graph()->copy();
-  // one level per pass with the graph optimizer off (a callee's own calls stay calls): again
-  // until none is left (TorchScript has no recursion)
-  const auto has_calls = [](const auto& self, const torch::jit::Block* b) -> bool {
-    for (const auto* n : b->nodes()) {
-      if (n->kind() == c10::prim::CallMethod || n->kind() == c10::prim::CallFunction) return true;
-      for (const auto* sub : n->blocks())
-        if (self(self, sub)) return true;
+/// The path of a module value from `self` through the attributes it was read from
+/// (`self.blocks[0]` is GetAttr `0` of GetAttr `blocks`: `blocks.0`); nullopt for a module value
+/// of another origin.
+inline std::optional<std::string> module_value_path(const torch::jit::Value* v, const torch::jit::Value* self) {
+  std::string path;
+  for (; v != self; v = v->node()->input(0)) {
+    if (v->node()->kind() != c10::prim::GetAttr) return std::nullopt;
+    const auto& name = v->node()->s(c10::attr::name);
+    path = path.empty() ? name : name + "." + path;
+  }
+  return path;
+}
+
+/// A method's graph with every method and function it calls inlined, and the module each node
+/// was called in: the nodes a call of `self.blocks[0].forward` brings are module `blocks.0`'s, a
+/// function's are its caller's (TorchScript's own inlined call stacks keep one level only when
+/// inlining one level at a time, as here).
+struct inlined_method {
+  std::shared_ptr<torch::jit::Graph> graph;
+  std::unordered_map<const torch::jit::Node*, std::string> module_of;
+};
+
+/// `method`'s graph, one level of calls inlined per pass (a callee's own calls stay calls) until
+/// none is left (TorchScript has no recursion); each inlined node is given its module.
+inline inlined_method inlined_graph(torch::jit::Module& m, const std::string& method) {
+  inlined_method out{m.get_method(method).graph()->copy(), {}};
+  auto& g = *out.graph;
+  const auto calls_in = [](const auto& self, torch::jit::Block* b, std::vector<torch::jit::Node*>& found) -> void {
+    for (auto* n : b->nodes()) {
+      if (n->kind() == c10::prim::CallMethod || n->kind() == c10::prim::CallFunction) found.push_back(n);
+      for (auto* sub : n->blocks()) self(self, sub, found);
     }
-    return false;
   };
-  for (int pass = 0; pass < 256 && has_calls(has_calls, g->block()); ++pass) torch::jit::Inline(*g);
-  return g;
+  const auto mark = [&](const auto& self, torch::jit::Node* n, const std::string& path) -> void {
+    out.module_of[n] = path;
+    for (auto* sub : n->blocks())
+      for (auto* inner : sub->nodes()) self(self, inner, path);
+  };
+  for (int pass = 0; pass < 256; ++pass) {
+    std::vector<torch::jit::Node*> calls;
+    calls_in(calls_in, g.block(), calls);
+    bool inlined = false;
+    for (auto* call : calls) {
+      const auto it = out.module_of.find(call);
+      std::string path = it == out.module_of.end() ? std::string() : it->second;
+      torch::jit::GraphFunction* fn = nullptr;
+      if (call->kind() == c10::prim::CallMethod) {
+        fn = torch::jit::tryToGraphFunction(
+            call->input(0)->type()->expectRef<c10::ClassType>().getMethod(call->s(c10::attr::name)));
+        if (const auto module = module_value_path(call->input(0), g.inputs()[0])) path = *module;
+      } else if (call->input(0)->node()->kind() == c10::prim::Constant) {
+        fn = torch::jit::tryToGraphFunction(*call->input(0)->type()->expectRef<c10::FunctionType>().function());
+        if (fn) call->removeInput(0);
+      }
+      if (!fn) continue;  // a builtin: left as a call (the translation refuses it, naming it)
+      auto* before = call->prev();
+      auto* after = call->next();
+      out.module_of.erase(call);
+      torch::jit::inlineCallTo(call, fn, /*use_graph=*/true);
+      for (auto* n = before->next(); n != after; n = n->next()) mark(mark, n, path);
+      inlined = true;
+    }
+    if (!inlined) break;
+  }
+  return out;
 }
 
 /// A TorchScript module seen as the module export_program lifts: parameters and buffers under
@@ -595,8 +668,8 @@ struct jit_method_view {
     c10::IValue result;
     if (route == torchscript_route::translate) {
       try {
-        const auto g = inlined_graph(m, method);
-        result = ts_translator(method).run(*g, {c10::IValue(m._ivalue()), c10::IValue(a)...});
+        const auto inlined = inlined_graph(m, method);
+        result = ts_translator(method, inlined.module_of).run(*inlined.graph, {c10::IValue(m._ivalue()), c10::IValue(a)...});
       } catch (const graph_break& e) {
         const auto hint = traced_hint(m);
         if (hint.empty()) throw;
@@ -636,7 +709,7 @@ inline std::vector<std::string> jit_argument_names(torch::jit::Module& m, const 
     std::vector<std::string> names;
     for (const auto& f : m.get_methods()) names.push_back(f.name());
     throw export_error("xport.torchscript.method",
-                       "the TorchScript module has no method '" + method + "'; it has " + serde::quoted_list(names));
+                       "the TorchScript module has no method '" + method + "'; it has " + quoted_list(names));
   }
   const auto& args = found->function().getSchema().arguments();
   std::vector<std::string> names;

@@ -99,13 +99,6 @@ struct package_save_options {
 
 namespace detail::serde {
 
-/// The names joined for a message: `'encode', 'forward'`.
-inline std::string quoted_list(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "'" : ", '") + n + "'";
-  return out.empty() ? "none" : out;
-}
-
 /// A program's name read as a method and a mode: `forward.train` is method `forward` exported in
 /// train mode, `forward.eval` in eval mode; any other name is a method of its own, either mode.
 inline std::pair<std::string, std::optional<bool>> method_of(const std::string& name) {
@@ -232,7 +225,7 @@ inline const exported_program& package::at(const std::string& name) const {
   const auto it = programs.find(name);
   if (it == programs.end())
     throw error("xport.package.name", "the package has no program '" + name + "'; it has " +
-                                          detail::serde::quoted_list(names()));
+                                          detail::quoted_list(names()));
   return it->second;
 }
 

@@ -403,7 +403,7 @@ class package_module : public torch::nn::Module {
     const auto it = methods_.find(method);
     if (it == methods_.end())
       throw error("xport.package.name", "package_module: no method '" + method + "'; it has " +
-                                            detail::serde::quoted_list(methods()));
+                                            detail::quoted_list(methods()));
     const bool mode = is_training();
     for (const auto& v : it->second)  // the program for this mode, else one that runs in either
       if (v.training == mode) return programs_.at(v.program);

@@ -43,6 +43,7 @@
 #include <stdexcept>  // std::runtime_error
 #include <string>     // std::string
 #include <utility>    // std::move
+#include <vector>     // std::vector
 
 // #include <xport/config.hpp>
 
@@ -139,6 +140,13 @@ namespace detail {
 inline std::string first_line(const std::string& s) {
   const auto nl = s.find('\n');
   return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+/// Names joined for a message: `'encode', 'forward'` (`none` for no names).
+inline std::string quoted_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "'" : ", '") + n + "'";
+  return out.empty() ? "none" : out;
 }
 
 }  // namespace detail
@@ -2071,7 +2079,8 @@ XPORT_END_NAMESPACE
 
 // #include <xport/config.hpp>
 // #include <xport/detail/names.hpp>
-// xport/detail/names.hpp: unique value names, chosen the way torch.fx chooses them.
+// xport/detail/names.hpp: unique value names, chosen the way torch.fx chooses them, and which
+// module types are containers (no nn_module_stack frame of their own).
 // `add`, `add_1`, `add_2`; Python keywords and builtins are never used bare (`sum` -> `sum_1`),
 // so printed programs read exactly as torch.export prints the same program.
 
@@ -2253,6 +2262,19 @@ class name_table {
 
   std::unordered_map<std::string, entry> table_;
 };
+
+/// Whether a module type is a container nothing calls (its children are called instead), whose
+/// FQN is a module path but never a frame of torch's nn_module_stack: C++'s
+/// `torch::nn::ModuleListImpl` and the like, Python's `torch.nn.ModuleList` and the like (a
+/// TorchScript file names `__torch__.torch.nn.modules.container.___torch_mangle_3.ModuleList`).
+inline bool is_module_container(std::string_view type) {
+  const auto cut = type.find_last_of(".:");
+  const auto last = cut == std::string_view::npos ? type : type.substr(cut + 1);
+  for (const std::string_view c : {"ModuleList", "ModuleDict", "ParameterList", "ParameterDict"})
+    if (last == c || (last.size() == c.size() + 4 && last.substr(0, c.size()) == c && last.substr(c.size()) == "Impl"))
+      return true;
+  return false;
+}
 
 }  // namespace detail
 XPORT_END_NAMESPACE
@@ -4423,6 +4445,160 @@ XPORT_END_NAMESPACE
 
 // #include <xport/config.hpp>
 // #include <xport/ir/graph.hpp>
+// #include <xport/ir/treespec.hpp>
+// xport/ir/treespec.hpp: the structure of a program's inputs and outputs (torch's TreeSpec).
+// Tensor leaves, constant leaves (specialized C++ scalars and strings), None, tuple / list /
+// dict containers, and pytree nodes of types C++ does not have (a dataclass, a Hugging Face
+// ModelOutput, a namedtuple, a user's registered type), kept by type name and context so that
+// a program torch wrote saves back unchanged. A program's in_spec is the tuple of the forward's
+// arguments, which may name them (torch's forward_arg_names) and mark the last ones as keyword
+// arguments (programs written by torch with kwargs). Building specs from C++ values lives in
+// trace/tree.hpp.
+
+#include <cstdint>  // std::uint8_t
+#include <optional>  // std::optional
+#include <string>   // std::string
+#include <string_view>  // std::string_view
+#include <vector>   // std::vector
+
+// #include <xport/config.hpp>
+// #include <xport/detail/python_repr.hpp>
+// #include <xport/ir/graph.hpp>
+
+XPORT_BEGIN_NAMESPACE
+
+/// The structure of a (nested) C++ value: tensor leaves, constant leaves, and containers.
+///
+/// Note [Pytree node types]: torch names every container by its serialized type name and keeps
+/// a context beside its children (a dict's keys, a dataclass's field names, a namedtuple's type).
+/// xport reads the builtin ones as tuple / list / dict / None; a dict or list of another type
+/// (`collections.OrderedDict`, `collections.defaultdict`, fx's immutable ones) stays a dict or a
+/// list that remembers its type and context. Any other type is a `node`: its children in order,
+/// with field names where its context gives one per child (a dataclass's `[[fields], [None
+/// fields]]`, a ModelOutput's `[keys]`); a namedtuple's context names its type, not its fields,
+/// so its children are positional. Saving writes the type name and context back as read.
+struct treespec {
+  enum class kind : std::uint8_t { leaf, constant, none, tuple, list, dict, node };
+  kind type = kind::leaf;
+  argument value;                 ///< a constant leaf's value
+  /// Dict keys, in iteration order; a node's field names (empty when its context names none).
+  /// At the top of an in_spec (a tuple of the arguments): the arguments' names, one per child,
+  /// or none when they are not known.
+  std::vector<std::string> keys;
+  std::vector<treespec> children;
+  /// At the top of an in_spec: how many of the last children are keyword arguments.
+  std::size_t num_kwargs = 0;
+  /// torch's serialized type name (`transformers.modeling_outputs.CausalLMOutputWithPast`,
+  /// `collections.OrderedDict`); empty for the builtin tuple, list, dict and None.
+  std::string type_name;
+  /// The context as torch serialized it, kept to be written back unchanged: the string its
+  /// `to_dumpable_context` gave (JSON text for most types, `[["a", "b"], ["c"]]` for a dataclass;
+  /// a namedtuple's type name), or, where that was another JSON value (a defaultdict's object),
+  /// its JSON text with `context_is_json` set. Empty when xport writes its own (builtins).
+  std::string context;
+  bool context_is_json = false;
+
+  static treespec leaf() { return {}; }
+  static treespec constant(argument v) { return {kind::constant, std::move(v), {}, {}, 0, {}, {}, false}; }
+  static treespec of(kind k, std::vector<treespec> children = {}, std::vector<std::string> keys = {}) {
+    return {k, {}, std::move(keys), std::move(children), 0, {}, {}, false};
+  }
+  /// A pytree node of type `type_name` (see Note [Pytree node types]).
+  static treespec node(std::string type_name, std::string context, std::vector<treespec> children,
+                       std::vector<std::string> fields = {}) {
+    return {kind::node, {}, std::move(fields), std::move(children), 0, std::move(type_name), std::move(context), false};
+  }
+
+  /// The child under key or field `name`, or null (dicts and nodes with field names).
+  [[nodiscard]] const treespec* child(std::string_view name) const {
+    for (std::size_t i = 0; i < keys.size() && i < children.size(); ++i)
+      if (keys[i] == name) return &children[i];
+    return nullptr;
+  }
+  /// The type's last dotted part (`CausalLMOutputWithPast`), or the builtin's name.
+  [[nodiscard]] std::string short_type_name() const {
+    if (!type_name.empty()) return type_name.substr(type_name.rfind('.') + 1);
+    switch (type) {
+      case kind::tuple: return "tuple";
+      case kind::list: return "list";
+      case kind::dict: return "dict";
+      case kind::none: return "None";
+      default: return "";
+    }
+  }
+
+  /// Number of leaves, constant leaves included: a program has one placeholder per leaf.
+  [[nodiscard]] std::size_t num_all_leaves() const {
+    if (type == kind::leaf || type == kind::constant) return 1;
+    std::size_t n = 0;
+    for (const auto& c : children) n += c.num_all_leaves();
+    return n;
+  }
+
+  /// The same structure, argument names aside (what a call must match).
+  [[nodiscard]] bool same_structure(const treespec& o) const {
+    if (type != o.type || num_kwargs != o.num_kwargs || children.size() != o.children.size()) return false;
+    if (type == kind::dict || type == kind::node ? keys != o.keys : !(value == o.value)) return false;
+    if (type == kind::node && (type_name != o.type_name || context != o.context || context_is_json != o.context_is_json))
+      return false;
+    for (std::size_t i = 0; i < children.size(); ++i)
+      if (!children[i].same_structure(o.children[i])) return false;
+    return true;
+  }
+
+  /// Number of tensor leaves.
+  [[nodiscard]] std::size_t num_leaves() const {
+    if (type == kind::leaf) return 1;
+    std::size_t n = 0;
+    for (const auto& c : children) n += c.num_leaves();
+    return n;
+  }
+
+  /// torch-like text: `(*, [*, *], {'a': *}, 3, None)`.
+  [[nodiscard]] std::string str() const {
+    switch (type) {
+      case kind::leaf: return "*";
+      case kind::constant: return value.is_string() ? detail::python_str_repr(value.as_string()) : constant_text();
+      case kind::none: return "None";
+      case kind::tuple:
+      case kind::list: {
+        std::string s = type == kind::tuple ? "(" : "[";
+        for (std::size_t i = 0; i < children.size(); ++i) {
+          const bool kwarg = i + num_kwargs >= children.size() && i < keys.size();
+          s += (i ? ", " : "") + (kwarg ? keys[i] + "=" : std::string()) + children[i].str();
+        }
+        if (type == kind::tuple && children.size() == 1) s += ",";
+        return s + (type == kind::tuple ? ")" : "]");
+      }
+      case kind::dict: {
+        std::string s = type_name.empty() ? "{" : short_type_name() + "({";
+        for (std::size_t i = 0; i < children.size(); ++i)
+          s += (i ? ", " : "") + ("'" + keys[i] + "': ") + children[i].str();
+        return s + (type_name.empty() ? "}" : "})");
+      }
+      case kind::node: {  // `CausalLMOutputWithPast(logits=*)`, a namedtuple `Point(*, *)`
+        std::string s = short_type_name() + "(";
+        for (std::size_t i = 0; i < children.size(); ++i)
+          s += (i ? ", " : "") + (i < keys.size() ? keys[i] + "=" : std::string()) + children[i].str();
+        return s + ")";
+      }
+    }
+    return "?";
+  }
+
+  friend bool operator==(const treespec&, const treespec&) = default;
+
+ private:
+  [[nodiscard]] std::string constant_text() const {
+    if (value.is_none()) return "None";
+    if (value.is_bool()) return value.as_bool() ? "True" : "False";
+    if (value.is_int()) return std::to_string(value.as_int());
+    if (value.is_double()) return detail::python_float_repr(value.as_double());
+    return "?";
+  }
+};
+
+XPORT_END_NAMESPACE
 
 XPORT_BEGIN_NAMESPACE
 
@@ -4648,161 +4824,34 @@ class graph_signature {
   }
 };
 
-XPORT_END_NAMESPACE
-// #include <xport/ir/treespec.hpp>
-// xport/ir/treespec.hpp: the structure of a program's inputs and outputs (torch's TreeSpec).
-// Tensor leaves, constant leaves (specialized C++ scalars and strings), None, tuple / list /
-// dict containers, and pytree nodes of types C++ does not have (a dataclass, a Hugging Face
-// ModelOutput, a namedtuple, a user's registered type), kept by type name and context so that
-// a program torch wrote saves back unchanged. A program's in_spec is the tuple of the forward's
-// arguments, which may name them (torch's forward_arg_names) and mark the last ones as keyword
-// arguments (programs written by torch with kwargs). Building specs from C++ values lives in
-// trace/tree.hpp.
+// Note [Preserved module calls]
+// torch.export(..., preserve_module_call_signature=("block",)) keeps submodule `block`'s call
+// boundary: the archive's module_call_graph entry for it names the graph values that went in and
+// came out, and torch's `unflatten` rebuilds `block` as a module called with exactly those (one
+// that can be swapped for another program of the same signature). xport reads these entries,
+// keeps them by FQN, and writes them back; a transformation that builds a new graph
+// (run_decompositions) renames each boundary value to the value its lowering became, as torch's
+// node provenance does, and the save refuses a signature naming a value the graph lost
+// (`xport.save.module_call`) rather than write one torch could not wire.
 
-#include <cstdint>  // std::uint8_t
-#include <optional>  // std::optional
-#include <string>   // std::string
-#include <string_view>  // std::string_view
-#include <vector>   // std::vector
-
-// #include <xport/config.hpp>
-// #include <xport/detail/python_repr.hpp>
-// #include <xport/ir/graph.hpp>
-
-XPORT_BEGIN_NAMESPACE
-
-/// The structure of a (nested) C++ value: tensor leaves, constant leaves, and containers.
-///
-/// Note [Pytree node types]: torch names every container by its serialized type name and keeps
-/// a context beside its children (a dict's keys, a dataclass's field names, a namedtuple's type).
-/// xport reads the builtin ones as tuple / list / dict / None; a dict or list of another type
-/// (`collections.OrderedDict`, `collections.defaultdict`, fx's immutable ones) stays a dict or a
-/// list that remembers its type and context. Any other type is a `node`: its children in order,
-/// with field names where its context gives one per child (a dataclass's `[[fields], [None
-/// fields]]`, a ModelOutput's `[keys]`); a namedtuple's context names its type, not its fields,
-/// so its children are positional. Saving writes the type name and context back as read.
-struct treespec {
-  enum class kind : std::uint8_t { leaf, constant, none, tuple, list, dict, node };
-  kind type = kind::leaf;
-  argument value;                 ///< a constant leaf's value
-  /// Dict keys, in iteration order; a node's field names (empty when its context names none).
-  /// At the top of an in_spec (a tuple of the arguments): the arguments' names, one per child,
-  /// or none when they are not known.
-  std::vector<std::string> keys;
-  std::vector<treespec> children;
-  /// At the top of an in_spec: how many of the last children are keyword arguments.
-  std::size_t num_kwargs = 0;
-  /// torch's serialized type name (`transformers.modeling_outputs.CausalLMOutputWithPast`,
-  /// `collections.OrderedDict`); empty for the builtin tuple, list, dict and None.
-  std::string type_name;
-  /// The context as torch serialized it, kept to be written back unchanged: the string its
-  /// `to_dumpable_context` gave (JSON text for most types, `[["a", "b"], ["c"]]` for a dataclass;
-  /// a namedtuple's type name), or, where that was another JSON value (a defaultdict's object),
-  /// its JSON text with `context_is_json` set. Empty when xport writes its own (builtins).
-  std::string context;
-  bool context_is_json = false;
-
-  static treespec leaf() { return {}; }
-  static treespec constant(argument v) { return {kind::constant, std::move(v), {}, {}, 0, {}, {}, false}; }
-  static treespec of(kind k, std::vector<treespec> children = {}, std::vector<std::string> keys = {}) {
-    return {k, {}, std::move(keys), std::move(children), 0, {}, {}, false};
-  }
-  /// A pytree node of type `type_name` (see Note [Pytree node types]).
-  static treespec node(std::string type_name, std::string context, std::vector<treespec> children,
-                       std::vector<std::string> fields = {}) {
-    return {kind::node, {}, std::move(fields), std::move(children), 0, std::move(type_name), std::move(context), false};
-  }
-
-  /// The child under key or field `name`, or null (dicts and nodes with field names).
-  [[nodiscard]] const treespec* child(std::string_view name) const {
-    for (std::size_t i = 0; i < keys.size() && i < children.size(); ++i)
-      if (keys[i] == name) return &children[i];
-    return nullptr;
-  }
-  /// The type's last dotted part (`CausalLMOutputWithPast`), or the builtin's name.
-  [[nodiscard]] std::string short_type_name() const {
-    if (!type_name.empty()) return type_name.substr(type_name.rfind('.') + 1);
-    switch (type) {
-      case kind::tuple: return "tuple";
-      case kind::list: return "list";
-      case kind::dict: return "dict";
-      case kind::none: return "None";
-      default: return "";
-    }
-  }
-
-  /// Number of leaves, constant leaves included: a program has one placeholder per leaf.
-  [[nodiscard]] std::size_t num_all_leaves() const {
-    if (type == kind::leaf || type == kind::constant) return 1;
-    std::size_t n = 0;
-    for (const auto& c : children) n += c.num_all_leaves();
-    return n;
-  }
-
-  /// The same structure, argument names aside (what a call must match).
-  [[nodiscard]] bool same_structure(const treespec& o) const {
-    if (type != o.type || num_kwargs != o.num_kwargs || children.size() != o.children.size()) return false;
-    if (type == kind::dict || type == kind::node ? keys != o.keys : !(value == o.value)) return false;
-    if (type == kind::node && (type_name != o.type_name || context != o.context || context_is_json != o.context_is_json))
-      return false;
-    for (std::size_t i = 0; i < children.size(); ++i)
-      if (!children[i].same_structure(o.children[i])) return false;
-    return true;
-  }
-
-  /// Number of tensor leaves.
-  [[nodiscard]] std::size_t num_leaves() const {
-    if (type == kind::leaf) return 1;
-    std::size_t n = 0;
-    for (const auto& c : children) n += c.num_leaves();
-    return n;
-  }
-
-  /// torch-like text: `(*, [*, *], {'a': *}, 3, None)`.
-  [[nodiscard]] std::string str() const {
-    switch (type) {
-      case kind::leaf: return "*";
-      case kind::constant: return value.is_string() ? detail::python_str_repr(value.as_string()) : constant_text();
-      case kind::none: return "None";
-      case kind::tuple:
-      case kind::list: {
-        std::string s = type == kind::tuple ? "(" : "[";
-        for (std::size_t i = 0; i < children.size(); ++i) {
-          const bool kwarg = i + num_kwargs >= children.size() && i < keys.size();
-          s += (i ? ", " : "") + (kwarg ? keys[i] + "=" : std::string()) + children[i].str();
-        }
-        if (type == kind::tuple && children.size() == 1) s += ",";
-        return s + (type == kind::tuple ? ")" : "]");
-      }
-      case kind::dict: {
-        std::string s = type_name.empty() ? "{" : short_type_name() + "({";
-        for (std::size_t i = 0; i < children.size(); ++i)
-          s += (i ? ", " : "") + ("'" + keys[i] + "': ") + children[i].str();
-        return s + (type_name.empty() ? "}" : "})");
-      }
-      case kind::node: {  // `CausalLMOutputWithPast(logits=*)`, a namedtuple `Point(*, *)`
-        std::string s = short_type_name() + "(";
-        for (std::size_t i = 0; i < children.size(); ++i)
-          s += (i ? ", " : "") + (i < keys.size() ? keys[i] + "=" : std::string()) + children[i].str();
-        return s + ")";
-      }
-    }
-    return "?";
-  }
-
-  friend bool operator==(const treespec&, const treespec&) = default;
-
- private:
-  [[nodiscard]] std::string constant_text() const {
-    if (value.is_none()) return "None";
-    if (value.is_bool()) return value.as_bool() ? "True" : "False";
-    if (value.is_int()) return std::to_string(value.as_int());
-    if (value.is_double()) return detail::python_float_repr(value.as_double());
-    return "?";
-  }
+/// torch.export's ModuleCallSignature: how a preserved submodule is called, so that torch's
+/// `unflatten` can rebuild it as a module of its own (and swap it for another program of the
+/// same signature). `inputs` and `outputs` name the graph's values at the submodule's boundary
+/// (`x`, `mul` in; `add`, `sum_1` out); `in_spec` is the call's structure, a tuple of (the
+/// positional arguments' tuple, the keyword arguments' dict), and `out_spec` the result's, as
+/// torch's pytree has them. `forward_arg_names` is absent where torch writes null (a
+/// submodule's). A program keeps these by FQN (exported_program::module_call_signatures()); a
+/// pass that replaces a boundary value carries the name over (run_decompositions) or the save
+/// refuses the stale name.
+struct module_call_signature {
+  std::vector<argument_spec> inputs, outputs;
+  treespec in_spec, out_spec;
+  std::optional<std::vector<std::string>> forward_arg_names;
+  friend bool operator==(const module_call_signature&, const module_call_signature&) = default;
 };
 
 XPORT_END_NAMESPACE
+// #include <xport/ir/treespec.hpp>
 // #include <xport/ir/program.hpp>
 // xport/ir/program.hpp: exported_program, what torch.export.export returns.
 // A graph, its signature, the state dict (parameters and persistent buffers), the constants
@@ -4814,6 +4863,7 @@ XPORT_END_NAMESPACE
 #include <array>      // std::array
 #include <cstdint>    // std::int64_t
 #include <memory>     // std::shared_ptr
+#include <map>        // std::map
 #include <mutex>      // std::mutex
 #include <optional>   // std::optional
 #include <unordered_map>  // std::unordered_map
@@ -5115,6 +5165,7 @@ class basic_exported_program<default_policy> {
     p.in_spec_ = in_spec_;
     p.out_spec_ = out_spec_;
     p.module_types_ = module_types_;
+    p.module_signatures_ = module_signatures_;
     return p;
   }
 
@@ -5169,6 +5220,18 @@ class basic_exported_program<default_policy> {
     return module_types_;
   }
   void set_module_types(std::vector<std::pair<std::string, std::string>> types) { module_types_ = std::move(types); }
+
+  /// The call signatures of the submodules whose boundaries were preserved (torch's
+  /// `preserve_module_call_signature`), by FQN: the `module_call_graph` entries torch writes with
+  /// a signature, read from a .pt2 and written back. The root's call is in_spec()/out_spec().
+  [[nodiscard]] const std::map<std::string, module_call_signature>& module_call_signatures() const noexcept {
+    return module_signatures_;
+  }
+  /// Sets (or, with nullopt, drops) the preserved call signature of submodule `fqn`.
+  void set_module_call_signature(const std::string& fqn, std::optional<module_call_signature> sig) {
+    if (sig) module_signatures_.insert_or_assign(fqn, std::move(*sig));
+    else module_signatures_.erase(fqn);
+  }
 
   /// The example user inputs the program was captured with, if kept.
   [[nodiscard]] const std::optional<std::vector<at::Tensor>>& example_inputs() const noexcept {
@@ -5265,6 +5328,7 @@ class basic_exported_program<default_policy> {
   std::optional<treespec> in_spec_;
   std::optional<treespec> out_spec_;
   std::vector<std::pair<std::string, std::string>> module_types_;
+  std::map<std::string, module_call_signature> module_signatures_;
   ir_dialect dialect_ = ir_dialect::training;
   detail::run_cache_slot cache_;
 };
@@ -11380,7 +11444,9 @@ XPORT_END_NAMESPACE
 #include <functional>     // std::function
 #include <iterator>       // std::make_move_iterator
 #include <memory>         // std::make_shared
+#include <map>            // std::map
 #include <optional>       // std::optional
+#include <set>            // std::set
 #include <stdexcept>      // std::runtime_error
 #include <string>         // std::string
 #include <unordered_map>  // std::unordered_map
@@ -12032,6 +12098,46 @@ inline void call_as_autocast(const c10::OperatorHandle& handle, torch::jit::Stac
 }
 
 /// One capture: the program being built and the tensors the traced code holds.
+/// What export knows of the exported module's submodules and their calls through xport::call
+/// (Note [Preserved module calls]): each submodule's FQN by identity, which calls keep their
+/// signature, the modules being called now (the innermost is the module the nodes recorded now
+/// belong to), and the signatures recorded.
+class module_call_tracker {
+ public:
+  /// `containers`: the FQNs of submodules nothing calls (ModuleList, ModuleDict).
+  void set_modules(std::unordered_map<const void*, std::string> fqns, std::set<std::string> preserve,
+                   std::set<std::string> containers) {
+    fqns_ = std::move(fqns);
+    preserve_ = std::move(preserve);
+    containers_ = std::move(containers);
+  }
+  [[nodiscard]] bool is_container(const std::string& fqn) const { return containers_.count(fqn) != 0; }
+  /// The FQN of submodule `m` (its torch::nn::Module address), or null when export does not know it.
+  [[nodiscard]] const std::string* fqn_of(const void* m) const {
+    const auto it = fqns_.find(m);
+    return it == fqns_.end() ? nullptr : &it->second;
+  }
+  [[nodiscard]] bool preserves(const std::string& fqn) const { return preserve_.count(fqn) != 0; }
+  void enter(std::string fqn) { scope_.push_back(std::move(fqn)); }
+  void leave() { scope_.pop_back(); }
+  /// The module being called now (innermost), or null at the root.
+  [[nodiscard]] const std::string* current() const { return scope_.empty() ? nullptr : &scope_.back(); }
+  void add(const std::string& fqn, module_call_signature sig) {
+    if (!calls_.emplace(fqn, std::move(sig)).second)
+      throw export_error("xport.export.preserve",
+                         "preserve_module_call_signature: submodule '" + fqn + "' is called more than once, and a "
+                         "preserved boundary is one call's (torch's unflatten swaps that call). Preserve a submodule "
+                         "called once, or call a separate instance each time");
+  }
+  [[nodiscard]] const std::map<std::string, module_call_signature>& calls() const noexcept { return calls_; }
+
+ private:
+  std::unordered_map<const void*, std::string> fqns_;
+  std::set<std::string> preserve_, containers_;
+  std::vector<std::string> scope_;
+  std::map<std::string, module_call_signature> calls_;
+};
+
 class capture {
  public:
   explicit capture(c10::Device fake_device = c10::Device(c10::kCPU)) : fake_device_(fake_device) {}
@@ -12146,6 +12252,12 @@ class capture {
   /// it: the results are on the stack, its ATen calls recorded instead).
   using decompose_hook = std::function<bool(const op_info&, torch::jit::Stack&)>;
   void set_decompose_hook(decompose_hook h) { decompose_ = std::move(h); }
+
+  /// The outermost capture (this one, outside any subgraph's).
+  [[nodiscard]] capture& root() noexcept { return outer_ ? outer_->root() : *this; }
+  [[nodiscard]] const capture& root() const noexcept { return outer_ ? outer_->root() : *this; }
+  /// The exported module's submodules and their calls (on the root capture).
+  [[nodiscard]] module_call_tracker& modules() noexcept { return root().modules_; }
 
   /// A parameter or buffer of the module, known by identity; its real tensor stays untouched.
   void add_state(input_kind kind, const std::string& fqn, const at::Tensor& t) {
@@ -12682,16 +12794,19 @@ class capture {
     return std::nullopt;
   }
 
-  // The module a node belongs to, from the module state it reads (`layer1.0.conv1.weight` ->
-  // `layer1.0.conv1`).
+  // The module a node belongs to: the module state it reads says (`layer1.0.conv1.weight` ->
+  // `layer1.0.conv1`) when that is inside the module xport::call is calling now, else that
+  // module (a relu in `layer1.0`), else none.
   std::string module_path_of(const node& n) const {
-    if (state_fqn_.empty()) return {};
-    for (std::size_t i = 0; i < n.num_inputs(); ++i)
+    const std::string* calling = root().modules_.current();
+    for (std::size_t i = 0; !state_fqn_.empty() && i < n.num_inputs(); ++i)
       if (auto it = state_fqn_.find(n.input(i).impl()); it != state_fqn_.end()) {
         const auto dot = it->second.rfind('.');
-        return dot == std::string::npos ? std::string() : it->second.substr(0, dot);
+        auto path = dot == std::string::npos ? std::string() : it->second.substr(0, dot);
+        if (!calling || path.starts_with(*calling + ".") || path == *calling) return path;
+        break;
       }
-    return {};
+    return calling ? *calling : std::string();
   }
 
   program_builder builder_;
@@ -12714,7 +12829,46 @@ class capture {
   std::vector<value> lifted_;
   std::unordered_map<const value_impl*, std::pair<value, at::Tensor>> from_outer_;  // enclosing capture's value -> input here
   std::unordered_map<std::string, int> subgraphs_;  // kind ("cond", "while_loop") -> subgraphs so far
+  module_call_tracker modules_;                      // used on the root capture only
 };
+
+/// Note [Module paths of calls]: a call's module is the one whose state it reads, else the one
+/// xport::call is calling (capture::module_path_of), so `t(fc1.weight)`, `matmul`,
+/// `add_(fc1.bias)` of a C++ Linear would be fc1's, layer's, fc1's: one module entered twice,
+/// which torch's unflatten cannot nest. A run of calls that read no state between two calls that
+/// do is the innermost called module both of those are in (the matmul is fc1's; the GELU between
+/// a Sequential's two Linears is the Sequential's; a ModuleList is called by none), where that is
+/// inside the run's own module, so that each module's calls are contiguous.
+inline void join_module_runs(capture& cap) {
+  const auto shared = [](const std::string& a, const std::string& b) {
+    std::size_t end = 0;  // the longest common prefix of whole dotted parts
+    for (std::size_t i = 0;; ++i) {
+      const bool a_cut = i == a.size() || a[i] == '.', b_cut = i == b.size() || b[i] == '.';
+      if (a_cut && b_cut) end = i;
+      if (i == a.size() || i == b.size() || a[i] != b[i]) break;
+    }
+    return a.substr(0, end);
+  };
+  std::vector<node> between;
+  std::string last;
+  for (auto n : cap.builder().graph_ref().nodes()) {
+    if (!n.is_call()) continue;
+    bool reads_state = false;
+    for (std::size_t i = 0; i < n.num_inputs() && !reads_state; ++i) reads_state = !cap.state_name(n.input(i)).empty();
+    if (!reads_state) {
+      between.push_back(n);
+      continue;
+    }
+    const std::string path = n.module_path();
+    auto both = shared(path, last);
+    while (!both.empty() && cap.modules().is_container(both)) both = both.substr(0, both.rfind('.') == std::string::npos ? 0 : both.rfind('.'));
+    if (!both.empty())
+      for (auto& b : between)
+        if (b.module_path().empty() || both.starts_with(b.module_path() + ".")) b.set_module_path(both);
+    between.clear();
+    last = path;
+  }
+}
 
 /// Types a call of an autocast region C++ code writes (see autocast_meta_scope): the casts and
 /// the call autocast makes after them run on meta tensors, unrecorded, with autocast off for the
@@ -15766,6 +15920,7 @@ XPORT_END_NAMESPACE
 #include <ATen/core/Tensor.h>
 
 // #include <xport/config.hpp>
+// #include <xport/detail/names.hpp>
 // #include <xport/detail/sha256.hpp>
 // xport/detail/sha256.hpp: SHA-256 (FIPS 180-4), for names torch derives from hashes: the
 // symbol of a dynamic dim is `s` + sha256(source name) mod 100 (torch's ShapeEnv).
@@ -15849,6 +16004,10 @@ XPORT_END_NAMESPACE
 // #include <xport/trace/unbacked.hpp>
 // #include <xport/ir/unbacked.hpp>
 
+namespace torch::nn {
+class Module;  // xport::call finds a submodule by its address (torch/nn/module.h defines it)
+}  // namespace torch::nn
+
 XPORT_BEGIN_NAMESPACE
 
 /// Tracing policy: ordinary at::Tensor code and torch::nn modules run on fake (meta) tensors
@@ -15863,6 +16022,12 @@ struct export_options {
   bool keep_example_inputs = true;
   /// Which input dimensions are dynamic (trace/dynamic.hpp): `{{"x", {{0, batch}}}}`.
   xport::dynamic_shapes dynamic_shapes = {};
+  /// Submodules (FQNs, `{"layers.0", "encoder"}`) whose call boundary the program keeps, as
+  /// torch.export's preserve_module_call_signature: their call signatures go into the archive's
+  /// module_call_graph, where torch's unflatten (and xport's) rebuild them as modules of their
+  /// own. C++ cannot see a call of `forward()`: the forward calls each of them through
+  /// `xport::call(submodule, args...)` (Note [Preserved module calls]).
+  std::vector<std::string> preserve_module_call_signature = {};
 };
 
 namespace detail {
@@ -15958,12 +16123,51 @@ inline exported_program finish(capture& cap, std::vector<value> outs, treespec i
     }
   };
   visit(visit, out_spec);
+  join_module_runs(cap);
   // Every call was bound by the dispatcher (non-strict) or by bind_arguments (strict): the
   // structural and signature checks run, the per-argument schema checks need not.
   exported_program p = std::move(cap.builder()).build(ir_dialect::training, verify_options{.check_schemas = false});
   p.set_call_spec(std::move(in_spec), std::move(out_spec));
   if (!opts.keep_example_inputs) p.set_example_inputs(std::nullopt);
+  for (const auto& [fqn, sig] : cap.modules().calls()) p.set_module_call_signature(fqn, sig);
   return p;
+}
+
+/// One side of a preserved call (Note [Preserved module calls]): `x`'s structure, its constant
+/// leaves made leaves as torch's pytree has them, and one argument per leaf (the graph value of a
+/// tensor, a constant's value).
+template <class T>
+treespec boundary_of(capture& cap, const T& x, std::vector<argument_spec>& args) {
+  std::vector<at::Tensor> leaves;
+  auto spec = flatten(x, leaves);
+  std::size_t k = 0;
+  const auto walk = [&](const auto& self, treespec& t) -> void {
+    if (t.type == treespec::kind::leaf) {
+      args.push_back(argument_spec::tensor(cap.value_of(leaves[k++]).name()));
+    } else if (t.type == treespec::kind::constant) {
+      args.push_back(argument_spec::constant_value("", t.value));
+      t = treespec::leaf();
+    } else {
+      for (auto& c : t.children) self(self, c);
+    }
+  };
+  walk(walk, spec);
+  return spec;
+}
+
+/// Each FQN of preserve_module_call_signature is a submodule the forward called through xport::call.
+inline void check_preserved(const module_call_tracker& modules, const std::vector<std::string>& known,
+                            const std::vector<std::string>& preserve) {
+  for (const auto& fqn : preserve) {
+    if (std::find(known.begin(), known.end(), fqn) == known.end())
+      throw export_error("xport.export.preserve", "preserve_module_call_signature: the module has no submodule '" + fqn +
+                                                      "'; its submodules are " + quoted_list(known));
+    if (!modules.calls().count(fqn))
+      throw export_error("xport.export.preserve",
+                         "preserve_module_call_signature: submodule '" + fqn + "' was not called through xport::call, "
+                         "so export did not see its boundary (C++ has no hook on forward()). Call it as "
+                         "xport::call(" + fqn + ", args...) in the forward, where it is called now");
+  }
 }
 
 template <class Call, class... Args>
@@ -16427,6 +16631,57 @@ exported_program export_dynamic(Attempt& attempt, const std::tuple<Args...>& arg
 
 }  // namespace detail
 
+/// Calls submodule `m`'s forward with `args`, as `m(args...)` does, and lets export see the call,
+/// which C++ gives no hook for (Python's export sees every `module(...)`): the nodes the call
+/// records belong to `m` (their nn_module_stack, by which torch's unflatten nests modules), and
+/// where export_options::preserve_module_call_signature names it, its call boundary is kept (Note
+/// [Preserved module calls]). Outside export, or for a module export does not know, it is the call.
+template <class M, class... A>
+decltype(auto) call(M&& m, A&&... args) {
+  auto& impl = detail::module_impl(m);
+  using R = decltype(impl.forward(std::forward<A>(args)...));
+  detail::capture* cap = detail::active_capture;
+  const std::string* known = cap ? cap->modules().fqn_of(static_cast<const torch::nn::Module*>(&impl)) : nullptr;
+  if (!known) return impl.forward(std::forward<A>(args)...);
+  const std::string fqn = *known;
+  auto& modules = cap->modules();
+  constexpr bool tree = (detail::is_tree_type<std::remove_cvref_t<A>>() && ...) && detail::is_tree_type<std::remove_cvref_t<R>>();
+  const bool preserve = modules.preserves(fqn);
+  if (preserve && (!tree || cap != &cap->root()))
+    throw export_error("xport.export.preserve",
+                       "preserve_module_call_signature: submodule '" + fqn + "' is called " +
+                           (tree ? "inside a subgraph (a cond, while_loop, map or scan body), whose values are not the "
+                                   "program's: preserve a module called at the top level"
+                                 : "with arguments or a result that are not pytrees of tensors and constants: preserve a "
+                                   "module whose forward takes and returns those"));
+  struct scope_t {
+    detail::module_call_tracker& t;
+    ~scope_t() { t.leave(); }
+  };
+  module_call_signature sig;
+  if constexpr (tree) {
+    if (preserve) {
+      treespec args_spec = treespec::of(treespec::kind::tuple);
+      (args_spec.children.push_back(detail::boundary_of(*cap, args, sig.inputs)), ...);
+      sig.in_spec = treespec::of(treespec::kind::tuple, {std::move(args_spec), treespec::of(treespec::kind::dict)});
+    }
+  }
+  modules.enter(fqn);
+  const scope_t scope{modules};
+  if constexpr (std::is_void_v<R>) {
+    impl.forward(std::forward<A>(args)...);
+  } else {
+    R out = impl.forward(std::forward<A>(args)...);
+    if constexpr (tree) {
+      if (preserve) {
+        sig.out_spec = detail::boundary_of(*cap, out, sig.outputs);
+        modules.add(fqn, std::move(sig));
+      }
+    }
+    return out;
+  }
+}
+
 /// Exports a C++ callable over at::Tensor, or a torch::nn module (whose forward is called with
 /// `args`), into an exported_program (training IR). No real computation runs: the code sees
 /// meta tensors, and the module's parameters and buffers are left exactly as they were.
@@ -16457,8 +16712,21 @@ exported_program export_program(F&& f, const std::tuple<Args...>& args, const ex
       auto& m = detail::module_impl(f);
       for (const auto& item : m.named_parameters(true)) cap.add_state(input_kind::parameter, item.key(), item.value());
       for (const auto& item : m.named_buffers(true)) cap.add_state(input_kind::buffer, item.key(), item.value());
+      std::unordered_map<const void*, std::string> fqns;
+      std::vector<std::string> known;
+      std::set<std::string> containers;
+      for (const auto& item : m.named_modules("", /*include_self=*/false)) {
+        if constexpr (requires { item.value().get(); })  // (a TorchScript module's view lists no torch::nn modules)
+          fqns.emplace(static_cast<const torch::nn::Module*>(item.value().get()), item.key());
+        if (detail::is_module_container(item.value()->name())) containers.insert(item.key());
+        known.push_back(item.key());
+      }
+      cap.modules().set_modules(std::move(fqns),
+                                {opts.preserve_module_call_signature.begin(), opts.preserve_module_call_signature.end()},
+                                std::move(containers));
       auto p = detail::trace_non_strict([&](auto&&... a) { return m.forward(std::forward<decltype(a)>(a)...); },
                                         args, opts, cap);
+      detail::check_preserved(cap.modules(), known, opts.preserve_module_call_signature);
       std::vector<std::pair<std::string, std::string>> types{{"", m.name()}};
       for (const auto& item : m.named_modules("", /*include_self=*/false)) types.emplace_back(item.key(), item.value()->name());
       p.set_module_types(std::move(types));
@@ -16920,6 +17188,7 @@ XPORT_END_NAMESPACE
 // (lower/functionalize.hpp).
 
 #include <functional>     // std::function
+#include <map>            // std::map
 #include <optional>       // std::optional
 #include <string>         // std::string
 #include <string_view>    // std::string_view
@@ -17666,6 +17935,28 @@ struct joint_hooks {
   std::function<void(capture&)> outputs;
 };
 
+/// `p`'s preserved call signatures (Note [Preserved module calls]) with their boundary values
+/// named as the lowered program names them: each tensor value becomes the value its lowering
+/// gave (the last call of a decomposition, torch's provenance `from_node` gives the same).
+inline std::map<std::string, module_call_signature> carried_module_calls(
+    capture& cap, const exported_program& p, const std::unordered_map<const value_impl*, c10::IValue>& held) {
+  auto out = p.module_call_signatures();
+  if (out.empty()) return out;
+  std::unordered_map<std::string, const value_impl*> by_name;
+  for (auto n : p.graph().nodes())
+    for (auto v : n.outputs()) by_name.emplace(v.name(), v.impl());
+  for (auto& [fqn, sig] : out)
+    for (auto* side : {&sig.inputs, &sig.outputs})
+      for (auto& a : *side) {
+        const auto v = by_name.find(a.name);
+        const auto h = v == by_name.end() ? held.end() : held.find(v->second);
+        if (a.type != argument_spec::kind::tensor || h == held.end()) continue;
+        const auto now = unwrap_functional(h->second);
+        if (now.isTensor()) a.name = cap.value_of(now.toTensor()).name();
+      }
+  return out;
+}
+
 inline exported_program lower_functional(const exported_program& p, const decomposition_table& table,
                                          const joint_hooks* joint = nullptr) {
   ensure_lowering_record_fallback();
@@ -17687,8 +17978,10 @@ inline exported_program lower_functional(const exported_program& p, const decomp
   active_lowering = &table;
   std::unordered_map<const value_impl*, c10::IValue> held;  // source value -> what the calls see
   const auto inputs = functional_placeholders(cap, p, grads, held);  // placeholder -> its meta tensor
+  std::map<std::string, module_call_signature> calls;
   if (!joint) {
     lowered_outputs(cap, p, replay_functional(cap, p, inputs, held));
+    calls = carried_module_calls(cap, p, held);
   } else {
     const auto phs = p.graph().placeholders();
     for (std::size_t i = 0; i < phs.size(); ++i)
@@ -17706,6 +17999,8 @@ inline exported_program lower_functional(const exported_program& p, const decomp
   auto q = std::move(cap.builder()).build(ir_dialect::aten, verify_options{.check_schemas = false});
   q.set_call_spec(p.in_spec(), p.out_spec());
   q.range_constraints_mut() = p.range_constraints();
+  if (!joint) q.set_module_types(p.module_types());
+  for (auto& [fqn, sig] : calls) q.set_module_call_signature(fqn, std::move(sig));
   eliminate_dead_code(q.graph_mut());
   return q;
 }
@@ -22023,7 +22318,9 @@ XPORT_END_NAMESPACE
 #include <cmath>          // std::isnan
 #include <cstdint>        // std::int64_t
 #include <memory>         // std::shared_ptr
+#include <map>            // std::map
 #include <optional>       // std::optional
+#include <set>            // std::set
 #include <string>         // std::string
 #include <string_view>    // std::string_view
 #include <unordered_map>  // std::unordered_map
@@ -22035,6 +22332,7 @@ XPORT_END_NAMESPACE
 
 // #include <xport/ops/higher_order.hpp>
 // #include <xport/config.hpp>
+// #include <xport/detail/names.hpp>
 // #include <xport/detail/python_repr.hpp>
 // #include <xport/ir/unbacked.hpp>
 // #include <xport/serde/json.hpp>
@@ -22124,6 +22422,14 @@ inline std::string annotation_of(const std::string& custom_json) {
 }
 
 // ---- program -> JSON -------------------------------------------------------------------------
+
+/// torch's stand-in for the `nn_module_stack` of a node no module made (a `sym_size` export
+/// inserts): torch's unflatten needs every node to have one.
+inline constexpr std::string_view empty_stack_hook = "_empty_nn_module_stack_from_metadata_hook";
+inline json empty_module_stack() {
+  const std::string hook(empty_stack_hook);
+  return {{"nn_module_stack", hook + "," + hook + "," + hook}};
+}
 
 /// Note [Symbolic arguments in .pt2]: an argument that depends on a dynamic dim (`[s0, -1]`) is
 /// written as torch writes it: a `torch.ops.aten.sym_size.int(x, 0)` node reads the dim from an
@@ -22255,7 +22561,7 @@ class sym_writer {
     nodes_.push_back({{"target", x.kind == op::compare ? "_operator." + what : std::string(fx.target)},
                       {"inputs", std::move(inputs)},
                       {"outputs", json::array({{{is_bool ? "as_sym_bool" : "as_sym_float", {{"as_name", name}}}}})},
-                      {"metadata", json::object()},
+                      {"metadata", empty_module_stack()},
                       {"name", name}});
     auto& table = is_bool ? *bools_ : *floats_;
     table[name] = {{"as_expr", {{"expr_str", srepr(x)}, {"hint", is_bool ? json(nullptr) : json{{"as_float", float_json(s.hint())}}}}}};
@@ -22368,7 +22674,7 @@ class sym_writer {
                       {"inputs", json::array({{{"name", "self"}, {"arg", {{"as_tensor", {{"name", best->input}}}}}, {"kind", 1}},
                                               {{"name", "dim"}, {"arg", {{"as_int", best->dim}}}, {"kind", 1}}})},
                       {"outputs", json::array({{{"as_sym_int", {{"as_name", name}}}}})},
-                      {"metadata", json::object()},
+                      {"metadata", empty_module_stack()},
                       {"name", name}});
     values_[name] = sym_int_json(best->size);
     sym_int expr = best->size;  // a derived dim (a*s + b) gives s back as (size - b) // a
@@ -22401,7 +22707,7 @@ class sym_writer {
                       {"inputs", json::array({{{"name", "a"}, {"arg", {{"as_sym_int", std::move(a)}}}, {"kind", 1}},
                                               {{"name", "b"}, {"arg", {{"as_sym_int", std::move(b)}}}, {"kind", 1}}})},
                       {"outputs", json::array({{{"as_sym_int", {{"as_name", name}}}}})},
-                      {"metadata", json::object()},
+                      {"metadata", empty_module_stack()},
                       {"name", name}});
     values_[name] = sym_int_json(result);
     return name;
@@ -22429,25 +22735,57 @@ class sym_writer {
 /// by ';'. Types come from the program's module table (in a type with commas, C++ template
 /// arguments, '<' '>' become '[' ']' so that the commas stay nested, as torch's reader expects;
 /// other types, Python's `f.<locals>.Wrapper` among them, keep theirs; ';' becomes ':').
-inline std::string nn_module_stack_of(const std::string& path, const std::unordered_map<std::string, std::string>& types) {
-  const auto entry = [&](const std::string& fqn) {
+/// As torch's, the stack holds the modules that were called: an enclosing module is left out
+/// when it is a container nothing calls (a ModuleList or ModuleDict, C++'s or one a .pt2's
+/// stacks never name). As torch's, a key counts the module's calls: a module's nodes in a row are
+/// one call, and the next run of them its next call (`L__self__b.relu@1`: b.relu's second call),
+/// by which torch's unflatten tells a module called twice from one call.
+class module_stack_writer {
+ public:
+  explicit module_stack_writer(const std::vector<std::pair<std::string, std::string>>& types)
+      : types_(types.begin(), types.end()) {}
+
+  /// The stack of the next node in graph order, in module `path`.
+  std::string operator()(const std::string& path) {
+    std::vector<std::string> frames;
+    for (std::size_t dot = 0; !path.empty() && dot != std::string::npos;) {
+      dot = path.find('.', dot + 1);
+      auto fqn = path.substr(0, dot);
+      if (dot == std::string::npos || called(fqn)) frames.push_back(std::move(fqn));
+    }
+    std::vector<std::pair<std::string, int>> now;
+    for (std::size_t i = 0; i < frames.size(); ++i)
+      if (now.size() == i && i < open_.size() && open_[i].first == frames[i]) now.push_back(open_[i]);  // the same call
+      else now.emplace_back(frames[i], calls_[frames[i]]++);
+    open_ = now;
+    std::string out = entry("", 0);
+    for (const auto& [fqn, call] : now) out += ";" + entry(fqn, call);
+    return out;
+  }
+
+ private:
+  [[nodiscard]] bool called(const std::string& fqn) const {
+    const auto it = types_.find(fqn);
+    // (a .pt2's with no type: no node's stack names it)
+    return it != types_.end() && !it->second.empty() && !is_module_container(it->second);
+  }
+  [[nodiscard]] std::string entry(const std::string& fqn, int call) const {
     std::string type;
-    if (auto it = types.find(fqn); it != types.end()) {
+    if (auto it = types_.find(fqn); it != types_.end()) {
       const bool commas = it->second.find(',') != std::string::npos;
       for (char c : it->second) type += commas && c == '<' ? '[' : commas && c == '>' ? ']' : c == ';' ? ':' : c;
     }
-    return "L__self__" + fqn + "," + fqn + "," + type;
-  };
-  std::string out = entry("");
-  for (std::size_t dot = 0; !path.empty() && dot != std::string::npos;) {
-    dot = path.find('.', dot + 1);
-    out += ";" + entry(path.substr(0, dot));
+    return "L__self__" + fqn + (call ? "@" + std::to_string(call) : std::string()) + "," + fqn + "," + type;
   }
-  return out;
-}
+
+  std::unordered_map<std::string, std::string> types_;
+  std::unordered_map<std::string, int> calls_;
+  std::vector<std::pair<std::string, int>> open_;  // the previous node's frames: (module, call)
+};
 /// The path of the innermost module of an `nn_module_stack` (`fc` above), and every (path, type).
 inline std::string module_path_of_stack(const std::string& stack, std::vector<std::pair<std::string, std::string>>* types) {
   std::string path;
+  if (stack.starts_with(empty_stack_hook)) return path;  // no module's
   std::size_t start = 0;
   while (start <= stack.size()) {
     const auto end = std::min(stack.find(';', start), stack.size());
@@ -22549,7 +22887,7 @@ inline json graph_json(const exported_program& p) {
     if (v.kind() == value_kind::tensor) tensor_values[name] = tensor_meta_json(v.meta());
     else if (v.kind() == value_kind::sym_int) sym_int_values[name] = sym_int_json(v.type().scalar);
   };
-  const std::unordered_map<std::string, std::string> types(p.module_types().begin(), p.module_types().end());
+  module_stack_writer stack_of(p.module_types());
   std::size_t ph = 0;
   for (auto n : g.nodes()) {
     if (n.is_placeholder()) {
@@ -22582,7 +22920,7 @@ inline json graph_json(const exported_program& p) {
     json meta = json::object();
     if (const auto& s = n.source(); s && !s->file.empty()) meta["stack_trace"] = stack_trace_of(*s);
     if (const auto& s = n.source(); s && !s->custom_json.empty()) meta["custom"] = s->custom_json;
-    meta["nn_module_stack"] = nn_module_stack_of(n.module_path(), types);
+    meta["nn_module_stack"] = stack_of(n.module_path());
     nodes.push_back({{"target", op.target}, {"inputs", std::move(in)}, {"outputs", std::move(out)},
                      {"metadata", std::move(meta)}, {"name", n.name()}});
     if (op.higher_order) nodes.back()["is_hop_single_tensor_return"] = !op.returns_list;  // (out_dtype)
@@ -22611,6 +22949,44 @@ inline std::pair<treespec, treespec> call_specs(const exported_program& p) {
   return {std::move(in), std::move(out)};
 }
 
+/// A preserved submodule's signature as torch writes it; null when none is kept.
+inline json module_call_json(const exported_program& p, const std::string& fqn) {
+  const auto it = p.module_call_signatures().find(fqn);
+  if (it == p.module_call_signatures().end()) return nullptr;
+  const auto& sig = it->second;
+  json inputs = json::array(), outputs = json::array();
+  for (const auto& a : sig.inputs) inputs.push_back(spec_arg_json(a));
+  for (const auto& a : sig.outputs) outputs.push_back(spec_arg_json(a));
+  json names = nullptr;
+  if (sig.forward_arg_names) names = *sig.forward_arg_names;
+  return {{"inputs", std::move(inputs)},
+          {"outputs", std::move(outputs)},
+          {"in_spec", json::array({1, pytree_json(sig.in_spec)}).dump()},
+          {"out_spec", json::array({1, pytree_json(sig.out_spec)}).dump()},
+          {"forward_arg_names", std::move(names)}};
+}
+
+/// Fails unless every value a preserved call signature names is one the graph writes: a pass
+/// that replaced a boundary value without carrying its name over would give torch's unflatten a
+/// call it cannot wire.
+inline void check_module_call_names(const exported_program& p) {
+  std::set<std::string> names;
+  for (auto n : p.graph().nodes())
+    for (auto v : n.outputs()) names.insert(v.name());
+  for (const auto& [fqn, sig] : p.module_call_signatures())
+    for (const auto* side : {&sig.inputs, &sig.outputs})
+      for (const auto& a : *side) {
+        if (a.type == argument_spec::kind::constant || names.count(a.name)) continue;
+        throw error("xport.save.module_call",
+                    "the preserved call signature of submodule '" + fqn + "' names value '" + a.name + "' as one of its " +
+                        (side == &sig.inputs ? "inputs" : "outputs") +
+                        ", but the graph has no value of that name (a transformation replaced it without carrying the "
+                        "boundary over). Export again with the boundary preserved, or drop it with "
+                        "p.set_module_call_signature(\"" + fqn + "\", std::nullopt): torch then unflattens the submodule "
+                        "without its call signature");
+      }
+}
+
 /// torch's module call graph: the root's signature (how ep.module() is called: in_spec of
 /// `(args, kwargs)`, out_spec, the forward's argument names), then one entry per submodule.
 inline json module_call_graph_json(const exported_program& p) {
@@ -22625,8 +23001,13 @@ inline json module_call_graph_json(const exported_program& p) {
                                {"in_spec", pytree_in_spec(in)},
                                {"out_spec", json::array({1, pytree_json(out)}).dump()},
                                {"forward_arg_names", std::move(names)}}}}});
+  const auto& signatures = p.module_call_signatures();
+  if (!signatures.empty()) check_module_call_names(p);
+  std::set<std::string> written;
   for (const auto& [fqn, type] : p.module_types())
-    if (!fqn.empty()) graph.push_back({{"fqn", fqn}, {"signature", nullptr}});
+    if (!fqn.empty() && written.insert(fqn).second) graph.push_back({{"fqn", fqn}, {"signature", module_call_json(p, fqn)}});
+  for (const auto& [fqn, sig] : signatures)  // preserved, though the module table does not list it
+    if (!fqn.empty() && written.insert(fqn).second) graph.push_back({{"fqn", fqn}, {"signature", module_call_json(p, fqn)}});
   return graph;
 }
 
@@ -23343,7 +23724,23 @@ struct loaded_json {
   std::optional<treespec> in_spec, out_spec;
   std::vector<range_constraint> ranges;
   std::vector<std::pair<std::string, std::string>> module_types;
+  std::map<std::string, module_call_signature> module_signatures;
 };
+
+/// A submodule's ModuleCallSignature (torch's preserve_module_call_signature), as written.
+inline module_call_signature module_call_signature_of(const at_path& sig) {
+  module_call_signature out;
+  const auto ins = sig["inputs"], outs = sig["outputs"];
+  for (std::size_t k = 0, n = ins.size_of_array(); k < n; ++k) out.inputs.push_back(spec_arg_of(ins[k]));
+  for (std::size_t k = 0, n = outs.size_of_array(); k < n; ++k) out.outputs.push_back(spec_arg_of(outs[k]));
+  out.in_spec = pytree_of_dumps(sig["in_spec"]);
+  out.out_spec = pytree_of_dumps(sig["out_spec"]);
+  if (const auto names = sig.get("forward_arg_names")) {
+    out.forward_arg_names.emplace();
+    for (std::size_t k = 0, n = names->size_of_array(); k < n; ++k) out.forward_arg_names->push_back((*names)[k].str());
+  }
+  return out;
+}
 
 /// The root entry of the module call graph gives the call structure: `(args, kwargs)` becomes
 /// xport's in_spec (the arguments, named by forward_arg_names, keyword ones last), with constant
@@ -23359,8 +23756,9 @@ inline void read_call_graph(const at_path& mcg, loaded_json& out,
   for (std::size_t i = 0, n = mcg.size_of_array(); i < n; ++i) {
     const auto fqn = mcg[i]["fqn"].str();
     out.module_types.emplace_back(fqn, type_of(fqn));
-    if (i != 0 || !fqn.empty() || !call_spec) continue;
     const auto sig = mcg[i].get("signature");
+    if (i != 0 && sig) out.module_signatures.insert_or_assign(fqn, module_call_signature_of(*sig));
+    if (i != 0 || !fqn.empty() || !call_spec) continue;
     if (!sig) continue;
     std::vector<std::optional<argument>> in_constants, out_constants;
     for (const auto& s : out.sig.input_specs)
@@ -24337,6 +24735,7 @@ inline exported_program detail::serde::load_archive(std::shared_ptr<caffe2::seri
                      std::move(parts.ranges), parts.dialect);
   p.set_call_spec(std::move(parts.in_spec), std::move(parts.out_spec));
   p.set_module_types(std::move(parts.module_types));
+  for (auto& [fqn, sig] : parts.module_signatures) p.set_module_call_signature(fqn, std::move(sig));
   if (options.example_inputs) s::read_sample_inputs(zip, *reader, options, stage, p);
   if (options.device) p.to(*options.device);  // the graph's devices (the tensors are there already)
   stage = "record '" + model + "'";

@@ -10,6 +10,8 @@ cpp/index.json), with its <name>.io.pt (layout in test_interop.cpp), and every a
   3. ep.module()(*args, **kwargs) gives xport's outputs (and the same buffer and input
      mutations), also at the other sizes of a dynamic program;
   4. ep.run_decompositions() runs and gives them too;
+  6. torch's unflatten nests xport's re-save as it nests torch's own archive, to the same outputs,
+     and preserved submodule calls are torch's (module_call_graph), swappable for eager layers;
   5. torch.export.save writes it again to <oracle>/resaved/<name>.pt2 (with the io file),
      which xport then loads (`oracle_xport_reloads`).
 Exits non-zero with one line per failure, naming the archive and the check.
@@ -22,18 +24,20 @@ import os
 import shutil
 import sys
 import traceback
+import zipfile
 
 import torch
 import torch.utils._pytree as pytree
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import preserved  # noqa: E402  (the stack whose layers' calls torch preserves: an eager layer to swap in)
 import pytree_types  # noqa: E402  (the suite's dataclasses and other node types, registered)
 import xport_ops  # noqa: E402,F401  (the suite's custom operators: xport's archives of GatedBlock call them)
 import torch.ao.quantization.fx._decomposed  # noqa: E402,F401  (quantized_decomposed: xport's archives of the quantized fixtures)
 import transformers.modeling_outputs  # noqa: E402,F401  (quantized_resnet returns a ModelOutput: its type registers itself)
 
 # what test_interop.cpp writes: a shorter index means archives went missing
-MIN_ARCHIVES = {"cpp": 74, "xport_saved": 81}
+MIN_ARCHIVES = {"cpp": 76, "xport_saved": 84}
 
 
 # dtypes LibTorch's pickler writes as torch.load(weights_only=True) refuses them (io files leave them out)
@@ -92,6 +96,70 @@ def check_outputs(what, got, want, exact, failures):
     return n_exact
 
 
+def module_call_graph_json(path):
+    with zipfile.ZipFile(path) as z:
+        record = next(n for n in z.namelist() if n.endswith("/models/model.json"))
+        return json.loads(z.read(record))["graph_module"]["module_call_graph"]
+
+
+def normalized(call_graph):
+    """A module_call_graph with its pytree specs parsed (their JSON text's spacing and key order
+    are the writer's)."""
+    out = copy.deepcopy(call_graph)
+    for entry in out:
+        for key in ("in_spec", "out_spec"):
+            if entry["signature"] is not None:
+                entry["signature"][key] = json.loads(entry["signature"][key])
+    return out
+
+
+def check_unflatten(oracle, folder, name, src, args, kwargs, io, failures):
+    """torch's unflatten nests xport's re-save of a torch archive as it nests torch's own (the
+    nn_module_stack frames and call counts), and runs it to the same outputs."""
+    if folder != "xport_saved":
+        return
+    try:
+        torch.export.unflatten(torch.export.load(os.path.join(oracle, "py", os.path.basename(src))))
+    except Exception:  # noqa: BLE001  (torch's own archive does not unflatten: nothing to compare)
+        return
+    unflat = torch.export.unflatten(torch.export.load(src))
+    torch.manual_seed(io["seed"])
+    with torch.no_grad():
+        got = [t.detach() for t in pytree.tree_leaves(unflat(*copy.deepcopy(args), **copy.deepcopy(kwargs)))
+               if isinstance(t, torch.Tensor)]
+    want = [t for t in io["outputs"] if t is not None]
+    check_outputs(f"{name}: unflatten()", got, want, False, failures)
+
+
+def check_preserved(oracle, folder, name, src, args, kwargs, io, failures):
+    """For a program with preserved submodule calls (torch's, saved again by xport, or xport's
+    export of preserved.Stack's C++ twin): the module_call_graph is torch's, entry for entry (the
+    ones torch wrote); torch's unflatten of xport's archive gives xport's outputs; with a preserved
+    layer swapped for an eager one (torch calls it through the kept signature), it still does."""
+    call_graph = module_call_graph_json(src)
+    kept = [e["fqn"] for e in call_graph[1:] if e["signature"] is not None]
+    if not kept:
+        return
+    if folder == "xport_saved":
+        with open(os.path.join(oracle, "py", "index.json")) as f:
+            entry = next(e for e in json.load(f) if e["name"] == name.split("/", 1)[1])
+        if normalized(call_graph) != normalized(entry["module_call_graph"]):
+            failures.append(f"{name}: module_call_graph differs from the one torch wrote")
+    elif kept != list(preserved.PRESERVED):
+        failures.append(f"{name}: preserved calls {kept}, expected {list(preserved.PRESERVED)}")
+    ep = torch.export.load(src)
+    unflat = torch.export.unflatten(ep)
+    torch.manual_seed(io["seed"])
+    got = [t.detach() for t in pytree.tree_leaves(unflat(*copy.deepcopy(args), **copy.deepcopy(kwargs)))]
+    check_outputs(f"{name}: unflatten()", got, list(io["outputs"]), True, failures)
+    for fqn in preserved.PRESERVED:
+        unflat = torch.export.unflatten(torch.export.load(src))
+        unflat.set_submodule(fqn, preserved.eager_layer(ep.state_dict, fqn))
+        got = [t.detach() for t in pytree.tree_leaves(unflat(*copy.deepcopy(args), **copy.deepcopy(kwargs)))]
+        check_outputs(f"{name}: unflatten() with '{fqn}' swapped for an eager layer", got, list(io["outputs"]), False,
+                      failures)
+
+
 def check_archive(oracle, folder, name, failures):
     src = os.path.join(oracle, folder, name + ".pt2")
     io = torch.load(os.path.join(oracle, folder, name + ".io.pt"), weights_only=True)
@@ -139,6 +207,11 @@ def check_archive(oracle, folder, name, failures):
     decomposed = torch.export.load(src).run_decompositions()
     got_d, _, _ = run(decomposed, args, kwargs, seed)
     check_outputs(f"{name}: run_decompositions().module()", got_d, list(io["outputs"]), False, failures)
+
+    # 6. the module tree: torch's unflatten of xport's archive; preserved submodule calls (torch's
+    # own archive's module_call_graph, kept by xport)
+    check_unflatten(oracle, folder, name, src, args, kwargs, io, failures)
+    check_preserved(oracle, folder, name, src, args, kwargs, io, failures)
 
     # 5. written again by torch
     if folder != "cpp":

@@ -187,6 +187,16 @@ def check_converted(out, f):
         got = fresh_call(os.path.join(out, f), program, (arg,))
         if len(got) != 1 or not torch.equal(got[0], want):
             failures.append(f"{f}: {method} does not give the TorchScript module's output")
+    if tag.startswith("tv_"):  # the module tree came along: torch's unflatten nests the calls as the modules were
+        unflat = torch.export.unflatten(load_pt2(os.path.join(out, f)).exported_programs["model"])
+        script = torch.jit.load(ts)
+        owners = {n for n, m in script.named_children() if any(True for _ in m.parameters())}
+        if not owners <= {n for n, _ in unflat.named_children()}:
+            failures.append(f"{f}: unflatten() has submodules {sorted(n for n, _ in unflat.named_children())}, "
+                            f"the TorchScript module {sorted(owners)}")
+        arg = calls[0][2]
+        if not torch.allclose(unflat(arg), script(arg), rtol=1e-5, atol=1e-6):
+            failures.append(f"{f}: unflatten() does not give the TorchScript module's output")
 
 
 def check(path, io, executorch=()):

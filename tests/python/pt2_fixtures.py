@@ -31,12 +31,14 @@ import json
 import os
 import sys
 import warnings
+import zipfile
 
 import torch
 import torch.utils._pytree as pytree
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import preserved  # noqa: E402  (a stack whose layers' call signatures torch preserves)
 import pytree_types  # noqa: E402  (dataclasses, namedtuples and ModelOutput-like types, registered)
 import twins  # noqa: E402  (owned by the twins' author: imported, never edited here)
 import quantized_fixtures  # noqa: E402  (PT2E programs: torchao's quantizer)
@@ -71,6 +73,13 @@ def call(path, args, kwargs):
     return [None if t is None else t.detach().clone() for t in leaves], module, (args, kwargs)
 
 
+def module_call_graph_json(path):
+    """The module_call_graph torch.export.save wrote into the archive at `path`, as JSON."""
+    with zipfile.ZipFile(path) as z:
+        record = next(n for n in z.namelist() if n.endswith("/models/model.json"))
+        return json.loads(z.read(record))["graph_module"]["module_call_graph"]
+
+
 class Writer:
     def __init__(self, out):
         self.out = out
@@ -82,6 +91,8 @@ class Writer:
         path = os.path.join(self.out, name + ".pt2")
         torch.export.save(ep, path)
         entry = {"name": name, "runs": runs}
+        if any(e.signature is not None for e in ep.module_call_graph[1:]):  # preserved submodule calls
+            entry["module_call_graph"] = module_call_graph_json(path)
         if pytree_types.has_python_types(args):  # Python objects in the example inputs: C++ cannot unpickle them
             entry["python_inputs"] = True
         if runs:
@@ -102,6 +113,8 @@ class Writer:
                 entry["printed_lowered"] = str(lowered_ep)  # in memory: a load would name the unused outputs
                 entry["lowered_values_only"] = lowered == "values"
                 torch.export.save(lowered_ep, low)
+                if "module_call_graph" in entry:  # the boundaries as torch's lowering renames them
+                    entry["lowered_module_call_graph"] = module_call_graph_json(low)
                 outputs, module, after = call(low, args, kwargs)
                 io["lowered"] = {"outputs": outputs,
                                  "after": {"state": {k: v.detach().clone() for k, v in module.named_buffers()},
@@ -118,8 +131,9 @@ class Writer:
         print(name, flush=True)
 
     def export(self, name, module, args, kwargs=None, dynamic_shapes=None, extra=(), decompose=False, printed=False,
-               lowered=False):
-        ep = torch.export.export(module, tuple(args), kwargs or {}, dynamic_shapes=dynamic_shapes)
+               lowered=False, preserve=()):
+        ep = torch.export.export(module, tuple(args), kwargs or {}, dynamic_shapes=dynamic_shapes,
+                                 preserve_module_call_signature=tuple(preserve))
         if decompose:
             ep = ep.run_decompositions()
         self.add(name, ep, args, kwargs, extra, printed=printed, lowered=lowered)
@@ -670,6 +684,11 @@ def main():
     w.export("scalars", Scalars(), (torch.randn(3), 3, 0.25, "add", torch.randn(2)))
     w.export("keywords", Keywords(), (torch.randn(3),), {"scale": torch.randn(3), "bias": torch.randn(3)})
     w.export("nested_modules", Nested(), (torch.randn(2, 3),))
+    # submodule call boundaries kept (module_call_graph signatures), also through run_decompositions
+    w.export("preserved_calls", preserved.Stack().eval(), preserved.args(), preserve=preserved.PRESERVED, lowered=True)
+    w.export("preserved_calls_core_aten", preserved.Stack().eval(), preserved.args(), preserve=preserved.PRESERVED,
+             decompose=True)
+    w.export("repeated_calls", preserved.Repeated(), (torch.randn(3, 4),))  # nn_module_stack keys `b.relu@1`
     # regions under a mode: wrap_with_set_grad_enabled and wrap_with_autocast (inlined by run_decompositions)
     torch.manual_seed(0)
     # (autocast's `.float()` gives an _assert_tensor_metadata call whose dtype torch wrote by

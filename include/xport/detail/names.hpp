@@ -1,4 +1,5 @@
-// xport/detail/names.hpp: unique value names, chosen the way torch.fx chooses them.
+// xport/detail/names.hpp: unique value names, chosen the way torch.fx chooses them, and which
+// module types are containers (no nn_module_stack frame of their own).
 // `add`, `add_1`, `add_2`; Python keywords and builtins are never used bare (`sum` -> `sum_1`),
 // so printed programs read exactly as torch.export prints the same program.
 #pragma once
@@ -181,6 +182,19 @@ class name_table {
 
   std::unordered_map<std::string, entry> table_;
 };
+
+/// Whether a module type is a container nothing calls (its children are called instead), whose
+/// FQN is a module path but never a frame of torch's nn_module_stack: C++'s
+/// `torch::nn::ModuleListImpl` and the like, Python's `torch.nn.ModuleList` and the like (a
+/// TorchScript file names `__torch__.torch.nn.modules.container.___torch_mangle_3.ModuleList`).
+inline bool is_module_container(std::string_view type) {
+  const auto cut = type.find_last_of(".:");
+  const auto last = cut == std::string_view::npos ? type : type.substr(cut + 1);
+  for (const std::string_view c : {"ModuleList", "ModuleDict", "ParameterList", "ParameterDict"})
+    if (last == c || (last.size() == c.size() + 4 && last.substr(0, c.size()) == c && last.substr(c.size()) == "Impl"))
+      return true;
+  return false;
+}
 
 }  // namespace detail
 XPORT_END_NAMESPACE

@@ -9,6 +9,7 @@
 #include <array>      // std::array
 #include <cstdint>    // std::int64_t
 #include <memory>     // std::shared_ptr
+#include <map>        // std::map
 #include <mutex>      // std::mutex
 #include <optional>   // std::optional
 #include <unordered_map>  // std::unordered_map
@@ -310,6 +311,7 @@ class basic_exported_program<default_policy> {
     p.in_spec_ = in_spec_;
     p.out_spec_ = out_spec_;
     p.module_types_ = module_types_;
+    p.module_signatures_ = module_signatures_;
     return p;
   }
 
@@ -364,6 +366,18 @@ class basic_exported_program<default_policy> {
     return module_types_;
   }
   void set_module_types(std::vector<std::pair<std::string, std::string>> types) { module_types_ = std::move(types); }
+
+  /// The call signatures of the submodules whose boundaries were preserved (torch's
+  /// `preserve_module_call_signature`), by FQN: the `module_call_graph` entries torch writes with
+  /// a signature, read from a .pt2 and written back. The root's call is in_spec()/out_spec().
+  [[nodiscard]] const std::map<std::string, module_call_signature>& module_call_signatures() const noexcept {
+    return module_signatures_;
+  }
+  /// Sets (or, with nullopt, drops) the preserved call signature of submodule `fqn`.
+  void set_module_call_signature(const std::string& fqn, std::optional<module_call_signature> sig) {
+    if (sig) module_signatures_.insert_or_assign(fqn, std::move(*sig));
+    else module_signatures_.erase(fqn);
+  }
 
   /// The example user inputs the program was captured with, if kept.
   [[nodiscard]] const std::optional<std::vector<at::Tensor>>& example_inputs() const noexcept {
@@ -460,6 +474,7 @@ class basic_exported_program<default_policy> {
   std::optional<treespec> in_spec_;
   std::optional<treespec> out_spec_;
   std::vector<std::pair<std::string, std::string>> module_types_;
+  std::map<std::string, module_call_signature> module_signatures_;
   ir_dialect dialect_ = ir_dialect::training;
   detail::run_cache_slot cache_;
 };

@@ -13,6 +13,7 @@
 
 #include <xport/config.hpp>
 #include <xport/ir/graph.hpp>
+#include <xport/ir/treespec.hpp>
 
 XPORT_BEGIN_NAMESPACE
 
@@ -236,6 +237,32 @@ class graph_signature {
       if (s.kind == k && s.target) out.emplace_back(s.arg.name, *s.target);
     return out;
   }
+};
+
+// Note [Preserved module calls]
+// torch.export(..., preserve_module_call_signature=("block",)) keeps submodule `block`'s call
+// boundary: the archive's module_call_graph entry for it names the graph values that went in and
+// came out, and torch's `unflatten` rebuilds `block` as a module called with exactly those (one
+// that can be swapped for another program of the same signature). xport reads these entries,
+// keeps them by FQN, and writes them back; a transformation that builds a new graph
+// (run_decompositions) renames each boundary value to the value its lowering became, as torch's
+// node provenance does, and the save refuses a signature naming a value the graph lost
+// (`xport.save.module_call`) rather than write one torch could not wire.
+
+/// torch.export's ModuleCallSignature: how a preserved submodule is called, so that torch's
+/// `unflatten` can rebuild it as a module of its own (and swap it for another program of the
+/// same signature). `inputs` and `outputs` name the graph's values at the submodule's boundary
+/// (`x`, `mul` in; `add`, `sum_1` out); `in_spec` is the call's structure, a tuple of (the
+/// positional arguments' tuple, the keyword arguments' dict), and `out_spec` the result's, as
+/// torch's pytree has them. `forward_arg_names` is absent where torch writes null (a
+/// submodule's). A program keeps these by FQN (exported_program::module_call_signatures()); a
+/// pass that replaces a boundary value carries the name over (run_decompositions) or the save
+/// refuses the stale name.
+struct module_call_signature {
+  std::vector<argument_spec> inputs, outputs;
+  treespec in_spec, out_spec;
+  std::optional<std::vector<std::string>> forward_arg_names;
+  friend bool operator==(const module_call_signature&, const module_call_signature&) = default;
 };
 
 XPORT_END_NAMESPACE

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <functional>     // std::function
+#include <map>            // std::map
 #include <optional>       // std::optional
 #include <string>         // std::string
 #include <string_view>    // std::string_view
@@ -759,6 +760,28 @@ struct joint_hooks {
   std::function<void(capture&)> outputs;
 };
 
+/// `p`'s preserved call signatures (Note [Preserved module calls]) with their boundary values
+/// named as the lowered program names them: each tensor value becomes the value its lowering
+/// gave (the last call of a decomposition, torch's provenance `from_node` gives the same).
+inline std::map<std::string, module_call_signature> carried_module_calls(
+    capture& cap, const exported_program& p, const std::unordered_map<const value_impl*, c10::IValue>& held) {
+  auto out = p.module_call_signatures();
+  if (out.empty()) return out;
+  std::unordered_map<std::string, const value_impl*> by_name;
+  for (auto n : p.graph().nodes())
+    for (auto v : n.outputs()) by_name.emplace(v.name(), v.impl());
+  for (auto& [fqn, sig] : out)
+    for (auto* side : {&sig.inputs, &sig.outputs})
+      for (auto& a : *side) {
+        const auto v = by_name.find(a.name);
+        const auto h = v == by_name.end() ? held.end() : held.find(v->second);
+        if (a.type != argument_spec::kind::tensor || h == held.end()) continue;
+        const auto now = unwrap_functional(h->second);
+        if (now.isTensor()) a.name = cap.value_of(now.toTensor()).name();
+      }
+  return out;
+}
+
 inline exported_program lower_functional(const exported_program& p, const decomposition_table& table,
                                          const joint_hooks* joint = nullptr) {
   ensure_lowering_record_fallback();
@@ -780,8 +803,10 @@ inline exported_program lower_functional(const exported_program& p, const decomp
   active_lowering = &table;
   std::unordered_map<const value_impl*, c10::IValue> held;  // source value -> what the calls see
   const auto inputs = functional_placeholders(cap, p, grads, held);  // placeholder -> its meta tensor
+  std::map<std::string, module_call_signature> calls;
   if (!joint) {
     lowered_outputs(cap, p, replay_functional(cap, p, inputs, held));
+    calls = carried_module_calls(cap, p, held);
   } else {
     const auto phs = p.graph().placeholders();
     for (std::size_t i = 0; i < phs.size(); ++i)
@@ -799,6 +824,8 @@ inline exported_program lower_functional(const exported_program& p, const decomp
   auto q = std::move(cap.builder()).build(ir_dialect::aten, verify_options{.check_schemas = false});
   q.set_call_spec(p.in_spec(), p.out_spec());
   q.range_constraints_mut() = p.range_constraints();
+  if (!joint) q.set_module_types(p.module_types());
+  for (auto& [fqn, sig] : calls) q.set_module_call_signature(fqn, std::move(sig));
   eliminate_dead_code(q.graph_mut());
   return q;
 }

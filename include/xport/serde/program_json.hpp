@@ -11,7 +11,9 @@
 #include <cmath>          // std::isnan
 #include <cstdint>        // std::int64_t
 #include <memory>         // std::shared_ptr
+#include <map>            // std::map
 #include <optional>       // std::optional
+#include <set>            // std::set
 #include <string>         // std::string
 #include <string_view>    // std::string_view
 #include <unordered_map>  // std::unordered_map
@@ -23,6 +25,7 @@
 
 #include <xport/ops/higher_order.hpp>
 #include <xport/config.hpp>
+#include <xport/detail/names.hpp>
 #include <xport/detail/python_repr.hpp>
 #include <xport/ir/unbacked.hpp>
 #include <xport/serde/json.hpp>
@@ -112,6 +115,14 @@ inline std::string annotation_of(const std::string& custom_json) {
 }
 
 // ---- program -> JSON -------------------------------------------------------------------------
+
+/// torch's stand-in for the `nn_module_stack` of a node no module made (a `sym_size` export
+/// inserts): torch's unflatten needs every node to have one.
+inline constexpr std::string_view empty_stack_hook = "_empty_nn_module_stack_from_metadata_hook";
+inline json empty_module_stack() {
+  const std::string hook(empty_stack_hook);
+  return {{"nn_module_stack", hook + "," + hook + "," + hook}};
+}
 
 /// Note [Symbolic arguments in .pt2]: an argument that depends on a dynamic dim (`[s0, -1]`) is
 /// written as torch writes it: a `torch.ops.aten.sym_size.int(x, 0)` node reads the dim from an
@@ -243,7 +254,7 @@ class sym_writer {
     nodes_.push_back({{"target", x.kind == op::compare ? "_operator." + what : std::string(fx.target)},
                       {"inputs", std::move(inputs)},
                       {"outputs", json::array({{{is_bool ? "as_sym_bool" : "as_sym_float", {{"as_name", name}}}}})},
-                      {"metadata", json::object()},
+                      {"metadata", empty_module_stack()},
                       {"name", name}});
     auto& table = is_bool ? *bools_ : *floats_;
     table[name] = {{"as_expr", {{"expr_str", srepr(x)}, {"hint", is_bool ? json(nullptr) : json{{"as_float", float_json(s.hint())}}}}}};
@@ -356,7 +367,7 @@ class sym_writer {
                       {"inputs", json::array({{{"name", "self"}, {"arg", {{"as_tensor", {{"name", best->input}}}}}, {"kind", 1}},
                                               {{"name", "dim"}, {"arg", {{"as_int", best->dim}}}, {"kind", 1}}})},
                       {"outputs", json::array({{{"as_sym_int", {{"as_name", name}}}}})},
-                      {"metadata", json::object()},
+                      {"metadata", empty_module_stack()},
                       {"name", name}});
     values_[name] = sym_int_json(best->size);
     sym_int expr = best->size;  // a derived dim (a*s + b) gives s back as (size - b) // a
@@ -389,7 +400,7 @@ class sym_writer {
                       {"inputs", json::array({{{"name", "a"}, {"arg", {{"as_sym_int", std::move(a)}}}, {"kind", 1}},
                                               {{"name", "b"}, {"arg", {{"as_sym_int", std::move(b)}}}, {"kind", 1}}})},
                       {"outputs", json::array({{{"as_sym_int", {{"as_name", name}}}}})},
-                      {"metadata", json::object()},
+                      {"metadata", empty_module_stack()},
                       {"name", name}});
     values_[name] = sym_int_json(result);
     return name;
@@ -417,25 +428,57 @@ class sym_writer {
 /// by ';'. Types come from the program's module table (in a type with commas, C++ template
 /// arguments, '<' '>' become '[' ']' so that the commas stay nested, as torch's reader expects;
 /// other types, Python's `f.<locals>.Wrapper` among them, keep theirs; ';' becomes ':').
-inline std::string nn_module_stack_of(const std::string& path, const std::unordered_map<std::string, std::string>& types) {
-  const auto entry = [&](const std::string& fqn) {
+/// As torch's, the stack holds the modules that were called: an enclosing module is left out
+/// when it is a container nothing calls (a ModuleList or ModuleDict, C++'s or one a .pt2's
+/// stacks never name). As torch's, a key counts the module's calls: a module's nodes in a row are
+/// one call, and the next run of them its next call (`L__self__b.relu@1`: b.relu's second call),
+/// by which torch's unflatten tells a module called twice from one call.
+class module_stack_writer {
+ public:
+  explicit module_stack_writer(const std::vector<std::pair<std::string, std::string>>& types)
+      : types_(types.begin(), types.end()) {}
+
+  /// The stack of the next node in graph order, in module `path`.
+  std::string operator()(const std::string& path) {
+    std::vector<std::string> frames;
+    for (std::size_t dot = 0; !path.empty() && dot != std::string::npos;) {
+      dot = path.find('.', dot + 1);
+      auto fqn = path.substr(0, dot);
+      if (dot == std::string::npos || called(fqn)) frames.push_back(std::move(fqn));
+    }
+    std::vector<std::pair<std::string, int>> now;
+    for (std::size_t i = 0; i < frames.size(); ++i)
+      if (now.size() == i && i < open_.size() && open_[i].first == frames[i]) now.push_back(open_[i]);  // the same call
+      else now.emplace_back(frames[i], calls_[frames[i]]++);
+    open_ = now;
+    std::string out = entry("", 0);
+    for (const auto& [fqn, call] : now) out += ";" + entry(fqn, call);
+    return out;
+  }
+
+ private:
+  [[nodiscard]] bool called(const std::string& fqn) const {
+    const auto it = types_.find(fqn);
+    // (a .pt2's with no type: no node's stack names it)
+    return it != types_.end() && !it->second.empty() && !is_module_container(it->second);
+  }
+  [[nodiscard]] std::string entry(const std::string& fqn, int call) const {
     std::string type;
-    if (auto it = types.find(fqn); it != types.end()) {
+    if (auto it = types_.find(fqn); it != types_.end()) {
       const bool commas = it->second.find(',') != std::string::npos;
       for (char c : it->second) type += commas && c == '<' ? '[' : commas && c == '>' ? ']' : c == ';' ? ':' : c;
     }
-    return "L__self__" + fqn + "," + fqn + "," + type;
-  };
-  std::string out = entry("");
-  for (std::size_t dot = 0; !path.empty() && dot != std::string::npos;) {
-    dot = path.find('.', dot + 1);
-    out += ";" + entry(path.substr(0, dot));
+    return "L__self__" + fqn + (call ? "@" + std::to_string(call) : std::string()) + "," + fqn + "," + type;
   }
-  return out;
-}
+
+  std::unordered_map<std::string, std::string> types_;
+  std::unordered_map<std::string, int> calls_;
+  std::vector<std::pair<std::string, int>> open_;  // the previous node's frames: (module, call)
+};
 /// The path of the innermost module of an `nn_module_stack` (`fc` above), and every (path, type).
 inline std::string module_path_of_stack(const std::string& stack, std::vector<std::pair<std::string, std::string>>* types) {
   std::string path;
+  if (stack.starts_with(empty_stack_hook)) return path;  // no module's
   std::size_t start = 0;
   while (start <= stack.size()) {
     const auto end = std::min(stack.find(';', start), stack.size());
@@ -537,7 +580,7 @@ inline json graph_json(const exported_program& p) {
     if (v.kind() == value_kind::tensor) tensor_values[name] = tensor_meta_json(v.meta());
     else if (v.kind() == value_kind::sym_int) sym_int_values[name] = sym_int_json(v.type().scalar);
   };
-  const std::unordered_map<std::string, std::string> types(p.module_types().begin(), p.module_types().end());
+  module_stack_writer stack_of(p.module_types());
   std::size_t ph = 0;
   for (auto n : g.nodes()) {
     if (n.is_placeholder()) {
@@ -570,7 +613,7 @@ inline json graph_json(const exported_program& p) {
     json meta = json::object();
     if (const auto& s = n.source(); s && !s->file.empty()) meta["stack_trace"] = stack_trace_of(*s);
     if (const auto& s = n.source(); s && !s->custom_json.empty()) meta["custom"] = s->custom_json;
-    meta["nn_module_stack"] = nn_module_stack_of(n.module_path(), types);
+    meta["nn_module_stack"] = stack_of(n.module_path());
     nodes.push_back({{"target", op.target}, {"inputs", std::move(in)}, {"outputs", std::move(out)},
                      {"metadata", std::move(meta)}, {"name", n.name()}});
     if (op.higher_order) nodes.back()["is_hop_single_tensor_return"] = !op.returns_list;  // (out_dtype)
@@ -599,6 +642,44 @@ inline std::pair<treespec, treespec> call_specs(const exported_program& p) {
   return {std::move(in), std::move(out)};
 }
 
+/// A preserved submodule's signature as torch writes it; null when none is kept.
+inline json module_call_json(const exported_program& p, const std::string& fqn) {
+  const auto it = p.module_call_signatures().find(fqn);
+  if (it == p.module_call_signatures().end()) return nullptr;
+  const auto& sig = it->second;
+  json inputs = json::array(), outputs = json::array();
+  for (const auto& a : sig.inputs) inputs.push_back(spec_arg_json(a));
+  for (const auto& a : sig.outputs) outputs.push_back(spec_arg_json(a));
+  json names = nullptr;
+  if (sig.forward_arg_names) names = *sig.forward_arg_names;
+  return {{"inputs", std::move(inputs)},
+          {"outputs", std::move(outputs)},
+          {"in_spec", json::array({1, pytree_json(sig.in_spec)}).dump()},
+          {"out_spec", json::array({1, pytree_json(sig.out_spec)}).dump()},
+          {"forward_arg_names", std::move(names)}};
+}
+
+/// Fails unless every value a preserved call signature names is one the graph writes: a pass
+/// that replaced a boundary value without carrying its name over would give torch's unflatten a
+/// call it cannot wire.
+inline void check_module_call_names(const exported_program& p) {
+  std::set<std::string> names;
+  for (auto n : p.graph().nodes())
+    for (auto v : n.outputs()) names.insert(v.name());
+  for (const auto& [fqn, sig] : p.module_call_signatures())
+    for (const auto* side : {&sig.inputs, &sig.outputs})
+      for (const auto& a : *side) {
+        if (a.type == argument_spec::kind::constant || names.count(a.name)) continue;
+        throw error("xport.save.module_call",
+                    "the preserved call signature of submodule '" + fqn + "' names value '" + a.name + "' as one of its " +
+                        (side == &sig.inputs ? "inputs" : "outputs") +
+                        ", but the graph has no value of that name (a transformation replaced it without carrying the "
+                        "boundary over). Export again with the boundary preserved, or drop it with "
+                        "p.set_module_call_signature(\"" + fqn + "\", std::nullopt): torch then unflattens the submodule "
+                        "without its call signature");
+      }
+}
+
 /// torch's module call graph: the root's signature (how ep.module() is called: in_spec of
 /// `(args, kwargs)`, out_spec, the forward's argument names), then one entry per submodule.
 inline json module_call_graph_json(const exported_program& p) {
@@ -613,8 +694,13 @@ inline json module_call_graph_json(const exported_program& p) {
                                {"in_spec", pytree_in_spec(in)},
                                {"out_spec", json::array({1, pytree_json(out)}).dump()},
                                {"forward_arg_names", std::move(names)}}}}});
+  const auto& signatures = p.module_call_signatures();
+  if (!signatures.empty()) check_module_call_names(p);
+  std::set<std::string> written;
   for (const auto& [fqn, type] : p.module_types())
-    if (!fqn.empty()) graph.push_back({{"fqn", fqn}, {"signature", nullptr}});
+    if (!fqn.empty() && written.insert(fqn).second) graph.push_back({{"fqn", fqn}, {"signature", module_call_json(p, fqn)}});
+  for (const auto& [fqn, sig] : signatures)  // preserved, though the module table does not list it
+    if (!fqn.empty() && written.insert(fqn).second) graph.push_back({{"fqn", fqn}, {"signature", module_call_json(p, fqn)}});
   return graph;
 }
 
@@ -1331,7 +1417,23 @@ struct loaded_json {
   std::optional<treespec> in_spec, out_spec;
   std::vector<range_constraint> ranges;
   std::vector<std::pair<std::string, std::string>> module_types;
+  std::map<std::string, module_call_signature> module_signatures;
 };
+
+/// A submodule's ModuleCallSignature (torch's preserve_module_call_signature), as written.
+inline module_call_signature module_call_signature_of(const at_path& sig) {
+  module_call_signature out;
+  const auto ins = sig["inputs"], outs = sig["outputs"];
+  for (std::size_t k = 0, n = ins.size_of_array(); k < n; ++k) out.inputs.push_back(spec_arg_of(ins[k]));
+  for (std::size_t k = 0, n = outs.size_of_array(); k < n; ++k) out.outputs.push_back(spec_arg_of(outs[k]));
+  out.in_spec = pytree_of_dumps(sig["in_spec"]);
+  out.out_spec = pytree_of_dumps(sig["out_spec"]);
+  if (const auto names = sig.get("forward_arg_names")) {
+    out.forward_arg_names.emplace();
+    for (std::size_t k = 0, n = names->size_of_array(); k < n; ++k) out.forward_arg_names->push_back((*names)[k].str());
+  }
+  return out;
+}
 
 /// The root entry of the module call graph gives the call structure: `(args, kwargs)` becomes
 /// xport's in_spec (the arguments, named by forward_arg_names, keyword ones last), with constant
@@ -1347,8 +1449,9 @@ inline void read_call_graph(const at_path& mcg, loaded_json& out,
   for (std::size_t i = 0, n = mcg.size_of_array(); i < n; ++i) {
     const auto fqn = mcg[i]["fqn"].str();
     out.module_types.emplace_back(fqn, type_of(fqn));
-    if (i != 0 || !fqn.empty() || !call_spec) continue;
     const auto sig = mcg[i].get("signature");
+    if (i != 0 && sig) out.module_signatures.insert_or_assign(fqn, module_call_signature_of(*sig));
+    if (i != 0 || !fqn.empty() || !call_spec) continue;
     if (!sig) continue;
     std::vector<std::optional<argument>> in_constants, out_constants;
     for (const auto& s : out.sig.input_specs)

@@ -721,6 +721,7 @@ inline exported_program detail::serde::load_archive(std::shared_ptr<caffe2::seri
                      std::move(parts.ranges), parts.dialect);
   p.set_call_spec(std::move(parts.in_spec), std::move(parts.out_spec));
   p.set_module_types(std::move(parts.module_types));
+  for (auto& [fqn, sig] : parts.module_signatures) p.set_module_call_signature(fqn, std::move(sig));
   if (options.example_inputs) s::read_sample_inputs(zip, *reader, options, stage, p);
   if (options.device) p.to(*options.device);  // the graph's devices (the tensors are there already)
   stage = "record '" + model + "'";

@@ -14,7 +14,9 @@
 #include <functional>     // std::function
 #include <iterator>       // std::make_move_iterator
 #include <memory>         // std::make_shared
+#include <map>            // std::map
 #include <optional>       // std::optional
+#include <set>            // std::set
 #include <stdexcept>      // std::runtime_error
 #include <string>         // std::string
 #include <unordered_map>  // std::unordered_map
@@ -172,6 +174,46 @@ inline void call_as_autocast(const c10::OperatorHandle& handle, torch::jit::Stac
 }
 
 /// One capture: the program being built and the tensors the traced code holds.
+/// What export knows of the exported module's submodules and their calls through xport::call
+/// (Note [Preserved module calls]): each submodule's FQN by identity, which calls keep their
+/// signature, the modules being called now (the innermost is the module the nodes recorded now
+/// belong to), and the signatures recorded.
+class module_call_tracker {
+ public:
+  /// `containers`: the FQNs of submodules nothing calls (ModuleList, ModuleDict).
+  void set_modules(std::unordered_map<const void*, std::string> fqns, std::set<std::string> preserve,
+                   std::set<std::string> containers) {
+    fqns_ = std::move(fqns);
+    preserve_ = std::move(preserve);
+    containers_ = std::move(containers);
+  }
+  [[nodiscard]] bool is_container(const std::string& fqn) const { return containers_.count(fqn) != 0; }
+  /// The FQN of submodule `m` (its torch::nn::Module address), or null when export does not know it.
+  [[nodiscard]] const std::string* fqn_of(const void* m) const {
+    const auto it = fqns_.find(m);
+    return it == fqns_.end() ? nullptr : &it->second;
+  }
+  [[nodiscard]] bool preserves(const std::string& fqn) const { return preserve_.count(fqn) != 0; }
+  void enter(std::string fqn) { scope_.push_back(std::move(fqn)); }
+  void leave() { scope_.pop_back(); }
+  /// The module being called now (innermost), or null at the root.
+  [[nodiscard]] const std::string* current() const { return scope_.empty() ? nullptr : &scope_.back(); }
+  void add(const std::string& fqn, module_call_signature sig) {
+    if (!calls_.emplace(fqn, std::move(sig)).second)
+      throw export_error("xport.export.preserve",
+                         "preserve_module_call_signature: submodule '" + fqn + "' is called more than once, and a "
+                         "preserved boundary is one call's (torch's unflatten swaps that call). Preserve a submodule "
+                         "called once, or call a separate instance each time");
+  }
+  [[nodiscard]] const std::map<std::string, module_call_signature>& calls() const noexcept { return calls_; }
+
+ private:
+  std::unordered_map<const void*, std::string> fqns_;
+  std::set<std::string> preserve_, containers_;
+  std::vector<std::string> scope_;
+  std::map<std::string, module_call_signature> calls_;
+};
+
 class capture {
  public:
   explicit capture(c10::Device fake_device = c10::Device(c10::kCPU)) : fake_device_(fake_device) {}
@@ -286,6 +328,12 @@ class capture {
   /// it: the results are on the stack, its ATen calls recorded instead).
   using decompose_hook = std::function<bool(const op_info&, torch::jit::Stack&)>;
   void set_decompose_hook(decompose_hook h) { decompose_ = std::move(h); }
+
+  /// The outermost capture (this one, outside any subgraph's).
+  [[nodiscard]] capture& root() noexcept { return outer_ ? outer_->root() : *this; }
+  [[nodiscard]] const capture& root() const noexcept { return outer_ ? outer_->root() : *this; }
+  /// The exported module's submodules and their calls (on the root capture).
+  [[nodiscard]] module_call_tracker& modules() noexcept { return root().modules_; }
 
   /// A parameter or buffer of the module, known by identity; its real tensor stays untouched.
   void add_state(input_kind kind, const std::string& fqn, const at::Tensor& t) {
@@ -822,16 +870,19 @@ class capture {
     return std::nullopt;
   }
 
-  // The module a node belongs to, from the module state it reads (`layer1.0.conv1.weight` ->
-  // `layer1.0.conv1`).
+  // The module a node belongs to: the module state it reads says (`layer1.0.conv1.weight` ->
+  // `layer1.0.conv1`) when that is inside the module xport::call is calling now, else that
+  // module (a relu in `layer1.0`), else none.
   std::string module_path_of(const node& n) const {
-    if (state_fqn_.empty()) return {};
-    for (std::size_t i = 0; i < n.num_inputs(); ++i)
+    const std::string* calling = root().modules_.current();
+    for (std::size_t i = 0; !state_fqn_.empty() && i < n.num_inputs(); ++i)
       if (auto it = state_fqn_.find(n.input(i).impl()); it != state_fqn_.end()) {
         const auto dot = it->second.rfind('.');
-        return dot == std::string::npos ? std::string() : it->second.substr(0, dot);
+        auto path = dot == std::string::npos ? std::string() : it->second.substr(0, dot);
+        if (!calling || path.starts_with(*calling + ".") || path == *calling) return path;
+        break;
       }
-    return {};
+    return calling ? *calling : std::string();
   }
 
   program_builder builder_;
@@ -854,7 +905,46 @@ class capture {
   std::vector<value> lifted_;
   std::unordered_map<const value_impl*, std::pair<value, at::Tensor>> from_outer_;  // enclosing capture's value -> input here
   std::unordered_map<std::string, int> subgraphs_;  // kind ("cond", "while_loop") -> subgraphs so far
+  module_call_tracker modules_;                      // used on the root capture only
 };
+
+/// Note [Module paths of calls]: a call's module is the one whose state it reads, else the one
+/// xport::call is calling (capture::module_path_of), so `t(fc1.weight)`, `matmul`,
+/// `add_(fc1.bias)` of a C++ Linear would be fc1's, layer's, fc1's: one module entered twice,
+/// which torch's unflatten cannot nest. A run of calls that read no state between two calls that
+/// do is the innermost called module both of those are in (the matmul is fc1's; the GELU between
+/// a Sequential's two Linears is the Sequential's; a ModuleList is called by none), where that is
+/// inside the run's own module, so that each module's calls are contiguous.
+inline void join_module_runs(capture& cap) {
+  const auto shared = [](const std::string& a, const std::string& b) {
+    std::size_t end = 0;  // the longest common prefix of whole dotted parts
+    for (std::size_t i = 0;; ++i) {
+      const bool a_cut = i == a.size() || a[i] == '.', b_cut = i == b.size() || b[i] == '.';
+      if (a_cut && b_cut) end = i;
+      if (i == a.size() || i == b.size() || a[i] != b[i]) break;
+    }
+    return a.substr(0, end);
+  };
+  std::vector<node> between;
+  std::string last;
+  for (auto n : cap.builder().graph_ref().nodes()) {
+    if (!n.is_call()) continue;
+    bool reads_state = false;
+    for (std::size_t i = 0; i < n.num_inputs() && !reads_state; ++i) reads_state = !cap.state_name(n.input(i)).empty();
+    if (!reads_state) {
+      between.push_back(n);
+      continue;
+    }
+    const std::string path = n.module_path();
+    auto both = shared(path, last);
+    while (!both.empty() && cap.modules().is_container(both)) both = both.substr(0, both.rfind('.') == std::string::npos ? 0 : both.rfind('.'));
+    if (!both.empty())
+      for (auto& b : between)
+        if (b.module_path().empty() || both.starts_with(b.module_path() + ".")) b.set_module_path(both);
+    between.clear();
+    last = path;
+  }
+}
 
 /// Types a call of an autocast region C++ code writes (see autocast_meta_scope): the casts and
 /// the call autocast makes after them run on meta tensors, unrecorded, with autocast off for the

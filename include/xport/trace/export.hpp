@@ -25,6 +25,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <xport/config.hpp>
+#include <xport/detail/names.hpp>
 #include <xport/detail/sha256.hpp>
 #include <xport/error.hpp>
 #include <xport/ir/program.hpp>
@@ -35,6 +36,10 @@
 #include <xport/trace/tree.hpp>
 #include <xport/trace/unbacked.hpp>
 #include <xport/ir/unbacked.hpp>
+
+namespace torch::nn {
+class Module;  // xport::call finds a submodule by its address (torch/nn/module.h defines it)
+}  // namespace torch::nn
 
 XPORT_BEGIN_NAMESPACE
 
@@ -50,6 +55,12 @@ struct export_options {
   bool keep_example_inputs = true;
   /// Which input dimensions are dynamic (trace/dynamic.hpp): `{{"x", {{0, batch}}}}`.
   xport::dynamic_shapes dynamic_shapes = {};
+  /// Submodules (FQNs, `{"layers.0", "encoder"}`) whose call boundary the program keeps, as
+  /// torch.export's preserve_module_call_signature: their call signatures go into the archive's
+  /// module_call_graph, where torch's unflatten (and xport's) rebuild them as modules of their
+  /// own. C++ cannot see a call of `forward()`: the forward calls each of them through
+  /// `xport::call(submodule, args...)` (Note [Preserved module calls]).
+  std::vector<std::string> preserve_module_call_signature = {};
 };
 
 namespace detail {
@@ -145,12 +156,51 @@ inline exported_program finish(capture& cap, std::vector<value> outs, treespec i
     }
   };
   visit(visit, out_spec);
+  join_module_runs(cap);
   // Every call was bound by the dispatcher (non-strict) or by bind_arguments (strict): the
   // structural and signature checks run, the per-argument schema checks need not.
   exported_program p = std::move(cap.builder()).build(ir_dialect::training, verify_options{.check_schemas = false});
   p.set_call_spec(std::move(in_spec), std::move(out_spec));
   if (!opts.keep_example_inputs) p.set_example_inputs(std::nullopt);
+  for (const auto& [fqn, sig] : cap.modules().calls()) p.set_module_call_signature(fqn, sig);
   return p;
+}
+
+/// One side of a preserved call (Note [Preserved module calls]): `x`'s structure, its constant
+/// leaves made leaves as torch's pytree has them, and one argument per leaf (the graph value of a
+/// tensor, a constant's value).
+template <class T>
+treespec boundary_of(capture& cap, const T& x, std::vector<argument_spec>& args) {
+  std::vector<at::Tensor> leaves;
+  auto spec = flatten(x, leaves);
+  std::size_t k = 0;
+  const auto walk = [&](const auto& self, treespec& t) -> void {
+    if (t.type == treespec::kind::leaf) {
+      args.push_back(argument_spec::tensor(cap.value_of(leaves[k++]).name()));
+    } else if (t.type == treespec::kind::constant) {
+      args.push_back(argument_spec::constant_value("", t.value));
+      t = treespec::leaf();
+    } else {
+      for (auto& c : t.children) self(self, c);
+    }
+  };
+  walk(walk, spec);
+  return spec;
+}
+
+/// Each FQN of preserve_module_call_signature is a submodule the forward called through xport::call.
+inline void check_preserved(const module_call_tracker& modules, const std::vector<std::string>& known,
+                            const std::vector<std::string>& preserve) {
+  for (const auto& fqn : preserve) {
+    if (std::find(known.begin(), known.end(), fqn) == known.end())
+      throw export_error("xport.export.preserve", "preserve_module_call_signature: the module has no submodule '" + fqn +
+                                                      "'; its submodules are " + quoted_list(known));
+    if (!modules.calls().count(fqn))
+      throw export_error("xport.export.preserve",
+                         "preserve_module_call_signature: submodule '" + fqn + "' was not called through xport::call, "
+                         "so export did not see its boundary (C++ has no hook on forward()). Call it as "
+                         "xport::call(" + fqn + ", args...) in the forward, where it is called now");
+  }
 }
 
 template <class Call, class... Args>
@@ -614,6 +664,57 @@ exported_program export_dynamic(Attempt& attempt, const std::tuple<Args...>& arg
 
 }  // namespace detail
 
+/// Calls submodule `m`'s forward with `args`, as `m(args...)` does, and lets export see the call,
+/// which C++ gives no hook for (Python's export sees every `module(...)`): the nodes the call
+/// records belong to `m` (their nn_module_stack, by which torch's unflatten nests modules), and
+/// where export_options::preserve_module_call_signature names it, its call boundary is kept (Note
+/// [Preserved module calls]). Outside export, or for a module export does not know, it is the call.
+template <class M, class... A>
+decltype(auto) call(M&& m, A&&... args) {
+  auto& impl = detail::module_impl(m);
+  using R = decltype(impl.forward(std::forward<A>(args)...));
+  detail::capture* cap = detail::active_capture;
+  const std::string* known = cap ? cap->modules().fqn_of(static_cast<const torch::nn::Module*>(&impl)) : nullptr;
+  if (!known) return impl.forward(std::forward<A>(args)...);
+  const std::string fqn = *known;
+  auto& modules = cap->modules();
+  constexpr bool tree = (detail::is_tree_type<std::remove_cvref_t<A>>() && ...) && detail::is_tree_type<std::remove_cvref_t<R>>();
+  const bool preserve = modules.preserves(fqn);
+  if (preserve && (!tree || cap != &cap->root()))
+    throw export_error("xport.export.preserve",
+                       "preserve_module_call_signature: submodule '" + fqn + "' is called " +
+                           (tree ? "inside a subgraph (a cond, while_loop, map or scan body), whose values are not the "
+                                   "program's: preserve a module called at the top level"
+                                 : "with arguments or a result that are not pytrees of tensors and constants: preserve a "
+                                   "module whose forward takes and returns those"));
+  struct scope_t {
+    detail::module_call_tracker& t;
+    ~scope_t() { t.leave(); }
+  };
+  module_call_signature sig;
+  if constexpr (tree) {
+    if (preserve) {
+      treespec args_spec = treespec::of(treespec::kind::tuple);
+      (args_spec.children.push_back(detail::boundary_of(*cap, args, sig.inputs)), ...);
+      sig.in_spec = treespec::of(treespec::kind::tuple, {std::move(args_spec), treespec::of(treespec::kind::dict)});
+    }
+  }
+  modules.enter(fqn);
+  const scope_t scope{modules};
+  if constexpr (std::is_void_v<R>) {
+    impl.forward(std::forward<A>(args)...);
+  } else {
+    R out = impl.forward(std::forward<A>(args)...);
+    if constexpr (tree) {
+      if (preserve) {
+        sig.out_spec = detail::boundary_of(*cap, out, sig.outputs);
+        modules.add(fqn, std::move(sig));
+      }
+    }
+    return out;
+  }
+}
+
 /// Exports a C++ callable over at::Tensor, or a torch::nn module (whose forward is called with
 /// `args`), into an exported_program (training IR). No real computation runs: the code sees
 /// meta tensors, and the module's parameters and buffers are left exactly as they were.
@@ -644,8 +745,21 @@ exported_program export_program(F&& f, const std::tuple<Args...>& args, const ex
       auto& m = detail::module_impl(f);
       for (const auto& item : m.named_parameters(true)) cap.add_state(input_kind::parameter, item.key(), item.value());
       for (const auto& item : m.named_buffers(true)) cap.add_state(input_kind::buffer, item.key(), item.value());
+      std::unordered_map<const void*, std::string> fqns;
+      std::vector<std::string> known;
+      std::set<std::string> containers;
+      for (const auto& item : m.named_modules("", /*include_self=*/false)) {
+        if constexpr (requires { item.value().get(); })  // (a TorchScript module's view lists no torch::nn modules)
+          fqns.emplace(static_cast<const torch::nn::Module*>(item.value().get()), item.key());
+        if (detail::is_module_container(item.value()->name())) containers.insert(item.key());
+        known.push_back(item.key());
+      }
+      cap.modules().set_modules(std::move(fqns),
+                                {opts.preserve_module_call_signature.begin(), opts.preserve_module_call_signature.end()},
+                                std::move(containers));
       auto p = detail::trace_non_strict([&](auto&&... a) { return m.forward(std::forward<decltype(a)>(a)...); },
                                         args, opts, cap);
+      detail::check_preserved(cap.modules(), known, opts.preserve_module_call_signature);
       std::vector<std::pair<std::string, std::string>> types{{"", m.name()}};
       for (const auto& item : m.named_modules("", /*include_self=*/false)) types.emplace_back(item.key(), item.value()->name());
       p.set_module_types(std::move(types));
