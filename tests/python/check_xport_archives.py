@@ -38,6 +38,8 @@ import transformers.modeling_outputs  # noqa: E402,F401  (quantized_resnet retur
 
 # what test_interop.cpp writes: a shorter index means archives went missing
 MIN_ARCHIVES = {"cpp": 76, "xport_saved": 84}
+# re-saved archives whose unflatten() step 6 compares (those torch's own archive unflattens)
+MIN_UNFLATTENED = 110
 
 
 # dtypes LibTorch's pickler writes as torch.load(weights_only=True) refuses them (io files leave them out)
@@ -115,13 +117,14 @@ def normalized(call_graph):
 
 def check_unflatten(oracle, folder, name, src, args, kwargs, io, failures):
     """torch's unflatten nests xport's re-save of a torch archive as it nests torch's own (the
-    nn_module_stack frames and call counts), and runs it to the same outputs."""
+    nn_module_stack frames and call counts), and runs it to the same outputs. Returns whether it
+    compared (main requires most archives to be compared)."""
     if folder != "xport_saved":
-        return
+        return False
     try:
         torch.export.unflatten(torch.export.load(os.path.join(oracle, "py", os.path.basename(src))))
     except Exception:  # noqa: BLE001  (torch's own archive does not unflatten: nothing to compare)
-        return
+        return False
     unflat = torch.export.unflatten(torch.export.load(src))
     torch.manual_seed(io["seed"])
     with torch.no_grad():
@@ -129,6 +132,7 @@ def check_unflatten(oracle, folder, name, src, args, kwargs, io, failures):
                if isinstance(t, torch.Tensor)]
     want = [t for t in io["outputs"] if t is not None]
     check_outputs(f"{name}: unflatten()", got, want, False, failures)
+    return True
 
 
 def check_preserved(oracle, folder, name, src, args, kwargs, io, failures):
@@ -210,7 +214,7 @@ def check_archive(oracle, folder, name, failures):
 
     # 6. the module tree: torch's unflatten of xport's archive; preserved submodule calls (torch's
     # own archive's module_call_graph, kept by xport)
-    check_unflatten(oracle, folder, name, src, args, kwargs, io, failures)
+    stats["unflattened"] = int(check_unflatten(oracle, folder, name, src, args, kwargs, io, failures))
     check_preserved(oracle, folder, name, src, args, kwargs, io, failures)
 
     # 5. written again by torch
@@ -230,7 +234,7 @@ def main():
     torch.set_num_threads(1)  # as xport's side ran: one summation order
     oracle = sys.argv[1]
     os.makedirs(os.path.join(oracle, "resaved"), exist_ok=True)
-    failures, checked, exact, outputs = [], 0, 0, 0
+    failures, checked, exact, outputs, unflattened = [], 0, 0, 0, 0
     for folder, least in MIN_ARCHIVES.items():
         with open(os.path.join(oracle, folder, "index.json")) as f:
             index = json.load(f)
@@ -241,6 +245,7 @@ def main():
                 stats = check_archive(oracle, folder, name, failures)
                 exact += stats["exact"]
                 outputs += stats["outputs"]
+                unflattened += stats.get("unflattened", 0)
             except Exception as e:  # one archive's failure is reported, the others still run
                 failures.append(f"{folder}/{name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
                 traceback.print_exc()
@@ -248,8 +253,11 @@ def main():
             print(f"{'ok  ' if len(failures) == before else 'FAIL'} {folder}/{name}", flush=True)
         if len(index) < least:
             failures.append(f"{folder}/index.json lists {len(index)} archives, expected at least {least}")
+    if unflattened < MIN_UNFLATTENED:
+        failures.append(f"unflatten() compared on {unflattened} re-saved archives, expected at least {MIN_UNFLATTENED}")
     print(f"\n{checked} xport archives checked by torch {torch.__version__}: loaded, weights equal, "
-          f"ep.module() bit-equal to xport ({exact} of {outputs} outputs), run_decompositions() equal, re-saved")
+          f"ep.module() bit-equal to xport ({exact} of {outputs} outputs), run_decompositions() equal, re-saved; "
+          f"{unflattened} re-saves unflattened as torch's own")
     if failures:
         print(f"\n{len(failures)} failure(s):")
         for f in failures:
