@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 
 #include <torch/torch.h>
@@ -32,6 +33,7 @@
 #include "io_files.hpp"
 #include <xport/engine.hpp>
 #include <xport/quantized.hpp>  // the quantized fixtures (PT2E) call quantized_decomposed operators
+#include <xport/unflatten.hpp>
 
 using namespace xport;
 namespace fs = std::filesystem;
@@ -68,6 +70,17 @@ int check_outputs(const exported_program& p, const io_call& c, std::int64_t seed
     exact += bits;
   }
   return exact;
+}
+
+/// The module paths of torch's unflatten that xport's tree has too: torch also makes a module of
+/// each higher-order operator's subgraph (`true_graph_0`, `body_graph_0`, `submod_1`) and of a
+/// module's second call where it differs from the first (`l@1`); xport's subgraphs are arguments.
+std::vector<std::string> torch_module_paths(const json& names) {
+  static const std::regex made_by_torch(R"((^|\.)([A-Za-z_]+_graph_\d+|submod_\d+)($|\.)|@)");
+  std::vector<std::string> out;
+  for (const auto& n : names)
+    if (!std::regex_search(n.get<std::string>(), made_by_torch)) out.push_back(n.get<std::string>());
+  return out;
 }
 
 /// The lines of a printed program that hold code (no comment, no blank line): torch's print
@@ -166,6 +179,7 @@ TEST_CASE("interop: xport loads, runs and describes every program torch.export s
   json saved_index = json::array();
   std::size_t checked = 0, calls = 0, exact = 0, outputs = 0, mapped = 0, lowered = 0, lowered_exact = 0, lowered_outputs = 0;
   std::size_t preserved = 0;  // programs with preserved submodule calls
+  std::size_t unflattened = 0;  // programs whose unflatten() tree was compared with torch's
   std::vector<std::string> unmapped;  // loaded with mmap, but read: state the program writes
   for (const auto& entry : index) {
     const std::string name = entry["name"];
@@ -206,6 +220,13 @@ TEST_CASE("interop: xport loads, runs and describes every program torch.export s
     CHECK(p.signature().input_specs.size() == entry["num_inputs"].get<std::size_t>());
     // the example inputs torch saved are the call's
     const auto c = call_of(p, io, name);
+    if (entry.contains("unflattened")) {  // xport::unflatten's tree has the module paths torch's has
+      const auto u = unflatten(p);
+      std::vector<std::string> mine;
+      for (const auto& item : u->named_modules()) mine.push_back(item.key());
+      CHECK(mine == torch_module_paths(entry["unflattened"]));
+      ++unflattened;
+    }
     if (!python_inputs) {
       REQUIRE(p.example_inputs().has_value());
       REQUIRE(p.example_inputs()->size() == c.inputs.size());
@@ -275,6 +296,8 @@ TEST_CASE("interop: xport loads, runs and describes every program torch.export s
                                                     << outputs << " outputs bit-equal)");
   CHECK(exact == outputs);  // the same graph through the same kernels as ep.module()
   CHECK(preserved >= 2);
+  MESSAGE("unflatten() trees equal to torch's: " << unflattened);
+  CHECK(unflattened >= 100);
   MESSAGE("training-IR programs lowered by xport and run against torch's lowering: " << lowered << " ("
           << lowered_exact << " of " << lowered_outputs << " outputs bit-equal)");
   CHECK(lowered >= 5);
@@ -331,6 +354,96 @@ TEST_CASE("interop: a preserved submodule call names values the graph has, or th
   CHECK(back.module_call_signatures().size() == 1);
   CHECK(back.module_call_signatures().count("layers.1") == 1);
   fs::remove(path);
+}
+
+TEST_CASE("unflatten: torch's preserved calls give torch's module tree; a layer runs alone and is swapped for torch's program of another" * doctest::test_suite("oracle")) {
+  // preserved_calls.unflatten.pt: what torch.export.unflatten gave (tests/python/pt2_fixtures.py, unflatten_oracle)
+  const auto dir = oracle_dir("py");
+  const auto oracle = read_pickle(dir / "preserved_calls.unflatten.pt").toGenericDict();
+  const auto tensors = [&](const char* key) {
+    std::vector<at::Tensor> out;
+    for (const auto& t : oracle.at(key).toList()) out.push_back(t.get().toTensor());
+    return out;
+  };
+  const auto strings = [&](const char* key) {
+    std::vector<std::string> out;
+    for (const auto& t : oracle.at(key).toList()) out.push_back(t.get().toStringRef());
+    return out;
+  };
+  const auto p = load((dir / "preserved_calls.pt2").string());
+  const auto u = unflatten(p);
+  std::vector<std::string> modules;
+  for (const auto& item : u->named_modules()) modules.push_back(item.key());
+  CHECK(modules == strings("modules"));  // '', 'layers', 'layers.0', 'layers.0.norm', ... 'head', in torch's order
+  const auto layer = u->submodule("layers.0");
+  CHECK(layer->type_name() == "preserved.Layer");
+  CHECK(layer->is_callable());
+  CHECK((layer->signature() == p.module_call_signatures().at("layers.0")));
+  std::vector<std::string> local;
+  for (const auto& item : layer->named_parameters()) local.push_back(item.key());
+  std::sort(local.begin(), local.end());
+  CHECK(local == strings("layer_state"));  // fc1.bias, fc1.weight, ...: the layer's own names
+  CHECK(layer->named_parameters()["fc1.weight"].data_ptr() == p.state_dict().at("layers.0.fc1.weight").data_ptr());
+  // the layer on its own: torch's InterpreterModule, bit for bit (the same kernels)
+  const auto mine = layer->forward(tensors("layer_args"));
+  const auto theirs = tensors("layer_outputs");
+  REQUIRE(mine.size() == 2);
+  CHECK(at::equal(mine[0], theirs[0]));
+  CHECK(at::equal(mine[1], theirs[1]));
+  // its program: the state it reads under local names, its signature's values as inputs and outputs
+  const auto& own = layer->program();
+  CHECK((own.signature().user_inputs() == std::vector<std::string>{"x", "sigmoid"}));
+  CHECK((own.signature().user_outputs() == std::vector<std::string>{"add", "linear_1"}));
+  CHECK(own.signature().parameters().front() == "norm.weight");
+  CHECK(own.state_dict().size() == 6);
+  // the whole tree runs as the program does
+  const auto args = tensors("args");
+  const auto whole = run(p, args);
+  CHECK(at::equal(u->forward(args)[0], whole[0]));
+  // layers.0 swapped for torch's export of an eager layer holding layers.1's weights: torch's swap
+  u->set_submodule("layers.0", load((dir / "preserved_layer.pt2").string()));
+  const auto got = u->forward(args);
+  const auto want = tensors("swapped_outputs");
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(at::allclose(got[i], want[i], 1e-5, 1e-6));
+  CHECK(!at::allclose(got[0], whole[0]));  // the swap changed the result
+  CHECK(u->submodule("layers.0")->program().state_dict().size() == 6);  // the replacement's tree
+  CHECK((u->submodule("layers.0")->signature() == p.module_call_signatures().at("layers.0")));
+
+  // torch's lowering: the boundaries renamed (view_3), the layer's program cut from core ATen
+  const auto q = load((dir / "preserved_calls_core_aten.pt2").string());
+  const auto v = unflatten(q);
+  const auto base = run(q, args);
+  CHECK(at::equal(v->forward(args)[1], base[1]));
+  v->set_submodule("layers.1", v->submodule("layers.1")->program().clone());  // swapped for itself: run in steps
+  const auto stepped = v->forward(args);
+  CHECK(at::equal(stepped[0], base[0]));
+  CHECK(at::equal(stepped[1], base[1]));
+
+  // a call that is not closed, or names a value the graph lost: refused, the program as it was
+  auto open = p.clone();
+  auto sig = p.module_call_signatures().at("layers.0");
+  sig.outputs.pop_back();  // `linear_1` (h) goes on to the gate, yet the call would not return it
+  open.set_module_call_signature("layers.0", sig);
+  XPORT_CHECK_THROWS_MSG(unflatten(open), error,
+                         "[xport.unflatten.boundary] unflatten: the preserved call of submodule 'layers.0' makes "
+                         "'linear_1', which 'mean_1' outside it reads, but does not return it. Return it from the "
+                         "submodule, or do not preserve its call");
+  sig = p.module_call_signatures().at("layers.0");
+  sig.inputs.erase(sig.inputs.begin());  // it reads `x` all the same
+  open.set_module_call_signature("layers.0", sig);
+  XPORT_CHECK_THROWS_MSG(unflatten(open), error,
+                         "[xport.unflatten.boundary] unflatten: the preserved call of submodule 'layers.0' reads the "
+                         "program's input 'x', which is not among its inputs. Pass it to the submodule as an argument, "
+                         "or do not preserve its call");
+  sig.inputs = p.module_call_signatures().at("layers.0").inputs;
+  sig.outputs[1].name = "linear_99";
+  open.set_module_call_signature("layers.0", sig);
+  XPORT_CHECK_THROWS_MSG(unflatten(open), error,
+                         "[xport.unflatten.boundary] unflatten: the preserved call of submodule 'layers.0' names output "
+                         "'linear_99', which the graph does not have. The program was changed without carrying the "
+                         "boundary over; drop it with p.set_module_call_signature(\"layers.0\", std::nullopt)");
+  CHECK(open.graph().nodes().begin() != open.graph().nodes().end());
 }
 
 TEST_CASE("interop: torch's data-dependent programs (nonzero, masks, item) run with their assertions checked" * doctest::test_suite("oracle")) {
@@ -636,6 +749,146 @@ TEST_CASE("export: preserve_module_call_signature keeps the boundaries of submod
   CHECK(at::equal(std::get<1>(direct), std::get<1>(net->layers->ptr<LayerImpl>(0)->forward(x, x))));
 }
 
+TEST_CASE("unflatten: xport's export of a C++ stack: the tree, a layer alone, swapped for an eager layer or a program") {
+  torch::manual_seed(0);
+  Stack net;
+  net->eval();
+  const auto x = at::randn({2, 5, 8});
+  const auto p = export_program(net, std::tuple{x}, {.preserve_module_call_signature = {"layers.0", "layers.1"}});
+  const auto u = unflatten(p);
+  CHECK(u->type_name() == "(anonymous namespace)::StackImpl");
+  CHECK(u->submodule("layers")->type_name() == "torch::nn::ModuleListImpl");
+  CHECK(u->submodule("layers.0.fc1")->type_name() == "torch::nn::LinearImpl");
+  CHECK(!u->submodule("layers.0.fc1")->is_callable());
+  CHECK(u->named_parameters().size() == net->named_parameters().size());
+  const auto eager = [&](int first, int second, const at::Tensor& in) {  // the stack with its layers chosen
+    auto h = in;
+    auto gate = torch::sigmoid(in.mean(-1, true));
+    for (int i : {first, second}) {
+      auto [y, hh] = net->layers->ptr<LayerImpl>(static_cast<std::size_t>(i))->forward(h, gate);
+      h = y;
+      gate = gate * hh.mean(-1, true).tanh();
+    }
+    return std::vector<at::Tensor>{net->head(h), gate};
+  };
+  const auto same_as = [](const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+    return a.size() == b.size() && at::allclose(a[0], b[0], 1e-5, 1e-6) && at::allclose(a[1], b[1], 1e-5, 1e-6);
+  };
+  CHECK(same_as(u->forward({x}), eager(0, 1, x)));
+  // a layer alone, on inputs of another layout: its program's guards and relayout are the program's
+  const auto wide = at::randn({2, 8, 5}).transpose(1, 2);
+  const auto gate = at::rand({2, 5, 1});
+  const auto alone = (*u->submodule("layers.1"))(wide, gate);
+  const auto [y1, h1] = net->layers->ptr<LayerImpl>(1)->forward(wide, gate);
+  CHECK(at::allclose(alone[0], y1));
+  CHECK(at::allclose(alone[1], h1));
+  // layers.0 swapped for an eager layer (layers.1's forward), then for a program of it
+  u->set_submodule("layers.0", [&](const std::vector<at::Tensor>& in) {
+    auto [y, h] = net->layers->ptr<LayerImpl>(1)->forward(in[0], in[1]);
+    return std::vector<at::Tensor>{y, h};
+  });
+  XPORT_CHECK_THROWS_MSG((void)u->submodule("layers.0")->program(), error,
+                         "[xport.unflatten.call] unflattened module 'layers.0' is the function set_submodule put there: "
+                         "it has no program");
+  CHECK(same_as(u->forward({x}), eager(1, 1, x)));
+  const auto layer1 = export_program(*net->layers->ptr<LayerImpl>(1), std::tuple{x, gate});
+  u->set_submodule("layers.0", layer1);
+  CHECK(same_as(u->forward({x}), eager(1, 1, x)));
+  CHECK(same_as(u->forward({x.contiguous(at::MemoryFormat::Contiguous) * 2}), eager(1, 1, x * 2)));
+  // the layer's own program, saved and loaded, is the layer
+  const auto own = xport_test::reload(u->submodule("layers.1")->program());
+  CHECK(at::allclose(run(own, {wide, gate})[0], y1));
+  // refusals, each naming what to do
+  XPORT_CHECK_THROWS_MSG(u->set_submodule("head", layer1), error,
+                         "[xport.unflatten.swap] set_submodule('head'): the call of 'head' was not preserved, so the "
+                         "program has no boundary to call another module at; the preserved calls there are 'layers.0', "
+                         "'layers.1'. Export with preserve_module_call_signature = {\"head\"} to swap it");
+  XPORT_CHECK_THROWS_MSG(u->submodule("head")->forward({x}), error,
+                         "[xport.unflatten.call] unflattened module 'head' cannot be called: only the root and "
+                         "submodules whose call was preserved run on their own. Export with "
+                         "preserve_module_call_signature = {\"head\"} (and call it through xport::call) to call it");
+  XPORT_CHECK_THROWS_MSG(u->submodule("layers.2"), error,
+                         "[xport.unflatten.submodule] unflattened module has no submodule 'layers.2'; its submodules are "
+                         "'layers', 'layers.0', 'layers.0.norm', 'layers.0.fc1', 'layers.0.fc2', 'layers.1', "
+                         "'layers.1.norm', 'layers.1.fc1', 'layers.1.fc2', 'head'");
+  const auto batched = export_program(*net->layers->ptr<LayerImpl>(1), std::tuple{x.unsqueeze(0), gate.unsqueeze(0)});
+  XPORT_CHECK_THROWS_MSG(u->set_submodule("layers.1", batched), error,
+                         "[xport.unflatten.swap] set_submodule('layers.1'): input 0 of the replacement is f32[1, 2, 5, 8], "
+                         "the call's is f32[2, 5, 8]; a replacement takes and returns the tensors of the preserved call, "
+                         "in its signature's order");
+  const auto one_out = export_program([](const at::Tensor& a, const at::Tensor& b) { return a * b; }, std::tuple{x, gate});
+  XPORT_CHECK_THROWS_MSG(u->submodule("layers")->set_submodule("1", one_out), error,
+                         "[xport.unflatten.swap] set_submodule('1'): the replacement has 1 tensor outputs, the call 2");
+  CHECK(same_as(u->forward({x}), eager(1, 1, x)));  // refused swaps changed nothing
+}
+
+namespace {
+/// A block with a BatchNorm whose running statistics its calls update, for unflatten's buffer writes.
+struct NormBlockImpl : torch::nn::Module {
+  NormBlockImpl() {
+    register_module("fc", fc);
+    register_module("bn", bn);
+  }
+  at::Tensor forward(const at::Tensor& x) { return torch::relu(bn(fc(x))); }
+  torch::nn::Linear fc{6, 6};
+  torch::nn::BatchNorm1d bn{6};
+};
+TORCH_MODULE(NormBlock);
+struct TwoBlocksImpl : torch::nn::Module {
+  TwoBlocksImpl() {
+    register_module("a", a);
+    register_module("b", b);
+    register_module("out", out);
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    auto h = xport::call(a, x);
+    h = xport::call(b, h * 2);
+    return out(h + x);
+  }
+  NormBlock a, b;
+  torch::nn::Linear out{6, 2};
+};
+TORCH_MODULE(TwoBlocks);
+}  // namespace
+
+TEST_CASE("unflatten: buffers the preserved calls update (BatchNorm in train mode) are updated as eager does, swapped or not; dynamic batch") {
+  torch::manual_seed(0);
+  TwoBlocks net, ref;
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& item : ref->named_parameters()) item.value().copy_(net->named_parameters()[item.key()]);
+  }
+  net->train();
+  ref->train();
+  const auto x = at::randn({4, 6});
+  const auto p = export_program(net, std::tuple{x}, {.preserve_module_call_signature = {"a", "b"}});
+  const auto u = unflatten(p);
+  const auto stats = [&](const char* name) {
+    return at::allclose(u->named_buffers()[name], ref->named_buffers()[name]);
+  };
+  CHECK(at::allclose(u->forward({x})[0], ref->forward(x), 1e-5, 1e-6));
+  CHECK(stats("a.bn.running_mean"));
+  CHECK(stats("b.bn.running_var"));
+  u->set_submodule("b", u->submodule("b")->program().clone());  // in steps: b's program updates b's copy
+  CHECK(at::allclose(u->forward({x})[0], ref->forward(x), 1e-5, 1e-6));
+  CHECK(stats("a.bn.running_mean"));
+  CHECK(at::equal(u->named_buffers()["a.bn.num_batches_tracked"], ref->named_buffers()["a.bn.num_batches_tracked"]));
+  CHECK(stats("b.bn.running_mean"));  // a program's clone holds its tensors: b's own buffers
+  // a dynamic batch: the calls' programs keep the range constraints
+  net->eval();
+  ref->eval();
+  const auto batch = Dim("batch", 2, 64);
+  const auto d = export_program(net, std::tuple{x}, {.input_names = {"x"}, .dynamic_shapes = {{"x", {{0, batch}}}},
+                                                     .preserve_module_call_signature = {"a", "b"}});
+  const auto v = unflatten(d);
+  const auto x9 = at::randn({9, 6});
+  CHECK(at::allclose(v->forward({x9})[0], ref->forward(x9), 1e-5, 1e-6));
+  CHECK(at::allclose(v->submodule("a")->forward({x9})[0], ref->a->forward(x9), 1e-5, 1e-6));
+  v->set_submodule("a", [&](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{ref->b->forward(in[0])}; });
+  CHECK(at::allclose(v->forward({x9})[0], ref->out(ref->b->forward(ref->b->forward(x9) * 2) + x9), 1e-5, 1e-6));
+  XPORT_CHECK_THROWS_MSG(v->submodule("b")->forward({at::randn({70, 6})}), guard_error, "batch");
+}
+
 TEST_CASE("interop: xport writes an archive of every kind of program for torch.export.load" * doctest::test_suite("oracle")) {
   archive_writer w;
   {  // preserved submodule calls: torch unflattens them and swaps a layer for an eager one
@@ -646,6 +899,9 @@ TEST_CASE("interop: xport writes an archive of every kind of program for torch.e
     const auto p = export_program(net, std::tuple{x}, {.preserve_module_call_signature = {"layers.0", "layers.1"}});
     w.add("preserved_calls", p, std::tuple{x});
     w.add("preserved_calls_core_aten", run_decompositions(p), std::tuple{x});
+    // a preserved call's own program, cut out by unflatten (local state names)
+    w.add("unflattened_layer", unflatten(p)->submodule("layers.1")->program(),
+          std::tuple{x, torch::sigmoid(x.mean(-1, true))});
   }
   const auto model = [&](const std::string& name, auto net, at::Tensor x) {
     for (bool train : {false, true}) {
@@ -826,7 +1082,7 @@ TEST_CASE("interop: xport writes an archive of every kind of program for torch.e
     w.add("cpp_dataclass", p, T{m::attn_in{at::randn({2, 5}), (at::rand({2, 5}) > 0.5).to(at::kFloat)}});
   }
   MESSAGE("archives written for torch: " << w.size());
-  CHECK(w.size() == 44 + 7 + 2 + 2 + 4 + 2 + 2 + 2 + 2 + 2 + 2 + 4 + 1 + 2);  // ..., autocast_block*, moe_nonzero*, unique_masked, cpp_dataclass
+  CHECK(w.size() == 44 + 7 + 2 + 2 + 4 + 2 + 2 + 2 + 2 + 2 + 2 + 4 + 1 + 2 + 1);  // ..., autocast_block*, moe_nonzero*, unique_masked, cpp_dataclass, unflattened_layer
 }
 
 // ---- C++ -> Python -> C++ -----------------------------------------------------------------------

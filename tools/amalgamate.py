@@ -15,7 +15,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 INCLUDE = ROOT / "include"
 ENTRY = "xport/xport.hpp"
-OPT_IN = ["xport/engine.hpp", "xport/quantized.hpp", "xport/package.hpp", "xport/train.hpp", "xport/torchscript.hpp"]  # entries outside the umbrella: each includes it and adds its own headers
+OPT_IN = ["xport/engine.hpp", "xport/quantized.hpp", "xport/package.hpp", "xport/train.hpp", "xport/torchscript.hpp", "xport/unflatten.hpp"]  # entries outside the umbrella: each includes it and adds its own headers
 OUTPUT_DIR = ROOT / "single_include"
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*[<"](xport/[^>"]+)[>"]')
 

@@ -20,7 +20,7 @@ LAYERS = [
     ("passes", "passes/"),      # passes and pipelines
     ("run", "run/"),            # guards, the interpreter, callable
     ("serde", "serde/"),        # .pt2 archives
-    ("umbrella", "xport.hpp engine.hpp train.hpp quantized.hpp package.hpp torchscript.hpp cuda_graphs.hpp compiled.hpp"),
+    ("umbrella", "xport.hpp engine.hpp train.hpp quantized.hpp package.hpp torchscript.hpp unflatten.hpp cuda_graphs.hpp compiled.hpp"),
 ]
 __doc__ += "".join(f"    {i}. {name:9} {paths}\n" for i, (name, paths) in enumerate(LAYERS))
 

@@ -80,6 +80,27 @@ def module_call_graph_json(path):
         return json.loads(z.read(record))["graph_module"]["module_call_graph"]
 
 
+def unflatten_oracle(out):
+    """What torch's unflatten gives of preserved_calls.pt2, for xport::unflatten (tests/test_interop.cpp):
+    preserved_calls.unflatten.pt holds its modules, the local state names of layers.0, layers.0 called on
+    its own, and the stack's outputs with layers.0 swapped for an eager layer holding layers.1's weights,
+    whose program torch exports to preserved_layer.pt2 (C++ swaps that program in). Not in the index."""
+    ep = torch.export.load(os.path.join(out, "preserved_calls.pt2"))
+    unflat = torch.export.unflatten(ep)
+    layer0 = unflat.get_submodule("layers.0")
+    torch.manual_seed(1)
+    x, gate = torch.randn(2, 5, 8), torch.rand(2, 5, 1)
+    oracle = {"modules": [name for name, _ in unflat.named_modules()],
+              "layer_state": sorted(name for name, _ in layer0.named_parameters()),
+              "layer_args": [x, gate], "layer_outputs": [t.detach() for t in layer0(x, gate)]}
+    swap = preserved.eager_layer(ep.state_dict, "layers.1").eval()
+    torch.export.save(torch.export.export(swap, (x, gate)), os.path.join(out, "preserved_layer.pt2"))
+    unflat.set_submodule("layers.0", swap)
+    oracle["args"] = list(preserved.args())
+    oracle["swapped_outputs"] = [t.detach() for t in pytree.tree_leaves(unflat(*oracle["args"]))]
+    torch.save(oracle, os.path.join(out, "preserved_calls.unflatten.pt"))
+
+
 class Writer:
     def __init__(self, out):
         self.out = out
@@ -93,6 +114,10 @@ class Writer:
         entry = {"name": name, "runs": runs}
         if any(e.signature is not None for e in ep.module_call_graph[1:]):  # preserved submodule calls
             entry["module_call_graph"] = module_call_graph_json(path)
+        try:  # the module paths of torch's unflatten (xport::unflatten's tree, checked in tests/test_interop.cpp)
+            entry["unflattened"] = [n for n, _ in torch.export.unflatten(torch.export.load(path)).named_modules()]
+        except Exception:  # noqa: BLE001 (what torch cannot unflatten: no paths to compare)
+            pass
         if pytree_types.has_python_types(args):  # Python objects in the example inputs: C++ cannot unpickle them
             entry["python_inputs"] = True
         if runs:
@@ -689,6 +714,7 @@ def main():
     w.export("preserved_calls_core_aten", preserved.Stack().eval(), preserved.args(), preserve=preserved.PRESERVED,
              decompose=True)
     w.export("repeated_calls", preserved.Repeated(), (torch.randn(3, 4),))  # nn_module_stack keys `b.relu@1`
+    unflatten_oracle(w.out)
     # regions under a mode: wrap_with_set_grad_enabled and wrap_with_autocast (inlined by run_decompositions)
     torch.manual_seed(0)
     # (autocast's `.float()` gives an _assert_tensor_metadata call whose dtype torch wrote by
