@@ -122,8 +122,8 @@ inline bool traced_sizes(const torch::jit::Module& m) {
 inline std::string traced_hint(const torch::jit::Module& m) {
   return traced_sizes(m)
              ? " This module was made by torch.jit.trace: a traced graph turns sizes into tensors (prim::NumToTensor) and "
-               "back (aten::Int), which the capture reads as tensor data; converting traced files is not supported yet: "
-               "save the model with torch.jit.script, or export it with torch.export."
+               "back (aten::Int), which the capture reads as tensor data: convert it with torchscript_route::translate "
+               "(the default), which keeps such sizes as ints."
              : "";
 }
 
@@ -165,8 +165,21 @@ inline std::string traced_hint(const torch::jit::Module& m) {
 // carried beside the loop's tensors (TorchScript tests it at the end of the body, torch's
 // cond_fn at the start of the next iteration: the body computes the next predicate, cond_fn
 // returns it). A loop that leaves on data from inside its body (a break), counts its
-// iterations, or carries a non-tensor is refused, as are `prim::SetAttr` and traced sizes
-// (`prim::NumToTensor`). Every failure names the TorchScript line.
+// iterations, or carries a non-tensor is refused, as is `prim::SetAttr`. Sizes torch.jit.trace
+// recorded as tensors stay sizes (Note [Traced sizes]). Every failure names the TorchScript line.
+
+// Note [Traced sizes]
+// torch.jit.trace records a size it saw as a tensor: `aten::size` gives an int, `prim::NumToTensor`
+// makes it a 0-dim tensor, integer arithmetic on it is tensor arithmetic (`aten::mul(t, 2)`), and
+// `aten::Int` reads it back where an int is needed (a view's shape). Run as tensors, the capture
+// would read tensor data at `aten::Int` (a graph break), or keep the example's size. The
+// translation keeps such a value as the int it is (a SymInt where the dim is dynamic, so the
+// program keeps the size symbolic, as torch's TS2EPConverter does): NumToTensor records it,
+// add / sub / rsub / mul / floor_divide / remainder of such values and ints (or 0-dim integer
+// tensor constants: ints the trace saw as tensors) compute on the ints,
+// and Int / Float / ScalarImplicit read them. Any other use makes it a 0-dim tensor again,
+// aten::scalar_tensor of the size (of its sym_size where the dim is dynamic: what torch's
+// converter writes for prim::NumToTensor).
 
 /// Walks one TorchScript graph under export's capture (Note [TorchScript by translation]).
 class ts_translator {
@@ -190,6 +203,7 @@ class ts_translator {
       try {
         const auto module = module_of_.find(n);
         const module_scope in_module(module == module_of_.end() ? std::string() : module->second);
+        current_ = n;
         step(n);
       } catch (const graph_break& e) {
         if (std::string(e.what()).find("\nat TorchScript ") != std::string::npos) throw;
@@ -255,10 +269,88 @@ class ts_translator {
       d->second.second->getOperation()(stack);  // the capture's graph_break: the reader needs the data
       return stack.back();
     }
-    const auto it = env_.find(v);
+    auto it = env_.find(v);
+    if (it == env_.end() && sizes_.count(v)) it = env_.emplace(v, size_as_tensor(sizes_.at(v))).first;
     if (it == env_.end())
       throw export_error("xport.torchscript.run", "TorchScript value %" + v->debugName() + " is read before it is set");
     return it->second;
+  }
+
+  /// A traced size used as a tensor (Note [Traced sizes]): a 0-dim tensor of it, when it is known.
+  at::Tensor size_as_tensor(const c10::IValue& size) const {
+    if (size.isInt()) return at::scalar_tensor(size.toInt(), at::kLong);
+    if (size.isDouble()) return at::scalar_tensor(size.toDouble(), at::kDouble);
+    throw graph_break("xport.torchscript.graph_break",
+                      "the TorchScript method '" + method_ + "' uses a size that varies (a dynamic dim's) as a "
+                          "tensor: torch.jit.trace recorded the size as a tensor (prim::NumToTensor), and a "
+                          "tensor would keep the example's value. Make that dim static, or script the module "
+                          "(torch.jit.script keeps sizes as ints)" + where(current_));
+  }
+
+  /// `aten::Int(t)` (Float, ScalarImplicit) of a traced size: the number itself.
+  std::optional<c10::IValue> size_read(const torch::jit::Node* n) const {
+    const auto kind = n->kind();
+    const bool as_int = kind == c10::aten::Int || kind == c10::aten::IntImplicit || kind == c10::aten::ScalarImplicit;
+    const bool as_float = kind == c10::aten::Float || kind == c10::aten::FloatImplicit;
+    if ((!as_int && !as_float) || n->inputs().size() != 1) return std::nullopt;
+    const auto s = sizes_.find(n->input(0));
+    if (s == sizes_.end()) return std::nullopt;
+    if (as_float && s->second.isInt()) return c10::IValue(static_cast<double>(s->second.toInt()));
+    if (as_float && !s->second.isDouble()) return std::nullopt;  // a symbolic int as a float: as a tensor
+    return s->second;
+  }
+
+  /// The value of a 0-dim integer tensor constant (`prim::Constant[value={0}]`, an int the trace
+  /// saw as a tensor), if `v` is one.
+  static std::optional<std::int64_t> constant_int(const torch::jit::Value* v) {
+    if (v->node()->kind() != c10::prim::Constant) return std::nullopt;
+    const auto k = torch::jit::toIValue(v);
+    if (!k || !k->isTensor()) return std::nullopt;
+    const auto& t = k->toTensor();  // read its memory: item() would go through the capture (data)
+    if (t.dim() != 0 || !t.device().is_cpu()) return std::nullopt;
+    if (t.scalar_type() == at::kLong) return *static_cast<const std::int64_t*>(t.data_ptr());
+    if (t.scalar_type() == at::kInt) return *static_cast<const std::int32_t*>(t.data_ptr());
+    return std::nullopt;
+  }
+
+  /// Integer arithmetic torch.jit.trace recorded on traced sizes, computed on the ints.
+  std::optional<c10::IValue> size_arithmetic(const torch::jit::Node* n) {
+    const auto kind = n->kind();
+    const bool known = kind == c10::aten::add || kind == c10::aten::sub || kind == c10::aten::rsub ||
+                       kind == c10::aten::mul || kind == c10::aten::floor_divide || kind == c10::aten::remainder;
+    if (!known || n->inputs().size() < 2 || n->inputs().size() > 3) return std::nullopt;
+    bool any_size = false;
+    std::vector<c10::SymInt> ints;
+    for (std::size_t i = 0; i < 2; ++i) {
+      const auto* v = n->input(i);
+      if (const auto s = sizes_.find(v); s != sizes_.end()) {
+        if (!s->second.isInt() && !s->second.isSymInt()) return std::nullopt;
+        any_size = true;
+        ints.push_back(s->second.toSymInt());
+        continue;
+      }
+      if (v->type()->isSubtypeOf(*c10::IntType::get())) {
+        ints.push_back(read(v).toSymInt());
+      } else if (const auto k = constant_int(v)) {  // an int the trace kept as a tensor constant
+        ints.push_back(c10::SymInt(*k));
+      } else {
+        return std::nullopt;
+      }
+    }
+    if (!any_size) return std::nullopt;
+    if (n->inputs().size() == 3) {  // alpha
+      const auto alpha = read(n->input(2));
+      if (!alpha.isInt()) return std::nullopt;
+      ints[1] = ints[1] * alpha.toInt();
+    }
+    const auto& a = ints[0];
+    const auto& b = ints[1];
+    if (kind == c10::aten::add) return c10::IValue(a + b);
+    if (kind == c10::aten::sub) return c10::IValue(a - b);
+    if (kind == c10::aten::rsub) return c10::IValue(b - a);
+    if (kind == c10::aten::mul) return c10::IValue(a * b);
+    if (kind == c10::aten::floor_divide) return c10::IValue(a / b);  // sizes: not negative
+    return c10::IValue(a % b);
   }
 
   static bool is_tensor_bool(const torch::jit::Node* n) {
@@ -277,10 +369,12 @@ class ts_translator {
     } else if (kind == c10::aten::__not__ && deferred_.count(n->input(0))) {
       const auto& [t, reader] = deferred_.at(n->input(0));
       deferred_[n->output()] = {at::logical_not(t), reader};
-    } else if (kind == c10::prim::NumToTensor) {  // torch.jit.trace's sizes: an aten::Int reads them back as data
-      throw graph_break("xport.torchscript.graph_break",
-                        "the TorchScript method '" + method_ + "' turns a size into a tensor (prim::NumToTensor), whose "
-                        "contents a later aten::Int reads back: a program would keep the example's size" + where(n));
+    } else if (kind == c10::prim::NumToTensor) {  // torch.jit.trace's sizes (Note [Traced sizes])
+      sizes_[n->output()] = read(n->input(0));
+    } else if (auto size = size_arithmetic(n)) {
+      sizes_[n->output()] = std::move(*size);
+    } else if (auto number = size_read(n)) {
+      env_[n->output()] = std::move(*number);
     } else if (kind == c10::prim::If) {
       branch(n);
     } else if (kind == c10::prim::Loop) {
@@ -528,7 +622,10 @@ class ts_translator {
   std::string method_;
   const std::unordered_map<const torch::jit::Node*, std::string>& module_of_;
   int in_data_branch_ = 0;
+  const torch::jit::Node* current_ = nullptr;  // the node being translated (for messages)
   std::unordered_map<value_ptr, c10::IValue> env_;
+  // torch.jit.trace's sizes as tensors, kept as the numbers they are (Note [Traced sizes])
+  std::unordered_map<value_ptr, c10::IValue> sizes_;
   // `bool(t)` not read yet: t, and the node that reads it when something needs the value
   std::unordered_map<value_ptr, std::pair<at::Tensor, const torch::jit::Node*>> deferred_;
 };
@@ -667,17 +764,8 @@ struct jit_method_view {
   std::vector<at::Tensor> forward(const A&... a) const {
     c10::IValue result;
     if (route == torchscript_route::translate) {
-      try {
-        const auto inlined = inlined_graph(m, method);
-        result = ts_translator(method, inlined.module_of).run(*inlined.graph, {c10::IValue(m._ivalue()), c10::IValue(a)...});
-      } catch (const graph_break& e) {
-        const auto hint = traced_hint(m);
-        if (hint.empty()) throw;
-        const std::string what = e.what();
-        const auto at = what.find("\nat TorchScript ");
-        throw graph_break(e.id(), what.substr(e.id().size() + 3, at - e.id().size() - 3) + hint +
-                                      (at == std::string::npos ? std::string() : what.substr(at)));
-      }
+      const auto inlined = inlined_graph(m, method);
+      result = ts_translator(method, inlined.module_of).run(*inlined.graph, {c10::IValue(m._ivalue()), c10::IValue(a)...});
     } else try {
       result = m.get_method(method)({c10::IValue(a)...});
     } catch (const error&) {
@@ -699,7 +787,13 @@ exported_program export_jit_method(torch::jit::Module& m, const std::string& met
                                    const export_options& opts, std::optional<treespec>& out_spec, torchscript_route route,
                                    std::index_sequence<I...>) {
   jit_method_view view{m, method, &out_spec, route};
-  return export_program(view, std::tuple{in[I]...}, opts);
+  try {
+    return export_program(view, std::tuple{in[I]...}, opts);
+  } catch (const graph_break& e) {  // captured from a traced file: say why, and what converts it
+    const auto hint = route == torchscript_route::capture ? traced_hint(m) : std::string();
+    if (hint.empty() || std::string(e.what()).find(hint) != std::string::npos) throw;
+    throw graph_break(e.id(), std::string(e.what()).substr(e.id().size() + 3) + hint);
+  }
 }
 
 /// The argument names of `method` (its schema, without self), checked against `n` tensors.

@@ -15,7 +15,8 @@ codec (torch.jit.script, encode and decode @torch.jit.export) into
 torch_<version>.ts.pt with an extra file, and records the state torch's own converter
 (TS2EPConverter) lifts from it, for xport's converter (from_torchscript) to match; scripts
 torchvision's resnet18 and mobilenet_v3_small where torchvision imports (tv_<name>_<version>.ts.pt),
-and traces a module that reads a size (torch_<version>.traced.pt: refused, with the reason).
+and traces modules that read a size (torch_<version>.traced.pt, torch_<version>.row_mean.traced.pt)
+and transformers' BERT where transformers imports (hf_bert_<version>.traced.pt).
 
 read: xport_codec.pt2 (xport's package of its C++ twin of the codec), xport_modes.pt2 (a
 method exported in train and in eval mode, `forward.train` / `forward.eval`) and every
@@ -153,10 +154,33 @@ class Flatten(nn.Module):
         return x.view(x.size(0), -1) * 2
 
 
+class RowMean(nn.Module):
+    """A size used as a tensor once traced: x.sum(0) / x.size(0) divides by a 0-dim tensor."""
+
+    def forward(self, x):
+        return x.sum(0) / x.size(0)
+
+
+def traced_bert(out):
+    """transformers' BERT (random weights, two layers), traced as its docs say (torchscript=True)."""
+    try:
+        from transformers import BertConfig, BertModel
+    except ImportError:
+        return
+    torch.manual_seed(15)
+    config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64, torchscript=True)
+    ids = torch.randint(0, 100, (2, 7))
+    traced = torch.jit.trace(BertModel(config).eval(), (ids,), strict=False)
+    torch.jit.save(traced, os.path.join(out, f"hf_bert_{VERSION}.traced.pt"))
+
+
 def write_torchscript_models(out):
     """What C++ users hold: real models torch.jit.script saved (torchvision's, where this torch
     has it: the 2.14.1 venv), and a file torch.jit.trace saved (sizes as tensors)."""
     torch.jit.save(torch.jit.trace(Flatten(), (torch.randn(2, 3, 4),)), os.path.join(out, f"torch_{VERSION}.traced.pt"))
+    torch.jit.save(torch.jit.trace(RowMean(), (torch.randn(2, 3),)), os.path.join(out, f"torch_{VERSION}.row_mean.traced.pt"))
+    traced_bert(out)
     try:
         import torchvision
     except ImportError:
