@@ -166,6 +166,27 @@ TEST_CASE("builder: the fake kernels that live only in torch's Python, and how x
   }
 }
 
+TEST_CASE("builder: scaled_dot_product_attention with a mask gets its shape from a rule, which checks the shapes") {
+  // LibTorch's meta run of sdpa goes down its math path, which calls where: no C++ meta kernel
+  const auto* op = try_find_op("aten::scaled_dot_product_attention");
+  if (!op) return;  // LibTorch 1.13 has no sdpa
+  program_builder b;
+  auto q = b.input("q", at::randn({2, 3, 5, 8}));
+  auto k = b.input("k", at::randn({2, 3, 6, 8}));
+  auto v = b.input("v", at::randn({2, 3, 6, 4}));
+  auto mask = b.input("mask", at::randn({2, 1, 1, 6}));
+  const auto out = b.call(*op, {q, k, v, mask});
+  CHECK(out.out().meta().annotation() == "f32[2, 3, 5, 4]");
+  auto wrong = b.input("wrong", at::randn({2, 1, 1, 7}));
+  XPORT_CHECK_THROWS_MSG(b.call(*op, {q, k, v, wrong}), graph_error,
+                         "[xport.fake.op_rejected] aten::scaled_dot_product_attention rejected its arguments "
+                         "(query: f32[2, 3, 5, 8], key: f32[2, 3, 6, 8], value: f32[2, 3, 6, 4], attn_mask: "
+                         "f32[2, 1, 1, 7]): attn_mask of sizes [2, 1, 1, 7] does not broadcast to the attention "
+                         "scores' [5, 6]");
+  XPORT_CHECK_THROWS_MSG(b.call(*op, {q, v, v}), graph_error,
+                         "): query's last dimension (8) must equal key's (4)");
+}
+
 namespace {
 
 struct meta_case {

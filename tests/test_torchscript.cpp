@@ -428,12 +428,26 @@ TEST_CASE("torchscript: files torch.jit.trace wrote convert, their traced sizes 
     INFO("traced file " << name);
     auto ref = torch::jit::load(entry.path().string());
     torch::manual_seed(15);
-    const auto ids = at::randint(0, 100, {2, 7});
-    // its traced sizes translate (the position ids' slice: seq_length + a tensor constant 0); its
-    // attention, sdpa with a mask, has no shape rule yet: refused, naming the operator
-    XPORT_CHECK_THROWS_MSG(from_torchscript(ref, {ids}, {.dynamic_shapes = {{"input_ids", {{0, batch}}}}}),
-                           missing_fake_kernel,
-                           "[xport.fake.missing_kernel] aten::scaled_dot_product_attention has no meta (fake) kernel");
+    // its traced sizes translate (the position ids' slice: seq_length + a tensor constant 0), its
+    // attention is sdpa with a mask (a shape rule: LibTorch's meta run of it calls where, which has none)
+    const auto p = from_torchscript(ref, {at::randint(0, 100, {2, 7})},
+                                    {.dynamic_shapes = {{"input_ids", {{0, batch}}}}});
+    CHECK(to_string(p).find("torch.ops.aten.scaled_dot_product_attention.default") != std::string::npos);
+    for (const auto& ids : {at::randint(0, 100, {5, 7}), at::randint(0, 100, {1, 7})}) {
+      const auto got = run(p, {ids});
+      // transformers 5 returns its output dict even with torchscript=True: last_hidden_state, pooler_output
+      const auto out = ref.forward({ids});
+      std::vector<at::Tensor> want;
+      if (out.isGenericDict())
+        for (const auto& kv : out.toGenericDict()) want.push_back(kv.value().toTensor());
+      else
+        for (const auto& e : out.toTupleRef().elements()) want.push_back(e.toTensor());
+      REQUIRE(got.size() == 2);
+      REQUIRE(want.size() == 2);
+      for (std::size_t i = 0; i < 2; ++i)
+        CHECK(at::allclose(got[i], want[i], 1e-5, 1e-6));
+    }
+    save(p, (dir / ("xport_from_ts_" + name.substr(0, name.size() - 10) + ".pt2")).string());  // packages.py reads it
     ++bert;
   }
   CHECK(flatten >= 1);

@@ -149,8 +149,12 @@ void run_meta_in_place(const op_info& op, std::vector<c10::IValue>& stack, Descr
   const auto rule = find_meta_rule(op.qualified);  // exact overload: max.dim is not max
   const auto apply_rule = [&](const std::vector<c10::IValue>& inputs) {
     meta_run_guard guard;
-    auto outs = rule(inputs);
-    stack.assign(outs.begin(), outs.end());
+    try {
+      auto outs = rule(inputs);
+      stack.assign(outs.begin(), outs.end());
+    } catch (const c10::Error& e) {  // the rule checks what the kernel would (sdpa's shapes)
+      throw_op_rejected(op, describe, e.what_without_backtrace());
+    }
   };
   if (rule && op.meta_support.load(std::memory_order_relaxed) == 2) {
     apply_rule(std::vector<c10::IValue>(stack));

@@ -2,7 +2,7 @@
 // Each rule reads the op's arguments (tensors already on the meta device) and returns meta
 // tensors of the outputs' sizes and dtypes; nothing runs on data. The set covers the gaps that
 // real models hit (conv, batch/layer/group norm, relu, hardtanh, index_select/embedding, where,
-// var/std, adaptive pooling); later LibTorch versions have meta kernels for most of them and
+// var/std, adaptive pooling, attention); later LibTorch versions have meta kernels for most of them and
 // never reach this table.
 #pragma once
 
@@ -18,6 +18,7 @@
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/result_type.h>
+#include <c10/util/Exception.h>
 
 #include <xport/config.hpp>
 #include <xport/ops/shape_formulas.hpp>
@@ -350,6 +351,32 @@ inline std::vector<at::Tensor> rule_safe_softmax(const meta_stack& s) {
   return {meta_empty(sizes_of(x), s.size() > 2 && !s[2].isNone() ? s[2].toScalarType() : x.scalar_type())};
 }
 
+// scaled_dot_product_attention(query, key, value, attn_mask?, dropout_p, is_causal, *, scale?,
+// enable_gqa): query's sizes with value's last, in query's dtype. LibTorch's meta run goes down
+// its math path, which calls where (no C++ meta kernel); torch's meta is Python's. The shapes are
+// checked as the kernel checks them (a model's mistake fails here, not when it runs).
+inline std::vector<at::Tensor> rule_scaled_dot_product_attention(const meta_stack& s) {
+  const auto& q = s[0].toTensor();
+  const auto& k = s[1].toTensor();
+  const auto& v = s[2].toTensor();
+  TORCH_CHECK(q.dim() >= 2 && k.dim() >= 2 && v.dim() >= 2,
+              "query, key and value must have at least 2 dimensions, got ", q.dim(), ", ", k.dim(), " and ", v.dim());
+  TORCH_CHECK(q.size(-1) == k.size(-1), "query's last dimension (", q.size(-1), ") must equal key's (", k.size(-1), ")");
+  TORCH_CHECK(k.size(-2) == v.size(-2), "key and value must have the same sequence length, got ", k.size(-2),
+              " and ", v.size(-2));
+  if (s.size() > 3 && s[3].isTensor()) {
+    const auto m = sizes_of(s[3].toTensor());
+    const std::vector<std::int64_t> scores{q.size(-2), k.size(-2)};
+    TORCH_CHECK(m.size() >= 1 && (m.back() == 1 || m.back() == scores[1]) &&
+                    (m.size() < 2 || m[m.size() - 2] == 1 || m[m.size() - 2] == scores[0]),
+                "attn_mask of sizes ", s[3].toTensor().sizes(), " does not broadcast to the attention scores' [",
+                q.size(-2), ", ", k.size(-2), "]");
+  }
+  auto out = sizes_of(q);
+  out.back() = v.size(-1);
+  return {meta_empty(out, q.scalar_type())};
+}
+
 // _weight_norm_interface(v, g, dim=0) -> (w, norm): w like v, the norm like g (float for a
 // bfloat16 g, as torch's decomposition keeps it)
 inline std::vector<at::Tensor> rule_weight_norm_interface(const meta_stack& s) {
@@ -424,6 +451,7 @@ struct meta_rule_entry {
 inline constexpr meta_rule_entry meta_rule_table[] = {
     {"aten::abs", rule_like_self},
     {"aten::_safe_softmax", rule_safe_softmax},
+    {"aten::scaled_dot_product_attention", rule_scaled_dot_product_attention},
     {"aten::floor_divide", rule_broadcast_binary},
     {"aten::max_pool2d_with_indices", rule_max_pool_with_indices},
     {"aten::max_pool3d_with_indices", rule_max_pool_with_indices},
