@@ -430,10 +430,12 @@ TEST_CASE("torchscript: files torch.jit.trace wrote convert, their traced sizes 
     torch::manual_seed(15);
     // its traced sizes translate (the position ids' slice: seq_length + a tensor constant 0), its
     // attention is sdpa with a mask (a shape rule: LibTorch's meta run of it calls where, which has none)
+    // batch and sequence length dynamic (the position ids' slice up to the sequence length)
+    const Dim seq("seq", 2, 64);
     const auto p = from_torchscript(ref, {at::randint(0, 100, {2, 7})},
-                                    {.dynamic_shapes = {{"input_ids", {{0, batch}}}}});
+                                    {.dynamic_shapes = {{"input_ids", {{0, batch}, {1, seq}}}}});
     CHECK(to_string(p).find("torch.ops.aten.scaled_dot_product_attention.default") != std::string::npos);
-    for (const auto& ids : {at::randint(0, 100, {5, 7}), at::randint(0, 100, {1, 7})}) {
+    for (const auto& ids : {at::randint(0, 100, {5, 7}), at::randint(0, 100, {1, 20}), at::randint(0, 100, {3, 64})}) {
       const auto got = run(p, {ids});
       // transformers 5 returns its output dict even with torchscript=True: last_hidden_state, pooler_output
       const auto out = ref.forward({ids});

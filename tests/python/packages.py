@@ -199,8 +199,9 @@ def check_converted(out, f):
     tag = f[len("xport_from_ts_"):-len(".pt2")]
     if tag.startswith("tv_"):  # a torchvision model's forward (one program, "model"), at another batch
         ts, calls = os.path.join(out, f"{tag}.ts.pt"), (("model", "forward", torch.randn(3, 3, 64, 64)),)
-    elif tag.startswith("hf_bert_"):  # transformers' BERT, traced: (last_hidden_state, pooler_output), another batch
-        ts, calls = os.path.join(out, f"{tag}.traced.pt"), (("model", "forward", torch.randint(0, 100, (3, 7))),)
+    elif tag.startswith("hf_bert_"):  # transformers' BERT, traced: last_hidden_state, pooler_output; other batches and lengths
+        ts, calls = os.path.join(out, f"{tag}.traced.pt"), (("model", "forward", torch.randint(0, 100, (3, 7))),
+                                                               ("model", "forward", torch.randint(0, 100, (1, 30))))
     elif tag.startswith("gated_"):  # both sides of the branch, 0 and several loop iterations
         x = torch.randn(3, 8)
         ts = os.path.join(out, f"torch_{tag[len('gated_'):]}.gated.ts.pt")
