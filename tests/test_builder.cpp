@@ -177,6 +177,12 @@ TEST_CASE("builder: scaled_dot_product_attention with a mask gets its shape from
   auto mask = b.input("mask", at::randn({2, 1, 1, 6}));
   const auto out = b.call(*op, {q, k, v, mask});
   CHECK(out.out().meta().annotation() == "f32[2, 3, 5, 4]");
+  // a bool mask of the scores' sizes broadcasts; a 0-dim one is refused, as torch's kernel refuses
+  // it ("Dimension specified as -2 but tensor has no dimensions")
+  auto scalar_mask = b.input("scalar_mask", at::randn({}));
+  XPORT_CHECK_THROWS_MSG(b.call(*op, {q, k, v, scalar_mask}), graph_error, "attn_mask of sizes [] does not broadcast");
+  auto bool_mask = b.input("bool_mask", at::ones({5, 6}, at::kBool));
+  CHECK(b.call(*op, {q, k, v, bool_mask}).out().meta().annotation() == "f32[2, 3, 5, 4]");
   auto wrong = b.input("wrong", at::randn({2, 1, 1, 7}));
   XPORT_CHECK_THROWS_MSG(b.call(*op, {q, k, v, wrong}), graph_error,
                          "[xport.fake.op_rejected] aten::scaled_dot_product_attention rejected its arguments "

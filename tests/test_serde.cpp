@@ -9,6 +9,7 @@
 #include <csignal>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <dlfcn.h>
 
 #include <caffe2/serialize/in_memory_adapter.h>
 #include <caffe2/serialize/inline_container.h>
@@ -18,6 +19,10 @@
 #include "models.hpp"
 
 #include "common.hpp"
+#include "io_files.hpp"
+
+#include <xport/engine.hpp>
+#include <xport/torchscript.hpp>
 
 using namespace xport;
 namespace m = xport_models;
@@ -1026,4 +1031,92 @@ TEST_CASE("serde: mmap needs a file, and says so") {
   { std::ofstream(path, std::ios::binary) << bytes.substr(0, bytes.size() / 2); }
   XPORT_CHECK_THROWS_MSG(load(path, lo), load_error, "[xport.load.");
   std::remove(path.c_str());
+}
+
+// ---- custom classes (torchbind) both ways with torch: tests/python/torchbind.py ------------------
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#define XPORT_TEST_TORCHBIND 1
+namespace torch {
+TORCH_API c10::ClassTypePtr getCustomClass(const std::string& name);  // (torch/custom_class.h, narrow)
+}  // namespace torch
+
+namespace {
+at::Tensor torchbind_input() {
+  return (torch::arange(15, torch::kFloat) * 0.37).sin().reshape({5, 3});
+}
+at::Tensor float_rows(const json& rows) {
+  std::vector<float> flat;
+  for (const auto& r : rows)
+    for (const auto& v : r) flat.push_back(v.get<float>());
+  return torch::tensor(flat).reshape({static_cast<std::int64_t>(rows.size()), -1});
+}
+}  // namespace
+#else
+#define XPORT_TEST_TORCHBIND 0
+#endif
+
+TEST_CASE("torchbind oracle: torch's programs holding a custom object load, run their object calls in order, "
+          "print as torch does, and save for torch" * doctest::test_suite("oracle_torchbind")) {
+#if !XPORT_TEST_TORCHBIND
+  MESSAGE("custom objects load with LibTorch 2.3 or newer");
+#else
+  const auto root = xport_test::shared_dir("XPORT_TORCHBIND_DIR", "", "torchbind_*");
+  const auto py = root / "py", cpp = root / "cpp";
+  std::filesystem::create_directories(cpp);
+  const std::string cls = "__torch__.torch.classes.xport_classes.RunningMean";
+  // until the library that registers the class is loaded, the archive is refused, saying so:
+  // at its operator (read first, with the graph), or, calling only methods, at its object
+  if (!torch::getCustomClass(cls)) {
+    XPORT_CHECK_THROWS_MSG(xport::load((py / "stats.pt2").string()), load_error,
+                           "custom operator xport_classes::scale_by_count ('torch.ops.xport_classes.scale_by_count.default') "
+                           "is not registered in this process");
+    XPORT_CHECK_THROWS_MSG(xport::load((py / "methods_only.pt2").string()), load_error,
+                           "config.stats: cannot read the custom object in record 'data/constants/custom_obj_0': ");
+    XPORT_CHECK_THROWS_MSG(xport::load((py / "methods_only.pt2").string()), load_error,
+                           "(its class must be registered with torch::class_ in this process: link or dlopen the library "
+                           "that defines it before loading)");
+  }
+  const char* lib = std::getenv("XPORT_TEST_CLASSES_LIB");  // (ctest sets it: tests/CMakeLists.txt)
+  REQUIRE_MESSAGE(lib != nullptr, "XPORT_TEST_CLASSES_LIB is not set: run this case through ctest (torchbind_* tests)");
+  REQUIRE_MESSAGE(dlopen(lib, RTLD_NOW | RTLD_GLOBAL) != nullptr, dlerror());
+  const auto expected = json::parse(xport_test::read_file((py / "expected.json").string()));
+  const auto x = torchbind_input();
+  json resaved;
+  for (const std::string name : {"stats", "stats_decomposed"}) {
+    INFO("program " << name);
+    const auto path = (py / (name + ".pt2")).string();
+    auto p = xport::load(path);
+    REQUIRE(p.custom_objs().size() == 1);
+    CHECK(p.custom_objs().begin()->first == "stats");
+    CHECK(p.custom_objs().begin()->second.type()->str() == cls);
+    CHECK(xport::to_string(p) == xport_test::read_file((py / (name + ".txt")).string()));
+    // two calls in a row: the second sees the first's update(), as in torch (bit for bit)
+    for (std::size_t r = 0; r < 2; ++r) CHECK(at::equal(xport::run(p, {x})[0], float_rows(expected[name][r])));
+    // the engine on a fresh load, and a program through dce, cse and fold: the same two results
+    auto q = xport::load(path);
+    xport::passes::pass_manager::parse("dce,cse,fold").run(q);
+    CHECK(q.graph().size() == p.graph().size());
+    xport::engine e(q);
+    for (std::size_t r = 0; r < 2; ++r) CHECK(at::equal(e.run({x})[0], float_rows(expected[name][r])));
+    // lowering runs a program's calls on fake tensors, which an object's C++ methods cannot take
+    XPORT_CHECK_THROWS_MSG(xport::run_decompositions(p), xport::error, "[xport.lower.custom_obj] run_decompositions: the program "
+                           "takes the custom object 'stats' (" + cls + ")");
+    // saved with the object as it stands (after two updates); xport's own load of it runs on from there
+    xport::save(p, (cpp / (name + ".pt2")).string());
+    auto back = xport::load((cpp / (name + ".pt2")).string());
+    const auto third = xport::run(back, {x})[0];
+    CHECK(!at::equal(third, float_rows(expected[name][1])));
+    std::vector<std::vector<float>> rows;
+    for (std::int64_t i = 0; i < third.size(0); ++i) {
+      const auto row = third[i].contiguous();
+      rows.emplace_back(row.data_ptr<float>(), row.data_ptr<float>() + row.numel());
+    }
+    resaved[name] = rows;
+  }
+  std::ofstream(cpp / "expected.json") << resaved.dump();
+  // the module scripted: from_torchscript refuses it (a capture would fix the object's state)
+  XPORT_CHECK_THROWS_MSG(xport::from_torchscript((py / "stats_scripted.pt").string(), {x}), export_error,
+                         "[xport.torchscript.custom_obj] attribute 'stats' of the module is a custom class instance (" + cls);
+#endif
 }

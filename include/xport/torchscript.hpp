@@ -849,6 +849,24 @@ inline std::map<std::string, std::string> torchscript_extra_files(const std::str
   return out;
 }
 
+/// Refuses a module holding a custom class instance (a torch::class_ attribute, in it or a
+/// submodule): its methods are C++ code neither route keeps as a call on the object (the capture
+/// would record their ATen calls with the object's state fixed in the program).
+inline void refuse_custom_objects(const torch::jit::Module& m, const std::string& prefix = "") {
+  const auto& type = m.type();
+  for (std::size_t i = 0; i < type->numAttributes(); ++i) {
+    const auto* c = type->getAttribute(i)->castRaw<c10::ClassType>();
+    if (!c || c->is_module() || !c->name() || c->name()->qualifiedName().rfind("__torch__.torch.classes.", 0) != 0) continue;
+    throw export_error("xport.torchscript.custom_obj",
+                       "attribute '" + prefix + type->getAttributeName(i) + "' of the module is a custom class instance (" +
+                           c->name()->qualifiedName() + ", a torch::class_): from_torchscript does not convert a module "
+                           "holding one yet (a capture would fix the object's state into the program); export the module "
+                           "with torch.export in Python (non-strict, the class given a fake with register_fake_class) and "
+                           "load that archive: xport runs its calls on the object");
+  }
+  for (const auto& child : m.named_children()) refuse_custom_objects(child.value, prefix + child.name + ".");
+}
+
 inline torch::jit::Module load_torchscript(const std::string& path) {
   try {
     return torch::jit::load(path, c10::Device(c10::kCPU));
@@ -867,6 +885,7 @@ inline torch::jit::Module load_torchscript(const std::string& path) {
 /// it was.
 inline exported_program from_torchscript(torch::jit::Module& m, const std::vector<at::Tensor>& example_inputs,
                                          const torchscript_options& options = {}) {
+  detail::refuse_custom_objects(m);
   const auto& method = options.method;
   export_options opts;
   opts.input_names = detail::jit_argument_names(m, method, example_inputs.size());

@@ -1265,7 +1265,7 @@ inline void schedule(engine_plan& p, const compiled_program& cp, const std::vect
         if (p.bases_in_place[i][k]) writes.push_back(resource(bases[k]));
     }
     if (op.is_mutable || op.inplace_view) writes.insert(writes.end(), reads.begin(), reads.end());
-    if (op.nondeterministic || in.outputs.empty() || reads_data(op)) writes.push_back(effects);
+    if (op.nondeterministic || op.ordered || in.outputs.empty() || reads_data(op)) writes.push_back(effects);
     for (auto r : in.outputs)
       if (r != compiled_program::dead && l.def[r] == i) writes.push_back(resource(r));
     for (auto res : reads)
@@ -1649,7 +1649,8 @@ class engine {
     for (std::size_t i = 0; i < inputs.size(); ++i)
       if (auto why = check(inputs[i], "input " + std::to_string(i)); !why.empty()) return why;
     for (const auto& [r, t] : compiled().state_slots)
-      if (auto why = check(t, "a state tensor"); !why.empty()) return why;
+      if (t.isTensor())
+        if (auto why = check(t.toTensor(), "a state tensor"); !why.empty()) return why;
     if (!seen) return "no tensor input or state gives the device";
     if (!p.host_node.empty()) return "node '" + p.host_node + "' gives a CPU tensor";
     device = *seen;

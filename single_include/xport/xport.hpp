@@ -1847,6 +1847,10 @@ struct op_info {
   bool nondeterministic = false;
   /// Changes only its argument's metadata (torch's `inplace_view` tag: transpose_, squeeze_, ...).
   bool inplace_view = false;
+  /// Takes a custom class instance (a `__torch__.torch.classes...` argument, or any class object:
+  /// higher_order::call_torchbind). torch orders such calls as effects (_EffectType.ORDERED): the
+  /// object may change, so they are never merged, removed or run out of order.
+  bool ordered = false;
   /// Position of the `device` argument, or -1.
   int device_arg = -1;
   /// Position of the `pin_memory` argument, or -1.
@@ -1951,7 +1955,7 @@ inline const op_info* op_registry::find(std::string_view text) {
     auto handle = c10::Dispatcher::singleton().findSchema(
         {parts.ns + "::" + parts.name, parts.overload});
     if (!handle) return nullptr;
-    std::unique_ptr<op_info> op(new op_info{*handle, {}, {}, {}, {}, {}, false, false, false, false, false, -1, -1, false, false, {0}});
+    std::unique_ptr<op_info> op(new op_info{*handle, {}, {}, {}, {}, {}, false, false, false, false, false, false, -1, -1, false, false, {0}});
     fill(*op, parts);
     info = op.get();
     by_key_.emplace(std::move(key), std::move(op));
@@ -1986,7 +1990,9 @@ inline void op_registry::fill(op_info& op, const op_name_parts& p) {
     if (t->kind() == c10::TypeKind::ListType) t = t->castRaw<c10::ListType>()->getElementType();
     if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
     if (t->kind() == c10::TypeKind::TensorType) op.is_factory = false;
+    if (t->kind() == c10::TypeKind::ClassType || t->kind() == c10::TypeKind::AnyClassType) op.ordered = true;
   }
+  if (op.ordered) op.is_factory = false;  // (its object's tensors are its inputs)
   if (p.ns == "higher_order") {  // torch names them without an overload
     op.higher_order = true;
     op.target = "torch.ops.higher_order." + p.name;
@@ -2923,6 +2929,7 @@ enum class value_kind : std::uint8_t {
   sym_float,
   sym_bool,
   none,      ///< an op output that is always None
+  object,    ///< a custom class instance (torch::class_, a CUSTOM_OBJ input); its class_fqn is known
 };
 
 inline std::string_view to_string(node_kind k) {
@@ -2939,9 +2946,13 @@ struct value_type {
   value_kind kind = value_kind::tensor;
   tensor_meta tensor;  ///< meaningful when kind == tensor
   sym_int scalar;      ///< meaningful when kind == sym_int
+  /// Meaningful when kind == object: the class as TorchScript names it
+  /// (`__torch__.torch.classes.ns.Name`).
+  std::string class_fqn = {};
 
   static value_type of(tensor_meta m) { return {value_kind::tensor, std::move(m), {}}; }
   static value_type of_sym_int(sym_int s) { return {value_kind::sym_int, {}, std::move(s)}; }
+  static value_type of_object(std::string class_fqn) { return {value_kind::object, {}, {}, std::move(class_fqn)}; }
   friend bool operator==(const value_type&, const value_type&) = default;
 };
 
@@ -4073,7 +4084,7 @@ struct std::hash<xport::node> {
 // xport/program/dead_code.hpp: removing the calls whose results nothing uses (torch.fx's
 // Graph.eliminate_dead_code). A call stays when it has an effect beyond its outputs: it writes to
 // an argument (in-place and out= ops), draws random numbers (removing it would shift every
-// later random draw), reads tensor data (ops/data_dependent.hpp), gives a symbol only the data
+// later random draw), calls a custom object (op_info::ordered), reads tensor data (ops/data_dependent.hpp), gives a symbol only the data
 // knows (its range is asserted on every run), or checks something (`_assert_tensor_metadata`). Signature outputs are uses, so they are kept. One
 // backward walk: a node's death frees its inputs' producers before they are visited.
 // passes/dce.hpp makes it a pass.
@@ -4399,7 +4410,7 @@ XPORT_BEGIN_NAMESPACE
 inline bool has_side_effects(const node& n) {
   if (!n.is_call()) return true;
   const auto& op = n.op();
-  return op.is_mutable || op.nondeterministic || detail::reads_data(op) || gives_unbacked(n) ||
+  return op.is_mutable || op.nondeterministic || op.ordered || detail::reads_data(op) || gives_unbacked(n) ||
          detail::is_checking_op(op.name);
 }
 
@@ -4873,6 +4884,7 @@ XPORT_END_NAMESPACE
 #include <vector>     // std::vector
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
 
 // #include <xport/config.hpp>
 // #include <xport/error.hpp>
@@ -5166,6 +5178,7 @@ class basic_exported_program<default_policy> {
     p.out_spec_ = out_spec_;
     p.module_types_ = module_types_;
     p.module_signatures_ = module_signatures_;
+    p.custom_objs_ = custom_objs_;
     return p;
   }
 
@@ -5191,6 +5204,14 @@ class basic_exported_program<default_policy> {
   [[nodiscard]] tensor_dict& constants_mut() {
     invalidate();
     return constants_;
+  }
+  /// The custom class instances (torch::class_ objects) the CUSTOM_OBJ inputs read, by FQN (torch
+  /// keeps them in `ep.constants`). Shared with copies, as a TorchScript module's are: a method
+  /// that changes its object changes it for every program holding it.
+  [[nodiscard]] const std::map<std::string, c10::IValue>& custom_objs() const noexcept { return custom_objs_; }
+  [[nodiscard]] std::map<std::string, c10::IValue>& custom_objs_mut() {
+    invalidate();
+    return custom_objs_;
   }
   [[nodiscard]] const std::vector<range_constraint>& range_constraints() const noexcept {
     return range_constraints_;
@@ -5291,6 +5312,15 @@ class basic_exported_program<default_policy> {
     return dict.at(*s.target);
   }
 
+  /// The object a CUSTOM_OBJ input reads, by its input spec.
+  [[nodiscard]] const c10::IValue& lifted_object(const input_spec& s) const {
+    const auto it = s.target ? custom_objs_.find(*s.target) : custom_objs_.end();
+    if (it == custom_objs_.end())
+      throw error("xport.program.missing_state", "custom object input '" + s.arg.name + "' names " +
+                                                     (s.target ? "'" + *s.target + "', which the program does not hold" : "no target"));
+    return it->second;
+  }
+
   /// For run/interpreter.hpp: the cache slot; emptied on every mutable access.
   [[nodiscard]] std::shared_ptr<detail::run_cache> run_cache_get() const { return cache_.get(); }
   void run_cache_set(std::shared_ptr<detail::run_cache> c) const { cache_.set(std::move(c)); }
@@ -5329,6 +5359,7 @@ class basic_exported_program<default_policy> {
   std::optional<treespec> out_spec_;
   std::vector<std::pair<std::string, std::string>> module_types_;
   std::map<std::string, module_call_signature> module_signatures_;
+  std::map<std::string, c10::IValue> custom_objs_;
   ir_dialect dialect_ = ir_dialect::training;
   detail::run_cache_slot cache_;
 };
@@ -5478,6 +5509,7 @@ XPORT_END_NAMESPACE
 #include <string>       // std::string
 #include <vector>       // std::vector
 
+#include <ATen/core/class_type.h>
 #include <ATen/core/function_schema.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/core/jit_type.h>
@@ -5520,6 +5552,7 @@ inline std::string describe(const argument& a) {
         case value_kind::sym_float: return "SymFloat '" + v.name() + "'";
         case value_kind::sym_bool: return "SymBool '" + v.name() + "'";
         case value_kind::none: return "None value '" + v.name() + "'";
+        case value_kind::object: return "custom object '" + v.name() + "' (" + v.type().class_fqn + ")";
       }
       return "value";
     }
@@ -5568,6 +5601,10 @@ inline bool coerce(argument& a, const c10::TypePtr& t, const c10::optional<int32
     case K::DeviceObjType: return a.is_device();
     case K::GeneratorType: return a.is_none();
     case K::AnyType: return true;  // a control-flow operator's branch, or its predicate
+    case K::AnyClassType: return is_value_of(a, value_kind::object);  // (call_torchbind's object)
+    case K::ClassType:  // a custom class instance (`__torch__.torch.classes.ns.Name obj`) of that class
+      return is_value_of(a, value_kind::object) &&
+             a.as_value().type().class_fqn == t->castRaw<c10::ClassType>()->name()->qualifiedName();
     case K::ListType: {
       const auto& elem = t->castRaw<c10::ListType>()->getElementType();
       if (!a.is_list()) {
@@ -6827,7 +6864,7 @@ XPORT_END_NAMESPACE
 // .wrap_with_set_grad_enabled, .wrap_with_autocast) takes subgraphs as arguments, or calls
 // another operator by name (.auto_functionalized, .auto_functionalized_v2, .with_effects: their
 // kernels are in ops/auto_functionalize.hpp; .out_dtype, an operator computed in a wider type
-// and cast to one it names). Each has one
+// and cast to one it names; .call_torchbind, a method of a custom object). Each has one
 // entry here: its schema as the dispatcher sees it, how torch lays its arguments out in a
 // program (a trailing list written spread, as `wrap_with_set_grad_enabled(False, submod_1, x,
 // w)`), which operands its subgraphs take (and which one row at a time), how its outputs are
@@ -6847,7 +6884,10 @@ XPORT_END_NAMESPACE
 #include <vector>       // std::vector
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/class_type.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/function.h>
+#include <ATen/core/ivalue.h>
 #include <ATen/core/stack.h>
 #include <ATen/ops/stack.h>
 #include <c10/core/GradMode.h>
@@ -7167,8 +7207,16 @@ inline void with_effects_kernel(const c10::OperatorHandle&, torch::jit::Stack* s
   auto& s = *stack;
   const auto& op = named_operator(s[s.size() - 3], "with_effects");
   const keyword_args kw(s.back(), "with_effects");
-  const auto positional = s[s.size() - 2].toListRef().vec();
+  auto positional = s[s.size() - 2].toListRef().vec();
   torch::jit::drop(s, 4);
+  // a higher-order operator whose last parameter torch writes spread (call_torchbind(obj,
+  // 'method', *args)): its trailing arguments are that parameter's list
+  if (const auto n = op.schema().arguments().size(); op.higher_order && n > 0 && positional.size() + 1 >= n) {
+    c10::impl::GenericList rest(c10::AnyType::get());
+    for (std::size_t i = n - 1; i < positional.size(); ++i) rest.push_back(positional[i]);
+    positional.resize(n - 1);
+    positional.emplace_back(std::move(rest));
+  }
   torch::jit::Stack call;
   kw.push_for(op, positional, call);
   op.handle.callBoxed(call);
@@ -7216,15 +7264,16 @@ XPORT_BEGIN_NAMESPACE
 struct higher_order_op {
   enum class id : std::uint8_t {
     cond, while_loop, map, scan, set_grad_enabled, autocast, auto_functionalized, auto_functionalized_v2, with_effects,
-    out_dtype
+    out_dtype, call_torchbind
   };
   /// A parameter of the operator: its name and type in the dispatcher's schema. `op` is an
   /// operator the call names (an `as_operator` argument: its qualified name, a string), `values`
   /// that operator's positional arguments (any, written spread), `kwargs` its keyword arguments
-  /// (a list of [name, value] pairs, written `name = value`).
+  /// (a list of [name, value] pairs, written `name = value`), `object` a custom class instance
+  /// (a CUSTOM_OBJ input).
   struct param {
     std::string_view name;
-    enum class type : std::uint8_t { any, boolean, string, dtype, dtype_opt, bool_opt, graph, tensors, op, values, kwargs } kind;
+    enum class type : std::uint8_t { any, boolean, string, dtype, dtype_opt, bool_opt, graph, tensors, op, values, kwargs, object } kind;
   };
   /// How its results are typed: as its first subgraph returns them (cond's true branch), its
   /// last (while_loop's body), map's (each stacked), scan's (carries, then ys stacked), or by
@@ -7623,6 +7672,45 @@ inline void out_dtype_kernel(const c10::OperatorHandle&, torch::jit::Stack* stac
   s.emplace_back(call.at(0).toTensor().to(out));
 }
 
+/// Calls `method` of custom object `obj` (a torch::class_ instance) on `args`: its C++ code runs.
+inline c10::IValue call_object_method(const c10::IValue& obj, const std::string& method, std::vector<c10::IValue> args) {
+  if (!obj.isObject())
+    throw run_error("xport.run.torchbind", "call_torchbind: its first argument is a " + std::string(obj.tagKind()) +
+                                               ", not a custom object (a torch::class_ instance)");
+  const auto& type = obj.toObjectRef().type();
+  auto* fn = type->findMethod(method);
+  if (!fn) {
+    std::string names;
+    for (const auto* m : type->methods()) names += (names.empty() ? "" : ", ") + m->name();
+    throw run_error("xport.run.torchbind", "call_torchbind: " + type->name()->qualifiedName() + " has no method '" + method +
+                                               "' (its methods: " + (names.empty() ? "none" : names) + ")");
+  }
+  torch::jit::Stack call;
+  call.reserve(args.size() + 1);
+  call.push_back(obj);
+  for (auto& a : args) call.push_back(std::move(a));
+  fn->run(call);
+  return call.empty() ? c10::IValue() : std::move(call.back());
+}
+
+// higher_order::call_torchbind(AnyClassType obj, str method, Any[] args) -> Tensor: the method of
+// a custom object called on the arguments (torch's `self.obj.method(x)` in an exported program).
+// xport runs the methods that return one tensor (what torch writes as one as_tensor output).
+inline void call_torchbind_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  const auto& packed = s.back();
+  std::vector<c10::IValue> args = packed.isList() ? packed.toListRef().vec() : std::vector<c10::IValue>{packed};
+  const auto method = s[s.size() - 2].toStringRef();
+  const auto obj = s[s.size() - 3];
+  torch::jit::drop(s, 3);
+  auto r = call_object_method(obj, method, std::move(args));
+  if (!r.isTensor())
+    throw run_error("xport.run.torchbind", "call_torchbind: " + obj.toObjectRef().type()->name()->qualifiedName() + "." +
+                                               method + " returned a " + std::string(r.tagKind()) +
+                                               ": xport runs the methods that return one tensor");
+  s.push_back(std::move(r));
+}
+
 }  // namespace detail
 
 /// Every higher-order operator xport reads, runs and writes, in one list.
@@ -7661,6 +7749,9 @@ inline const std::vector<higher_order_op>& higher_order_ops() {
       {I::out_dtype, "out_dtype", "out_dtype (an operator computed into a dtype it names)",
        {{"op", T::op}, {"output_dtype", T::dtype}, {"args", T::values}}, false, R::by_kernel, -1, false,
        &detail::out_dtype_kernel, true},
+      {I::call_torchbind, "call_torchbind", "call_torchbind (a method of a custom object)",
+       {{"obj", T::object}, {"method", T::string}, {"args", T::values}}, true, R::by_kernel, -1, false,
+       &detail::call_torchbind_kernel, true},
   };
   return ops;
 }
@@ -7746,6 +7837,7 @@ inline c10::FunctionSchema schema_of(const higher_order_op& h) {
       case higher_order_op::param::type::bool_opt: t = c10::OptionalType::create(c10::BoolType::get()); break;
       case higher_order_op::param::type::tensors: t = c10::ListType::create(c10::TensorType::get()); break;
       case higher_order_op::param::type::op: t = c10::StringType::get(); break;
+      case higher_order_op::param::type::object: t = c10::AnyClassType::get(); break;
       case higher_order_op::param::type::values:
       case higher_order_op::param::type::kwargs: t = c10::ListType::create(c10::AnyType::get()); break;
     }
@@ -9489,6 +9581,15 @@ inline void verify_named_call(node n, const higher_order_op& hop) {
     fail("with_effects takes a token tensor first and returns a new one first");
 }
 
+/// Checks a call of a custom object's method: (object, method name, [arguments]) -> one tensor.
+inline void verify_call_torchbind(node n) {
+  const auto args = n.args();
+  if (args.size() != 3 || !args[0].is_value() || args[0].as_value().kind() != value_kind::object || !args[1].is_string() ||
+      !args[2].is_list() || n.num_outputs() != 1 || n.output(0).kind() != value_kind::tensor)
+    verify_fail("call_torchbind_args", "'" + n.name() + "': call_torchbind takes (obj, method, *args) of a custom object and "
+                                       "gives one tensor", n.name());
+}
+
 /// Checks a higher-order call by the rules of its operator (ops/higher_order.hpp).
 inline void verify_higher_order(node n, const verify_options& opts) {
   const auto* hop = hop_of(n.op());
@@ -9504,6 +9605,7 @@ inline void verify_higher_order(node n, const verify_options& opts) {
     case higher_order_op::id::auto_functionalized_v2:
     case higher_order_op::id::with_effects:
     case higher_order_op::id::out_dtype: return verify_named_call(n, *hop);
+    case higher_order_op::id::call_torchbind: return verify_call_torchbind(n);
   }
 }
 
@@ -9647,13 +9749,24 @@ inline void verify_state_input(const exported_program& p, const input_spec& spec
       }
       break;
     }
-    case input_kind::constant_tensor:
-    case input_kind::custom_obj: {
+    case input_kind::constant_tensor: {
       const auto* t = p.constants().find(fqn);
       if (!t)
         verify_fail("signature.missing_constant",
                     kind_str + " '" + fqn + "' (input '" + name + "') is not in the constants", name);
-      if (spec.kind == input_kind::constant_tensor) check_meta(*t);
+      check_meta(*t);
+      break;
+    }
+    case input_kind::custom_obj: {
+      const auto it = p.custom_objs().find(fqn);
+      if (it == p.custom_objs().end())
+        verify_fail("signature.missing_constant", "custom object '" + fqn + "' (input '" + name + "') is not in the program's custom objects", name);
+      const value v = ph.output(0);
+      if (!it->second.isObject() || it->second.type()->str() != spec.arg.class_fqn || v.kind() != value_kind::object ||
+          v.type().class_fqn != spec.arg.class_fqn)
+        verify_fail("signature.custom_obj", "custom object input '" + name + "' takes a " + spec.arg.class_fqn + ", but the program holds a " +
+                                                it->second.type()->str() + " for '" + fqn + "' and the placeholder is " +
+                                                (v.kind() == value_kind::object ? "of class " + v.type().class_fqn : "no custom object"), name);
       break;
     }
     default: break;
@@ -9779,6 +9892,7 @@ XPORT_END_NAMESPACE
 //   xport::exported_program p = std::move(b).build();
 
 #include <algorithm>    // std::stable_sort
+#include <map>          // std::map
 #include <memory>       // std::shared_ptr, std::make_shared
 #include <optional>     // std::optional
 #include <string>       // std::string
@@ -9787,6 +9901,7 @@ XPORT_END_NAMESPACE
 #include <vector>       // std::vector
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
 
 // #include <xport/config.hpp>
 // #include <xport/ops/meta_infer.hpp>
@@ -9869,6 +9984,8 @@ class program_builder {
     state_dict_ = std::move(state_dict);
     constants_ = std::move(constants);
   }
+  /// The custom objects the program's CUSTOM_OBJ inputs read (exported_program::custom_objs).
+  void set_custom_objs(std::map<std::string, c10::IValue> objs) { custom_objs_ = std::move(objs); }
   /// Example inputs to keep in the program (or none).
   void set_examples(std::optional<std::vector<at::Tensor>> examples) {
     has_all_examples_ = examples.has_value();
@@ -10004,6 +10121,7 @@ class program_builder {
     graph_.set_output(std::move(results));
     exported_program p(std::move(graph_), std::move(sig), std::move(state_dict_),
                        std::move(constants_), {}, dialect);
+    p.custom_objs_mut() = std::move(custom_objs_);
     if (has_all_examples_ && !examples_.empty()) p.set_example_inputs(std::move(examples_));
     verify(p, checks);
     *this = program_builder();
@@ -10041,6 +10159,7 @@ class program_builder {
   std::vector<output_spec> output_specs_;
   tensor_dict state_dict_;
   tensor_dict constants_;
+  std::map<std::string, c10::IValue> custom_objs_;
   std::vector<at::Tensor> examples_;
   bool has_all_examples_ = true;
   void stamp(node n) const {
@@ -16792,6 +16911,7 @@ XPORT_END_NAMESPACE
 #include <cstdint>        // std::int64_t
 #include <optional>       // std::optional
 #include <string>         // std::string
+#include <string_view>    // std::string_view
 #include <unordered_map>  // std::unordered_map
 #include <utility>        // std::move
 #include <vector>         // std::vector
@@ -16818,6 +16938,19 @@ class functionalize_error : public error {
 };
 
 namespace detail {
+
+/// Lowering re-runs a program's calls on fake tensors: a custom object's methods would run on
+/// them for real (they are its C++ code). torch's lowering threads such calls through
+/// `with_effects` with their fake class; xport refuses the program instead.
+inline void refuse_custom_objs(const exported_program& p, std::string_view what) {
+  for (const auto& s : p.signature().input_specs)
+    if (s.kind == input_kind::custom_obj)
+      throw error("xport.lower.custom_obj",
+                  std::string(what) + ": the program takes the custom object '" + s.target.value_or(s.arg.name) + "' (" +
+                      s.arg.class_fqn + "), and xport lowers no program with custom objects (their methods cannot run "
+                      "on fake tensors); lower it in Python (ep.run_decompositions()) and load the archive torch writes, "
+                      "whose with_effects calls xport runs");
+}
 
 inline bool is_view_op(const op_info& op) {
   if (op.is_mutable || is_maybe_alias_op(op.name)) return false;
@@ -17202,7 +17335,10 @@ class functionalizer {
 
 /// The functional form of `p` (torch's inference IR without decompositions, dialect ATEN):
 /// no in-place op, mutations returned as outputs. `p` is left as it is.
-inline exported_program functionalize(const exported_program& p) { return detail::functionalizer(p).run(); }
+inline exported_program functionalize(const exported_program& p) {
+  detail::refuse_custom_objs(p, "functionalize");
+  return detail::functionalizer(p).run();
+}
 
 XPORT_END_NAMESPACE
 // #include <xport/lower/decompose.hpp>
@@ -17549,6 +17685,7 @@ inline void recall(capture& cap, const node& n, std::unordered_map<const value_i
 
 /// Re-captures `p` with `table`'s decompositions applied (no functionalization).
 inline exported_program decompose(const exported_program& p, const decomposition_table& table) {
+  refuse_custom_objs(p, "decompose");
   capture cap;
   cap.set_decompose_hook([&table, &cap](const op_info& op, torch::jit::Stack& stack) {
     const auto* d = table.find(op);
@@ -18046,6 +18183,7 @@ inline exported_program lower_functional(const exported_program& p, const decomp
 /// `p` is left as it is.
 inline exported_program run_decompositions(const exported_program& p,
                                            const decomposition_table& table = decomposition_table::core_aten()) {
+  detail::refuse_custom_objs(p, "run_decompositions");
   // dynamic dims: decomposed at several sizes and made symbolic again (trace/symbolic.hpp)
   auto q = detail::transform_symbolic(p, "run_decompositions", [&](const exported_program& s) {
 #if XPORT_HAS_TORCH_FUNCTIONALIZATION
@@ -18209,6 +18347,7 @@ inline exported_program joint_functional(const exported_program& p, std::size_t 
 /// outputs, then the gradients; it saves and loads like any program. Needs LibTorch >= 2.1.
 inline exported_program export_forward_backward(const exported_program& p, std::size_t loss_index = 0,
                                                 const decomposition_table& table = decomposition_table::core_aten()) {
+  detail::refuse_custom_objs(p, "export_forward_backward");
 #if XPORT_HAS_TORCH_FUNCTIONALIZATION
   if (!detail::autograd_grad)
     throw export_error("xport.joint.autograd", "export_forward_backward: include <xport/train.hpp> in the program that "
@@ -18731,6 +18870,7 @@ struct canonicalize_t : pass_base<canonicalize_t> {
       else b.output_arg(outs[i], specs.at(i).kind, specs.at(i).target);  // a constant output (None)
     }
     b.set_state(p.state_dict(), p.constants());
+    b.set_custom_objs(p.custom_objs());
     b.set_examples(p.example_inputs());
     auto q = std::move(b).build(p.dialect(), verify_options{.check_schemas = false});
     q.set_call_spec(p.in_spec(), p.out_spec());
@@ -20581,7 +20721,7 @@ class compiled_program {
   std::unordered_set<std::string> unbacked;  // the unbacked symbols a call binds
   std::vector<std::uint32_t> user_slots;     // per tensor user input: its register
   std::vector<std::optional<c10::MemoryFormat>> input_layout;  // per user input (see in_exported_layout)
-  std::vector<std::pair<std::uint32_t, at::Tensor>> state_slots;  // the lifted state's registers
+  std::vector<std::pair<std::uint32_t, c10::IValue>> state_slots;  // the lifted state's registers (tensors, custom objects)
   std::vector<output_slot> outputs;      // per graph output: a register or a constant
   std::vector<std::size_t> user_outputs;  // the graph outputs run() returns, in order
   std::vector<mutation> mutations;       // the graph outputs run() writes back
@@ -20848,6 +20988,8 @@ class compiled_program {
         input_layout.push_back(written.count(phs[i].output(0).impl()) ? std::nullopt : exported_layout(phs[i].output(0)));
       } else if (spec.kind == input_kind::token) {  // an effect token: an empty tensor, as torch's module makes one
         state_slots.emplace_back(r, at::empty({0}));
+      } else if (spec.kind == input_kind::custom_obj) {  // the object itself: its methods change it
+        state_slots.emplace_back(r, p.lifted_object(spec));
       } else {
         state_slots.emplace_back(r, p.lifted_tensor(spec));
       }
@@ -21797,6 +21939,7 @@ inline json value_ref(value v) {
     case value_kind::sym_int: return {{"as_sym_int", {{"as_name", v.name()}}}};
     case value_kind::sym_bool: return {{"as_sym_bool", {{"as_name", v.name()}}}};
     case value_kind::sym_float: return {{"as_sym_float", {{"as_name", v.name()}}}};
+    case value_kind::object: return {{"as_custom_obj", {{"name", v.name()}, {"class_fqn", v.type().class_fqn}}}};
     default: return {{"as_tensor", {{"name", v.name()}}}};
   }
 }
@@ -21935,7 +22078,6 @@ struct value_scope {
 [[noreturn]] inline void unsupported_argument(const at_path& where, const std::string& kind) {
   static constexpr std::pair<std::string_view, std::string_view> known[] = {
       {"as_graph", "a subgraph of a higher-order operator (torch.cond, torch.map, while_loop, ...)"},
-      {"as_custom_obj", "a custom object (a TorchBind class instance)"},
       {"as_operator", "an operator passed as an argument (used by higher-order operators)"},
       {"as_string_to_argument", "a dict of arguments"},
       {"as_nested_tensors", "a list of tensor lists"},
@@ -21951,6 +22093,13 @@ inline argument argument_of(const at_path& j, const value_scope& scope) {
   const auto name_of = [&](const at_path& t) { return scope(t, t["name"].str()); };
   if (k == "as_none") return none;
   if (k == "as_tensor") return name_of(v);
+  if (k == "as_custom_obj") {  // a CUSTOM_OBJ input (torch lifts every object)
+    const auto obj = name_of(v);
+    if (obj.kind() != value_kind::object || obj.type().class_fqn != v["class_fqn"].str())
+      v.fail("'" + v["name"].str() + "' is read as a custom object of class " + v["class_fqn"].str() +
+             ", but the graph defines it " + (obj.kind() == value_kind::object ? "of class " + obj.type().class_fqn : "as no custom object"));
+    return obj;
+  }
   if (k == "as_optional_tensor") {
     auto [k2, v2] = v.one_of();
     if (k2 == "as_none") return none;
@@ -22905,7 +23054,7 @@ inline json graph_json(const exported_program& p) {
   const graph& g = p.graph();
   json inputs = json::array(), nodes = json::array(), outputs = json::array();
   json tensor_values = json::object(), sym_int_values = json::object(), sym_bool_values = json::object(),
-       sym_float_values = json::object();
+       sym_float_values = json::object(), custom_obj_values = json::object();
   sym_writer name_sym(g, p.range_constraints(), nodes, sym_int_values);
   name_sym.scalar_tables(sym_float_values, sym_bool_values);
   const sym_namer namer{[&](const sym_int& e) { return name_sym(e); }, [&](const sym_scalar& e) { return name_sym(e); }};
@@ -22918,6 +23067,7 @@ inline json graph_json(const exported_program& p) {
   const auto record = [&](value v, const std::string& name) {
     if (v.kind() == value_kind::tensor) tensor_values[name] = tensor_meta_json(v.meta());
     else if (v.kind() == value_kind::sym_int) sym_int_values[name] = sym_int_json(v.type().scalar);
+    else if (v.kind() == value_kind::object) custom_obj_values[name] = value_ref(v)["as_custom_obj"];
   };
   module_stack_writer stack_of(p.module_types());
   std::size_t ph = 0;
@@ -22961,7 +23111,7 @@ inline json graph_json(const exported_program& p) {
   return {{"inputs", std::move(inputs)},   {"outputs", std::move(outputs)},
           {"nodes", std::move(nodes)},     {"tensor_values", std::move(tensor_values)},
           {"sym_int_values", std::move(sym_int_values)}, {"sym_bool_values", std::move(sym_bool_values)},
-          {"is_single_tensor_return", g.returns_bare()}, {"custom_obj_values", json::object()},
+          {"is_single_tensor_return", g.returns_bare()}, {"custom_obj_values", std::move(custom_obj_values)},
           {"sym_float_values", std::move(sym_float_values)}};
 }
 
@@ -23403,8 +23553,15 @@ inline void read_graph_inputs(const at_path& inputs, const graph_signature& sig,
       std::string name;
       if (k == "as_tensor") name = v["name"].str();
       else if (k == "as_sym_int") name = v["as_name"].str();
-      else if (k == "as_custom_obj") inputs[i].fail("graph input '" + v["name"].str() + "' is a custom object (a TorchBind class instance), which xport does not support");
-      else inputs[i].fail("a graph input must be a tensor, a SymInt or a constant, got '" + k + "'");
+      else if (k == "as_custom_obj") {
+        name = v["name"].str();
+        if (spec.kind != input_kind::custom_obj)
+          inputs[i].fail("graph input '" + name + "' is a custom object, but its input spec is not a custom_obj one");
+        if (spec.arg.class_fqn != v["class_fqn"].str())
+          inputs[i].fail("graph input '" + name + "' is of class " + v["class_fqn"].str() + " but its input spec says " + spec.arg.class_fqn);
+        scope.defined.emplace(name, g.add_placeholder(name, value_type::of_object(spec.arg.class_fqn)));
+        continue;
+      } else inputs[i].fail("a graph input must be a tensor, a SymInt, a custom object or a constant, got '" + k + "'");
       if (constant) inputs[i].fail("input spec " + std::to_string(i) + " is the constant input '" + spec.arg.name + "' but the graph input is '" + name + "'");
       scope.defined.emplace(name, g.add_placeholder(name, type_of(inputs[i], name)));
     } catch (const graph_error& e) {
@@ -23550,10 +23707,15 @@ inline void check_higher_order_args(const higher_order_op& hop, const std::vecto
                     (p.kind == T::boolean && x.is_bool()) || (p.kind == T::string && x.is_string()) ||
                     (p.kind == T::dtype_opt && (x.is_dtype() || x.is_none())) || (p.kind == T::dtype && x.is_dtype()) ||
                     (p.kind == T::bool_opt && (x.is_bool() || x.is_none())) || (p.kind == T::op && x.is_string()) ||
-                    ((p.kind == T::values || p.kind == T::kwargs) && x.is_list());
+                    ((p.kind == T::values || p.kind == T::kwargs) && x.is_list()) ||
+                    (p.kind == T::object && x.is_value() && x.as_value().kind() == value_kind::object);
     if (!ok)
       ins.fail(std::string(hop.python) + "'s arguments are " + hop.layout() + ": argument " + std::to_string(a) + " (" +
-               std::string(p.name) + ") is not " + (p.kind == T::graph ? "a subgraph (as_graph)" : p.kind == T::tensors ? "a list of tensors" : "of its type"));
+               std::string(p.name) + ") is not " +
+               (p.kind == T::graph     ? "a subgraph (as_graph)"
+                : p.kind == T::tensors ? "a list of tensors"
+                : p.kind == T::object  ? "a custom object (as_custom_obj)"
+                                       : "of its type"));
     if (p.kind != T::tensors) continue;
     for (std::size_t i = 0; i < x.as_list().size(); ++i)
       if (!x.as_list()[i].is_value() || x.as_list()[i].as_value().kind() != value_kind::tensor)
@@ -23985,6 +24147,7 @@ XPORT_END_NAMESPACE
 #include <memory>       // std::shared_ptr
 #include <ostream>      // std::ostream
 #include <string>       // std::string
+#include <string_view>  // std::string_view
 #include <vector>       // std::vector
 
 #include <ATen/core/Tensor.h>
@@ -24097,6 +24260,10 @@ XPORT_END_NAMESPACE
 // here: its header pulls in the whole JIT IR, against the narrow-headers rule.
 namespace torch::jit {
 TORCH_API c10::IValue pickle_load(const std::vector<char>& data);
+TORCH_API std::vector<char> pickle_save(const c10::IValue& ivalue);
+#if XPORT_TORCH_VERSION_AT_LEAST(2, 3)
+TORCH_API c10::IValue pickle_load_obj(std::string_view data);  // (custom objects: LibTorch 2.3 and newer)
+#endif
 }  // namespace torch::jit
 
 
@@ -24373,6 +24540,50 @@ struct payload_writer {
   }
 };
 
+/// Writes each custom object once (`data/constants/custom_obj_<i>`), in its class's pickle form
+/// (torch::class_'s def_pickle: torch._C._pickle_save, what torch.export.save writes).
+struct object_writer {
+  caffe2::serialize::PyTorchStreamWriter& w;
+  std::map<const void*, std::string> written;  ///< the object -> its record
+  std::size_t next = 0;
+
+  json add(const std::string& fqn, const c10::IValue& obj) {
+    auto it = written.find(obj.internalToPointer());
+    if (it == written.end()) {
+      std::vector<char> bytes;
+      try {
+        bytes = torch::jit::pickle_save(obj);
+      } catch (const c10::Error& e) {
+        throw error("xport.save.custom_obj", "custom object '" + fqn + "' (" + obj.type()->str() +
+                                                 ") cannot be pickled: " + first_line(e.what_without_backtrace()) +
+                                                 " (give its class __getstate__ / __setstate__: torch::class_<T>::def_pickle)");
+      }
+      const std::string name = "custom_obj_" + std::to_string(next++);
+      w.writeRecord("data/constants/" + name, bytes.data(), bytes.size());
+      it = written.emplace(obj.internalToPointer(), name).first;
+    }
+    return {{"path_name", it->second}, {"is_param", false}, {"use_pickle", true}, {"tensor_meta", nullptr}};
+  }
+};
+
+/// Custom object `rec` (`data/constants/custom_obj_<i>`) as torch._C._pickle_load_obj reads it:
+/// its class must be registered in this process.
+inline c10::IValue read_custom_obj(const zip_index& zip, const std::string& rec, const at_path& entry) {
+#if XPORT_TORCH_VERSION_AT_LEAST(2, 3)
+  const auto bytes = zip.read(rec);
+  try {
+    return torch::jit::pickle_load_obj(bytes);
+  } catch (const c10::Error& e) {
+    entry.fail("cannot read the custom object in record '" + rec + "': " + first_line(e.what_without_backtrace()) +
+               " (its class must be registered with torch::class_ in this process: link or dlopen the library that "
+               "defines it before loading)");
+  }
+#else
+  (void)zip;
+  entry.fail("record '" + rec + "' holds a custom object, which xport reads with LibTorch 2.3 or newer");
+#endif
+}
+
 /// Where read_payloads puts a record's bytes: fresh memory, or a view of the mapped file for
 /// records aligned for it unless an fqn in `copy` (state the program writes) uses it.
 struct payload_source {
@@ -24469,7 +24680,8 @@ inline std::set<std::string> records_of(const json& config, const std::string& d
 /// Reads `{"config": {fqn: PayloadMeta}}` and the records it names into `out`; with `shared`, the
 /// storages read for the archive's other programs are reused.
 inline void read_payloads(const zip_index& zip, const std::string& dir, const std::string& config_name,
-                          const payload_source& source, tensor_dict& out, shared_payloads* shared = nullptr) {
+                          const payload_source& source, tensor_dict& out, shared_payloads* shared = nullptr,
+                          std::map<std::string, c10::IValue>* objects = nullptr) {
   const std::string record = dir + config_name;
   if (!zip.find(record)) return;
   const auto doc = parse(zip.read(record), record);
@@ -24483,8 +24695,14 @@ inline void read_payloads(const zip_index& zip, const std::string& dir, const st
   for (auto it = config.begin(); it != config.end(); ++it) {
     const at_path entry{it.value(), "config." + it.key(), record};
     const std::string fqn = it.key();
-    if (entry["use_pickle"].boolean()) entry.fail("pickled payloads are not read by xport (custom objects, tensor subclasses)");
     const auto path = entry["path_name"].str();
+    if (entry["use_pickle"].boolean()) {
+      if (!objects || path.rfind("custom_obj_", 0) != 0)
+        entry.fail("pickled payloads other than custom objects are not read by xport (pickled tensors, tensor subclasses, opaque Python objects)");
+      if (!zip.find(dir + path)) entry["path_name"].fail("names record '" + dir + path + "', which is missing from the archive");
+      (*objects)[fqn] = read_custom_obj(zip, dir + path, entry);
+      continue;
+    }
     const auto meta_j = entry.get("tensor_meta");
     if (!meta_j) entry.fail("missing tensor_meta");
     const auto meta = tensor_meta_of(*meta_j);
@@ -24536,7 +24754,8 @@ namespace detail::serde {
 /// `constants`: one writer for every program of an archive writes a storage they share once.
 /// `doc` is the program's JSON, made before anything is written (errors leave no file).
 inline void write_model(caffe2::serialize::PyTorchStreamWriter& w, const exported_program& p, const std::string& doc,
-                        const std::string& name, payload_writer& weights, payload_writer& constants, bool example_inputs) {
+                        const std::string& name, payload_writer& weights, payload_writer& constants, object_writer& objects,
+                        bool example_inputs) {
   std::unordered_set<std::string> params;
   for (const auto& f : p.signature().parameters()) params.insert(f);
   json wconfig = json::object();
@@ -24545,6 +24764,7 @@ inline void write_model(caffe2::serialize::PyTorchStreamWriter& w, const exporte
   w.writeRecord("data/weights/" + name + "_weights_config.json", wtext.data(), wtext.size());
   json cconfig = json::object();
   for (const auto& [fqn, t] : p.constants()) cconfig[fqn] = constants.add(fqn, t, false);
+  for (const auto& [fqn, obj] : p.custom_objs()) cconfig[fqn] = objects.add(fqn, obj);
   const std::string ctext = json{{"config", std::move(cconfig)}}.dump();
   w.writeRecord("data/constants/" + name + "_constants_config.json", ctext.data(), ctext.size());
   w.writeRecord("models/" + name + ".json", doc.data(), doc.size());
@@ -24575,7 +24795,8 @@ inline void save(const exported_program& p, const std::function<std::size_t(cons
   s::write_archive_header(w);
   s::payload_writer weights{w, "data/weights/", "weight_", {}, 0, s::force_host_copy()};
   s::payload_writer constants{w, "data/constants/", "tensor_", {}, 0, s::force_host_copy()};
-  s::write_model(w, p, doc, options.model_name, weights, constants, options.example_inputs);
+  s::object_writer objects{w, {}, 0};
+  s::write_model(w, p, doc, options.model_name, weights, constants, objects, options.example_inputs);
   w.writeEndOfFile();
 }
 
@@ -24709,9 +24930,19 @@ inline void check_model_record(const zip_index& zip, const std::string& model) {
 
 /// Fails unless every lifted input of `sig` has its tensor in `state` or `constants`.
 inline void check_lifted_tensors(const graph_signature& sig, const tensor_dict& state, const tensor_dict& constants,
-                                 const load_options& options) {
+                                 const std::map<std::string, c10::IValue>& objects, const load_options& options) {
   for (const auto& spec : sig.input_specs) {
     if (spec.kind == input_kind::user_input || spec.kind == input_kind::token) continue;
+    if (spec.kind == input_kind::custom_obj) {
+      const auto it = spec.target ? objects.find(*spec.target) : objects.end();
+      if (it == objects.end())
+        throw load_error("xport.load.missing_tensor", "data/constants/" + options.model_name + "_constants_config.json: no custom object for '" +
+                                                          spec.target.value_or("") + "' (input '" + spec.arg.name + "')");
+      if (it->second.type()->str() != spec.arg.class_fqn)
+        throw load_error("xport.load.custom_obj", "custom object '" + *spec.target + "' is a " + it->second.type()->str() +
+                                                      ", but input '" + spec.arg.name + "' takes a " + spec.arg.class_fqn);
+      continue;
+    }
     const bool in_state = spec.kind == input_kind::parameter || (spec.kind == input_kind::buffer && spec.persistent.value_or(true));
     if (!spec.target) continue;
     if (!(in_state ? state : constants).contains(*spec.target))
@@ -24760,11 +24991,13 @@ inline exported_program detail::serde::load_archive(std::shared_ptr<caffe2::seri
   stage = "data/weights/" + options.model_name + "_weights_config.json";
   s::read_payloads(zip, "data/weights/", options.model_name + "_weights_config.json", source, state, shared);
   stage = "data/constants/" + options.model_name + "_constants_config.json";
-  s::read_payloads(zip, "data/constants/", options.model_name + "_constants_config.json", source, constants, shared);
+  std::map<std::string, c10::IValue> objects;
+  s::read_payloads(zip, "data/constants/", options.model_name + "_constants_config.json", source, constants, shared, &objects);
   stage = "record '" + model + "'";
-  s::check_lifted_tensors(parts.sig, state, constants, options);
+  s::check_lifted_tensors(parts.sig, state, constants, objects, options);
   exported_program p(std::move(parts.g), std::move(parts.sig), std::move(state), std::move(constants),
                      std::move(parts.ranges), parts.dialect);
+  p.custom_objs_mut() = std::move(objects);
   p.set_call_spec(std::move(parts.in_spec), std::move(parts.out_spec));
   p.set_module_types(std::move(parts.module_types));
   for (auto& [fqn, sig] : parts.module_signatures) p.set_module_call_signature(fqn, std::move(sig));

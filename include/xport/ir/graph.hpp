@@ -62,6 +62,7 @@ enum class value_kind : std::uint8_t {
   sym_float,
   sym_bool,
   none,      ///< an op output that is always None
+  object,    ///< a custom class instance (torch::class_, a CUSTOM_OBJ input); its class_fqn is known
 };
 
 inline std::string_view to_string(node_kind k) {
@@ -78,9 +79,13 @@ struct value_type {
   value_kind kind = value_kind::tensor;
   tensor_meta tensor;  ///< meaningful when kind == tensor
   sym_int scalar;      ///< meaningful when kind == sym_int
+  /// Meaningful when kind == object: the class as TorchScript names it
+  /// (`__torch__.torch.classes.ns.Name`).
+  std::string class_fqn = {};
 
   static value_type of(tensor_meta m) { return {value_kind::tensor, std::move(m), {}}; }
   static value_type of_sym_int(sym_int s) { return {value_kind::sym_int, {}, std::move(s)}; }
+  static value_type of_object(std::string class_fqn) { return {value_kind::object, {}, {}, std::move(class_fqn)}; }
   friend bool operator==(const value_type&, const value_type&) = default;
 };
 

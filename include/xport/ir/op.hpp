@@ -44,6 +44,10 @@ struct op_info {
   bool nondeterministic = false;
   /// Changes only its argument's metadata (torch's `inplace_view` tag: transpose_, squeeze_, ...).
   bool inplace_view = false;
+  /// Takes a custom class instance (a `__torch__.torch.classes...` argument, or any class object:
+  /// higher_order::call_torchbind). torch orders such calls as effects (_EffectType.ORDERED): the
+  /// object may change, so they are never merged, removed or run out of order.
+  bool ordered = false;
   /// Position of the `device` argument, or -1.
   int device_arg = -1;
   /// Position of the `pin_memory` argument, or -1.
@@ -148,7 +152,7 @@ inline const op_info* op_registry::find(std::string_view text) {
     auto handle = c10::Dispatcher::singleton().findSchema(
         {parts.ns + "::" + parts.name, parts.overload});
     if (!handle) return nullptr;
-    std::unique_ptr<op_info> op(new op_info{*handle, {}, {}, {}, {}, {}, false, false, false, false, false, -1, -1, false, false, {0}});
+    std::unique_ptr<op_info> op(new op_info{*handle, {}, {}, {}, {}, {}, false, false, false, false, false, false, -1, -1, false, false, {0}});
     fill(*op, parts);
     info = op.get();
     by_key_.emplace(std::move(key), std::move(op));
@@ -183,7 +187,9 @@ inline void op_registry::fill(op_info& op, const op_name_parts& p) {
     if (t->kind() == c10::TypeKind::ListType) t = t->castRaw<c10::ListType>()->getElementType();
     if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
     if (t->kind() == c10::TypeKind::TensorType) op.is_factory = false;
+    if (t->kind() == c10::TypeKind::ClassType || t->kind() == c10::TypeKind::AnyClassType) op.ordered = true;
   }
+  if (op.ordered) op.is_factory = false;  // (its object's tensors are its inputs)
   if (p.ns == "higher_order") {  // torch names them without an overload
     op.higher_order = true;
     op.target = "torch.ops.higher_order." + p.name;

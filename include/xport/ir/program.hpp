@@ -19,6 +19,7 @@
 #include <vector>     // std::vector
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
 
 #include <xport/config.hpp>
 #include <xport/error.hpp>
@@ -312,6 +313,7 @@ class basic_exported_program<default_policy> {
     p.out_spec_ = out_spec_;
     p.module_types_ = module_types_;
     p.module_signatures_ = module_signatures_;
+    p.custom_objs_ = custom_objs_;
     return p;
   }
 
@@ -337,6 +339,14 @@ class basic_exported_program<default_policy> {
   [[nodiscard]] tensor_dict& constants_mut() {
     invalidate();
     return constants_;
+  }
+  /// The custom class instances (torch::class_ objects) the CUSTOM_OBJ inputs read, by FQN (torch
+  /// keeps them in `ep.constants`). Shared with copies, as a TorchScript module's are: a method
+  /// that changes its object changes it for every program holding it.
+  [[nodiscard]] const std::map<std::string, c10::IValue>& custom_objs() const noexcept { return custom_objs_; }
+  [[nodiscard]] std::map<std::string, c10::IValue>& custom_objs_mut() {
+    invalidate();
+    return custom_objs_;
   }
   [[nodiscard]] const std::vector<range_constraint>& range_constraints() const noexcept {
     return range_constraints_;
@@ -437,6 +447,15 @@ class basic_exported_program<default_policy> {
     return dict.at(*s.target);
   }
 
+  /// The object a CUSTOM_OBJ input reads, by its input spec.
+  [[nodiscard]] const c10::IValue& lifted_object(const input_spec& s) const {
+    const auto it = s.target ? custom_objs_.find(*s.target) : custom_objs_.end();
+    if (it == custom_objs_.end())
+      throw error("xport.program.missing_state", "custom object input '" + s.arg.name + "' names " +
+                                                     (s.target ? "'" + *s.target + "', which the program does not hold" : "no target"));
+    return it->second;
+  }
+
   /// For run/interpreter.hpp: the cache slot; emptied on every mutable access.
   [[nodiscard]] std::shared_ptr<detail::run_cache> run_cache_get() const { return cache_.get(); }
   void run_cache_set(std::shared_ptr<detail::run_cache> c) const { cache_.set(std::move(c)); }
@@ -475,6 +494,7 @@ class basic_exported_program<default_policy> {
   std::optional<treespec> out_spec_;
   std::vector<std::pair<std::string, std::string>> module_types_;
   std::map<std::string, module_call_signature> module_signatures_;
+  std::map<std::string, c10::IValue> custom_objs_;
   ir_dialect dialect_ = ir_dialect::training;
   detail::run_cache_slot cache_;
 };

@@ -342,6 +342,7 @@ inline void recall(capture& cap, const node& n, std::unordered_map<const value_i
 
 /// Re-captures `p` with `table`'s decompositions applied (no functionalization).
 inline exported_program decompose(const exported_program& p, const decomposition_table& table) {
+  refuse_custom_objs(p, "decompose");
   capture cap;
   cap.set_decompose_hook([&table, &cap](const op_info& op, torch::jit::Stack& stack) {
     const auto* d = table.find(op);
@@ -839,6 +840,7 @@ inline exported_program lower_functional(const exported_program& p, const decomp
 /// `p` is left as it is.
 inline exported_program run_decompositions(const exported_program& p,
                                            const decomposition_table& table = decomposition_table::core_aten()) {
+  detail::refuse_custom_objs(p, "run_decompositions");
   // dynamic dims: decomposed at several sizes and made symbolic again (trace/symbolic.hpp)
   auto q = detail::transform_symbolic(p, "run_decompositions", [&](const exported_program& s) {
 #if XPORT_HAS_TORCH_FUNCTIONALIZATION

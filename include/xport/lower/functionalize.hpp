@@ -11,6 +11,7 @@
 #include <cstdint>        // std::int64_t
 #include <optional>       // std::optional
 #include <string>         // std::string
+#include <string_view>    // std::string_view
 #include <unordered_map>  // std::unordered_map
 #include <utility>        // std::move
 #include <vector>         // std::vector
@@ -37,6 +38,19 @@ class functionalize_error : public error {
 };
 
 namespace detail {
+
+/// Lowering re-runs a program's calls on fake tensors: a custom object's methods would run on
+/// them for real (they are its C++ code). torch's lowering threads such calls through
+/// `with_effects` with their fake class; xport refuses the program instead.
+inline void refuse_custom_objs(const exported_program& p, std::string_view what) {
+  for (const auto& s : p.signature().input_specs)
+    if (s.kind == input_kind::custom_obj)
+      throw error("xport.lower.custom_obj",
+                  std::string(what) + ": the program takes the custom object '" + s.target.value_or(s.arg.name) + "' (" +
+                      s.arg.class_fqn + "), and xport lowers no program with custom objects (their methods cannot run "
+                      "on fake tensors); lower it in Python (ep.run_decompositions()) and load the archive torch writes, "
+                      "whose with_effects calls xport runs");
+}
 
 inline bool is_view_op(const op_info& op) {
   if (op.is_mutable || is_maybe_alias_op(op.name)) return false;
@@ -421,6 +435,9 @@ class functionalizer {
 
 /// The functional form of `p` (torch's inference IR without decompositions, dialect ATEN):
 /// no in-place op, mutations returned as outputs. `p` is left as it is.
-inline exported_program functionalize(const exported_program& p) { return detail::functionalizer(p).run(); }
+inline exported_program functionalize(const exported_program& p) {
+  detail::refuse_custom_objs(p, "functionalize");
+  return detail::functionalizer(p).run();
+}
 
 XPORT_END_NAMESPACE

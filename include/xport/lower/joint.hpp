@@ -111,6 +111,7 @@ inline exported_program joint_functional(const exported_program& p, std::size_t 
 /// outputs, then the gradients; it saves and loads like any program. Needs LibTorch >= 2.1.
 inline exported_program export_forward_backward(const exported_program& p, std::size_t loss_index = 0,
                                                 const decomposition_table& table = decomposition_table::core_aten()) {
+  detail::refuse_custom_objs(p, "export_forward_backward");
 #if XPORT_HAS_TORCH_FUNCTIONALIZATION
   if (!detail::autograd_grad)
     throw export_error("xport.joint.autograd", "export_forward_backward: include <xport/train.hpp> in the program that "

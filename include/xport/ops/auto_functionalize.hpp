@@ -307,8 +307,16 @@ inline void with_effects_kernel(const c10::OperatorHandle&, torch::jit::Stack* s
   auto& s = *stack;
   const auto& op = named_operator(s[s.size() - 3], "with_effects");
   const keyword_args kw(s.back(), "with_effects");
-  const auto positional = s[s.size() - 2].toListRef().vec();
+  auto positional = s[s.size() - 2].toListRef().vec();
   torch::jit::drop(s, 4);
+  // a higher-order operator whose last parameter torch writes spread (call_torchbind(obj,
+  // 'method', *args)): its trailing arguments are that parameter's list
+  if (const auto n = op.schema().arguments().size(); op.higher_order && n > 0 && positional.size() + 1 >= n) {
+    c10::impl::GenericList rest(c10::AnyType::get());
+    for (std::size_t i = n - 1; i < positional.size(); ++i) rest.push_back(positional[i]);
+    positional.resize(n - 1);
+    positional.emplace_back(std::move(rest));
+  }
   torch::jit::Stack call;
   kw.push_for(op, positional, call);
   op.handle.callBoxed(call);

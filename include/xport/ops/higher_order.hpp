@@ -3,7 +3,7 @@
 // .wrap_with_set_grad_enabled, .wrap_with_autocast) takes subgraphs as arguments, or calls
 // another operator by name (.auto_functionalized, .auto_functionalized_v2, .with_effects: their
 // kernels are in ops/auto_functionalize.hpp; .out_dtype, an operator computed in a wider type
-// and cast to one it names). Each has one
+// and cast to one it names; .call_torchbind, a method of a custom object). Each has one
 // entry here: its schema as the dispatcher sees it, how torch lays its arguments out in a
 // program (a trailing list written spread, as `wrap_with_set_grad_enabled(False, submod_1, x,
 // w)`), which operands its subgraphs take (and which one row at a time), how its outputs are
@@ -24,7 +24,10 @@
 #include <vector>       // std::vector
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/class_type.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/function.h>
+#include <ATen/core/ivalue.h>
 #include <ATen/core/stack.h>
 #include <ATen/ops/stack.h>
 #include <c10/core/GradMode.h>
@@ -72,15 +75,16 @@ XPORT_BEGIN_NAMESPACE
 struct higher_order_op {
   enum class id : std::uint8_t {
     cond, while_loop, map, scan, set_grad_enabled, autocast, auto_functionalized, auto_functionalized_v2, with_effects,
-    out_dtype
+    out_dtype, call_torchbind
   };
   /// A parameter of the operator: its name and type in the dispatcher's schema. `op` is an
   /// operator the call names (an `as_operator` argument: its qualified name, a string), `values`
   /// that operator's positional arguments (any, written spread), `kwargs` its keyword arguments
-  /// (a list of [name, value] pairs, written `name = value`).
+  /// (a list of [name, value] pairs, written `name = value`), `object` a custom class instance
+  /// (a CUSTOM_OBJ input).
   struct param {
     std::string_view name;
-    enum class type : std::uint8_t { any, boolean, string, dtype, dtype_opt, bool_opt, graph, tensors, op, values, kwargs } kind;
+    enum class type : std::uint8_t { any, boolean, string, dtype, dtype_opt, bool_opt, graph, tensors, op, values, kwargs, object } kind;
   };
   /// How its results are typed: as its first subgraph returns them (cond's true branch), its
   /// last (while_loop's body), map's (each stacked), scan's (carries, then ys stacked), or by
@@ -479,6 +483,45 @@ inline void out_dtype_kernel(const c10::OperatorHandle&, torch::jit::Stack* stac
   s.emplace_back(call.at(0).toTensor().to(out));
 }
 
+/// Calls `method` of custom object `obj` (a torch::class_ instance) on `args`: its C++ code runs.
+inline c10::IValue call_object_method(const c10::IValue& obj, const std::string& method, std::vector<c10::IValue> args) {
+  if (!obj.isObject())
+    throw run_error("xport.run.torchbind", "call_torchbind: its first argument is a " + std::string(obj.tagKind()) +
+                                               ", not a custom object (a torch::class_ instance)");
+  const auto& type = obj.toObjectRef().type();
+  auto* fn = type->findMethod(method);
+  if (!fn) {
+    std::string names;
+    for (const auto* m : type->methods()) names += (names.empty() ? "" : ", ") + m->name();
+    throw run_error("xport.run.torchbind", "call_torchbind: " + type->name()->qualifiedName() + " has no method '" + method +
+                                               "' (its methods: " + (names.empty() ? "none" : names) + ")");
+  }
+  torch::jit::Stack call;
+  call.reserve(args.size() + 1);
+  call.push_back(obj);
+  for (auto& a : args) call.push_back(std::move(a));
+  fn->run(call);
+  return call.empty() ? c10::IValue() : std::move(call.back());
+}
+
+// higher_order::call_torchbind(AnyClassType obj, str method, Any[] args) -> Tensor: the method of
+// a custom object called on the arguments (torch's `self.obj.method(x)` in an exported program).
+// xport runs the methods that return one tensor (what torch writes as one as_tensor output).
+inline void call_torchbind_kernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  const auto& packed = s.back();
+  std::vector<c10::IValue> args = packed.isList() ? packed.toListRef().vec() : std::vector<c10::IValue>{packed};
+  const auto method = s[s.size() - 2].toStringRef();
+  const auto obj = s[s.size() - 3];
+  torch::jit::drop(s, 3);
+  auto r = call_object_method(obj, method, std::move(args));
+  if (!r.isTensor())
+    throw run_error("xport.run.torchbind", "call_torchbind: " + obj.toObjectRef().type()->name()->qualifiedName() + "." +
+                                               method + " returned a " + std::string(r.tagKind()) +
+                                               ": xport runs the methods that return one tensor");
+  s.push_back(std::move(r));
+}
+
 }  // namespace detail
 
 /// Every higher-order operator xport reads, runs and writes, in one list.
@@ -517,6 +560,9 @@ inline const std::vector<higher_order_op>& higher_order_ops() {
       {I::out_dtype, "out_dtype", "out_dtype (an operator computed into a dtype it names)",
        {{"op", T::op}, {"output_dtype", T::dtype}, {"args", T::values}}, false, R::by_kernel, -1, false,
        &detail::out_dtype_kernel, true},
+      {I::call_torchbind, "call_torchbind", "call_torchbind (a method of a custom object)",
+       {{"obj", T::object}, {"method", T::string}, {"args", T::values}}, true, R::by_kernel, -1, false,
+       &detail::call_torchbind_kernel, true},
   };
   return ops;
 }
@@ -602,6 +648,7 @@ inline c10::FunctionSchema schema_of(const higher_order_op& h) {
       case higher_order_op::param::type::bool_opt: t = c10::OptionalType::create(c10::BoolType::get()); break;
       case higher_order_op::param::type::tensors: t = c10::ListType::create(c10::TensorType::get()); break;
       case higher_order_op::param::type::op: t = c10::StringType::get(); break;
+      case higher_order_op::param::type::object: t = c10::AnyClassType::get(); break;
       case higher_order_op::param::type::values:
       case higher_order_op::param::type::kwargs: t = c10::ListType::create(c10::AnyType::get()); break;
     }

@@ -13,6 +13,7 @@
 #include <string>       // std::string
 #include <vector>       // std::vector
 
+#include <ATen/core/class_type.h>
 #include <ATen/core/function_schema.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/core/jit_type.h>
@@ -55,6 +56,7 @@ inline std::string describe(const argument& a) {
         case value_kind::sym_float: return "SymFloat '" + v.name() + "'";
         case value_kind::sym_bool: return "SymBool '" + v.name() + "'";
         case value_kind::none: return "None value '" + v.name() + "'";
+        case value_kind::object: return "custom object '" + v.name() + "' (" + v.type().class_fqn + ")";
       }
       return "value";
     }
@@ -103,6 +105,10 @@ inline bool coerce(argument& a, const c10::TypePtr& t, const c10::optional<int32
     case K::DeviceObjType: return a.is_device();
     case K::GeneratorType: return a.is_none();
     case K::AnyType: return true;  // a control-flow operator's branch, or its predicate
+    case K::AnyClassType: return is_value_of(a, value_kind::object);  // (call_torchbind's object)
+    case K::ClassType:  // a custom class instance (`__torch__.torch.classes.ns.Name obj`) of that class
+      return is_value_of(a, value_kind::object) &&
+             a.as_value().type().class_fqn == t->castRaw<c10::ClassType>()->name()->qualifiedName();
     case K::ListType: {
       const auto& elem = t->castRaw<c10::ListType>()->getElementType();
       if (!a.is_list()) {

@@ -79,6 +79,7 @@ struct canonicalize_t : pass_base<canonicalize_t> {
       else b.output_arg(outs[i], specs.at(i).kind, specs.at(i).target);  // a constant output (None)
     }
     b.set_state(p.state_dict(), p.constants());
+    b.set_custom_objs(p.custom_objs());
     b.set_examples(p.example_inputs());
     auto q = std::move(b).build(p.dialect(), verify_options{.check_schemas = false});
     q.set_call_spec(p.in_spec(), p.out_spec());

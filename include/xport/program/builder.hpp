@@ -14,6 +14,7 @@
 #pragma once
 
 #include <algorithm>    // std::stable_sort
+#include <map>          // std::map
 #include <memory>       // std::shared_ptr, std::make_shared
 #include <optional>     // std::optional
 #include <string>       // std::string
@@ -22,6 +23,7 @@
 #include <vector>       // std::vector
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
 
 #include <xport/config.hpp>
 #include <xport/ops/meta_infer.hpp>
@@ -104,6 +106,8 @@ class program_builder {
     state_dict_ = std::move(state_dict);
     constants_ = std::move(constants);
   }
+  /// The custom objects the program's CUSTOM_OBJ inputs read (exported_program::custom_objs).
+  void set_custom_objs(std::map<std::string, c10::IValue> objs) { custom_objs_ = std::move(objs); }
   /// Example inputs to keep in the program (or none).
   void set_examples(std::optional<std::vector<at::Tensor>> examples) {
     has_all_examples_ = examples.has_value();
@@ -239,6 +243,7 @@ class program_builder {
     graph_.set_output(std::move(results));
     exported_program p(std::move(graph_), std::move(sig), std::move(state_dict_),
                        std::move(constants_), {}, dialect);
+    p.custom_objs_mut() = std::move(custom_objs_);
     if (has_all_examples_ && !examples_.empty()) p.set_example_inputs(std::move(examples_));
     verify(p, checks);
     *this = program_builder();
@@ -276,6 +281,7 @@ class program_builder {
   std::vector<output_spec> output_specs_;
   tensor_dict state_dict_;
   tensor_dict constants_;
+  std::map<std::string, c10::IValue> custom_objs_;
   std::vector<at::Tensor> examples_;
   bool has_all_examples_ = true;
   void stamp(node n) const {

@@ -1,7 +1,7 @@
 // xport/program/dead_code.hpp: removing the calls whose results nothing uses (torch.fx's
 // Graph.eliminate_dead_code). A call stays when it has an effect beyond its outputs: it writes to
 // an argument (in-place and out= ops), draws random numbers (removing it would shift every
-// later random draw), reads tensor data (ops/data_dependent.hpp), gives a symbol only the data
+// later random draw), calls a custom object (op_info::ordered), reads tensor data (ops/data_dependent.hpp), gives a symbol only the data
 // knows (its range is asserted on every run), or checks something (`_assert_tensor_metadata`). Signature outputs are uses, so they are kept. One
 // backward walk: a node's death frees its inputs' producers before they are visited.
 // passes/dce.hpp makes it a pass.
@@ -21,7 +21,7 @@ XPORT_BEGIN_NAMESPACE
 inline bool has_side_effects(const node& n) {
   if (!n.is_call()) return true;
   const auto& op = n.op();
-  return op.is_mutable || op.nondeterministic || detail::reads_data(op) || gives_unbacked(n) ||
+  return op.is_mutable || op.nondeterministic || op.ordered || detail::reads_data(op) || gives_unbacked(n) ||
          detail::is_checking_op(op.name);
 }
 

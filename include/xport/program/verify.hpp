@@ -483,6 +483,15 @@ inline void verify_named_call(node n, const higher_order_op& hop) {
     fail("with_effects takes a token tensor first and returns a new one first");
 }
 
+/// Checks a call of a custom object's method: (object, method name, [arguments]) -> one tensor.
+inline void verify_call_torchbind(node n) {
+  const auto args = n.args();
+  if (args.size() != 3 || !args[0].is_value() || args[0].as_value().kind() != value_kind::object || !args[1].is_string() ||
+      !args[2].is_list() || n.num_outputs() != 1 || n.output(0).kind() != value_kind::tensor)
+    verify_fail("call_torchbind_args", "'" + n.name() + "': call_torchbind takes (obj, method, *args) of a custom object and "
+                                       "gives one tensor", n.name());
+}
+
 /// Checks a higher-order call by the rules of its operator (ops/higher_order.hpp).
 inline void verify_higher_order(node n, const verify_options& opts) {
   const auto* hop = hop_of(n.op());
@@ -498,6 +507,7 @@ inline void verify_higher_order(node n, const verify_options& opts) {
     case higher_order_op::id::auto_functionalized_v2:
     case higher_order_op::id::with_effects:
     case higher_order_op::id::out_dtype: return verify_named_call(n, *hop);
+    case higher_order_op::id::call_torchbind: return verify_call_torchbind(n);
   }
 }
 
@@ -641,13 +651,24 @@ inline void verify_state_input(const exported_program& p, const input_spec& spec
       }
       break;
     }
-    case input_kind::constant_tensor:
-    case input_kind::custom_obj: {
+    case input_kind::constant_tensor: {
       const auto* t = p.constants().find(fqn);
       if (!t)
         verify_fail("signature.missing_constant",
                     kind_str + " '" + fqn + "' (input '" + name + "') is not in the constants", name);
-      if (spec.kind == input_kind::constant_tensor) check_meta(*t);
+      check_meta(*t);
+      break;
+    }
+    case input_kind::custom_obj: {
+      const auto it = p.custom_objs().find(fqn);
+      if (it == p.custom_objs().end())
+        verify_fail("signature.missing_constant", "custom object '" + fqn + "' (input '" + name + "') is not in the program's custom objects", name);
+      const value v = ph.output(0);
+      if (!it->second.isObject() || it->second.type()->str() != spec.arg.class_fqn || v.kind() != value_kind::object ||
+          v.type().class_fqn != spec.arg.class_fqn)
+        verify_fail("signature.custom_obj", "custom object input '" + name + "' takes a " + spec.arg.class_fqn + ", but the program holds a " +
+                                                it->second.type()->str() + " for '" + fqn + "' and the placeholder is " +
+                                                (v.kind() == value_kind::object ? "of class " + v.type().class_fqn : "no custom object"), name);
       break;
     }
     default: break;

@@ -99,7 +99,7 @@ class compiled_program {
   std::unordered_set<std::string> unbacked;  // the unbacked symbols a call binds
   std::vector<std::uint32_t> user_slots;     // per tensor user input: its register
   std::vector<std::optional<c10::MemoryFormat>> input_layout;  // per user input (see in_exported_layout)
-  std::vector<std::pair<std::uint32_t, at::Tensor>> state_slots;  // the lifted state's registers
+  std::vector<std::pair<std::uint32_t, c10::IValue>> state_slots;  // the lifted state's registers (tensors, custom objects)
   std::vector<output_slot> outputs;      // per graph output: a register or a constant
   std::vector<std::size_t> user_outputs;  // the graph outputs run() returns, in order
   std::vector<mutation> mutations;       // the graph outputs run() writes back
@@ -366,6 +366,8 @@ class compiled_program {
         input_layout.push_back(written.count(phs[i].output(0).impl()) ? std::nullopt : exported_layout(phs[i].output(0)));
       } else if (spec.kind == input_kind::token) {  // an effect token: an empty tensor, as torch's module makes one
         state_slots.emplace_back(r, at::empty({0}));
+      } else if (spec.kind == input_kind::custom_obj) {  // the object itself: its methods change it
+        state_slots.emplace_back(r, p.lifted_object(spec));
       } else {
         state_slots.emplace_back(r, p.lifted_tensor(spec));
       }

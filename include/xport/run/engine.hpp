@@ -404,7 +404,8 @@ class engine {
     for (std::size_t i = 0; i < inputs.size(); ++i)
       if (auto why = check(inputs[i], "input " + std::to_string(i)); !why.empty()) return why;
     for (const auto& [r, t] : compiled().state_slots)
-      if (auto why = check(t, "a state tensor"); !why.empty()) return why;
+      if (t.isTensor())
+        if (auto why = check(t.toTensor(), "a state tensor"); !why.empty()) return why;
     if (!seen) return "no tensor input or state gives the device";
     if (!p.host_node.empty()) return "node '" + p.host_node + "' gives a CPU tensor";
     device = *seen;

@@ -125,7 +125,7 @@ inline void schedule(engine_plan& p, const compiled_program& cp, const std::vect
         if (p.bases_in_place[i][k]) writes.push_back(resource(bases[k]));
     }
     if (op.is_mutable || op.inplace_view) writes.insert(writes.end(), reads.begin(), reads.end());
-    if (op.nondeterministic || in.outputs.empty() || reads_data(op)) writes.push_back(effects);
+    if (op.nondeterministic || op.ordered || in.outputs.empty() || reads_data(op)) writes.push_back(effects);
     for (auto r : in.outputs)
       if (r != compiled_program::dead && l.def[r] == i) writes.push_back(resource(r));
     for (auto res : reads)

@@ -361,6 +361,7 @@ inline json value_ref(value v) {
     case value_kind::sym_int: return {{"as_sym_int", {{"as_name", v.name()}}}};
     case value_kind::sym_bool: return {{"as_sym_bool", {{"as_name", v.name()}}}};
     case value_kind::sym_float: return {{"as_sym_float", {{"as_name", v.name()}}}};
+    case value_kind::object: return {{"as_custom_obj", {{"name", v.name()}, {"class_fqn", v.type().class_fqn}}}};
     default: return {{"as_tensor", {{"name", v.name()}}}};
   }
 }
@@ -499,7 +500,6 @@ struct value_scope {
 [[noreturn]] inline void unsupported_argument(const at_path& where, const std::string& kind) {
   static constexpr std::pair<std::string_view, std::string_view> known[] = {
       {"as_graph", "a subgraph of a higher-order operator (torch.cond, torch.map, while_loop, ...)"},
-      {"as_custom_obj", "a custom object (a TorchBind class instance)"},
       {"as_operator", "an operator passed as an argument (used by higher-order operators)"},
       {"as_string_to_argument", "a dict of arguments"},
       {"as_nested_tensors", "a list of tensor lists"},
@@ -515,6 +515,13 @@ inline argument argument_of(const at_path& j, const value_scope& scope) {
   const auto name_of = [&](const at_path& t) { return scope(t, t["name"].str()); };
   if (k == "as_none") return none;
   if (k == "as_tensor") return name_of(v);
+  if (k == "as_custom_obj") {  // a CUSTOM_OBJ input (torch lifts every object)
+    const auto obj = name_of(v);
+    if (obj.kind() != value_kind::object || obj.type().class_fqn != v["class_fqn"].str())
+      v.fail("'" + v["name"].str() + "' is read as a custom object of class " + v["class_fqn"].str() +
+             ", but the graph defines it " + (obj.kind() == value_kind::object ? "of class " + obj.type().class_fqn : "as no custom object"));
+    return obj;
+  }
   if (k == "as_optional_tensor") {
     auto [k2, v2] = v.one_of();
     if (k2 == "as_none") return none;

@@ -128,7 +128,8 @@ inline void write_package(const program_refs& programs, const std::map<std::stri
   write_archive_header(w);
   payload_writer weights{w, "data/weights/", "weight_", {}, 0, force_host_copy()};
   payload_writer constants{w, "data/constants/", "tensor_", {}, 0, force_host_copy()};
-  for (const auto& [name, p] : programs) write_model(w, p.get(), docs[name], name, weights, constants, example_inputs);
+  object_writer objects{w, {}, 0};
+  for (const auto& [name, p] : programs) write_model(w, p.get(), docs[name], name, weights, constants, objects, example_inputs);
   for (const auto& [name, bytes] : extra_files) w.writeRecord("extra/" + name, bytes.data(), bytes.size());
   for (const auto& [name, bytes] : other_records) w.writeRecord(name, bytes.data(), bytes.size());
   w.writeEndOfFile();

@@ -566,7 +566,7 @@ inline json graph_json(const exported_program& p) {
   const graph& g = p.graph();
   json inputs = json::array(), nodes = json::array(), outputs = json::array();
   json tensor_values = json::object(), sym_int_values = json::object(), sym_bool_values = json::object(),
-       sym_float_values = json::object();
+       sym_float_values = json::object(), custom_obj_values = json::object();
   sym_writer name_sym(g, p.range_constraints(), nodes, sym_int_values);
   name_sym.scalar_tables(sym_float_values, sym_bool_values);
   const sym_namer namer{[&](const sym_int& e) { return name_sym(e); }, [&](const sym_scalar& e) { return name_sym(e); }};
@@ -579,6 +579,7 @@ inline json graph_json(const exported_program& p) {
   const auto record = [&](value v, const std::string& name) {
     if (v.kind() == value_kind::tensor) tensor_values[name] = tensor_meta_json(v.meta());
     else if (v.kind() == value_kind::sym_int) sym_int_values[name] = sym_int_json(v.type().scalar);
+    else if (v.kind() == value_kind::object) custom_obj_values[name] = value_ref(v)["as_custom_obj"];
   };
   module_stack_writer stack_of(p.module_types());
   std::size_t ph = 0;
@@ -622,7 +623,7 @@ inline json graph_json(const exported_program& p) {
   return {{"inputs", std::move(inputs)},   {"outputs", std::move(outputs)},
           {"nodes", std::move(nodes)},     {"tensor_values", std::move(tensor_values)},
           {"sym_int_values", std::move(sym_int_values)}, {"sym_bool_values", std::move(sym_bool_values)},
-          {"is_single_tensor_return", g.returns_bare()}, {"custom_obj_values", json::object()},
+          {"is_single_tensor_return", g.returns_bare()}, {"custom_obj_values", std::move(custom_obj_values)},
           {"sym_float_values", std::move(sym_float_values)}};
 }
 
@@ -1064,8 +1065,15 @@ inline void read_graph_inputs(const at_path& inputs, const graph_signature& sig,
       std::string name;
       if (k == "as_tensor") name = v["name"].str();
       else if (k == "as_sym_int") name = v["as_name"].str();
-      else if (k == "as_custom_obj") inputs[i].fail("graph input '" + v["name"].str() + "' is a custom object (a TorchBind class instance), which xport does not support");
-      else inputs[i].fail("a graph input must be a tensor, a SymInt or a constant, got '" + k + "'");
+      else if (k == "as_custom_obj") {
+        name = v["name"].str();
+        if (spec.kind != input_kind::custom_obj)
+          inputs[i].fail("graph input '" + name + "' is a custom object, but its input spec is not a custom_obj one");
+        if (spec.arg.class_fqn != v["class_fqn"].str())
+          inputs[i].fail("graph input '" + name + "' is of class " + v["class_fqn"].str() + " but its input spec says " + spec.arg.class_fqn);
+        scope.defined.emplace(name, g.add_placeholder(name, value_type::of_object(spec.arg.class_fqn)));
+        continue;
+      } else inputs[i].fail("a graph input must be a tensor, a SymInt, a custom object or a constant, got '" + k + "'");
       if (constant) inputs[i].fail("input spec " + std::to_string(i) + " is the constant input '" + spec.arg.name + "' but the graph input is '" + name + "'");
       scope.defined.emplace(name, g.add_placeholder(name, type_of(inputs[i], name)));
     } catch (const graph_error& e) {
@@ -1211,10 +1219,15 @@ inline void check_higher_order_args(const higher_order_op& hop, const std::vecto
                     (p.kind == T::boolean && x.is_bool()) || (p.kind == T::string && x.is_string()) ||
                     (p.kind == T::dtype_opt && (x.is_dtype() || x.is_none())) || (p.kind == T::dtype && x.is_dtype()) ||
                     (p.kind == T::bool_opt && (x.is_bool() || x.is_none())) || (p.kind == T::op && x.is_string()) ||
-                    ((p.kind == T::values || p.kind == T::kwargs) && x.is_list());
+                    ((p.kind == T::values || p.kind == T::kwargs) && x.is_list()) ||
+                    (p.kind == T::object && x.is_value() && x.as_value().kind() == value_kind::object);
     if (!ok)
       ins.fail(std::string(hop.python) + "'s arguments are " + hop.layout() + ": argument " + std::to_string(a) + " (" +
-               std::string(p.name) + ") is not " + (p.kind == T::graph ? "a subgraph (as_graph)" : p.kind == T::tensors ? "a list of tensors" : "of its type"));
+               std::string(p.name) + ") is not " +
+               (p.kind == T::graph     ? "a subgraph (as_graph)"
+                : p.kind == T::tensors ? "a list of tensors"
+                : p.kind == T::object  ? "a custom object (as_custom_obj)"
+                                       : "of its type"));
     if (p.kind != T::tensors) continue;
     for (std::size_t i = 0; i < x.as_list().size(); ++i)
       if (!x.as_list()[i].is_value() || x.as_list()[i].as_value().kind() != value_kind::tensor)

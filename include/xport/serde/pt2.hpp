@@ -28,6 +28,7 @@
 #include <memory>       // std::shared_ptr
 #include <ostream>      // std::ostream
 #include <string>       // std::string
+#include <string_view>  // std::string_view
 #include <vector>       // std::vector
 
 #include <ATen/core/Tensor.h>
@@ -51,6 +52,10 @@
 // here: its header pulls in the whole JIT IR, against the narrow-headers rule.
 namespace torch::jit {
 TORCH_API c10::IValue pickle_load(const std::vector<char>& data);
+TORCH_API std::vector<char> pickle_save(const c10::IValue& ivalue);
+#if XPORT_TORCH_VERSION_AT_LEAST(2, 3)
+TORCH_API c10::IValue pickle_load_obj(std::string_view data);  // (custom objects: LibTorch 2.3 and newer)
+#endif
 }  // namespace torch::jit
 
 
@@ -327,6 +332,50 @@ struct payload_writer {
   }
 };
 
+/// Writes each custom object once (`data/constants/custom_obj_<i>`), in its class's pickle form
+/// (torch::class_'s def_pickle: torch._C._pickle_save, what torch.export.save writes).
+struct object_writer {
+  caffe2::serialize::PyTorchStreamWriter& w;
+  std::map<const void*, std::string> written;  ///< the object -> its record
+  std::size_t next = 0;
+
+  json add(const std::string& fqn, const c10::IValue& obj) {
+    auto it = written.find(obj.internalToPointer());
+    if (it == written.end()) {
+      std::vector<char> bytes;
+      try {
+        bytes = torch::jit::pickle_save(obj);
+      } catch (const c10::Error& e) {
+        throw error("xport.save.custom_obj", "custom object '" + fqn + "' (" + obj.type()->str() +
+                                                 ") cannot be pickled: " + first_line(e.what_without_backtrace()) +
+                                                 " (give its class __getstate__ / __setstate__: torch::class_<T>::def_pickle)");
+      }
+      const std::string name = "custom_obj_" + std::to_string(next++);
+      w.writeRecord("data/constants/" + name, bytes.data(), bytes.size());
+      it = written.emplace(obj.internalToPointer(), name).first;
+    }
+    return {{"path_name", it->second}, {"is_param", false}, {"use_pickle", true}, {"tensor_meta", nullptr}};
+  }
+};
+
+/// Custom object `rec` (`data/constants/custom_obj_<i>`) as torch._C._pickle_load_obj reads it:
+/// its class must be registered in this process.
+inline c10::IValue read_custom_obj(const zip_index& zip, const std::string& rec, const at_path& entry) {
+#if XPORT_TORCH_VERSION_AT_LEAST(2, 3)
+  const auto bytes = zip.read(rec);
+  try {
+    return torch::jit::pickle_load_obj(bytes);
+  } catch (const c10::Error& e) {
+    entry.fail("cannot read the custom object in record '" + rec + "': " + first_line(e.what_without_backtrace()) +
+               " (its class must be registered with torch::class_ in this process: link or dlopen the library that "
+               "defines it before loading)");
+  }
+#else
+  (void)zip;
+  entry.fail("record '" + rec + "' holds a custom object, which xport reads with LibTorch 2.3 or newer");
+#endif
+}
+
 /// Where read_payloads puts a record's bytes: fresh memory, or a view of the mapped file for
 /// records aligned for it unless an fqn in `copy` (state the program writes) uses it.
 struct payload_source {
@@ -423,7 +472,8 @@ inline std::set<std::string> records_of(const json& config, const std::string& d
 /// Reads `{"config": {fqn: PayloadMeta}}` and the records it names into `out`; with `shared`, the
 /// storages read for the archive's other programs are reused.
 inline void read_payloads(const zip_index& zip, const std::string& dir, const std::string& config_name,
-                          const payload_source& source, tensor_dict& out, shared_payloads* shared = nullptr) {
+                          const payload_source& source, tensor_dict& out, shared_payloads* shared = nullptr,
+                          std::map<std::string, c10::IValue>* objects = nullptr) {
   const std::string record = dir + config_name;
   if (!zip.find(record)) return;
   const auto doc = parse(zip.read(record), record);
@@ -437,8 +487,14 @@ inline void read_payloads(const zip_index& zip, const std::string& dir, const st
   for (auto it = config.begin(); it != config.end(); ++it) {
     const at_path entry{it.value(), "config." + it.key(), record};
     const std::string fqn = it.key();
-    if (entry["use_pickle"].boolean()) entry.fail("pickled payloads are not read by xport (custom objects, tensor subclasses)");
     const auto path = entry["path_name"].str();
+    if (entry["use_pickle"].boolean()) {
+      if (!objects || path.rfind("custom_obj_", 0) != 0)
+        entry.fail("pickled payloads other than custom objects are not read by xport (pickled tensors, tensor subclasses, opaque Python objects)");
+      if (!zip.find(dir + path)) entry["path_name"].fail("names record '" + dir + path + "', which is missing from the archive");
+      (*objects)[fqn] = read_custom_obj(zip, dir + path, entry);
+      continue;
+    }
     const auto meta_j = entry.get("tensor_meta");
     if (!meta_j) entry.fail("missing tensor_meta");
     const auto meta = tensor_meta_of(*meta_j);
@@ -490,7 +546,8 @@ namespace detail::serde {
 /// `constants`: one writer for every program of an archive writes a storage they share once.
 /// `doc` is the program's JSON, made before anything is written (errors leave no file).
 inline void write_model(caffe2::serialize::PyTorchStreamWriter& w, const exported_program& p, const std::string& doc,
-                        const std::string& name, payload_writer& weights, payload_writer& constants, bool example_inputs) {
+                        const std::string& name, payload_writer& weights, payload_writer& constants, object_writer& objects,
+                        bool example_inputs) {
   std::unordered_set<std::string> params;
   for (const auto& f : p.signature().parameters()) params.insert(f);
   json wconfig = json::object();
@@ -499,6 +556,7 @@ inline void write_model(caffe2::serialize::PyTorchStreamWriter& w, const exporte
   w.writeRecord("data/weights/" + name + "_weights_config.json", wtext.data(), wtext.size());
   json cconfig = json::object();
   for (const auto& [fqn, t] : p.constants()) cconfig[fqn] = constants.add(fqn, t, false);
+  for (const auto& [fqn, obj] : p.custom_objs()) cconfig[fqn] = objects.add(fqn, obj);
   const std::string ctext = json{{"config", std::move(cconfig)}}.dump();
   w.writeRecord("data/constants/" + name + "_constants_config.json", ctext.data(), ctext.size());
   w.writeRecord("models/" + name + ".json", doc.data(), doc.size());
@@ -529,7 +587,8 @@ inline void save(const exported_program& p, const std::function<std::size_t(cons
   s::write_archive_header(w);
   s::payload_writer weights{w, "data/weights/", "weight_", {}, 0, s::force_host_copy()};
   s::payload_writer constants{w, "data/constants/", "tensor_", {}, 0, s::force_host_copy()};
-  s::write_model(w, p, doc, options.model_name, weights, constants, options.example_inputs);
+  s::object_writer objects{w, {}, 0};
+  s::write_model(w, p, doc, options.model_name, weights, constants, objects, options.example_inputs);
   w.writeEndOfFile();
 }
 
@@ -663,9 +722,19 @@ inline void check_model_record(const zip_index& zip, const std::string& model) {
 
 /// Fails unless every lifted input of `sig` has its tensor in `state` or `constants`.
 inline void check_lifted_tensors(const graph_signature& sig, const tensor_dict& state, const tensor_dict& constants,
-                                 const load_options& options) {
+                                 const std::map<std::string, c10::IValue>& objects, const load_options& options) {
   for (const auto& spec : sig.input_specs) {
     if (spec.kind == input_kind::user_input || spec.kind == input_kind::token) continue;
+    if (spec.kind == input_kind::custom_obj) {
+      const auto it = spec.target ? objects.find(*spec.target) : objects.end();
+      if (it == objects.end())
+        throw load_error("xport.load.missing_tensor", "data/constants/" + options.model_name + "_constants_config.json: no custom object for '" +
+                                                          spec.target.value_or("") + "' (input '" + spec.arg.name + "')");
+      if (it->second.type()->str() != spec.arg.class_fqn)
+        throw load_error("xport.load.custom_obj", "custom object '" + *spec.target + "' is a " + it->second.type()->str() +
+                                                      ", but input '" + spec.arg.name + "' takes a " + spec.arg.class_fqn);
+      continue;
+    }
     const bool in_state = spec.kind == input_kind::parameter || (spec.kind == input_kind::buffer && spec.persistent.value_or(true));
     if (!spec.target) continue;
     if (!(in_state ? state : constants).contains(*spec.target))
@@ -714,11 +783,13 @@ inline exported_program detail::serde::load_archive(std::shared_ptr<caffe2::seri
   stage = "data/weights/" + options.model_name + "_weights_config.json";
   s::read_payloads(zip, "data/weights/", options.model_name + "_weights_config.json", source, state, shared);
   stage = "data/constants/" + options.model_name + "_constants_config.json";
-  s::read_payloads(zip, "data/constants/", options.model_name + "_constants_config.json", source, constants, shared);
+  std::map<std::string, c10::IValue> objects;
+  s::read_payloads(zip, "data/constants/", options.model_name + "_constants_config.json", source, constants, shared, &objects);
   stage = "record '" + model + "'";
-  s::check_lifted_tensors(parts.sig, state, constants, options);
+  s::check_lifted_tensors(parts.sig, state, constants, objects, options);
   exported_program p(std::move(parts.g), std::move(parts.sig), std::move(state), std::move(constants),
                      std::move(parts.ranges), parts.dialect);
+  p.custom_objs_mut() = std::move(objects);
   p.set_call_spec(std::move(parts.in_spec), std::move(parts.out_spec));
   p.set_module_types(std::move(parts.module_types));
   for (auto& [fqn, sig] : parts.module_signatures) p.set_module_call_signature(fqn, std::move(sig));
