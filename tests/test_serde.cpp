@@ -560,7 +560,7 @@ TEST_CASE("serde: hostile records give load_errors naming the record and the pro
               "[xport.load.missing_tensor] data/weights/model_weights_config.json: no tensor for PARAMETER '0.weight'");
     c = json::parse(config);
     c["config"]["0.weight"]["use_pickle"] = true;
-    check_bad(rewrite(bytes, "data/weights/model_weights_config.json", c.dump()), "pickled payloads are not read by xport");
+    check_bad(rewrite(bytes, "data/weights/model_weights_config.json", c.dump()), "pickled payloads other than custom objects are not read by xport (pickled tensors, tensor subclasses");
   }
   SUBCASE("a program that does not verify") {
     auto k = j;
@@ -820,7 +820,8 @@ TEST_CASE("serde: what xport cannot represent is a load_error naming the kind") 
   check_bad(arg({{"as_graph", {{"name", "true_graph_0"}}}}), "argument kind 'as_graph' (a subgraph of a higher-order operator");
   check_bad(arg({{"as_operator", "torch.ops.aten.sin.default"}}), "argument kind 'as_operator'");
   check_bad(arg({{"as_string_to_argument", json::object()}}), "argument kind 'as_string_to_argument' (a dict of arguments)");
-  check_bad(arg({{"as_custom_obj", {{"name", "obj"}, {"class_fqn", "a.B"}}}}), "argument kind 'as_custom_obj' (a custom object");
+  // (a custom object is a CUSTOM_OBJ input: an argument naming none is refused at its name)
+  check_bad(arg({{"as_custom_obj", {{"name", "obj"}, {"class_fqn", "a.B"}}}}), "arg.as_custom_obj: 'obj' names no value in the graph");
   check_bad(arg({{"as_token", {{"name", "t"}}}}), "argument kind 'as_token'");
   check_bad(arg({{"as_int_lists", json::array({json::array({1, 2})})}}), "[xport.schema.arg_type]");  // read, but mul takes no int[][]
   check_bad(edit([&](json& j) { node_of(j, "torch.ops.aten.mul.")["target"] = "torch.ops.higher_order.associative_scan"; }),
