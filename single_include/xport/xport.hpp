@@ -6876,7 +6876,9 @@ XPORT_END_NAMESPACE
 #include <cstddef>      // std::size_t
 #include <cstdint>      // std::int64_t
 #include <functional>   // std::function
+#include <map>          // std::map
 #include <memory>       // std::make_unique
+#include <mutex>        // std::mutex, std::lock_guard
 #include <optional>     // std::optional
 #include <string>       // std::string
 #include <string_view>  // std::string_view
@@ -7672,6 +7674,16 @@ inline void out_dtype_kernel(const c10::OperatorHandle&, torch::jit::Stack* stac
   s.emplace_back(call.at(0).toTensor().to(out));
 }
 
+/// The fakes of custom classes' methods (xport::register_fake_method), by "<class>.<method>".
+struct fake_methods {
+  std::mutex mu;
+  std::map<std::string, std::function<at::Tensor(const c10::IValue&, const std::vector<c10::IValue>&)>> by_name;
+  static fake_methods& instance() {
+    static fake_methods f;
+    return f;
+  }
+};
+
 /// Calls `method` of custom object `obj` (a torch::class_ instance) on `args`: its C++ code runs.
 inline c10::IValue call_object_method(const c10::IValue& obj, const std::string& method, std::vector<c10::IValue> args) {
   if (!obj.isObject())
@@ -7703,6 +7715,24 @@ inline void call_torchbind_kernel(const c10::OperatorHandle&, torch::jit::Stack*
   const auto method = s[s.size() - 2].toStringRef();
   const auto obj = s[s.size() - 3];
   torch::jit::drop(s, 3);
+  bool fake = false;  // on meta tensors (export traces with them) the method's fake runs instead
+  for (const auto& a : args) fake = fake || (a.isTensor() && a.toTensor().is_meta());
+  if (fake) {
+    const auto cls = obj.isObject() ? obj.toObjectRef().type()->name()->qualifiedName() : std::string(obj.tagKind());
+    std::function<at::Tensor(const c10::IValue&, const std::vector<c10::IValue>&)> fn;
+    {
+      auto& f = fake_methods::instance();
+      std::lock_guard<std::mutex> lock(f.mu);
+      if (const auto it = f.by_name.find(cls + "." + method); it != f.by_name.end()) fn = it->second;
+    }
+    if (!fn)
+      throw run_error("xport.run.torchbind", "call_torchbind: " + cls + "." + method + " has no fake, which export runs in "
+                                                 "place of its C++ code (on meta tensors, leaving the object as it is): "
+                                                 "register one with xport::register_fake_method(\"" + cls + "\", \"" + method +
+                                                 "\", fn), as torch's register_fake_class gives one in Python");
+    s.push_back(fn(obj, args));
+    return;
+  }
   auto r = call_object_method(obj, method, std::move(args));
   if (!r.isTensor())
     throw run_error("xport.run.torchbind", "call_torchbind: " + obj.toObjectRef().type()->name()->qualifiedName() + "." +
@@ -7774,6 +7804,37 @@ inline at::Tensor out_dtype(std::string_view op, at::ScalarType dtype, std::vect
                           c10::IValue(std::move(list))};
   find_op("higher_order::out_dtype").handle.callBoxed(stack);
   return stack.at(0).toTensor();
+}
+
+/// Calls `method` of custom object `obj` (a torch::class_ instance, as an IValue:
+/// `c10::IValue(c10::make_intrusive<MyClass>(...))`) on `args`, through
+/// `torch.ops.higher_order.call_torchbind`: eagerly the method runs; under export it is one
+/// call_torchbind node on the object, a CUSTOM_OBJ input of the program, typed by the method's
+/// fake (register_fake_method) without running its C++ code:
+///
+///   auto y = xport::call_method(stats, "update", {x});
+///
+/// The method must return one tensor.
+inline at::Tensor call_method(const c10::IValue& obj, std::string_view method, std::vector<c10::IValue> args) {
+  c10::impl::GenericList list(c10::AnyType::get());
+  for (auto& a : args) list.push_back(std::move(a));
+  torch::jit::Stack stack{obj, c10::IValue(std::string(method)), c10::IValue(std::move(list))};
+  find_op("higher_order::call_torchbind").handle.callBoxed(stack);
+  return stack.at(0).toTensor();
+}
+
+/// Gives `method` of custom class `cls` (its qualified name, `__torch__.torch.classes.ns.Name`)
+/// a fake: what it returns computed from the object and its arguments' sizes, dtypes and
+/// devices (they are meta tensors), run in its place while export traces (torch's
+/// register_fake_class, for C++). It must not change the object.
+///
+///   xport::register_fake_method("__torch__.torch.classes.ns.Stats", "update",
+///       [](const c10::IValue&, const std::vector<c10::IValue>& args) { return at::empty_like(args[0].toTensor()); });
+inline void register_fake_method(const std::string& cls, const std::string& method,
+                                 std::function<at::Tensor(const c10::IValue& obj, const std::vector<c10::IValue>& args)> fn) {
+  auto& f = detail::fake_methods::instance();
+  std::lock_guard<std::mutex> lock(f.mu);
+  f.by_name[cls + "." + method] = std::move(fn);
 }
 
 /// The descriptor of `torch.ops.higher_order.<name>` (`cond`), or nullptr.
@@ -9970,6 +10031,18 @@ class program_builder {
   value constant(const std::string& fqn, const at::Tensor& t) {
     constants_.set(fqn, t);
     return add_lifted(input_kind::constant_tensor, fqn, t, std::nullopt);
+  }
+
+  /// A custom object (a torch::class_ instance, CUSTOM_OBJ), lifted to an input named `obj_` +
+  /// FQN and kept in the program's custom objects: calls read it as torch's do.
+  value custom_obj(const std::string& fqn, const c10::IValue& obj) {
+    if (!obj.isObject())
+      throw graph_error("xport.builder.custom_obj", "custom object '" + fqn + "' is a " + std::string(obj.tagKind()) +
+                                                        ", not a torch::class_ instance");
+    const auto cls = obj.type()->str();
+    custom_objs_[fqn] = obj;
+    input_spec spec{input_kind::custom_obj, argument_spec{argument_spec::kind::custom_obj, detail::lifted_name(input_kind::custom_obj, fqn), {}, cls}, fqn, std::nullopt};
+    return placeholder(spec, value_type::of_object(cls));
   }
 
   /// A placeholder exactly as `spec` describes it (its name, kind, target, persistence), typed
@@ -12803,6 +12876,19 @@ class capture {
     return nullptr;
   }
 
+  // The CUSTOM_OBJ input standing for custom object `obj`, lifted on its first use under the name
+  // torch gives an object that is no attribute (`lifted_custom_<i>`): one input per object.
+  value object_input(const c10::IValue& obj) {
+    if (outer_)
+      throw export_error("xport.export.custom_obj", "a custom object (" + obj.type()->str() +
+                                                        ") is used inside the body of a control-flow operator (torch.cond, "
+                                                        "while_loop, map, scan): xport lifts custom objects at the top level "
+                                                        "only; call it outside the body");
+    const auto [it, fresh] = objects_.try_emplace(obj.internalToPointer());
+    if (fresh) it->second = builder_.custom_obj("lifted_custom_" + std::to_string(objects_.size() - 1), obj);
+    return it->second;
+  }
+
   value lift_constant(const at::Tensor& t) {
     const std::string target = "lifted_tensor_" + std::to_string(lifted_constants_count_++);
     auto v = builder_.constant(target, t);
@@ -12821,6 +12907,11 @@ class capture {
 
   // One argument from the dispatcher's stack: the recorded argument and what the meta run gets.
   void convert(const c10::IValue& iv, const c10::TypePtr& type, argument& arg, c10::IValue& meta) {
+    if (iv.isObject()) {  // a custom object (torch::class_): a CUSTOM_OBJ input; its methods see it
+      arg = object_input(iv);
+      meta = iv;
+      return;
+    }
     if (iv.isTensor()) {
       const auto& t = iv.toTensor();
       if (!t.defined()) {
@@ -12971,6 +13062,7 @@ class capture {
   std::vector<c10::IValue> originals_, meta_stack_;
   std::unordered_map<const value_impl*, std::string> state_fqn_;
   std::unordered_map<const value_impl*, std::string> lifted_constants_;
+  std::unordered_map<const void*, value> objects_;  ///< custom object -> its input
   std::unordered_map<const c10::FunctionSchema*, const op_info*> ops_;
   int lifted_constants_count_ = 0;
   std::vector<std::vector<std::int64_t>> input_sizes_;

@@ -12,8 +12,9 @@ records what torch.export.load's program gives on two calls in a row (the second
 update) on the input `x()`. In between, the C++ suite `oracle_torchbind` (tests/test_serde.cpp)
 loads both, runs them twice (equal, bit for bit), saves them to <dir>/cpp/ with their objects as
 they stand, and records what its own load of that archive gives on one call; it also checks that
-from_torchscript refuses the module scripted (`stats_scripted.pt`). `read` requires
-torch.export.load of xport's archives to give the same.
+from_torchscript refuses the module scripted (`stats_scripted.pt`), and exports C++ code calling
+the object (`exported.pt2`, xport::call_method with the method's fake). `read` requires
+torch.export.load of xport's archives to give what xport's own load of them gives.
 """
 import json
 import os
@@ -101,7 +102,7 @@ def read(root, lib):
     register(lib)
     with open(os.path.join(root, "cpp", "expected.json")) as f:
         expected = json.load(f)
-    assert sorted(expected) == ["stats", "stats_decomposed"], expected.keys()
+    assert sorted(expected) == ["exported", "stats", "stats_decomposed"], expected.keys()
     for name, want in expected.items():
         ep = torch.export.load(os.path.join(root, "cpp", name + ".pt2"))
         kinds = [s.kind.name for s in ep.graph_signature.input_specs]

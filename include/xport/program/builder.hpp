@@ -94,6 +94,18 @@ class program_builder {
     return add_lifted(input_kind::constant_tensor, fqn, t, std::nullopt);
   }
 
+  /// A custom object (a torch::class_ instance, CUSTOM_OBJ), lifted to an input named `obj_` +
+  /// FQN and kept in the program's custom objects: calls read it as torch's do.
+  value custom_obj(const std::string& fqn, const c10::IValue& obj) {
+    if (!obj.isObject())
+      throw graph_error("xport.builder.custom_obj", "custom object '" + fqn + "' is a " + std::string(obj.tagKind()) +
+                                                        ", not a torch::class_ instance");
+    const auto cls = obj.type()->str();
+    custom_objs_[fqn] = obj;
+    input_spec spec{input_kind::custom_obj, argument_spec{argument_spec::kind::custom_obj, detail::lifted_name(input_kind::custom_obj, fqn), {}, cls}, fqn, std::nullopt};
+    return placeholder(spec, value_type::of_object(cls));
+  }
+
   /// A placeholder exactly as `spec` describes it (its name, kind, target, persistence), typed
   /// `type`; for passes that rebuild a program. State tensors come from set_state().
   value placeholder(const input_spec& spec, value_type type) {

@@ -728,6 +728,19 @@ class capture {
     return nullptr;
   }
 
+  // The CUSTOM_OBJ input standing for custom object `obj`, lifted on its first use under the name
+  // torch gives an object that is no attribute (`lifted_custom_<i>`): one input per object.
+  value object_input(const c10::IValue& obj) {
+    if (outer_)
+      throw export_error("xport.export.custom_obj", "a custom object (" + obj.type()->str() +
+                                                        ") is used inside the body of a control-flow operator (torch.cond, "
+                                                        "while_loop, map, scan): xport lifts custom objects at the top level "
+                                                        "only; call it outside the body");
+    const auto [it, fresh] = objects_.try_emplace(obj.internalToPointer());
+    if (fresh) it->second = builder_.custom_obj("lifted_custom_" + std::to_string(objects_.size() - 1), obj);
+    return it->second;
+  }
+
   value lift_constant(const at::Tensor& t) {
     const std::string target = "lifted_tensor_" + std::to_string(lifted_constants_count_++);
     auto v = builder_.constant(target, t);
@@ -746,6 +759,11 @@ class capture {
 
   // One argument from the dispatcher's stack: the recorded argument and what the meta run gets.
   void convert(const c10::IValue& iv, const c10::TypePtr& type, argument& arg, c10::IValue& meta) {
+    if (iv.isObject()) {  // a custom object (torch::class_): a CUSTOM_OBJ input; its methods see it
+      arg = object_input(iv);
+      meta = iv;
+      return;
+    }
     if (iv.isTensor()) {
       const auto& t = iv.toTensor();
       if (!t.defined()) {
@@ -896,6 +914,7 @@ class capture {
   std::vector<c10::IValue> originals_, meta_stack_;
   std::unordered_map<const value_impl*, std::string> state_fqn_;
   std::unordered_map<const value_impl*, std::string> lifted_constants_;
+  std::unordered_map<const void*, value> objects_;  ///< custom object -> its input
   std::unordered_map<const c10::FunctionSchema*, const op_info*> ops_;
   int lifted_constants_count_ = 0;
   std::vector<std::vector<std::int64_t>> input_sizes_;
