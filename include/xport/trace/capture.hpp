@@ -214,6 +214,39 @@ class module_call_tracker {
   std::map<std::string, module_call_signature> calls_;
 };
 
+// The number a C++ scalar wrapped into a tensor holds, as an argument.
+inline argument wrapped_scalar(const c10::Scalar& s) {
+  if (s.isFloatingPoint()) return s.toDouble();
+  if (s.isBoolean()) return s.toBool();
+  if (s.isComplex()) return std::complex<double>(s.toComplexDouble());
+  return s.toLong();
+}
+
+// Whether `type` is Any or a list of Any (what a generic list argument is converted as).
+inline bool is_any_list(const c10::TypePtr& type) {
+  const auto t = unwrap_optional(type);
+  return t->kind() == c10::TypeKind::AnyType ||
+         (t->kind() == c10::TypeKind::ListType &&
+          t->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::AnyType);
+}
+
+/// The custom objects (torch::class_ instances) a capture met: each one CUSTOM_OBJ input, lifted
+/// on its first use under the name torch gives an object that is no attribute (`lifted_custom_<i>`).
+struct lifted_objects {
+  std::unordered_map<const void*, value> inputs;
+
+  value input_for(program_builder& b, const c10::IValue& obj, bool in_body) {
+    if (in_body)
+      throw export_error("xport.export.custom_obj", "a custom object (" + obj.type()->str() +
+                                                        ") is used inside the body of a control-flow operator (torch.cond, "
+                                                        "while_loop, map, scan): xport lifts custom objects at the top level "
+                                                        "only; call it outside the body");
+    const auto [it, fresh] = inputs.try_emplace(obj.internalToPointer());
+    if (fresh) it->second = b.custom_obj("lifted_custom_" + std::to_string(inputs.size() - 1), obj);
+    return it->second;
+  }
+};
+
 class capture {
  public:
   explicit capture(c10::Device fake_device = c10::Device(c10::kCPU)) : fake_device_(fake_device) {}
@@ -728,19 +761,6 @@ class capture {
     return nullptr;
   }
 
-  // The CUSTOM_OBJ input standing for custom object `obj`, lifted on its first use under the name
-  // torch gives an object that is no attribute (`lifted_custom_<i>`): one input per object.
-  value object_input(const c10::IValue& obj) {
-    if (outer_)
-      throw export_error("xport.export.custom_obj", "a custom object (" + obj.type()->str() +
-                                                        ") is used inside the body of a control-flow operator (torch.cond, "
-                                                        "while_loop, map, scan): xport lifts custom objects at the top level "
-                                                        "only; call it outside the body");
-    const auto [it, fresh] = objects_.try_emplace(obj.internalToPointer());
-    if (fresh) it->second = builder_.custom_obj("lifted_custom_" + std::to_string(objects_.size() - 1), obj);
-    return it->second;
-  }
-
   value lift_constant(const at::Tensor& t) {
     const std::string target = "lifted_tensor_" + std::to_string(lifted_constants_count_++);
     auto v = builder_.constant(target, t);
@@ -749,18 +769,24 @@ class capture {
     return v;
   }
 
-  // The number a C++ scalar wrapped into a tensor holds, as an argument.
-  static argument wrapped_scalar(const c10::Scalar& s) {
-    if (s.isFloatingPoint()) return s.toDouble();
-    if (s.isBoolean()) return s.toBool();
-    if (s.isComplex()) return std::complex<double>(s.toComplexDouble());
-    return s.toLong();
+  // A Tensor?[] argument (index's indices): each element None or a tracked tensor.
+  void convert_optional_tensors(const c10::IValue& iv, argument& arg, c10::IValue& meta) {
+    argument::list_type items;
+    c10::List<c10::optional<at::Tensor>> metas;
+    for (const auto& e : iv.toListRef()) {
+      const bool absent = e.isNone() || (e.isTensor() && !e.toTensor().defined());
+      const auto* tr = absent ? nullptr : &tracked_of(e.toTensor());
+      items.emplace_back(tr ? argument(tr->v) : argument(none));
+      metas.push_back(tr ? c10::optional<at::Tensor>(tr->meta) : c10::nullopt);
+    }
+    arg = std::move(items);
+    meta = metas;
   }
 
   // One argument from the dispatcher's stack: the recorded argument and what the meta run gets.
   void convert(const c10::IValue& iv, const c10::TypePtr& type, argument& arg, c10::IValue& meta) {
     if (iv.isObject()) {  // a custom object (torch::class_): a CUSTOM_OBJ input; its methods see it
-      arg = object_input(iv);
+      arg = objects_.input_for(builder_, iv, outer_ != nullptr);
       meta = iv;
       return;
     }
@@ -795,23 +821,8 @@ class capture {
       return;
     }
     if (iv.isList() && unwrap_optional(type)->kind() == c10::TypeKind::ListType &&
-        unwrap_optional(type)->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::OptionalType) {
-      argument::list_type items;
-      c10::List<c10::optional<at::Tensor>> metas;
-      for (const auto& e : iv.toListRef()) {
-        if (e.isNone() || (e.isTensor() && !e.toTensor().defined())) {
-          items.emplace_back(none);
-          metas.push_back(c10::nullopt);
-        } else {
-          const auto& tr = tracked_of(e.toTensor());
-          items.emplace_back(tr.v);
-          metas.push_back(tr.meta);
-        }
-      }
-      arg = std::move(items);
-      meta = metas;
-      return;
-    }
+        unwrap_optional(type)->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::OptionalType)
+      return convert_optional_tensors(iv, arg, meta);
     if (iv.isDevice()) {
       const auto d = iv.toDevice();
       arg = d.is_meta() ? fake_device_ : d;  // tensors the code sees are meta: report the real device
@@ -839,14 +850,6 @@ class capture {
     }
     arg = from_ivalue(iv, type);
     meta = iv;
-  }
-
-  // Whether `type` is Any or a list of Any (what a generic list argument is converted as).
-  static bool is_any_list(const c10::TypePtr& type) {
-    const auto t = unwrap_optional(type);
-    return t->kind() == c10::TypeKind::AnyType ||
-           (t->kind() == c10::TypeKind::ListType &&
-            t->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::AnyType);
   }
 
   // What Python's argument parser passes when the caller leaves them out, so that the program
@@ -914,7 +917,7 @@ class capture {
   std::vector<c10::IValue> originals_, meta_stack_;
   std::unordered_map<const value_impl*, std::string> state_fqn_;
   std::unordered_map<const value_impl*, std::string> lifted_constants_;
-  std::unordered_map<const void*, value> objects_;  ///< custom object -> its input
+  lifted_objects objects_;
   std::unordered_map<const c10::FunctionSchema*, const op_info*> ops_;
   int lifted_constants_count_ = 0;
   std::vector<std::vector<std::int64_t>> input_sizes_;
