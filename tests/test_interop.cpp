@@ -164,8 +164,11 @@ int check_lowered(const fs::path& path, const std::optional<std::string>& printe
 const std::map<std::string, std::string>& unsupported_fixtures() {
   static const std::map<std::string, std::string> m{
       {"unsupported_vmap", "'torch._functorch.predispatch.lazy_load_decompositions' is a step of torch.vmap"},
-      {"unsupported_custom_obj", "is a custom object (a TorchBind class instance), which xport does not support"},
-      {"unsupported_pickled_weight", "pickled payloads are not read by xport (custom objects, tensor subclasses)"},
+      // (custom objects load: this one's library is not loaded here, so its operator is refused first)
+      {"unsupported_custom_obj", "custom operator xport_fixtures::scaled ('torch.ops.xport_fixtures.scaled.default') is "
+                                 "not registered in this process"},
+      {"unsupported_pickled_weight", "pickled payloads other than custom objects are not read by xport (pickled tensors, "
+                                     "tensor subclasses"},
   };
   return m;
 }
