@@ -1157,6 +1157,9 @@ TEST_CASE("torchbind oracle: torch's programs holding a custom object load, run 
   CHECK(text.find("obj_lifted_custom_0: CUSTOM_OBJ target='lifted_custom_0'") != std::string::npos);
   CHECK(exported.custom_objs().at("lifted_custom_0").internalToPointer() == traced.internalToPointer());
   for (int r = 0; r < 2; ++r) CHECK(at::equal(xport::run(exported, {x})[0], body(twin)(x)));  // (its first: export ran nothing)
+  const auto strided = x.t().contiguous().t();  // the same values in column-major strides
+  REQUIRE(!strided.is_contiguous());
+  CHECK(at::equal(xport::run(exported, {strided})[0], body(twin)(strided)));
   xport::save(exported, (cpp / "exported.pt2").string());
   resaved["exported"] = rows_of(xport::run(xport::load((cpp / "exported.pt2").string()), {x})[0]);
   std::ofstream(cpp / "expected.json") << resaved.dump();
