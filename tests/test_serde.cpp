@@ -4,7 +4,9 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <set>
+#include <sstream>
 
 #include <csignal>
 #include <sys/wait.h>
@@ -1075,6 +1077,60 @@ at::Tensor float_rows(const json& rows) {
     for (const auto& v : r) flat.push_back(v.get<float>());
   return torch::tensor(flat).reshape({static_cast<std::int64_t>(rows.size()), -1});
 }
+
+// The lines of torch's print that name a target (the lifted inputs), and the operators its graph calls, in order.
+std::vector<std::string> target_lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (line.find(" target='") != std::string::npos) out.push_back(line);
+  return out;
+}
+std::vector<std::string> called_ops(const std::string& text) {
+  std::vector<std::string> out;
+  static const std::regex call(R"(= (torch\.ops\.[\w.]+)\()");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), call); it != std::sregex_iterator(); ++it)
+    out.push_back((*it)[1].str());
+  return out;
+}
+
+// A scripted module holding the object (stats_scripted.pt: Outer, the object 'block.stats')
+// converts as torch's TS2EPConverter converts it: each call on the object a call_torchbind, the
+// operator taking it, the object lifted under its attribute's name; the program changes the object
+// as the TorchScript module changes its own, with a batch that varies; torch runs the archive.
+void torchbind_from_torchscript(const std::filesystem::path& py, const std::filesystem::path& cpp, json& resaved) {
+  const std::string cls = "__torch__.torch.classes.xport_classes.RunningMean";
+  const auto path = (py / "stats_scripted.pt").string();
+  const auto x = torchbind_input();
+  for (const std::string method : {"normalize", "mix"})  // (update's fake the case above registered)
+    xport::register_fake_method(cls, method, [](const c10::IValue&, const std::vector<c10::IValue>& args) {
+      return at::empty_like(args.at(0).toTensor());
+    });
+  const xport::Dim batch("batch", 1, 64);
+  auto p = xport::from_torchscript(path, {x}, {.dynamic_shapes = {{"x", {{0, batch}}}}});
+  const auto text = xport::to_string(p);
+  const auto converter = xport_test::read_file((py / "stats_scripted_converter.txt").string());
+  CHECK(target_lines(text) == target_lines(converter));  // p_block_proj_weight ..., obj_block_stats: CUSTOM_OBJ target='block.stats'
+  CHECK(text.find("obj_block_stats: CUSTOM_OBJ target='block.stats'") != std::string::npos);
+  CHECK(called_ops(text) == called_ops(converter));
+  REQUIRE(p.custom_objs().size() == 1);
+  CHECK(p.custom_objs().begin()->first == "block.stats");
+  // the TorchScript module run beside the program, each on its own object: equal call after call
+  auto ts = torch::jit::load(path);
+  for (const auto& in : {x, at::randn({7, 3}), x.t().contiguous().t(), x})
+    CHECK(at::equal(xport::run(p, {in})[0], ts.forward({in}).toTensor()));
+  xport::save(p, (cpp / "converted.pt2").string());
+  resaved["converted"] = rows_of(xport::run(xport::load((cpp / "converted.pt2").string()), {x})[0]);
+  // the capture route would run the method's C++ code and keep its result: refused
+  XPORT_CHECK_THROWS_MSG(xport::from_torchscript(path, {x}, {.route = xport::torchscript_route::capture}), export_error,
+                         "[xport.torchscript.custom_obj] attribute 'block.stats' of the module is a custom class instance "
+                         "(a torch::class_): the capture route would run its methods' C++ code");
+  // a method whose result is no tensor: refused at its line
+  XPORT_CHECK_THROWS_MSG(xport::from_torchscript((py / "seen_scripted.pt").string(), {x}), export_error,
+                         "[xport.torchscript.unsupported] the method calls " + cls + ".seen, which returns int: a program "
+                         "calls the methods of a custom object that return one tensor (call_torchbind); return the value as a "
+                         "tensor\nat TorchScript");
+}
 }  // namespace
 #else
 #define XPORT_TEST_TORCHBIND 0
@@ -1162,9 +1218,7 @@ TEST_CASE("torchbind oracle: torch's programs holding a custom object load, run 
   CHECK(at::equal(xport::run(exported, {strided})[0], body(twin)(strided)));
   xport::save(exported, (cpp / "exported.pt2").string());
   resaved["exported"] = rows_of(xport::run(xport::load((cpp / "exported.pt2").string()), {x})[0]);
+  torchbind_from_torchscript(py, cpp, resaved);
   std::ofstream(cpp / "expected.json") << resaved.dump();
-  // the module scripted: from_torchscript refuses it (a capture would fix the object's state)
-  XPORT_CHECK_THROWS_MSG(xport::from_torchscript((py / "stats_scripted.pt").string(), {x}), export_error,
-                         "[xport.torchscript.custom_obj] attribute 'stats' of the module is a custom class instance (" + cls);
 #endif
 }

@@ -20,6 +20,7 @@
 // naming the TorchScript line where not (and always on the capture route).
 #pragma once
 
+#include <algorithm>    // std::sort
 #include <atomic>       // std::atomic
 #include <functional>   // std::function
 #include <limits>       // std::numeric_limits
@@ -180,6 +181,26 @@ inline std::string traced_hint(const torch::jit::Module& m) {
 // and Int / Float / ScalarImplicit read them. Any other use makes it a 0-dim tensor again,
 // aten::scalar_tensor of the size (of its sym_size where the dim is dynamic: what torch's
 // converter writes for prim::NumToTensor).
+
+// Note [Custom objects from TorchScript]
+// A torch::class_ instance held by the module (`self.stats`) is C++ state its methods change, so
+// the translation keeps every use of it a use of the object, never what its methods computed on
+// the example: `self.stats.update(x)` (prim::CallMethod on the class) is xport::call_method, one
+// call_torchbind node, and an operator taking the object (`torch.ops.ns.op(self.stats, x)`) is
+// recorded with it as an argument. The capture lifts the object as a CUSTOM_OBJ input on its
+// first use, typed by the method's fake (xport::register_fake_method, torch's
+// register_fake_class): the method's C++ code does not run while converting. The input is then
+// given the attribute's fully qualified name (target 'stats', placeholder obj_stats), as torch's
+// TS2EPConverter names it, and the program holds the module's own object: running the program
+// changes it as running the TorchScript module does. The capture route cannot do this (the
+// interpreter calls the method's C++ code directly, whose ATen calls the capture would record
+// with the object's state fixed in the program), so it refuses such a module.
+
+/// Whether `type` is a custom class (a torch::class_ registered from C++, `__torch__.torch.classes.*`).
+inline bool is_custom_class(const c10::Type& type) {
+  const auto* c = type.castRaw<c10::ClassType>();
+  return c && !c->is_module() && c->name() && c->name()->qualifiedName().rfind("__torch__.torch.classes.", 0) == 0;
+}
 
 /// Walks one TorchScript graph under export's capture (Note [TorchScript by translation]).
 class ts_translator {
@@ -414,6 +435,8 @@ class ts_translator {
       refuse(n, "the method raises in a branch on the contents of a tensor (an assert on data): torch.export records "
                 "such a check as aten._assert_async.msg, which xport does not capture yet; check the input before "
                 "calling the program, or assert on sizes");
+    } else if (kind == c10::prim::CallMethod && is_custom_class(*n->input(0)->type())) {
+      object_call(n);
     } else if (kind == c10::prim::CallMethod || kind == c10::prim::CallFunction || kind == c10::prim::Enter ||
                kind == c10::prim::Exit || kind == c10::prim::fork || kind == c10::prim::RaiseException) {
       refuse(n, std::string("the method runs ") + kind.toQualString() +
@@ -430,6 +453,24 @@ class ts_translator {
                                                      std::to_string(outs.size()) + " outputs");
       for (std::size_t i = 0; i < outs.size(); ++i) env_[outs[i]] = std::move(stack[i]);
     }
+  }
+
+  /// `self.obj.method(args)` on a custom object (Note [Custom objects from TorchScript]): one
+  /// call_torchbind on the object, typed by the method's fake.
+  void object_call(const torch::jit::Node* n) {
+    const auto cls = n->input(0)->type()->annotation_str();
+    const auto name = n->s(c10::attr::name);
+    if (n->outputs().size() != 1 || !n->output()->type()->isSubtypeOf(*c10::TensorType::get()))
+      refuse(n, "the method calls " + cls + "." + name + ", which returns " +
+                    (n->outputs().empty() ? std::string("nothing") : n->output()->type()->annotation_str()) +
+                    ": a program calls the methods of a custom object that return one tensor (call_torchbind); "
+                    "return the value as a tensor");
+    if (in_data_branch_ > 0)
+      refuse(n, "the method calls " + cls + "." + name + " inside a branch or loop on the contents of a tensor: xport "
+                "lifts custom objects at the top level of a program only; call it outside the branch");
+    std::vector<c10::IValue> args;
+    for (std::size_t i = 1; i < n->inputs().size(); ++i) args.push_back(read(n->input(i)));
+    env_[n->output()] = call_method(read(n->input(0)), name, std::move(args));
   }
 
   /// Walks `b` with its inputs bound to `ins`.
@@ -849,22 +890,59 @@ inline std::map<std::string, std::string> torchscript_extra_files(const std::str
   return out;
 }
 
-/// Refuses a module holding a custom class instance (a torch::class_ attribute, in it or a
-/// submodule): its methods are C++ code neither route keeps as a call on the object (the capture
-/// would record their ATen calls with the object's state fixed in the program).
-inline void refuse_custom_objects(const torch::jit::Module& m, const std::string& prefix = "") {
+/// The custom objects (torch::class_ attributes) of a module tree by object, each under the
+/// fully qualified name of the first attribute holding it.
+inline void custom_object_names(const torch::jit::Module& m, std::unordered_map<const void*, std::string>& out,
+                                const std::string& prefix = "") {
   const auto& type = m.type();
   for (std::size_t i = 0; i < type->numAttributes(); ++i) {
-    const auto* c = type->getAttribute(i)->castRaw<c10::ClassType>();
-    if (!c || c->is_module() || !c->name() || c->name()->qualifiedName().rfind("__torch__.torch.classes.", 0) != 0) continue;
-    throw export_error("xport.torchscript.custom_obj",
-                       "attribute '" + prefix + type->getAttributeName(i) + "' of the module is a custom class instance (" +
-                           c->name()->qualifiedName() + ", a torch::class_): from_torchscript does not convert a module "
-                           "holding one yet (a capture would fix the object's state into the program); export the module "
-                           "with torch.export in Python (non-strict, the class given a fake with register_fake_class) and "
-                           "load that archive: xport runs its calls on the object");
+    if (!is_custom_class(*type->getAttribute(i))) continue;
+    const auto obj = m._ivalue()->getSlot(i);
+    if (obj.isObject()) out.try_emplace(obj.internalToPointer(), prefix + type->getAttributeName(i));
   }
-  for (const auto& child : m.named_children()) refuse_custom_objects(child.value, prefix + child.name + ".");
+  for (const auto& child : m.named_children()) custom_object_names(child.value, out, prefix + child.name + ".");
+}
+
+/// Refuses, on the capture route, a module holding a custom class instance (Note [Custom objects
+/// from TorchScript]), naming the attribute.
+inline void refuse_captured_custom_objects(const torch::jit::Module& m) {
+  std::unordered_map<const void*, std::string> names;
+  custom_object_names(m, names);
+  if (names.empty()) return;
+  std::vector<std::string> attrs;
+  for (const auto& [obj, fqn] : names) attrs.push_back(fqn);
+  std::sort(attrs.begin(), attrs.end());
+  throw export_error("xport.torchscript.custom_obj",
+                     "attribute '" + attrs.front() + "' of the module is a custom class instance (a torch::class_): the "
+                     "capture route would run its methods' C++ code and fix the object's state into the program; use "
+                     "torchscript_route::translate (the default), which keeps each call on the object");
+}
+
+/// Gives each custom object the capture lifted (`lifted_custom_<i>`) the name of the module's
+/// attribute holding it (Note [Custom objects from TorchScript]).
+inline void name_custom_objects(exported_program& p, const torch::jit::Module& m) {
+  std::unordered_map<const void*, std::string> names;
+  custom_object_names(m, names);
+  if (names.empty() || p.custom_objs().empty()) return;
+  auto objs = p.custom_objs();
+  std::map<std::string, c10::IValue> renamed;
+  auto& g = p.graph_mut();
+  for (auto& spec : p.signature_mut().input_specs) {
+    if (spec.kind != input_kind::custom_obj || !spec.target) continue;
+    const auto& obj = objs.at(*spec.target);
+    const auto fqn = names.find(obj.internalToPointer());
+    if (fqn == names.end()) {  // (an object the module does not hold: as it was lifted)
+      renamed[*spec.target] = obj;
+      continue;
+    }
+    const auto name = lifted_name(input_kind::custom_obj, fqn->second);
+    for (const auto& ph : g.placeholders())
+      if (ph.output(0).name() == spec.arg.name) g.rename(ph.output(0), name);
+    spec.arg.name = name;
+    spec.target = fqn->second;
+    renamed[fqn->second] = obj;
+  }
+  p.custom_objs_mut() = std::move(renamed);
 }
 
 inline torch::jit::Module load_torchscript(const std::string& path) {
@@ -885,7 +963,7 @@ inline torch::jit::Module load_torchscript(const std::string& path) {
 /// it was.
 inline exported_program from_torchscript(torch::jit::Module& m, const std::vector<at::Tensor>& example_inputs,
                                          const torchscript_options& options = {}) {
-  detail::refuse_custom_objects(m);
+  if (options.route == torchscript_route::capture) detail::refuse_captured_custom_objects(m);
   const auto& method = options.method;
   export_options opts;
   opts.input_names = detail::jit_argument_names(m, method, example_inputs.size());
@@ -910,6 +988,7 @@ inline exported_program from_torchscript(torch::jit::Module& m, const std::vecto
     detail::torchscript_error(m, method, e.what());
   }
   eliminate_dead_code(p->graph_mut());  // the interpreter's size queries, which the capture bound to symbols
+  detail::name_custom_objects(*p, m);
   p->set_call_spec(p->in_spec(), out_spec);
   return std::move(*p);
 }

@@ -12,8 +12,8 @@ records what torch.export.load's program gives on two calls in a row (the second
 update) on the input `x()`. In between, the C++ suite `oracle_torchbind` (tests/test_serde.cpp)
 loads both, runs them twice (equal, bit for bit), saves them to <dir>/cpp/ with their objects as
 they stand, and records what its own load of that archive gives on one call; it also checks that
-from_torchscript refuses the module scripted (`stats_scripted.pt`), and exports C++ code calling
-the object (`exported.pt2`, xport::call_method with the method's fake). `read` requires
+converts the module scripted (`stats_scripted.pt`, as TS2EPConverter does: `converted.pt2`), and
+exports C++ code calling the object (`exported.pt2`, xport::call_method with the method's fake). `read` requires
 torch.export.load of xport's archives to give what xport's own load of them gives.
 """
 import json
@@ -66,6 +66,28 @@ class Model(torch.nn.Module):
         return self.stats.mix(y, centered) + torch.ops.xport_classes.scale_by_count(self.stats, x)
 
 
+class Outer(torch.nn.Module):
+    """Model as a submodule: scripted, its object is attribute 'block.stats'."""
+
+    def __init__(self):
+        super().__init__()
+        self.block = Model()
+
+    def forward(self, x):
+        return self.block(x).relu()
+
+
+class Seen(torch.nn.Module):
+    """Calls a method that returns an int: the conversion refuses it, naming the line."""
+
+    def __init__(self):
+        super().__init__()
+        self.stats = torch.classes.xport_classes.RunningMean(torch.zeros(3))
+
+    def forward(self, x):
+        return x * self.stats.seen()
+
+
 class MethodsOnly(torch.nn.Module):
     """Calls only the object's methods: loading it before the class is registered reaches the object."""
 
@@ -94,15 +116,21 @@ def write(root, lib):
     with open(os.path.join(out, "expected.json"), "w") as f:
         json.dump(expected, f)
     torch.export.save(torch.export.export(MethodsOnly(), (x(),), strict=False), os.path.join(out, "methods_only.pt2"))
-    # the same module scripted: from_torchscript refuses it, naming the attribute
-    torch.jit.script(Model()).save(os.path.join(out, "stats_scripted.pt"))
+    # the module scripted inside another, for from_torchscript, and what torch's converter
+    # (TS2EPConverter) makes of it: xport's conversion names state and object as it does
+    scripted = torch.jit.script(Outer())
+    scripted.save(os.path.join(out, "stats_scripted.pt"))
+    from torch._export.converter import TS2EPConverter
+    with open(os.path.join(out, "stats_scripted_converter.txt"), "w") as f:
+        f.write(str(TS2EPConverter(scripted, (x(),)).convert()))
+    torch.jit.script(Seen()).save(os.path.join(out, "seen_scripted.pt"))
 
 
 def read(root, lib):
     register(lib)
     with open(os.path.join(root, "cpp", "expected.json")) as f:
         expected = json.load(f)
-    assert sorted(expected) == ["exported", "stats", "stats_decomposed"], expected.keys()
+    assert sorted(expected) == ["converted", "exported", "stats", "stats_decomposed"], expected.keys()
     for name, want in expected.items():
         ep = torch.export.load(os.path.join(root, "cpp", name + ".pt2"))
         kinds = [s.kind.name for s in ep.graph_signature.input_specs]

@@ -46,6 +46,7 @@ TORCH_LIBRARY(xport_classes, m) {
       .def("update", &RunningMean::update)
       .def("normalize", &RunningMean::normalize)
       .def("mix", &RunningMean::mix)
+      .def("seen", [](const c10::intrusive_ptr<RunningMean>& s) { return s->count; })  // not a tensor
       .def("__obj_flatten__",
            [](const c10::intrusive_ptr<RunningMean>& s) {
              return std::make_tuple(std::make_tuple(std::string("sum"), s->sum),
