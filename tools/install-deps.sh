@@ -52,6 +52,7 @@ pin() {
 pin python3 transformers "$transformers_version"
 pin python3 diffusers "$diffusers_version"
 pin python3 torchao "$torchao_version"
+pin python3 numpy 2.4.6  # the C API's test passes NumPy arrays through DLPack (tests/python/c_api.py)
 # torch 2.14.1 + torchvision 0.29.1 in a venv of their own (PyPI's torchvision does not import
 # beside torch 2.13): the second Python oracle, which writes and reads the torchvision corpus
 # and the diffusers and timm ones (timm needs torchvision).
