@@ -532,7 +532,7 @@ inline const std::vector<command>& commands() {
 
 inline std::string general_help() {
   std::ostringstream s;
-  s << "usage: xport [--version] [--help] <command> [<args>]\n\nxport " XPORT_VERSION_STRING
+  s << "usage: xport [--version] [--help] [--completion bash] <command> [<args>]\n\nxport " XPORT_VERSION_STRING
        ": torch.export archives (.pt2) from the command line\n\n";
   for (const auto& c : commands()) s << "   " << std::left << std::setw(11) << c.spec.name << c.spec.summary << '\n';
   s << "\nSee 'xport help <command>' (or 'xport <command> --help') for a command's options.\n";
@@ -543,10 +543,37 @@ inline std::string command_help(const command_spec& c) {
   return "usage: " + c.usage + "\n\n    " + c.summary + "\n" + (c.options.empty() ? "" : "\n" + c.options);
 }
 
+/// A bash completion script made from the command table: `source <(xport --completion bash)`.
+inline std::string bash_completion() {
+  std::ostringstream s;
+  s << "_xport() {\n  local cur=${COMP_WORDS[COMP_CWORD]} cmd=${COMP_WORDS[1]}\n"
+       "  if [[ $COMP_CWORD -eq 1 ]]; then COMPREPLY=($(compgen -W \"";
+  for (const auto& c : commands()) s << c.spec.name << ' ';
+  s << "help --help --version\" -- \"$cur\")); return; fi\n  case $cmd in\n";
+  for (const auto& c : commands()) {
+    s << "    " << c.spec.name << ") local opts=\"";
+    for (const auto& o : c.spec.valued) s << o << ' ';
+    for (const auto& o : c.spec.flags) s << o << ' ';
+    s << "--help\";;\n";
+  }
+  s << "    *) local opts=\"\";;\n  esac\n"
+       "  if [[ $cur == -* ]]; then COMPREPLY=($(compgen -W \"$opts\" -- \"$cur\")); else COMPREPLY=($(compgen -f -- \"$cur\")); fi\n"
+       "}\ncomplete -o filenames -F _xport xport\n";
+  return s.str();
+}
+
 int main_impl(const std::vector<std::string>& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || (args[0] == "help" && args.size() == 1)) {
     std::cout << general_help();
     return args.empty() ? 129 : 0;
+  }
+  if (args[0] == "--completion") {
+    if (args.size() != 2 || args[1] != "bash") {
+      std::cerr << "error: --completion takes bash\n";
+      return 129;
+    }
+    std::cout << bash_completion();
+    return 0;
   }
   if (args[0] == "--version") {
     std::cout << "xport " XPORT_VERSION_STRING << '\n';

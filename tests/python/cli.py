@@ -100,6 +100,13 @@ def main():
     check("error: unknown option '--bogus'" in r.stderr and "usage: xport run" in r.stderr, "unknown option: " + r.stderr)
     check("too few arguments" in xport("diff", path("net.pt2"), code=129).stderr, "too few arguments")
 
+    # bash completion from the command table
+    script = xport("--completion", "bash").stdout
+    for words, cword, completed in [("xport con", 1, "convert"), ("xport run --eng", 2, "--engine")]:
+        r = subprocess.run(["bash", "-c", 'source /dev/stdin; COMP_WORDS=(' + words + '); COMP_CWORD=' + str(cword) +
+                            '; _xport; echo "${COMPREPLY[@]}"'], input=script, capture_output=True, text=True)
+        check(r.stdout.strip() == completed, f"completion of '{words}': {r.stdout!r} {r.stderr}")
+
     # print: torch's own print(ep)
     check(xport("print", path("net.pt2")).stdout == str(ep), "print differs from torch's print(ep)")
 
