@@ -237,6 +237,8 @@ int cmd_run(const parsed_args& a) {
   check_device(a);
   const auto how = a.get("--inputs", "random");
   auto pkg = load_archive(a.operands[0], a, how == "sample");
+  if (a.has("--outputs") && pkg.programs.size() > 1)
+    throw usage_error("--outputs writes one program's outputs: the archive holds several, name one (--model NAME)");
   const auto device = a.has("--device") ? c10::Device(a.get("--device")) : c10::Device(c10::kCPU);
   for (const auto& [name, p] : pkg.programs) {
     if (pkg.programs.size() > 1) std::cout << "program '" << name << "'\n";
@@ -245,6 +247,14 @@ int cmd_run(const parsed_args& a) {
     const auto names = p.signature().user_outputs();
     for (std::size_t i = 0; i < outputs.size(); ++i)
       std::cout << tensor_summary(i < names.size() ? names[i] : "output " + std::to_string(i), outputs[i]) << '\n';
+    if (a.has("--outputs")) {  // as torch.save((out0, out1, ...), FILE) writes them, on the CPU
+      std::vector<c10::IValue> items;
+      for (const auto& t : outputs) items.emplace_back(t.detach().cpu());
+      const auto bytes = xport::detail::pickle_bytes(c10::ivalue::Tuple::create(std::move(items)));
+      std::ofstream out(a.get("--outputs"), std::ios::binary);
+      if (!out.write(bytes.data(), static_cast<std::streamsize>(bytes.size())))
+        throw xport::error("xport.cli.outputs", "cannot write '" + a.get("--outputs") + "'");
+    }
   }
   return 0;
 }
@@ -491,14 +501,15 @@ inline const std::vector<command>& commands() {
         "show the signature, the state by dtype and device, the range constraints and the operators called",
         "    --model NAME     only this program of a package\n", {"--model"}, {}, 1, 1}, cmd_info},
       {{"verify", "xport verify FILE", "check every program of an archive (xport::verify)", "", {}, {}, 1, 1}, cmd_verify},
-      {{"run", "xport run [--inputs sample|random|FILE.pt] [--device DEV] [--engine] [--model NAME] FILE",
+      {{"run", "xport run [--inputs sample|random|FILE.pt] [--outputs FILE.pt] [--device DEV] [--engine] [--model NAME] FILE",
         "run a program and print its outputs' dtypes, shapes and sums",
         "    --inputs HOW     random (the default: the signature's types, the exported sizes, seeded),\n"
         "                     sample (the archive's sample inputs) or FILE.pt (torch.save of a tuple)\n"
+        "    --outputs FILE   also write the outputs as torch.save((out0, ...), FILE) does\n"
         "    --device DEV     load and run on cpu, cuda or cuda:N\n"
         "    --engine         run with xport::engine instead of the interpreter\n"
         "    --model NAME     only this program of a package\n",
-        {"--inputs", "--device", "--model"}, {"--engine"}, 1, 1}, cmd_run},
+        {"--inputs", "--outputs", "--device", "--model"}, {"--engine"}, 1, 1}, cmd_run},
       {{"bench", "xport bench [--inputs HOW] [--threads N]... [--iters N] [--warmup N] [--device DEV] [--model NAME] FILE",
         "time the interpreter and the engine on a program",
         "    --inputs HOW     as for run (random by default)\n"

@@ -135,6 +135,11 @@ def main():
         out = xport("run", *args, path("net.pt2")).stdout
         check(close(printed_sums(out, "mul"), sums(want[0])) and close(printed_sums(out, "sum_1"), sums(want[1])),
               f"run {args}: {out} vs torch {sums(want[0])} {sums(want[1])}")
+    # --outputs: the tensors themselves, as torch.save writes them (torch.load reads them with weights_only)
+    xport("run", "--inputs", path("inputs.pt"), "--outputs", path("outputs.pt"), path("net.pt2"))
+    got = torch.load(path("outputs.pt"), weights_only=True)
+    check(isinstance(got, tuple) and len(got) == 2 and all(torch.allclose(g, w, atol=1e-6) for g, w in zip(got, want)),
+          f"run --outputs: {got} vs {want}")
     out = xport("run", "--inputs", "sample", path("net.pt2")).stdout
     check(close(printed_sums(out, "mul"), sums(net(x)[0])), "run --inputs sample: " + out)
     check("mul: f32[5, 3] sum=" in xport("run", path("net.pt2")).stdout, "run with random inputs")
@@ -196,6 +201,8 @@ def main():
     check("2 programs" in info and "program 'encode'" in info and "program 'forward'" in info, "package info\n" + info)
     out = xport("run", "--model", "encode", "--inputs", path("inputs.pt"), path("both.pt2")).stdout
     check(close(printed_sums(out, "mul"), sums(scripted.encode(xs))), "run --model encode: " + out)
+    r = xport("run", "--outputs", path("o.pt"), path("both.pt2"), code=129)
+    check("name one (--model NAME)" in r.stderr, "--outputs on a package: " + r.stderr)
     r = xport("run", "--model", "nope", path("both.pt2"), code=2)
     check("nope" in r.stderr and "encode" in r.stderr, "an unknown program names the package's: " + r.stderr)
     r = xport("convert", path("scripted.pt"), path("x.pt2"), code=129)
