@@ -967,7 +967,8 @@ inline torch::jit::Module load_torchscript(const std::string& path) {
 
 /// Converts a method of a TorchScript module (`options.method`, forward by default) into an
 /// exported program (training IR), state lifted under the module's names; the module is left as
-/// it was.
+/// it was. A custom object the module holds is the program's too (Note [Custom objects from
+/// TorchScript]): running the program changes it as the module's own calls would.
 inline exported_program from_torchscript(torch::jit::Module& m, const std::vector<at::Tensor>& example_inputs,
                                          const torchscript_options& options = {}) {
   if (options.route == torchscript_route::capture) detail::refuse_captured_custom_objects(m);

@@ -106,9 +106,10 @@ inline std::string tensor_change(const at::Tensor& a, const at::Tensor& b) {
   if (at::equal(x, y)) return "";
   std::ostringstream s;
   s << "values differ";
-  if (at::isFloatingType(x.scalar_type()) || at::isComplexType(x.scalar_type()))
-    s << " (max abs difference " << std::setprecision(6) << (x.to(at::kDouble) - y.to(at::kDouble)).abs().max().item<double>()
-      << ")";
+  if (at::isFloatingType(x.scalar_type()) || at::isComplexType(x.scalar_type())) {
+    const auto wide = at::isComplexType(x.scalar_type()) ? at::kComplexDouble : at::kDouble;  // (no rounding, no part dropped)
+    s << " (max abs difference " << std::setprecision(6) << (x.to(wide) - y.to(wide)).abs().max().item<double>() << ")";
+  }
   else
     s << " (" << x.ne(y).sum().item<std::int64_t>() << " of " << x.numel() << " elements)";
   return s.str();

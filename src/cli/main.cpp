@@ -46,13 +46,15 @@ inline bool is_torchscript(const std::string& path) {
 
 /// The programs of FILE (one, `model`, for what torch.export.save wrote; several in a package),
 /// only `--model NAME` when given.
-inline xport::package load_archive(const std::string& path, const parsed_args& a, bool sample_inputs = false) {
+inline xport::package load_archive(const std::string& path, const parsed_args& a, bool sample_inputs = false,
+                                   bool verify = true) {
   if (is_torchscript(path))
     throw xport::load_error("xport.cli.torchscript", "'" + path + "' is a TorchScript file (torch.jit.save), not a "
                                                      "torch.export archive: convert it first (xport convert " + path +
                                                      " OUT.pt2 --shape ...)");
   xport::load_options lo;
   lo.example_inputs = sample_inputs;
+  lo.verify = verify;
   if (a.has("--device")) lo.device = c10::Device(a.get("--device"));
   auto pkg = xport::load_package(path, lo);
   if (a.has("--model")) {
@@ -208,9 +210,7 @@ int cmd_info(const parsed_args& a) {
 
 int cmd_verify(const parsed_args& a) {
   const auto& path = a.operands[0];
-  xport::load_options lo;
-  lo.verify = false;  // verify below, each program named
-  auto pkg = xport::load_package(path, lo);
+  const auto pkg = load_archive(path, a, false, /*verify=*/false);  // verified below, each program named
   for (const auto& [name, p] : pkg.programs) {
     xport::verify(p);
     std::cout << path << ": program '" << name << "' ok (" << p.graph().size() << " nodes)\n";
@@ -500,7 +500,8 @@ inline const std::vector<command>& commands() {
       {{"info", "xport info [--model NAME] FILE",
         "show the signature, the state by dtype and device, the range constraints and the operators called",
         "    --model NAME     only this program of a package\n", {"--model"}, {}, 1, 1}, cmd_info},
-      {{"verify", "xport verify FILE", "check every program of an archive (xport::verify)", "", {}, {}, 1, 1}, cmd_verify},
+      {{"verify", "xport verify [--model NAME] FILE", "check every program of an archive (xport::verify)",
+        "    --model NAME     only this program of a package\n", {"--model"}, {}, 1, 1}, cmd_verify},
       {{"run", "xport run [--inputs sample|random|FILE.pt] [--outputs FILE.pt] [--device DEV] [--engine] [--model NAME] FILE",
         "run a program and print its outputs' dtypes, shapes and sums",
         "    --inputs HOW     random (the default: the signature's types, the exported sizes, seeded),\n"

@@ -191,6 +191,7 @@ def main():
     scripted.save(path("scripted.pt"))
     r = xport("print", path("scripted.pt"), code=2)
     check("[xport.cli.torchscript]" in r.stderr and "xport convert" in r.stderr, r.stderr)
+    check("[xport.cli.torchscript]" in xport("verify", path("scripted.pt"), code=2).stderr, "verify of a TorchScript file")
     out = xport("convert", "--shape", "2,4", "--dynamic", "x.0=batch:1:64", path("scripted.pt"), path("scripted.pt2")).stdout
     check("program 'forward':" in out and "(translated)" in out, "convert says which route ran: " + out)
     conv = torch.export.load(path("scripted.pt2"))
